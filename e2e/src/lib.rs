@@ -1,0 +1,190 @@
+//! Support for the end-to-end suite: spawning the real `chopin` binary and talking to it over
+//! real sockets.
+//!
+//! Owns: finding the binary, starting it with a chosen environment, reading the address it
+//! prints, and stopping it (SIGTERM, then kill). Does not own: any server behaviour.
+
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+/// The `chopin` binary: `CHOPIN_BIN`, else the one cargo built beside this test executable.
+pub fn chopin_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("CHOPIN_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    // target/<profile>/deps/<test> → target/<profile>/chopin
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .expect("test executable lives in target/<profile>/deps");
+    let bin = dir.join(format!("chopin{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is missing: build it with `cargo build -p chopin-server --bin chopin` (scripts/test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// How to start one `chopin` process. The environment starts empty (plus `PATH`), so nothing
+/// from the developer's shell leaks in.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    pub env: Vec<(String, String)>,
+    pub args: Vec<String>,
+}
+
+impl Launch {
+    pub fn env(mut self, k: &str, v: impl Into<String>) -> Self {
+        self.env.push((k.to_string(), v.into()));
+        self
+    }
+    pub fn arg(mut self, a: impl Into<String>) -> Self {
+        self.args.push(a.into());
+        self
+    }
+
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(chopin_bin());
+        cmd.env_clear();
+        if let Some(path) = std::env::var_os("PATH") {
+            cmd.env("PATH", path);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        cmd.args(&self.args);
+        cmd.kill_on_drop(true);
+        cmd
+    }
+
+    /// Runs to completion (for refusals at startup): exit status, stdout, stderr.
+    pub async fn run_to_exit(&self) -> (ExitStatus, String, String) {
+        let out = tokio::time::timeout(Duration::from_secs(60), self.command().output())
+            .await
+            .expect("chopin exited within 60 s")
+            .expect("chopin ran");
+        (
+            out.status,
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    /// Starts the server and waits for the line that says where it listens.
+    pub async fn start(&self) -> Server {
+        let mut child = self
+            .command()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn chopin");
+        let stdout = child.stdout.take().expect("stdout piped");
+        let stderr = child.stderr.take().expect("stderr piped");
+        let logs = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        tokio::spawn(collect(stderr, logs.clone()));
+        let mut lines = BufReader::new(stdout).lines();
+        let wait = async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.strip_prefix("chopin listening on ") {
+                    let url = rest
+                        .split_whitespace()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                    return Some((url, line));
+                }
+            }
+            None
+        };
+        match tokio::time::timeout(Duration::from_secs(60), wait).await {
+            Ok(Some((base_url, banner))) => {
+                tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+                Server {
+                    child,
+                    base_url,
+                    banner,
+                    logs,
+                }
+            }
+            other => {
+                let _ = child.start_kill();
+                let _ = child.wait().await;
+                panic!(
+                    "chopin did not report where it listens ({}); its log:\n{}",
+                    if other.is_ok() {
+                        "it exited"
+                    } else {
+                        "timed out"
+                    },
+                    logs.lock().map(|l| l.clone()).unwrap_or_default()
+                );
+            }
+        }
+    }
+}
+
+async fn collect(stream: impl AsyncRead + Unpin, into: std::sync::Arc<std::sync::Mutex<String>>) {
+    let mut lines = BufReader::new(stream).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Ok(mut l) = into.lock() {
+            l.push_str(&line);
+            l.push('\n');
+        }
+    }
+}
+
+/// A running `chopin` process. Killed if dropped without [`Server::stop`].
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`
+    pub base_url: String,
+    /// The whole line it printed on stdout when it started listening.
+    pub banner: String,
+    logs: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Server {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base_url, path)
+    }
+
+    /// Everything it wrote to stderr so far.
+    pub fn logs(&self) -> String {
+        self.logs.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// SIGTERM, then waits up to 30 s for it to exit. Returns its exit status and whole log.
+    pub async fn stop(mut self) -> (ExitStatus, String) {
+        let pid = self.child.id().expect("running child has a pid");
+        let status = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {pid} failed");
+        let status = match tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await {
+            Ok(status) => status.expect("wait for chopin"),
+            Err(_) => panic!(
+                "chopin did not stop within 30 s of SIGTERM; log:\n{}",
+                self.logs()
+            ),
+        };
+        // Let the stderr reader drain what the process wrote last.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        (status, self.logs())
+    }
+}
+
+/// GET returning status and body text.
+pub async fn get(url: &str) -> (u16, String) {
+    let resp = reqwest::get(url)
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    let status = resp.status().as_u16();
+    (status, resp.text().await.unwrap_or_default())
+}

@@ -1,0 +1,125 @@
+//! Wiring: a [`Config`] and its [`Services`] become a running server.
+//!
+//! Owns: the startup sequence (writer lease, clearing owner references) and the state every
+//! route shares. Does not own: sockets or signals — the binary and the simulator bring those and
+//! call [`crate::serve`].
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::clock::{SharedClock, SystemClock};
+use crate::config::Config;
+use crate::connector::{SharedConnector, TcpConnector};
+use crate::entropy::{OsEntropy, SharedEntropy};
+use crate::lease::{self, LeaseError};
+use crate::store::{Store, WriterLease};
+
+/// The seams and the store: everything the server reads from the outside world.
+#[derive(Clone)]
+pub struct Services {
+    pub store: Arc<dyn Store>,
+    pub clock: SharedClock,
+    pub entropy: SharedEntropy,
+    pub connector: SharedConnector,
+}
+
+impl Services {
+    /// The production seams over `store`: system clock, OS randomness, real TCP.
+    pub fn production(store: Arc<dyn Store>) -> Self {
+        Self {
+            store,
+            clock: Arc::new(SystemClock),
+            entropy: Arc::new(OsEntropy),
+            connector: Arc::new(TcpConnector),
+        }
+    }
+}
+
+/// State shared by every route.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub services: Services,
+    lease: watch::Receiver<Option<WriterLease>>,
+}
+
+impl AppState {
+    /// Whether this process still holds the writer lease.
+    pub fn is_writer(&self) -> bool {
+        self.lease.borrow().is_some()
+    }
+
+    pub fn writer_epoch(&self) -> Option<i64> {
+        self.lease.borrow().as_ref().map(|l| l.epoch)
+    }
+}
+
+/// A started server: holds the lease and the state; [`Running::router`] is what to serve.
+pub struct Running {
+    state: AppState,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Lease(#[from] LeaseError),
+    #[error("could not clear Planner owner references at startup: {0}")]
+    Store(#[from] crate::store::StoreError),
+}
+
+/// Takes the writer lease, clears owner references left by an earlier process, and starts
+/// renewing the lease.
+pub async fn start(config: Config, services: Services) -> Result<Running, StartError> {
+    let holder = format!("chopin-{}", services.entropy.token_hex(8));
+    let lease = lease::acquire(&*services.store, &*services.clock, &holder).await?;
+    tracing::info!(epoch = lease.epoch, holder = %holder, "writer lease acquired");
+    // No Planner link survives a process: startup clears every owner reference.
+    let cleared = services.store.clear_all_ownership().await?;
+    if cleared > 0 {
+        tracing::info!(
+            cleared,
+            "cleared Planner owner references left by an earlier process"
+        );
+    }
+    let (rx, keeper) = lease::keep(services.store.clone(), services.clock.clone(), lease);
+    Ok(Running {
+        state: AppState {
+            config: Arc::new(config),
+            services,
+            lease: rx,
+        },
+        keeper,
+    })
+}
+
+impl Running {
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    pub fn router(&self) -> axum::Router {
+        crate::http::router(self.state.clone())
+    }
+
+    /// Resolves when the writer lease is lost: the process must drain and stop.
+    pub fn lease_lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.state.lease.clone();
+        async move {
+            // An error means the keeper is gone, which only happens once the lease is lost.
+            let _ = rx.wait_for(|l| l.is_none()).await;
+        }
+    }
+
+    /// Stops renewing and gives the lease back, so the next process starts at once.
+    pub async fn stop(self) {
+        self.keeper.abort();
+        let held = self.state.lease.borrow().clone();
+        if let Some(lease) = held {
+            if let Err(e) = self.state.services.store.release_writer_lease(&lease).await {
+                tracing::warn!(error = %e, "could not release the writer lease; it will expire");
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! `chopin`: the server binary. A thin main — settings, logging, sockets and signals; all
+//! behaviour is in the `chopin_server` library.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use chopin_server::config::{Args, Config, LogFormat};
+use chopin_server::{app, store, Services};
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CHOPIN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Human => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT received; shutting down"),
+        () = term => tracing::info!("SIGTERM received; shutting down"),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let config = match Config::from_args(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("chopin: cannot start: {e}");
+            eprintln!("(see `chopin --help` for every setting)");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.log_format);
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
+    match run(config).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("chopin: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
+    let where_ = config.database.describe();
+    let store = store::open(&config.database)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot open the database ({where_}): {e}"))?;
+    let addr = std::net::SocketAddr::new(config.server_host, config.port);
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let local = listener.local_addr()?;
+    let running = app::start(config, Services::production(store)).await?;
+    tracing::info!(store = %where_, "chopin listening on http://{local}");
+    // Printed as well as logged, so the address is easy to find with any log format.
+    println!("chopin listening on http://{local} (data: {where_})");
+
+    let lost = running.lease_lost();
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown_signal() => {}
+            () = lost => tracing::error!("writer lease lost; draining and stopping"),
+        }
+    };
+    chopin_server::serve(listener, running.router(), shutdown).await?;
+    let lost_lease = !running.state().is_writer();
+    running.stop().await;
+    tracing::info!("stopped");
+    if lost_lease {
+        anyhow::bail!("stopped because the writer lease was lost");
+    }
+    Ok(())
+}

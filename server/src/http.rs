@@ -1,0 +1,69 @@
+//! The HTTP surface: the axum router and serving it over any listener.
+//!
+//! Owns: routes and their status codes. Does not own: sockets — [`serve`] takes any
+//! `axum::serve::Listener`, a tokio TCP listener in production or a turmoil one in the simulator.
+
+use std::future::Future;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::app::AppState;
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(state)
+}
+
+/// The process is up and serving.
+async fn healthz() -> impl IntoResponse {
+    Json(json!({ "status": "ok" }))
+}
+
+/// The store answers and this process still holds the writer lease.
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    let store = state.services.store.backend();
+    let epoch = state.writer_epoch();
+    match state.services.store.ping().await {
+        Ok(()) if state.is_writer() => (
+            StatusCode::OK,
+            Json(json!({ "status": "ready", "store": store, "writer_epoch": epoch })),
+        ),
+        Ok(()) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(
+                json!({ "status": "not-ready", "store": store, "reason": "writer lease not held" }),
+            ),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness: store did not answer");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(
+                    json!({ "status": "not-ready", "store": store, "reason": "store unreachable" }),
+                ),
+            )
+        }
+    }
+}
+
+/// Serves `router` on `listener` until `shutdown` resolves, then finishes in-flight requests.
+pub async fn serve<L>(
+    listener: L,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}

@@ -1,0 +1,23 @@
+//! The Chopin server as a library: every behaviour of the `chopin` binary lives here, so the
+//! simulator, the contract suite and the e2e suite run the same code.
+//!
+//! Module map (see `docs/architecture.md` for invariants):
+//! - [`config`]: settings from the environment and flags.
+//! - [`clock`], [`entropy`], [`connector`]: the determinism seams (wall time, randomness,
+//!   outbound sockets). Timers use `tokio::time` directly.
+//! - [`store`]: durable state on memory, SQLite or PostgreSQL.
+//! - [`lease`]: the database-wide writer lease held while serving.
+//! - [`http`]: the axum router and [`serve`] over any `axum::serve::Listener`.
+//! - [`app`]: wiring a configuration into a running server.
+
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod connector;
+pub mod entropy;
+pub mod http;
+pub mod lease;
+pub mod store;
+
+pub use app::{AppState, Services};
+pub use http::{router, serve};

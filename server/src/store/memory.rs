@@ -1,0 +1,415 @@
+//! [`MemoryStore`]: the in-memory [`Store`] backend for the simulator and unit tests.
+//!
+//! Owns: the records of one simulated database, kept in `BTreeMap`s (deterministic iteration)
+//! behind one `std::sync::Mutex` that is never held across an `.await`. Clones share that state,
+//! so "reopening" the database after a host restart is cloning the handle made outside the host.
+//! Every method takes the lock once, so each is atomic on its own, like the SQL backends.
+//! Does not own: durability beyond the process, or time and randomness (no clock is read here;
+//! account ids are derived from the GitHub user id, see [`account_id_for_github_user`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use super::{
+    account_id_for_github_user, ascii_key, Account, Advance, BrowserLogin, Claim, Document, Holder,
+    LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, Release, RevisionKind, Store,
+    StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+};
+
+/// The in-memory backend. Cheap to clone; clones share the same state.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+/// The writer lease row: like the SQL backends, a release keeps the epoch and clears the holder.
+#[derive(Debug, Default)]
+struct LeaseRow {
+    holder: Option<String>,
+    epoch: i64,
+    expires_at_ms: UnixMillis,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    accounts: BTreeMap<Uuid, Account>,
+    browser_logins: BTreeMap<Uuid, BrowserLogin>,
+    documents: BTreeMap<Uuid, Document>,
+    /// (owner key, repo key, slug) → document id: the unique slug per repository.
+    slugs: BTreeMap<(String, String, String), Uuid>,
+    transcripts: BTreeMap<Uuid, Vec<TranscriptEntry>>,
+    ownership: BTreeMap<Uuid, Ownership>,
+    lease: LeaseRow,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs `f` under the lock. A poisoned lock (a panic while holding it) is a backend error
+    /// rather than a panic here, so the state a panic may have left half-written is never used.
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> StoreResult<R>) -> StoreResult<R> {
+        let mut inner = self
+            .inner
+            .lock()
+            .map_err(|_| StoreError::Backend("memory store lock poisoned".into()))?;
+        f(&mut inner)
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.with(|_| Ok(()))
+    }
+
+    async fn upsert_account(
+        &self,
+        github_user_id: i64,
+        login: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Account> {
+        let id = account_id_for_github_user(github_user_id);
+        self.with(|inner| {
+            let account = inner.accounts.entry(id).or_insert_with(|| Account {
+                id,
+                github_user_id,
+                login: login.to_owned(),
+                created_at_ms: now_ms,
+            });
+            login.clone_into(&mut account.login);
+            Ok(account.clone())
+        })
+    }
+
+    async fn account(&self, id: Uuid) -> StoreResult<Option<Account>> {
+        self.with(|inner| Ok(inner.accounts.get(&id).cloned()))
+    }
+
+    async fn account_by_login(&self, login: &str) -> StoreResult<Option<Account>> {
+        let key = ascii_key(login);
+        self.with(|inner| {
+            // Same tie-break as the SQL backends: newest account first, then the larger id.
+            Ok(inner
+                .accounts
+                .values()
+                .filter(|a| ascii_key(&a.login) == key)
+                .max_by_key(|a| (a.created_at_ms, a.id))
+                .cloned())
+        })
+    }
+
+    async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
+        self.with(|inner| {
+            if !inner.accounts.contains_key(&login.account_id) {
+                return Err(StoreError::NotFound("account"));
+            }
+            if inner.browser_logins.contains_key(&login.id) {
+                return Err(StoreError::Conflict(
+                    "browser login id already exists".into(),
+                ));
+            }
+            inner.browser_logins.insert(login.id, login.clone());
+            Ok(())
+        })
+    }
+
+    async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>> {
+        self.with(|inner| Ok(inner.browser_logins.get(&id).cloned()))
+    }
+
+    async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
+        self.with(|inner| match inner.browser_logins.get_mut(&id) {
+            Some(login) if login.signed_out_at_ms.is_none() => {
+                login.signed_out_at_ms = Some(now_ms);
+                Ok(true)
+            }
+            _ => Ok(false),
+        })
+    }
+
+    async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        self.with(|inner| {
+            let slug_key = (
+                ascii_key(&doc.repo_owner),
+                ascii_key(&doc.repo_name),
+                doc.slug.clone(),
+            );
+            if inner.documents.contains_key(&doc.id) {
+                return Err(StoreError::Conflict("document id already exists".into()));
+            }
+            if inner.slugs.contains_key(&slug_key) {
+                return Err(StoreError::Conflict(super::slug_conflict(doc)));
+            }
+            let document = Document {
+                id: doc.id,
+                repo_owner: doc.repo_owner.clone(),
+                repo_name: doc.repo_name.clone(),
+                slug: doc.slug.clone(),
+                title: doc.title.clone(),
+                plan_revision: 0,
+                storage_revision: 0,
+                archived: false,
+                created_at_ms: doc.created_at_ms,
+            };
+            inner.slugs.insert(slug_key, doc.id);
+            inner.documents.insert(doc.id, document.clone());
+            inner.ownership.insert(
+                doc.id,
+                Ownership {
+                    document_id: doc.id,
+                    generation: 0,
+                    holder: None,
+                    claimed_at_ms: None,
+                },
+            );
+            Ok(document)
+        })
+    }
+
+    async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
+        self.with(|inner| Ok(inner.documents.get(&id).cloned()))
+    }
+
+    async fn document_by_slug(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        slug: &str,
+    ) -> StoreResult<Option<Document>> {
+        let key = (ascii_key(repo_owner), ascii_key(repo_name), slug.to_owned());
+        self.with(|inner| {
+            Ok(inner
+                .slugs
+                .get(&key)
+                .and_then(|id| inner.documents.get(id))
+                .cloned())
+        })
+    }
+
+    async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
+        self.with(|inner| {
+            let doc = inner
+                .documents
+                .get_mut(&id)
+                .ok_or(StoreError::NotFound("document"))?;
+            doc.archived = archived;
+            Ok(())
+        })
+    }
+
+    async fn advance_revision(
+        &self,
+        id: Uuid,
+        kind: RevisionKind,
+        expected: i64,
+    ) -> StoreResult<Advance> {
+        self.with(|inner| {
+            let doc = inner
+                .documents
+                .get_mut(&id)
+                .ok_or(StoreError::NotFound("document"))?;
+            let revision = match kind {
+                RevisionKind::Plan => &mut doc.plan_revision,
+                RevisionKind::Storage => &mut doc.storage_revision,
+            };
+            if *revision != expected {
+                return Ok(Advance::Stale { current: *revision });
+            }
+            *revision += 1;
+            Ok(Advance::Advanced(*revision))
+        })
+    }
+
+    async fn append_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<TranscriptEntry> {
+        self.with(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let entries = inner.transcripts.entry(document_id).or_default();
+            let seq = entries.last().map_or(1, |last| last.seq + 1);
+            let stored = TranscriptEntry {
+                document_id,
+                seq,
+                author_login: entry.author_login.clone(),
+                kind: entry.kind.clone(),
+                body: entry.body.clone(),
+                created_at_ms: entry.created_at_ms,
+            };
+            entries.push(stored.clone());
+            Ok(stored)
+        })
+    }
+
+    async fn transcript(
+        &self,
+        document_id: Uuid,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.with(|inner| {
+            let Some(entries) = inner.transcripts.get(&document_id) else {
+                return Ok(Vec::new());
+            };
+            // Entries are stored in seq order, seq = index + 1.
+            let start = entries.partition_point(|e| e.seq <= after_seq);
+            Ok(entries[start..]
+                .iter()
+                .take(limit as usize)
+                .cloned()
+                .collect())
+        })
+    }
+
+    async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
+        self.with(|inner| {
+            inner
+                .ownership
+                .get(&document_id)
+                .cloned()
+                .ok_or(StoreError::NotFound("document"))
+        })
+    }
+
+    async fn claim_ownership(
+        &self,
+        document_id: Uuid,
+        holder: &Holder,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Claim> {
+        self.with(|inner| {
+            let own = inner
+                .ownership
+                .get_mut(&document_id)
+                .ok_or(StoreError::NotFound("document"))?;
+            match &own.holder {
+                Some(current) if current.account_id != holder.account_id => {
+                    Ok(Claim::HeldByOther(own.clone()))
+                }
+                current => {
+                    if current.is_none() {
+                        own.generation += 1;
+                    }
+                    own.holder = Some(holder.clone());
+                    own.claimed_at_ms = Some(now_ms);
+                    Ok(Claim::Claimed(own.clone()))
+                }
+            }
+        })
+    }
+
+    async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release> {
+        self.with(|inner| {
+            let own = inner
+                .ownership
+                .get_mut(&document_id)
+                .ok_or(StoreError::NotFound("document"))?;
+            if own.holder.is_none() || own.generation != generation {
+                return Ok(Release::Refused {
+                    current_generation: own.generation,
+                });
+            }
+            own.holder = None;
+            own.claimed_at_ms = None;
+            Ok(Release::Released)
+        })
+    }
+
+    async fn clear_all_ownership(&self) -> StoreResult<u64> {
+        self.with(|inner| {
+            let mut cleared = 0;
+            for own in inner.ownership.values_mut() {
+                if own.holder.take().is_some() {
+                    own.claimed_at_ms = None;
+                    cleared += 1;
+                }
+            }
+            Ok(cleared)
+        })
+    }
+
+    async fn acquire_writer_lease(
+        &self,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        self.with(|inner| {
+            let row = &mut inner.lease;
+            let unexpired = row.expires_at_ms > now_ms;
+            match row.holder.as_deref() {
+                Some(current) if current != holder && unexpired => {
+                    Ok(LeaseAcquire::HeldElsewhere(WriterLease {
+                        holder: current.to_owned(),
+                        epoch: row.epoch,
+                        expires_at_ms: row.expires_at_ms,
+                    }))
+                }
+                current => {
+                    // A renewal by the unexpired holder keeps its epoch; any new acquisition
+                    // (free, expired, or a different holder) advances it.
+                    if !(current == Some(holder) && unexpired) {
+                        row.epoch += 1;
+                    }
+                    row.holder = Some(holder.to_owned());
+                    row.expires_at_ms = now_ms.saturating_add(ttl_ms);
+                    Ok(LeaseAcquire::Acquired(WriterLease {
+                        holder: holder.to_owned(),
+                        epoch: row.epoch,
+                        expires_at_ms: row.expires_at_ms,
+                    }))
+                }
+            }
+        })
+    }
+
+    async fn renew_writer_lease(
+        &self,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        self.with(|inner| {
+            let row = &mut inner.lease;
+            if row.holder.as_deref() != Some(lease.holder.as_str()) || row.epoch != lease.epoch {
+                return Ok(None);
+            }
+            row.expires_at_ms = now_ms.saturating_add(ttl_ms);
+            Ok(Some(WriterLease {
+                holder: lease.holder.clone(),
+                epoch: row.epoch,
+                expires_at_ms: row.expires_at_ms,
+            }))
+        })
+    }
+
+    async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
+        self.with(|inner| {
+            let row = &mut inner.lease;
+            if row.holder.as_deref() == Some(lease.holder.as_str()) && row.epoch == lease.epoch {
+                row.holder = None;
+                row.expires_at_ms = 0;
+            }
+            Ok(())
+        })
+    }
+}

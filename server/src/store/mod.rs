@@ -1,0 +1,363 @@
+//! Durable state behind one interface, [`Store`], with three backends: in memory (the simulator and
+//! unit tests), SQLite (the embedded default) and PostgreSQL (production).
+//!
+//! Owns: records and the atomic rules on them — the generation-guarded Planner ownership claim,
+//! revisions that only grow, transcript order, the exclusive writer lease.
+//! Does not own: policy (who may claim, when a grace ends) or time: callers pass wall-clock
+//! milliseconds read from their [`crate::clock::Clock`]. Every backend passes the same conformance
+//! suite (`server/tests/store_conformance.rs`).
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+pub mod memory;
+pub mod postgres;
+pub mod sqlite;
+
+pub use memory::MemoryStore;
+pub use postgres::PgStore;
+pub use sqlite::SqliteStore;
+
+/// Wall-clock time in milliseconds since the Unix epoch, as read from a `Clock`.
+pub type UnixMillis = i64;
+
+/// Opens the configured database: the SQLite file (created with its parent directories if
+/// missing) or the PostgreSQL server, and applies this build's migrations to it.
+pub async fn open(database: &crate::config::Database) -> StoreResult<std::sync::Arc<dyn Store>> {
+    Ok(match database {
+        crate::config::Database::Sqlite(path) => {
+            std::sync::Arc::new(SqliteStore::open(path).await?)
+        }
+        crate::config::Database::Postgres(url) => std::sync::Arc::new(PgStore::connect(url).await?),
+    })
+}
+
+/// The id of the account of a GitHub user. Derived, not drawn: the store reads no randomness, so
+/// the simulator stays deterministic and every backend names an account alike. A version-8 UUID
+/// `6368706e-HHHH-8000-8000-LLLLLLLLLLLL` whose `HHHH` and `L…` spell the GitHub user id in hex.
+pub fn account_id_for_github_user(github_user_id: i64) -> Uuid {
+    let id = github_user_id.to_be_bytes();
+    let mut b = [0u8; 16];
+    b[0..4].copy_from_slice(b"chpn");
+    b[4..6].copy_from_slice(&id[0..2]);
+    b[10..16].copy_from_slice(&id[2..8]);
+    uuid::Builder::from_custom_bytes(b).into_uuid()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The backend failed (I/O, connection, constraint we did not expect). Never carries secrets.
+    #[error("storage backend error: {0}")]
+    Backend(String),
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A GitHub account known to this server.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Account {
+    pub id: Uuid,
+    pub github_user_id: i64,
+    pub login: String,
+    pub created_at_ms: UnixMillis,
+}
+
+/// A browser login (cookie session) of an account. The cookie verifier is stored only as a hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrowserLogin {
+    pub id: Uuid,
+    pub account_id: Uuid,
+    pub verifier_hash: String,
+    pub created_at_ms: UnixMillis,
+    pub expires_at_ms: UnixMillis,
+    pub signed_out_at_ms: Option<UnixMillis>,
+}
+
+impl BrowserLogin {
+    /// Live: not signed out and not past its expiry at `now_ms`.
+    pub fn is_live(&self, now_ms: UnixMillis) -> bool {
+        self.signed_out_at_ms.is_none() && now_ms < self.expires_at_ms
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewDocument {
+    pub id: Uuid,
+    pub repo_owner: String,
+    pub repo_name: String,
+    pub slug: String,
+    pub title: String,
+    pub created_at_ms: UnixMillis,
+}
+
+/// A document with its repository identity and counters.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Document {
+    pub id: Uuid,
+    pub repo_owner: String,
+    pub repo_name: String,
+    pub slug: String,
+    pub title: String,
+    /// Advances once per accepted batch or server-authored mutation. Starts at 0.
+    pub plan_revision: i64,
+    /// Advances with every durable write of the document's state. Starts at 0.
+    pub storage_revision: i64,
+    pub archived: bool,
+    pub created_at_ms: UnixMillis,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RevisionKind {
+    Plan,
+    Storage,
+}
+
+/// Outcome of a revision advance guarded by the revision the caller read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Advance {
+    /// The revision moved from the expected value to this one (expected + 1).
+    Advanced(i64),
+    /// The caller read an older (or otherwise different) revision; nothing changed.
+    Stale { current: i64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTranscriptEntry {
+    /// GitHub handle of the person, or `None` for the Planner or the system.
+    pub author_login: Option<String>,
+    /// `member`, `planner` or `system`.
+    pub kind: String,
+    pub body: String,
+    pub created_at_ms: UnixMillis,
+}
+
+/// One Chat transcript entry. `seq` starts at 1 and grows by one per document, in append order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TranscriptEntry {
+    pub document_id: Uuid,
+    pub seq: i64,
+    pub author_login: Option<String>,
+    pub kind: String,
+    pub body: String,
+    pub created_at_ms: UnixMillis,
+}
+
+/// Who holds a document's Planner: an account, through one of its live browser logins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    pub account_id: Uuid,
+    pub login: String,
+    pub browser_login_id: Uuid,
+}
+
+/// A document's Planner ownership. `generation` never decreases; each claim by an account that
+/// did not already hold the document advances it by one (a document never claimed is at 0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ownership {
+    pub document_id: Uuid,
+    pub generation: i64,
+    pub holder: Option<Holder>,
+    pub claimed_at_ms: Option<UnixMillis>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Claim {
+    /// The caller now holds the document at this ownership. If its account already held it, the
+    /// generation is unchanged (a reattach); otherwise it advanced by one.
+    Claimed(Ownership),
+    /// Another account holds it; nothing changed.
+    HeldByOther(Ownership),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Release {
+    Released,
+    /// The generation given is not the current one, or nobody holds the document: nothing changed.
+    Refused {
+        current_generation: i64,
+    },
+}
+
+/// The database-wide writer lease: one active server process per database.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriterLease {
+    pub holder: String,
+    /// Grows with every acquisition, so a fenced-out holder can be told apart.
+    pub epoch: i64,
+    pub expires_at_ms: UnixMillis,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LeaseAcquire {
+    Acquired(WriterLease),
+    /// Another holder's lease has not expired yet.
+    HeldElsewhere(WriterLease),
+}
+
+/// The storage interface. Every method is atomic on its own.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Name of the backend: `memory`, `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// Cheap round trip proving the store answers (readiness).
+    async fn ping(&self) -> StoreResult<()>;
+
+    // --- accounts and browser logins ---
+    /// Insert the account for `github_user_id`, or update its login; returns the stored record.
+    async fn upsert_account(
+        &self,
+        github_user_id: i64,
+        login: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Account>;
+    async fn account(&self, id: Uuid) -> StoreResult<Option<Account>>;
+    /// The account whose login equals `login` ignoring ASCII case (as GitHub compares logins). If
+    /// two accounts carry it (a rename not yet seen), the one created last.
+    async fn account_by_login(&self, login: &str) -> StoreResult<Option<Account>>;
+    /// Stores a new login. `NotFound("account")` if its account is unknown; a reused id is
+    /// `Conflict`.
+    async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()>;
+    async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>>;
+    /// Marks the login signed out at `now_ms`; true if it was live-or-expired and not signed out.
+    async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool>;
+
+    // --- documents ---
+    /// Creates a document (and its ownership record at generation 0). A slug already used in the
+    /// same repository is `Conflict`.
+    async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document>;
+    async fn document(&self, id: Uuid) -> StoreResult<Option<Document>>;
+    /// Owner and repository name are compared without regard to ASCII case, the slug exactly.
+    async fn document_by_slug(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        slug: &str,
+    ) -> StoreResult<Option<Document>>;
+    /// `NotFound("document")` if there is no such document.
+    async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()>;
+    /// Advances a revision by one if it still equals `expected`. `NotFound("document")` if there
+    /// is no such document.
+    async fn advance_revision(
+        &self,
+        id: Uuid,
+        kind: RevisionKind,
+        expected: i64,
+    ) -> StoreResult<Advance>;
+
+    // --- Chat transcript ---
+    /// Appends at the next `seq` of the document (concurrent appends get distinct, gap-free
+    /// seqs). `NotFound("document")` if there is no such document.
+    async fn append_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<TranscriptEntry>;
+    /// Entries with `seq > after_seq`, in order, at most `limit`. Empty for an unknown document.
+    async fn transcript(
+        &self,
+        document_id: Uuid,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<TranscriptEntry>>;
+
+    // --- Planner ownership ---
+    /// `NotFound("document")` for an unknown document (as for every ownership method).
+    async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership>;
+    /// Generation-guarded claim. Concurrent claimers of a free document: exactly one wins.
+    async fn claim_ownership(
+        &self,
+        document_id: Uuid,
+        holder: &Holder,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Claim>;
+    /// Clears the holder only if `generation` is the current one (an old timer never releases a
+    /// newer owner). The generation is kept.
+    async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release>;
+    /// Clears every holder (startup). Returns how many were cleared.
+    async fn clear_all_ownership(&self) -> StoreResult<u64>;
+
+    // --- writer lease ---
+    /// Takes the lease if it is free, expired at `now_ms`, or already `holder`'s (then renewed).
+    async fn acquire_writer_lease(
+        &self,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire>;
+    /// Extends a lease still held under the same holder and epoch; `None` if it was lost.
+    async fn renew_writer_lease(
+        &self,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>>;
+    /// Gives the lease up if still held under that holder and epoch.
+    async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()>;
+}
+
+// --- helpers shared by the backends ---
+
+/// The comparison key of a GitHub owner, repository name or login: GitHub compares them without
+/// regard to ASCII case (they are ASCII by GitHub's rules).
+pub(crate) fn ascii_key(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
+/// The `Conflict` text for a slug already used in the document's repository.
+pub(crate) fn slug_conflict(doc: &NewDocument) -> String {
+    format!(
+        "slug {:?} is already used in {}/{}",
+        doc.slug, doc.repo_owner, doc.repo_name
+    )
+}
+
+/// Key of the single writer-lease row in the SQL backends.
+pub(crate) const WRITER_LEASE_NAME: &str = "chopin:writer";
+
+/// How many times a SQL backend re-runs a guarded update whose follow-up read saw the state
+/// change in between (a release racing a claim). Each retry means another caller made progress.
+pub(crate) const SQL_RACE_RETRIES: u32 = 32;
+
+/// Maps a sqlx error to [`StoreError::Backend`] with a short description of what failed while
+/// `doing` something. Never carries the connection URL: configuration errors (the only kind that
+/// could quote it) are reduced to their kind.
+pub(crate) fn sqlx_error(doing: &str, err: sqlx::Error) -> StoreError {
+    let what = match &err {
+        sqlx::Error::Configuration(_) => "invalid database configuration".to_owned(),
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("database error {code}: {}", db.message()),
+            None => format!("database error: {}", db.message()),
+        },
+        sqlx::Error::Io(io) => format!("i/o error: {io}"),
+        sqlx::Error::Tls(_) => "TLS error".to_owned(),
+        sqlx::Error::PoolTimedOut => "timed out waiting for a database connection".to_owned(),
+        sqlx::Error::PoolClosed => "connection pool closed".to_owned(),
+        sqlx::Error::Migrate(m) => format!("migration failed: {m}"),
+        other => other.to_string(),
+    };
+    StoreError::Backend(format!("{doing}: {what}"))
+}
+
+/// The database error's kind, if `err` is one (unique or foreign-key violation…).
+pub(crate) fn sqlx_error_kind(err: &sqlx::Error) -> Option<sqlx::error::ErrorKind> {
+    match err {
+        sqlx::Error::Database(db) => Some(db.kind()),
+        _ => None,
+    }
+}
+
+/// True if `err` is a unique violation of the documents' primary key (not of the slug).
+pub(crate) fn is_document_id_conflict(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            db.constraint() == Some("documents_pkey") || db.message().contains("documents.id")
+        }
+        _ => false,
+    }
+}

@@ -1,0 +1,729 @@
+//! [`PgStore`]: the PostgreSQL [`Store`] backend through sqlx, for production.
+//!
+//! Owns: connecting (the URL, which may carry a password, never reaches an error or a log),
+//! applying `migrations/postgres`, and the SQL of each store method. Each method is one guarded
+//! statement, or a transaction that locks the row it depends on, so it is atomic under the
+//! default READ COMMITTED isolation: a guarded `UPDATE … WHERE` that waited for a concurrent
+//! writer re-checks its guard against the row that writer committed. UUIDs are native `UUID`.
+//! Does not own: the rules' meaning (see [`super::Store`]) or when to call them.
+
+use async_trait::async_trait;
+use sqlx::error::ErrorKind;
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use uuid::Uuid;
+
+use super::{
+    account_id_for_github_user, ascii_key, is_document_id_conflict, slug_conflict, sqlx_error,
+    sqlx_error_kind, Account, Advance, BrowserLogin, Claim, Document, Holder, LeaseAcquire,
+    NewDocument, NewTranscriptEntry, Ownership, Release, RevisionKind, Store, StoreError,
+    StoreResult, TranscriptEntry, UnixMillis, WriterLease, SQL_RACE_RETRIES, WRITER_LEASE_NAME,
+};
+
+/// Connections in the pool.
+const MAX_CONNECTIONS: u32 = 10;
+
+/// The PostgreSQL backend. Cheap to clone (a pool handle).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl std::fmt::Debug for PgStore {
+    // The pool's options hold the connection settings, password included: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` and applies the migrations.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .connect(url)
+            .await
+            .map_err(|e| sqlx_error("connecting to PostgreSQL", e))?;
+        sqlx::migrate!("../migrations/postgres")
+            .run(&pool)
+            .await
+            .map_err(|e| sqlx_error("migrating PostgreSQL", e.into()))?;
+        Ok(Self { pool })
+    }
+
+    /// Closes every connection of the pool (waits for those in use to be returned).
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn revision_column(kind: RevisionKind) -> &'static str {
+    match kind {
+        RevisionKind::Plan => "plan_revision",
+        RevisionKind::Storage => "storage_revision",
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct AccountRow {
+    id: Uuid,
+    github_user_id: i64,
+    login: String,
+    created_at_ms: i64,
+}
+
+impl From<AccountRow> for Account {
+    fn from(row: AccountRow) -> Self {
+        Account {
+            id: row.id,
+            github_user_id: row.github_user_id,
+            login: row.login,
+            created_at_ms: row.created_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct BrowserLoginRow {
+    id: Uuid,
+    account_id: Uuid,
+    verifier_hash: String,
+    created_at_ms: i64,
+    expires_at_ms: i64,
+    signed_out_at_ms: Option<i64>,
+}
+
+impl From<BrowserLoginRow> for BrowserLogin {
+    fn from(row: BrowserLoginRow) -> Self {
+        BrowserLogin {
+            id: row.id,
+            account_id: row.account_id,
+            verifier_hash: row.verifier_hash,
+            created_at_ms: row.created_at_ms,
+            expires_at_ms: row.expires_at_ms,
+            signed_out_at_ms: row.signed_out_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct DocumentRow {
+    id: Uuid,
+    repo_owner: String,
+    repo_name: String,
+    slug: String,
+    title: String,
+    plan_revision: i64,
+    storage_revision: i64,
+    archived: bool,
+    created_at_ms: i64,
+}
+
+impl From<DocumentRow> for Document {
+    fn from(row: DocumentRow) -> Self {
+        Document {
+            id: row.id,
+            repo_owner: row.repo_owner,
+            repo_name: row.repo_name,
+            slug: row.slug,
+            title: row.title,
+            plan_revision: row.plan_revision,
+            storage_revision: row.storage_revision,
+            archived: row.archived,
+            created_at_ms: row.created_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct TranscriptRow {
+    document_id: Uuid,
+    seq: i64,
+    author_login: Option<String>,
+    kind: String,
+    body: String,
+    created_at_ms: i64,
+}
+
+impl From<TranscriptRow> for TranscriptEntry {
+    fn from(row: TranscriptRow) -> Self {
+        TranscriptEntry {
+            document_id: row.document_id,
+            seq: row.seq,
+            author_login: row.author_login,
+            kind: row.kind,
+            body: row.body,
+            created_at_ms: row.created_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct OwnershipRow {
+    document_id: Uuid,
+    generation: i64,
+    holder_account_id: Option<Uuid>,
+    holder_login: Option<String>,
+    holder_browser_login_id: Option<Uuid>,
+    claimed_at_ms: Option<i64>,
+}
+
+impl From<OwnershipRow> for Ownership {
+    fn from(row: OwnershipRow) -> Self {
+        let holder = match (
+            row.holder_account_id,
+            row.holder_login,
+            row.holder_browser_login_id,
+        ) {
+            (Some(account_id), Some(login), Some(browser_login_id)) => Some(Holder {
+                account_id,
+                login,
+                browser_login_id,
+            }),
+            _ => None,
+        };
+        Ownership {
+            document_id: row.document_id,
+            generation: row.generation,
+            claimed_at_ms: holder.as_ref().and(row.claimed_at_ms),
+            holder,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct LeaseRow {
+    holder: Option<String>,
+    epoch: i64,
+    expires_at_ms: i64,
+}
+
+const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
+const LOGIN_COLUMNS: &str =
+    "id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms";
+const DOCUMENT_COLUMNS: &str = "id, repo_owner, repo_name, slug, title, plan_revision, \
+     storage_revision, archived, created_at_ms";
+const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms";
+const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
+     holder_browser_login_id, claimed_at_ms";
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("ping", e))?;
+        Ok(())
+    }
+
+    async fn upsert_account(
+        &self,
+        github_user_id: i64,
+        login: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Account> {
+        let sql = format!(
+            "INSERT INTO accounts (id, github_user_id, login, login_key, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (github_user_id) DO UPDATE \
+             SET login = excluded.login, login_key = excluded.login_key \
+             RETURNING {ACCOUNT_COLUMNS}"
+        );
+        // `ON CONFLICT (github_user_id)` arbitrates only that index: two first sign-ins of one
+        // user racing can still collide on the primary key (derived from the same user id) and
+        // fail with a unique violation. The loser's retry then sees the winner's row and updates.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result: Result<AccountRow, sqlx::Error> = sqlx::query_as(&sql)
+                .bind(account_id_for_github_user(github_user_id))
+                .bind(github_user_id)
+                .bind(login)
+                .bind(ascii_key(login))
+                .bind(now_ms)
+                .fetch_one(&self.pool)
+                .await;
+            match result {
+                Ok(row) => return Ok(row.into()),
+                Err(e)
+                    if attempts < SQL_RACE_RETRIES
+                        && sqlx_error_kind(&e) == Some(ErrorKind::UniqueViolation) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(sqlx_error("upserting an account", e)),
+            }
+        }
+    }
+
+    async fn account(&self, id: Uuid) -> StoreResult<Option<Account>> {
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE id = $1");
+        let row: Option<AccountRow> = sqlx::query_as(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading an account", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn account_by_login(&self, login: &str) -> StoreResult<Option<Account>> {
+        let sql = format!(
+            "SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE login_key = $1 \
+             ORDER BY created_at_ms DESC, id DESC LIMIT 1"
+        );
+        let row: Option<AccountRow> = sqlx::query_as(&sql)
+            .bind(ascii_key(login))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading an account by login", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO browser_logins \
+             (id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(login.id)
+        .bind(login.account_id)
+        .bind(&login.verifier_hash)
+        .bind(login.created_at_ms)
+        .bind(login.expires_at_ms)
+        .bind(login.signed_out_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| match sqlx_error_kind(&e) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("account"),
+            Some(ErrorKind::UniqueViolation) => {
+                StoreError::Conflict("browser login id already exists".into())
+            }
+            _ => sqlx_error("creating a browser login", e),
+        })?;
+        Ok(())
+    }
+
+    async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>> {
+        let sql = format!("SELECT {LOGIN_COLUMNS} FROM browser_logins WHERE id = $1");
+        let row: Option<BrowserLoginRow> = sqlx::query_as(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a browser login", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE browser_logins SET signed_out_at_ms = $2 \
+             WHERE id = $1 AND signed_out_at_ms IS NULL",
+        )
+        .bind(id)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("signing out a browser login", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        let conflict_or_backend = |e: sqlx::Error| match sqlx_error_kind(&e) {
+            Some(ErrorKind::UniqueViolation) if is_document_id_conflict(&e) => {
+                StoreError::Conflict("document id already exists".into())
+            }
+            Some(ErrorKind::UniqueViolation) => StoreError::Conflict(slug_conflict(doc)),
+            _ => sqlx_error("creating a document", e),
+        };
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        sqlx::query(
+            "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
+             slug, title, plan_revision, storage_revision, archived, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8)",
+        )
+        .bind(doc.id)
+        .bind(&doc.repo_owner)
+        .bind(&doc.repo_name)
+        .bind(ascii_key(&doc.repo_owner))
+        .bind(ascii_key(&doc.repo_name))
+        .bind(&doc.slug)
+        .bind(&doc.title)
+        .bind(doc.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(conflict_or_backend)?;
+        sqlx::query("INSERT INTO planner_ownership (document_id, generation) VALUES ($1, 0)")
+            .bind(doc.id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("creating a document's ownership", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a new document", e))?;
+        Ok(Document {
+            id: doc.id,
+            repo_owner: doc.repo_owner.clone(),
+            repo_name: doc.repo_name.clone(),
+            slug: doc.slug.clone(),
+            title: doc.title.clone(),
+            plan_revision: 0,
+            storage_revision: 0,
+            archived: false,
+            created_at_ms: doc.created_at_ms,
+        })
+    }
+
+    async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
+        let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1");
+        let row: Option<DocumentRow> = sqlx::query_as(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn document_by_slug(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        slug: &str,
+    ) -> StoreResult<Option<Document>> {
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents \
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3"
+        );
+        let row: Option<DocumentRow> = sqlx::query_as(&sql)
+            .bind(ascii_key(repo_owner))
+            .bind(ascii_key(repo_name))
+            .bind(slug)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a document by slug", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
+        let done = sqlx::query("UPDATE documents SET archived = $2 WHERE id = $1")
+            .bind(id)
+            .bind(archived)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("archiving a document", e))?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound("document"));
+        }
+        Ok(())
+    }
+
+    async fn advance_revision(
+        &self,
+        id: Uuid,
+        kind: RevisionKind,
+        expected: i64,
+    ) -> StoreResult<Advance> {
+        let column = revision_column(kind);
+        let sql = format!(
+            "UPDATE documents SET {column} = {column} + 1 \
+             WHERE id = $1 AND {column} = $2 RETURNING {column}"
+        );
+        let advanced: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(id)
+            .bind(expected)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("advancing a revision", e))?;
+        if let Some(revision) = advanced {
+            return Ok(Advance::Advanced(revision));
+        }
+        let sql = format!("SELECT {column} FROM documents WHERE id = $1");
+        let current: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a revision", e))?;
+        match current {
+            Some(current) => Ok(Advance::Stale { current }),
+            None => Err(StoreError::NotFound("document")),
+        }
+    }
+
+    async fn append_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<TranscriptEntry> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // Appenders to one document queue on its row lock; under READ COMMITTED the INSERT's
+        // fresh snapshot then sees every entry committed before the lock was granted.
+        let locked: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM documents WHERE id = $1 FOR NO KEY UPDATE")
+                .bind(document_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("locking a document", e))?;
+        if locked.is_none() {
+            return Err(StoreError::NotFound("document"));
+        }
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO chat_transcript \
+             (document_id, seq, author_login, kind, body, created_at_ms) \
+             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5 \
+             FROM chat_transcript WHERE document_id = $1 \
+             RETURNING seq",
+        )
+        .bind(document_id)
+        .bind(&entry.author_login)
+        .bind(&entry.kind)
+        .bind(&entry.body)
+        .bind(entry.created_at_ms)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("appending to a transcript", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a transcript entry", e))?;
+        Ok(TranscriptEntry {
+            document_id,
+            seq,
+            author_login: entry.author_login.clone(),
+            kind: entry.kind.clone(),
+            body: entry.body.clone(),
+            created_at_ms: entry.created_at_ms,
+        })
+    }
+
+    async fn transcript(
+        &self,
+        document_id: Uuid,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let sql = format!(
+            "SELECT {TRANSCRIPT_COLUMNS} FROM chat_transcript \
+             WHERE document_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        );
+        let rows: Vec<TranscriptRow> = sqlx::query_as(&sql)
+            .bind(document_id)
+            .bind(after_seq)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a transcript", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
+        let sql =
+            format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1");
+        let row: Option<OwnershipRow> = sqlx::query_as(&sql)
+            .bind(document_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading ownership", e))?;
+        row.map(Into::into).ok_or(StoreError::NotFound("document"))
+    }
+
+    async fn claim_ownership(
+        &self,
+        document_id: Uuid,
+        holder: &Holder,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Claim> {
+        // The guard is in the WHERE clause: free, or already this account's. A claimer that
+        // waited on a concurrent winner's row lock re-checks the guard against the winner's row
+        // and matches nothing. SET expressions read the row's values before the update.
+        let sql = format!(
+            "UPDATE planner_ownership SET \
+             generation = CASE WHEN holder_account_id IS NULL \
+                          THEN generation + 1 ELSE generation END, \
+             holder_account_id = $2, holder_login = $3, holder_browser_login_id = $4, \
+             claimed_at_ms = $5 \
+             WHERE document_id = $1 AND (holder_account_id IS NULL OR holder_account_id = $2) \
+             RETURNING {OWNERSHIP_COLUMNS}"
+        );
+        for _ in 0..SQL_RACE_RETRIES {
+            let claimed: Option<OwnershipRow> = sqlx::query_as(&sql)
+                .bind(document_id)
+                .bind(holder.account_id)
+                .bind(&holder.login)
+                .bind(holder.browser_login_id)
+                .bind(now_ms)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("claiming ownership", e))?;
+            if let Some(row) = claimed {
+                return Ok(Claim::Claimed(row.into()));
+            }
+            let current = self.ownership(document_id).await?;
+            match &current.holder {
+                Some(other) if other.account_id != holder.account_id => {
+                    return Ok(Claim::HeldByOther(current))
+                }
+                // Released (or taken by this account) between the two statements: try again.
+                _ => continue,
+            }
+        }
+        Err(StoreError::Backend(
+            "claiming ownership: the document kept changing hands".into(),
+        ))
+    }
+
+    async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release> {
+        let done = sqlx::query(
+            "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
+             holder_browser_login_id = NULL, claimed_at_ms = NULL \
+             WHERE document_id = $1 AND holder_account_id IS NOT NULL AND generation = $2",
+        )
+        .bind(document_id)
+        .bind(generation)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("releasing ownership", e))?;
+        if done.rows_affected() == 1 {
+            return Ok(Release::Released);
+        }
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT generation FROM planner_ownership WHERE document_id = $1")
+                .bind(document_id)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading ownership", e))?;
+        match current {
+            Some(current_generation) => Ok(Release::Refused { current_generation }),
+            None => Err(StoreError::NotFound("document")),
+        }
+    }
+
+    async fn clear_all_ownership(&self) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
+             holder_browser_login_id = NULL, claimed_at_ms = NULL \
+             WHERE holder_account_id IS NOT NULL",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("clearing ownership", e))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn acquire_writer_lease(
+        &self,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        let expires_at_ms = now_ms.saturating_add(ttl_ms);
+        for _ in 0..SQL_RACE_RETRIES {
+            // Free, expired or already ours: take it. Only a renewal of our unexpired lease keeps
+            // the epoch.
+            let taken: Option<LeaseRow> = sqlx::query_as(
+                "UPDATE writer_lease SET \
+                 epoch = CASE WHEN holder = $2 AND expires_at_ms > $3 \
+                         THEN epoch ELSE epoch + 1 END, \
+                 holder = $2, expires_at_ms = $4 \
+                 WHERE name = $1 AND (holder IS NULL OR expires_at_ms <= $3 OR holder = $2) \
+                 RETURNING holder, epoch, expires_at_ms",
+            )
+            .bind(WRITER_LEASE_NAME)
+            .bind(holder)
+            .bind(now_ms)
+            .bind(expires_at_ms)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("acquiring the writer lease", e))?;
+            if let Some(row) = taken {
+                return Ok(LeaseAcquire::Acquired(WriterLease {
+                    holder: holder.to_owned(),
+                    epoch: row.epoch,
+                    expires_at_ms: row.expires_at_ms,
+                }));
+            }
+            let current: Option<LeaseRow> = sqlx::query_as(
+                "SELECT holder, epoch, expires_at_ms FROM writer_lease WHERE name = $1",
+            )
+            .bind(WRITER_LEASE_NAME)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading the writer lease", e))?;
+            match current {
+                Some(LeaseRow {
+                    holder: Some(other),
+                    epoch,
+                    expires_at_ms,
+                }) if other != holder && expires_at_ms > now_ms => {
+                    return Ok(LeaseAcquire::HeldElsewhere(WriterLease {
+                        holder: other,
+                        epoch,
+                        expires_at_ms,
+                    }))
+                }
+                Some(_) => continue,
+                None => {
+                    // The migration seeds the row; put it back if someone removed it.
+                    sqlx::query(
+                        "INSERT INTO writer_lease (name, holder, epoch, expires_at_ms) \
+                         VALUES ($1, NULL, 0, 0) ON CONFLICT (name) DO NOTHING",
+                    )
+                    .bind(WRITER_LEASE_NAME)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| sqlx_error("seeding the writer lease", e))?;
+                }
+            }
+        }
+        Err(StoreError::Backend(
+            "acquiring the writer lease: it kept changing hands".into(),
+        ))
+    }
+
+    async fn renew_writer_lease(
+        &self,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        let row: Option<LeaseRow> = sqlx::query_as(
+            "UPDATE writer_lease SET expires_at_ms = $4 \
+             WHERE name = $1 AND holder = $2 AND epoch = $3 \
+             RETURNING holder, epoch, expires_at_ms",
+        )
+        .bind(WRITER_LEASE_NAME)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(now_ms.saturating_add(ttl_ms))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("renewing the writer lease", e))?;
+        Ok(row.map(|row| WriterLease {
+            holder: lease.holder.clone(),
+            epoch: row.epoch,
+            expires_at_ms: row.expires_at_ms,
+        }))
+    }
+
+    async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE writer_lease SET holder = NULL, expires_at_ms = 0 \
+             WHERE name = $1 AND holder = $2 AND epoch = $3",
+        )
+        .bind(WRITER_LEASE_NAME)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("releasing the writer lease", e))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,37 @@
+//! Chopin's deterministic simulator: the real server, on a simulated network, replayable by seed.
+//!
+//! Owns: a turmoil world in which `chopin_server`'s own startup, router and `serve` run on a
+//! simulated host over an in-memory store that survives the host's restarts; the simulator's side
+//! of the server's seams ([`SimClock`], [`TurmoilListener`], [`TurmoilConnector`]; entropy is the
+//! server's own `SeededEntropy`); the scenario language ([`Scenario`], [`Step`],
+//! [`Expectation`]) and the [`Trace`] of semantic events a run records.
+//! Does not own: any server behaviour (it runs the server crate unchanged — the server never
+//! knows it is simulated), fakes of other systems (`chopin-fixtures`), or scenario files
+//! (`scenarios/`).
+//!
+//! Module map:
+//! - [`net`]: the inbound and outbound socket seams over turmoil TCP.
+//! - [`clock`]: simulated wall-clock time (a fixed epoch plus simulated elapsed time).
+//! - [`world`]: the world, its steps and expectations, and the trace.
+//!
+//! Determinism rests on `--cfg tokio_unstable` (the workspace's `.cargo/config.toml`), under
+//! which turmoil seeds each host's tokio scheduler from the simulation seed; this crate refuses to
+//! build without it.
+
+pub mod clock;
+pub mod net;
+pub mod world;
+
+pub use clock::{SimClock, SIM_EPOCH_MS};
+pub use net::{TurmoilConnector, TurmoilListener};
+pub use world::{
+    run, Event, Expectation, Failure, Request, Scenario, SimError, Step, Trace, TraceEvent, World,
+    SERVER_HOST, SERVER_PORT,
+};
+
+#[allow(unexpected_cfgs)]
+const _: () = assert!(
+    cfg!(tokio_unstable),
+    "chopin-sim needs `--cfg tokio_unstable` (set in the workspace's .cargo/config.toml): without \
+     it turmoil cannot seed each host's tokio scheduler and the same seed may not replay"
+);

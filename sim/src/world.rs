@@ -1,0 +1,843 @@
+//! The simulated world and the scenario language that drives it.
+//!
+//! Owns: building a turmoil simulation in which the real server (`chopin_server::app::start` +
+//! `chopin_server::serve`) runs on the host [`SERVER_HOST`] over a [`MemoryStore`] that outlives
+//! the host's restarts; scripted client hosts that issue HTTP requests to it; the [`Scenario`]
+//! language (steps and expectations as serde data, hosts named by strings, time in
+//! milliseconds); and the [`Trace`] of semantic events a run records, with its hash.
+//! Does not own: server behaviour (the server crate), fakes of other systems (`chopin-fixtures`),
+//! or snapshotting traces (tests and the scenario runner do that).
+//!
+//! Determinism: everything that varies — turmoil's latencies and host order, each host's tokio
+//! scheduler (under `--cfg tokio_unstable`), the server's entropy — is drawn from the scenario's
+//! seed; the trace holds simulated time only, and maps that reach it are `BTreeMap`s.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, UNIX_EPOCH};
+
+use chopin_server::config::Config;
+use chopin_server::connector::{self, HttpError};
+use chopin_server::entropy::SeededEntropy;
+use chopin_server::store::{MemoryStore, Store};
+use chopin_server::Services;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use tokio::sync::Notify;
+
+use crate::clock::{SimClock, SIM_EPOCH_MS};
+use crate::net::{TurmoilConnector, TurmoilListener};
+
+/// The host the server runs on.
+pub const SERVER_HOST: &str = "server";
+/// The server's port inside the simulation (the production default).
+pub const SERVER_PORT: u16 = 8787;
+/// Host name in trace events recorded by the world itself (expectations).
+pub const WORLD_HOST: &str = "world";
+/// Simulated time per turmoil step.
+pub const TICK_MS: u64 = 1;
+/// A client gives up on a request after this long and records it as timed out.
+pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Upper bound on one simulation's length; far beyond any scenario so far.
+pub const SIMULATION_BOUND_MS: u64 = 24 * 60 * 60 * 1_000;
+
+// ---------------------------------------------------------------------------------------------
+// The scenario language
+// ---------------------------------------------------------------------------------------------
+
+/// A reproducible run: a seed and the steps to take.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scenario {
+    pub seed: u64,
+    pub steps: Vec<Step>,
+}
+
+/// One step of a scenario. Steps run in order; a step that issues requests returns once every
+/// response (or failure) has been recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "kebab-case")]
+pub enum Step {
+    /// Runs the simulation until the server's current incarnation is serving, failing if that
+    /// takes longer than `within_ms`.
+    AwaitServer { within_ms: u64 },
+    /// Client host `host` (created on first use) sends `GET path` to the server.
+    Get { host: String, path: String },
+    /// Every request is sent at the same simulated instant; the world waits for all of them.
+    GetConcurrently { requests: Vec<Request> },
+    /// Runs the simulation for `ms` of simulated time.
+    Advance { ms: u64 },
+    /// Crashes the server host: no graceful shutdown, the writer lease is left to expire. The
+    /// store survives.
+    CrashServer,
+    /// Starts a crashed server host again as a new incarnation over the same store.
+    StartServer,
+    /// [`Step::CrashServer`] then [`Step::StartServer`] at the same instant.
+    RestartServer,
+    /// Checks an expectation against what has happened so far.
+    Expect(Expectation),
+}
+
+/// A `GET` from a client host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Request {
+    pub host: String,
+    pub path: String,
+}
+
+/// What must be true. Each refers to the latest completed `GET path`, from any client host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "expect", rename_all = "kebab-case")]
+pub enum Expectation {
+    /// It was answered with `status`.
+    Status { path: String, status: u16 },
+    /// It was answered with a JSON body whose value at `pointer` (RFC 6901) equals `value`.
+    BodyJson {
+        path: String,
+        pointer: String,
+        value: serde_json::Value,
+    },
+    /// It got no answer: the connection was refused (nothing listening) or timed out.
+    Unreachable { path: String },
+}
+
+impl Expectation {
+    fn path(&self) -> &str {
+        match self {
+            Expectation::Status { path, .. }
+            | Expectation::BodyJson { path, .. }
+            | Expectation::Unreachable { path } => path,
+        }
+    }
+}
+
+impl std::fmt::Display for Expectation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expectation::Status { path, status } => write!(f, "GET {path} answered {status}"),
+            Expectation::BodyJson {
+                path,
+                pointer,
+                value,
+            } => write!(f, "GET {path} answered JSON with {pointer} = {value}"),
+            Expectation::Unreachable { path } => write!(f, "GET {path} got no answer"),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The trace
+// ---------------------------------------------------------------------------------------------
+
+/// Everything semantic that happened in a run, in the order it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Trace {
+    pub seed: u64,
+    pub events: Vec<TraceEvent>,
+}
+
+impl Trace {
+    /// SHA-256 (lowercase hex) of the trace's canonical JSON serialization: equal traces, equal
+    /// hashes.
+    pub fn hash(&self) -> String {
+        let bytes = serde_json::to_vec(self).expect("a trace always serializes");
+        hex::encode(Sha256::digest(&bytes))
+    }
+
+    /// The trace as pretty JSON, for snapshots and failure messages.
+    pub fn to_json_pretty(&self) -> String {
+        serde_json::to_string_pretty(self).expect("a trace always serializes")
+    }
+
+    /// Events of one host, in order.
+    pub fn of_host<'a>(&'a self, host: &'a str) -> impl Iterator<Item = &'a TraceEvent> + 'a {
+        self.events.iter().filter(move |e| e.host == host)
+    }
+}
+
+/// One event: when (simulated milliseconds since the simulation began), where, what.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    pub at_ms: u64,
+    pub host: String,
+    pub event: Event,
+}
+
+/// A semantic event. Never wall time, never raw bytes with headers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Event {
+    /// The server host's software began an incarnation (1 for the first boot).
+    ServerBooting { incarnation: u32 },
+    /// The incarnation holds the writer lease and is listening.
+    ServerStarted {
+        incarnation: u32,
+        writer_epoch: Option<i64>,
+    },
+    /// `app::start` or binding failed; the incarnation ends without serving.
+    ServerStartFailed { incarnation: u32, error: String },
+    /// Serving ended (the writer lease was lost, or serving failed).
+    ServerStopped { incarnation: u32, reason: String },
+    /// The world crashed the server host.
+    ServerCrashed,
+    /// The world started the server host's software again.
+    ServerRestarted,
+    /// A client sent a request.
+    RequestSent {
+        request: u64,
+        method: String,
+        path: String,
+    },
+    /// A client received a response, read whole.
+    ResponseReceived {
+        request: u64,
+        path: String,
+        status: u16,
+        body: String,
+    },
+    /// A client got no response.
+    RequestFailed {
+        request: u64,
+        path: String,
+        failure: Failure,
+    },
+    /// The world checked an expectation and it held.
+    ExpectationMet { expectation: Expectation },
+}
+
+/// Why a request got no response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "failure", rename_all = "kebab-case")]
+pub enum Failure {
+    /// Nothing listened on the server's port.
+    Refused,
+    /// No answer within [`REQUEST_TIMEOUT_MS`].
+    TimedOut,
+    Other {
+        error: String,
+    },
+}
+
+/// Shared, append-only event log; cloned into every host.
+#[derive(Debug, Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<TraceEvent>>>);
+
+impl Recorder {
+    fn lock(&self) -> MutexGuard<'_, Vec<TraceEvent>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records at `at_ms`, never earlier than the last event (hosts run one after another within
+    /// a tick, each at most one tick ahead), so the trace's times never go backwards.
+    fn record_at(&self, at_ms: u64, host: &str, event: Event) {
+        let mut events = self.lock();
+        let at_ms = events.last().map_or(at_ms, |last| last.at_ms.max(at_ms));
+        events.push(TraceEvent {
+            at_ms,
+            host: host.to_string(),
+            event,
+        });
+    }
+
+    /// Records from inside a simulated host, at the simulation's current time.
+    fn record_in_host(&self, host: &str, event: Event) {
+        self.record_at(host_now_ms(), host, event);
+    }
+}
+
+/// Simulated milliseconds since the simulation began, read inside a host.
+fn host_now_ms() -> u64 {
+    turmoil::sim_elapsed().map_or(0, duration_ms)
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// Why a run stopped. Each carries the trace up to that point.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error("invalid scenario step: {0}")]
+    Scenario(String),
+    #[error("a simulated host failed at {at_ms} ms: {error}")]
+    Host {
+        at_ms: u64,
+        error: String,
+        trace: Box<Trace>,
+    },
+    #[error("expectation failed at {at_ms} ms: expected {expected}, but {actual}")]
+    Expectation {
+        at_ms: u64,
+        expected: String,
+        actual: String,
+        trace: Box<Trace>,
+    },
+    #[error("at {at_ms} ms: {what}")]
+    Timeout {
+        at_ms: u64,
+        what: String,
+        trace: Box<Trace>,
+    },
+}
+
+impl SimError {
+    /// The trace up to the failure, if the run had started.
+    pub fn trace(&self) -> Option<&Trace> {
+        match self {
+            SimError::Scenario(_) => None,
+            SimError::Host { trace, .. }
+            | SimError::Expectation { trace, .. }
+            | SimError::Timeout { trace, .. } => Some(trace),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The world
+// ---------------------------------------------------------------------------------------------
+
+/// A request handed to a client host.
+#[derive(Debug, Clone)]
+struct Command {
+    request: u64,
+    path: String,
+}
+
+/// A client host's mailbox. Outlives the host's software, so the world can always reach it.
+#[derive(Debug, Default)]
+struct Inbox {
+    queue: Mutex<VecDeque<Command>>,
+    notify: Notify,
+}
+
+/// How a request ended.
+#[derive(Debug, Clone)]
+enum Outcome {
+    Response { status: u16, body: String },
+    Failed(Failure),
+}
+
+#[derive(Debug, Clone)]
+struct Completed {
+    at_ms: u64,
+    host: String,
+    outcome: Outcome,
+}
+
+type Outcomes = Arc<Mutex<BTreeMap<u64, Completed>>>;
+
+/// A turmoil simulation with the real server on [`SERVER_HOST`] and client hosts made on demand.
+pub struct World {
+    seed: u64,
+    sim: turmoil::Sim<'static>,
+    recorder: Recorder,
+    store: MemoryStore,
+    clients: BTreeMap<String, Arc<Inbox>>,
+    outcomes: Outcomes,
+    /// The latest completed request per path, for expectations.
+    latest: BTreeMap<String, (u64, Completed)>,
+    next_request: u64,
+    /// Incarnations the world has started (the server host numbers its own the same way).
+    server_incarnations: u32,
+}
+
+impl World {
+    /// A world for `seed` with the server host registered; it boots on the first step.
+    pub fn new(seed: u64) -> Self {
+        let mut sim = turmoil::Builder::new()
+            .rng_seed(seed)
+            .tick_duration(Duration::from_millis(TICK_MS))
+            .simulation_duration(Duration::from_millis(SIMULATION_BOUND_MS))
+            .epoch(UNIX_EPOCH + Duration::from_millis(SIM_EPOCH_MS as u64))
+            .enable_random_order()
+            .build();
+        let recorder = Recorder::default();
+        // Created outside the host's closure: shared by every incarnation of the server host.
+        let store = MemoryStore::new();
+        let clock = Arc::new(SimClock::new());
+        // One stream for the machine, continued across restarts, so each incarnation draws a
+        // different holder name (as a restarted process would) yet a seed replays them all.
+        let entropy = Arc::new(SeededEntropy::new(seed));
+        let incarnations = Arc::new(AtomicU32::new(0));
+        {
+            let (store, recorder) = (store.clone(), recorder.clone());
+            sim.host(SERVER_HOST, move || {
+                let services = Services {
+                    store: Arc::new(store.clone()) as Arc<dyn Store>,
+                    clock: clock.clone(),
+                    entropy: entropy.clone(),
+                    connector: Arc::new(TurmoilConnector),
+                };
+                let incarnation = incarnations.fetch_add(1, Ordering::SeqCst) + 1;
+                run_server(incarnation, services, recorder.clone())
+            });
+        }
+        Self {
+            seed,
+            sim,
+            recorder,
+            store,
+            clients: BTreeMap::new(),
+            outcomes: Outcomes::default(),
+            latest: BTreeMap::new(),
+            next_request: 1,
+            server_incarnations: 1,
+        }
+    }
+
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// The server's store, shared with every incarnation of the server host. Writing to it
+    /// between steps is how a test prepares records.
+    pub fn store(&self) -> &MemoryStore {
+        &self.store
+    }
+
+    /// Simulated milliseconds since the simulation began.
+    pub fn now_ms(&self) -> u64 {
+        duration_ms(self.sim.elapsed())
+    }
+
+    /// The trace so far.
+    pub fn trace(&self) -> Trace {
+        Trace {
+            seed: self.seed,
+            events: self.recorder.lock().clone(),
+        }
+    }
+
+    /// Takes one step of a scenario.
+    pub fn apply(&mut self, step: &Step) -> Result<(), SimError> {
+        match step {
+            Step::AwaitServer { within_ms } => self.await_server(*within_ms),
+            Step::Get { host, path } => self.get_all(&[Request {
+                host: host.clone(),
+                path: path.clone(),
+            }]),
+            Step::GetConcurrently { requests } => self.get_all(requests),
+            Step::Advance { ms } => self.advance(*ms),
+            Step::CrashServer => {
+                self.crash_server();
+                Ok(())
+            }
+            Step::StartServer => self.start_server(),
+            Step::RestartServer => {
+                self.crash_server();
+                self.start_server()
+            }
+            Step::Expect(expectation) => self.expect(expectation),
+        }
+    }
+
+    /// Runs the simulation for `ms` of simulated time.
+    pub fn advance(&mut self, ms: u64) -> Result<(), SimError> {
+        for _ in 0..ms.div_ceil(TICK_MS) {
+            self.tick()?;
+        }
+        Ok(())
+    }
+
+    fn tick(&mut self) -> Result<(), SimError> {
+        match self.sim.step() {
+            Ok(_) => Ok(()),
+            Err(e) => Err(SimError::Host {
+                at_ms: self.now_ms(),
+                error: e.to_string(),
+                trace: Box::new(self.trace()),
+            }),
+        }
+    }
+
+    fn timeout(&self, what: String) -> SimError {
+        SimError::Timeout {
+            at_ms: self.now_ms(),
+            what,
+            trace: Box::new(self.trace()),
+        }
+    }
+
+    fn server_serving(&self) -> bool {
+        let current = self.server_incarnations;
+        self.recorder.lock().iter().any(|e| {
+            matches!(e.event, Event::ServerStarted { incarnation, .. } if incarnation == current)
+        })
+    }
+
+    fn await_server(&mut self, within_ms: u64) -> Result<(), SimError> {
+        let deadline = self.now_ms().saturating_add(within_ms);
+        while !self.server_serving() {
+            if self.now_ms() >= deadline {
+                return Err(self.timeout(format!(
+                    "server incarnation {} was not serving within {within_ms} ms",
+                    self.server_incarnations
+                )));
+            }
+            self.tick()?;
+        }
+        Ok(())
+    }
+
+    fn crash_server(&mut self) {
+        self.sim.crash(SERVER_HOST);
+        self.recorder
+            .record_at(self.now_ms(), SERVER_HOST, Event::ServerCrashed);
+    }
+
+    fn start_server(&mut self) -> Result<(), SimError> {
+        if self.sim.is_host_running(SERVER_HOST) {
+            return Err(SimError::Scenario(
+                "start-server: the server host is running; crash it first".into(),
+            ));
+        }
+        self.sim.bounce(SERVER_HOST);
+        self.server_incarnations += 1;
+        self.recorder
+            .record_at(self.now_ms(), SERVER_HOST, Event::ServerRestarted);
+        Ok(())
+    }
+
+    /// The mailbox of client host `name`, registering the host on first use.
+    fn client(&mut self, name: &str) -> Result<Arc<Inbox>, SimError> {
+        if let Some(inbox) = self.clients.get(name) {
+            return Ok(inbox.clone());
+        }
+        if name.is_empty() || name == SERVER_HOST || name == WORLD_HOST {
+            return Err(SimError::Scenario(format!(
+                "{name:?} cannot name a client host (reserved or empty)"
+            )));
+        }
+        let inbox = Arc::new(Inbox::default());
+        {
+            let (inbox, recorder, outcomes) =
+                (inbox.clone(), self.recorder.clone(), self.outcomes.clone());
+            let host = name.to_string();
+            self.sim.host(name, move || {
+                run_client(
+                    host.clone(),
+                    inbox.clone(),
+                    recorder.clone(),
+                    outcomes.clone(),
+                )
+            });
+        }
+        self.clients.insert(name.to_string(), inbox.clone());
+        Ok(inbox)
+    }
+
+    fn get_all(&mut self, requests: &[Request]) -> Result<(), SimError> {
+        let mut issued = Vec::with_capacity(requests.len());
+        for r in requests {
+            if !r.path.starts_with('/') {
+                return Err(SimError::Scenario(format!(
+                    "get: path {:?} must start with '/'",
+                    r.path
+                )));
+            }
+            let inbox = self.client(&r.host)?;
+            let request = self.next_request;
+            self.next_request += 1;
+            inbox
+                .queue
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back(Command {
+                    request,
+                    path: r.path.clone(),
+                });
+            inbox.notify.notify_one();
+            issued.push((request, r.path.clone()));
+        }
+        // Clients time out on their own; this bound only catches a client that never answers.
+        let deadline = self.now_ms() + REQUEST_TIMEOUT_MS + 1_000;
+        loop {
+            let done = {
+                let outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+                issued.iter().all(|(id, _)| outcomes.contains_key(id))
+            };
+            if done {
+                break;
+            }
+            if self.now_ms() >= deadline {
+                return Err(self.timeout(format!(
+                    "requests {:?} were not completed by their client hosts",
+                    issued
+                )));
+            }
+            self.tick()?;
+        }
+        let outcomes = self.outcomes.lock().unwrap_or_else(|e| e.into_inner());
+        for (id, path) in issued {
+            if let Some(done) = outcomes.get(&id) {
+                self.latest.insert(path, (id, done.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn expect(&mut self, expectation: &Expectation) -> Result<(), SimError> {
+        let path = expectation.path();
+        let Some((request, done)) = self.latest.get(path) else {
+            return Err(
+                self.expectation_failed(expectation, format!("no GET {path} has completed"))
+            );
+        };
+        let seen = match &done.outcome {
+            Outcome::Response { status, body } => format!("answered {status} {body}"),
+            Outcome::Failed(f) => format!("failed: {f:?}"),
+        };
+        let actual = format!(
+            "GET {path} (request {request} from {} at {} ms) {seen}",
+            done.host, done.at_ms
+        );
+        let met = match (expectation, &done.outcome) {
+            (Expectation::Status { status, .. }, Outcome::Response { status: got, .. }) => {
+                status == got
+            }
+            (Expectation::BodyJson { pointer, value, .. }, Outcome::Response { body, .. }) => {
+                serde_json::from_str::<serde_json::Value>(body)
+                    .ok()
+                    .and_then(|json| json.pointer(pointer).cloned())
+                    .is_some_and(|found| &found == value)
+            }
+            (Expectation::Unreachable { .. }, Outcome::Failed(f)) => {
+                matches!(f, Failure::Refused | Failure::TimedOut)
+            }
+            _ => false,
+        };
+        if !met {
+            return Err(self.expectation_failed(expectation, actual));
+        }
+        self.recorder.record_at(
+            self.now_ms(),
+            WORLD_HOST,
+            Event::ExpectationMet {
+                expectation: expectation.clone(),
+            },
+        );
+        Ok(())
+    }
+
+    fn expectation_failed(&self, expectation: &Expectation, actual: String) -> SimError {
+        SimError::Expectation {
+            at_ms: self.now_ms(),
+            expected: expectation.to_string(),
+            actual,
+            trace: Box::new(self.trace()),
+        }
+    }
+}
+
+/// Runs `scenario` in a fresh world and returns its trace.
+pub fn run(scenario: &Scenario) -> Result<Trace, SimError> {
+    let mut world = World::new(scenario.seed);
+    for step in &scenario.steps {
+        world.apply(step)?;
+    }
+    Ok(world.trace())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host software
+// ---------------------------------------------------------------------------------------------
+
+/// One incarnation of the server host: start (take the lease, clear owner references), listen,
+/// serve until the lease is lost.
+async fn run_server(incarnation: u32, services: Services, recorder: Recorder) -> turmoil::Result {
+    recorder.record_in_host(SERVER_HOST, Event::ServerBooting { incarnation });
+    // The data dir is unused with the memory store.
+    let config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
+    let running = match chopin_server::app::start(config, services).await {
+        Ok(running) => running,
+        Err(e) => {
+            recorder.record_in_host(
+                SERVER_HOST,
+                Event::ServerStartFailed {
+                    incarnation,
+                    error: e.to_string(),
+                },
+            );
+            return Ok(());
+        }
+    };
+    let listener = match TurmoilListener::bind(("0.0.0.0", SERVER_PORT)).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            recorder.record_in_host(
+                SERVER_HOST,
+                Event::ServerStartFailed {
+                    incarnation,
+                    error: format!("bind: {e}"),
+                },
+            );
+            running.stop().await;
+            return Ok(());
+        }
+    };
+    recorder.record_in_host(
+        SERVER_HOST,
+        Event::ServerStarted {
+            incarnation,
+            writer_epoch: running.state().writer_epoch(),
+        },
+    );
+    let served = chopin_server::serve(listener, running.router(), running.lease_lost()).await;
+    let reason = match served {
+        Ok(()) => "writer lease lost".to_string(),
+        Err(e) => format!("serving failed: {e}"),
+    };
+    recorder.record_in_host(
+        SERVER_HOST,
+        Event::ServerStopped {
+            incarnation,
+            reason,
+        },
+    );
+    running.stop().await;
+    Ok(())
+}
+
+/// A scripted client host: performs each request it is handed, concurrently.
+async fn run_client(
+    host: String,
+    inbox: Arc<Inbox>,
+    recorder: Recorder,
+    outcomes: Outcomes,
+) -> turmoil::Result {
+    loop {
+        inbox.notify.notified().await;
+        let pending: Vec<Command> = inbox
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain(..)
+            .collect();
+        for command in pending {
+            tokio::task::spawn_local(perform(
+                host.clone(),
+                command,
+                recorder.clone(),
+                outcomes.clone(),
+            ));
+        }
+    }
+}
+
+async fn perform(host: String, command: Command, recorder: Recorder, outcomes: Outcomes) {
+    let Command { request, path } = command;
+    recorder.record_in_host(
+        &host,
+        Event::RequestSent {
+            request,
+            method: "GET".into(),
+            path: path.clone(),
+        },
+    );
+    let url = format!("http://{SERVER_HOST}:{SERVER_PORT}{path}");
+    let answer = tokio::time::timeout(
+        Duration::from_millis(REQUEST_TIMEOUT_MS),
+        connector::get(&TurmoilConnector, &url),
+    )
+    .await;
+    let outcome = match answer {
+        Ok(Ok(response)) => Outcome::Response {
+            status: response.status.as_u16(),
+            body: String::from_utf8_lossy(&response.body).into_owned(),
+        },
+        Ok(Err(HttpError::Connect(_, e))) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Outcome::Failed(Failure::Refused)
+        }
+        Ok(Err(e)) => Outcome::Failed(Failure::Other {
+            error: e.to_string(),
+        }),
+        Err(_) => Outcome::Failed(Failure::TimedOut),
+    };
+    let event = match &outcome {
+        Outcome::Response { status, body } => Event::ResponseReceived {
+            request,
+            path: path.clone(),
+            status: *status,
+            body: body.clone(),
+        },
+        Outcome::Failed(failure) => Event::RequestFailed {
+            request,
+            path: path.clone(),
+            failure: failure.clone(),
+        },
+    };
+    recorder.record_in_host(&host, event);
+    outcomes.lock().unwrap_or_else(|e| e.into_inner()).insert(
+        request,
+        Completed {
+            at_ms: host_now_ms(),
+            host,
+            outcome,
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_scenario_round_trips_through_json() {
+        let scenario = Scenario {
+            seed: 7,
+            steps: vec![
+                Step::AwaitServer { within_ms: 1_000 },
+                Step::Get {
+                    host: "alice".into(),
+                    path: "/healthz".into(),
+                },
+                Step::GetConcurrently {
+                    requests: vec![Request {
+                        host: "bob".into(),
+                        path: "/readyz".into(),
+                    }],
+                },
+                Step::Advance { ms: 250 },
+                Step::RestartServer,
+                Step::Expect(Expectation::BodyJson {
+                    path: "/readyz".into(),
+                    pointer: "/store".into(),
+                    value: serde_json::json!("memory"),
+                }),
+                Step::Expect(Expectation::Unreachable {
+                    path: "/readyz".into(),
+                }),
+            ],
+        };
+        let text = serde_json::to_string(&scenario).unwrap();
+        assert!(text.contains(r#"{"step":"advance","ms":250}"#), "{text}");
+        assert!(
+            text.contains(r#"{"step":"expect","expect":"unreachable","path":"/readyz"}"#),
+            "{text}"
+        );
+        let back: Scenario = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, scenario);
+    }
+
+    #[test]
+    fn the_trace_hash_changes_with_any_event() {
+        let mut trace = Trace {
+            seed: 1,
+            events: vec![TraceEvent {
+                at_ms: 3,
+                host: SERVER_HOST.into(),
+                event: Event::ServerCrashed,
+            }],
+        };
+        let before = trace.hash();
+        assert_eq!(before.len(), 64);
+        assert_eq!(before, trace.clone().hash());
+        trace.events[0].at_ms = 4;
+        assert_ne!(before, trace.hash());
+    }
+}
