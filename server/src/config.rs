@@ -5,6 +5,7 @@
 //! a [`ConfigError`] naming the variable and what it accepts — never a panic or a silent default.
 //! Does not own: acting on the settings.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::PathBuf;
 
@@ -76,6 +77,28 @@ impl Database {
     }
 }
 
+/// A value that must never be printed: `Debug` shows `<redacted>`, and there is no `Display`.
+/// Read it with [`Secret::expose`] only where it is sent.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
 /// The typed configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -95,6 +118,25 @@ pub struct Config {
     pub chat_attachment_max_count: u32,
     pub chat_attachment_max_total_bytes: u64,
     pub log_format: LogFormat,
+    /// `GITHUB_API_URL`: base of GitHub's REST API, no trailing slash.
+    pub github_api_url: String,
+    /// `GITHUB_WEB_URL`: base of GitHub's web pages (the OAuth authorize page), no trailing
+    /// slash.
+    pub github_web_url: String,
+    /// `GITHUB_ALLOWED_USERS`, lower-cased. With [`github_allowed_organizations`] empty too,
+    /// every verified GitHub user is admitted.
+    ///
+    /// [`github_allowed_organizations`]: Config::github_allowed_organizations
+    pub github_allowed_users: BTreeSet<String>,
+    /// `GITHUB_ALLOWED_ORGANIZATIONS`, lower-cased.
+    pub github_allowed_organizations: BTreeSet<String>,
+    /// `APP_ORIGIN`: the origin browsers reach this server at (`scheme://host[:port]`,
+    /// lower-cased, default port left out). Default `http://{SERVER_HOST}:{PORT}`.
+    pub app_origin: String,
+    /// `GITHUB_APP_CLIENT_ID`.
+    pub github_app_client_id: Option<String>,
+    /// `GITHUB_APP_CLIENT_SECRET`; never printed.
+    pub github_app_client_secret: Option<Secret>,
     /// Warnings to log once logging is up (a setting was adjusted).
     pub warnings: Vec<String>,
 }
@@ -210,6 +252,42 @@ pub struct Args {
     /// Log format: `human` (default) or `json`.
     #[arg(long, env = "CHOPIN_LOG_FORMAT", value_name = "FORMAT")]
     pub log_format: Option<String>,
+
+    /// Base URL of GitHub's REST API. Default https://api.github.com.
+    #[arg(long, env = "GITHUB_API_URL", value_name = "URL")]
+    pub github_api_url: Option<String>,
+
+    /// Base URL of GitHub's web pages (OAuth sign-in). Default https://github.com.
+    #[arg(long, env = "GITHUB_WEB_URL", value_name = "URL")]
+    pub github_web_url: Option<String>,
+
+    /// Comma-separated GitHub logins admitted to this server (case-insensitive). With
+    /// GITHUB_ALLOWED_ORGANIZATIONS also empty, every verified GitHub user is admitted.
+    #[arg(long, env = "GITHUB_ALLOWED_USERS", value_name = "LOGINS")]
+    pub github_allowed_users: Option<String>,
+
+    /// Comma-separated GitHub organizations whose active members are admitted
+    /// (case-insensitive).
+    #[arg(long, env = "GITHUB_ALLOWED_ORGANIZATIONS", value_name = "ORGS")]
+    pub github_allowed_organizations: Option<String>,
+
+    /// The origin browsers use to reach this server, scheme://host[:port] with no path.
+    /// Default http://SERVER_HOST:PORT.
+    #[arg(long, env = "APP_ORIGIN", value_name = "ORIGIN")]
+    pub app_origin: Option<String>,
+
+    /// Client ID of the GitHub App used for sign-in.
+    #[arg(long, env = "GITHUB_APP_CLIENT_ID", value_name = "ID")]
+    pub github_app_client_id: Option<String>,
+
+    /// Client secret of the GitHub App. Never printed.
+    #[arg(
+        long,
+        env = "GITHUB_APP_CLIENT_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub github_app_client_secret: Option<String>,
 }
 
 /// An unset or empty value counts as unset.
@@ -262,6 +340,105 @@ fn one_of<'a>(
             format!("expected one of: {}", accepted.join(", ")),
         ))
     }
+}
+
+/// A base URL such as `https://api.github.com` or `https://ghe.example/api/v3`: http or https,
+/// a host, an optional path, no query, fragment or credentials. One trailing slash is dropped.
+fn parse_base_url(
+    variable: &'static str,
+    v: &Option<String>,
+    default: &str,
+) -> Result<String, ConfigError> {
+    let Some(raw) = given(v) else {
+        return Ok(default.to_string());
+    };
+    let refuse = || {
+        ConfigError::new(
+            variable,
+            Some(raw),
+            "expected an http:// or https:// URL with a host and no query, e.g. https://api.github.com",
+        )
+    };
+    let url = raw.strip_suffix('/').unwrap_or(raw);
+    if url.contains(['?', '#', '@', ' ']) || url.ends_with('/') {
+        return Err(refuse());
+    }
+    let uri = url.parse::<http::Uri>().map_err(|_| refuse())?;
+    let scheme_ok = matches!(uri.scheme_str(), Some("http" | "https"));
+    let port_ok = uri
+        .authority()
+        .is_some_and(|a| authority_port(a.as_str()).is_some());
+    if !scheme_ok || !port_ok || uri.host().is_none_or(str::is_empty) {
+        return Err(refuse());
+    }
+    Ok(url.to_string())
+}
+
+/// A comma-separated, case-insensitive list of GitHub names: trimmed, lower-cased, empty
+/// entries dropped.
+fn parse_name_list(v: &Option<String>) -> BTreeSet<String> {
+    given(v)
+        .unwrap_or("")
+        .split(',')
+        .map(|name| name.trim().to_lowercase())
+        .filter(|name| !name.is_empty())
+        .collect()
+}
+
+/// The port of `host[:port]` (`Some(None)` when there is none), or `None` when a port is
+/// given but is not a number from 0 to 65535. `http::uri::Authority` forgets a port it cannot
+/// read, so it is read here.
+fn authority_port(authority: &str) -> Option<Option<u16>> {
+    match authority.rfind(':') {
+        Some(i) if !authority[i..].contains(']') => {
+            let digits = &authority[i + 1..];
+            if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                return None;
+            }
+            digits.parse::<u16>().ok().map(Some)
+        }
+        _ => Some(None),
+    }
+}
+
+/// An origin, `scheme://host[:port]`, as a browser sends it in `Origin`: lower-cased, the
+/// scheme's default port left out.
+fn parse_origin(v: &Option<String>, server_host: IpAddr, port: u16) -> Result<String, ConfigError> {
+    let Some(raw) = given(v) else {
+        return Ok(match server_host {
+            IpAddr::V4(ip) => format!("http://{ip}:{port}"),
+            IpAddr::V6(ip) => format!("http://[{ip}]:{port}"),
+        });
+    };
+    let refuse = || {
+        ConfigError::new(
+            "APP_ORIGIN",
+            Some(raw),
+            "expected an origin, scheme://host[:port] with http or https and no path, query or trailing slash, e.g. https://chopin.example.com",
+        )
+    };
+    let (scheme, authority) = raw.split_once("://").ok_or_else(refuse)?;
+    let scheme = scheme.to_ascii_lowercase();
+    let default_port = match scheme.as_str() {
+        "http" => 80,
+        "https" => 443,
+        _ => return Err(refuse()),
+    };
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
+        return Err(refuse());
+    }
+    let parsed = authority
+        .parse::<http::uri::Authority>()
+        .map_err(|_| refuse())?;
+    let port = authority_port(authority).ok_or_else(refuse)?;
+    if parsed.host().is_empty() {
+        return Err(refuse());
+    }
+    let host = parsed.host().to_ascii_lowercase();
+    Ok(match port {
+        Some(p) if p != default_port => format!("{scheme}://{host}:{p}"),
+        _ => format!("{scheme}://{host}"),
+    })
 }
 
 /// The user's state directory for the embedded database.
@@ -418,6 +595,15 @@ impl Config {
             }
         }
 
+        let github_api_url = parse_base_url(
+            "GITHUB_API_URL",
+            &args.github_api_url,
+            "https://api.github.com",
+        )?;
+        let github_web_url =
+            parse_base_url("GITHUB_WEB_URL", &args.github_web_url, "https://github.com")?;
+        let app_origin = parse_origin(&args.app_origin, server_host, port)?;
+
         Ok(Self {
             server_host,
             port,
@@ -450,6 +636,13 @@ impl Config {
             chat_attachment_max_count,
             chat_attachment_max_total_bytes,
             log_format,
+            github_api_url,
+            github_web_url,
+            github_allowed_users: parse_name_list(&args.github_allowed_users),
+            github_allowed_organizations: parse_name_list(&args.github_allowed_organizations),
+            app_origin,
+            github_app_client_id: given(&args.github_app_client_id).map(str::to_string),
+            github_app_client_secret: given(&args.github_app_client_secret).map(Secret::new),
             warnings,
         })
     }
@@ -550,13 +743,130 @@ mod tests {
 
     #[test]
     fn database_url_is_checked_and_never_echoed() {
-        let e = parse(&[("database-url", "mysql://u:secret@h/db")]).unwrap_err();
+        let e = parse(&[("database-url", "mysql://u:pw-x9q@h/db")]).unwrap_err();
         assert_eq!(e.variable, "DATABASE_URL");
-        assert!(!e.to_string().contains("secret"));
-        let c = parse(&[("database-url", "postgres://u:secret@db.example:5432/chopin")]).unwrap();
-        assert!(!format!("{c:?}").contains("secret"));
+        assert!(!e.to_string().contains("pw-x9q"));
+        let c = parse(&[("database-url", "postgres://u:pw-x9q@db.example:5432/chopin")]).unwrap();
+        assert!(!format!("{c:?}").contains("pw-x9q"));
         assert_eq!(c.database.describe(), "PostgreSQL at db.example:5432");
         let c = parse(&[("database-url", "sqlite:/tmp/x.db")]).unwrap();
         assert_eq!(c.database, Database::Sqlite("/tmp/x.db".into()));
+    }
+    #[test]
+    fn github_urls_default_and_drop_one_trailing_slash() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.github_api_url, "https://api.github.com");
+        assert_eq!(c.github_web_url, "https://github.com");
+        let c = parse(&[
+            ("github-api-url", "http://127.0.0.1:9000/"),
+            ("github-web-url", "https://ghe.example/"),
+        ])
+        .unwrap();
+        assert_eq!(c.github_api_url, "http://127.0.0.1:9000");
+        assert_eq!(c.github_web_url, "https://ghe.example");
+        let c = parse(&[("github-api-url", "https://ghe.example/api/v3")]).unwrap();
+        assert_eq!(c.github_api_url, "https://ghe.example/api/v3");
+    }
+
+    #[test]
+    fn a_bad_github_url_names_the_variable() {
+        for bad in [
+            "api.github.com",
+            "ftp://api.github.com",
+            "https://",
+            "https://api.github.com//",
+            "https://api.github.com/?x=1",
+            "https://user:pw@api.github.com",
+            "http://127.0.0.1:70000",
+            "http://127.0.0.1:",
+        ] {
+            let e = parse(&[("github-api-url", bad)]).unwrap_err();
+            assert_eq!(e.variable, "GITHUB_API_URL", "{bad}");
+            assert!(e.problem.contains("https://"), "{e}");
+        }
+        let e = parse(&[("github-web-url", "github.com")]).unwrap_err();
+        assert_eq!(e.variable, "GITHUB_WEB_URL");
+    }
+
+    #[test]
+    fn allow_lists_are_trimmed_lower_cased_and_skip_empty_entries() {
+        let c = parse(&[]).unwrap();
+        assert!(c.github_allowed_users.is_empty());
+        assert!(c.github_allowed_organizations.is_empty());
+        let c = parse(&[
+            ("github-allowed-users", " Mona, ,hubot,,MONA "),
+            ("github-allowed-organizations", "Acme-Corp,"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.github_allowed_users.iter().collect::<Vec<_>>(),
+            ["hubot", "mona"]
+        );
+        assert_eq!(
+            c.github_allowed_organizations.iter().collect::<Vec<_>>(),
+            ["acme-corp"]
+        );
+        let c = parse(&[("github-allowed-users", " , ")]).unwrap();
+        assert!(c.github_allowed_users.is_empty());
+    }
+
+    #[test]
+    fn app_origin_defaults_to_the_bind_address() {
+        assert_eq!(parse(&[]).unwrap().app_origin, "http://127.0.0.1:8787");
+        let c = parse(&[("server-host", "::1"), ("port", "9000")]).unwrap();
+        assert_eq!(c.app_origin, "http://[::1]:9000");
+    }
+
+    #[test]
+    fn app_origin_must_be_an_origin() {
+        for (given, expected) in [
+            ("https://chopin.example.com", "https://chopin.example.com"),
+            (
+                "HTTPS://Chopin.Example.com:443",
+                "https://chopin.example.com",
+            ),
+            ("http://localhost:3000", "http://localhost:3000"),
+            ("http://[::1]:8787", "http://[::1]:8787"),
+        ] {
+            assert_eq!(
+                parse(&[("app-origin", given)]).unwrap().app_origin,
+                expected,
+                "{given}"
+            );
+        }
+        for bad in [
+            "chopin.example.com",
+            "ftp://chopin.example.com",
+            "https://chopin.example.com/",
+            "https://chopin.example.com/app",
+            "https://chopin.example.com?x=1",
+            "https://chopin.example.com:",
+            "https://chopin.example.com:99999",
+            "https://u@chopin.example.com",
+            "https://",
+        ] {
+            let e = parse(&[("app-origin", bad)]).expect_err(bad);
+            assert_eq!(e.variable, "APP_ORIGIN", "{bad}");
+            assert!(e.problem.contains("origin"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_github_app_secret_is_never_printed() {
+        let c = parse(&[
+            ("github-app-client-id", "Iv1.abc"),
+            ("github-app-client-secret", "s3cr3t-value"),
+        ])
+        .unwrap();
+        assert_eq!(c.github_app_client_id.as_deref(), Some("Iv1.abc"));
+        assert_eq!(
+            c.github_app_client_secret.as_ref().map(Secret::expose),
+            Some("s3cr3t-value")
+        );
+        assert!(!format!("{c:?}").contains("s3cr3t-value"));
+        assert!(format!("{c:?}").contains("<redacted>"));
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.github_app_client_id, None);
+        assert_eq!(c.github_app_client_secret, None);
     }
 }

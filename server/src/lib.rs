@@ -9,12 +9,16 @@
 //! - [`lease`]: the database-wide writer lease held while serving.
 //! - [`http`]: the axum router and [`serve`] over any `axum::serve::Listener`.
 //! - [`app`]: wiring a configuration into a running server.
+//! - [`github`]: the GitHub REST client (who a token is, repository access, org membership).
+//! - [`admission`]: instance admission (allow-lists) and its token-digest caches.
 
+pub mod admission;
 pub mod app;
 pub mod clock;
 pub mod config;
 pub mod connector;
 pub mod entropy;
+pub mod github;
 pub mod http;
 pub mod lease;
 pub mod store;
