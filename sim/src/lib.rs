@@ -26,7 +26,7 @@ pub use clock::{SimClock, SIM_EPOCH_MS};
 pub use net::{TurmoilConnector, TurmoilListener};
 pub use world::{
     run, Event, Expectation, Failure, Request, Scenario, SimError, Step, Trace, TraceEvent, World,
-    SERVER_HOST, SERVER_PORT,
+    GITHUB_HOST, GITHUB_PORT, SERVER_HOST, SERVER_PORT,
 };
 
 #[allow(unexpected_cfgs)]

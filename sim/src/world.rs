@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
+use chopin_fixtures::github::FakeGitHub;
 use chopin_server::config::Config;
 use chopin_server::connector::{self, HttpError};
 use chopin_server::entropy::SeededEntropy;
@@ -32,6 +33,10 @@ use crate::net::{TurmoilConnector, TurmoilListener};
 
 /// The host the server runs on.
 pub const SERVER_HOST: &str = "server";
+/// The host the fake GitHub runs on, and the server's GitHub API base URL inside the world.
+pub const GITHUB_HOST: &str = "github";
+/// The fake GitHub's port inside the simulation.
+pub const GITHUB_PORT: u16 = 80;
 /// The server's port inside the simulation (the production default).
 pub const SERVER_PORT: u16 = 8787;
 /// Host name in trace events recorded by the world itself (expectations).
@@ -337,6 +342,7 @@ pub struct World {
     sim: turmoil::Sim<'static>,
     recorder: Recorder,
     store: MemoryStore,
+    github: FakeGitHub,
     clients: BTreeMap<String, Arc<Inbox>>,
     outcomes: Outcomes,
     /// The latest completed request per path, for expectations.
@@ -377,11 +383,25 @@ impl World {
                 run_server(incarnation, services, recorder.clone())
             });
         }
+        // The fake GitHub keeps its scripted state outside its host, like the server's store.
+        let github = FakeGitHub::new();
+        {
+            let github = github.clone();
+            sim.host(GITHUB_HOST, move || {
+                let router = github.router();
+                async move {
+                    let listener = TurmoilListener::bind(("0.0.0.0", GITHUB_PORT)).await?;
+                    axum::serve(listener, router).await?;
+                    Ok(())
+                }
+            });
+        }
         Self {
             seed,
             sim,
             recorder,
             store,
+            github,
             clients: BTreeMap::new(),
             outcomes: Outcomes::default(),
             latest: BTreeMap::new(),
@@ -398,6 +418,34 @@ impl World {
     /// between steps is how a test prepares records.
     pub fn store(&self) -> &MemoryStore {
         &self.store
+    }
+
+    /// The fake GitHub on [`GITHUB_HOST`]: script users, tokens, repositories and outages here.
+    pub fn github(&self) -> &FakeGitHub {
+        &self.github
+    }
+
+    /// Runs `client` as a one-off client host named `name` until it finishes, advancing the
+    /// simulation meanwhile (a check that needs its own code on a simulated host).
+    pub fn run_client<F>(&mut self, name: &str, client: F) -> Result<(), SimError>
+    where
+        F: std::future::Future<Output = turmoil::Result> + 'static,
+    {
+        self.sim.client(name, client);
+        loop {
+            match self.sim.step() {
+                Ok(true) => return Ok(()),
+                Ok(false) if !self.sim.is_host_running(name) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => {
+                    return Err(SimError::Host {
+                        at_ms: self.now_ms(),
+                        error: e.to_string(),
+                        trace: Box::new(self.trace()),
+                    })
+                }
+            }
+        }
     }
 
     /// Simulated milliseconds since the simulation began.
@@ -652,7 +700,9 @@ pub fn run(scenario: &Scenario) -> Result<Trace, SimError> {
 async fn run_server(incarnation: u32, services: Services, recorder: Recorder) -> turmoil::Result {
     recorder.record_in_host(SERVER_HOST, Event::ServerBooting { incarnation });
     // The data dir is unused with the memory store.
-    let config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
+    let mut config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
+    config.github_api_url = format!("http://{GITHUB_HOST}:{GITHUB_PORT}");
+    config.github_web_url = config.github_api_url.clone();
     let running = match chopin_server::app::start(config, services).await {
         Ok(running) => running,
         Err(e) => {
