@@ -188,3 +188,57 @@ pub async fn get(url: &str) -> (u16, String) {
     let status = resp.status().as_u16();
     (status, resp.text().await.unwrap_or_default())
 }
+
+/// A TCP port that was free a moment ago, for a server whose origin must be known before it
+/// starts (`APP_ORIGIN`).
+pub fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Signs `login` in through the server's GitHub OAuth web flow, with the fake GitHub approving
+/// it as the browser's user. Returns the `Cookie` header value of the new session.
+pub async fn sign_in(
+    server: &Server,
+    github: &chopin_fixtures::github::FakeGitHub,
+    login: &str,
+) -> String {
+    github.set_browser_user(login);
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("http client");
+    let location = |r: &reqwest::Response| {
+        r.headers()
+            .get("location")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_else(|| panic!("a redirect, got {}", r.status()))
+            .to_owned()
+    };
+    let cookie_named = |r: &reqwest::Response, name: &str| {
+        r.headers()
+            .get_all("set-cookie")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .find(|v| v.starts_with(&format!("{name}=")))
+            .map(|v| v.split(';').next().unwrap_or_default().to_owned())
+            .unwrap_or_else(|| panic!("no {name} cookie"))
+    };
+    let start = http.get(server.url("/auth/github")).send().await.unwrap();
+    assert_eq!(start.status(), 302);
+    let attempt = cookie_named(&start, "chopin_oauth");
+    let approve = http.get(location(&start)).send().await.unwrap();
+    assert_eq!(approve.status(), 302, "the fake GitHub approves");
+    let callback = location(&approve);
+    let path = &callback[callback
+        .find("/auth/github/callback")
+        .expect("callback path")..];
+    let done = http
+        .get(server.url(path))
+        .header("cookie", attempt)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(done.status(), 302, "signed in: {:?}", done.text().await);
+    cookie_named(&done, "chopin_session")
+}

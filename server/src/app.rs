@@ -8,11 +8,15 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::admission::{Admission, AdmissionPolicy};
 use crate::clock::{SharedClock, SystemClock};
 use crate::config::Config;
 use crate::connector::{SharedConnector, TcpConnector};
 use crate::entropy::{OsEntropy, SharedEntropy};
+use crate::github::GitHub;
 use crate::lease::{self, LeaseError};
+use crate::planner::Planners;
+use crate::session::Sessions;
 use crate::store::{Store, WriterLease};
 
 /// The seams and the store: everything the server reads from the outside world.
@@ -41,6 +45,12 @@ impl Services {
 pub struct AppState {
     pub config: Arc<Config>,
     pub services: Services,
+    /// Instance admission and repository access, with their short caches.
+    pub admission: Arc<Admission>,
+    /// Browser logins this process holds.
+    pub sessions: Arc<Sessions>,
+    /// Who holds each document's Planner.
+    pub planners: Arc<Planners>,
     lease: watch::Receiver<Option<WriterLease>>,
 }
 
@@ -84,10 +94,19 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
         );
     }
     let (rx, keeper) = lease::keep(services.store.clone(), services.clock.clone(), lease);
+    let github = GitHub::new(config.github_api_url.clone(), services.connector.clone());
+    let admission = Admission::new(
+        AdmissionPolicy::from_config(&config),
+        github,
+        services.clock.clone(),
+    );
     Ok(Running {
         state: AppState {
             config: Arc::new(config),
             services,
+            admission: Arc::new(admission),
+            sessions: Arc::new(Sessions::default()),
+            planners: Arc::new(Planners::default()),
             lease: rx,
         },
         keeper,

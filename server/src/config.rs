@@ -114,6 +114,10 @@ pub struct Config {
     pub agent_connection_timeout_ms: u64,
     pub handover_planner_window_ms: u64,
     pub planner_patience_ms: u64,
+    /// Absolute lifetime of a browser sign-in (cookie session), in ms.
+    pub session_max_age_ms: u64,
+    /// How often an attached link's account admission and repository access are checked again.
+    pub access_recheck_ms: u64,
     pub chat_attachment_max_bytes: u64,
     pub chat_attachment_max_count: u32,
     pub chat_attachment_max_total_bytes: u64,
@@ -236,6 +240,16 @@ pub struct Args {
     #[arg(long, env = "PLANNER_PATIENCE_MS", value_name = "MS")]
     pub planner_patience_ms: Option<String>,
 
+    /// Absolute lifetime of a browser sign-in, in ms; signing in again starts a new one.
+    /// Default 2592000000 (30 days).
+    #[arg(long, env = "SESSION_MAX_AGE_MS", value_name = "MS")]
+    pub session_max_age_ms: Option<String>,
+
+    /// How often an attached Planner client's account admission and repository write access are
+    /// checked again at GitHub, in ms. Default 300000 (5 minutes).
+    #[arg(long, env = "AGENT_ACCESS_RECHECK_MS", value_name = "MS")]
+    pub agent_access_recheck_ms: Option<String>,
+
     /// Largest Chat attachment, in bytes. Default 1048576 (1 MiB).
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_BYTES", value_name = "BYTES")]
     pub chat_attachment_max_bytes: Option<String>,
@@ -305,6 +319,25 @@ fn parse_ms(variable: &'static str, v: &Option<String>, default: u64) -> Result<
             variable,
             Some(raw),
             format!("expected a whole number of milliseconds from 1 to {MAX_TIMER_MS}"),
+        )),
+    }
+}
+
+/// `SESSION_MAX_AGE_MS`: 1 ms to 365 days, default 30 days.
+fn parse_session_max_age(v: &Option<String>) -> Result<u64, ConfigError> {
+    const DAY_MS: u64 = 86_400_000;
+    let Some(raw) = given(v) else {
+        return Ok(30 * DAY_MS);
+    };
+    match raw.parse::<u64>() {
+        Ok(n) if (1..=365 * DAY_MS).contains(&n) => Ok(n),
+        _ => Err(ConfigError::new(
+            "SESSION_MAX_AGE_MS",
+            Some(raw),
+            format!(
+                "expected a whole number of milliseconds from 1 to {}",
+                365 * DAY_MS
+            ),
         )),
     }
 }
@@ -639,6 +672,12 @@ impl Config {
             github_api_url,
             github_web_url,
             github_allowed_users: parse_name_list(&args.github_allowed_users),
+            session_max_age_ms: parse_session_max_age(&args.session_max_age_ms)?,
+            access_recheck_ms: parse_ms(
+                "AGENT_ACCESS_RECHECK_MS",
+                &args.agent_access_recheck_ms,
+                300_000,
+            )?,
             github_allowed_organizations: parse_name_list(&args.github_allowed_organizations),
             app_origin,
             github_app_client_id: given(&args.github_app_client_id).map(str::to_string),

@@ -8,7 +8,7 @@ use std::future::Future;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
 
@@ -18,6 +18,32 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/auth/github", get(crate::session::github_start))
+        .route(
+            "/auth/github/callback",
+            get(crate::session::github_callback),
+        )
+        .route("/auth/logout", post(crate::session::logout))
+        .route("/api/session", get(crate::session::current))
+        .route(
+            "/api/repositories/{owner}/{repo}/documents",
+            post(crate::documents::create),
+        )
+        .route(
+            "/api/repositories/{owner}/{repo}/documents/{slug}",
+            get(crate::documents::get_by_slug),
+        )
+        .route("/api/documents/{id}", get(crate::documents::get_by_id))
+        .route(
+            "/api/documents/{id}/archive",
+            post(crate::documents::archive),
+        )
+        .route(
+            "/api/documents/{id}/planner/reset",
+            post(crate::documents::reset_planner),
+        )
+        .route("/api/documents/{id}/room", get(crate::room::endpoint))
+        .route("/api/v1/agent", get(crate::planner::link::endpoint))
         .with_state(state)
 }
 

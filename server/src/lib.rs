@@ -11,16 +11,24 @@
 //! - [`app`]: wiring a configuration into a running server.
 //! - [`github`]: the GitHub REST client (who a token is, repository access, org membership).
 //! - [`admission`]: instance admission (allow-lists) and its token-digest caches.
+//! - [`session`]: browser sign-in (GitHub OAuth web flow), cookie sessions, sign-out.
+//! - [`documents`]: document routes (create, resolve by id or URL, archive, Planner reset).
+//! - [`planner`]: who holds each document's Planner; the agent connection ([`planner::link`]).
+//! - [`room`]: a document's browser room socket (presence).
 
 pub mod admission;
 pub mod app;
 pub mod clock;
 pub mod config;
 pub mod connector;
+pub mod documents;
 pub mod entropy;
 pub mod github;
 pub mod http;
 pub mod lease;
+pub mod planner;
+pub mod room;
+pub mod session;
 pub mod store;
 
 pub use app::{AppState, Services};

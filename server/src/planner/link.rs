@@ -1,0 +1,492 @@
+//! The agent connection endpoint, `/api/v1/agent` (`chopin.agent.v1`).
+//!
+//! Owns: the checks before the upgrade (subprotocol 426; foreign Origin 403; bearer through
+//! admission 401/403/503), the first frame (`attach` v1), the checks of an attach (document,
+//! write access, a live browser sign-in), answering `attached` or `refused` + close, strict frame
+//! handling (1008 / 1009 after an `error` frame naming the fault), liveness (pings; a link that
+//! answers nothing for `AGENT_CONNECTION_TIMEOUT_MS` is closed as dropped), the periodic access
+//! recheck, the owner login's expiry, and closing when [`super::Planners`] says so.
+//! Does not own: the attachment table and its timers ([`super::Planners`]), or sessions and
+//! turns (the harness issue).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chopin_protocol::agent::{
+    self as wire, ClientMessage, ErrorCode, ErrorFrame, Fault, Frame, LinkOrder, RefusalReason,
+    ServerMessage, AGENT_PROTOCOL_VERSION, AGENT_SUBPROTOCOL, MAX_FRAME_BYTES,
+};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{Bound, LinkEnd, Refusal};
+use crate::admission::AdmissionError;
+use crate::app::AppState;
+use crate::documents::{self, bearer, Locator};
+use crate::github::GitHubError;
+use crate::session::{self, LiveLogin, LoginEnd};
+use crate::store::Document;
+
+/// Largest frame the WebSocket layer reads at all. Frames between [`MAX_FRAME_BYTES`] and this
+/// are read whole so the client is told `frame-too-large` (1009) precisely; anything bigger is
+/// cut off by the layer itself, which bounds memory per connection.
+const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
+/// Longest wait for the first frame after the upgrade.
+const ATTACH_WAIT: Duration = Duration::from_secs(30);
+/// Pings go out at most this far apart.
+const MAX_PING_INTERVAL_MS: u64 = 30_000;
+/// How long a session may take to answer `start` (RT-09 ruling), told in `attached`.
+pub const START_TIMEOUT_MS: u64 = 30_000;
+/// How long `abort` waits for `turn-end` (RT-09 ruling), told in `attached`.
+pub const ABORT_WAIT_MS: u64 = 5_000;
+
+fn http_refusal(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
+    let mut response = (
+        status,
+        Json(json!({ "error": code, "message": message.into() })),
+    )
+        .into_response();
+    if status == StatusCode::UPGRADE_REQUIRED {
+        response
+            .headers_mut()
+            .insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    }
+    response
+}
+
+fn offers_subprotocol(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == AGENT_SUBPROTOCOL)
+}
+
+/// `GET /api/v1/agent`: everything that can be refused over HTTP is refused before upgrading.
+pub async fn endpoint(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(u) if offers_subprotocol(&headers) => u,
+        _ => {
+            return http_refusal(
+                StatusCode::UPGRADE_REQUIRED,
+                "subprotocol-required",
+                format!("The agent connection is a WebSocket with the {AGENT_SUBPROTOCOL} subprotocol; offer it in Sec-WebSocket-Protocol."),
+            )
+        }
+    };
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        if origin.to_str().ok() != Some(state.config.app_origin.as_str()) {
+            return http_refusal(
+                StatusCode::FORBIDDEN,
+                "foreign-origin",
+                format!(
+                    "This Origin may not open the agent connection; only {} may (or send none).",
+                    state.config.app_origin
+                ),
+            );
+        }
+    }
+    let Some(token) = bearer(&headers).map(str::to_owned) else {
+        return http_refusal(
+            StatusCode::UNAUTHORIZED,
+            "bad-credentials",
+            "Send Authorization: Bearer <GitHub token> of the account that attaches.",
+        );
+    };
+    let admitted = match state.admission.check(&token).await {
+        Ok(a) => a,
+        Err(e) => {
+            let code = match e {
+                AdmissionError::BadCredentials => "bad-credentials",
+                AdmissionError::Refused { .. } => "not-admitted",
+                AdmissionError::Unavailable => "github-unavailable",
+            };
+            return http_refusal(e.http_status(), code, e.to_string());
+        }
+    };
+    let login = admitted.user.login.clone();
+    upgrade
+        .protocols([AGENT_SUBPROTOCOL])
+        .max_message_size(READ_LIMIT_BYTES)
+        .max_frame_size(READ_LIMIT_BYTES)
+        .on_upgrade(move |socket| async move {
+            let mut link = Link {
+                socket,
+                order: LinkOrder::new(),
+                state,
+                token,
+                github_user_id: admitted.user.id,
+                login,
+                last_heard: Instant::now(),
+            };
+            link.run().await;
+        })
+}
+
+/// One upgraded connection.
+struct Link {
+    socket: WebSocket,
+    order: LinkOrder,
+    state: AppState,
+    token: String,
+    github_user_id: i64,
+    login: String,
+    /// When the client was last heard from (any frame, pongs included).
+    last_heard: Instant,
+}
+
+/// What ended the attached phase.
+enum Ended {
+    /// The link ended on its own; the ownership goes into its grace period.
+    OnItsOwn(LinkEnd),
+    /// The server closed it and already released the ownership.
+    ByServer,
+}
+
+impl Link {
+    async fn run(&mut self) {
+        let attach = match tokio::time::timeout(ATTACH_WAIT, self.next_message()).await {
+            Err(_) => {
+                let fault = Fault::OutOfOrder {
+                    message_type: "attach".into(),
+                    rule: format!(
+                        "the first message must be \"attach\", within {} s of the upgrade",
+                        ATTACH_WAIT.as_secs()
+                    ),
+                };
+                return self.fail(&fault).await;
+            }
+            Ok(Incoming::Gone) => return,
+            Ok(Incoming::Fault(fault)) => return self.fail(&fault).await,
+            Ok(Incoming::Message(ClientMessage::Attach(a))) => a,
+            Ok(Incoming::Message(_)) => unreachable!("LinkOrder lets only attach come first"),
+        };
+        if attach.version != AGENT_PROTOCOL_VERSION {
+            let fault = Fault::UnsupportedVersion {
+                version: u64::from(attach.version),
+            };
+            return self.fail(&fault).await;
+        }
+        let unknown = attach.unknown_features();
+        if !unknown.is_empty() {
+            tracing::debug!(
+                ?unknown,
+                "attach offered features this server does not know"
+            );
+        }
+        let (doc, live, revocations) = match self.check_attach(&attach.document).await {
+            Ok(v) => v,
+            Err(refusal) => return self.refuse(refusal).await,
+        };
+        let planners = self.state.planners.clone();
+        let bound = match planners
+            .attach(&self.state, doc.id, &live, revocations)
+            .await
+        {
+            Ok(b) => b,
+            Err(refusal) => return self.refuse(refusal).await,
+        };
+        let attached = wire::Attached {
+            document_id: doc.id.to_string(),
+            document_url: documents::canonical_url(&doc),
+            login: live.account.login.clone(),
+            generation: Some(bound.generation as u64),
+            features: Vec::new(),
+            kept: Vec::new(),
+            timers: self.timers(),
+        };
+        if !self.send(&ServerMessage::Attached(attached)).await {
+            planners
+                .link_ended(&self.state, doc.id, bound.link, LinkEnd::Dropped)
+                .await;
+            return;
+        }
+        let link = bound.link;
+        match self.attached(&doc, &live, bound).await {
+            Ended::OnItsOwn(how) => planners.link_ended(&self.state, doc.id, link, how).await,
+            Ended::ByServer => {}
+        }
+    }
+
+    fn timers(&self) -> wire::Timers {
+        let c = &self.state.config;
+        wire::Timers {
+            ping_interval_ms: ping_interval_ms(c.agent_connection_timeout_ms),
+            connection_timeout_ms: c.agent_connection_timeout_ms,
+            attach_grace_ms: c.planner_attach_grace_ms,
+            start_timeout_ms: START_TIMEOUT_MS,
+            abort_wait_ms: ABORT_WAIT_MS,
+            access_recheck_ms: c.access_recheck_ms,
+        }
+    }
+
+    /// The attach's document, the owner login it will claim with, and the revocation count read
+    /// before the checks.
+    async fn check_attach(
+        &mut self,
+        locator: &str,
+    ) -> Result<(Document, Arc<LiveLogin>, u64), Refusal> {
+        let shown: String = locator.chars().take(120).collect();
+        let shown = if shown.len() < locator.len() {
+            format!("{shown}…")
+        } else {
+            shown
+        };
+        let not_found = || {
+            Refusal {
+            reason: RefusalReason::DocumentNotFound,
+            message: format!("No document {shown:?} that can take a Planner: it does not exist, is archived, or is not a document id or /documents/<owner>/<repo>/<slug> URL."),
+            holder: None,
+        }
+        };
+        let locator_parsed = Locator::parse(locator).ok_or_else(not_found)?;
+        let doc = documents::resolve(&self.state, &locator_parsed)
+            .await
+            .map_err(Refusal::storage)?
+            .filter(|d| !d.archived)
+            .ok_or_else(not_found)?;
+        let revocations = self.state.planners.revocations(doc.id);
+        let access = self
+            .state
+            .admission
+            .repo_access_cached(&self.token, &doc.repo_owner, &doc.repo_name)
+            .await;
+        match access {
+            Ok(Some(a)) if a.can_write() => {}
+            Ok(Some(a)) if a.pull => {
+                return Err(Refusal {
+                    reason: RefusalReason::NoWriteAccess,
+                    message: format!("@{} cannot push to {}/{}; attaching a Planner needs push or administration access.", self.login, a.owner, a.repo),
+                    holder: None,
+                })
+            }
+            // Unreadable looks like missing.
+            Ok(_) => return Err(not_found()),
+            Err(GitHubError::BadCredentials) => {
+                return Err(Refusal {
+                    reason: RefusalReason::AccessRevoked,
+                    message: "GitHub no longer accepts this token.".into(),
+                    holder: None,
+                })
+            }
+            Err(GitHubError::Unavailable(_)) => {
+                return Err(Refusal {
+                    reason: RefusalReason::Unavailable,
+                    message: "GitHub is unavailable, so write access cannot be checked; attach again shortly.".into(),
+                    holder: None,
+                })
+            }
+        }
+        let account_id = crate::store::account_id_for_github_user(self.github_user_id);
+        let now = self.state.services.clock.now_ms();
+        let live = self.state.sessions.live_login_of(account_id, now).ok_or_else(|| Refusal {
+            reason: RefusalReason::SignInRequired,
+            message: format!("@{} has no live browser sign-in on this server since it started; sign in at {} in a browser, then attach again.", self.login, self.state.config.app_origin),
+            holder: None,
+        })?;
+        Ok((doc, live, revocations))
+    }
+
+    /// The attached phase: until the client detaches or drops, or the server closes the link.
+    async fn attached(&mut self, doc: &Document, live: &Arc<LiveLogin>, mut bound: Bound) -> Ended {
+        let c = self.state.config.clone();
+        let timeout = Duration::from_millis(c.agent_connection_timeout_ms);
+        let mut ping = tokio::time::interval(Duration::from_millis(ping_interval_ms(
+            c.agent_connection_timeout_ms,
+        )));
+        ping.reset(); // the first tick is one interval from now
+        let mut recheck = tokio::time::interval(Duration::from_millis(c.access_recheck_ms));
+        recheck.reset();
+        let now_ms = self.state.services.clock.now_ms();
+        let expiry = tokio::time::sleep(Duration::from_millis(
+            (live.expires_at_ms - now_ms).max(0) as u64,
+        ));
+        tokio::pin!(expiry);
+        let mut expired = false;
+        loop {
+            let silent_until = self.last_heard + timeout;
+            tokio::select! {
+                incoming = self.next_message() => match incoming {
+                    Incoming::Gone => return Ended::OnItsOwn(LinkEnd::Dropped),
+                    Incoming::Fault(fault) => {
+                        self.fail(&fault).await;
+                        return Ended::OnItsOwn(LinkEnd::Dropped);
+                    }
+                    Incoming::Message(ClientMessage::Detach(_)) => {
+                        self.close(wire::close::NORMAL, "detached").await;
+                        return Ended::OnItsOwn(LinkEnd::Detached);
+                    }
+                    Incoming::Message(other) => {
+                        // Sessions and turns come with the harness; until then nothing else
+                        // is expected from an attached client.
+                        let fault = Fault::OutOfOrder {
+                            message_type: other.type_name().to_owned(),
+                            rule: "no session or turn is open on this link".to_owned(),
+                        };
+                        self.fail(&fault).await;
+                        return Ended::OnItsOwn(LinkEnd::Dropped);
+                    }
+                },
+                closing = bound.closing.recv() => {
+                    if let Some(closing) = closing {
+                        self.close_with(closing.code, closing.message).await;
+                    }
+                    return Ended::ByServer;
+                }
+                _ = tokio::time::sleep_until(silent_until) => {
+                    tracing::info!(document = %doc.id, login = %self.login, "Planner link answered nothing for the connection timeout; closing it as dropped");
+                    let words = format!("No answer to the server's pings for {} ms; the link is closed as dropped.", c.agent_connection_timeout_ms);
+                    self.close_with(ErrorCode::ConnectionTimeout, words).await;
+                    return Ended::OnItsOwn(LinkEnd::Dropped);
+                }
+                _ = ping.tick() => {
+                    if self.socket.send(Message::Ping(Default::default())).await.is_err() {
+                        return Ended::OnItsOwn(LinkEnd::Dropped);
+                    }
+                }
+                _ = recheck.tick() => {
+                    if let Some(why) = self.recheck(doc).await {
+                        tracing::info!(document = %doc.id, login = %self.login, %why, "Planner link lost access");
+                        self.state.planners.revoke_link(&self.state, doc.id, bound.link, why).await;
+                        // The closing order is now queued; the next turn of the loop sends it.
+                    }
+                }
+                _ = &mut expiry, if !expired => {
+                    expired = true;
+                    session::end_login(&self.state, live, LoginEnd::Expired).await;
+                    // As above: `end_login` queued the close for this link.
+                }
+            }
+        }
+    }
+
+    /// The periodic recheck: the account's admission and write access, now, at GitHub. `Some`
+    /// with the words to close with if either is gone; an outage changes nothing.
+    async fn recheck(&mut self, doc: &Document) -> Option<String> {
+        let admission = &self.state.admission;
+        admission.invalidate(&self.token);
+        match admission.check(&self.token).await {
+            Ok(_) | Err(AdmissionError::Unavailable) => {}
+            Err(e) => return Some(e.to_string()),
+        }
+        match admission
+            .repo_access_cached(&self.token, &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(Some(a)) if a.can_write() => None,
+            Ok(_) => Some(format!(
+                "@{} can no longer push to {}/{}; a Planner needs push or administration access.",
+                self.login, doc.repo_owner, doc.repo_name
+            )),
+            Err(GitHubError::BadCredentials) => {
+                Some("GitHub no longer accepts this link's token.".to_owned())
+            }
+            Err(GitHubError::Unavailable(_)) => None,
+        }
+    }
+
+    /// The next data frame, decoded and order-checked. Control frames count as heard.
+    async fn next_message(&mut self) -> Incoming {
+        loop {
+            let Some(Ok(message)) = self.socket.recv().await else {
+                return Incoming::Gone;
+            };
+            self.last_heard = Instant::now();
+            let decoded = match &message {
+                Message::Text(text) => wire::check_frame_size(text.len())
+                    .and_then(|()| wire::decode_client_frame(Frame::Text(text.as_str()))),
+                Message::Binary(bytes) => wire::decode_client_frame(Frame::Binary(bytes)),
+                Message::Close(_) => return Incoming::Gone,
+                Message::Ping(_) | Message::Pong(_) => continue,
+            };
+            return match decoded.and_then(|m| self.order.check_client(&m).map(|()| m)) {
+                Ok(m) => Incoming::Message(m),
+                Err(fault) => Incoming::Fault(fault),
+            };
+        }
+    }
+
+    async fn send(&mut self, message: &ServerMessage) -> bool {
+        if let Err(fault) = self.order.check_server(message) {
+            tracing::error!(%fault, "the server broke the agent protocol; not sending");
+            return false;
+        }
+        let text = wire::encode(message);
+        self.socket.send(Message::Text(text.into())).await.is_ok()
+    }
+
+    async fn close(&mut self, code: u16, reason: &str) {
+        let _ = self
+            .socket
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.to_owned().into(),
+            })))
+            .await;
+        // Let the client's close answer arrive, briefly; the connection ends either way.
+        let _ = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(Ok(m)) = self.socket.recv().await {
+                if matches!(m, Message::Close(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+
+    /// An `error` frame naming why, then the close with the code's close code.
+    async fn close_with(&mut self, code: ErrorCode, message: String) {
+        let frame = ServerMessage::Error(ErrorFrame {
+            code,
+            message,
+            retry_after_ms: None,
+            handover_ms: None,
+        });
+        self.send(&frame).await;
+        self.close(code.close_code(), code.as_str()).await;
+    }
+
+    /// A protocol fault: its frame, then its close (AC-05, AC-06).
+    async fn fail(&mut self, fault: &Fault) {
+        tracing::info!(login = %self.login, %fault, "agent protocol fault; closing");
+        // Not order-checked: a fault may come before the order rules saw any frame (an
+        // `attach` of another version is refused while still undecoded).
+        let text = wire::encode(&fault.frame());
+        let _ = self.socket.send(Message::Text(text.into())).await;
+        self.close(fault.close_code(), fault.close_reason()).await;
+    }
+
+    async fn refuse(&mut self, refusal: Refusal) {
+        tracing::info!(login = %self.login, reason = %refusal.reason, "attach refused");
+        let frame = ServerMessage::Refused(wire::Refused {
+            reason: refusal.reason,
+            message: refusal.message,
+            holder: refusal.holder,
+            retry_after_ms: (refusal.reason == RefusalReason::Unavailable).then_some(5_000),
+        });
+        self.send(&frame).await;
+        self.close(refusal.reason.close_code(), refusal.reason.as_str())
+            .await;
+    }
+}
+
+/// Pings go out four times per connection timeout, at most every 30 s.
+pub fn ping_interval_ms(connection_timeout_ms: u64) -> u64 {
+    (connection_timeout_ms / 4).clamp(1, MAX_PING_INTERVAL_MS)
+}
+
+enum Incoming {
+    Message(ClientMessage),
+    Fault(Fault),
+    Gone,
+}

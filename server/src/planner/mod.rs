@@ -1,0 +1,629 @@
+//! Who holds each document's Planner in this process, and what the room is told about it.
+//!
+//! Owns: the attachment table (a document is attached to one link, held in its grace period
+//! after a detach or drop, or free), binding an attach through the generation-guarded storage
+//! claim, the grace timer and its release *under the generation it was started for*, closing a
+//! link when its owner's sign-in ends, a writer resets the Planner, the document is archived or
+//! access is lost, and the `session:planner` presence each document's room hears.
+//! Does not own: the WebSocket itself ([`link`]), sign-in ([`crate::session`]), or the checks
+//! done before an attach reaches [`Planners::attach`] (admission, write access, document).
+//!
+//! Every change of a document's ownership (claim, release) happens while holding that
+//! document's *gate*, an async mutex, so an attach, a grace expiry, a reset and a sign-out of
+//! one document never interleave between their storage write and the table. A sign-out, expiry,
+//! reset or archive also bumps the document's *revocation count* before it waits for the gate:
+//! an attach that read an older count before its checks is refused rather than bound (AO-16).
+
+pub mod link;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use chopin_protocol::agent::{ErrorCode, RefusalReason};
+use serde::Serialize;
+use tokio::sync::{broadcast, mpsc};
+use uuid::Uuid;
+
+use crate::app::AppState;
+use crate::session::{LiveLogin, LoginEnd};
+use crate::store::{Claim, Holder, StoreError, UnixMillis};
+
+/// What the room is told about a document's Planner (`session:planner`): the holder's login and
+/// state only, never a machine, checkout or token (PRES-03).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Presence {
+    pub state: PresenceState,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub login: Option<String>,
+    /// With `detached`: when the grace period ends (server time, Unix ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub until: Option<UnixMillis>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PresenceState {
+    /// A client is attached.
+    Attached,
+    /// The client detached or dropped; its account may come back until `until`.
+    Detached,
+    /// Nobody holds the Planner.
+    None,
+}
+
+impl Presence {
+    pub fn none() -> Self {
+        Presence {
+            state: PresenceState::None,
+            login: None,
+            until: None,
+        }
+    }
+}
+
+/// The server telling a link to close: the `error` frame's code and words.
+#[derive(Debug, Clone)]
+pub struct Closing {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+/// An attach the table refused.
+#[derive(Debug, Clone)]
+pub struct Refusal {
+    pub reason: RefusalReason,
+    pub message: String,
+    pub holder: Option<String>,
+}
+
+impl Refusal {
+    fn attached(holder: &str) -> Self {
+        Refusal {
+            reason: RefusalReason::PlannerAttached,
+            message: format!("@{holder} holds this document's Planner; only one client can be attached at a time."),
+            holder: Some(holder.to_owned()),
+        }
+    }
+
+    fn raced() -> Self {
+        Refusal {
+            reason: RefusalReason::AccessRevoked,
+            message: "A sign-out, sign-in expiry or Planner reset landed while this attach was being checked; attach again.".to_owned(),
+            holder: None,
+        }
+    }
+
+    pub(crate) fn storage(e: StoreError) -> Self {
+        tracing::error!(error = %e, "attach: storage failed");
+        Refusal {
+            reason: RefusalReason::Unavailable,
+            message: "Storage did not answer; attach again shortly.".to_owned(),
+            holder: None,
+        }
+    }
+}
+
+/// A link bound to a document.
+pub struct Bound {
+    pub link: u64,
+    pub generation: i64,
+    pub closing: mpsc::UnboundedReceiver<Closing>,
+}
+
+/// How a link ended on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEnd {
+    /// The client sent `detach`.
+    Detached,
+    /// The connection dropped, timed out or closed without `detach`.
+    Dropped,
+}
+
+enum Slot {
+    Attached {
+        link: u64,
+        holder: Holder,
+        generation: i64,
+        closer: mpsc::UnboundedSender<Closing>,
+    },
+    Grace {
+        holder: Holder,
+        generation: i64,
+        until_ms: UnixMillis,
+        timer: u64,
+        task: tokio::task::AbortHandle,
+    },
+}
+
+impl Slot {
+    fn holder(&self) -> &Holder {
+        match self {
+            Slot::Attached { holder, .. } | Slot::Grace { holder, .. } => holder,
+        }
+    }
+
+    fn presence(&self) -> Presence {
+        match self {
+            Slot::Attached { holder, .. } => Presence {
+                state: PresenceState::Attached,
+                login: Some(holder.login.clone()),
+                until: None,
+            },
+            Slot::Grace {
+                holder, until_ms, ..
+            } => Presence {
+                state: PresenceState::Detached,
+                login: Some(holder.login.clone()),
+                until: Some(*until_ms),
+            },
+        }
+    }
+}
+
+#[derive(Default)]
+struct Table {
+    slots: HashMap<Uuid, Slot>,
+    gates: HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
+    revocations: HashMap<Uuid, u64>,
+    rooms: HashMap<Uuid, broadcast::Sender<Presence>>,
+    next_id: u64,
+}
+
+impl Table {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}
+
+/// How many presence changes a slow room socket may fall behind before it skips to the latest.
+const ROOM_BACKLOG: usize = 64;
+
+/// The attachment table of this process.
+#[derive(Default)]
+pub struct Planners {
+    table: Mutex<Table>,
+}
+
+impl Planners {
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn gate(&self, doc: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        self.lock().gates.entry(doc).or_default().clone()
+    }
+
+    /// The document's revocation count (see the module docs). Read it before checking an attach.
+    pub fn revocations(&self, doc: Uuid) -> u64 {
+        self.lock().revocations.get(&doc).copied().unwrap_or(0)
+    }
+
+    fn revoke_count(&self, doc: Uuid) {
+        *self.lock().revocations.entry(doc).or_default() += 1;
+    }
+
+    /// What the room is told now.
+    pub fn presence(&self, doc: Uuid) -> Presence {
+        self.lock()
+            .slots
+            .get(&doc)
+            .map(Slot::presence)
+            .unwrap_or_else(Presence::none)
+    }
+
+    /// Presence changes of `doc` from now on.
+    pub fn subscribe(&self, doc: Uuid) -> broadcast::Receiver<Presence> {
+        self.lock()
+            .rooms
+            .entry(doc)
+            .or_insert_with(|| broadcast::channel(ROOM_BACKLOG).0)
+            .subscribe()
+    }
+
+    fn announce(&self, doc: Uuid) {
+        let mut table = self.lock();
+        let presence = table
+            .slots
+            .get(&doc)
+            .map(Slot::presence)
+            .unwrap_or_else(Presence::none);
+        if let Some(room) = table.rooms.get(&doc) {
+            if room.send(presence).is_err() {
+                // Nobody listens any more.
+                table.rooms.remove(&doc);
+            }
+        }
+    }
+
+    /// The login holding `doc`'s Planner, attached or in its grace period.
+    pub fn holder(&self, doc: Uuid) -> Option<Holder> {
+        self.lock().slots.get(&doc).map(|s| s.holder().clone())
+    }
+
+    /// Binds a link for `live`'s account to `doc`, claiming the Planner ownership in storage.
+    /// `revocations_seen` is [`Planners::revocations`] as read before the caller's checks.
+    pub async fn attach(
+        &self,
+        state: &AppState,
+        doc: Uuid,
+        live: &Arc<LiveLogin>,
+        revocations_seen: u64,
+    ) -> Result<Bound, Refusal> {
+        let gate = self.gate(doc);
+        let _gate = gate.lock().await;
+        let holder = Holder {
+            account_id: live.account.id,
+            login: live.account.login.clone(),
+            browser_login_id: live.id,
+        };
+        {
+            let table = self.lock();
+            match table.slots.get(&doc) {
+                Some(Slot::Attached { holder: h, .. }) => return Err(Refusal::attached(&h.login)),
+                Some(Slot::Grace { holder: h, .. }) if h.account_id != holder.account_id => {
+                    return Err(Refusal::attached(&h.login))
+                }
+                _ => {}
+            }
+        }
+        let store = &state.services.store;
+        let now = state.services.clock.now_ms();
+        let mut claim = store
+            .claim_ownership(doc, &holder, now)
+            .await
+            .map_err(Refusal::storage)?;
+        if let Claim::HeldByOther(stale) = &claim {
+            // Storage names an owner this process has no link or grace for (only a race or an
+            // operator can leave one): clear it under its generation and claim again (AO-05).
+            tracing::info!(document = %doc, generation = stale.generation, "clearing an owner left without an attachment");
+            store
+                .release_ownership(doc, stale.generation)
+                .await
+                .map_err(Refusal::storage)?;
+            claim = store
+                .claim_ownership(doc, &holder, now)
+                .await
+                .map_err(Refusal::storage)?;
+        }
+        let ownership = match claim {
+            Claim::Claimed(o) => o,
+            Claim::HeldByOther(o) => {
+                let login = o.holder.map(|h| h.login).unwrap_or_default();
+                return Err(Refusal::attached(&login));
+            }
+        };
+        let (closer, closing) = mpsc::unbounded_channel();
+        let bound = {
+            let mut table = self.lock();
+            let revoked = table.revocations.get(&doc).copied().unwrap_or(0) != revocations_seen;
+            let signed_in = state.sessions.get_live(live.id, now).is_some();
+            if revoked || !signed_in {
+                None
+            } else {
+                let link = table.id();
+                if let Some(Slot::Grace { task, .. }) = table.slots.get(&doc) {
+                    task.abort();
+                }
+                table.slots.insert(
+                    doc,
+                    Slot::Attached {
+                        link,
+                        holder: holder.clone(),
+                        generation: ownership.generation,
+                        closer,
+                    },
+                );
+                Some(link)
+            }
+        };
+        let Some(link) = bound else {
+            // Never bound: give back what this attach claimed.
+            let _ = store.release_ownership(doc, ownership.generation).await;
+            return Err(Refusal::raced());
+        };
+        self.announce(doc);
+        tracing::info!(document = %doc, login = %holder.login, generation = ownership.generation, link, "Planner attached");
+        Ok(Bound {
+            link,
+            generation: ownership.generation,
+            closing,
+        })
+    }
+
+    /// A link ended on its own: its ownership is kept for `PLANNER_ATTACH_GRACE_MS` for the
+    /// same account, then released under its generation.
+    pub async fn link_ended(&self, state: &AppState, doc: Uuid, link: u64, how: LinkEnd) {
+        let gate = self.gate(doc);
+        let _gate = gate.lock().await;
+        let grace_ms = state.config.planner_attach_grace_ms;
+        let until_ms = state.services.clock.now_ms() + grace_ms as i64;
+        {
+            let mut table = self.lock();
+            let Some(Slot::Attached {
+                link: current,
+                holder,
+                generation,
+                ..
+            }) = table.slots.get(&doc)
+            else {
+                return;
+            };
+            if *current != link {
+                return;
+            }
+            let (holder, generation) = (holder.clone(), *generation);
+            let timer = table.id();
+            let (st, planners) = (state.clone(), state.planners.clone());
+            let task = tokio::spawn(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(grace_ms)).await;
+                planners.grace_ended(&st, doc, timer).await;
+            })
+            .abort_handle();
+            tracing::info!(document = %doc, login = %holder.login, ?how, until_ms, "Planner link ended; grace period started");
+            table.slots.insert(
+                doc,
+                Slot::Grace {
+                    holder,
+                    generation,
+                    until_ms,
+                    timer,
+                    task,
+                },
+            );
+        }
+        self.announce(doc);
+    }
+
+    async fn grace_ended(&self, state: &AppState, doc: Uuid, timer: u64) {
+        let gate = self.gate(doc);
+        let _gate = gate.lock().await;
+        let generation = {
+            let mut table = self.lock();
+            match table.slots.get(&doc) {
+                Some(Slot::Grace {
+                    timer: t,
+                    generation,
+                    ..
+                }) if *t == timer => {
+                    let generation = *generation;
+                    table.slots.remove(&doc);
+                    generation
+                }
+                // A newer attach or a release replaced this grace: nothing to do.
+                _ => return,
+            }
+        };
+        release(state, doc, generation).await;
+        tracing::info!(document = %doc, generation, "grace period ended; Planner released");
+        self.announce(doc);
+    }
+
+    /// Takes `doc`'s slot out if `pick` accepts it, closing an attached link with `closing`,
+    /// releases the ownership in storage and tells the room. True if something was held.
+    async fn take(
+        &self,
+        state: &AppState,
+        doc: Uuid,
+        closing: Closing,
+        pick: impl Fn(&Slot) -> bool,
+    ) -> bool {
+        let gate = self.gate(doc);
+        let _gate = gate.lock().await;
+        let slot = {
+            let mut table = self.lock();
+            match table.slots.get(&doc) {
+                Some(slot) if pick(slot) => table.slots.remove(&doc),
+                _ => None,
+            }
+        };
+        let Some(slot) = slot else {
+            return false;
+        };
+        let generation = match slot {
+            Slot::Attached {
+                generation, closer, ..
+            } => {
+                let _ = closer.send(closing);
+                generation
+            }
+            Slot::Grace {
+                generation, task, ..
+            } => {
+                task.abort();
+                generation
+            }
+        };
+        release(state, doc, generation).await;
+        self.announce(doc);
+        true
+    }
+
+    /// A browser login ended (sign-out or expiry): every Planner it owns is closed and freed.
+    pub async fn login_ended(&self, state: &AppState, login_id: Uuid, why: LoginEnd) {
+        let docs: Vec<Uuid> = {
+            let table = self.lock();
+            table
+                .slots
+                .iter()
+                .filter(|(_, s)| s.holder().browser_login_id == login_id)
+                .map(|(d, _)| *d)
+                .collect()
+        };
+        for doc in docs {
+            self.revoke_count(doc);
+            let message = match why {
+                LoginEnd::SignedOut => "The owner's browser signed out, which ends this Planner link; sign in again and reattach.",
+                LoginEnd::Expired => "The owner's browser sign-in expired, which ends this Planner link; sign in again and reattach.",
+            };
+            self.take(
+                state,
+                doc,
+                Closing {
+                    code: ErrorCode::SignInRequired,
+                    message: message.to_owned(),
+                },
+                |s| s.holder().browser_login_id == login_id,
+            )
+            .await;
+        }
+        // Attaches of this login still being checked must not bind: the session table no
+        // longer holds it, which `attach` checks before binding.
+    }
+
+    /// A repository writer reset the Planner: the link closes (4410) and the document is free.
+    /// True if anything was held, in this process or in storage.
+    pub async fn reset(&self, state: &AppState, doc: Uuid) -> Result<bool, StoreError> {
+        self.revoke_count(doc);
+        let took = self
+            .take(
+                state,
+                doc,
+                Closing {
+                    code: ErrorCode::PlannerReleased,
+                    message: "A repository writer reset this document's Planner; attach again to take it back.".to_owned(),
+                },
+                |_| true,
+            )
+            .await;
+        if took {
+            return Ok(true);
+        }
+        // Nothing in this process: clear an owner storage may still name.
+        let gate = self.gate(doc);
+        let _gate = gate.lock().await;
+        let ownership = state.services.store.ownership(doc).await?;
+        if ownership.holder.is_some() {
+            state
+                .services
+                .store
+                .release_ownership(doc, ownership.generation)
+                .await?;
+            self.announce(doc);
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// The document was archived: its link closes (4404) and its Planner is freed.
+    pub async fn archived(&self, state: &AppState, doc: Uuid) {
+        self.revoke_count(doc);
+        self.take(
+            state,
+            doc,
+            Closing {
+                code: ErrorCode::DocumentNotFound,
+                message: "This document was archived, which ends its Planner link.".to_owned(),
+            },
+            |_| true,
+        )
+        .await;
+    }
+
+    /// A recheck found the link's access gone: it closes (4403 `access-revoked`) and the
+    /// document is freed.
+    pub async fn revoke_link(&self, state: &AppState, doc: Uuid, link: u64, message: String) {
+        self.take(
+            state,
+            doc,
+            Closing {
+                code: ErrorCode::AccessRevoked,
+                message,
+            },
+            |s| matches!(s, Slot::Attached { link: l, .. } if *l == link),
+        )
+        .await;
+    }
+
+    /// Before a Planner request (`@chopin`) is accepted: the attached link, rechecked as the
+    /// periodic recheck would for its owner's sign-in and storage's owner (UNA-03). A link that
+    /// fails is closed and freed, and the request refused like one with nothing attached.
+    pub async fn attached_for_request(
+        &self,
+        state: &AppState,
+        doc: Uuid,
+    ) -> Result<Holder, NotAttached> {
+        let (link, holder, generation) = {
+            let table = self.lock();
+            match table.slots.get(&doc) {
+                Some(Slot::Attached {
+                    link,
+                    holder,
+                    generation,
+                    ..
+                }) => (*link, holder.clone(), *generation),
+                Some(Slot::Grace { holder, .. }) => {
+                    return Err(NotAttached::Away {
+                        login: holder.login.clone(),
+                    })
+                }
+                None => return Err(NotAttached::Nothing),
+            }
+        };
+        let now = state.services.clock.now_ms();
+        let signed_in = state
+            .sessions
+            .get_live(holder.browser_login_id, now)
+            .is_some();
+        let stored = state.services.store.ownership(doc).await;
+        let assigned = matches!(&stored, Ok(o) if o.generation == generation
+            && o.holder.as_ref().map(|h| h.account_id) == Some(holder.account_id));
+        if signed_in && assigned {
+            return Ok(holder);
+        }
+        let (code, message) = if signed_in {
+            (
+                ErrorCode::AccessRevoked,
+                "Storage no longer names this link's account as the document's Planner owner.",
+            )
+        } else {
+            (ErrorCode::SignInRequired, "The owner's browser sign-in has ended, which ends this Planner link; sign in again and reattach.")
+        };
+        self.take(
+            state,
+            doc,
+            Closing {
+                code,
+                message: message.to_owned(),
+            },
+            |s| matches!(s, Slot::Attached { link: l, .. } if *l == link),
+        )
+        .await;
+        Err(NotAttached::Nothing)
+    }
+}
+
+/// Why a Planner request cannot run now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAttached {
+    /// Nothing is attached.
+    Nothing,
+    /// The holder's machine is away (its grace period).
+    Away { login: String },
+}
+
+impl NotAttached {
+    /// The `planner-not-attached` words (UNA-04, MSG-12 per the UNA-05 ruling).
+    pub fn words(&self, document_url: &str) -> String {
+        match self {
+            NotAttached::Nothing => format!(
+                "No Planner is attached to {document_url}. Connect a Planner client to it over the agent connection from a session in a checkout of the repository; that attaches the session as this document's Planner."
+            ),
+            NotAttached::Away { login } => format!(
+                "@{login}'s machine is offline, so this message wasn't sent. Send it again when it's back."
+            ),
+        }
+    }
+}
+
+async fn release(state: &AppState, doc: Uuid, generation: i64) {
+    if let Err(e) = state
+        .services
+        .store
+        .release_ownership(doc, generation)
+        .await
+    {
+        tracing::error!(error = %e, document = %doc, generation, "could not release the Planner ownership; a later attach clears it");
+    }
+}
