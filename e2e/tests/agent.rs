@@ -16,6 +16,7 @@ enum Backend {
 
 struct Fixture {
     server: Server,
+    launch: Launch,
     github: FakeGitHub,
     origin: String,
     host: String,
@@ -54,11 +55,14 @@ async fn start(backend: Backend) -> Fixture {
         .env("GITHUB_ALLOWED_USERS", "mona,hubot");
     launch = match &backend {
         Backend::Sqlite(home) => launch.env("HOME", home.path().to_string_lossy()),
-        Backend::Postgres(db) => launch.env("DATABASE_URL", db.url.clone()),
+        Backend::Postgres(db) => launch
+            .env("DATABASE_URL", db.url.clone())
+            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
     };
     let server = launch.start().await;
     Fixture {
         server,
+        launch,
         github,
         host: format!("127.0.0.1:{port}"),
         origin,
@@ -315,11 +319,64 @@ async fn strict_frames(f: &Fixture) {
     }
 }
 
+/// A restart keeps documents and browser sign-ins (their credentials sealed in the database),
+/// but no link: the returning browser's cookie restores its sign-in, after which its account can
+/// attach again.
+async fn survives_restart(mut f: Fixture) -> Fixture {
+    let cookie = sign_in(&f.server, &f.github, "mona").await;
+    let doc = f.create_document(&f.mona, "After the restart").await;
+    let id = doc["id"].as_str().unwrap().to_owned();
+    let (status, log) = f.server.stop().await;
+    assert!(status.success(), "{log}");
+    f.server = f.launch.start().await;
+
+    // No browser has come back yet: no live sign-in in this process.
+    let mut c = f.connect(&f.upgrade(Some(&f.mona))).await.unwrap();
+    let r = c.attach(&id, &[]).await.unwrap();
+    assert_eq!(refusal(&r).0, "sign-in-required");
+    // The browser returns with its cookie: restored from the sealed credential.
+    let session = reqwest::Client::new()
+        .get(f.server.url("/api/session"))
+        .header("cookie", &cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(session.status(), 200);
+    let body: Value = session.json().await.unwrap();
+    assert_eq!(body["login"], "mona");
+    let by_slug = reqwest::Client::new()
+        .get(
+            f.server
+                .url("/api/repositories/octo/plans/documents/after-the-restart"),
+        )
+        .bearer_auth(&f.mona)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_slug.status(), 200, "the document survived");
+    let mut c = f.connect(&f.upgrade(Some(&f.mona))).await.unwrap();
+    match c.attach(&id, &[]).await.unwrap() {
+        ServerMessage::Attached(a) => assert_eq!(a.generation, Some(1)),
+        other => panic!("expected attached, got {other:?}"),
+    }
+    // A forged cookie for the same login is not restored.
+    let forged = format!("{}0", cookie);
+    let session = reqwest::Client::new()
+        .get(f.server.url("/api/session"))
+        .header("cookie", forged)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(session.status(), 401);
+    f
+}
+
 async fn whole_run(backend: Backend) {
     let f = start(backend).await;
     every_http_refusal(&f).await;
     every_close_code(&f).await;
     strict_frames(&f).await;
+    let f = survives_restart(f).await;
     f.finish().await;
 }
 

@@ -51,6 +51,8 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     /// Who holds each document's Planner.
     pub planners: Arc<Planners>,
+    /// Seals browser logins' GitHub credentials at rest.
+    pub credential_key: Arc<crate::crypto::CredentialKey>,
     lease: watch::Receiver<Option<WriterLease>>,
 }
 
@@ -77,11 +79,28 @@ pub enum StartError {
     Lease(#[from] LeaseError),
     #[error("could not clear Planner owner references at startup: {0}")]
     Store(#[from] crate::store::StoreError),
+    #[error("the credential encryption key is unusable: {0}")]
+    Key(#[from] crate::crypto::KeyError),
 }
 
 /// Takes the writer lease, clears owner references left by an earlier process, and starts
 /// renewing the lease.
 pub async fn start(config: Config, services: Services) -> Result<Running, StartError> {
+    let credential_key = match &config.session_encryption_key {
+        Some(hex) => crate::crypto::CredentialKey::from_hex(hex.expose())?,
+        None => {
+            if matches!(config.database, crate::config::Database::Postgres(_)) {
+                tracing::warn!(
+                    path = %config.credential_key_file.display(),
+                    "SESSION_ENCRYPTION_KEY is unset: sign-in credentials are sealed with a key file on this machine; set SESSION_ENCRYPTION_KEY so another machine serving this database can read them"
+                );
+            }
+            crate::crypto::CredentialKey::load_or_create(
+                &config.credential_key_file,
+                &*services.entropy,
+            )?
+        }
+    };
     let holder = format!("chopin-{}", services.entropy.token_hex(8));
     let lease = lease::acquire(&*services.store, &*services.clock, &holder).await?;
     tracing::info!(epoch = lease.epoch, holder = %holder, "writer lease acquired");
@@ -92,6 +111,14 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
             cleared,
             "cleared Planner owner references left by an earlier process"
         );
+    }
+    // Logins past their expiry or signed out go, with their sealed credentials.
+    let swept = services
+        .store
+        .delete_expired_logins(services.clock.now_ms())
+        .await?;
+    if swept > 0 {
+        tracing::info!(swept, "removed expired or signed-out browser logins");
     }
     let (rx, keeper) = lease::keep(services.store.clone(), services.clock.clone(), lease);
     let github = GitHub::new(config.github_api_url.clone(), services.connector.clone());
@@ -107,6 +134,7 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
             admission: Arc::new(admission),
             sessions: Arc::new(Sessions::default()),
             planners: Arc::new(Planners::default()),
+            credential_key: Arc::new(credential_key),
             lease: rx,
         },
         keeper,

@@ -116,6 +116,11 @@ pub struct Config {
     pub planner_patience_ms: u64,
     /// Absolute lifetime of a browser sign-in (cookie session), in ms.
     pub session_max_age_ms: u64,
+    /// The key that seals sign-in credentials at rest (64 hex characters), if set.
+    pub session_encryption_key: Option<Secret>,
+    /// Where the generated key is kept when `SESSION_ENCRYPTION_KEY` is unset: beside the
+    /// embedded database, or in the data folder with PostgreSQL.
+    pub credential_key_file: PathBuf,
     /// How often an attached link's account admission and repository access are checked again.
     pub access_recheck_ms: u64,
     pub chat_attachment_max_bytes: u64,
@@ -239,6 +244,18 @@ pub struct Args {
     /// Default 120000.
     #[arg(long, env = "PLANNER_PATIENCE_MS", value_name = "MS")]
     pub planner_patience_ms: Option<String>,
+
+    /// 64 hex characters (`openssl rand -hex 32`): the key that encrypts browser sign-ins'
+    /// GitHub credentials in the database. Unset: a key generated once into credential.key beside
+    /// the embedded database (or in --data-dir with PostgreSQL). Changing it signs everyone out.
+    /// Never printed.
+    #[arg(
+        long,
+        env = "SESSION_ENCRYPTION_KEY",
+        value_name = "HEX",
+        hide_env_values = true
+    )]
+    pub session_encryption_key: Option<String>,
 
     /// Absolute lifetime of a browser sign-in, in ms; signing in again starts a new one.
     /// Default 2592000000 (30 days).
@@ -637,6 +654,17 @@ impl Config {
             parse_base_url("GITHUB_WEB_URL", &args.github_web_url, "https://github.com")?;
         let app_origin = parse_origin(&args.app_origin, server_host, port)?;
 
+        let credential_key_file = match &database {
+            Database::Sqlite(path) => path
+                .parent()
+                .map(|d| d.join("credential.key"))
+                .unwrap_or_else(|| PathBuf::from("credential.key")),
+            Database::Postgres(_) => args
+                .data_dir
+                .clone()
+                .unwrap_or_else(default_data_dir)
+                .join("credential.key"),
+        };
         Ok(Self {
             server_host,
             port,
@@ -673,6 +701,17 @@ impl Config {
             github_web_url,
             github_allowed_users: parse_name_list(&args.github_allowed_users),
             session_max_age_ms: parse_session_max_age(&args.session_max_age_ms)?,
+            session_encryption_key: match given(&args.session_encryption_key) {
+                None => None,
+                Some(raw) => {
+                    crate::crypto::CredentialKey::from_hex(raw).map_err(|e| {
+                        // The value is a secret: never shown.
+                        ConfigError::new("SESSION_ENCRYPTION_KEY", None, e.to_string())
+                    })?;
+                    Some(Secret::new(raw.trim()))
+                }
+            },
+            credential_key_file,
             access_recheck_ms: parse_ms(
                 "AGENT_ACCESS_RECHECK_MS",
                 &args.agent_access_recheck_ms,
@@ -907,5 +946,38 @@ mod tests {
         let c = parse(&[]).unwrap();
         assert_eq!(c.github_app_client_id, None);
         assert_eq!(c.github_app_client_secret, None);
+    }
+}
+
+#[cfg(test)]
+mod key_tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let mut argv = vec!["chopin".to_string()];
+        for (flag, value) in pairs {
+            argv.push(format!("--{flag}={value}"));
+        }
+        Config::from_args(&Args::try_parse_from(argv).expect("flags parse as text"))
+    }
+
+    #[test]
+    fn a_bad_session_encryption_key_is_refused_without_echoing_it() {
+        let err = parse(&[("session-encryption-key", "not-a-key-hunter2")]).unwrap_err();
+        assert_eq!(err.variable, "SESSION_ENCRYPTION_KEY");
+        let shown = err.to_string();
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("64"), "says what it accepts: {shown}");
+        let ok = parse(&[("session-encryption-key", &"ab".repeat(32))]).unwrap();
+        assert!(!format!("{ok:?}").contains(&"ab".repeat(32)));
+    }
+
+    #[test]
+    fn the_generated_key_lives_beside_the_embedded_database() {
+        let c = parse(&[("data-dir", "/var/lib/chopin")]).unwrap();
+        assert_eq!(
+            c.credential_key_file,
+            PathBuf::from("/var/lib/chopin/credential.key")
+        );
     }
 }

@@ -227,8 +227,7 @@ pub async fn caller(
             browser: None,
         });
     }
-    let now = state.services.clock.now_ms();
-    let Some(live) = state.sessions.authenticate(headers, now) else {
+    let Some(live) = state.sessions.authenticate(state, headers).await else {
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "not-signed-in",

@@ -6,6 +6,7 @@
 //! - [`clock`], [`entropy`], [`connector`]: the determinism seams (wall time, randomness,
 //!   outbound sockets). Timers use `tokio::time` directly.
 //! - [`store`]: durable state on memory, SQLite or PostgreSQL.
+//! - [`crypto`]: the credential key and browser-login credentials sealed at rest (AES-256-GCM).
 //! - [`lease`]: the database-wide writer lease held while serving.
 //! - [`http`]: the axum router and [`serve`] over any `axum::serve::Listener`.
 //! - [`app`]: wiring a configuration into a running server.
@@ -21,6 +22,7 @@ pub mod app;
 pub mod clock;
 pub mod config;
 pub mod connector;
+pub mod crypto;
 pub mod documents;
 pub mod entropy;
 pub mod github;

@@ -53,8 +53,7 @@ pub async fn endpoint(
             "A room socket must be opened from this server's own pages.",
         );
     }
-    let now = state.services.clock.now_ms();
-    let Some(live) = state.sessions.authenticate(&headers, now) else {
+    let Some(live) = state.sessions.authenticate(&state, &headers).await else {
         return refuse(
             StatusCode::UNAUTHORIZED,
             "not-signed-in",

@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use crate::app::AppState;
 use crate::config::{AuthMode, Secret};
+use crate::crypto::{CredentialAad, StoredCredential};
 use crate::store::{Account, BrowserLogin, StoreError, UnixMillis};
 
 /// The session cookie's name.
@@ -43,6 +44,8 @@ pub struct LiveLogin {
     pub expires_at_ms: UnixMillis,
     verifier_hash: String,
     token: Secret,
+    /// The revision the sealed credential is stored at.
+    pub credential_revision: i64,
 }
 
 impl LiveLogin {
@@ -97,6 +100,25 @@ impl Sessions {
                 signed_out_at_ms: None,
             })
             .await?;
+        // The credential is kept sealed, so a restart can restore the login from its cookie.
+        let aad = credential_aad(state, id, account.id, now, expires_at_ms, &verifier_hash, 1);
+        let sealed = state.credential_key.seal_credential(
+            &*s.entropy,
+            &aad,
+            &StoredCredential {
+                access_token: token.expose().to_owned(),
+                refresh_token: None,
+                access_expires_at_ms: None,
+            },
+        );
+        match s.store.set_login_credential(id, 0, &sealed).await? {
+            Some(1) => {}
+            other => {
+                return Err(StoreError::Conflict(format!(
+                    "a new login's credential was stored at revision {other:?}, not 1"
+                )))
+            }
+        }
         let live = Arc::new(LiveLogin {
             id,
             account,
@@ -104,19 +126,81 @@ impl Sessions {
             expires_at_ms,
             verifier_hash,
             token,
+            credential_revision: 1,
         });
         self.lock().insert(id, live.clone());
         Ok((live, format!("{id}.{verifier}")))
     }
 
-    /// The live login a request's session cookie proves, if any.
-    pub fn authenticate(&self, headers: &HeaderMap, now_ms: UnixMillis) -> Option<Arc<LiveLogin>> {
+    /// The live login a request's session cookie proves, if any. A login this process does not
+    /// hold (it signed in before a restart) is restored from storage: its sealed credential is
+    /// opened and GitHub must still know the token as the login's own account, admitted here.
+    pub async fn authenticate(
+        &self,
+        state: &AppState,
+        headers: &HeaderMap,
+    ) -> Option<Arc<LiveLogin>> {
+        let now_ms = state.services.clock.now_ms();
         let value = cookie_value(headers, SESSION_COOKIE)?;
         let (id, verifier) = value.split_once('.')?;
         let id = Uuid::parse_str(id).ok()?;
-        let live = self.get_live(id, now_ms)?;
         // Compare digests, not the secret, so timing says nothing about the verifier.
-        (sha256_hex(verifier) == live.verifier_hash).then_some(live)
+        let hash = sha256_hex(verifier);
+        if let Some(live) = self.get_live(id, now_ms) {
+            return (hash == live.verifier_hash).then_some(live);
+        }
+        let restored = self.restore(state, id, &hash, now_ms).await;
+        if let Some(live) = &restored {
+            tracing::info!(login = %live.account.login, login_id = %id, "browser login restored from storage");
+        }
+        restored
+    }
+
+    async fn restore(
+        &self,
+        state: &AppState,
+        id: Uuid,
+        verifier_hash: &str,
+        now_ms: UnixMillis,
+    ) -> Option<Arc<LiveLogin>> {
+        let store = &state.services.store;
+        let login = store.browser_login(id).await.ok()??;
+        if !login.is_live(now_ms) || login.verifier_hash != verifier_hash {
+            return None;
+        }
+        let account = store.account(login.account_id).await.ok()??;
+        let (revision, sealed) = store.login_credential(id).await.ok()??;
+        let aad = credential_aad(
+            state,
+            id,
+            account.id,
+            login.created_at_ms,
+            login.expires_at_ms,
+            &login.verifier_hash,
+            revision,
+        );
+        let credential = match state.credential_key.open_credential(&aad, &sealed) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(login_id = %id, error = %e, "a stored sign-in credential does not open with this key; the browser must sign in again");
+                return None;
+            }
+        };
+        match state.admission.check(&credential.access_token).await {
+            Ok(admitted) if admitted.user.id == account.github_user_id => {}
+            _ => return None,
+        }
+        let live = Arc::new(LiveLogin {
+            id,
+            account,
+            created_at_ms: login.created_at_ms,
+            expires_at_ms: login.expires_at_ms,
+            verifier_hash: login.verifier_hash,
+            token: Secret::new(credential.access_token),
+            credential_revision: revision,
+        });
+        // Another request may have restored it meanwhile: keep the first.
+        Some(self.lock().entry(id).or_insert(live).clone())
     }
 
     /// The login if this process holds it and it has not expired at `now_ms`.
@@ -137,6 +221,32 @@ impl Sessions {
     /// Forgets a login in this process at once (sign-out); the caller records it in the store.
     pub fn forget(&self, id: Uuid) -> Option<Arc<LiveLogin>> {
         self.lock().remove(&id)
+    }
+}
+
+/// What a login's sealed credential is bound to: this server, the login, and the revision.
+fn credential_aad(
+    state: &AppState,
+    login_id: Uuid,
+    account_id: Uuid,
+    created_at_ms: UnixMillis,
+    expires_at_ms: UnixMillis,
+    verifier_hash: &str,
+    revision: i64,
+) -> CredentialAad {
+    CredentialAad {
+        origin: state.config.app_origin.clone(),
+        client_id: state
+            .config
+            .github_app_client_id
+            .clone()
+            .unwrap_or_default(),
+        login_id,
+        account_id,
+        created_at_ms,
+        expires_at_ms,
+        verifier_hash: verifier_hash.to_owned(),
+        revision,
     }
 }
 
@@ -376,8 +486,7 @@ pub async fn logout(State(state): State<AppState>, headers: HeaderMap) -> Respon
     if !same_origin(&state, &headers) {
         return refusal(StatusCode::FORBIDDEN, "This request did not come from this server's own pages (its Origin header is missing or foreign).");
     }
-    let now = state.services.clock.now_ms();
-    let Some(live) = state.sessions.authenticate(&headers, now) else {
+    let Some(live) = state.sessions.authenticate(&state, &headers).await else {
         return refusal(StatusCode::UNAUTHORIZED, "You are not signed in.");
     };
     end_login(&state, &live, LoginEnd::SignedOut).await;
@@ -411,14 +520,16 @@ pub async fn end_login(state: &AppState, live: &LiveLogin, why: LoginEnd) {
         {
             tracing::error!(error = %e, login_id = %live.id, "sign-out could not be recorded; the login is ended in this process");
         }
+        if let Err(e) = state.services.store.delete_login_credential(live.id).await {
+            tracing::error!(error = %e, login_id = %live.id, "the signed-out login's sealed credential could not be deleted");
+        }
     }
     tracing::info!(login = %live.account.login, login_id = %live.id, ?why, "browser login ended");
 }
 
 /// `GET /api/session`: who this browser is signed in as.
 pub async fn current(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let now = state.services.clock.now_ms();
-    match state.sessions.authenticate(&headers, now) {
+    match state.sessions.authenticate(&state, &headers).await {
         Some(live) => Json(json!({
             "login": live.account.login,
             "accountId": live.account.id,

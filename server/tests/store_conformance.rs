@@ -5,7 +5,9 @@
 //! Owns: the behaviour every backend must share — the generation-guarded ownership claim and
 //! release, revisions that only grow, transcript order and paging, the writer lease and its
 //! epochs, slugs unique per repository (owner and repository compared without ASCII case),
-//! browser-login sign-out, `NotFound` for unknown documents, and data surviving a reopen. Races
+//! browser-login sign-out, browser-login credentials (revision-guarded writes, deletion that no
+//! older write can undo, startup cleanup of dead logins), `NotFound` for unknown documents, and
+//! data surviving a reopen. Races
 //! run on a two-worker runtime with a barrier, so claimers really overlap.
 //! Does not own: policy (who may claim) or the server around the store.
 //!
@@ -129,6 +131,12 @@ conformance! {
     account_upsert_race_yields_one_account,
     browser_login_sign_out_happens_once,
     browser_login_for_unknown_account_is_not_found,
+    login_credential_cas_refuses_stale_and_revision_grows,
+    login_credential_race_exactly_one_wins,
+    login_credential_deletion_refuses_older_revisions,
+    login_credential_is_refused_for_signed_out_login,
+    delete_expired_logins_keeps_live_logins,
+    login_credential_survives_reopening_the_store,
     duplicate_slug_in_same_repo_conflicts,
     document_by_slug_ignores_owner_and_repo_case,
     archived_flag_round_trips,
@@ -367,6 +375,365 @@ async fn browser_login_for_unknown_account_is_not_found(b: &Backend) {
     };
     assert!(is_not_found(store.create_browser_login(&login).await));
     assert_eq!(store.browser_login(login.id).await.unwrap(), None);
+}
+
+// --- browser-login credentials ---------------------------------------------------------------
+
+/// A browser login of a fresh account, created in the store.
+async fn browser_login(
+    store: &Arc<dyn Store>,
+    n: u128,
+    expires_at_ms: i64,
+    signed_out_at_ms: Option<i64>,
+) -> BrowserLogin {
+    let account = store
+        .upsert_account(100 + n as i64, &format!("user-{n}"), 1_000)
+        .await
+        .expect("upsert account");
+    let login = BrowserLogin {
+        id: Uuid::from_u128(0xc0de_0000_0000_0000_0000_0000_0000_0000 + n),
+        account_id: account.id,
+        verifier_hash: format!("verifier-hash-{n}"),
+        created_at_ms: 1_000,
+        expires_at_ms,
+        signed_out_at_ms,
+    };
+    store
+        .create_browser_login(&login)
+        .await
+        .expect("create browser login");
+    login
+}
+
+async fn login_credential_cas_refuses_stale_and_revision_grows(b: &Backend) {
+    let store = b.open().await;
+    let login = browser_login(&store, 1, 1_000_000, None).await;
+    assert_eq!(
+        store.login_credential(login.id).await.unwrap(),
+        None,
+        "a new login has no credential"
+    );
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 1, b"v1")
+            .await
+            .unwrap(),
+        None,
+        "a new login is at revision 0"
+    );
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 0, b"v1")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        store.login_credential(login.id).await.unwrap(),
+        Some((1, b"v1".to_vec()))
+    );
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 0, b"late")
+            .await
+            .unwrap(),
+        None,
+        "a write against an older revision is refused"
+    );
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 2, b"ahead")
+            .await
+            .unwrap(),
+        None,
+        "a write against a revision not reached yet is refused"
+    );
+    assert_eq!(
+        store.login_credential(login.id).await.unwrap(),
+        Some((1, b"v1".to_vec())),
+        "refused writes change nothing"
+    );
+    let sealed = vec![0u8, 1, 0xff, 0, 7];
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 1, &sealed)
+            .await
+            .unwrap(),
+        Some(2)
+    );
+    assert_eq!(
+        store.login_credential(login.id).await.unwrap(),
+        Some((2, sealed)),
+        "bytes round-trip exactly, NUL and high bytes included"
+    );
+
+    // Another login's credential is its own.
+    let other = browser_login(&store, 2, 1_000_000, None).await;
+    assert_eq!(store.login_credential(other.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .set_login_credential(other.id, 0, b"o1")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert_eq!(
+        store.login_credential(login.id).await.unwrap().map(|c| c.0),
+        Some(2)
+    );
+
+    let unknown = Uuid::from_u128(0xdead);
+    assert!(matches!(
+        store.set_login_credential(unknown, 0, b"x").await,
+        Err(StoreError::NotFound("browser login"))
+    ));
+    assert_eq!(store.login_credential(unknown).await.unwrap(), None);
+}
+
+async fn login_credential_race_exactly_one_wins(b: &Backend) {
+    let store = b.open().await;
+    let login = browser_login(&store, 1, 1_000_000, None).await;
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let mut tasks = Vec::new();
+    for i in 0..RACERS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let sealed = format!("writer-{i}").into_bytes();
+            let written = store
+                .set_login_credential(login.id, 0, &sealed)
+                .await
+                .unwrap();
+            (written, sealed)
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        let (written, sealed) = task.await.unwrap();
+        if let Some(revision) = written {
+            winners.push((revision, sealed));
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one writer at revision 0 wins");
+    assert_eq!(winners[0].0, 1);
+    assert_eq!(
+        store.login_credential(login.id).await.unwrap(),
+        Some(winners[0].clone()),
+        "the stored bytes are the winner's"
+    );
+}
+
+async fn login_credential_deletion_refuses_older_revisions(b: &Backend) {
+    let store = b.open().await;
+    let login = browser_login(&store, 1, 1_000_000, None).await;
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 0, b"v1")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert!(store.delete_login_credential(login.id).await.unwrap());
+    assert_eq!(store.login_credential(login.id).await.unwrap(), None);
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 1, b"refreshed")
+            .await
+            .unwrap(),
+        None,
+        "a refresh that read revision 1 cannot recreate the deleted credential"
+    );
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 0, b"again")
+            .await
+            .unwrap(),
+        None,
+        "nor can a write from revision 0"
+    );
+    assert_eq!(store.login_credential(login.id).await.unwrap(), None);
+    assert!(
+        !store.delete_login_credential(login.id).await.unwrap(),
+        "nothing left to delete"
+    );
+    assert_eq!(
+        store.browser_login(login.id).await.unwrap(),
+        Some(login),
+        "deleting the credential keeps the login"
+    );
+
+    // A login never given a credential: deletion reports nothing deleted, and still bars a
+    // first write that raced it.
+    let fresh = browser_login(&store, 2, 1_000_000, None).await;
+    assert!(!store.delete_login_credential(fresh.id).await.unwrap());
+    assert_eq!(
+        store
+            .set_login_credential(fresh.id, 0, b"first")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(store.login_credential(fresh.id).await.unwrap(), None);
+
+    assert!(!store
+        .delete_login_credential(Uuid::from_u128(0xdead))
+        .await
+        .unwrap());
+}
+
+async fn login_credential_is_refused_for_signed_out_login(b: &Backend) {
+    let store = b.open().await;
+    let login = browser_login(&store, 1, 1_000_000, None).await;
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 0, b"v1")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    assert!(store.sign_out_browser_login(login.id, 2_000).await.unwrap());
+    assert_eq!(
+        store
+            .set_login_credential(login.id, 1, b"v2")
+            .await
+            .unwrap(),
+        None,
+        "a signed-out login takes no new credential, even at the current revision"
+    );
+    assert_eq!(
+        store.login_credential(login.id).await.unwrap(),
+        Some((1, b"v1".to_vec())),
+        "signing out alone does not delete the credential"
+    );
+    assert!(store.delete_login_credential(login.id).await.unwrap());
+    assert_eq!(store.login_credential(login.id).await.unwrap(), None);
+}
+
+async fn delete_expired_logins_keeps_live_logins(b: &Backend) {
+    let store = b.open().await;
+    let now = 50_000;
+    let live = browser_login(&store, 1, now + 1, None).await;
+    let live_bare = browser_login(&store, 2, now + 10_000, None).await;
+    let at_expiry = browser_login(&store, 3, now, None).await;
+    let expired = browser_login(&store, 4, now - 1, None).await;
+    let signed_out = browser_login(&store, 5, now + 10_000, None).await;
+    for login in [&live, &at_expiry, &expired, &signed_out] {
+        assert_eq!(
+            store
+                .set_login_credential(login.id, 0, b"sealed")
+                .await
+                .unwrap(),
+            Some(1)
+        );
+    }
+    assert!(store
+        .sign_out_browser_login(signed_out.id, now - 5)
+        .await
+        .unwrap());
+    // A Planner claim through a login that is about to be deleted does not hold it back.
+    let doc = store
+        .create_document(&new_doc(1, "Owner", "Repo", "doc"))
+        .await
+        .unwrap();
+    let account = store.account(expired.account_id).await.unwrap().unwrap();
+    claimed(
+        store
+            .claim_ownership(
+                doc.id,
+                &Holder {
+                    account_id: account.id,
+                    login: account.login,
+                    browser_login_id: expired.id,
+                },
+                now - 10,
+            )
+            .await
+            .unwrap(),
+    );
+
+    assert_eq!(store.delete_expired_logins(now).await.unwrap(), 3);
+    for dead in [&at_expiry, &expired, &signed_out] {
+        assert_eq!(store.browser_login(dead.id).await.unwrap(), None);
+        assert_eq!(store.login_credential(dead.id).await.unwrap(), None);
+        assert!(matches!(
+            store.set_login_credential(dead.id, 1, b"late").await,
+            Err(StoreError::NotFound("browser login"))
+        ));
+    }
+    assert_eq!(
+        store.browser_login(live.id).await.unwrap(),
+        Some(live.clone())
+    );
+    assert_eq!(
+        store.login_credential(live.id).await.unwrap(),
+        Some((1, b"sealed".to_vec()))
+    );
+    assert_eq!(
+        store.browser_login(live_bare.id).await.unwrap(),
+        Some(live_bare.clone())
+    );
+    assert!(
+        store.account(expired.account_id).await.unwrap().is_some(),
+        "accounts are kept"
+    );
+    assert_eq!(
+        store.delete_expired_logins(now).await.unwrap(),
+        0,
+        "nothing more to delete at the same time"
+    );
+    assert_eq!(
+        store
+            .set_login_credential(live.id, 1, b"next")
+            .await
+            .unwrap(),
+        Some(2),
+        "a kept login's credential carries on"
+    );
+    assert_eq!(store.delete_expired_logins(now + 1).await.unwrap(), 1);
+    assert_eq!(store.login_credential(live.id).await.unwrap(), None);
+    assert!(store.browser_login(live_bare.id).await.unwrap().is_some());
+}
+
+async fn login_credential_survives_reopening_the_store(b: &Backend) {
+    let store = b.open().await;
+    let kept = browser_login(&store, 1, 1_000_000, None).await;
+    let deleted = browser_login(&store, 2, 1_000_000, None).await;
+    for rev in 0..3 {
+        store
+            .set_login_credential(kept.id, rev, format!("v{rev}").as_bytes())
+            .await
+            .unwrap()
+            .expect("current revision");
+    }
+    store
+        .set_login_credential(deleted.id, 0, b"gone")
+        .await
+        .unwrap()
+        .expect("current revision");
+    assert!(store.delete_login_credential(deleted.id).await.unwrap());
+    drop(store);
+
+    let reopened = b.open().await;
+    assert_eq!(
+        reopened.login_credential(kept.id).await.unwrap(),
+        Some((3, b"v2".to_vec()))
+    );
+    assert_eq!(reopened.login_credential(deleted.id).await.unwrap(), None);
+    assert_eq!(
+        reopened
+            .set_login_credential(deleted.id, 1, b"resurrect")
+            .await
+            .unwrap(),
+        None,
+        "the deletion's revision is durable too"
+    );
+    assert_eq!(
+        reopened
+            .set_login_credential(kept.id, 3, b"v3")
+            .await
+            .unwrap(),
+        Some(4)
+    );
 }
 
 // --- documents -------------------------------------------------------------------------------

@@ -703,6 +703,9 @@ async fn run_server(incarnation: u32, services: Services, recorder: Recorder) ->
     let mut config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
     config.github_api_url = format!("http://{GITHUB_HOST}:{GITHUB_PORT}");
     config.github_web_url = config.github_api_url.clone();
+    // A fixed key: nothing is written outside the simulation, and every incarnation can open
+    // what an earlier one sealed.
+    config.session_encryption_key = Some(chopin_server::config::Secret::new("5a".repeat(32)));
     let running = match chopin_server::app::start(config, services).await {
         Ok(running) => running,
         Err(e) => {

@@ -39,10 +39,20 @@ struct LeaseRow {
     expires_at_ms: UnixMillis,
 }
 
+/// A login's credential row, as in the SQL backends: after a deletion the row stays with
+/// `sealed: None` so the revision keeps growing.
+#[derive(Debug)]
+struct CredentialRow {
+    revision: i64,
+    sealed: Option<Vec<u8>>,
+}
+
 #[derive(Debug, Default)]
 struct Inner {
     accounts: BTreeMap<Uuid, Account>,
     browser_logins: BTreeMap<Uuid, BrowserLogin>,
+    /// Browser login id → its sealed credential; only for logins in `browser_logins`.
+    login_credentials: BTreeMap<Uuid, CredentialRow>,
     documents: BTreeMap<Uuid, Document>,
     /// (owner key, repo key, slug) → document id: the unique slug per repository.
     slugs: BTreeMap<(String, String, String), Uuid>,
@@ -140,6 +150,82 @@ impl Store for MemoryStore {
                 Ok(true)
             }
             _ => Ok(false),
+        })
+    }
+
+    async fn set_login_credential(
+        &self,
+        login_id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+    ) -> StoreResult<Option<i64>> {
+        self.with(|inner| {
+            let login = inner
+                .browser_logins
+                .get(&login_id)
+                .ok_or(StoreError::NotFound("browser login"))?;
+            if login.signed_out_at_ms.is_some() {
+                return Ok(None);
+            }
+            let current = inner
+                .login_credentials
+                .get(&login_id)
+                .map_or(0, |row| row.revision);
+            if current != expected_revision {
+                return Ok(None);
+            }
+            let revision = current + 1;
+            inner.login_credentials.insert(
+                login_id,
+                CredentialRow {
+                    revision,
+                    sealed: Some(sealed.to_vec()),
+                },
+            );
+            Ok(Some(revision))
+        })
+    }
+
+    async fn login_credential(&self, login_id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        self.with(|inner| {
+            Ok(inner.login_credentials.get(&login_id).and_then(|row| {
+                row.sealed
+                    .as_ref()
+                    .map(|sealed| (row.revision, sealed.clone()))
+            }))
+        })
+    }
+
+    async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool> {
+        self.with(|inner| {
+            if !inner.browser_logins.contains_key(&login_id) {
+                return Ok(false);
+            }
+            let row = inner
+                .login_credentials
+                .entry(login_id)
+                .or_insert(CredentialRow {
+                    revision: 0,
+                    sealed: None,
+                });
+            row.revision += 1;
+            Ok(row.sealed.take().is_some())
+        })
+    }
+
+    async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64> {
+        self.with(|inner| {
+            let dead: Vec<Uuid> = inner
+                .browser_logins
+                .values()
+                .filter(|login| !login.is_live(now_ms))
+                .map(|login| login.id)
+                .collect();
+            for id in &dead {
+                inner.browser_logins.remove(id);
+                inner.login_credentials.remove(id);
+            }
+            Ok(dead.len() as u64)
         })
     }
 

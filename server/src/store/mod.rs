@@ -2,7 +2,8 @@
 //! unit tests), SQLite (the embedded default) and PostgreSQL (production).
 //!
 //! Owns: records and the atomic rules on them — the generation-guarded Planner ownership claim,
-//! revisions that only grow, transcript order, the exclusive writer lease.
+//! revisions that only grow (documents', and browser-login credentials', whose sealed bytes are
+//! opaque here: see [`crate::crypto`]), transcript order, the exclusive writer lease.
 //! Does not own: policy (who may claim, when a grace ends) or time: callers pass wall-clock
 //! milliseconds read from their [`crate::clock::Clock`]. Every backend passes the same conformance
 //! suite (`server/tests/store_conformance.rs`).
@@ -226,6 +227,32 @@ pub trait Store: Send + Sync + 'static {
     async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>>;
     /// Marks the login signed out at `now_ms`; true if it was live-or-expired and not signed out.
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool>;
+
+    // --- browser-login credentials (sealed by `crate::crypto`; opaque bytes here) ---
+    /// Stores `sealed` as the login's credential if its credential revision still equals
+    /// `expected_revision` (0 for a login never given one), advancing it by one. Returns the new
+    /// revision (`expected_revision + 1`), or `None` if the revision is stale or the login is
+    /// signed out (nothing changed). `NotFound("browser login")` for an unknown login.
+    /// Revisions only grow, including across [`Store::delete_login_credential`], so a refresh
+    /// racing a deletion can never recreate the credential.
+    async fn set_login_credential(
+        &self,
+        login_id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+    ) -> StoreResult<Option<i64>>;
+    /// The login's current credential revision and sealed bytes; `None` for an unknown login or
+    /// one without a credential (never given one, or deleted).
+    async fn login_credential(&self, login_id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>>;
+    /// Deletes the login's sealed credential (sign-out, a rejected refresh) and advances its
+    /// revision, so any write made against the old revision is refused. True if there was a
+    /// credential to delete; false for an unknown login or one without a credential.
+    async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool>;
+    /// Deletes every login that is signed out or expired at `now_ms` (dead by
+    /// [`BrowserLogin::is_live`]), together with its credential (startup cleanup, after the
+    /// writer lease is held). Live logins and their credentials are kept. Returns how many
+    /// logins were deleted.
+    async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64>;
 
     // --- documents ---
     /// Creates a document (and its ownership record at generation 0). A slug already used in the

@@ -330,6 +330,142 @@ impl Store for PgStore {
         Ok(done.rows_affected() == 1)
     }
 
+    async fn set_login_credential(
+        &self,
+        login_id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+    ) -> StoreResult<Option<i64>> {
+        // Every credential write locks the login's row first, so the revision read and the
+        // write below cannot interleave with another credential write, a deletion or a sign-out.
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        let signed_out: Option<Option<i64>> = sqlx::query_scalar(
+            "SELECT signed_out_at_ms FROM browser_logins WHERE id = $1 FOR UPDATE",
+        )
+        .bind(login_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a browser login", e))?;
+        match signed_out {
+            None => return Err(StoreError::NotFound("browser login")),
+            Some(Some(_)) => return Ok(None),
+            Some(None) => {}
+        }
+        let current: Option<i64> = sqlx::query_scalar(
+            "SELECT revision FROM browser_login_credentials WHERE login_id = $1",
+        )
+        .bind(login_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a login credential revision", e))?;
+        if current.unwrap_or(0) != expected_revision {
+            return Ok(None);
+        }
+        let revision = expected_revision + 1;
+        sqlx::query(
+            "INSERT INTO browser_login_credentials (login_id, revision, sealed) \
+             VALUES ($1, $2, $3) \
+             ON CONFLICT (login_id) DO UPDATE \
+             SET revision = excluded.revision, sealed = excluded.sealed",
+        )
+        .bind(login_id)
+        .bind(revision)
+        .bind(sealed)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("writing a login credential", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a login credential", e))?;
+        Ok(Some(revision))
+    }
+
+    async fn login_credential(&self, login_id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        let row: Option<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT revision, sealed FROM browser_login_credentials \
+             WHERE login_id = $1 AND sealed IS NOT NULL",
+        )
+        .bind(login_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a login credential", e))?;
+        Ok(row)
+    }
+
+    async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        let login_known: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM browser_logins WHERE id = $1 FOR UPDATE")
+                .bind(login_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a browser login", e))?;
+        if login_known.is_none() {
+            return Ok(false);
+        }
+        let had: Option<bool> = sqlx::query_scalar(
+            "SELECT sealed IS NOT NULL FROM browser_login_credentials WHERE login_id = $1",
+        )
+        .bind(login_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a login credential", e))?;
+        // The row stays, emptied, with its revision advanced: a write against the old revision
+        // (a refresh racing the sign-out) is refused rather than recreating the credential.
+        sqlx::query(
+            "INSERT INTO browser_login_credentials (login_id, revision, sealed) \
+             VALUES ($1, 1, NULL) \
+             ON CONFLICT (login_id) DO UPDATE \
+             SET revision = browser_login_credentials.revision + 1, sealed = NULL",
+        )
+        .bind(login_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting a login credential", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a login credential deletion", e))?;
+        Ok(had.unwrap_or(false))
+    }
+
+    async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // Credentials first. A login signed out between the two statements is deleted by the
+        // second, and the foreign key's cascade takes its credential with it.
+        sqlx::query(
+            "DELETE FROM browser_login_credentials WHERE login_id IN \
+             (SELECT id FROM browser_logins \
+              WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= $1)",
+        )
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting credentials of expired logins", e))?;
+        let done = sqlx::query(
+            "DELETE FROM browser_logins WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= $1",
+        )
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting expired logins", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing the deletion of expired logins", e))?;
+        Ok(done.rows_affected())
+    }
+
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
         let conflict_or_backend = |e: sqlx::Error| match sqlx_error_kind(&e) {
             Some(ErrorKind::UniqueViolation) if is_document_id_conflict(&e) => {
