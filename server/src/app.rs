@@ -53,6 +53,8 @@ pub struct AppState {
     pub planners: Arc<Planners>,
     /// Seals browser logins' GitHub credentials at rest.
     pub credential_key: Arc<crate::crypto::CredentialKey>,
+    /// `AUTH_MODE=local` device-flow sign-in attempts.
+    pub device_flows: Arc<crate::session_local::DeviceFlows>,
     lease: watch::Receiver<Option<WriterLease>>,
 }
 
@@ -134,6 +136,7 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
             admission: Arc::new(admission),
             sessions: Arc::new(Sessions::default()),
             planners: Arc::new(Planners::default()),
+            device_flows: Arc::default(),
             credential_key: Arc::new(credential_key),
             lease: rx,
         },

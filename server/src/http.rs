@@ -23,6 +23,15 @@ pub fn router(state: AppState) -> Router {
             "/auth/github/callback",
             get(crate::session::github_callback),
         )
+        .route(
+            "/auth/device",
+            post(crate::session_local::start).get(crate::session_local::status),
+        )
+        .route(
+            "/auth/device/complete",
+            post(crate::session_local::complete),
+        )
+        .route("/auth/device/cancel", post(crate::session_local::cancel))
         .route("/auth/logout", post(crate::session::logout))
         .route("/api/session", get(crate::session::current))
         .route(

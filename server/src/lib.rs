@@ -13,6 +13,7 @@
 //! - [`github`]: the GitHub REST client (who a token is, repository access, org membership).
 //! - [`admission`]: instance admission (allow-lists) and its token-digest caches.
 //! - [`session`]: browser sign-in (GitHub OAuth web flow), cookie sessions, sign-out.
+//! - [`session_local`]: sign-in under `AUTH_MODE=local` (GitHub device flow), one account.
 //! - [`documents`]: document routes (create, resolve by id or URL, archive, Planner reset).
 //! - [`planner`]: who holds each document's Planner; the agent connection ([`planner::link`]).
 //! - [`room`]: a document's browser room socket (presence).
@@ -31,6 +32,7 @@ pub mod lease;
 pub mod planner;
 pub mod room;
 pub mod session;
+pub mod session_local;
 pub mod store;
 
 pub use app::{AppState, Services};

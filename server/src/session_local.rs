@@ -1,0 +1,780 @@
+//! Local sign-in: GitHub's device flow under `AUTH_MODE=local`, and the single-account rule.
+//!
+//! Owns: the `/auth/device`, `/auth/device/complete` and `/auth/device/cancel` routes, the
+//! attempt cookie (`chopin_device=<attempt id>`), this process's device-flow attempts (each with
+//! GitHub's private `device_code`, which never leaves the server, and its poll pacing), and
+//! which account this local server belongs to.
+//! Does not own: browser logins and the session cookie ([`crate::session`]: sign-in ends in
+//! [`crate::session::Sessions::create`] like the web flow), admission ([`crate::admission`]), or
+//! persisting the credential across restarts (not built: a restarted process signs in again).
+//!
+//! Routes (JSON bodies; none ever answers 401, which the browser treats as a lost session):
+//! - `POST /auth/device` — asks GitHub for a device code with the App's client id and answers
+//!   `{userCode, verificationUri, expiresIn, interval}`, setting the HttpOnly, SameSite=Strict
+//!   attempt cookie. Starting again from the same browser cancels its earlier attempt.
+//! - `GET /auth/device` — `{status}`: `pending`, `approved`, `denied`, `expired` or
+//!   `cancelled`. Polls GitHub at most once per call and only once GitHub's interval has passed
+//!   since the last poll (`slow_down` adds 5 s to it). A missing or unknown attempt cookie is
+//!   `cancelled`.
+//! - `POST /auth/device/complete` — once approved: checks admission, signs the browser in and
+//!   answers `{status: "signed-in", login}`; 409 `{status, error: "not-approved"}` before that.
+//! - `POST /auth/device/cancel` — forgets the attempt; `{status: "cancelled"}`.
+//!
+//! POSTs need `Origin` equal to `APP_ORIGIN` (403 otherwise). Under `AUTH_MODE=hosted` every
+//! route answers 404 `{error: "local-mode-only"}`.
+//!
+//! **Single account.** A local server belongs to one GitHub account: the first account to
+//! complete sign-in in this process. The same account may sign in again (another browser, a new
+//! attempt); a different account completing later is refused with 403
+//! `{error: "another-account"}`, whose words name both logins, and its attempt is discarded.
+//! The owner is process memory, like the credential: a restarted process belongs to whoever
+//! signs in first after the restart.
+//!
+//! Bounds: at most [`MAX_DEVICE_ATTEMPTS`] attempts are held (the oldest is dropped); an attempt
+//! expires after GitHub's `expires_in` (at most [`MAX_DEVICE_EXPIRES_IN_SECS`]), read from the
+//! [`crate::clock::Clock`] seam; attempt ids come from the [`crate::entropy::Entropy`] seam.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{AppendHeaders, IntoResponse, Response};
+use axum::Json;
+use cookie::{Cookie, SameSite};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::admission::AdmissionError;
+use crate::app::AppState;
+use crate::config::{AuthMode, Secret};
+use crate::session::{cookie_value, same_origin, SESSION_COOKIE};
+use crate::store::UnixMillis;
+
+/// The cookie that binds device-flow requests to the browser that started the attempt.
+pub const DEVICE_COOKIE: &str = "chopin_device";
+/// The path the attempt cookie is sent on.
+const DEVICE_COOKIE_PATH: &str = "/auth/device";
+/// How many attempts this process holds at once; starting one more drops the oldest.
+pub const MAX_DEVICE_ATTEMPTS: usize = 16;
+/// The longest attempt we keep, whatever GitHub says: GitHub's device codes live 15 minutes.
+pub const MAX_DEVICE_EXPIRES_IN_SECS: u64 = 900;
+/// GitHub's polling interval when it names none, in seconds.
+const DEFAULT_INTERVAL_SECS: u64 = 5;
+/// What GitHub's `slow_down` adds to the polling interval, in ms.
+const SLOW_DOWN_MS: i64 = 5_000;
+/// How long one request to GitHub may take.
+const GITHUB_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+/// The `grant_type` of a device-flow token request.
+const DEVICE_CODE_GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:device_code";
+
+/// Where an attempt stands, as `GET /auth/device` reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceStatus {
+    Pending,
+    Approved,
+    Denied,
+    Expired,
+    Cancelled,
+}
+
+impl DeviceStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceStatus::Pending => "pending",
+            DeviceStatus::Approved => "approved",
+            DeviceStatus::Denied => "denied",
+            DeviceStatus::Expired => "expired",
+            DeviceStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// An attempt's state. Cancelled attempts are forgotten, so they have no variant here.
+enum Grant {
+    Pending,
+    /// GitHub issued this user access token; `complete` takes it.
+    Approved(Secret),
+    /// `complete` holds the token while it checks admission and signs in.
+    Completing,
+    /// The user (or GitHub) refused; the words say why.
+    Denied(String),
+    Expired,
+}
+
+/// One device-flow sign-in attempt.
+struct Attempt {
+    id: String,
+    device_code: Secret,
+    expires_at_ms: UnixMillis,
+    interval_ms: i64,
+    next_poll_at_ms: UnixMillis,
+    grant: Grant,
+}
+
+impl Attempt {
+    /// Expires the attempt once GitHub's `expires_in` has passed (dropping any token).
+    fn expire_if_due(&mut self, now_ms: UnixMillis) {
+        if now_ms >= self.expires_at_ms && !matches!(self.grant, Grant::Completing) {
+            self.grant = Grant::Expired;
+        }
+    }
+
+    /// Whether a poll of GitHub is due; if so, the next one is scheduled an interval later.
+    fn take_poll_turn(&mut self, now_ms: UnixMillis) -> bool {
+        if !matches!(self.grant, Grant::Pending) || now_ms < self.next_poll_at_ms {
+            return false;
+        }
+        self.next_poll_at_ms = now_ms.saturating_add(self.interval_ms);
+        true
+    }
+
+    /// Records what GitHub answered a poll made at `polled_at_ms`.
+    fn apply(&mut self, answer: PollAnswer, polled_at_ms: UnixMillis) {
+        if !matches!(self.grant, Grant::Pending) {
+            return;
+        }
+        match answer {
+            PollAnswer::Pending | PollAnswer::Unavailable => {}
+            PollAnswer::SlowDown { interval_secs } => {
+                let advertised = secs_to_ms(interval_secs.unwrap_or(0));
+                self.interval_ms = (self.interval_ms + SLOW_DOWN_MS).max(advertised);
+                self.next_poll_at_ms = polled_at_ms.saturating_add(self.interval_ms);
+            }
+            PollAnswer::Token(token) => self.grant = Grant::Approved(token),
+            PollAnswer::Denied(words) => self.grant = Grant::Denied(words),
+            PollAnswer::Expired => self.grant = Grant::Expired,
+        }
+    }
+
+    fn status(&self) -> DeviceStatus {
+        match self.grant {
+            Grant::Pending => DeviceStatus::Pending,
+            Grant::Approved(_) | Grant::Completing => DeviceStatus::Approved,
+            Grant::Denied(_) => DeviceStatus::Denied,
+            Grant::Expired => DeviceStatus::Expired,
+        }
+    }
+}
+
+/// The account this local server belongs to.
+#[derive(Debug, Clone)]
+struct Owner {
+    account_id: Uuid,
+    login: String,
+}
+
+#[derive(Default)]
+struct Flows {
+    /// Oldest first; at most [`MAX_DEVICE_ATTEMPTS`].
+    attempts: VecDeque<Attempt>,
+    owner: Option<Owner>,
+}
+
+impl Flows {
+    fn find(&mut self, id: &str) -> Option<&mut Attempt> {
+        self.attempts.iter_mut().find(|a| a.id == id)
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Attempt> {
+        let index = self.attempts.iter().position(|a| a.id == id)?;
+        self.attempts.remove(index)
+    }
+
+    /// Adds an attempt, dropping expired ones and then the oldest to stay within the bound.
+    fn insert(&mut self, attempt: Attempt, now_ms: UnixMillis) {
+        self.attempts
+            .retain(|a| now_ms < a.expires_at_ms || matches!(a.grant, Grant::Completing));
+        while self.attempts.len() >= MAX_DEVICE_ATTEMPTS {
+            self.attempts.pop_front();
+        }
+        self.attempts.push_back(attempt);
+        debug_assert!(self.attempts.len() <= MAX_DEVICE_ATTEMPTS);
+    }
+}
+
+/// One server's device-flow attempts and owner (held in [`AppState`]).
+#[derive(Default)]
+pub struct DeviceFlows(Mutex<Flows>);
+
+impl DeviceFlows {
+    fn lock(&self) -> MutexGuard<'_, Flows> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+fn flows(state: &AppState) -> &DeviceFlows {
+    &state.device_flows
+}
+
+fn secs_to_ms(secs: u64) -> i64 {
+    i64::try_from(secs.saturating_mul(1000)).unwrap_or(i64::MAX)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Answers.
+
+fn error(status: StatusCode, code: &str, words: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({ "error": code, "message": words.into() })),
+    )
+        .into_response()
+}
+
+fn status_answer(status: DeviceStatus, message: Option<String>) -> Value {
+    match message {
+        Some(message) => json!({ "status": status.as_str(), "message": message }),
+        None => json!({ "status": status.as_str() }),
+    }
+}
+
+/// 404 under hosted mode, 403 for a foreign Origin on a POST; `None` when the request may go on.
+fn refuse(state: &AppState, headers: &HeaderMap, state_changing: bool) -> Option<Response> {
+    if state.config.auth_mode != AuthMode::Local {
+        return Some(error(
+            StatusCode::NOT_FOUND,
+            "local-mode-only",
+            "Device sign-in exists only when this server runs with AUTH_MODE=local; this server signs in with GitHub at /auth/github.",
+        ));
+    }
+    if state_changing && !same_origin(state, headers) {
+        return Some(error(
+            StatusCode::FORBIDDEN,
+            "foreign-origin",
+            "This request did not come from this server's own pages (its Origin header is missing or foreign).",
+        ));
+    }
+    None
+}
+
+fn set_cookie(cookie: Cookie<'static>) -> (header::HeaderName, HeaderValue) {
+    let value =
+        HeaderValue::from_str(&cookie.to_string()).unwrap_or_else(|_| HeaderValue::from_static(""));
+    (header::SET_COOKIE, value)
+}
+
+fn secure(state: &AppState) -> bool {
+    state.config.app_origin.starts_with("https://")
+}
+
+fn clear_attempt_cookie() -> (header::HeaderName, HeaderValue) {
+    set_cookie(
+        Cookie::build((DEVICE_COOKIE, ""))
+            .path(DEVICE_COOKIE_PATH)
+            .max_age(cookie::time::Duration::ZERO)
+            .build(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// GitHub.
+
+/// Why GitHub could not start an attempt.
+enum StartFailure {
+    /// Could not be asked, or answered nonsense: 503, try again.
+    Unavailable(String),
+    /// Answered with an OAuth error (`device_flow_disabled`, `incorrect_client_credentials`).
+    Refused(String),
+}
+
+#[derive(Deserialize)]
+struct CodeAnswer {
+    device_code: Option<String>,
+    user_code: Option<String>,
+    verification_uri: Option<String>,
+    expires_in: Option<u64>,
+    interval: Option<u64>,
+    error: Option<String>,
+}
+
+/// What a device code request gave us.
+struct DeviceCode {
+    device_code: Secret,
+    user_code: String,
+    verification_uri: String,
+    expires_in_secs: u64,
+    interval_secs: u64,
+}
+
+/// One form POST to `GITHUB_WEB_URL{path}`, answered as JSON.
+async fn post_form<T: for<'de> Deserialize<'de>>(
+    state: &AppState,
+    path: &str,
+    form: &[(&str, &str)],
+) -> Result<T, String> {
+    let body = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(form)
+        .finish();
+    let request = http::Request::post(format!("{}{path}", state.config.github_web_url))
+        .header(header::ACCEPT, "application/json")
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header(header::USER_AGENT, "chopin-server")
+        .body(Bytes::from(body))
+        .map_err(|e| e.to_string())?;
+    let exchange = crate::connector::send(&*state.services.connector, request);
+    let response = tokio::time::timeout(GITHUB_TIMEOUT, exchange)
+        .await
+        .map_err(|_| "timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    if !response.status.is_success() {
+        return Err(format!("HTTP {}", response.status));
+    }
+    serde_json::from_slice(&response.body).map_err(|e| e.to_string())
+}
+
+async fn request_device_code(
+    state: &AppState,
+    client_id: &str,
+) -> Result<DeviceCode, StartFailure> {
+    let answer: CodeAnswer = post_form(state, "/login/device/code", &[("client_id", client_id)])
+        .await
+        .map_err(StartFailure::Unavailable)?;
+    if let Some(error) = answer.error {
+        return Err(StartFailure::Refused(error));
+    }
+    match (
+        answer.device_code,
+        answer.user_code,
+        answer.verification_uri,
+    ) {
+        (Some(device_code), Some(user_code), Some(verification_uri)) => Ok(DeviceCode {
+            device_code: Secret::new(device_code),
+            user_code,
+            verification_uri,
+            expires_in_secs: answer
+                .expires_in
+                .unwrap_or(MAX_DEVICE_EXPIRES_IN_SECS)
+                .clamp(1, MAX_DEVICE_EXPIRES_IN_SECS),
+            interval_secs: answer.interval.unwrap_or(DEFAULT_INTERVAL_SECS),
+        }),
+        _ => Err(StartFailure::Unavailable(
+            "no device_code, user_code or verification_uri in the answer".to_owned(),
+        )),
+    }
+}
+
+/// What one poll of GitHub's token endpoint said.
+enum PollAnswer {
+    Pending,
+    SlowDown {
+        interval_secs: Option<u64>,
+    },
+    Token(Secret),
+    Denied(String),
+    Expired,
+    /// GitHub could not be asked; the attempt stays pending.
+    Unavailable,
+}
+
+#[derive(Deserialize)]
+struct TokenAnswer {
+    access_token: Option<String>,
+    error: Option<String>,
+    interval: Option<u64>,
+}
+
+async fn poll_github(state: &AppState, client_id: &str, device_code: &Secret) -> PollAnswer {
+    let answer: TokenAnswer = match post_form(
+        state,
+        "/login/oauth/access_token",
+        &[
+            ("client_id", client_id),
+            ("device_code", device_code.expose()),
+            ("grant_type", DEVICE_CODE_GRANT_TYPE),
+        ],
+    )
+    .await
+    {
+        Ok(answer) => answer,
+        Err(why) => {
+            tracing::warn!(%why, "device sign-in: GitHub could not be polled; still pending");
+            return PollAnswer::Unavailable;
+        }
+    };
+    match (answer.access_token, answer.error.as_deref()) {
+        (Some(token), _) if !token.is_empty() => PollAnswer::Token(Secret::new(token)),
+        (_, Some("authorization_pending")) => PollAnswer::Pending,
+        (_, Some("slow_down")) => PollAnswer::SlowDown {
+            interval_secs: answer.interval,
+        },
+        (_, Some("expired_token")) => PollAnswer::Expired,
+        (_, Some("access_denied")) => {
+            PollAnswer::Denied("The request was cancelled on GitHub.".to_owned())
+        }
+        (_, Some(other)) => PollAnswer::Denied(format!(
+            "GitHub refused this sign-in ({other}). Start again; if it keeps happening, this server's operator must check the GitHub App (device flow enabled, client id)."
+        )),
+        (_, None) => {
+            tracing::warn!("device sign-in: GitHub answered neither a token nor an error");
+            PollAnswer::Unavailable
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routes.
+
+/// `POST /auth/device`: starts a device-flow attempt.
+pub async fn start(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = refuse(&state, &headers, true) {
+        return refusal;
+    }
+    let Some(client_id) = state.config.github_app_client_id.as_deref() else {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not-configured",
+            "Sign-in with GitHub is not configured on this server: its operator must set GITHUB_APP_CLIENT_ID.",
+        );
+    };
+    let code = match request_device_code(&state, client_id).await {
+        Ok(code) => code,
+        Err(StartFailure::Unavailable(why)) => {
+            tracing::warn!(%why, "device sign-in: GitHub did not give a device code");
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "github-unavailable",
+                "GitHub is unavailable, so sign-in cannot start right now; try again shortly.",
+            );
+        }
+        Err(StartFailure::Refused(why)) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "github-refused",
+                format!("GitHub refused to start a device sign-in ({why}): this server's operator must enable device flow on the GitHub App and check GITHUB_APP_CLIENT_ID."),
+            );
+        }
+    };
+    let now = state.services.clock.now_ms();
+    let id = state.services.entropy.token_hex(16);
+    let interval_ms = secs_to_ms(code.interval_secs);
+    let attempt = Attempt {
+        id: id.clone(),
+        device_code: code.device_code,
+        expires_at_ms: now.saturating_add(secs_to_ms(code.expires_in_secs)),
+        interval_ms,
+        next_poll_at_ms: now.saturating_add(interval_ms),
+        grant: Grant::Pending,
+    };
+    {
+        let flows = flows(&state);
+        let mut flows = flows.lock();
+        // A browser has one attempt at a time: starting again cancels its earlier one.
+        if let Some(earlier) = cookie_value(&headers, DEVICE_COOKIE) {
+            flows.remove(&earlier);
+        }
+        flows.insert(attempt, now);
+    }
+    let max_age = i64::try_from(code.expires_in_secs).unwrap_or(i64::MAX);
+    let cookie = Cookie::build((DEVICE_COOKIE, id))
+        .path(DEVICE_COOKIE_PATH)
+        .http_only(true)
+        .secure(secure(&state))
+        .same_site(SameSite::Strict)
+        .max_age(cookie::time::Duration::seconds(max_age))
+        .build();
+    (
+        [set_cookie(cookie)],
+        Json(json!({
+            "userCode": code.user_code,
+            "verificationUri": code.verification_uri,
+            "expiresIn": code.expires_in_secs,
+            "interval": code.interval_secs,
+        })),
+    )
+        .into_response()
+}
+
+/// `GET /auth/device`: where this browser's attempt stands, polling GitHub once if due.
+pub async fn status(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = refuse(&state, &headers, false) {
+        return refusal;
+    }
+    let cancelled = || Json(status_answer(DeviceStatus::Cancelled, None)).into_response();
+    let Some(id) = cookie_value(&headers, DEVICE_COOKIE) else {
+        return cancelled();
+    };
+    let flows = flows(&state);
+    let now = state.services.clock.now_ms();
+    let due = {
+        let mut all = flows.lock();
+        let Some(attempt) = all.find(&id) else {
+            return cancelled();
+        };
+        attempt.expire_if_due(now);
+        attempt
+            .take_poll_turn(now)
+            .then(|| attempt.device_code.clone())
+    };
+    if let (Some(device_code), Some(client_id)) =
+        (due, state.config.github_app_client_id.as_deref())
+    {
+        let answer = poll_github(&state, client_id, &device_code).await;
+        // The attempt may have been cancelled while GitHub answered; then the answer (and any
+        // token in it) is dropped.
+        if let Some(attempt) = flows.lock().find(&id) {
+            attempt.apply(answer, now);
+        }
+    }
+    let mut all = flows.lock();
+    let Some(attempt) = all.find(&id) else {
+        return cancelled();
+    };
+    let message = match &attempt.grant {
+        Grant::Denied(words) => Some(words.clone()),
+        Grant::Expired => {
+            Some("The code expired before it was approved; start sign-in again.".to_owned())
+        }
+        _ => None,
+    };
+    Json(status_answer(attempt.status(), message)).into_response()
+}
+
+/// `POST /auth/device/cancel`: forgets this browser's attempt.
+pub async fn cancel(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = refuse(&state, &headers, true) {
+        return refusal;
+    }
+    if let Some(id) = cookie_value(&headers, DEVICE_COOKIE) {
+        flows(&state).lock().remove(&id);
+    }
+    (
+        [clear_attempt_cookie()],
+        Json(status_answer(DeviceStatus::Cancelled, None)),
+    )
+        .into_response()
+}
+
+/// `POST /auth/device/complete`: signs the browser in with the approved attempt's token.
+pub async fn complete(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    if let Some(refusal) = refuse(&state, &headers, true) {
+        return refusal;
+    }
+    let flows = flows(&state);
+    let now = state.services.clock.now_ms();
+    let id = cookie_value(&headers, DEVICE_COOKIE).unwrap_or_default();
+    let token = {
+        let mut all = flows.lock();
+        let Some(attempt) = all.find(&id) else {
+            return not_approved(DeviceStatus::Cancelled);
+        };
+        attempt.expire_if_due(now);
+        match std::mem::replace(&mut attempt.grant, Grant::Completing) {
+            Grant::Approved(token) => token,
+            other => {
+                attempt.grant = other;
+                return not_approved(attempt.status());
+            }
+        }
+    };
+    match sign_in(&state, flows, token.clone()).await {
+        Ok(answer) => {
+            flows.lock().remove(&id);
+            answer
+        }
+        Err(Failure::Retry(response)) => {
+            // A passing outage: the approved token stays for the next try.
+            if let Some(attempt) = flows.lock().find(&id) {
+                attempt.grant = Grant::Approved(token);
+            }
+            response
+        }
+        Err(Failure::Final(response)) => {
+            flows.lock().remove(&id);
+            response
+        }
+    }
+}
+
+fn not_approved(status: DeviceStatus) -> Response {
+    (
+        StatusCode::CONFLICT,
+        Json(json!({
+            "status": status.as_str(),
+            "error": "not-approved",
+            "message": format!("This sign-in is {} on GitHub, not approved, so it cannot complete.", status.as_str()),
+        })),
+    )
+        .into_response()
+}
+
+enum Failure {
+    /// Nothing was decided (GitHub or the store unavailable): the attempt stays approved.
+    Retry(Response),
+    /// The account may not sign in: the attempt is discarded.
+    Final(Response),
+}
+
+/// Admission, the single-account rule, then the login and its cookie.
+async fn sign_in(
+    state: &AppState,
+    flows: &DeviceFlows,
+    token: Secret,
+) -> Result<Response, Failure> {
+    let admitted = match state.admission.check(token.expose()).await {
+        Ok(admitted) => admitted,
+        Err(AdmissionError::Unavailable) => {
+            return Err(Failure::Retry(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "github-unavailable",
+                AdmissionError::Unavailable.to_string(),
+            )))
+        }
+        // Never 401 here: the browser would take it for a lost session.
+        Err(e @ AdmissionError::BadCredentials) => {
+            return Err(Failure::Final(error(
+                StatusCode::FORBIDDEN,
+                "bad-credentials",
+                e.to_string(),
+            )))
+        }
+        Err(e @ AdmissionError::Refused { .. }) => {
+            return Err(Failure::Final(error(
+                StatusCode::FORBIDDEN,
+                "not-admitted",
+                e.to_string(),
+            )))
+        }
+    };
+    let s = &state.services;
+    let store_unavailable = || {
+        Failure::Retry(error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "Sign-in could not be saved; try again shortly.",
+        ))
+    };
+    let account = s
+        .store
+        .upsert_account(admitted.user.id, &admitted.user.login, s.clock.now_ms())
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "device sign-in: could not store the account");
+            store_unavailable()
+        })?;
+    // The single-account rule: the first account to get here owns this server.
+    let claimed_now = {
+        let mut all = flows.lock();
+        match &all.owner {
+            None => {
+                all.owner = Some(Owner {
+                    account_id: account.id,
+                    login: account.login.clone(),
+                });
+                true
+            }
+            Some(owner) if owner.account_id == account.id => false,
+            Some(owner) => {
+                tracing::warn!(owner = %owner.login, refused = %account.login, "device sign-in: another account refused");
+                return Err(Failure::Final(error(
+                    StatusCode::FORBIDDEN,
+                    "another-account",
+                    format!(
+                        "This local Chopin server belongs to @{owner}, the first account signed in on it; @{login} cannot sign in here. Sign in to GitHub as @{owner}, or run a separate local server for @{login}.",
+                        owner = owner.login,
+                        login = account.login,
+                    ),
+                )));
+            }
+        }
+    };
+    let (live, cookie_text) = match state.sessions.create(state, account, token).await {
+        Ok(created) => created,
+        Err(e) => {
+            tracing::error!(error = %e, "device sign-in: could not store the browser login");
+            if claimed_now {
+                flows.lock().owner = None;
+            }
+            return Err(store_unavailable());
+        }
+    };
+    tracing::info!(login = %live.account.login, login_id = %live.id, "browser signed in (device flow)");
+    // The same session cookie as the web flow's (`crate::session::github_callback`).
+    let max_age = (live.expires_at_ms - live.created_at_ms) / 1000;
+    let session = Cookie::build((SESSION_COOKIE, cookie_text))
+        .path("/")
+        .http_only(true)
+        .secure(secure(state))
+        .same_site(SameSite::Lax)
+        .max_age(cookie::time::Duration::seconds(max_age.max(1)))
+        .build();
+    Ok((
+        AppendHeaders([set_cookie(session), clear_attempt_cookie()]),
+        Json(json!({ "status": "signed-in", "login": live.account.login })),
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: UnixMillis = 1_700_000_000_000;
+
+    fn attempt(id: &str) -> Attempt {
+        Attempt {
+            id: id.to_owned(),
+            device_code: Secret::new("device-code"),
+            expires_at_ms: T0 + 900_000,
+            interval_ms: 5_000,
+            next_poll_at_ms: T0 + 5_000,
+            grant: Grant::Pending,
+        }
+    }
+
+    #[test]
+    fn polls_wait_for_the_interval_and_slow_down_adds_five_seconds() {
+        let mut a = attempt("a");
+        assert!(!a.take_poll_turn(T0 + 4_999));
+        assert!(a.take_poll_turn(T0 + 5_000));
+        assert!(!a.take_poll_turn(T0 + 5_001), "one poll per interval");
+        a.apply(
+            PollAnswer::SlowDown {
+                interval_secs: None,
+            },
+            T0 + 5_000,
+        );
+        assert_eq!(a.interval_ms, 10_000);
+        assert!(!a.take_poll_turn(T0 + 14_999));
+        assert!(a.take_poll_turn(T0 + 15_000));
+        // GitHub's advertised interval wins when it is longer.
+        a.apply(
+            PollAnswer::SlowDown {
+                interval_secs: Some(30),
+            },
+            T0 + 15_000,
+        );
+        assert_eq!(a.interval_ms, 30_000);
+    }
+
+    #[test]
+    fn an_attempt_expires_at_expires_in_and_drops_its_token() {
+        let mut a = attempt("a");
+        a.apply(PollAnswer::Token(Secret::new("gho_x")), T0);
+        a.expire_if_due(T0 + 899_999);
+        assert_eq!(a.status(), DeviceStatus::Approved);
+        a.expire_if_due(T0 + 900_000);
+        assert_eq!(a.status(), DeviceStatus::Expired);
+        assert!(
+            !a.take_poll_turn(T0 + 900_000),
+            "an expired attempt is not polled"
+        );
+    }
+
+    #[test]
+    fn at_most_sixteen_attempts_are_held_oldest_dropped_first() {
+        let mut flows = Flows::default();
+        for n in 0..=MAX_DEVICE_ATTEMPTS {
+            flows.insert(attempt(&format!("a{n}")), T0);
+        }
+        assert_eq!(flows.attempts.len(), MAX_DEVICE_ATTEMPTS);
+        assert!(flows.find("a0").is_none(), "the oldest was dropped");
+        assert!(flows.find("a1").is_some());
+        assert!(flows.find(&format!("a{MAX_DEVICE_ATTEMPTS}")).is_some());
+        // Expired attempts go first, before any live one.
+        flows.insert(attempt("late"), T0 + 900_000);
+        assert_eq!(flows.attempts.len(), 1);
+    }
+}
