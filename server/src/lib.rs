@@ -17,6 +17,7 @@
 //! - [`documents`]: document routes (create, resolve by id or URL, archive, Planner reset).
 //! - [`planner`]: who holds each document's Planner; the agent connection ([`planner::link`]).
 //! - [`room`]: a document's browser room socket (presence).
+//! - [`observe`]: semantic Planner events for an observer (the simulator's trace).
 
 pub mod admission;
 pub mod app;
@@ -29,6 +30,7 @@ pub mod entropy;
 pub mod github;
 pub mod http;
 pub mod lease;
+pub mod observe;
 pub mod planner;
 pub mod room;
 pub mod session;

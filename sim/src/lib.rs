@@ -13,20 +13,24 @@
 //! - [`net`]: the inbound and outbound socket seams over turmoil TCP.
 //! - [`clock`]: simulated wall-clock time (a fixed epoch plus simulated elapsed time).
 //! - [`world`]: the world, its steps and expectations, and the trace.
+//! - [`actors`]: scripted browsers (sign-in, room presence) and agent clients on their own hosts.
 //!
 //! Determinism rests on `--cfg tokio_unstable` (the workspace's `.cargo/config.toml`), under
 //! which turmoil seeds each host's tokio scheduler from the simulation seed; this crate refuses to
 //! build without it.
 
+pub mod actors;
 pub mod clock;
 pub mod net;
 pub mod world;
 
+pub use actors::{Agent, AgentEvent, Browser, Heard};
 pub use clock::{SimClock, SIM_EPOCH_MS};
 pub use net::{TurmoilConnector, TurmoilListener};
 pub use world::{
-    run, Event, Expectation, Failure, Request, Scenario, SimError, Step, Trace, TraceEvent, World,
-    GITHUB_HOST, GITHUB_PORT, SERVER_HOST, SERVER_PORT,
+    run, Configure, Event, Expectation, Failure, Request, Scenario, SimError, Step, Trace,
+    TraceEvent, World, WorldOptions, GITHUB_HOST, GITHUB_PORT, SERVER_HOST, SERVER_ORIGIN,
+    SERVER_PORT,
 };
 
 #[allow(unexpected_cfgs)]

@@ -209,6 +209,10 @@ pub enum Event {
     },
     /// The world checked an expectation and it held.
     ExpectationMet { expectation: Expectation },
+    /// The server reported a Planner link or ownership event.
+    Planner(chopin_server::observe::PlannerEvent),
+    /// A scripted actor (agent client, browser) saw or did something; `what` is its own words.
+    Actor { what: String },
 }
 
 /// Why a request got no response.
@@ -226,7 +230,7 @@ pub enum Failure {
 
 /// Shared, append-only event log; cloned into every host.
 #[derive(Debug, Clone, Default)]
-struct Recorder(Arc<Mutex<Vec<TraceEvent>>>);
+pub(crate) struct Recorder(Arc<Mutex<Vec<TraceEvent>>>);
 
 impl Recorder {
     fn lock(&self) -> MutexGuard<'_, Vec<TraceEvent>> {
@@ -246,8 +250,17 @@ impl Recorder {
     }
 
     /// Records from inside a simulated host, at the simulation's current time.
-    fn record_in_host(&self, host: &str, event: Event) {
+    pub(crate) fn record_in_host(&self, host: &str, event: Event) {
         self.record_at(host_now_ms(), host, event);
+    }
+}
+
+/// Records the server's Planner events in the trace, at the simulated time.
+struct TraceObserver(Recorder);
+
+impl chopin_server::observe::Observer for TraceObserver {
+    fn planner_event(&self, _at_ms: i64, event: chopin_server::observe::PlannerEvent) {
+        self.0.record_in_host(SERVER_HOST, Event::Planner(event));
     }
 }
 
@@ -336,6 +349,21 @@ struct Completed {
 
 type Outcomes = Arc<Mutex<BTreeMap<u64, Completed>>>;
 
+/// Adjusts the server's configuration before each incarnation starts.
+pub type Configure = Arc<dyn Fn(&mut Config) + Send + Sync>;
+
+/// How to build a [`World`] beyond its seed.
+#[derive(Clone, Default)]
+pub struct WorldOptions {
+    /// Every message takes exactly this long (otherwise turmoil draws latencies from the seed).
+    pub fixed_latency_ms: Option<u64>,
+    /// Applied to the server's configuration (after the world's own settings).
+    pub configure: Option<Configure>,
+}
+
+/// The application origin of the server inside the world.
+pub const SERVER_ORIGIN: &str = "http://server:8787";
+
 /// A turmoil simulation with the real server on [`SERVER_HOST`] and client hosts made on demand.
 pub struct World {
     seed: u64,
@@ -350,18 +378,32 @@ pub struct World {
     next_request: u64,
     /// Incarnations the world has started (the server host numbers its own the same way).
     server_incarnations: u32,
+    /// The state of the server's current incarnation, once it has started.
+    server_state: Arc<Mutex<Option<chopin_server::AppState>>>,
 }
 
 impl World {
     /// A world for `seed` with the server host registered; it boots on the first step.
     pub fn new(seed: u64) -> Self {
-        let mut sim = turmoil::Builder::new()
+        Self::with_options(seed, WorldOptions::default())
+    }
+
+    /// A world for `seed` built with `options`.
+    pub fn with_options(seed: u64, options: WorldOptions) -> Self {
+        let mut builder = turmoil::Builder::new();
+        builder
             .rng_seed(seed)
             .tick_duration(Duration::from_millis(TICK_MS))
             .simulation_duration(Duration::from_millis(SIMULATION_BOUND_MS))
             .epoch(UNIX_EPOCH + Duration::from_millis(SIM_EPOCH_MS as u64))
-            .enable_random_order()
-            .build();
+            .enable_random_order();
+        if let Some(ms) = options.fixed_latency_ms {
+            builder
+                .min_message_latency(Duration::from_millis(ms))
+                .max_message_latency(Duration::from_millis(ms));
+        }
+        let mut sim = builder.build();
+        let server_state: Arc<Mutex<Option<chopin_server::AppState>>> = Arc::default();
         let recorder = Recorder::default();
         // Created outside the host's closure: shared by every incarnation of the server host.
         let store = MemoryStore::new();
@@ -372,6 +414,7 @@ impl World {
         let incarnations = Arc::new(AtomicU32::new(0));
         {
             let (store, recorder) = (store.clone(), recorder.clone());
+            let (configure, server_state) = (options.configure.clone(), server_state.clone());
             sim.host(SERVER_HOST, move || {
                 let services = Services {
                     store: Arc::new(store.clone()) as Arc<dyn Store>,
@@ -380,7 +423,13 @@ impl World {
                     connector: Arc::new(TurmoilConnector),
                 };
                 let incarnation = incarnations.fetch_add(1, Ordering::SeqCst) + 1;
-                run_server(incarnation, services, recorder.clone())
+                run_server(
+                    incarnation,
+                    services,
+                    recorder.clone(),
+                    configure.clone(),
+                    server_state.clone(),
+                )
             });
         }
         // The fake GitHub keeps its scripted state outside its host, like the server's store.
@@ -407,7 +456,58 @@ impl World {
             latest: BTreeMap::new(),
             next_request: 1,
             server_incarnations: 1,
+            server_state,
         }
+    }
+
+    /// The state of the server's current incarnation (its attachment table, sessions, …), for
+    /// checks a scenario makes between steps. `None` before it has started.
+    pub fn server_state(&self) -> Option<chopin_server::AppState> {
+        self.server_state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Starts `actor` as a client host named `name` and returns at once; it runs as the world
+    /// advances (unlike [`World::run_client`], which runs a client to its end).
+    pub fn spawn<F>(&mut self, name: &str, actor: F)
+    where
+        F: std::future::Future<Output = turmoil::Result> + 'static,
+    {
+        self.sim.client(name, actor);
+    }
+
+    /// Records an event of a scripted actor at the current simulated time.
+    pub(crate) fn recorder(&self) -> Recorder {
+        self.recorder.clone()
+    }
+
+    /// Drops every message between hosts `a` and `b` from now on, silently.
+    pub fn partition(&mut self, a: &str, b: &str) {
+        self.sim.partition(a, b);
+    }
+
+    /// Undoes [`World::partition`].
+    pub fn repair(&mut self, a: &str, b: &str) {
+        self.sim.repair(a, b);
+    }
+
+    /// Advances until `done` holds (checked after every tick), at most `within_ms`.
+    pub fn advance_until(
+        &mut self,
+        within_ms: u64,
+        what: &str,
+        mut done: impl FnMut(&World) -> bool,
+    ) -> Result<(), SimError> {
+        let deadline = self.now_ms() + within_ms;
+        while !done(self) {
+            if self.now_ms() >= deadline {
+                return Err(self.timeout(what.to_owned()));
+            }
+            self.tick()?;
+        }
+        Ok(())
     }
 
     pub fn seed(&self) -> u64 {
@@ -503,7 +603,7 @@ impl World {
         }
     }
 
-    fn timeout(&self, what: String) -> SimError {
+    pub(crate) fn timeout(&self, what: String) -> SimError {
         SimError::Timeout {
             at_ms: self.now_ms(),
             what,
@@ -697,15 +797,29 @@ pub fn run(scenario: &Scenario) -> Result<Trace, SimError> {
 
 /// One incarnation of the server host: start (take the lease, clear owner references), listen,
 /// serve until the lease is lost.
-async fn run_server(incarnation: u32, services: Services, recorder: Recorder) -> turmoil::Result {
+async fn run_server(
+    incarnation: u32,
+    services: Services,
+    recorder: Recorder,
+    configure: Option<Configure>,
+    server_state: Arc<Mutex<Option<chopin_server::AppState>>>,
+) -> turmoil::Result {
     recorder.record_in_host(SERVER_HOST, Event::ServerBooting { incarnation });
     // The data dir is unused with the memory store.
     let mut config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
     config.github_api_url = format!("http://{GITHUB_HOST}:{GITHUB_PORT}");
     config.github_web_url = config.github_api_url.clone();
+    config.app_origin = SERVER_ORIGIN.to_owned();
+    config.github_app_client_id = Some(chopin_fixtures::github::DEFAULT_CLIENT_ID.to_owned());
+    config.github_app_client_secret = Some(chopin_server::config::Secret::new(
+        chopin_fixtures::github::DEFAULT_CLIENT_SECRET,
+    ));
     // A fixed key: nothing is written outside the simulation, and every incarnation can open
     // what an earlier one sealed.
     config.session_encryption_key = Some(chopin_server::config::Secret::new("5a".repeat(32)));
+    if let Some(configure) = &configure {
+        configure(&mut config);
+    }
     let running = match chopin_server::app::start(config, services).await {
         Ok(running) => running,
         Err(e) => {
@@ -740,6 +854,11 @@ async fn run_server(incarnation: u32, services: Services, recorder: Recorder) ->
             writer_epoch: running.state().writer_epoch(),
         },
     );
+    running
+        .state()
+        .planners
+        .observe(Arc::new(TraceObserver(recorder.clone())));
+    *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.state().clone());
     let served = chopin_server::serve(listener, running.router(), running.lease_lost()).await;
     let reason = match served {
         Ok(()) => "writer lease lost".to_string(),

@@ -29,6 +29,7 @@ use crate::admission::AdmissionError;
 use crate::app::AppState;
 use crate::documents::{self, bearer, Locator};
 use crate::github::GitHubError;
+use crate::observe::PlannerEvent;
 use crate::session::{self, LiveLogin, LoginEnd};
 use crate::store::Document;
 
@@ -128,6 +129,10 @@ pub async fn endpoint(
                 github_user_id: admitted.user.id,
                 login,
                 last_heard: Instant::now(),
+                bound: None,
+                hold: None,
+                attaching: None,
+                end_on_close: None,
             };
             link.run().await;
         })
@@ -143,14 +148,25 @@ struct Link {
     login: String,
     /// When the client was last heard from (any frame, pongs included).
     last_heard: Instant,
+    /// The document and link id once attached.
+    bound: Option<(uuid::Uuid, u64)>,
+    /// A grace period this attach holds open while it is checked.
+    hold: Option<super::GraceHold>,
+    /// How the link ended on its own, once its close is being sent: the grace period starts as
+    /// the close frame goes out, not after the client's answer (which a dead network never sends).
+    end_on_close: Option<LinkEnd>,
+    /// The document the attach resolved to, once it has.
+    attaching: Option<uuid::Uuid>,
 }
 
 /// What ended the attached phase.
 enum Ended {
-    /// The link ended on its own; the ownership goes into its grace period.
+    /// The connection went away without a close handshake; the ownership goes into its grace
+    /// period now.
     OnItsOwn(LinkEnd),
-    /// The server closed it and already released the ownership.
-    ByServer,
+    /// Closed with a handshake: the grace period (if any) started when the close was sent, or the
+    /// server had already released the ownership.
+    Done,
 }
 
 impl Link {
@@ -184,18 +200,28 @@ impl Link {
                 "attach offered features this server does not know"
             );
         }
-        let (doc, live, revocations) = match self.check_attach(&attach.document).await {
+        let checked = self.check_attach(&attach.document).await;
+        let (doc, live, revocations) = match checked {
             Ok(v) => v,
-            Err(refusal) => return self.refuse(refusal).await,
+            Err(refusal) => {
+                if let Some(hold) = self.hold.take() {
+                    self.state.planners.drop_hold(&self.state, hold).await;
+                }
+                return self.refuse(refusal).await;
+            }
         };
         let planners = self.state.planners.clone();
-        let bound = match planners
+        let bound = planners
             .attach(&self.state, doc.id, &live, revocations)
-            .await
-        {
+            .await;
+        if let Some(hold) = self.hold.take() {
+            planners.drop_hold(&self.state, hold).await;
+        }
+        let bound = match bound {
             Ok(b) => b,
             Err(refusal) => return self.refuse(refusal).await,
         };
+        self.bound = Some((doc.id, bound.link));
         let attached = wire::Attached {
             document_id: doc.id.to_string(),
             document_url: documents::canonical_url(&doc),
@@ -214,7 +240,7 @@ impl Link {
         let link = bound.link;
         match self.attached(&doc, &live, bound).await {
             Ended::OnItsOwn(how) => planners.link_ended(&self.state, doc.id, link, how).await,
-            Ended::ByServer => {}
+            Ended::Done => {}
         }
     }
 
@@ -256,6 +282,21 @@ impl Link {
             .filter(|d| !d.archived)
             .ok_or_else(not_found)?;
         let revocations = self.state.planners.revocations(doc.id);
+        let account_id = crate::store::account_id_for_github_user(self.github_user_id);
+        // The attach arrived now: a grace period of this account stays open while it is checked.
+        self.hold = self.state.planners.hold_grace(doc.id, account_id);
+        self.attaching = Some(doc.id);
+        self.state.planners.emit(
+            &self.state,
+            PlannerEvent::AttachReceived {
+                document: doc.id,
+                login: self.login.clone(),
+            },
+        );
+        // Held by another account when the attach arrived: refused as it stands (AO-06, AO-10).
+        if let Some(holder) = self.state.planners.held_by_other(doc.id, account_id) {
+            return Err(Refusal::attached(&holder));
+        }
         let access = self
             .state
             .admission
@@ -287,7 +328,6 @@ impl Link {
                 })
             }
         }
-        let account_id = crate::store::account_id_for_github_user(self.github_user_id);
         let now = self.state.services.clock.now_ms();
         let live = self.state.sessions.live_login_of(account_id, now).ok_or_else(|| Refusal {
             reason: RefusalReason::SignInRequired,
@@ -319,12 +359,14 @@ impl Link {
                 incoming = self.next_message() => match incoming {
                     Incoming::Gone => return Ended::OnItsOwn(LinkEnd::Dropped),
                     Incoming::Fault(fault) => {
+                        self.end_on_close = Some(LinkEnd::Dropped);
                         self.fail(&fault).await;
-                        return Ended::OnItsOwn(LinkEnd::Dropped);
+                        return Ended::Done;
                     }
                     Incoming::Message(ClientMessage::Detach(_)) => {
+                        self.end_on_close = Some(LinkEnd::Detached);
                         self.close(wire::close::NORMAL, "detached").await;
-                        return Ended::OnItsOwn(LinkEnd::Detached);
+                        return Ended::Done;
                     }
                     Incoming::Message(other) => {
                         // Sessions and turns come with the harness; until then nothing else
@@ -333,21 +375,23 @@ impl Link {
                             message_type: other.type_name().to_owned(),
                             rule: "no session or turn is open on this link".to_owned(),
                         };
+                        self.end_on_close = Some(LinkEnd::Dropped);
                         self.fail(&fault).await;
-                        return Ended::OnItsOwn(LinkEnd::Dropped);
+                        return Ended::Done;
                     }
                 },
                 closing = bound.closing.recv() => {
                     if let Some(closing) = closing {
                         self.close_with(closing.code, closing.message).await;
                     }
-                    return Ended::ByServer;
+                    return Ended::Done;
                 }
                 _ = tokio::time::sleep_until(silent_until) => {
                     tracing::info!(document = %doc.id, login = %self.login, "Planner link answered nothing for the connection timeout; closing it as dropped");
                     let words = format!("No answer to the server's pings for {} ms; the link is closed as dropped.", c.agent_connection_timeout_ms);
+                    self.end_on_close = Some(LinkEnd::Dropped);
                     self.close_with(ErrorCode::ConnectionTimeout, words).await;
-                    return Ended::OnItsOwn(LinkEnd::Dropped);
+                    return Ended::Done;
                 }
                 _ = ping.tick() => {
                     if self.socket.send(Message::Ping(Default::default())).await.is_err() {
@@ -402,6 +446,10 @@ impl Link {
                 return Incoming::Gone;
             };
             self.last_heard = Instant::now();
+            if let Some((doc, link)) = self.bound {
+                let now = self.state.services.clock.now_ms();
+                self.state.planners.heard(doc, link, now);
+            }
             let decoded = match &message {
                 Message::Text(text) => wire::check_frame_size(text.len())
                     .and_then(|()| wire::decode_client_frame(Frame::Text(text.as_str()))),
@@ -433,6 +481,10 @@ impl Link {
                 reason: reason.to_owned().into(),
             })))
             .await;
+        if let (Some(how), Some((doc, link))) = (self.end_on_close.take(), self.bound) {
+            let planners = self.state.planners.clone();
+            planners.link_ended(&self.state, doc, link, how).await;
+        }
         // Let the client's close answer arrive, briefly; the connection ends either way.
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
             while let Some(Ok(m)) = self.socket.recv().await {
@@ -453,6 +505,17 @@ impl Link {
             handover_ms: None,
         });
         self.send(&frame).await;
+        if let Some((doc, _)) = self.bound {
+            self.state.planners.emit(
+                &self.state,
+                PlannerEvent::Closed {
+                    document: doc,
+                    login: self.login.clone(),
+                    code: code.close_code(),
+                    reason: code.as_str().to_owned(),
+                },
+            );
+        }
         self.close(code.close_code(), code.as_str()).await;
     }
 
@@ -463,11 +526,30 @@ impl Link {
         // `attach` of another version is refused while still undecoded).
         let text = wire::encode(&fault.frame());
         let _ = self.socket.send(Message::Text(text.into())).await;
+        if let Some((doc, _)) = self.bound {
+            self.state.planners.emit(
+                &self.state,
+                PlannerEvent::Closed {
+                    document: doc,
+                    login: self.login.clone(),
+                    code: fault.close_code(),
+                    reason: fault.close_reason().to_owned(),
+                },
+            );
+        }
         self.close(fault.close_code(), fault.close_reason()).await;
     }
 
     async fn refuse(&mut self, refusal: Refusal) {
         tracing::info!(login = %self.login, reason = %refusal.reason, "attach refused");
+        self.state.planners.emit(
+            &self.state,
+            PlannerEvent::AttachRefused {
+                document: self.attaching,
+                login: self.login.clone(),
+                reason: refusal.reason.as_str().to_owned(),
+            },
+        );
         let frame = ServerMessage::Refused(wire::Refused {
             reason: refusal.reason,
             message: refusal.message,

@@ -17,7 +17,7 @@
 pub mod link;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use chopin_protocol::agent::{ErrorCode, RefusalReason};
 use serde::Serialize;
@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
 use crate::app::AppState;
+use crate::observe::{Observer, PlannerEvent};
 use crate::session::{LiveLogin, LoginEnd};
 use crate::store::{Claim, Holder, StoreError, UnixMillis};
 
@@ -78,7 +79,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn attached(holder: &str) -> Self {
+    pub(crate) fn attached(holder: &str) -> Self {
         Refusal {
             reason: RefusalReason::PlannerAttached,
             message: format!("@{holder} holds this document's Planner; only one client can be attached at a time."),
@@ -126,6 +127,8 @@ enum Slot {
         holder: Holder,
         generation: i64,
         closer: mpsc::UnboundedSender<Closing>,
+        /// When the link last heard from its client (server time).
+        heard_ms: UnixMillis,
     },
     Grace {
         holder: Holder,
@@ -133,7 +136,19 @@ enum Slot {
         until_ms: UnixMillis,
         timer: u64,
         task: tokio::task::AbortHandle,
+        /// Reattaches of the holder's account that arrived within the grace period and are
+        /// still being checked: the period does not end under them.
+        holds: u32,
+        /// The period ran out while held; whoever drops the last hold releases.
+        lapsed: bool,
     },
+}
+
+/// A reattach that arrived within its account's grace period (see [`Planners::hold_grace`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GraceHold {
+    doc: Uuid,
+    timer: u64,
 }
 
 impl Slot {
@@ -184,9 +199,21 @@ const ROOM_BACKLOG: usize = 64;
 #[derive(Default)]
 pub struct Planners {
     table: Mutex<Table>,
+    observer: OnceLock<Arc<dyn Observer>>,
 }
 
 impl Planners {
+    /// Sends every [`PlannerEvent`] to `observer` from now on (once per process).
+    pub fn observe(&self, observer: Arc<dyn Observer>) {
+        let _ = self.observer.set(observer);
+    }
+
+    pub(crate) fn emit(&self, state: &AppState, event: PlannerEvent) {
+        if let Some(observer) = self.observer.get() {
+            observer.planner_event(state.services.clock.now_ms(), event);
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -313,6 +340,7 @@ impl Planners {
                         holder: holder.clone(),
                         generation: ownership.generation,
                         closer,
+                        heard_ms: now,
                     },
                 );
                 Some(link)
@@ -324,12 +352,102 @@ impl Planners {
             return Err(Refusal::raced());
         };
         self.announce(doc);
+        self.emit(
+            state,
+            PlannerEvent::Attached {
+                document: doc,
+                login: holder.login.clone(),
+                generation: ownership.generation,
+            },
+        );
         tracing::info!(document = %doc, login = %holder.login, generation = ownership.generation, link, "Planner attached");
         Ok(Bound {
             link,
             generation: ownership.generation,
             closing,
         })
+    }
+
+    /// A reattach by `account_id` arrived: if the document is in that account's grace period,
+    /// the period is held open until [`Planners::drop_hold`], so an attach that arrived in time
+    /// keeps its generation however long its checks take.
+    pub fn hold_grace(&self, doc: Uuid, account_id: Uuid) -> Option<GraceHold> {
+        let mut table = self.lock();
+        match table.slots.get_mut(&doc) {
+            Some(Slot::Grace {
+                holder,
+                timer,
+                holds,
+                ..
+            }) if holder.account_id == account_id => {
+                *holds += 1;
+                Some(GraceHold { doc, timer: *timer })
+            }
+            _ => None,
+        }
+    }
+
+    /// The held reattach is done (bound or refused). If the period ran out meanwhile and no other
+    /// hold remains, the ownership is released now.
+    pub async fn drop_hold(&self, state: &AppState, hold: GraceHold) {
+        let doc = hold.doc;
+        let gate = self.gate(doc);
+        let _gate = gate.lock().await;
+        let generation = {
+            let mut table = self.lock();
+            match table.slots.get_mut(&doc) {
+                Some(Slot::Grace {
+                    timer,
+                    holds,
+                    lapsed,
+                    generation,
+                    ..
+                }) if *timer == hold.timer => {
+                    *holds = holds.saturating_sub(1);
+                    if *holds > 0 || !*lapsed {
+                        return;
+                    }
+                    let generation = *generation;
+                    table.slots.remove(&doc);
+                    generation
+                }
+                _ => return,
+            }
+        };
+        release(state, doc, generation).await;
+        tracing::info!(document = %doc, generation, "grace period ended; Planner released");
+        self.announce(doc);
+    }
+
+    /// The login of another account holding `doc` (attached or in its grace period), if any:
+    /// an attach of `account_id` arriving now is refused `planner-attached` without further checks.
+    pub fn held_by_other(&self, doc: Uuid, account_id: Uuid) -> Option<String> {
+        self.lock()
+            .slots
+            .get(&doc)
+            .map(Slot::holder)
+            .filter(|h| h.account_id != account_id)
+            .map(|h| h.login.clone())
+    }
+
+    /// The link heard from its client at `now_ms`.
+    pub fn heard(&self, doc: Uuid, link: u64, now_ms: UnixMillis) {
+        if let Some(Slot::Attached {
+            link: l, heard_ms, ..
+        }) = self.lock().slots.get_mut(&doc)
+        {
+            if *l == link {
+                *heard_ms = now_ms;
+            }
+        }
+    }
+
+    /// When the attached link last heard from its client, if one is attached.
+    pub fn last_heard_ms(&self, doc: Uuid) -> Option<UnixMillis> {
+        match self.lock().slots.get(&doc) {
+            Some(Slot::Attached { heard_ms, .. }) => Some(*heard_ms),
+            _ => None,
+        }
     }
 
     /// A link ended on its own: its ownership is kept for `PLANNER_ATTACH_GRACE_MS` for the
@@ -362,6 +480,19 @@ impl Planners {
             })
             .abort_handle();
             tracing::info!(document = %doc, login = %holder.login, ?how, until_ms, "Planner link ended; grace period started");
+            self.emit(
+                state,
+                PlannerEvent::GraceStarted {
+                    document: doc,
+                    login: holder.login.clone(),
+                    how: match how {
+                        LinkEnd::Detached => "detached",
+                        LinkEnd::Dropped => "dropped",
+                    }
+                    .to_owned(),
+                    until_ms,
+                },
+            );
             table.slots.insert(
                 doc,
                 Slot::Grace {
@@ -370,6 +501,8 @@ impl Planners {
                     until_ms,
                     timer,
                     task,
+                    holds: 0,
+                    lapsed: false,
                 },
             );
         }
@@ -381,7 +514,17 @@ impl Planners {
         let _gate = gate.lock().await;
         let generation = {
             let mut table = self.lock();
-            match table.slots.get(&doc) {
+            match table.slots.get_mut(&doc) {
+                Some(Slot::Grace {
+                    timer: t,
+                    holds,
+                    lapsed,
+                    ..
+                }) if *t == timer && *holds > 0 => {
+                    // A reattach that arrived in time is being checked: it decides.
+                    *lapsed = true;
+                    return;
+                }
                 Some(Slot::Grace {
                     timer: t,
                     generation,
@@ -618,6 +761,13 @@ impl NotAttached {
 }
 
 async fn release(state: &AppState, doc: Uuid, generation: i64) {
+    state.planners.emit(
+        state,
+        PlannerEvent::Released {
+            document: doc,
+            generation,
+        },
+    );
     if let Err(e) = state
         .services
         .store

@@ -1,0 +1,52 @@
+//! What the server tells an observer about Planner links, for the simulator's trace.
+//!
+//! Owns: [`PlannerEvent`], the semantic events of attaching, grace periods and closes, and the
+//! [`Observer`] seam they go to. Production installs no observer (events still go to the log);
+//! the simulator installs one that records each event, with the simulated time, in its trace, so
+//! a scenario can say exactly when the server received, bound, released or closed something.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::store::UnixMillis;
+
+/// A semantic event of a Planner link or ownership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "planner", rename_all = "kebab-case")]
+pub enum PlannerEvent {
+    /// An `attach` for a resolved document arrived (before its checks).
+    AttachReceived { document: Uuid, login: String },
+    /// The attach was bound: `login` holds the Planner at `generation`.
+    Attached {
+        document: Uuid,
+        login: String,
+        generation: i64,
+    },
+    /// The attach was refused with `reason` (document unknown for a locator that resolves to none).
+    AttachRefused {
+        document: Option<Uuid>,
+        login: String,
+        reason: String,
+    },
+    /// The link ended on its own (`detached` or `dropped`); the grace period runs until `until_ms`.
+    GraceStarted {
+        document: Uuid,
+        login: String,
+        how: String,
+        until_ms: UnixMillis,
+    },
+    /// The server closed the link with `code` and `reason`.
+    Closed {
+        document: Uuid,
+        login: String,
+        code: u16,
+        reason: String,
+    },
+    /// The document's Planner ownership was released in storage under `generation`.
+    Released { document: Uuid, generation: i64 },
+}
+
+/// Receives [`PlannerEvent`]s as they happen, with the server's wall-clock time.
+pub trait Observer: Send + Sync + 'static {
+    fn planner_event(&self, at_ms: UnixMillis, event: PlannerEvent);
+}
