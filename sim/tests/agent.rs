@@ -649,3 +649,88 @@ fn an_agent_scenario_replays_from_its_seed() {
     };
     assert_eq!(run(31).unwrap(), run(31).unwrap());
 }
+
+/// UNA-03 / AO-05 at the periodic recheck: an owner that storage no longer names (an operator
+/// cleared it) is found at the next recheck and its link closed `access-revoked`, not before.
+#[test]
+fn ac_18_the_periodic_recheck_closes_a_link_storage_no_longer_names() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        ..
+    } = setup(18);
+    let from = world.now_ms();
+    let (agent, _) = attach(&mut world, "mona-1", &mona, doc);
+    let (attached_at, _) =
+        server_event(&world, from, |p| matches!(p, PlannerEvent::Attached { .. })).unwrap();
+    world.advance(1_000).unwrap();
+    block_on(world.store().release_ownership(doc, 1)).unwrap();
+    world
+        .advance(attached_at + RECHECK_MS - 1 - world.now_ms())
+        .unwrap();
+    assert!(agent.closed().is_none(), "not before the recheck");
+    let (closed_at, code, reason) = wait_closed(&mut world, &agent, 1_000);
+    assert_eq!((code, reason.as_str()), (4403, "access-revoked"));
+    assert!(closed_at <= attached_at + RECHECK_MS + 5, "{closed_at}");
+}
+
+/// "Signing that browser login out, its expiry, … closes the attached connection at once": with
+/// sign-ins lasting 10 minutes, the link is attached 1 ms before the owner's login expires and
+/// closed (4401 `sign-in-required`) at that instant, the document freed.
+#[test]
+fn the_owner_login_expiring_closes_the_link_at_that_instant() {
+    let configure: chopin_sim::Configure = std::sync::Arc::new(|c| c.session_max_age_ms = 600_000);
+    let mut world = World::with_options(
+        19,
+        WorldOptions {
+            fixed_latency_ms: Some(1),
+            configure: Some(configure),
+        },
+    );
+    let github = world.github().clone();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    let mona = github.issue_token("mona");
+    let doc = Uuid::from_u128(0x5eed);
+    block_on(world.store().create_document(&NewDocument {
+        id: doc,
+        repo_owner: "octo".into(),
+        repo_name: "plans".into(),
+        slug: "field-notes".into(),
+        title: "Field notes".into(),
+        created_at_ms: SIM_EPOCH_MS,
+    }))
+    .unwrap();
+    world
+        .apply(&Step::AwaitServer { within_ms: 1_000 })
+        .unwrap();
+    world.sign_in("mona").unwrap();
+    let (agent, _) = attach(&mut world, "mona-1", &mona, doc);
+    let state = world.server_state().unwrap();
+    let account = block_on(world.store().account_by_login("mona"))
+        .unwrap()
+        .unwrap();
+    let expires = sim_ms(
+        state
+            .sessions
+            .live_login_of(account.id, SIM_EPOCH_MS + world.now_ms() as i64)
+            .unwrap()
+            .expires_at_ms,
+    );
+    world.advance(expires - 1 - world.now_ms()).unwrap();
+    assert_eq!(presence(&world, doc).0, PresenceState::Attached);
+    world.advance(5).unwrap();
+    let (closed_at, event) = server_event(&world, expires - 1, |p| {
+        matches!(p, PlannerEvent::Closed { .. })
+    })
+    .unwrap();
+    assert_eq!(closed_at, expires);
+    assert!(
+        matches!(event, PlannerEvent::Closed { code: 4401, .. }),
+        "{event:?}"
+    );
+    assert_eq!(presence(&world, doc), (PresenceState::None, None));
+    let (_, code, reason) = wait_closed(&mut world, &agent, 1_000);
+    assert_eq!((code, reason.as_str()), (4401, "sign-in-required"));
+}

@@ -399,7 +399,7 @@ impl Link {
                     }
                 }
                 _ = recheck.tick() => {
-                    if let Some(why) = self.recheck(doc).await {
+                    if let Some(why) = self.recheck(doc, bound.generation).await {
                         tracing::info!(document = %doc.id, login = %self.login, %why, "Planner link lost access");
                         self.state.planners.revoke_link(&self.state, doc.id, bound.link, why).await;
                         // The closing order is now queued; the next turn of the loop sends it.
@@ -414,9 +414,21 @@ impl Link {
         }
     }
 
-    /// The periodic recheck: the account's admission and write access, now, at GitHub. `Some`
-    /// with the words to close with if either is gone; an outage changes nothing.
-    async fn recheck(&mut self, doc: &Document) -> Option<String> {
+    /// The periodic recheck: storage still names this link's account at its generation, and the
+    /// account's admission and write access, now, at GitHub. `Some` with the words to close with
+    /// if any is gone; an outage (of storage or GitHub) changes nothing.
+    async fn recheck(&mut self, doc: &Document, generation: i64) -> Option<String> {
+        let account_id = crate::store::account_id_for_github_user(self.github_user_id);
+        if let Ok(o) = self.state.services.store.ownership(doc.id).await {
+            let ours = o.generation == generation
+                && o.holder.as_ref().map(|h| h.account_id) == Some(account_id);
+            if !ours {
+                return Some(
+                    "Storage no longer names this link's account as the document's Planner owner."
+                        .to_owned(),
+                );
+            }
+        }
         let admission = &self.state.admission;
         admission.invalidate(&self.token);
         match admission.check(&self.token).await {
