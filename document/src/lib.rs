@@ -11,3 +11,13 @@
 pub mod blocks;
 pub mod decision;
 pub mod lines;
+pub mod reader;
+
+use serde::{Deserialize, Serialize};
+
+/// How a structured result names its document: `document: { id, url }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentRef {
+    pub id: String,
+    pub url: String,
+}
