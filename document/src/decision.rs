@@ -4,7 +4,7 @@
 //! block is a fenced code block whose info string is exactly `decision`; its body is one
 //! `key: value` per line:
 //!
-//! ```text
+//! ~~~text
 //! ```decision
 //! id: harbour-quay
 //! state: open
@@ -13,7 +13,7 @@
 //! option: South quay
 //! answer: @mona: North quay, the crane is there.
 //! ```
-//! ```
+//! ~~~
 //!
 //! A fence is kept as it is by every Markdown editor and renders as a readable box where
 //! Decisions are not understood, and a line format needs no escaping. Lines are counted inside
