@@ -172,6 +172,17 @@ fn is_closing_fence(line: &str, fence_char: char, length: usize) -> bool {
     trimmed.chars().count() >= length && trimmed.chars().all(|c| c == fence_char)
 }
 
+/// Whether a block that opens with a code fence also closes it; `None` when it is not fenced.
+/// An unclosed fence runs to the end of the document, so edits refuse to introduce one.
+pub fn fence_is_closed(block_text: &str) -> Option<bool> {
+    let mut lines = block_text.lines();
+    let (fence_char, length, _) = opening_fence(lines.next()?)?;
+    let closed = lines
+        .last()
+        .is_some_and(|last| is_closing_fence(last, fence_char, length));
+    Some(closed)
+}
+
 /// Reads and validates the text of one Decision block (its fences included).
 pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
     let mut lines = block_text.lines();
