@@ -13,6 +13,7 @@ pub mod decision;
 pub mod edit;
 pub mod lines;
 pub mod reader;
+pub mod ydoc;
 
 use serde::{Deserialize, Serialize};
 
