@@ -220,7 +220,10 @@ pub fn read_text(doc: &DocumentInput<'_>, args: &ReadArgs) -> Result<String, Rea
         whole: false,
     };
     let argument_less = *args == ReadArgs::default();
-    if argument_less {
+    // A source longer than the budget can never come back whole: skip rendering it.
+    if argument_less && doc.source.len() > READ_BYTES {
+        read.sections = format!("{}{}", read.intro(), read.lists());
+    } else if argument_less {
         read.sections = read.lists();
         read.whole = true;
         let whole = Piece {
