@@ -532,6 +532,9 @@ impl Read<'_, '_> {
         if self.doc.kind == ReadKind::McpDocument {
             return String::new();
         }
+        if self.line_count() == 0 {
+            return "Blocks (index type lines digest):\n".to_string();
+        }
         format!("Blocks starting on lines {first}-{last} (index type lines digest):\n")
     }
 

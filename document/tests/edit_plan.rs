@@ -428,3 +428,50 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn insert_into_an_empty_document_and_move_to_the_start() {
+    let ops = vec![EditOp::Insert {
+        after: None,
+        content: "# First".into(),
+    }];
+    assert_eq!(applied(run("", ops)), "# First\n");
+    let ops = vec![EditOp::Move {
+        index: 3,
+        digest: digest(SOURCE, 3),
+        after: None,
+    }];
+    assert_eq!(
+        applied(run(SOURCE, ops)),
+        "Last paragraph.\n\n# Plan\n\nFirst paragraph.\n\n\n- one\n- two\n"
+    );
+}
+
+proptest! {
+    // Deleting any set of blocks leaves every other block byte for byte, in order.
+    #[test]
+    fn delete_keeps_every_other_block((paragraphs, crlf) in paragraph_doc(), picks in prop::collection::btree_set(0usize..12, 1..4)) {
+        let eol = if crlf { "\r\n" } else { "\n" };
+        let source = paragraphs
+            .iter()
+            .enumerate()
+            .map(|(i, p)| if i % 3 == 0 { format!("## {p}") } else { p.clone() })
+            .collect::<Vec<_>>()
+            .join(&format!("{eol}{eol}"));
+        let before = blocks(&source);
+        let gone: Vec<usize> = picks.into_iter().filter(|i| *i < before.len()).collect();
+        prop_assume!(!gone.is_empty());
+        let ops = gone
+            .iter()
+            .map(|&index| EditOp::Delete { index, digest: before[index].digest.clone() })
+            .collect();
+        let after = blocks(&applied(run(&source, ops)));
+        let expected: Vec<&String> = before
+            .iter()
+            .filter(|b| !gone.contains(&b.index))
+            .map(|b| &b.digest)
+            .collect();
+        let got: Vec<&String> = after.iter().map(|b| &b.digest).collect();
+        prop_assert_eq!(got, expected);
+    }
+}

@@ -488,3 +488,22 @@ fn read_01_everything_fits_in_one_budget() {
     assert!(text.len() <= READ_BYTES);
     assert!(text.contains('\n') && !text.contains("\\n"));
 }
+
+// READ-08/READ-09 at the edges: an empty document and one of blank lines read whole.
+#[test]
+fn read_09_empty_and_blank_documents() {
+    let empty = read(&input(""), None, None);
+    assert!(header(&empty).contains(&"lines: all 0"));
+    assert!(
+        empty.ends_with(
+            "Blocks (index type lines digest):\n(none)\n\n--- source lines 0 of 0 (empty) ---\n"
+        ),
+        "{empty}"
+    );
+    let blank = read(&input("\n\n"), None, None);
+    assert!(header(&blank).contains(&"size: 2 characters, 2 lines, 0 blocks"));
+    assert!(
+        blank.ends_with("--- source lines 1-2 of 2 ---\n\n\n"),
+        "{blank}"
+    );
+}
