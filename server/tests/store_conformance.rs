@@ -6,8 +6,12 @@
 //! release, revisions that only grow, transcript order and paging, the writer lease and its
 //! epochs, slugs unique per repository (owner and repository compared without ASCII case),
 //! browser-login sign-out, browser-login credentials (revision-guarded writes, deletion that no
-//! older write can undo, startup cleanup of dead logins), `NotFound` for unknown documents, and
-//! data surviving a reopen. Races
+//! older write can undo, startup cleanup of dead logins), document content (the update journal
+//! numbered gap-free per document, the plan-revision-guarded commit, checkpoints that prune and
+//! never go backwards, the Yjs epoch and wholesale resets), renames that keep former slugs as
+//! aliases unique per repository, `NotFound` for unknown documents, and data surviving a reopen.
+//! Update and checkpoint bytes are opaque to the store, so the tests use plain byte strings.
+//! Races
 //! run on a two-worker runtime with a barrier, so claimers really overlap.
 //! Does not own: policy (who may claim) or the server around the store.
 //!
@@ -20,15 +24,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chopin_server::store::{
-    account_id_for_github_user, Account, Advance, BrowserLogin, Claim, Holder, LeaseAcquire,
-    MemoryStore, NewDocument, NewTranscriptEntry, PgStore, Release, RevisionKind, SqliteStore,
-    Store, StoreError, WriterLease,
+    account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Document,
+    DocumentContent, Holder, LeaseAcquire, MemoryStore, NewDocument, NewTranscriptEntry, PgStore,
+    PlanCommit, Release, RevisionKind, SqliteStore, Store, StoreError, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
 
 /// How many tasks contend in each race.
 const RACERS: usize = 16;
+/// How many plan edits race at one expected plan revision.
+const PLAN_COMMITTERS: usize = 8;
 
 // --- the backends ----------------------------------------------------------------------------
 
@@ -155,6 +161,22 @@ conformance! {
     writer_lease_epoch_grows_across_release,
     writer_lease_race_exactly_one_wins,
     data_survives_reopening_the_store,
+    new_document_has_empty_content_at_epoch_zero,
+    updates_are_numbered_from_one_and_advance_storage_revision,
+    update_concurrent_appends_are_gap_free,
+    plan_edit_commits_only_at_the_expected_revision,
+    plan_edit_race_exactly_one_commits,
+    checkpoint_prunes_the_journal_and_seqs_keep_growing,
+    stale_checkpoint_is_ignored,
+    checkpoint_outside_the_journal_conflicts,
+    reset_content_bumps_epoch_and_replaces_content,
+    content_survives_reopening_the_store,
+    rename_keeps_former_slugs_as_aliases_in_order,
+    rename_conflicts_with_other_documents_slugs_and_aliases,
+    alias_resolution_ignores_owner_and_repo_case,
+    archive_restore_and_rename_change_no_counter,
+    rename_race_to_one_slug_exactly_one_wins,
+    rename_race_never_takes_a_slug_being_left,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -866,6 +888,17 @@ async fn unknown_document_is_not_found(b: &Backend) {
         store.claim_ownership(unknown, &someone, 1).await
     ));
     assert!(is_not_found(store.release_ownership(unknown, 0).await));
+    assert!(is_not_found(store.append_update(unknown, b"u", 1).await));
+    assert!(is_not_found(
+        store.commit_plan_edit(unknown, 0, b"u", 1).await
+    ));
+    assert!(is_not_found(store.document_content(unknown).await));
+    assert!(is_not_found(store.write_checkpoint(unknown, 0, b"s").await));
+    assert!(is_not_found(store.reset_content(unknown, b"s").await));
+    assert!(is_not_found(
+        store.rename_document(unknown, "new", "New").await
+    ));
+    assert!(is_not_found(store.earlier_slugs(unknown).await));
 }
 
 // --- Planner ownership -----------------------------------------------------------------------
@@ -1643,4 +1676,964 @@ async fn data_survives_reopening_the_store(b: &Backend) {
             .unwrap(),
         Release::Released
     );
+}
+
+// --- document content ------------------------------------------------------------------------
+
+fn committed(commit: PlanCommit) -> (i64, i64) {
+    match commit {
+        PlanCommit::Committed { plan_revision, seq } => (plan_revision, seq),
+        PlanCommit::Stale { current } => panic!("expected Committed, got Stale at {current}"),
+    }
+}
+
+/// `(plan_revision, storage_revision, yjs_epoch)` of a stored document.
+async fn counters(store: &Arc<dyn Store>, id: Uuid) -> (i64, i64, i64) {
+    let doc = store.document(id).await.unwrap().expect("document");
+    (doc.plan_revision, doc.storage_revision, doc.yjs_epoch)
+}
+
+/// Seqs of the journalled updates in `content`, in the order returned.
+fn seqs_of(content: &DocumentContent) -> Vec<i64> {
+    content.updates.iter().map(|(seq, _)| *seq).collect()
+}
+
+fn update(n: i64) -> Vec<u8> {
+    format!("update-{n}").into_bytes()
+}
+
+async fn new_document_has_empty_content_at_epoch_zero(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    assert_eq!(doc.yjs_epoch, 0);
+    assert_eq!(store.document(doc.id).await.unwrap(), Some(doc.clone()));
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap(),
+        DocumentContent {
+            checkpoint: None,
+            updates: vec![],
+            yjs_epoch: 0,
+        }
+    );
+    assert_eq!(
+        store.earlier_slugs(doc.id).await.unwrap(),
+        Vec::<String>::new()
+    );
+}
+
+async fn updates_are_numbered_from_one_and_advance_storage_revision(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    let other = store
+        .create_document(&new_doc(2, "o", "r", "t"))
+        .await
+        .unwrap();
+    for n in 1..=3 {
+        assert_eq!(
+            store
+                .append_update(doc.id, &update(n), 100 + n)
+                .await
+                .unwrap(),
+            n
+        );
+        assert_eq!(
+            counters(&store, doc.id).await,
+            (0, n, 0),
+            "each append advances only the storage revision"
+        );
+    }
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap(),
+        DocumentContent {
+            checkpoint: None,
+            updates: (1..=3).map(|n| (n, update(n))).collect(),
+            yjs_epoch: 0,
+        }
+    );
+    // Each document counts on its own; an empty update is stored as given.
+    assert_eq!(store.append_update(other.id, b"", 5).await.unwrap(), 1);
+    assert_eq!(
+        store.document_content(other.id).await.unwrap().updates,
+        vec![(1, Vec::new())]
+    );
+    assert_eq!(counters(&store, other.id).await, (0, 1, 0));
+    assert_eq!(
+        seqs_of(&store.document_content(doc.id).await.unwrap()),
+        [1, 2, 3]
+    );
+}
+
+async fn update_concurrent_appends_are_gap_free(b: &Backend) {
+    const PER_TASK: usize = 2;
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let mut tasks = Vec::new();
+    for t in 0..RACERS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut appended = Vec::new();
+            for j in 0..PER_TASK {
+                let bytes = format!("{t}-{j}").into_bytes();
+                let seq = store.append_update(doc.id, &bytes, 1).await.unwrap();
+                appended.push((seq, bytes));
+            }
+            appended
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        let appended = task.await.unwrap();
+        assert!(
+            appended.windows(2).all(|w| w[0].0 < w[1].0),
+            "one task's appends keep its order"
+        );
+        all.extend(appended);
+    }
+    all.sort();
+    let total = (RACERS * PER_TASK) as i64;
+    assert_eq!(
+        all.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        (1..=total).collect::<Vec<_>>(),
+        "distinct, gap-free seqs"
+    );
+    let content = store.document_content(doc.id).await.unwrap();
+    assert_eq!(
+        content.updates, all,
+        "each update stored under the seq it was given"
+    );
+    assert_eq!(counters(&store, doc.id).await, (0, total, 0));
+}
+
+async fn plan_edit_commits_only_at_the_expected_revision(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    assert_eq!(
+        committed(
+            store
+                .commit_plan_edit(doc.id, 0, b"plan-1", 10)
+                .await
+                .unwrap()
+        ),
+        (1, 1)
+    );
+    assert_eq!(counters(&store, doc.id).await, (1, 1, 0));
+    // A plain append shares the seq numbering and moves only the storage revision.
+    assert_eq!(store.append_update(doc.id, b"typing", 11).await.unwrap(), 2);
+    assert_eq!(counters(&store, doc.id).await, (1, 2, 0));
+
+    for stale_at in [0, 2, 7] {
+        assert_eq!(
+            store
+                .commit_plan_edit(doc.id, stale_at, b"late", 12)
+                .await
+                .unwrap(),
+            PlanCommit::Stale { current: 1 },
+            "expected {stale_at}"
+        );
+    }
+    assert_eq!(
+        counters(&store, doc.id).await,
+        (1, 2, 0),
+        "a stale commit changes nothing"
+    );
+    assert_eq!(
+        committed(
+            store
+                .commit_plan_edit(doc.id, 1, b"plan-2", 13)
+                .await
+                .unwrap()
+        ),
+        (2, 3)
+    );
+    assert_eq!(counters(&store, doc.id).await, (2, 3, 0));
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap().updates,
+        vec![
+            (1, b"plan-1".to_vec()),
+            (2, b"typing".to_vec()),
+            (3, b"plan-2".to_vec()),
+        ],
+        "no stale update was journalled"
+    );
+    // The plan revision guard is the same one `advance_revision` uses.
+    assert_eq!(
+        store
+            .advance_revision(doc.id, RevisionKind::Plan, 2)
+            .await
+            .unwrap(),
+        Advance::Advanced(3)
+    );
+    assert_eq!(
+        store
+            .commit_plan_edit(doc.id, 2, b"late", 14)
+            .await
+            .unwrap(),
+        PlanCommit::Stale { current: 3 }
+    );
+}
+
+async fn plan_edit_race_exactly_one_commits(b: &Backend) {
+    const ROUNDS: i64 = 3;
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    let mut winners = Vec::new();
+    for expected in 0..ROUNDS {
+        let barrier = Arc::new(Barrier::new(PLAN_COMMITTERS));
+        let mut tasks = Vec::new();
+        for c in 0..PLAN_COMMITTERS {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tasks.push(tokio::spawn(async move {
+                let bytes = format!("round-{expected}-committer-{c}").into_bytes();
+                barrier.wait().await;
+                let outcome = store
+                    .commit_plan_edit(doc.id, expected, &bytes, 1)
+                    .await
+                    .unwrap();
+                (outcome, bytes)
+            }));
+        }
+        let mut round_winners = Vec::new();
+        for task in tasks {
+            match task.await.unwrap() {
+                (PlanCommit::Committed { plan_revision, seq }, bytes) => {
+                    assert_eq!(plan_revision, expected + 1);
+                    round_winners.push((seq, bytes));
+                }
+                (PlanCommit::Stale { current }, _) => assert_eq!(current, expected + 1),
+            }
+        }
+        assert_eq!(
+            round_winners.len(),
+            1,
+            "from plan revision {expected}: exactly one of {PLAN_COMMITTERS} commits"
+        );
+        winners.extend(round_winners);
+    }
+    assert_eq!(
+        counters(&store, doc.id).await,
+        (ROUNDS, ROUNDS, 0),
+        "one plan and one storage advance per round"
+    );
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap().updates,
+        winners,
+        "only the winners' updates are journalled"
+    );
+    assert_eq!(
+        winners.iter().map(|(seq, _)| *seq).collect::<Vec<_>>(),
+        (1..=ROUNDS).collect::<Vec<_>>()
+    );
+}
+
+async fn checkpoint_prunes_the_journal_and_seqs_keep_growing(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    for n in 1..=5 {
+        store.append_update(doc.id, &update(n), n).await.unwrap();
+    }
+    store.write_checkpoint(doc.id, 3, b"state-3").await.unwrap();
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap(),
+        DocumentContent {
+            checkpoint: Some(Checkpoint {
+                upto_seq: 3,
+                state: b"state-3".to_vec(),
+                yjs_epoch: 0,
+            }),
+            updates: vec![(4, update(4)), (5, update(5))],
+            yjs_epoch: 0,
+        }
+    );
+    assert_eq!(
+        counters(&store, doc.id).await,
+        (0, 5, 0),
+        "a checkpoint changes no counter"
+    );
+    assert_eq!(store.append_update(doc.id, &update(6), 6).await.unwrap(), 6);
+
+    // A checkpoint covering everything empties the journal; numbering carries on.
+    store.write_checkpoint(doc.id, 6, b"state-6").await.unwrap();
+    let content = store.document_content(doc.id).await.unwrap();
+    assert_eq!(content.updates, vec![]);
+    assert_eq!(
+        content.checkpoint.map(|c| (c.upto_seq, c.state)),
+        Some((6, b"state-6".to_vec()))
+    );
+    assert_eq!(store.append_update(doc.id, &update(7), 7).await.unwrap(), 7);
+    assert_eq!(
+        committed(
+            store
+                .commit_plan_edit(doc.id, 0, &update(8), 8)
+                .await
+                .unwrap()
+        ),
+        (1, 8)
+    );
+    assert_eq!(
+        seqs_of(&store.document_content(doc.id).await.unwrap()),
+        [7, 8]
+    );
+}
+
+async fn stale_checkpoint_is_ignored(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    for n in 1..=6 {
+        store.append_update(doc.id, &update(n), n).await.unwrap();
+    }
+    store.write_checkpoint(doc.id, 4, b"state-4").await.unwrap();
+    let before = store.document_content(doc.id).await.unwrap();
+    // Older, and as old: a late or repeated checkpoint write never replaces a newer one.
+    store.write_checkpoint(doc.id, 2, b"state-2").await.unwrap();
+    store.write_checkpoint(doc.id, 0, b"state-0").await.unwrap();
+    store.write_checkpoint(doc.id, 4, b"other-4").await.unwrap();
+    let after = store.document_content(doc.id).await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!(
+        after
+            .checkpoint
+            .as_ref()
+            .map(|c| (c.upto_seq, c.state.clone())),
+        Some((4, b"state-4".to_vec()))
+    );
+    assert_eq!(seqs_of(&after), [5, 6]);
+    assert_eq!(counters(&store, doc.id).await, (0, 6, 0));
+}
+
+async fn checkpoint_outside_the_journal_conflicts(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    store.append_update(doc.id, &update(1), 1).await.unwrap();
+    store.append_update(doc.id, &update(2), 2).await.unwrap();
+    for upto_seq in [3, 100, -1] {
+        assert!(
+            matches!(
+                store.write_checkpoint(doc.id, upto_seq, b"state").await,
+                Err(StoreError::Conflict(_))
+            ),
+            "a checkpoint cannot cover seq {upto_seq}"
+        );
+    }
+    let content = store.document_content(doc.id).await.unwrap();
+    assert_eq!(
+        (content.checkpoint.clone(), seqs_of(&content)),
+        (None, vec![1, 2])
+    );
+    // A checkpoint of the empty document (covering no update) is accepted.
+    let fresh = store
+        .create_document(&new_doc(2, "o", "r", "t"))
+        .await
+        .unwrap();
+    store.write_checkpoint(fresh.id, 0, b"empty").await.unwrap();
+    assert_eq!(
+        store.document_content(fresh.id).await.unwrap().checkpoint,
+        Some(Checkpoint {
+            upto_seq: 0,
+            state: b"empty".to_vec(),
+            yjs_epoch: 0,
+        })
+    );
+}
+
+async fn reset_content_bumps_epoch_and_replaces_content(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    committed(
+        store
+            .commit_plan_edit(doc.id, 0, &update(1), 1)
+            .await
+            .unwrap(),
+    );
+    for n in 2..=4 {
+        store.append_update(doc.id, &update(n), n).await.unwrap();
+    }
+    store.write_checkpoint(doc.id, 2, b"state-2").await.unwrap();
+    assert_eq!(counters(&store, doc.id).await, (1, 4, 0));
+
+    assert_eq!(store.reset_content(doc.id, b"replaced").await.unwrap(), 1);
+    assert_eq!(
+        counters(&store, doc.id).await,
+        (1, 5, 1),
+        "a reset advances the epoch and the storage revision, not the plan revision"
+    );
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap(),
+        DocumentContent {
+            checkpoint: Some(Checkpoint {
+                upto_seq: 4,
+                state: b"replaced".to_vec(),
+                yjs_epoch: 1,
+            }),
+            updates: vec![],
+            yjs_epoch: 1,
+        },
+        "the new state replaces checkpoint and journal"
+    );
+    // A checkpoint of the old history, arriving late, cannot replace the new one.
+    store.write_checkpoint(doc.id, 4, b"old-4").await.unwrap();
+    assert_eq!(
+        store
+            .document_content(doc.id)
+            .await
+            .unwrap()
+            .checkpoint
+            .map(|c| c.state),
+        Some(b"replaced".to_vec())
+    );
+
+    // Seqs carry on; later checkpoints are written at the new epoch.
+    assert_eq!(store.append_update(doc.id, &update(5), 5).await.unwrap(), 5);
+    store.write_checkpoint(doc.id, 5, b"state-5").await.unwrap();
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap().checkpoint,
+        Some(Checkpoint {
+            upto_seq: 5,
+            state: b"state-5".to_vec(),
+            yjs_epoch: 1,
+        })
+    );
+    assert_eq!(store.reset_content(doc.id, b"again").await.unwrap(), 2);
+    assert_eq!(counters(&store, doc.id).await, (1, 7, 2));
+    let content = store.document_content(doc.id).await.unwrap();
+    assert_eq!(content.yjs_epoch, 2);
+    assert_eq!(
+        content.checkpoint.map(|c| (c.upto_seq, c.yjs_epoch)),
+        Some((5, 2))
+    );
+}
+
+async fn content_survives_reopening_the_store(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "Owner", "Repo", "first"))
+        .await
+        .unwrap();
+    let reset = store
+        .create_document(&new_doc(2, "Owner", "Repo", "reset"))
+        .await
+        .unwrap();
+    for n in 1..=4 {
+        store.append_update(doc.id, &update(n), n).await.unwrap();
+    }
+    store.write_checkpoint(doc.id, 2, b"state-2").await.unwrap();
+    committed(
+        store
+            .commit_plan_edit(doc.id, 0, &update(5), 5)
+            .await
+            .unwrap(),
+    );
+    store.append_update(reset.id, &update(1), 1).await.unwrap();
+    store.reset_content(reset.id, b"fresh").await.unwrap();
+    store
+        .rename_document(doc.id, "second", "Second")
+        .await
+        .unwrap();
+    let renamed = store
+        .rename_document(doc.id, "third", "Third")
+        .await
+        .unwrap();
+
+    let snapshot = (
+        store.document(doc.id).await.unwrap(),
+        store.document_content(doc.id).await.unwrap(),
+        store.document(reset.id).await.unwrap(),
+        store.document_content(reset.id).await.unwrap(),
+        store.earlier_slugs(doc.id).await.unwrap(),
+    );
+    drop(store);
+
+    let reopened = b.open().await;
+    let after = (
+        reopened.document(doc.id).await.unwrap(),
+        reopened.document_content(doc.id).await.unwrap(),
+        reopened.document(reset.id).await.unwrap(),
+        reopened.document_content(reset.id).await.unwrap(),
+        reopened.earlier_slugs(doc.id).await.unwrap(),
+    );
+    assert_eq!(after, snapshot);
+    // Spot-check the snapshot holds what was written (so equality is not vacuous).
+    assert_eq!(after.0, Some(renamed.clone()));
+    assert_eq!(
+        after
+            .1
+            .checkpoint
+            .as_ref()
+            .map(|c| (c.upto_seq, c.state.clone())),
+        Some((2, b"state-2".to_vec()))
+    );
+    assert_eq!(
+        after.1.updates,
+        vec![(3, update(3)), (4, update(4)), (5, update(5))]
+    );
+    assert_eq!(after.2.map(|d| d.yjs_epoch), Some(1));
+    assert_eq!(
+        after
+            .3
+            .checkpoint
+            .map(|c| (c.upto_seq, c.state, c.yjs_epoch)),
+        Some((1, b"fresh".to_vec(), 1))
+    );
+    assert_eq!(after.4, ["first", "second"]);
+    for slug in ["first", "second", "third"] {
+        assert_eq!(
+            reopened
+                .document_by_slug("owner", "repo", slug)
+                .await
+                .unwrap(),
+            Some(renamed.clone()),
+            "{slug}"
+        );
+    }
+
+    // Numbering and guards carry on where they were.
+    assert_eq!(
+        reopened.append_update(doc.id, &update(6), 6).await.unwrap(),
+        6
+    );
+    assert_eq!(
+        reopened
+            .commit_plan_edit(doc.id, 0, b"late", 7)
+            .await
+            .unwrap(),
+        PlanCommit::Stale { current: 1 }
+    );
+    reopened
+        .write_checkpoint(doc.id, 1, b"older")
+        .await
+        .unwrap();
+    assert_eq!(
+        seqs_of(&reopened.document_content(doc.id).await.unwrap()),
+        [3, 4, 5, 6],
+        "the older checkpoint is still ignored after a reopen"
+    );
+    assert!(matches!(
+        reopened
+            .create_document(&new_doc(3, "owner", "REPO", "second"))
+            .await,
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+// --- renames and slug aliases ----------------------------------------------------------------
+
+async fn rename_keeps_former_slugs_as_aliases_in_order(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "Octo", "Repo", "a"))
+        .await
+        .unwrap();
+
+    let renamed = store.rename_document(doc.id, "b", "Title B").await.unwrap();
+    assert_eq!(
+        renamed,
+        Document {
+            slug: "b".into(),
+            title: "Title B".into(),
+            ..doc.clone()
+        }
+    );
+    assert_eq!(store.document(doc.id).await.unwrap(), Some(renamed.clone()));
+    assert_eq!(store.earlier_slugs(doc.id).await.unwrap(), ["a"]);
+    for slug in ["a", "b"] {
+        assert_eq!(
+            store.document_by_slug("Octo", "Repo", slug).await.unwrap(),
+            Some(renamed.clone()),
+            "{slug} resolves to the document, which carries its current slug"
+        );
+    }
+
+    store.rename_document(doc.id, "c", "Title C").await.unwrap();
+    store.rename_document(doc.id, "d", "Title D").await.unwrap();
+    assert_eq!(store.earlier_slugs(doc.id).await.unwrap(), ["a", "b", "c"]);
+
+    // Back to a former slug: it is canonical again and leaves the aliases; the slug left joins
+    // them last.
+    let back = store
+        .rename_document(doc.id, "b", "Title B again")
+        .await
+        .unwrap();
+    assert_eq!(
+        (back.slug.as_str(), back.title.as_str()),
+        ("b", "Title B again")
+    );
+    assert_eq!(store.earlier_slugs(doc.id).await.unwrap(), ["a", "c", "d"]);
+    store.rename_document(doc.id, "a", "Title A").await.unwrap();
+    assert_eq!(store.earlier_slugs(doc.id).await.unwrap(), ["c", "d", "b"]);
+
+    // Same slug, new title: only the title changes.
+    let retitled = store
+        .rename_document(doc.id, "a", "Only the title")
+        .await
+        .unwrap();
+    assert_eq!(retitled.slug, "a");
+    assert_eq!(retitled.title, "Only the title");
+    assert_eq!(store.earlier_slugs(doc.id).await.unwrap(), ["c", "d", "b"]);
+    for slug in ["a", "b", "c", "d"] {
+        assert_eq!(
+            store
+                .document_by_slug("Octo", "Repo", slug)
+                .await
+                .unwrap()
+                .map(|d| (d.id, d.slug)),
+            Some((doc.id, "a".to_owned())),
+            "{slug}"
+        );
+    }
+    assert_eq!(
+        store.document_by_slug("Octo", "Repo", "e").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.document_by_slug("Octo", "Other", "b").await.unwrap(),
+        None,
+        "aliases belong to the document's repository"
+    );
+}
+
+async fn rename_conflicts_with_other_documents_slugs_and_aliases(b: &Backend) {
+    let store = b.open().await;
+    let one = store
+        .create_document(&new_doc(1, "Octo", "Repo", "one"))
+        .await
+        .unwrap();
+    let two = store
+        .create_document(&new_doc(2, "Octo", "Repo", "two"))
+        .await
+        .unwrap();
+    let conflict = |result: Result<Document, StoreError>| {
+        assert!(
+            matches!(result, Err(StoreError::Conflict(_))),
+            "expected Conflict, got {result:?}"
+        );
+    };
+
+    // Another document's current slug.
+    conflict(store.rename_document(one.id, "two", "Two").await);
+    // Another document's former slug.
+    let deux = store.rename_document(two.id, "deux", "Deux").await.unwrap();
+    conflict(store.rename_document(one.id, "two", "Two").await);
+    assert!(
+        matches!(
+            store
+                .create_document(&new_doc(3, "octo", "REPO", "two"))
+                .await,
+            Err(StoreError::Conflict(_))
+        ),
+        "a new document cannot take another's alias either (owner and repo without case)"
+    );
+    assert_eq!(
+        store
+            .document(Uuid::from_u128(0xd0c0_0000_0000_0000_0000_0000_0000_0003))
+            .await
+            .unwrap(),
+        None
+    );
+    // A refused rename changes nothing.
+    assert_eq!(store.document(one.id).await.unwrap(), Some(one.clone()));
+    assert_eq!(
+        store.earlier_slugs(one.id).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(store.document(two.id).await.unwrap(), Some(deux.clone()));
+    assert_eq!(store.earlier_slugs(two.id).await.unwrap(), ["two"]);
+    assert_eq!(
+        store.document_by_slug("Octo", "Repo", "two").await.unwrap(),
+        Some(deux.clone())
+    );
+
+    // The former slug stays bound to its document, even renamed onward again.
+    store.rename_document(two.id, "zwei", "Zwei").await.unwrap();
+    conflict(store.rename_document(one.id, "deux", "Deux").await);
+    conflict(store.rename_document(one.id, "two", "Two").await);
+
+    // The same slugs in another repository (or another owner's) are free.
+    let elsewhere = store
+        .create_document(&new_doc(4, "Octo", "Other", "x"))
+        .await
+        .unwrap();
+    store
+        .rename_document(elsewhere.id, "two", "Two")
+        .await
+        .unwrap();
+    let other_owner = store
+        .create_document(&new_doc(5, "Someone", "Repo", "deux"))
+        .await
+        .unwrap();
+    assert_eq!(other_owner.slug, "deux");
+    assert_eq!(
+        store
+            .document_by_slug("octo", "other", "two")
+            .await
+            .unwrap()
+            .map(|d| d.id),
+        Some(elsewhere.id)
+    );
+    assert_eq!(
+        store
+            .document_by_slug("Octo", "Repo", "two")
+            .await
+            .unwrap()
+            .map(|d| d.id),
+        Some(two.id)
+    );
+}
+
+async fn alias_resolution_ignores_owner_and_repo_case(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "Octo-Org", "Big.Repo", "roadmap"))
+        .await
+        .unwrap();
+    // Renamed through a differently spelled lookup of the same repository.
+    let renamed = store
+        .rename_document(doc.id, "roadmap-2027", "Roadmap 2027")
+        .await
+        .unwrap();
+    assert_eq!(
+        (renamed.repo_owner.as_str(), renamed.repo_name.as_str()),
+        ("Octo-Org", "Big.Repo"),
+        "the spelling given at creation is kept"
+    );
+    for (owner, repo) in [
+        ("Octo-Org", "Big.Repo"),
+        ("octo-org", "big.repo"),
+        ("OCTO-ORG", "BIG.REPO"),
+    ] {
+        for slug in ["roadmap", "roadmap-2027"] {
+            assert_eq!(
+                store.document_by_slug(owner, repo, slug).await.unwrap(),
+                Some(renamed.clone()),
+                "{owner}/{repo}/{slug}"
+            );
+        }
+    }
+    assert_eq!(
+        store
+            .document_by_slug("octo-org", "big.repo", "ROADMAP")
+            .await
+            .unwrap(),
+        None,
+        "the slug itself compares exactly"
+    );
+    // Another document in the same repository, spelled differently, cannot take the alias.
+    let other = store
+        .create_document(&new_doc(2, "OCTO-org", "big.REPO", "notes"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.rename_document(other.id, "roadmap", "Roadmap").await,
+        Err(StoreError::Conflict(_))
+    ));
+}
+
+async fn archive_restore_and_rename_change_no_counter(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    committed(
+        store
+            .commit_plan_edit(doc.id, 0, &update(1), 1)
+            .await
+            .unwrap(),
+    );
+    store.append_update(doc.id, &update(2), 2).await.unwrap();
+    store.reset_content(doc.id, b"state").await.unwrap();
+    let before = counters(&store, doc.id).await;
+    assert_eq!(
+        before,
+        (1, 3, 1),
+        "nonzero counters, so a reset to 0 would show"
+    );
+    let content_before = store.document_content(doc.id).await.unwrap();
+
+    store.set_archived(doc.id, true).await.unwrap();
+    assert_eq!(counters(&store, doc.id).await, before, "archive");
+    store.set_archived(doc.id, false).await.unwrap();
+    assert_eq!(counters(&store, doc.id).await, before, "restore");
+    let renamed = store
+        .rename_document(doc.id, "s2", "Renamed")
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            renamed.plan_revision,
+            renamed.storage_revision,
+            renamed.yjs_epoch
+        ),
+        before,
+        "rename"
+    );
+    store
+        .rename_document(doc.id, "s2", "Retitled")
+        .await
+        .unwrap();
+    assert_eq!(counters(&store, doc.id).await, before, "retitle");
+    store.set_archived(doc.id, true).await.unwrap();
+    let archived_rename = store.rename_document(doc.id, "s", "Back").await.unwrap();
+    assert!(archived_rename.archived, "a rename keeps the archived flag");
+    assert_eq!(
+        counters(&store, doc.id).await,
+        before,
+        "rename while archived"
+    );
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap(),
+        content_before
+    );
+}
+
+async fn rename_race_to_one_slug_exactly_one_wins(b: &Backend) {
+    let store = b.open().await;
+    let mut ids = Vec::new();
+    for n in 0..PLAN_COMMITTERS as u128 {
+        let doc = store
+            .create_document(&new_doc(n, "o", "r", &format!("doc-{n}")))
+            .await
+            .unwrap();
+        ids.push(doc.id);
+    }
+    let barrier = Arc::new(Barrier::new(ids.len()));
+    let mut tasks = Vec::new();
+    for id in ids.clone() {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            (id, store.rename_document(id, "shared", "Shared").await)
+        }));
+    }
+    let mut winners = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            (id, Ok(doc)) => {
+                assert_eq!(doc.slug, "shared");
+                winners.push(id);
+            }
+            (_, Err(StoreError::Conflict(_))) => {}
+            (_, Err(e)) => panic!("expected Ok or Conflict, got {e}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one document takes the slug");
+    assert_eq!(
+        store
+            .document_by_slug("o", "r", "shared")
+            .await
+            .unwrap()
+            .map(|d| d.id),
+        Some(winners[0])
+    );
+    for id in ids {
+        let slugs = store.earlier_slugs(id).await.unwrap();
+        assert_eq!(
+            slugs.len(),
+            usize::from(id == winners[0]),
+            "only the winner left a slug"
+        );
+    }
+}
+
+async fn rename_race_never_takes_a_slug_being_left(b: &Backend) {
+    // Each round, `leaver` leaves its slug (which becomes its alias) while `taker` tries to rename
+    // to that slug and a new document tries to be created with it. Whichever runs first, the slug
+    // is the leaver's (canonical, then alias), so both must always be refused.
+    const ROUNDS: usize = 12;
+    let store = b.open().await;
+    let leaver = store
+        .create_document(&new_doc(1, "o", "r", "slug-0"))
+        .await
+        .unwrap();
+    let taker = store
+        .create_document(&new_doc(2, "o", "r", "taker"))
+        .await
+        .unwrap();
+    for round in 0..ROUNDS {
+        let barrier = Arc::new(Barrier::new(3));
+        let leave = {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .rename_document(leaver.id, &format!("slug-{}", round + 1), "Leaver")
+                    .await
+            })
+        };
+        let take = {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .rename_document(taker.id, &format!("slug-{round}"), "Taker")
+                    .await
+            })
+        };
+        let create = {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            let newcomer = new_doc(100 + round as u128, "O", "R", &format!("slug-{round}"));
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store.create_document(&newcomer).await
+            })
+        };
+        leave.await.unwrap().expect("the leaver's rename");
+        let taken = take.await.unwrap();
+        assert!(
+            matches!(taken, Err(StoreError::Conflict(_))),
+            "round {round}: the taker got {taken:?}"
+        );
+        let created = create.await.unwrap();
+        assert!(
+            matches!(created, Err(StoreError::Conflict(_))),
+            "round {round}: the creator got {created:?}"
+        );
+    }
+    assert_eq!(
+        store.earlier_slugs(leaver.id).await.unwrap(),
+        (0..ROUNDS).map(|r| format!("slug-{r}")).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        store.earlier_slugs(taker.id).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(store.document(taker.id).await.unwrap(), Some(taker));
+    for round in 0..ROUNDS {
+        assert_eq!(
+            store
+                .document_by_slug("o", "r", &format!("slug-{round}"))
+                .await
+                .unwrap()
+                .map(|d| d.id),
+            Some(leaver.id),
+            "slug-{round} names only the leaver"
+        );
+    }
 }

@@ -14,9 +14,10 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    account_id_for_github_user, ascii_key, Account, Advance, BrowserLogin, Claim, Document, Holder,
-    LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, Release, RevisionKind, Store,
-    StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    account_id_for_github_user, ascii_key, checkpoint_out_of_range, slug_taken, Account, Advance,
+    BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Holder, LeaseAcquire, NewDocument,
+    NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind, Store, StoreError,
+    StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
@@ -47,6 +48,28 @@ struct CredentialRow {
     sealed: Option<Vec<u8>>,
 }
 
+/// A document's durable content, as in the SQL backends: the last seq handed out (kept apart from
+/// the journal, which checkpoints prune), the checkpoint and the journal after it.
+#[derive(Debug, Default)]
+struct ContentRow {
+    last_seq: i64,
+    checkpoint: Option<Checkpoint>,
+    /// seq → Yjs v1 update; only seqs after the checkpoint's `upto_seq`.
+    journal: BTreeMap<i64, Vec<u8>>,
+}
+
+impl ContentRow {
+    /// Journals `update` at the next seq and returns it.
+    fn append(&mut self, update: &[u8]) -> i64 {
+        self.last_seq += 1;
+        self.journal.insert(self.last_seq, update.to_vec());
+        self.last_seq
+    }
+}
+
+/// (owner key, repo key, slug): where a slug, canonical or alias, is unique.
+type SlugKey = (String, String, String);
+
 #[derive(Debug, Default)]
 struct Inner {
     accounts: BTreeMap<Uuid, Account>,
@@ -55,7 +78,13 @@ struct Inner {
     login_credentials: BTreeMap<Uuid, CredentialRow>,
     documents: BTreeMap<Uuid, Document>,
     /// (owner key, repo key, slug) → document id: the unique slug per repository.
-    slugs: BTreeMap<(String, String, String), Uuid>,
+    slugs: BTreeMap<SlugKey, Uuid>,
+    /// (owner key, repo key, former slug) → document id. No key is in both maps.
+    aliases: BTreeMap<SlugKey, Uuid>,
+    /// Document id → its aliases in the order they were left, oldest first.
+    earlier_slugs: BTreeMap<Uuid, Vec<String>>,
+    /// Document id → its content; one row per document, made with it.
+    content: BTreeMap<Uuid, ContentRow>,
     transcripts: BTreeMap<Uuid, Vec<TranscriptEntry>>,
     ownership: BTreeMap<Uuid, Ownership>,
     lease: LeaseRow,
@@ -76,6 +105,19 @@ impl MemoryStore {
             .map_err(|_| StoreError::Backend("memory store lock poisoned".into()))?;
         f(&mut inner)
     }
+}
+
+/// The document and its content row, both to be changed under the one lock.
+fn document_and_content(
+    inner: &mut Inner,
+    document_id: Uuid,
+) -> StoreResult<(&mut Document, &mut ContentRow)> {
+    let doc = inner
+        .documents
+        .get_mut(&document_id)
+        .ok_or(StoreError::NotFound("document"))?;
+    let content = inner.content.entry(document_id).or_default();
+    Ok((doc, content))
 }
 
 #[async_trait]
@@ -239,7 +281,7 @@ impl Store for MemoryStore {
             if inner.documents.contains_key(&doc.id) {
                 return Err(StoreError::Conflict("document id already exists".into()));
             }
-            if inner.slugs.contains_key(&slug_key) {
+            if inner.slugs.contains_key(&slug_key) || inner.aliases.contains_key(&slug_key) {
                 return Err(StoreError::Conflict(super::slug_conflict(doc)));
             }
             let document = Document {
@@ -250,10 +292,12 @@ impl Store for MemoryStore {
                 title: doc.title.clone(),
                 plan_revision: 0,
                 storage_revision: 0,
+                yjs_epoch: 0,
                 archived: false,
                 created_at_ms: doc.created_at_ms,
             };
             inner.slugs.insert(slug_key, doc.id);
+            inner.content.insert(doc.id, ContentRow::default());
             inner.documents.insert(doc.id, document.clone());
             inner.ownership.insert(
                 doc.id,
@@ -283,6 +327,7 @@ impl Store for MemoryStore {
             Ok(inner
                 .slugs
                 .get(&key)
+                .or_else(|| inner.aliases.get(&key))
                 .and_then(|id| inner.documents.get(id))
                 .cloned())
         })
@@ -296,6 +341,62 @@ impl Store for MemoryStore {
                 .ok_or(StoreError::NotFound("document"))?;
             doc.archived = archived;
             Ok(())
+        })
+    }
+
+    async fn rename_document(
+        &self,
+        document_id: Uuid,
+        new_slug: &str,
+        new_title: &str,
+    ) -> StoreResult<Document> {
+        self.with(|inner| {
+            let doc = inner
+                .documents
+                .get(&document_id)
+                .ok_or(StoreError::NotFound("document"))?;
+            let (owner_key, repo_key) = (ascii_key(&doc.repo_owner), ascii_key(&doc.repo_name));
+            let new_key = (owner_key.clone(), repo_key.clone(), new_slug.to_owned());
+            if doc.slug != new_slug {
+                let used_by = inner.slugs.get(&new_key).or(inner.aliases.get(&new_key));
+                if used_by.is_some_and(|id| *id != document_id) {
+                    return Err(StoreError::Conflict(slug_taken(
+                        &doc.repo_owner,
+                        &doc.repo_name,
+                        new_slug,
+                    )));
+                }
+                let old_key = (owner_key, repo_key, doc.slug.clone());
+                let earlier = inner.earlier_slugs.entry(document_id).or_default();
+                // Back to a former slug: it is canonical again, no longer an alias.
+                if inner.aliases.remove(&new_key).is_some() {
+                    earlier.retain(|slug| slug != new_slug);
+                }
+                earlier.push(doc.slug.clone());
+                inner.slugs.remove(&old_key);
+                inner.aliases.insert(old_key, document_id);
+                inner.slugs.insert(new_key, document_id);
+            }
+            let doc = inner
+                .documents
+                .get_mut(&document_id)
+                .ok_or(StoreError::NotFound("document"))?;
+            new_slug.clone_into(&mut doc.slug);
+            new_title.clone_into(&mut doc.title);
+            Ok(doc.clone())
+        })
+    }
+
+    async fn earlier_slugs(&self, document_id: Uuid) -> StoreResult<Vec<String>> {
+        self.with(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            Ok(inner
+                .earlier_slugs
+                .get(&document_id)
+                .cloned()
+                .unwrap_or_default())
         })
     }
 
@@ -319,6 +420,104 @@ impl Store for MemoryStore {
             }
             *revision += 1;
             Ok(Advance::Advanced(*revision))
+        })
+    }
+
+    async fn append_update(
+        &self,
+        document_id: Uuid,
+        update: &[u8],
+        _now_ms: UnixMillis,
+    ) -> StoreResult<i64> {
+        self.with(|inner| {
+            let (doc, content) = document_and_content(inner, document_id)?;
+            doc.storage_revision += 1;
+            Ok(content.append(update))
+        })
+    }
+
+    async fn commit_plan_edit(
+        &self,
+        document_id: Uuid,
+        expected_plan_revision: i64,
+        update: &[u8],
+        _now_ms: UnixMillis,
+    ) -> StoreResult<PlanCommit> {
+        self.with(|inner| {
+            let (doc, content) = document_and_content(inner, document_id)?;
+            if doc.plan_revision != expected_plan_revision {
+                return Ok(PlanCommit::Stale {
+                    current: doc.plan_revision,
+                });
+            }
+            doc.plan_revision += 1;
+            doc.storage_revision += 1;
+            let seq = content.append(update);
+            Ok(PlanCommit::Committed {
+                plan_revision: doc.plan_revision,
+                seq,
+            })
+        })
+    }
+
+    async fn document_content(&self, document_id: Uuid) -> StoreResult<DocumentContent> {
+        self.with(|inner| {
+            let (doc, content) = document_and_content(inner, document_id)?;
+            Ok(DocumentContent {
+                checkpoint: content.checkpoint.clone(),
+                updates: content
+                    .journal
+                    .iter()
+                    .map(|(seq, update)| (*seq, update.clone()))
+                    .collect(),
+                yjs_epoch: doc.yjs_epoch,
+            })
+        })
+    }
+
+    async fn write_checkpoint(
+        &self,
+        document_id: Uuid,
+        upto_seq: i64,
+        state: &[u8],
+    ) -> StoreResult<()> {
+        self.with(|inner| {
+            let (doc, content) = document_and_content(inner, document_id)?;
+            if !(0..=content.last_seq).contains(&upto_seq) {
+                return Err(StoreError::Conflict(checkpoint_out_of_range(
+                    upto_seq,
+                    content.last_seq,
+                )));
+            }
+            if content
+                .checkpoint
+                .as_ref()
+                .is_some_and(|current| current.upto_seq >= upto_seq)
+            {
+                return Ok(());
+            }
+            content.checkpoint = Some(Checkpoint {
+                upto_seq,
+                state: state.to_vec(),
+                yjs_epoch: doc.yjs_epoch,
+            });
+            content.journal = content.journal.split_off(&(upto_seq + 1));
+            Ok(())
+        })
+    }
+
+    async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
+        self.with(|inner| {
+            let (doc, content) = document_and_content(inner, document_id)?;
+            doc.yjs_epoch += 1;
+            doc.storage_revision += 1;
+            content.checkpoint = Some(Checkpoint {
+                upto_seq: content.last_seq,
+                state: state.to_vec(),
+                yjs_epoch: doc.yjs_epoch,
+            });
+            content.journal.clear();
+            Ok(doc.yjs_epoch)
         })
     }
 

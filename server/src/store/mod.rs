@@ -3,7 +3,11 @@
 //!
 //! Owns: records and the atomic rules on them — the generation-guarded Planner ownership claim,
 //! revisions that only grow (documents', and browser-login credentials', whose sealed bytes are
-//! opaque here: see [`crate::crypto`]), transcript order, the exclusive writer lease.
+//! opaque here: see [`crate::crypto`]), transcript order, the exclusive writer lease, a document's
+//! durable content (a journal of Yjs v1 updates after its latest checkpoint, numbered gap-free per
+//! document, and the Yjs epoch) and its slugs (the canonical one and former ones kept as aliases,
+//! unique together per repository). Update and checkpoint bytes are opaque here: the caller
+//! encodes and decodes them with yrs.
 //! Does not own: policy (who may claim, when a grace ends) or time: callers pass wall-clock
 //! milliseconds read from their [`crate::clock::Clock`]. Every backend passes the same conformance
 //! suite (`server/tests/store_conformance.rs`).
@@ -108,6 +112,10 @@ pub struct Document {
     pub plan_revision: i64,
     /// Advances with every durable write of the document's state. Starts at 0.
     pub storage_revision: i64,
+    /// Changes only when the document's content is replaced wholesale
+    /// ([`Store::reset_content`]), so updates made for one Yjs history are never applied to
+    /// another. Starts at 0.
+    pub yjs_epoch: i64,
     pub archived: bool,
     pub created_at_ms: UnixMillis,
 }
@@ -125,6 +133,36 @@ pub enum Advance {
     Advanced(i64),
     /// The caller read an older (or otherwise different) revision; nothing changed.
     Stale { current: i64 },
+}
+
+/// Outcome of [`Store::commit_plan_edit`], guarded by the plan revision the caller read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum PlanCommit {
+    /// The update was journalled at `seq` and the plan revision moved to `plan_revision`
+    /// (expected + 1); the storage revision advanced by one too.
+    Committed { plan_revision: i64, seq: i64 },
+    /// The plan revision is no longer the one expected; nothing changed.
+    Stale { current: i64 },
+}
+
+/// A complete encoded Yjs state (v1) covering every journalled update up to `upto_seq`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    pub upto_seq: i64,
+    pub state: Vec<u8>,
+    /// The document's Yjs epoch when the checkpoint was written.
+    pub yjs_epoch: i64,
+}
+
+/// What a room needs to rebuild a document: its latest checkpoint (if any) and the journalled
+/// updates after it, read together from one consistent snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentContent {
+    pub checkpoint: Option<Checkpoint>,
+    /// `(seq, Yjs v1 update)` for every update after the checkpoint, in seq order.
+    pub updates: Vec<(i64, Vec<u8>)>,
+    /// The document's current Yjs epoch.
+    pub yjs_epoch: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,18 +294,36 @@ pub trait Store: Send + Sync + 'static {
 
     // --- documents ---
     /// Creates a document (and its ownership record at generation 0). A slug already used in the
-    /// same repository is `Conflict`.
+    /// same repository, by another document or as another document's former slug (alias), is
+    /// `Conflict`.
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document>;
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>>;
-    /// Owner and repository name are compared without regard to ASCII case, the slug exactly.
+    /// The document whose slug, or one of whose former slugs (aliases), is `slug` in that
+    /// repository; the document returned carries its current slug. Owner and repository name are
+    /// compared without regard to ASCII case, the slug exactly.
     async fn document_by_slug(
         &self,
         repo_owner: &str,
         repo_name: &str,
         slug: &str,
     ) -> StoreResult<Option<Document>>;
-    /// `NotFound("document")` if there is no such document.
+    /// Archives or restores. Changes no revision counter. `NotFound("document")` if there is no
+    /// such document.
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()>;
+    /// Gives the document a new slug and title. The old slug becomes an alias of the document
+    /// (see [`Store::earlier_slugs`]); renaming back to a former slug removes that alias. A slug
+    /// used in the repository by another document, canonical or alias, is `Conflict` (nothing
+    /// changes). The same slug with a new title only retitles. Changes no revision counter.
+    /// `NotFound("document")` for an unknown document.
+    async fn rename_document(
+        &self,
+        document_id: Uuid,
+        new_slug: &str,
+        new_title: &str,
+    ) -> StoreResult<Document>;
+    /// The document's former slugs (its aliases), in the order they were left, oldest first.
+    /// `NotFound("document")` for an unknown document.
+    async fn earlier_slugs(&self, document_id: Uuid) -> StoreResult<Vec<String>>;
     /// Advances a revision by one if it still equals `expected`. `NotFound("document")` if there
     /// is no such document.
     async fn advance_revision(
@@ -276,6 +332,49 @@ pub trait Store: Send + Sync + 'static {
         kind: RevisionKind,
         expected: i64,
     ) -> StoreResult<Advance>;
+
+    // --- document content (Yjs v1 bytes, opaque here) ---
+    /// Journals one accepted update at the document's next seq (the first is 1; concurrent
+    /// appends get distinct, gap-free seqs, which keep growing across checkpoints and resets) and
+    /// advances the storage revision by one, atomically. Returns the seq.
+    /// `NotFound("document")` for an unknown document.
+    async fn append_update(
+        &self,
+        document_id: Uuid,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<i64>;
+    /// Only if the plan revision still equals `expected_plan_revision`: journals the update (as
+    /// [`Store::append_update`]) and advances the plan and storage revisions by one, atomically.
+    /// Otherwise `Stale` and nothing changes. Concurrent commits at one expected revision: exactly
+    /// one commits. `NotFound("document")` for an unknown document.
+    async fn commit_plan_edit(
+        &self,
+        document_id: Uuid,
+        expected_plan_revision: i64,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<PlanCommit>;
+    /// The latest checkpoint, the updates after it in seq order, and the Yjs epoch, from one
+    /// consistent snapshot. `NotFound("document")` for an unknown document.
+    async fn document_content(&self, document_id: Uuid) -> StoreResult<DocumentContent>;
+    /// Stores `state`, a complete Yjs state covering every update up to `upto_seq`, as the
+    /// document's checkpoint (at its current Yjs epoch) and deletes the journalled updates
+    /// `<= upto_seq`, atomically. A checkpoint that covers no more than the current one (a late
+    /// or repeated write) is ignored: checkpoints never go backwards. Changes no revision counter
+    /// (the content is the same). `upto_seq` below 0 or beyond the last journalled seq is
+    /// `Conflict`; an unknown document is `NotFound("document")`.
+    async fn write_checkpoint(
+        &self,
+        document_id: Uuid,
+        upto_seq: i64,
+        state: &[u8],
+    ) -> StoreResult<()>;
+    /// Replaces the document's content wholesale: advances the Yjs epoch by one, makes `state`
+    /// the checkpoint (covering every seq so far, at the new epoch), empties the journal and
+    /// advances the storage revision by one, atomically. Returns the new epoch.
+    /// `NotFound("document")` for an unknown document.
+    async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64>;
 
     // --- Chat transcript ---
     /// Appends at the next `seq` of the document (concurrent appends get distinct, gap-free
@@ -338,10 +437,17 @@ pub(crate) fn ascii_key(name: &str) -> String {
 
 /// The `Conflict` text for a slug already used in the document's repository.
 pub(crate) fn slug_conflict(doc: &NewDocument) -> String {
-    format!(
-        "slug {:?} is already used in {}/{}",
-        doc.slug, doc.repo_owner, doc.repo_name
-    )
+    slug_taken(&doc.repo_owner, &doc.repo_name, &doc.slug)
+}
+
+/// The `Conflict` text for `slug` already used (canonical or alias) in `owner/repo`.
+pub(crate) fn slug_taken(repo_owner: &str, repo_name: &str, slug: &str) -> String {
+    format!("slug {slug:?} is already used in {repo_owner}/{repo_name}")
+}
+
+/// The `Conflict` text for a checkpoint whose `upto_seq` names no journalled update.
+pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
+    format!("checkpoint upto_seq {upto_seq} is outside the journal (0..={last_seq})")
 }
 
 /// Key of the single writer-lease row in the SQL backends.

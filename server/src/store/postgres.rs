@@ -4,7 +4,9 @@
 //! applying `migrations/postgres`, and the SQL of each store method. Each method is one guarded
 //! statement, or a transaction that locks the row it depends on, so it is atomic under the
 //! default READ COMMITTED isolation: a guarded `UPDATE … WHERE` that waited for a concurrent
-//! writer re-checks its guard against the row that writer committed. UUIDs are native `UUID`.
+//! writer re-checks its guard against the row that writer committed. Slug uniqueness across
+//! canonical slugs and aliases spans two tables, so creations and renames also take a
+//! per-repository advisory lock (`lock_repository_slugs`). UUIDs are native `UUID`.
 //! Does not own: the rules' meaning (see [`super::Store`]) or when to call them.
 
 use async_trait::async_trait;
@@ -13,9 +15,10 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use super::{
-    account_id_for_github_user, ascii_key, is_document_id_conflict, slug_conflict, sqlx_error,
-    sqlx_error_kind, Account, Advance, BrowserLogin, Claim, Document, Holder, LeaseAcquire,
-    NewDocument, NewTranscriptEntry, Ownership, Release, RevisionKind, Store, StoreError,
+    account_id_for_github_user, ascii_key, checkpoint_out_of_range, is_document_id_conflict,
+    slug_conflict, slug_taken, sqlx_error, sqlx_error_kind, Account, Advance, BrowserLogin,
+    Checkpoint, Claim, Document, DocumentContent, Holder, LeaseAcquire, NewDocument,
+    NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind, Store, StoreError,
     StoreResult, TranscriptEntry, UnixMillis, WriterLease, SQL_RACE_RETRIES, WRITER_LEASE_NAME,
 };
 
@@ -114,6 +117,7 @@ struct DocumentRow {
     title: String,
     plan_revision: i64,
     storage_revision: i64,
+    yjs_epoch: i64,
     archived: bool,
     created_at_ms: i64,
 }
@@ -128,6 +132,7 @@ impl From<DocumentRow> for Document {
             title: row.title,
             plan_revision: row.plan_revision,
             storage_revision: row.storage_revision,
+            yjs_epoch: row.yjs_epoch,
             archived: row.archived,
             created_at_ms: row.created_at_ms,
         }
@@ -201,10 +206,79 @@ const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
 const LOGIN_COLUMNS: &str =
     "id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms";
 const DOCUMENT_COLUMNS: &str = "id, repo_owner, repo_name, slug, title, plan_revision, \
-     storage_revision, archived, created_at_ms";
+     storage_revision, yjs_epoch, archived, created_at_ms";
 const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms";
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
+
+/// Takes the transaction-scoped lock on the slugs of one repository (owner and name compared
+/// without ASCII case). A slug is unique across `documents.slug` and `document_slug_aliases`
+/// together, which no single constraint enforces: creations and renames in one repository take
+/// turns under this lock, so each one's check of the other table stays true until it commits.
+/// Two repositories whose keys hash alike merely take turns too.
+async fn lock_repository_slugs(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    repo_owner: &str,
+    repo_name: &str,
+) -> StoreResult<()> {
+    let key = format!(
+        "chopin:slugs:{}/{}",
+        ascii_key(repo_owner),
+        ascii_key(repo_name)
+    );
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(key)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| sqlx_error("locking a repository's slugs", e))?;
+    Ok(())
+}
+
+/// Writes one journal row inside the caller's transaction (which numbered it).
+async fn journal_update(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    document_id: Uuid,
+    seq: i64,
+    update: &[u8],
+    now_ms: UnixMillis,
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO document_updates (document_id, seq, update_v1, created_at_ms) \
+         VALUES ($1, $2, $3, $4)",
+    )
+    .bind(document_id)
+    .bind(seq)
+    .bind(update)
+    .bind(now_ms)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| sqlx_error("journalling an update", e))?;
+    Ok(())
+}
+
+/// Makes `state` the document's checkpoint inside the caller's transaction.
+async fn store_checkpoint(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    document_id: Uuid,
+    upto_seq: i64,
+    yjs_epoch: i64,
+    state: &[u8],
+) -> StoreResult<()> {
+    sqlx::query(
+        "INSERT INTO document_checkpoints (document_id, upto_seq, yjs_epoch, state_v1) \
+         VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (document_id) DO UPDATE SET upto_seq = excluded.upto_seq, \
+         yjs_epoch = excluded.yjs_epoch, state_v1 = excluded.state_v1",
+    )
+    .bind(document_id)
+    .bind(upto_seq)
+    .bind(yjs_epoch)
+    .bind(state)
+    .execute(&mut **tx)
+    .await
+    .map_err(|e| sqlx_error("writing a checkpoint", e))?;
+    Ok(())
+}
 
 #[async_trait]
 impl Store for PgStore {
@@ -479,6 +553,22 @@ impl Store for PgStore {
             .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // A former slug of another document is taken too; the repository's slug lock keeps a
+        // concurrent rename from making it one between this check and the insert.
+        lock_repository_slugs(&mut tx, &doc.repo_owner, &doc.repo_name).await?;
+        let aliased: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM document_slug_aliases \
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+        )
+        .bind(ascii_key(&doc.repo_owner))
+        .bind(ascii_key(&doc.repo_name))
+        .bind(&doc.slug)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading slug aliases", e))?;
+        if aliased.is_some() {
+            return Err(StoreError::Conflict(slug_conflict(doc)));
+        }
         sqlx::query(
             "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
              slug, title, plan_revision, storage_revision, archived, created_at_ms) \
@@ -511,6 +601,7 @@ impl Store for PgStore {
             title: doc.title.clone(),
             plan_revision: 0,
             storage_revision: 0,
+            yjs_epoch: 0,
             archived: false,
             created_at_ms: doc.created_at_ms,
         })
@@ -532,9 +623,15 @@ impl Store for PgStore {
         repo_name: &str,
         slug: &str,
     ) -> StoreResult<Option<Document>> {
+        // The canonical slug, else an alias; a slug is never both (see `rename_document`), so
+        // at most one row comes back. Each half is one lookup in its table's unique index.
         let sql = format!(
             "SELECT {DOCUMENT_COLUMNS} FROM documents \
-             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3"
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3 \
+             UNION ALL \
+             SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = \
+             (SELECT document_id FROM document_slug_aliases \
+              WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3)"
         );
         let row: Option<DocumentRow> = sqlx::query_as(&sql)
             .bind(ascii_key(repo_owner))
@@ -557,6 +654,131 @@ impl Store for PgStore {
             return Err(StoreError::NotFound("document"));
         }
         Ok(())
+    }
+
+    async fn rename_document(
+        &self,
+        document_id: Uuid,
+        new_slug: &str,
+        new_title: &str,
+    ) -> StoreResult<Document> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // A document's repository never changes, so it can be read before taking the lock.
+        let repo: Option<(String, String)> =
+            sqlx::query_as("SELECT repo_owner, repo_name FROM documents WHERE id = $1")
+                .bind(document_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a document", e))?;
+        let (repo_owner, repo_name) = repo.ok_or(StoreError::NotFound("document"))?;
+        lock_repository_slugs(&mut tx, &repo_owner, &repo_name).await?;
+        let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1 FOR UPDATE");
+        let current: DocumentRow = sqlx::query_as(&sql)
+            .bind(document_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("locking a document", e))?
+            .ok_or(StoreError::NotFound("document"))?;
+        let taken = || StoreError::Conflict(slug_taken(&repo_owner, &repo_name, new_slug));
+        if current.slug != new_slug {
+            let (owner_key, repo_key) = (ascii_key(&repo_owner), ascii_key(&repo_name));
+            let canonical: Option<i32> = sqlx::query_scalar(
+                "SELECT 1 FROM documents \
+                 WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+            )
+            .bind(&owner_key)
+            .bind(&repo_key)
+            .bind(new_slug)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading slugs", e))?;
+            if canonical.is_some() {
+                return Err(taken());
+            }
+            let alias_of: Option<Uuid> = sqlx::query_scalar(
+                "SELECT document_id FROM document_slug_aliases \
+                 WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+            )
+            .bind(&owner_key)
+            .bind(&repo_key)
+            .bind(new_slug)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading slug aliases", e))?;
+            match alias_of {
+                Some(owner) if owner != document_id => return Err(taken()),
+                // Back to a former slug: it is canonical again, no longer an alias.
+                Some(_) => {
+                    sqlx::query(
+                        "DELETE FROM document_slug_aliases \
+                         WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+                    )
+                    .bind(&owner_key)
+                    .bind(&repo_key)
+                    .bind(new_slug)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("removing a slug alias", e))?;
+                }
+                None => {}
+            }
+            sqlx::query(
+                "INSERT INTO document_slug_aliases \
+                 (document_id, repo_owner_key, repo_name_key, slug, position) \
+                 SELECT $1, $2, $3, $4, COALESCE(MAX(position), 0) + 1 \
+                 FROM document_slug_aliases WHERE document_id = $1",
+            )
+            .bind(document_id)
+            .bind(&owner_key)
+            .bind(&repo_key)
+            .bind(&current.slug)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| match sqlx_error_kind(&e) {
+                Some(ErrorKind::UniqueViolation) => taken(),
+                _ => sqlx_error("adding a slug alias", e),
+            })?;
+        }
+        let sql = format!(
+            "UPDATE documents SET slug = $2, title = $3 WHERE id = $1 \
+             RETURNING {DOCUMENT_COLUMNS}"
+        );
+        let renamed: DocumentRow = sqlx::query_as(&sql)
+            .bind(document_id)
+            .bind(new_slug)
+            .bind(new_title)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| match sqlx_error_kind(&e) {
+                Some(ErrorKind::UniqueViolation) => taken(),
+                _ => sqlx_error("renaming a document", e),
+            })?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a rename", e))?;
+        Ok(renamed.into())
+    }
+
+    async fn earlier_slugs(&self, document_id: Uuid) -> StoreResult<Vec<String>> {
+        let known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM documents WHERE id = $1")
+            .bind(document_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?;
+        if known.is_none() {
+            return Err(StoreError::NotFound("document"));
+        }
+        sqlx::query_scalar(
+            "SELECT slug FROM document_slug_aliases WHERE document_id = $1 ORDER BY position",
+        )
+        .bind(document_id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading slug aliases", e))
     }
 
     async fn advance_revision(
@@ -589,6 +811,200 @@ impl Store for PgStore {
             Some(current) => Ok(Advance::Stale { current }),
             None => Err(StoreError::NotFound("document")),
         }
+    }
+
+    async fn append_update(
+        &self,
+        document_id: Uuid,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<i64> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // The UPDATE holds the document's row lock until commit: appenders take turns, each
+        // numbering from the seq the one before it committed.
+        let seq: Option<i64> = sqlx::query_scalar(
+            "UPDATE documents SET last_update_seq = last_update_seq + 1, \
+             storage_revision = storage_revision + 1 \
+             WHERE id = $1 RETURNING last_update_seq",
+        )
+        .bind(document_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("numbering an update", e))?;
+        let seq = seq.ok_or(StoreError::NotFound("document"))?;
+        journal_update(&mut tx, document_id, seq, update, now_ms).await?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an update", e))?;
+        Ok(seq)
+    }
+
+    async fn commit_plan_edit(
+        &self,
+        document_id: Uuid,
+        expected_plan_revision: i64,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<PlanCommit> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // The guard is in the WHERE clause: a committer that waited on a concurrent winner's row
+        // lock re-checks it against the winner's row and matches nothing.
+        let committed: Option<(i64, i64)> = sqlx::query_as(
+            "UPDATE documents SET plan_revision = plan_revision + 1, \
+             storage_revision = storage_revision + 1, last_update_seq = last_update_seq + 1 \
+             WHERE id = $1 AND plan_revision = $2 \
+             RETURNING plan_revision, last_update_seq",
+        )
+        .bind(document_id)
+        .bind(expected_plan_revision)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("advancing a plan revision", e))?;
+        let Some((plan_revision, seq)) = committed else {
+            let current: Option<i64> =
+                sqlx::query_scalar("SELECT plan_revision FROM documents WHERE id = $1")
+                    .bind(document_id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("reading a plan revision", e))?;
+            return match current {
+                Some(current) => Ok(PlanCommit::Stale { current }),
+                None => Err(StoreError::NotFound("document")),
+            };
+        };
+        journal_update(&mut tx, document_id, seq, update, now_ms).await?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a plan edit", e))?;
+        Ok(PlanCommit::Committed { plan_revision, seq })
+    }
+
+    async fn document_content(&self, document_id: Uuid) -> StoreResult<DocumentContent> {
+        // One snapshot for every read, so the checkpoint and the journal agree.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        let yjs_epoch: i64 = sqlx::query_scalar("SELECT yjs_epoch FROM documents WHERE id = $1")
+            .bind(document_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?
+            .ok_or(StoreError::NotFound("document"))?;
+        let checkpoint: Option<(i64, Vec<u8>, i64)> = sqlx::query_as(
+            "SELECT upto_seq, state_v1, yjs_epoch FROM document_checkpoints \
+             WHERE document_id = $1",
+        )
+        .bind(document_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a checkpoint", e))?;
+        let checkpoint = checkpoint.map(|(upto_seq, state, yjs_epoch)| Checkpoint {
+            upto_seq,
+            state,
+            yjs_epoch,
+        });
+        let updates: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT seq, update_v1 FROM document_updates \
+             WHERE document_id = $1 AND seq > $2 ORDER BY seq",
+        )
+        .bind(document_id)
+        .bind(checkpoint.as_ref().map_or(0, |c| c.upto_seq))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading the update journal", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("ending a read", e))?;
+        Ok(DocumentContent {
+            checkpoint,
+            updates,
+            yjs_epoch,
+        })
+    }
+
+    async fn write_checkpoint(
+        &self,
+        document_id: Uuid,
+        upto_seq: i64,
+        state: &[u8],
+    ) -> StoreResult<()> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // The document's row lock orders this against appends, resets and other checkpoints.
+        let (last_seq, yjs_epoch): (i64, i64) = sqlx::query_as(
+            "SELECT last_update_seq, yjs_epoch FROM documents WHERE id = $1 FOR NO KEY UPDATE",
+        )
+        .bind(document_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("locking a document", e))?
+        .ok_or(StoreError::NotFound("document"))?;
+        if !(0..=last_seq).contains(&upto_seq) {
+            return Err(StoreError::Conflict(checkpoint_out_of_range(
+                upto_seq, last_seq,
+            )));
+        }
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT upto_seq FROM document_checkpoints WHERE document_id = $1")
+                .bind(document_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a checkpoint", e))?;
+        if current.is_some_and(|current| current >= upto_seq) {
+            return Ok(());
+        }
+        store_checkpoint(&mut tx, document_id, upto_seq, yjs_epoch, state).await?;
+        sqlx::query("DELETE FROM document_updates WHERE document_id = $1 AND seq <= $2")
+            .bind(document_id)
+            .bind(upto_seq)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("pruning the update journal", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a checkpoint", e))?;
+        Ok(())
+    }
+
+    async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        let (yjs_epoch, last_seq): (i64, i64) = sqlx::query_as(
+            "UPDATE documents SET yjs_epoch = yjs_epoch + 1, \
+             storage_revision = storage_revision + 1 \
+             WHERE id = $1 RETURNING yjs_epoch, last_update_seq",
+        )
+        .bind(document_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("advancing a Yjs epoch", e))?
+        .ok_or(StoreError::NotFound("document"))?;
+        store_checkpoint(&mut tx, document_id, last_seq, yjs_epoch, state).await?;
+        sqlx::query("DELETE FROM document_updates WHERE document_id = $1")
+            .bind(document_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("emptying the update journal", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a content reset", e))?;
+        Ok(yjs_epoch)
     }
 
     async fn append_transcript(
