@@ -178,6 +178,14 @@ impl Server {
         tokio::time::sleep(Duration::from_millis(50)).await;
         (status, self.logs())
     }
+
+    /// Kills the process at once (SIGKILL), as a crash would: nothing is flushed or released.
+    pub async fn crash(mut self) -> String {
+        self.child.start_kill().expect("kill chopin");
+        let _ = self.child.wait().await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        self.logs()
+    }
 }
 
 /// GET returning status and body text.

@@ -51,6 +51,8 @@ pub struct AppState {
     pub sessions: Arc<Sessions>,
     /// Who holds each document's Planner.
     pub planners: Arc<Planners>,
+    /// The documents open in this process (their live yrs content).
+    pub rooms: Arc<crate::content::Rooms>,
     /// Seals browser logins' GitHub credentials at rest.
     pub credential_key: Arc<crate::crypto::CredentialKey>,
     /// `AUTH_MODE=local` device-flow sign-in attempts.
@@ -137,6 +139,7 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
             sessions: Arc::new(Sessions::default()),
             planners: Arc::new(Planners::default()),
             device_flows: Arc::default(),
+            rooms: Arc::default(),
             credential_key: Arc::new(credential_key),
             lease: rx,
         },

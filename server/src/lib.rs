@@ -16,7 +16,8 @@
 //! - [`session_local`]: sign-in under `AUTH_MODE=local` (GitHub device flow), one account.
 //! - [`documents`]: document routes (create, resolve by id or URL, archive, Planner reset).
 //! - [`planner`]: who holds each document's Planner; the agent connection ([`planner::link`]).
-//! - [`room`]: a document's browser room socket (presence).
+//! - [`room`]: a document's browser room socket (presence, Yjs sync and awareness).
+//! - [`content`]: live document content (yrs), journalled in the store, loaded on demand.
 //! - [`observe`]: semantic Planner events for an observer (the simulator's trace).
 
 pub mod admission;
@@ -24,6 +25,7 @@ pub mod app;
 pub mod clock;
 pub mod config;
 pub mod connector;
+pub mod content;
 pub mod crypto;
 pub mod documents;
 pub mod entropy;

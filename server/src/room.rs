@@ -10,7 +10,7 @@
 //! `session:planner` and `error`; a browser may send `chat:wake`, answered with the current
 //! `session:planner` (PRES-07).
 
-use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -19,9 +19,13 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::AppState;
+use crate::content::{Membership, Room};
 use crate::documents::{self, document_json};
 use crate::planner::Presence;
 use crate::store::Document;
+use yrs::sync::{Message, SyncMessage};
+use yrs::updates::decoder::Decode;
+use yrs::updates::encoder::Encode;
 
 /// Largest frame a browser may send on the room socket.
 const ROOM_FRAME_LIMIT: usize = 1024 * 1024;
@@ -69,6 +73,7 @@ pub async fn endpoint(
     };
     let doc = match uuid::Uuid::parse_str(&id) {
         Ok(id) => match state.services.store.document(id).await {
+            Ok(Some(doc)) if doc.archived => return not_found(),
             Ok(Some(doc)) => doc,
             Ok(None) => return not_found(),
             Err(e) => {
@@ -82,46 +87,88 @@ pub async fn endpoint(
         },
         Err(_) => return not_found(),
     };
-    match state
-        .admission
-        .repo_access_cached(live.github_token(), &doc.repo_owner, &doc.repo_name)
-        .await
-    {
-        Ok(Some(a)) if a.pull || a.can_write() => {}
-        Ok(_) => return not_found(),
-        Err(_) => {
-            return refuse(
+    let can_write =
+        match state
+            .admission
+            .repo_access_cached(live.github_token(), &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(Some(a)) if a.pull || a.can_write() => a.can_write(),
+            Ok(_) => return not_found(),
+            Err(crate::github::GitHubError::BadCredentials) => {
+                return refuse(
+                    StatusCode::UNAUTHORIZED,
+                    "bad-credentials",
+                    "GitHub no longer accepts this sign-in; sign in again.",
+                )
+            }
+            Err(_) => return refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "github-unavailable",
                 "GitHub is unavailable, so access cannot be checked right now; try again shortly.",
-            )
-        }
-    }
+            ),
+        };
     let login = live.account.login.clone();
+    let membership = match state.rooms.join(&state, doc.id).await {
+        Ok(m) => m,
+        Err(e) => {
+            tracing::error!(error = %e, "room: the document's content could not be loaded");
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "storage-unavailable",
+                "The document could not be loaded; try again shortly.",
+            );
+        }
+    };
     upgrade
         .max_message_size(ROOM_FRAME_LIMIT)
-        .on_upgrade(move |socket| run(state, socket, doc, login))
+        .on_upgrade(move |socket| {
+            run(
+                state,
+                socket,
+                doc,
+                Member {
+                    login,
+                    login_id: live.id,
+                    can_write,
+                    membership,
+                },
+            )
+        })
 }
 
-fn planner_frame(presence: &Presence) -> Message {
-    Message::Text(
+fn planner_frame(presence: &Presence) -> WsMessage {
+    WsMessage::Text(
         json!({ "type": "session:planner", "planner": presence })
             .to_string()
             .into(),
     )
 }
 
-async fn run(state: AppState, mut socket: WebSocket, doc: Document, login: String) {
+/// Who a room socket is.
+struct Member {
+    login: String,
+    login_id: uuid::Uuid,
+    can_write: bool,
+    membership: Membership,
+}
+
+async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Member) {
     // Subscribe before reading the current state, so no change falls between the two.
     let mut changes = state.planners.subscribe(doc.id);
+    let room = member.membership.room.clone();
+    let me = member.membership.connection;
+    let mut relayed = room.subscribe();
+    let mut ended = state.sessions.ended();
     let hello = json!({
         "type": "session:hello",
         "document": document_json(&doc),
         "url": documents::canonical_url(&doc),
-        "login": login,
+        "login": member.login,
+        "canWrite": member.can_write,
     });
     if socket
-        .send(Message::Text(hello.to_string().into()))
+        .send(WsMessage::Text(hello.to_string().into()))
         .await
         .is_err()
     {
@@ -134,8 +181,51 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, login: Strin
     {
         return;
     }
+    // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
+    // own step 1.
+    let step1 = Message::Sync(SyncMessage::SyncStep1(room.state_vector().await)).encode_v1();
+    if socket.send(WsMessage::Binary(step1.into())).await.is_err() {
+        return;
+    }
+    if let Some(present) = room.awareness_snapshot() {
+        if socket
+            .send(WsMessage::Binary(present.into()))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
     loop {
         tokio::select! {
+            login = ended.recv() => match login {
+                Ok(id) if id != member.login_id => {}
+                Err(RecvError::Lagged(_))
+                    if state.sessions.get_live(member.login_id, state.services.clock.now_ms()).is_some() => {}
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    let _ = socket.send(error_frame("sign-in-required", "You signed out (or your sign-in expired); sign in again to open this document.")).await;
+                    let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+                        code: 4401,
+                        reason: "sign-in-required".into(),
+                    }))).await;
+                    return;
+                }
+                Err(RecvError::Closed) => return,
+            },
+            relay = relayed.recv() => match relay {
+                Ok(relay) if relay.from == me => {}
+                Ok(relay) => {
+                    if socket.send(WsMessage::Binary(relay.frame.to_vec().into())).await.is_err() {
+                        return;
+                    }
+                }
+                Err(RecvError::Lagged(_)) => {
+                    // Fell too far behind to catch up frame by frame: the client resyncs.
+                    let _ = socket.send(error_frame("resync", "This connection fell behind; reconnect to sync again.")).await;
+                    return;
+                }
+                Err(RecvError::Closed) => return,
+            },
             change = changes.recv() => match change {
                 Ok(presence) => {
                     if socket.send(planner_frame(&presence)).await.is_err() {
@@ -153,7 +243,7 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, login: Strin
             incoming = socket.recv() => {
                 let Some(Ok(message)) = incoming else { return };
                 match message {
-                    Message::Text(text) => {
+                    WsMessage::Text(text) => {
                         let kind = serde_json::from_str::<Value>(&text)
                             .ok()
                             .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
@@ -166,18 +256,90 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, login: Strin
                             return;
                         }
                     }
-                    Message::Close(_) => return,
-                    Message::Binary(_) | Message::Ping(_) | Message::Pong(_) => {}
+                    WsMessage::Binary(bytes) => {
+                        if let Some(reply) = yjs_frame(&state, &room, me, member.can_write, &bytes).await {
+                            if socket.send(reply).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    WsMessage::Close(_) => {
+                        // Answer the close so the browser's handshake completes.
+                        let _ = socket.send(WsMessage::Close(None)).await;
+                        return;
+                    }
+                    WsMessage::Ping(_) | WsMessage::Pong(_) => {}
                 }
             }
         }
     }
 }
 
-fn error_frame(code: &str, message: &str) -> Message {
-    Message::Text(
+fn error_frame(code: &str, message: &str) -> WsMessage {
+    WsMessage::Text(
         json!({ "type": "error", "code": code, "message": message })
             .to_string()
             .into(),
     )
+}
+
+/// Handles one binary (y-protocols) frame from a browser; returns the reply to send, if any.
+/// Readers sync and share awareness, but their document updates are refused.
+async fn yjs_frame(
+    state: &AppState,
+    room: &Room,
+    me: u64,
+    can_write: bool,
+    bytes: &[u8],
+) -> Option<WsMessage> {
+    let message = match Message::decode_v1(bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            return Some(error_frame(
+                "malformed-yjs",
+                &format!("not a y-protocols message: {e}"),
+            ))
+        }
+    };
+    match message {
+        Message::Sync(SyncMessage::SyncStep1(sv)) => {
+            let missing = room.missing_for(&sv).await;
+            let reply = Message::Sync(SyncMessage::SyncStep2(missing)).encode_v1();
+            Some(WsMessage::Binary(reply.into()))
+        }
+        Message::Sync(SyncMessage::SyncStep2(update))
+        | Message::Sync(SyncMessage::Update(update)) => {
+            let empty = yrs::Update::decode_v1(&update)
+                .map(|u| u.is_empty())
+                .unwrap_or(false);
+            if empty {
+                return None;
+            }
+            if !can_write {
+                return Some(error_frame(
+                    "read-only",
+                    "You can read this document but not edit it: editing needs push access to its repository. Your change was not saved.",
+                ));
+            }
+            match room.apply_update(state, me, &update).await {
+                Ok(_) => None,
+                Err(crate::content::UpdateError::Malformed(why)) => Some(error_frame(
+                    "malformed-yjs",
+                    &format!("the update was refused: {why}"),
+                )),
+                Err(crate::content::UpdateError::Store(e)) => {
+                    tracing::error!(error = %e, "room: an update could not be saved");
+                    Some(error_frame(
+                        "not-saved",
+                        "Your change could not be saved; reload the document.",
+                    ))
+                }
+            }
+        }
+        Message::Awareness(update) => {
+            room.relay_awareness(me, update, bytes.to_vec());
+            None
+        }
+        Message::AwarenessQuery | Message::Auth(_) | Message::Custom(_, _) => None,
+    }
 }

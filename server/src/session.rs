@@ -66,12 +66,27 @@ impl std::fmt::Debug for LiveLogin {
 }
 
 /// The live logins of this process, by login id.
-#[derive(Default)]
 pub struct Sessions {
     live: Mutex<HashMap<Uuid, Arc<LiveLogin>>>,
+    /// Every login that ends (sign-out, expiry), so sockets opened with it can close.
+    ended: tokio::sync::broadcast::Sender<Uuid>,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Sessions {
+            live: Mutex::default(),
+            ended: tokio::sync::broadcast::channel(256).0,
+        }
+    }
 }
 
 impl Sessions {
+    /// Ids of logins ending from now on.
+    pub fn ended(&self) -> tokio::sync::broadcast::Receiver<Uuid> {
+        self.ended.subscribe()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Arc<LiveLogin>>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -508,6 +523,7 @@ pub enum LoginEnd {
 /// store.
 pub async fn end_login(state: &AppState, live: &LiveLogin, why: LoginEnd) {
     state.sessions.forget(live.id);
+    let _ = state.sessions.ended.send(live.id);
     state.admission.invalidate(live.github_token());
     state.planners.login_ended(state, live.id, why).await;
     if why == LoginEnd::SignedOut {

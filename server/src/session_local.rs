@@ -5,8 +5,8 @@
 //! GitHub's private `device_code`, which never leaves the server, and its poll pacing), and
 //! which account this local server belongs to.
 //! Does not own: browser logins and the session cookie ([`crate::session`]: sign-in ends in
-//! [`crate::session::Sessions::create`] like the web flow), admission ([`crate::admission`]), or
-//! persisting the credential across restarts (not built: a restarted process signs in again).
+//! [`crate::session::Sessions::create`] like the web flow, which seals the credential so a
+//! restart restores the login from its cookie), or admission ([`crate::admission`]).
 //!
 //! Routes (JSON bodies; none ever answers 401, which the browser treats as a lost session):
 //! - `POST /auth/device` — asks GitHub for a device code with the App's client id and answers
@@ -27,8 +27,8 @@
 //! complete sign-in in this process. The same account may sign in again (another browser, a new
 //! attempt); a different account completing later is refused with 403
 //! `{error: "another-account"}`, whose words name both logins, and its attempt is discarded.
-//! The owner is process memory, like the credential: a restarted process belongs to whoever
-//! signs in first after the restart.
+//! The owner is process memory: a restarted process belongs to whoever completes a device
+//! sign-in first after the restart (a restored cookie of the earlier owner does not claim it).
 //!
 //! Bounds: at most [`MAX_DEVICE_ATTEMPTS`] attempts are held (the oldest is dropped); an attempt
 //! expires after GitHub's `expires_in` (at most [`MAX_DEVICE_EXPIRES_IN_SECS`]), read from the

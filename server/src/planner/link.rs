@@ -293,17 +293,21 @@ impl Link {
                 login: self.login.clone(),
             },
         );
-        // Held by another account when the attach arrived: refused as it stands (AO-06, AO-10).
-        if let Some(holder) = self.state.planners.held_by_other(doc.id, account_id) {
-            return Err(Refusal::attached(&holder));
-        }
+        // Held by another account when the attach arrived: refused as it stood then (AO-06,
+        // AO-10) — but only once write access is confirmed, so the holder's login is never told
+        // to an account that may not see the document.
+        let held_on_arrival = self.state.planners.held_by_other(doc.id, account_id);
         let access = self
             .state
             .admission
             .repo_access_cached(&self.token, &doc.repo_owner, &doc.repo_name)
             .await;
         match access {
-            Ok(Some(a)) if a.can_write() => {}
+            Ok(Some(a)) if a.can_write() => {
+                if let Some(holder) = held_on_arrival {
+                    return Err(Refusal::attached(&holder));
+                }
+            }
             Ok(Some(a)) if a.pull => {
                 return Err(Refusal {
                     reason: RefusalReason::NoWriteAccess,

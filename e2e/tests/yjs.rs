@@ -1,0 +1,132 @@
+//! Live sync with real Yjs clients: the `yjs` and `y-protocols` npm packages (driven by
+//! `e2e/yjs/client.mjs`, run with Node) edit one document through the spawned server, on SQLite
+//! and on PostgreSQL. Two writers converge; a crash and restart loses no update the room relayed;
+//! a reader syncs but its update is refused.
+
+use std::path::PathBuf;
+
+use chopin_e2e::{free_port, sign_in, Launch, Server};
+use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use serde_json::{json, Value};
+
+fn yjs_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("yjs")
+}
+
+/// Runs the Node client with `config`; returns the JSON line it printed.
+async fn node(config: Value) -> Value {
+    let dir = yjs_dir();
+    assert!(
+        dir.join("node_modules/yjs").exists(),
+        "the Yjs client's packages are missing: run `npm ci --prefix e2e/yjs` (scripts/test does)"
+    );
+    let out = tokio::process::Command::new("node")
+        .arg(dir.join("client.mjs"))
+        .arg(config.to_string())
+        .current_dir(&dir)
+        .output()
+        .await
+        .expect("node runs (scripts/test installs Node.js)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout.lines().last().unwrap_or_default();
+    let value: Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("client printed no JSON ({e}): {stdout}\n{stderr}"));
+    assert!(
+        out.status.success() && value["ok"] == true,
+        "client failed: {value}\n{stderr}"
+    );
+    value
+}
+
+async fn run(database: Option<String>) {
+    let github = FakeGitHub::new();
+    github
+        .add_user("mona", 1001)
+        .add_user("lisa", 1002)
+        .add_user("hubot", 1003)
+        .add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    github.grant("octo", "plans", "lisa", Permission::Admin);
+    github.grant("octo", "plans", "hubot", Permission::Read);
+    let mona = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let origin = format!("http://127.0.0.1:{port}");
+    let mut launch = Launch::default()
+        .env("PORT", port.to_string())
+        .env("APP_ORIGIN", origin.clone())
+        .env("GITHUB_API_URL", github_url.clone())
+        .env("GITHUB_WEB_URL", github_url)
+        .env("GITHUB_APP_CLIENT_ID", DEFAULT_CLIENT_ID)
+        .env("GITHUB_APP_CLIENT_SECRET", DEFAULT_CLIENT_SECRET)
+        .env("HOME", home.path().to_string_lossy());
+    if let Some(url) = &database {
+        launch = launch.env("DATABASE_URL", url.clone());
+    }
+    let mut server: Server = launch.start().await;
+    let cookies = [
+        sign_in(&server, &github, "mona").await,
+        sign_in(&server, &github, "lisa").await,
+        sign_in(&server, &github, "hubot").await,
+    ];
+    let created: Value = reqwest::Client::new()
+        .post(server.url("/api/repositories/octo/plans/documents"))
+        .bearer_auth(&mona)
+        .json(&json!({ "title": "Live notes" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    let url = format!("ws://127.0.0.1:{port}/api/documents/{id}/room");
+    let config = |mode: &str, cookies: &[&String]| json!({ "mode": mode, "url": url, "origin": origin, "cookies": cookies, "timeoutMs": 15000 });
+
+    // Two writers edit at once and converge, and see each other's awareness.
+    let converged = node(config("converge", &[&cookies[0], &cookies[1]])).await;
+    let text = converged["text"].as_str().unwrap().to_owned();
+    assert!(
+        text.contains("Line from A\n") && text.contains("Line from B 🎉\n"),
+        "{text}"
+    );
+    assert_eq!(converged["awareness"], json!(["b"]));
+
+    // A crash loses nothing the room relayed: updates are journalled before they are relayed.
+    // (The next process waits out the crashed one's writer lease.)
+    server.crash().await;
+    server = launch.start().await;
+    let read = node(config("read", &[&cookies[2]])).await;
+    assert_eq!(read["text"], text, "after the restart");
+
+    // A reader syncs, but its update is refused and nothing changes.
+    let refused = node(config("write-expect-refusal", &[&cookies[2]])).await;
+    let errors: Vec<&Value> = refused["json"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["type"] == "error")
+        .collect();
+    assert_eq!(errors[0]["code"], "read-only", "{refused}");
+    let read = node(config("read", &[&cookies[0]])).await;
+    assert_eq!(read["text"], text, "the reader's change was not kept");
+    assert!(read["json"][0]["type"] == "session:hello", "{read}");
+
+    let (status, log) = server.stop().await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test]
+async fn yjs_clients_converge_and_survive_a_restart_on_sqlite() {
+    run(None).await;
+}
+
+#[tokio::test]
+async fn yjs_clients_converge_and_survive_a_restart_on_postgres() {
+    let pg = chopin_fixtures::pg::shared_postgres();
+    let db = pg.create_database().await.unwrap();
+    run(Some(db.url.clone())).await;
+    pg.drop_database(&db).await.unwrap();
+}
