@@ -114,6 +114,87 @@ async fn run(database: Option<String>) {
     assert_eq!(read["text"], text, "the reader's change was not kept");
     assert!(read["json"][0]["type"] == "session:hello", "{read}");
 
+    // The same content as the paged text an agent reads.
+    let http = reqwest::Client::new();
+    let page = http
+        .get(server.url(&format!("/api/documents/{id}/read")))
+        .bearer_auth(&mona)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    let page = page.text().await.unwrap();
+    assert!(page.contains(&format!("document: {id}")), "{page}");
+    assert!(
+        page.contains("url: /documents/octo/plans/live-notes"),
+        "{page}"
+    );
+    assert!(
+        page.ends_with(&text),
+        "the source comes last, verbatim: {page}"
+    );
+    let outside = http
+        .get(server.url(&format!("/api/documents/{id}/read?offset=99")))
+        .bearer_auth(&mona)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(outside.status(), 400);
+    let words = outside.text().await.unwrap();
+    assert!(words.contains("2 lines"), "names the line count: {words}");
+
+    // A rename keeps the former URL working and lists it.
+    let renamed: Value = http
+        .post(server.url(&format!("/api/documents/{id}/rename")))
+        .bearer_auth(&mona)
+        .json(&json!({ "title": "Live notes, renamed" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(renamed["url"], "/documents/octo/plans/live-notes-renamed");
+    assert_eq!(
+        renamed["earlierUrls"],
+        json!(["/documents/octo/plans/live-notes"])
+    );
+    let old = http
+        .get(server.url("/api/repositories/octo/plans/documents/live-notes"))
+        .bearer_auth(&mona)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(old.status(), 200, "the former URL still opens it");
+    let page = http
+        .get(server.url(&format!("/api/documents/{id}/read")))
+        .bearer_auth(&mona)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        page.contains("/documents/octo/plans/live-notes\n") || page.contains("earlier"),
+        "{page}"
+    );
+
+    // A child of the document, its URL nested under the parent's.
+    let child = http
+        .post(server.url(&format!("/api/documents/{id}/children")))
+        .bearer_auth(&mona)
+        .json(&json!({ "title": "A child" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(child.status(), 201);
+    let child: Value = child.json().await.unwrap();
+    assert_eq!(
+        child["url"],
+        "/documents/octo/plans/live-notes-renamed/a-child"
+    );
+
     let (status, log) = server.stop().await;
     assert!(status.success(), "{log}");
 }

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -387,6 +387,7 @@ pub async fn create(
             slug,
             title: title.clone(),
             created_at_ms: s.clock.now_ms(),
+            parent_id: None,
         };
         match s.store.create_document(&new).await {
             Ok(doc) => {
@@ -507,4 +508,154 @@ pub async fn reset_planner(
         .map_err(ApiError::store)?;
     tracing::info!(document = %doc.id, by = %caller.login, released, "Planner reset");
     Ok(Json(json!({ "released": released })))
+}
+
+/// The canonical URLs a document had before its renames, oldest first.
+pub async fn earlier_urls(state: &AppState, doc: &Document) -> Result<Vec<String>, StoreError> {
+    Ok(state
+        .services
+        .store
+        .earlier_slugs(doc.id)
+        .await?
+        .into_iter()
+        .map(|slug| format!("/documents/{}/{}/{slug}", doc.repo_owner, doc.repo_name))
+        .collect())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Rename {
+    pub title: String,
+    #[serde(default)]
+    pub slug: Option<String>,
+}
+
+/// `POST /api/documents/{id}/rename` `{title, slug?}`: a writer renames a document. Its former
+/// URL keeps opening it (listed as an earlier URL); no revision counter changes.
+pub async fn rename(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = caller(&state, &headers, true).await?;
+    let input: Rename = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            format!("expected {{\"title\": string, \"slug\"?: string}}: {e}"),
+        )
+    })?;
+    let title = input.title.trim().to_owned();
+    if title.is_empty() || title.chars().count() > 300 || title.contains(['\n', '\r']) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-title",
+            "A title is one non-empty line of at most 300 characters.",
+        ));
+    }
+    let slug = match input.slug {
+        Some(s) if slugify(&s) == s => s,
+        Some(s) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-slug",
+                format!("{s:?} is not a slug: use lowercase letters, digits and single hyphens (for example {:?}).", slugify(&s)),
+            ))
+        }
+        None => slugify(&title),
+    };
+    let doc = by_id(&state, &id).await?;
+    let (doc, access) = readable(&state, &caller, doc).await?;
+    writer_only(&access, &caller.login)?;
+    let renamed = match state
+        .services
+        .store
+        .rename_document(doc.id, &slug, &title)
+        .await
+    {
+        Ok(d) => d,
+        Err(StoreError::Conflict(why)) => {
+            return Err(ApiError::new(StatusCode::CONFLICT, "slug-taken", why))
+        }
+        Err(e) => return Err(ApiError::store(e)),
+    };
+    let mut body = document_json(&renamed);
+    body["earlierUrls"] = json!(earlier_urls(&state, &renamed)
+        .await
+        .map_err(ApiError::store)?);
+    Ok(Json(body))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadQuery {
+    pub offset: Option<usize>,
+    pub limit: Option<usize>,
+    pub column: Option<usize>,
+}
+
+/// `GET /api/documents/{id}/read?offset=&limit=&column=`: the document as the paged Markdown
+/// text an agent reads (at most 16,000 bytes a page, `next:` says how to continue), from the
+/// live room.
+pub async fn read(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(query): Query<ReadQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = caller(&state, &headers, false).await?;
+    let doc = by_id(&state, &id).await?;
+    let (doc, _) = readable(&state, &caller, doc).await?;
+    let room = state
+        .rooms
+        .open(&state, doc.id)
+        .await
+        .map_err(ApiError::store)?;
+    let source = room.source().await;
+    let earlier = earlier_urls(&state, &doc).await.map_err(ApiError::store)?;
+    let id = doc.id.to_string();
+    let url = canonical_url(&doc);
+    let input = chopin_document::reader::DocumentInput {
+        id: &id,
+        url: &url,
+        title: Some(&doc.title),
+        revision: doc.plan_revision as u64,
+        earlier_urls: &earlier,
+        child: None,
+        kind: chopin_document::reader::ReadKind::McpDocument,
+        source: &source,
+        accepted_comments: &[],
+        brief: None,
+    };
+    let args = chopin_document::reader::ReadArgs {
+        offset: query.offset,
+        limit: query.limit,
+        column: query.column,
+    };
+    match chopin_document::reader::read_text(&input, &args) {
+        Ok(text) => Ok((
+            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+            text,
+        )
+            .into_response()),
+        Err(e) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-read",
+            e.to_string(),
+        )),
+    }
+}
+
+/// An [`ApiError`] for a storage failure (logged; the caller is told only that storage failed).
+pub fn store_error(e: StoreError) -> ApiError {
+    ApiError::store(e)
+}
+
+/// The document `id` if the caller can write its repository.
+pub async fn writable(state: &AppState, caller: &Caller, id: &str) -> Result<Document, ApiError> {
+    let doc = by_id(state, id).await?;
+    let (doc, access) = readable(state, caller, doc).await?;
+    writer_only(&access, &caller.login)?;
+    Ok(doc)
 }

@@ -47,6 +47,12 @@ pub fn router(state: AppState) -> Router {
             "/api/documents/{id}/archive",
             post(crate::documents::archive),
         )
+        .route("/api/documents/{id}/rename", post(crate::documents::rename))
+        .route("/api/documents/{id}/read", get(crate::documents::read))
+        .route(
+            "/api/documents/{id}/children",
+            post(crate::children::create),
+        )
         .route(
             "/api/documents/{id}/planner/reset",
             post(crate::documents::reset_planner),

@@ -14,7 +14,9 @@
 //! - [`admission`]: instance admission (allow-lists) and its token-digest caches.
 //! - [`session`]: browser sign-in (GitHub OAuth web flow), cookie sessions, sign-out.
 //! - [`session_local`]: sign-in under `AUTH_MODE=local` (GitHub device flow), one account.
-//! - [`documents`]: document routes (create, resolve by id or URL, archive, Planner reset).
+//! - [`documents`]: document routes (create, resolve by id or URL, archive, rename, read, Planner
+//!   reset).
+//! - [`children`]: a root document's own children and the child tools, rechecked on every call.
 //! - [`planner`]: who holds each document's Planner; the agent connection ([`planner::link`]).
 //! - [`room`]: a document's browser room socket (presence, Yjs sync and awareness).
 //! - [`content`]: live document content (yrs), journalled in the store, loaded on demand.
@@ -22,6 +24,7 @@
 
 pub mod admission;
 pub mod app;
+pub mod children;
 pub mod clock;
 pub mod config;
 pub mod connector;

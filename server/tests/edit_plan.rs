@@ -35,6 +35,7 @@ async fn race_on(store: Arc<dyn Store>, dir: &std::path::Path) {
             slug: "race".into(),
             title: "Race".into(),
             created_at_ms: 0,
+            parent_id: None,
         })
         .await
         .unwrap();
@@ -144,4 +145,72 @@ async fn postgres_one_of_two_concurrent_batches_applies() {
     let store = PgStore::connect(&db.url).await.unwrap();
     race_on(Arc::new(store), dir.path()).await;
     pg.drop_database(&db).await.unwrap();
+}
+
+/// A room nobody is in is checkpointed and unloaded after its idle time; opening it again reads
+/// the checkpoint. (Paused tokio time: the idle timer runs without waiting.)
+#[tokio::test(start_paused = true)]
+async fn an_idle_room_is_checkpointed_and_unloaded() {
+    use chopin_server::content::ROOM_IDLE;
+    use chopin_server::entropy::Entropy;
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
+    config.session_encryption_key = Some(Secret::new("11".repeat(32)));
+    let services = Services {
+        store: store.clone(),
+        clock: Arc::new(SystemClock),
+        entropy: Arc::new(OsEntropy),
+        connector: Arc::new(TcpConnector),
+    };
+    let running = app::start(config, services).await.unwrap();
+    let state = running.state().clone();
+    let id = OsEntropy.uuid();
+    store
+        .create_document(&NewDocument {
+            id,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "idle".into(),
+            title: "Idle".into(),
+            created_at_ms: 0,
+            parent_id: None,
+        })
+        .await
+        .unwrap();
+    let member = state.rooms.join(&state, id).await.unwrap();
+    let document = DocumentRef {
+        id: id.to_string(),
+        url: "/documents/octo/plans/idle".into(),
+    };
+    let batch = EditBatch {
+        revision: 0,
+        ops: vec![EditOp::Insert {
+            after: None,
+            content: "Kept through an unload.\n".into(),
+        }],
+    };
+    member
+        .room
+        .edit_plan(&state, document, &[], &batch)
+        .await
+        .unwrap();
+    assert!(store
+        .document_content(id)
+        .await
+        .unwrap()
+        .checkpoint
+        .is_none());
+    drop(member);
+    tokio::time::sleep(ROOM_IDLE - std::time::Duration::from_millis(10)).await;
+    assert!(state.rooms.is_open(id), "not before its idle time");
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    assert!(!state.rooms.is_open(id), "unloaded after it");
+    let content = store.document_content(id).await.unwrap();
+    let checkpoint = content.checkpoint.expect("checkpointed on unload");
+    assert_eq!(checkpoint.upto_seq, 1);
+    assert!(content.updates.is_empty(), "the journal was pruned");
+    let room = state.rooms.open(&state, id).await.unwrap();
+    assert_eq!(room.source().await, "Kept through an unload.\n");
+    running.stop().await;
 }

@@ -9,7 +9,9 @@
 //! older write can undo, startup cleanup of dead logins), document content (the update journal
 //! numbered gap-free per document, the plan-revision-guarded commit, checkpoints that prune and
 //! never go backwards, the Yjs epoch and wholesale resets), renames that keep former slugs as
-//! aliases unique per repository, `NotFound` for unknown documents, and data surviving a reopen.
+//! aliases unique per repository, child documents (one level, in their parent's repository, never
+//! under an archived or missing parent, listed in creation order, parentage kept across renames,
+//! archiving and reopening), `NotFound` for unknown documents, and data surviving a reopen.
 //! Update and checkpoint bytes are opaque to the store, so the tests use plain byte strings.
 //! Races
 //! run on a two-worker runtime with a barrier, so claimers really overlap.
@@ -177,6 +179,15 @@ conformance! {
     archive_restore_and_rename_change_no_counter,
     rename_race_to_one_slug_exactly_one_wins,
     rename_race_never_takes_a_slug_being_left,
+    children_are_listed_in_creation_order_ties_by_id,
+    child_of_a_child_is_refused,
+    child_in_another_repository_is_refused,
+    child_of_an_archived_parent_is_refused,
+    child_of_a_missing_parent_is_refused,
+    child_slugs_are_unique_in_the_repository,
+    archiving_a_parent_keeps_its_children,
+    parentage_survives_rename_and_reopen,
+    child_creation_racing_archive_and_rename_is_all_or_nothing,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -189,6 +200,23 @@ fn new_doc(n: u128, owner: &str, repo: &str, slug: &str) -> NewDocument {
         slug: slug.into(),
         title: format!("Document {slug}"),
         created_at_ms: 1_000 + n as i64,
+        parent_id: None,
+    }
+}
+
+/// [`new_doc`] as a child of `parent`.
+fn child_doc(n: u128, owner: &str, repo: &str, slug: &str, parent: Uuid) -> NewDocument {
+    NewDocument {
+        parent_id: Some(parent),
+        ..new_doc(n, owner, repo, slug)
+    }
+}
+
+/// The words of a `Conflict`; panics on anything else.
+fn conflict_words<T: std::fmt::Debug>(result: Result<T, StoreError>) -> String {
+    match result {
+        Err(StoreError::Conflict(words)) => words,
+        other => panic!("expected Conflict, got {other:?}"),
     }
 }
 
@@ -899,6 +927,7 @@ async fn unknown_document_is_not_found(b: &Backend) {
         store.rename_document(unknown, "new", "New").await
     ));
     assert!(is_not_found(store.earlier_slugs(unknown).await));
+    assert!(is_not_found(store.children(unknown).await));
 }
 
 // --- Planner ownership -----------------------------------------------------------------------
@@ -2636,4 +2665,401 @@ async fn rename_race_never_takes_a_slug_being_left(b: &Backend) {
             "slug-{round} names only the leaver"
         );
     }
+}
+
+// --- child documents -------------------------------------------------------------------------
+
+async fn children_are_listed_in_creation_order_ties_by_id(b: &Backend) {
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "Octo", "Repo", "parent"))
+        .await
+        .unwrap();
+    assert_eq!(parent.parent_id, None, "a top-level document has no parent");
+    let other_parent = store
+        .create_document(&new_doc(2, "Octo", "Repo", "other-parent"))
+        .await
+        .unwrap();
+    assert_eq!(store.children(parent.id).await.unwrap(), vec![]);
+
+    // Created out of order: `late` (with the lowest id) first, then two at the same instant
+    // whose ids decide (`tie-high` is created before `tie-low`), the repository spelled in
+    // other cases. Neither id order nor insertion order is creation order.
+    let late = NewDocument {
+        created_at_ms: 9_000,
+        ..child_doc(5, "octo", "repo", "late", parent.id)
+    };
+    let tie_high = NewDocument {
+        created_at_ms: 5_000,
+        ..child_doc(20, "OCTO", "REPO", "tie-high", parent.id)
+    };
+    let tie_low = NewDocument {
+        created_at_ms: 5_000,
+        ..child_doc(10, "Octo", "Repo", "tie-low", parent.id)
+    };
+    let mut created = Vec::new();
+    for new in [&late, &tie_high, &tie_low] {
+        let child = store.create_document(new).await.unwrap();
+        assert_eq!(child.parent_id, Some(parent.id));
+        assert_eq!(
+            (child.repo_owner.as_str(), child.repo_name.as_str()),
+            (new.repo_owner.as_str(), new.repo_name.as_str()),
+            "the child keeps the spelling it was given"
+        );
+        assert_eq!(store.document(child.id).await.unwrap(), Some(child.clone()));
+        created.push(child);
+    }
+    // An archived child is listed too; the caller filters.
+    store.set_archived(tie_high.id, true).await.unwrap();
+    // Another parent's child and a top-level document are not.
+    store
+        .create_document(&child_doc(40, "Octo", "Repo", "elsewhere", other_parent.id))
+        .await
+        .unwrap();
+    store
+        .create_document(&new_doc(50, "Octo", "Repo", "top-level"))
+        .await
+        .unwrap();
+
+    let listed = store.children(parent.id).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|d| d.slug.as_str()).collect::<Vec<_>>(),
+        ["tie-low", "tie-high", "late"]
+    );
+    assert_eq!(listed[0], created[2]);
+    assert_eq!(
+        listed[1],
+        Document {
+            archived: true,
+            ..created[1].clone()
+        }
+    );
+    assert_eq!(listed[2], created[0]);
+    assert_eq!(
+        store
+            .children(other_parent.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|d| d.slug.as_str())
+            .collect::<Vec<_>>(),
+        ["elsewhere"]
+    );
+    // A child has no children of its own.
+    assert_eq!(store.children(tie_low.id).await.unwrap(), vec![]);
+}
+
+async fn child_of_a_child_is_refused(b: &Backend) {
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "o", "r", "parent"))
+        .await
+        .unwrap();
+    let child = store
+        .create_document(&child_doc(2, "o", "r", "child", parent.id))
+        .await
+        .unwrap();
+    let grandchild = child_doc(3, "o", "r", "grandchild", child.id);
+    let words = conflict_words(store.create_document(&grandchild).await);
+    assert!(words.contains("cannot have children"), "{words}");
+    assert!(words.contains(&child.id.to_string()), "{words}");
+    assert_eq!(store.document(grandchild.id).await.unwrap(), None);
+    assert_eq!(store.children(child.id).await.unwrap(), vec![]);
+    // Nothing was kept: the slug is free for a valid child.
+    let retried = store
+        .create_document(&child_doc(3, "o", "r", "grandchild", parent.id))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.children(parent.id).await.unwrap(),
+        vec![child, retried]
+    );
+}
+
+async fn child_in_another_repository_is_refused(b: &Backend) {
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "Octo", "Repo", "parent"))
+        .await
+        .unwrap();
+    for (n, owner, repo) in [
+        (2, "Octo", "Other"),
+        (3, "Someone", "Repo"),
+        (4, "Octo", "Repo2"),
+    ] {
+        let stray = child_doc(n, owner, repo, "stray", parent.id);
+        let words = conflict_words(store.create_document(&stray).await);
+        assert!(
+            words.contains("another repository"),
+            "{owner}/{repo}: {words}"
+        );
+        assert!(words.contains("Octo/Repo"), "{owner}/{repo}: {words}");
+        assert_eq!(store.document(stray.id).await.unwrap(), None);
+        assert_eq!(
+            store.document_by_slug(owner, repo, "stray").await.unwrap(),
+            None
+        );
+    }
+    assert_eq!(store.children(parent.id).await.unwrap(), vec![]);
+}
+
+async fn child_of_an_archived_parent_is_refused(b: &Backend) {
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "o", "r", "parent"))
+        .await
+        .unwrap();
+    store.set_archived(parent.id, true).await.unwrap();
+    let child = child_doc(2, "o", "r", "child", parent.id);
+    let words = conflict_words(store.create_document(&child).await);
+    assert!(words.contains("archived"), "{words}");
+    assert_eq!(store.document(child.id).await.unwrap(), None);
+    assert_eq!(store.children(parent.id).await.unwrap(), vec![]);
+    // Restored, the parent takes children again.
+    store.set_archived(parent.id, false).await.unwrap();
+    let created = store.create_document(&child).await.unwrap();
+    assert_eq!(store.children(parent.id).await.unwrap(), vec![created]);
+}
+
+async fn child_of_a_missing_parent_is_refused(b: &Backend) {
+    let store = b.open().await;
+    // One real document, so "missing" is not just "empty database".
+    store
+        .create_document(&new_doc(1, "o", "r", "real"))
+        .await
+        .unwrap();
+    let missing = Uuid::from_u128(0xdead);
+    let orphan = child_doc(2, "o", "r", "orphan", missing);
+    let words = conflict_words(store.create_document(&orphan).await);
+    assert!(words.contains("does not exist"), "{words}");
+    assert!(words.contains(&missing.to_string()), "{words}");
+    assert_eq!(store.document(orphan.id).await.unwrap(), None);
+    assert_eq!(
+        store.document_by_slug("o", "r", "orphan").await.unwrap(),
+        None
+    );
+}
+
+async fn child_slugs_are_unique_in_the_repository(b: &Backend) {
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "o", "r", "parent"))
+        .await
+        .unwrap();
+    let other_parent = store
+        .create_document(&new_doc(2, "o", "r", "other-parent"))
+        .await
+        .unwrap();
+    store
+        .create_document(&child_doc(3, "o", "r", "notes", parent.id))
+        .await
+        .unwrap();
+    // A sibling, a child of another parent and a top-level document all conflict on it…
+    for (n, parent_id) in [(4, Some(parent.id)), (5, Some(other_parent.id)), (6, None)] {
+        let again = NewDocument {
+            parent_id,
+            ..new_doc(n, "O", "R", "notes")
+        };
+        let words = conflict_words(store.create_document(&again).await);
+        assert!(words.contains("notes"), "{words}");
+    }
+    // …as does a child taking the parent's own slug, or its former slug.
+    conflict_words(
+        store
+            .create_document(&child_doc(7, "o", "r", "parent", parent.id))
+            .await,
+    );
+    store
+        .rename_document(parent.id, "parent-renamed", "Parent")
+        .await
+        .unwrap();
+    conflict_words(
+        store
+            .create_document(&child_doc(8, "o", "r", "parent", parent.id))
+            .await,
+    );
+    // The same slug in another repository is free.
+    store
+        .create_document(&new_doc(9, "o", "elsewhere", "notes"))
+        .await
+        .unwrap();
+    assert_eq!(store.children(parent.id).await.unwrap().len(), 1);
+    assert_eq!(store.children(other_parent.id).await.unwrap(), vec![]);
+}
+
+async fn archiving_a_parent_keeps_its_children(b: &Backend) {
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "o", "r", "parent"))
+        .await
+        .unwrap();
+    let first = store
+        .create_document(&child_doc(2, "o", "r", "first", parent.id))
+        .await
+        .unwrap();
+    let second = store
+        .create_document(&child_doc(3, "o", "r", "second", parent.id))
+        .await
+        .unwrap();
+    store.set_archived(parent.id, true).await.unwrap();
+    assert_eq!(
+        store.children(parent.id).await.unwrap(),
+        vec![first.clone(), second.clone()],
+        "children of an archived parent are kept, listed and not archived"
+    );
+    // Archiving a child changes neither its parent nor its sibling.
+    store.set_archived(parent.id, false).await.unwrap();
+    store.set_archived(first.id, true).await.unwrap();
+    assert!(!store.document(parent.id).await.unwrap().unwrap().archived);
+    assert_eq!(
+        store.children(parent.id).await.unwrap(),
+        vec![
+            Document {
+                archived: true,
+                ..first
+            },
+            second
+        ]
+    );
+}
+
+async fn parentage_survives_rename_and_reopen(b: &Backend) {
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "Octo", "Repo", "parent"))
+        .await
+        .unwrap();
+    let child = store
+        .create_document(&child_doc(2, "Octo", "Repo", "child", parent.id))
+        .await
+        .unwrap();
+    let renamed_parent = store
+        .rename_document(parent.id, "parent-2", "Parent 2")
+        .await
+        .unwrap();
+    assert_eq!(renamed_parent.parent_id, None);
+    let renamed_child = store
+        .rename_document(child.id, "child-2", "Child 2")
+        .await
+        .unwrap();
+    assert_eq!(
+        renamed_child,
+        Document {
+            slug: "child-2".into(),
+            title: "Child 2".into(),
+            ..child.clone()
+        },
+        "a rename keeps parentage"
+    );
+    store.set_archived(child.id, true).await.unwrap();
+    drop(store);
+
+    let reopened = b.open().await;
+    let stored = reopened
+        .document(child.id)
+        .await
+        .unwrap()
+        .expect("child kept");
+    assert_eq!(
+        stored,
+        Document {
+            archived: true,
+            ..renamed_child.clone()
+        }
+    );
+    assert_eq!(stored.parent_id, Some(parent.id));
+    assert_eq!(
+        reopened.document(parent.id).await.unwrap(),
+        Some(renamed_parent)
+    );
+    for slug in ["child", "child-2"] {
+        assert_eq!(
+            reopened
+                .document_by_slug("octo", "repo", slug)
+                .await
+                .unwrap(),
+            Some(stored.clone()),
+            "{slug}"
+        );
+    }
+    assert_eq!(reopened.children(parent.id).await.unwrap(), vec![stored]);
+    // The renamed parent still takes children, and they still cannot nest.
+    let late = reopened
+        .create_document(&child_doc(3, "octo", "REPO", "late", parent.id))
+        .await
+        .unwrap();
+    assert_eq!(late.parent_id, Some(parent.id));
+    conflict_words(
+        reopened
+            .create_document(&child_doc(4, "Octo", "Repo", "nested", child.id))
+            .await,
+    );
+    assert_eq!(reopened.children(parent.id).await.unwrap().len(), 2);
+}
+
+async fn child_creation_racing_archive_and_rename_is_all_or_nothing(b: &Backend) {
+    // Children are created while their parent is renamed and archived. Each creation either
+    // commits a child of the parent or is refused because the parent is archived; none fails
+    // otherwise (no deadlock between the slug lock and the parent's row), and the children
+    // listed afterwards are exactly those created.
+    const CREATORS: usize = 8;
+    let store = b.open().await;
+    let parent = store
+        .create_document(&new_doc(1, "o", "r", "parent"))
+        .await
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(CREATORS + 2));
+    let mut creators = Vec::new();
+    for n in 0..CREATORS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        let new = child_doc(10 + n as u128, "o", "r", &format!("child-{n}"), parent.id);
+        creators.push(tokio::spawn(async move {
+            barrier.wait().await;
+            (new.id, store.create_document(&new).await)
+        }));
+    }
+    let rename = {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            store.rename_document(parent.id, "parent-2", "Parent").await
+        })
+    };
+    let archive = {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            store.set_archived(parent.id, true).await
+        })
+    };
+    let mut created = BTreeSet::new();
+    for task in creators {
+        match task.await.unwrap() {
+            (id, Ok(child)) => {
+                assert_eq!(child.parent_id, Some(parent.id));
+                created.insert(id);
+            }
+            (_, Err(StoreError::Conflict(words))) => {
+                assert!(words.contains("archived"), "{words}");
+            }
+            (_, Err(e)) => panic!("expected Ok or Conflict, got {e}"),
+        }
+    }
+    rename.await.unwrap().expect("the parent's rename");
+    archive.await.unwrap().expect("the parent's archive");
+    let listed: BTreeSet<Uuid> = store
+        .children(parent.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(listed, created);
+    // Once archived, the parent takes no more children.
+    let words = conflict_words(
+        store
+            .create_document(&child_doc(99, "o", "r", "after", parent.id))
+            .await,
+    );
+    assert!(words.contains("archived"), "{words}");
 }

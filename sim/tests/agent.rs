@@ -68,6 +68,7 @@ fn setup_with(seed: u64, fixed_latency_ms: Option<u64>) -> Setup {
         slug: "field-notes".into(),
         title: "Field notes".into(),
         created_at_ms: SIM_EPOCH_MS,
+        parent_id: None,
     }))
     .unwrap();
     world
@@ -700,6 +701,7 @@ fn the_owner_login_expiring_closes_the_link_at_that_instant() {
         slug: "field-notes".into(),
         title: "Field notes".into(),
         created_at_ms: SIM_EPOCH_MS,
+        parent_id: None,
     }))
     .unwrap();
     world

@@ -14,10 +14,10 @@ use async_trait::async_trait;
 use uuid::Uuid;
 
 use super::{
-    account_id_for_github_user, ascii_key, checkpoint_out_of_range, slug_taken, Account, Advance,
-    BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Holder, LeaseAcquire, NewDocument,
-    NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind, Store, StoreError,
-    StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
+    Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Holder,
+    LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind,
+    Store, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
@@ -278,6 +278,9 @@ impl Store for MemoryStore {
                 ascii_key(&doc.repo_name),
                 doc.slug.clone(),
             );
+            // The parent first, as in the SQL backends.
+            let parent = doc.parent_id.and_then(|id| inner.documents.get(&id));
+            check_parent(doc, parent)?;
             if inner.documents.contains_key(&doc.id) {
                 return Err(StoreError::Conflict("document id already exists".into()));
             }
@@ -295,6 +298,7 @@ impl Store for MemoryStore {
                 yjs_epoch: 0,
                 archived: false,
                 created_at_ms: doc.created_at_ms,
+                parent_id: doc.parent_id,
             };
             inner.slugs.insert(slug_key, doc.id);
             inner.content.insert(doc.id, ContentRow::default());
@@ -314,6 +318,22 @@ impl Store for MemoryStore {
 
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
         self.with(|inner| Ok(inner.documents.get(&id).cloned()))
+    }
+
+    async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
+        self.with(|inner| {
+            if !inner.documents.contains_key(&parent_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let mut children: Vec<Document> = inner
+                .documents
+                .values()
+                .filter(|d| d.parent_id == Some(parent_id))
+                .cloned()
+                .collect();
+            children.sort_by_key(|d| (d.created_at_ms, d.id));
+            Ok(children)
+        })
     }
 
     async fn document_by_slug(

@@ -6,8 +6,9 @@
 //! opaque here: see [`crate::crypto`]), transcript order, the exclusive writer lease, a document's
 //! durable content (a journal of Yjs v1 updates after its latest checkpoint, numbered gap-free per
 //! document, and the Yjs epoch) and its slugs (the canonical one and former ones kept as aliases,
-//! unique together per repository). Update and checkpoint bytes are opaque here: the caller
-//! encodes and decodes them with yrs.
+//! unique together per repository), and parentage: a child document belongs to one top-level
+//! parent of the same repository, fixed at creation (one level: a child has no children). Update
+//! and checkpoint bytes are opaque here: the caller encodes and decodes them with yrs.
 //! Does not own: policy (who may claim, when a grace ends) or time: callers pass wall-clock
 //! milliseconds read from their [`crate::clock::Clock`]. Every backend passes the same conformance
 //! suite (`server/tests/store_conformance.rs`).
@@ -98,6 +99,9 @@ pub struct NewDocument {
     pub slug: String,
     pub title: String,
     pub created_at_ms: UnixMillis,
+    /// The top-level document this one is a child of, or `None` for a top-level document. The
+    /// rules a parent must meet are [`Store::create_document`]'s.
+    pub parent_id: Option<Uuid>,
 }
 
 /// A document with its repository identity and counters.
@@ -118,6 +122,12 @@ pub struct Document {
     pub yjs_epoch: i64,
     pub archived: bool,
     pub created_at_ms: UnixMillis,
+    /// The top-level document of the same repository this one is a child of; `None` for a
+    /// top-level document. Set at creation and never changed (renames and archiving keep it).
+    /// A child's slug is unique in its repository like any other, and its canonical URL nests
+    /// under its parent's (`/documents/<owner>/<repo>/<parent slug>/children/<slug>`), which the
+    /// server computes, not the store.
+    pub parent_id: Option<Uuid>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -295,9 +305,18 @@ pub trait Store: Send + Sync + 'static {
     // --- documents ---
     /// Creates a document (and its ownership record at generation 0). A slug already used in the
     /// same repository, by another document or as another document's former slug (alias), is
-    /// `Conflict`.
+    /// `Conflict`; so is a child's slug (slugs stay unique per repository, children included).
+    /// With `parent_id`, the parent must exist, be in the same repository (owner and name
+    /// compared without ASCII case), not be archived, and not be a child itself (one level):
+    /// otherwise `Conflict` whose words name the rule broken ("parent document … is archived"),
+    /// checked in that order and atomically with the insert (a parent archived concurrently
+    /// either refuses the child or is archived after the child was created).
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document>;
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>>;
+    /// The children of `parent_id`, in creation order (`created_at_ms`, ties by id), archived
+    /// ones included (the caller filters). Empty for a document without children, including a
+    /// child. `NotFound("document")` for an unknown parent.
+    async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>>;
     /// The document whose slug, or one of whose former slugs (aliases), is `slug` in that
     /// repository; the document returned carries its current slug. Owner and repository name are
     /// compared without regard to ASCII case, the slug exactly.
@@ -307,14 +326,15 @@ pub trait Store: Send + Sync + 'static {
         repo_name: &str,
         slug: &str,
     ) -> StoreResult<Option<Document>>;
-    /// Archives or restores. Changes no revision counter. `NotFound("document")` if there is no
+    /// Archives or restores. Changes no revision counter, and only this document: a parent's
+    /// children keep their own flag (the caller decides). `NotFound("document")` if there is no
     /// such document.
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()>;
     /// Gives the document a new slug and title. The old slug becomes an alias of the document
     /// (see [`Store::earlier_slugs`]); renaming back to a former slug removes that alias. A slug
     /// used in the repository by another document, canonical or alias, is `Conflict` (nothing
-    /// changes). The same slug with a new title only retitles. Changes no revision counter.
-    /// `NotFound("document")` for an unknown document.
+    /// changes). The same slug with a new title only retitles. Changes no revision counter and
+    /// keeps parentage. `NotFound("document")` for an unknown document.
     async fn rename_document(
         &self,
         document_id: Uuid,
@@ -443,6 +463,76 @@ pub(crate) fn slug_conflict(doc: &NewDocument) -> String {
 /// The `Conflict` text for `slug` already used (canonical or alias) in `owner/repo`.
 pub(crate) fn slug_taken(repo_owner: &str, repo_name: &str, slug: &str) -> String {
     format!("slug {slug:?} is already used in {repo_owner}/{repo_name}")
+}
+
+/// Why [`Store::create_document`] refused a child: the rule its parent broke. Its text is the
+/// `Conflict`'s words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ParentRefusal {
+    /// No document has the parent id.
+    Missing { parent_id: Uuid },
+    /// The parent is in another repository.
+    OtherRepository {
+        parent_id: Uuid,
+        parent_owner: String,
+        parent_repo: String,
+    },
+    /// The parent is archived.
+    Archived { parent_id: Uuid },
+    /// The parent is a child itself: a child document has no children.
+    ChildOfChild { parent_id: Uuid },
+}
+
+impl std::fmt::Display for ParentRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ParentRefusal::Missing { parent_id } => {
+                write!(f, "parent document {parent_id} does not exist")
+            }
+            ParentRefusal::OtherRepository {
+                parent_id,
+                parent_owner,
+                parent_repo,
+            } => write!(
+                f,
+                "parent document {parent_id} is in another repository \
+                 ({parent_owner}/{parent_repo}): a child must be in its parent's repository"
+            ),
+            ParentRefusal::Archived { parent_id } => {
+                write!(f, "parent document {parent_id} is archived")
+            }
+            ParentRefusal::ChildOfChild { parent_id } => write!(
+                f,
+                "parent document {parent_id} is itself a child: a child document cannot have \
+                 children"
+            ),
+        }
+    }
+}
+
+/// Checks the parent a new document names (`parent`: the stored document with `doc.parent_id`,
+/// read in the same atomic step as the insert). `Ok` for a top-level document.
+pub(crate) fn check_parent(doc: &NewDocument, parent: Option<&Document>) -> StoreResult<()> {
+    let Some(parent_id) = doc.parent_id else {
+        return Ok(());
+    };
+    let refusal = match parent {
+        None => ParentRefusal::Missing { parent_id },
+        Some(p)
+            if ascii_key(&p.repo_owner) != ascii_key(&doc.repo_owner)
+                || ascii_key(&p.repo_name) != ascii_key(&doc.repo_name) =>
+        {
+            ParentRefusal::OtherRepository {
+                parent_id,
+                parent_owner: p.repo_owner.clone(),
+                parent_repo: p.repo_name.clone(),
+            }
+        }
+        Some(p) if p.archived => ParentRefusal::Archived { parent_id },
+        Some(p) if p.parent_id.is_some() => ParentRefusal::ChildOfChild { parent_id },
+        Some(_) => return Ok(()),
+    };
+    Err(StoreError::Conflict(refusal.to_string()))
 }
 
 /// The `Conflict` text for a checkpoint whose `upto_seq` names no journalled update.

@@ -15,11 +15,12 @@ use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use super::{
-    account_id_for_github_user, ascii_key, checkpoint_out_of_range, is_document_id_conflict,
-    slug_conflict, slug_taken, sqlx_error, sqlx_error_kind, Account, Advance, BrowserLogin,
-    Checkpoint, Claim, Document, DocumentContent, Holder, LeaseAcquire, NewDocument,
-    NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind, Store, StoreError,
-    StoreResult, TranscriptEntry, UnixMillis, WriterLease, SQL_RACE_RETRIES, WRITER_LEASE_NAME,
+    account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range,
+    is_document_id_conflict, slug_conflict, slug_taken, sqlx_error, sqlx_error_kind, Account,
+    Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Holder, LeaseAcquire,
+    NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind, Store,
+    StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease, SQL_RACE_RETRIES,
+    WRITER_LEASE_NAME,
 };
 
 /// Connections in the pool.
@@ -120,6 +121,7 @@ struct DocumentRow {
     yjs_epoch: i64,
     archived: bool,
     created_at_ms: i64,
+    parent_id: Option<Uuid>,
 }
 
 impl From<DocumentRow> for Document {
@@ -135,6 +137,7 @@ impl From<DocumentRow> for Document {
             yjs_epoch: row.yjs_epoch,
             archived: row.archived,
             created_at_ms: row.created_at_ms,
+            parent_id: row.parent_id,
         }
     }
 }
@@ -206,7 +209,7 @@ const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
 const LOGIN_COLUMNS: &str =
     "id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms";
 const DOCUMENT_COLUMNS: &str = "id, repo_owner, repo_name, slug, title, plan_revision, \
-     storage_revision, yjs_epoch, archived, created_at_ms";
+     storage_revision, yjs_epoch, archived, created_at_ms, parent_id";
 const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms";
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
@@ -556,6 +559,18 @@ impl Store for PgStore {
         // A former slug of another document is taken too; the repository's slug lock keeps a
         // concurrent rename from making it one between this check and the insert.
         lock_repository_slugs(&mut tx, &doc.repo_owner, &doc.repo_name).await?;
+        // The parent, share-locked until commit, so a concurrent archive waits for the insert
+        // (or, if it committed first, is seen here and refuses the child). Taken after the slug
+        // lock, in the order a rename takes them, so the two never wait on each other.
+        if let Some(parent_id) = doc.parent_id {
+            let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1 FOR SHARE");
+            let parent: Option<DocumentRow> = sqlx::query_as(&sql)
+                .bind(parent_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a parent document", e))?;
+            check_parent(doc, parent.map(Document::from).as_ref())?;
+        }
         let aliased: Option<i32> = sqlx::query_scalar(
             "SELECT 1 FROM document_slug_aliases \
              WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
@@ -571,8 +586,8 @@ impl Store for PgStore {
         }
         sqlx::query(
             "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
-             slug, title, plan_revision, storage_revision, archived, created_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8)",
+             slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9)",
         )
         .bind(doc.id)
         .bind(&doc.repo_owner)
@@ -582,6 +597,7 @@ impl Store for PgStore {
         .bind(&doc.slug)
         .bind(&doc.title)
         .bind(doc.created_at_ms)
+        .bind(doc.parent_id)
         .execute(&mut *tx)
         .await
         .map_err(conflict_or_backend)?;
@@ -604,6 +620,7 @@ impl Store for PgStore {
             yjs_epoch: 0,
             archived: false,
             created_at_ms: doc.created_at_ms,
+            parent_id: doc.parent_id,
         })
     }
 
@@ -615,6 +632,28 @@ impl Store for PgStore {
             .await
             .map_err(|e| sqlx_error("reading a document", e))?;
         Ok(row.map(Into::into))
+    }
+
+    async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
+        // Documents are never deleted, so a parent seen here stays known for the second read.
+        let known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM documents WHERE id = $1")
+            .bind(parent_id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?;
+        if known.is_none() {
+            return Err(StoreError::NotFound("document"));
+        }
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE parent_id = $1 \
+             ORDER BY created_at_ms, id"
+        );
+        let rows: Vec<DocumentRow> = sqlx::query_as(&sql)
+            .bind(parent_id)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading child documents", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn document_by_slug(

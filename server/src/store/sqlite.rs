@@ -17,11 +17,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 use uuid::Uuid;
 
 use super::{
-    account_id_for_github_user, ascii_key, checkpoint_out_of_range, is_document_id_conflict,
-    slug_conflict, slug_taken, sqlx_error, sqlx_error_kind, Account, Advance, BrowserLogin,
-    Checkpoint, Claim, Document, DocumentContent, Holder, LeaseAcquire, NewDocument,
-    NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind, Store, StoreError,
-    StoreResult, TranscriptEntry, UnixMillis, WriterLease, SQL_RACE_RETRIES, WRITER_LEASE_NAME,
+    account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range,
+    is_document_id_conflict, slug_conflict, slug_taken, sqlx_error, sqlx_error_kind, Account,
+    Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Holder, LeaseAcquire,
+    NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind, Store,
+    StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease, SQL_RACE_RETRIES,
+    WRITER_LEASE_NAME,
 };
 
 /// How long a statement waits for another connection's write lock before failing.
@@ -140,6 +141,7 @@ struct DocumentRow {
     yjs_epoch: i64,
     archived: bool,
     created_at_ms: i64,
+    parent_id: Option<String>,
 }
 
 impl DocumentRow {
@@ -155,6 +157,10 @@ impl DocumentRow {
             yjs_epoch: self.yjs_epoch,
             archived: self.archived,
             created_at_ms: self.created_at_ms,
+            parent_id: self
+                .parent_id
+                .map(|id| parse_uuid(&id, "documents.parent_id"))
+                .transpose()?,
         })
     }
 }
@@ -229,7 +235,7 @@ const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
 const LOGIN_COLUMNS: &str =
     "id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms";
 const DOCUMENT_COLUMNS: &str = "id, repo_owner, repo_name, slug, title, plan_revision, \
-     storage_revision, yjs_epoch, archived, created_at_ms";
+     storage_revision, yjs_epoch, archived, created_at_ms, parent_id";
 const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms";
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
@@ -536,6 +542,17 @@ impl Store for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // The parent, read under the write lock, so it cannot be archived before the insert.
+        if let Some(parent_id) = doc.parent_id {
+            let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?1");
+            let parent: Option<DocumentRow> = sqlx::query_as(&sql)
+                .bind(uuid_text(parent_id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a parent document", e))?;
+            let parent = parent.map(DocumentRow::into_document).transpose()?;
+            check_parent(doc, parent.as_ref())?;
+        }
         // A former slug of another document is taken too (the write lock is held from here).
         let aliased: Option<i64> = sqlx::query_scalar(
             "SELECT 1 FROM document_slug_aliases \
@@ -552,8 +569,8 @@ impl Store for SqliteStore {
         }
         sqlx::query(
             "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
-             slug, title, plan_revision, storage_revision, archived, created_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, 0, 0, ?8)",
+             slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, 0, 0, ?8, ?9)",
         )
         .bind(uuid_text(doc.id))
         .bind(&doc.repo_owner)
@@ -563,6 +580,7 @@ impl Store for SqliteStore {
         .bind(&doc.slug)
         .bind(&doc.title)
         .bind(doc.created_at_ms)
+        .bind(doc.parent_id.map(uuid_text))
         .execute(&mut *tx)
         .await
         .map_err(conflict_or_backend)?;
@@ -585,6 +603,7 @@ impl Store for SqliteStore {
             yjs_epoch: 0,
             archived: false,
             created_at_ms: doc.created_at_ms,
+            parent_id: doc.parent_id,
         })
     }
 
@@ -596,6 +615,28 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| sqlx_error("reading a document", e))?;
         row.map(DocumentRow::into_document).transpose()
+    }
+
+    async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
+        // Documents are never deleted, so a parent seen here stays known for the second read.
+        let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM documents WHERE id = ?1")
+            .bind(uuid_text(parent_id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?;
+        if known.is_none() {
+            return Err(StoreError::NotFound("document"));
+        }
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE parent_id = ?1 \
+             ORDER BY created_at_ms, id"
+        );
+        let rows: Vec<DocumentRow> = sqlx::query_as(&sql)
+            .bind(uuid_text(parent_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading child documents", e))?;
+        rows.into_iter().map(DocumentRow::into_document).collect()
     }
 
     async fn document_by_slug(
