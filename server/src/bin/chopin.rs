@@ -20,26 +20,50 @@ fn init_logging(format: LogFormat) {
     }
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
+/// SIGTERM and SIGINT, listened for from the moment this is made: made before the address is
+/// printed, so a supervisor that signals as soon as it sees the address is always heard.
+struct ShutdownSignals {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl ShutdownSignals {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            ShutdownSignals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
-            Err(_) => std::future::pending::<()>().await,
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received; shutting down"),
-        () = term => tracing::info!("SIGTERM received; shutting down"),
+        #[cfg(not(unix))]
+        ShutdownSignals {}
+    }
+
+    async fn received(self) {
+        #[cfg(unix)]
+        {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(self.int) => tracing::info!("SIGINT received; shutting down"),
+                () = wait(self.term) => tracing::info!("SIGTERM received; shutting down"),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+            tracing::info!("Ctrl-C received; shutting down");
+        }
     }
 }
 
@@ -78,6 +102,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
+    let signals = ShutdownSignals::listen();
     let running = app::start(config, Services::production(store)).await?;
     tracing::info!(store = %where_, "chopin listening on http://{local}");
     // Printed as well as logged, so the address is easy to find with any log format.
@@ -86,7 +111,7 @@ async fn run(config: Config) -> anyhow::Result<()> {
     let lost = running.lease_lost();
     let shutdown = async move {
         tokio::select! {
-            () = shutdown_signal() => {}
+            () = signals.received() => {}
             () = lost => tracing::error!("writer lease lost; draining and stopping"),
         }
     };
