@@ -1,4 +1,917 @@
-//! The harness contract suite: checks any harness adapter must pass, as a library and a CLI.
+//! The harness contract suite: checks any harness adapter must pass, as a library and a CLI
+//! (`chopin-contract --harness NAME`).
 //!
-//! Owns: the checks and their report. Does not own: adapters (they live in `chopin-server`).
-//! The harness layer does not exist yet, so this crate holds no checks yet.
+//! Owns: the checks ([`checks`]), running them against an adapter ([`run`]) and their
+//! [`Report`]; the [`ContractModel`] seam through which the suite scripts an adapter's model and
+//! reads what that model was given; the suite's own host ([`TurnHost`]), which holds a canary
+//! GitHub credential. Does not own: adapters (they live in `chopin_server::harness`) or the
+//! enforcement the host does on every turn (`chopin_server::harness::run_turn`) — the suite
+//! drives adapters through that driver, exactly as the server does, and through the
+//! [`Harness`] trait only.
+//!
+//! Each check starts from a fresh [`Subject`] (adapter + model), so checks are independent and
+//! run in the fixed order of [`checks`]. No check measures time: a check that waits for an
+//! adapter to end a cancelled turn relies on the driver's abort wait, which tests run with
+//! tokio's paused clock.
+//!
+//! Structured output is checked with `chopin_server::harness::schema`, a documented subset of
+//! JSON Schema (type, properties, required, additionalProperties, items, enum, const, numeric
+//! and length bounds; any other keyword is refused rather than ignored).
+
+use std::sync::{Arc, Mutex, MutexGuard, Once};
+
+use async_trait::async_trait;
+use chopin_server::harness::fake::{FakeConfig, FakeModel, FakeSetup, SessionSeen, Step, TurnSeen};
+use chopin_server::harness::{
+    self, check_builtins, CancelSignal, Harness, HarnessDeps, HostToolResult, Part, SessionMode,
+    SessionRequest, SteerError, TextPart, ToolBoundary, ToolSpec, TurnControl, TurnEnder,
+    TurnFailure, TurnHost, TurnReport, TurnRequest, TurnResult, UnknownHarness,
+};
+use futures::future::BoxFuture;
+use serde_json::{json, Value};
+
+/// The canary GitHub credential the suite plants on the host: in the suite host's own
+/// credential (used by its host tools) and in the process environment as `GITHUB_TOKEN` and
+/// `GH_TOKEN`, where an adapter that inherits or reads the environment would find it. Nothing a
+/// model is given may contain it (RFC-08).
+pub const CANARY_CREDENTIAL: &str = "ghu_ChopinContractCanary0d9f8e7c6b5a4";
+
+/// The environment variables the canary is planted in.
+pub const CANARY_VARIABLES: &[&str] = &["GITHUB_TOKEN", "GH_TOKEN"];
+
+/// Plant [`CANARY_CREDENTIAL`] in the process environment (once per process). [`run`] calls it;
+/// a process that runs the suite must not need real GitHub credentials in those variables.
+pub fn plant_canary() {
+    static PLANT: Once = Once::new();
+    PLANT.call_once(|| {
+        for variable in CANARY_VARIABLES {
+            std::env::set_var(variable, CANARY_CREDENTIAL);
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seam to an adapter's model
+// ---------------------------------------------------------------------------------------------
+
+/// How the suite tells an adapter's model what to do and learns what it was given. The fake
+/// harness's [`FakeModel`] implements it directly; the remote adapter implements it by scripting
+/// the attached client (each [`Step`] becomes what that client sends, and what the client
+/// received becomes [`TurnSeen`]).
+pub trait ContractModel: Send + Sync {
+    /// Queue the script the model follows in the next turn it runs.
+    fn script(&self, steps: Vec<Step>);
+    /// Every turn the model ran, in order, with everything it was given.
+    fn turns(&self) -> Vec<TurnSeen>;
+    /// Every runtime session opened, with how often it was torn down.
+    fn sessions(&self) -> Vec<SessionSeen>;
+    /// Turns the model started and has not finished.
+    fn unfinished_turns(&self) -> usize;
+}
+
+impl ContractModel for FakeModel {
+    fn script(&self, steps: Vec<Step>) {
+        self.push_script(steps);
+    }
+    fn turns(&self) -> Vec<TurnSeen> {
+        FakeModel::turns(self)
+    }
+    fn sessions(&self) -> Vec<SessionSeen> {
+        FakeModel::sessions(self)
+    }
+    fn unfinished_turns(&self) -> usize {
+        FakeModel::unfinished_turns(self)
+    }
+}
+
+/// An adapter under test and the model behind it.
+#[derive(Clone)]
+pub struct Subject {
+    /// The adapter, driven only through the [`Harness`] trait.
+    pub harness: Arc<dyn Harness>,
+    /// Its model, scripted by the suite.
+    pub model: Arc<dyn ContractModel>,
+}
+
+/// Builds a fresh [`Subject`] for each check. Any `Fn() -> Result<Subject, String>` is one.
+#[async_trait]
+pub trait SubjectFactory: Send + Sync {
+    /// A fresh adapter and model, sharing no state with earlier ones.
+    async fn create(&self) -> Result<Subject, String>;
+}
+
+#[async_trait]
+impl<F> SubjectFactory for F
+where
+    F: Fn() -> Result<Subject, String> + Send + Sync,
+{
+    async fn create(&self) -> Result<Subject, String> {
+        self()
+    }
+}
+
+/// A fake harness with `config`, built through the registry, and its model.
+pub fn fake_subject(config: FakeConfig) -> Subject {
+    let model = FakeModel::new();
+    let harness = Arc::new(harness::fake::FakeHarness::new(FakeSetup {
+        config,
+        model: model.clone(),
+    }));
+    Subject { harness, model }
+}
+
+/// Why the CLI cannot test a name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    /// Not in the registry.
+    #[error(transparent)]
+    Unknown(#[from] UnknownHarness),
+    /// In the registry, but the suite has no [`ContractModel`] for it yet.
+    #[error("harness \"{0}\" has no contract model to script it yet")]
+    NoModel(String),
+}
+
+/// The subject for a registry name, built through `chopin_server::harness::adapter` so the suite
+/// tests exactly what `HARNESS=name` would construct.
+pub fn subject(name: &str) -> Result<Subject, SubjectError> {
+    match name {
+        "fake" => {
+            let model = FakeModel::new();
+            let deps = HarnessDeps {
+                fake: FakeSetup {
+                    config: FakeConfig::default(),
+                    model: model.clone(),
+                },
+            };
+            let harness = harness::adapter(name, &deps)?;
+            Ok(Subject { harness, model })
+        }
+        // Extension point: "remote" builds its adapter with an attached scripted client and
+        // returns that client's ContractModel.
+        other => {
+            harness::adapter(other, &HarnessDeps::default())?;
+            Err(SubjectError::NoModel(other.to_owned()))
+        }
+    }
+}
+
+/// The names the registry knows (what `--harness` accepts).
+pub fn known_harnesses() -> &'static [&'static str] {
+    harness::ADAPTERS
+}
+
+// ---------------------------------------------------------------------------------------------
+// The suite's host
+// ---------------------------------------------------------------------------------------------
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+type Trigger = (String, Box<dyn FnOnce() + Send>);
+
+/// The suite's host: runs host tools with its (canary) credential, which never leaves it, and
+/// records the stream. A trigger runs once when a given text part arrives, which is how a check
+/// cancels or steers a turn at a known point without timing.
+struct SuiteHost {
+    credential: String,
+    parts: Mutex<Vec<Part>>,
+    calls: Mutex<Vec<(String, Value)>>,
+    results: Mutex<Vec<Value>>,
+    trigger: Mutex<Option<Trigger>>,
+}
+
+impl SuiteHost {
+    fn new() -> Arc<Self> {
+        Arc::new(SuiteHost {
+            credential: CANARY_CREDENTIAL.to_owned(),
+            parts: Mutex::new(Vec::new()),
+            calls: Mutex::new(Vec::new()),
+            results: Mutex::new(Vec::new()),
+            trigger: Mutex::new(None),
+        })
+    }
+
+    fn on_text(&self, text: &str, action: impl FnOnce() + Send + 'static) {
+        *lock(&self.trigger) = Some((text.to_owned(), Box::new(action)));
+    }
+
+    fn texts(&self) -> Vec<String> {
+        lock(&self.parts)
+            .iter()
+            .filter_map(|p| match p {
+                Part::Text(TextPart { text }) => Some(text.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[async_trait]
+impl TurnHost for SuiteHost {
+    async fn execute(&self, name: &str, input: Value, _cancel: CancelSignal) -> HostToolResult {
+        let n = {
+            let mut calls = lock(&self.calls);
+            calls.push((name.to_owned(), input.clone()));
+            calls.len()
+        };
+        // A real host tool would call GitHub with the credential; only the result crosses.
+        let output = json!({
+            "tool": name,
+            "input": input,
+            "authorized": !self.credential.is_empty(),
+            "nonce": format!("result-{n}-of-{name}"),
+        });
+        lock(&self.results).push(output.clone());
+        HostToolResult::ok(output)
+    }
+
+    fn part(&self, part: &Part) {
+        lock(&self.parts).push(part.clone());
+        if let Part::Text(TextPart { text }) = part {
+            let fire = {
+                let mut slot = lock(&self.trigger);
+                match slot.as_ref() {
+                    Some((wanted, _)) if wanted == text => slot.take(),
+                    _ => None,
+                }
+            };
+            if let Some((_, action)) = fire {
+                action();
+            }
+        }
+    }
+}
+
+fn tool(name: &str, description: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.to_owned(),
+        description: description.to_owned(),
+        input_schema: json!({ "type": "object", "properties": { "page": { "type": "integer" } } }),
+    }
+}
+
+fn planner_tools() -> Vec<ToolSpec> {
+    vec![
+        tool("read_plan", "Read the document's plan, one page at a time."),
+        tool(
+            "list_pull_requests",
+            "List the channel repository's pull requests.",
+        ),
+    ]
+}
+
+/// One turn to drive.
+struct Drive {
+    mode: SessionMode,
+    host_tools: Vec<ToolSpec>,
+    response_format: Option<Value>,
+    script: Vec<Step>,
+}
+
+impl Drive {
+    fn planner(script: Vec<Step>) -> Self {
+        Drive {
+            mode: SessionMode::Planner,
+            host_tools: planner_tools(),
+            response_format: None,
+            script,
+        }
+    }
+}
+
+/// Run one turn through the server's driver, with a hook to act on the control mid-turn.
+async fn drive(
+    subject: &Subject,
+    turn: Drive,
+    hook: impl FnOnce(&Arc<SuiteHost>, &Arc<TurnControl>),
+) -> (TurnReport, Arc<SuiteHost>) {
+    let host = SuiteHost::new();
+    let (control, steer) = TurnControl::new(subject.harness.as_ref());
+    let control = Arc::new(control);
+    hook(&host, &control);
+    subject.model.script(turn.script);
+    let request = TurnRequest {
+        instructions: "You are Chopin's Planner for this document. Use only the tools given."
+            .to_owned(),
+        prompt: "@chopin summarise the plan".to_owned(),
+        host_tools: turn.host_tools,
+        response_format: turn.response_format,
+        cancel: control.cancel_signal(),
+    };
+    let session = SessionRequest {
+        mode: turn.mode,
+        model: Some("contract-model".to_owned()),
+        thinking_level: None,
+    };
+    let report = harness::run_turn(
+        subject.harness.as_ref(),
+        session,
+        request,
+        steer,
+        host.clone(),
+    )
+    .await;
+    (report, host)
+}
+
+fn last_turn(subject: &Subject) -> Result<TurnSeen, String> {
+    subject
+        .model
+        .turns()
+        .pop()
+        .ok_or_else(|| "the model never ran the turn".to_owned())
+}
+
+fn names(tools: &[ToolSpec]) -> Vec<String> {
+    let mut names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+    names.sort();
+    names
+}
+
+fn live_sessions(subject: &Subject) -> Vec<String> {
+    subject
+        .model
+        .sessions()
+        .into_iter()
+        .filter(|s| s.teardowns == 0)
+        .map(|s| s.id)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The checks
+// ---------------------------------------------------------------------------------------------
+
+/// What a check concluded: `Ok(detail)` passes, `Err(detail)` fails.
+pub type CheckResult = Result<String, String>;
+
+type CheckFn = for<'a> fn(&'a Subject) -> BoxFuture<'a, CheckResult>;
+
+/// One contract check.
+#[derive(Clone, Copy)]
+pub struct Check {
+    /// The CHECKLIST id it proves.
+    pub id: &'static str,
+    /// A short name.
+    pub name: &'static str,
+    /// The rule, in words.
+    pub rule: &'static str,
+    run: CheckFn,
+}
+
+impl std::fmt::Debug for Check {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Check")
+            .field("id", &self.id)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Check {
+    /// `ID name`, the report's first column.
+    pub fn label(&self) -> String {
+        format!("{} {}", self.id, self.name)
+    }
+
+    /// Run this check against a subject.
+    pub async fn run(&self, subject: &Subject) -> CheckResult {
+        (self.run)(subject).await
+    }
+}
+
+/// Every check, in the order they run and are reported.
+pub fn checks() -> Vec<Check> {
+    vec![
+        Check {
+            id: "RFC-07",
+            name: "only-host-tools",
+            rule: "the model is offered exactly the turn's host tools; built-ins are off (or the adapter has none)",
+            run: |s| Box::pin(only_host_tools(s)),
+        },
+        Check {
+            id: "RFC-37",
+            name: "tool-boundary",
+            rule: "a tool call outside the turn's active set fails the turn as a tool boundary failure",
+            run: |s| Box::pin(tool_boundary(s)),
+        },
+        Check {
+            id: "RFC-06",
+            name: "host-tool-results",
+            rule: "host tools run in the host, and their results reach the model unchanged",
+            run: |s| Box::pin(host_tool_results(s)),
+        },
+        Check {
+            id: "RFC-09",
+            name: "structured-output",
+            rule: "the model is given the response format and its output arrives unchanged, checked against the schema",
+            run: |s| Box::pin(structured_output(s)),
+        },
+        Check {
+            id: "RFC-43",
+            name: "cancellation",
+            rule: "cancellation reaches the model, the adapter ends the turn aborted, and no unfinished turn remains",
+            run: |s| Box::pin(cancellation(s)),
+        },
+        Check {
+            id: "RFC-73",
+            name: "destroy-once",
+            rule: "destroy tears the session down exactly once, even when called twice",
+            run: |s| Box::pin(destroy_once(s)),
+        },
+        Check {
+            id: "MSG-04",
+            name: "steer-where-declared",
+            rule: "a steer message reaches the running turn where the adapter declares steer, and is refused where it does not",
+            run: |s| Box::pin(steer_where_declared(s)),
+        },
+        Check {
+            id: "RFC-62",
+            name: "session-per-turn",
+            rule: "sessions never outlive their turn: each turn gets a fresh session, torn down when it ends",
+            run: |s| Box::pin(session_per_turn(s)),
+        },
+        Check {
+            id: "RFC-08",
+            name: "no-github-credential",
+            rule: "nothing the model is given contains the host's GitHub credential",
+            run: |s| Box::pin(no_github_credential(s)),
+        },
+    ]
+}
+
+async fn only_host_tools(subject: &Subject) -> CheckResult {
+    let harness = subject.harness.as_ref();
+    check_builtins(harness).map_err(|e| e.to_string())?;
+    let builtins = harness.builtin_tools();
+    let mut script: Vec<Step> = builtins
+        .iter()
+        .map(|name| Step::CallBuiltin {
+            name: name.clone(),
+            input: json!({}),
+        })
+        .collect();
+    script.push(Step::Text {
+        text: "done".to_owned(),
+    });
+    let (report, _host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    let seen = last_turn(subject)?;
+    let offered = names(&seen.tools);
+    let expected = names(&planner_tools());
+    if offered != expected {
+        return Err(format!(
+            "the model was offered {offered:?}, not just the host tools {expected:?}"
+        ));
+    }
+    if !seen.builtin_runs.is_empty() {
+        return Err(format!("built-ins ran: {:?}", seen.builtin_runs));
+    }
+    match report.result {
+        TurnResult::Completed { .. } => Ok(format!(
+            "offered {offered:?}; built-ins {builtins:?} off{}",
+            if builtins.is_empty() {
+                " (none declared)"
+            } else {
+                ""
+            }
+        )),
+        other => Err(format!("the turn did not complete: {other:?}")),
+    }
+}
+
+async fn tool_boundary(subject: &Subject) -> CheckResult {
+    let script = vec![
+        Step::CallHostTool {
+            name: "merge_pull_request".to_owned(),
+            input: json!({ "pullNumber": 1 }),
+        },
+        Step::Text {
+            text: "after the refused call".to_owned(),
+        },
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    let boundary = match &report.result {
+        TurnResult::Failed(TurnFailure::Boundary(
+            b @ (ToolBoundary::NotAHostTool { name } | ToolBoundary::Undeclared { name }),
+        )) if name == "merge_pull_request" => b.clone(),
+        other => {
+            return Err(format!(
+                "expected a tool boundary failure naming merge_pull_request, got {other:?}"
+            ))
+        }
+    };
+    if !lock(&host.calls).is_empty() {
+        return Err("the host ran a tool outside the active set".to_owned());
+    }
+    if host.texts().iter().any(|t| t == "after the refused call") {
+        return Err("the turn went on after the boundary failure".to_owned());
+    }
+    if report.ended_by != TurnEnder::Adapter {
+        return Err("the adapter did not end the turn the host aborted".to_owned());
+    }
+    Ok(format!("refused: {boundary}"))
+}
+
+async fn host_tool_results(subject: &Subject) -> CheckResult {
+    let input = json!({ "page": 2 });
+    let script = vec![
+        Step::CallHostTool {
+            name: "read_plan".to_owned(),
+            input: input.clone(),
+        },
+        Step::Text {
+            text: "read it".to_owned(),
+        },
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    if !matches!(report.result, TurnResult::Completed { .. }) {
+        return Err(format!("the turn did not complete: {:?}", report.result));
+    }
+    let calls = lock(&host.calls).clone();
+    if calls != vec![("read_plan".to_owned(), input)] {
+        return Err(format!(
+            "the host ran {calls:?}, not read_plan once with the model's input"
+        ));
+    }
+    let sent = lock(&host.results).clone();
+    let seen = last_turn(subject)?;
+    let read: Vec<Value> = seen
+        .tool_results
+        .iter()
+        .filter(|r| r.name == "read_plan" && !r.is_error)
+        .map(|r| r.output.clone())
+        .collect();
+    if read != sent {
+        return Err(format!("the host sent {sent:?}; the model read {read:?}"));
+    }
+    Ok("read_plan ran once in the host; the model read its result unchanged".to_owned())
+}
+
+fn description_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["description"],
+        "additionalProperties": false,
+        "properties": {
+            "description": { "type": "string", "minLength": 1, "maxLength": 200 },
+            "confidence": { "type": "number", "minimum": 0, "maximum": 1 }
+        }
+    })
+}
+
+async fn structured_output(subject: &Subject) -> CheckResult {
+    let valid = json!({ "description": "Adds paging to the plan reader.", "confidence": 0.9 });
+    let turn = Drive {
+        mode: SessionMode::Isolated,
+        host_tools: Vec::new(),
+        response_format: Some(description_schema()),
+        script: vec![Step::Output {
+            value: valid.clone(),
+        }],
+    };
+    let (report, _) = drive(subject, turn, |_, _| {}).await;
+    let seen = last_turn(subject)?;
+    if seen.response_format.as_ref() != Some(&description_schema()) {
+        return Err("the model was not given the turn's response format".to_owned());
+    }
+    match report.result {
+        TurnResult::Completed {
+            output: Some(ref got),
+        } if *got == valid => {}
+        other => {
+            return Err(format!(
+                "a valid output did not arrive unchanged: {other:?}"
+            ))
+        }
+    }
+    let invalid = json!({ "description": "", "extra": true });
+    let turn = Drive {
+        mode: SessionMode::Isolated,
+        host_tools: Vec::new(),
+        response_format: Some(description_schema()),
+        script: vec![Step::Output { value: invalid }],
+    };
+    let (report, _) = drive(subject, turn, |_, _| {}).await;
+    match report.result {
+        TurnResult::Failed(TurnFailure::OutputInvalid(violation)) => Ok(format!(
+            "a valid result arrived parsed; an invalid one failed the turn ({violation})"
+        )),
+        other => Err(format!(
+            "an output violating the schema was accepted: {other:?}"
+        )),
+    }
+}
+
+async fn cancellation(subject: &Subject) -> CheckResult {
+    let script = vec![
+        Step::Text {
+            text: "waiting".to_owned(),
+        },
+        Step::AwaitCancel,
+        Step::Text {
+            text: "after the cancel".to_owned(),
+        },
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |host, control| {
+        let control = control.clone();
+        host.on_text("waiting", move || control.cancel());
+    })
+    .await;
+    let seen = last_turn(subject)?;
+    if !seen.cancelled {
+        return Err("the cancellation never reached the model".to_owned());
+    }
+    if report.ended_by != TurnEnder::Adapter {
+        return Err(format!(
+            "the adapter did not end the cancelled turn; the host ended it after {} ms",
+            harness::ABORT_WAIT_MS
+        ));
+    }
+    if report.result != TurnResult::Aborted {
+        return Err(format!(
+            "the cancelled turn ended {:?}, not aborted",
+            report.result
+        ));
+    }
+    if host.texts().iter().any(|t| t == "after the cancel") {
+        return Err("the model went on after the cancel".to_owned());
+    }
+    let unfinished = subject.model.unfinished_turns();
+    if unfinished != 0 {
+        return Err(format!(
+            "{unfinished} turn(s) still unfinished after the turn ended"
+        ));
+    }
+    Ok(
+        "the model saw the cancel; the adapter ended the turn aborted; nothing left running"
+            .to_owned(),
+    )
+}
+
+async fn destroy_once(subject: &Subject) -> CheckResult {
+    let session = subject
+        .harness
+        .start_session(SessionRequest {
+            mode: SessionMode::Planner,
+            model: None,
+            thinking_level: None,
+        })
+        .await
+        .map_err(|e| format!("could not start a session: {e}"))?;
+    let id = session.id().to_owned();
+    session.destroy().await;
+    session.destroy().await;
+    let teardowns = subject
+        .model
+        .sessions()
+        .into_iter()
+        .find(|s| s.id == id)
+        .map(|s| s.teardowns)
+        .ok_or_else(|| format!("session {id} is unknown to the model's runtime"))?;
+    if teardowns != 1 {
+        return Err(format!(
+            "two destroy calls tore session {id} down {teardowns} time(s), not once"
+        ));
+    }
+    Ok(format!("session {id}: destroy twice, torn down once"))
+}
+
+async fn steer_where_declared(subject: &Subject) -> CheckResult {
+    const STEER: &str = "@mona: use the blue one";
+    let declared = subject.harness.capabilities().steer;
+    let answer: Arc<Mutex<Option<Result<(), SteerError>>>> = Arc::new(Mutex::new(None));
+    let script = vec![
+        Step::Text {
+            text: "ready".to_owned(),
+        },
+        Step::AwaitSteer,
+        Step::Text {
+            text: "done".to_owned(),
+        },
+    ];
+    let slot = answer.clone();
+    let (report, _) = drive(subject, Drive::planner(script), move |host, control| {
+        let control = control.clone();
+        host.on_text("ready", move || {
+            *lock(&slot) = Some(control.steer(STEER));
+        });
+    })
+    .await;
+    let answer = lock(&answer).clone();
+    let seen = last_turn(subject)?;
+    if !matches!(report.result, TurnResult::Completed { .. }) {
+        return Err(format!("the turn did not complete: {:?}", report.result));
+    }
+    if declared {
+        if answer != Some(Ok(())) {
+            return Err(format!("steering a running turn was refused: {answer:?}"));
+        }
+        if seen.steers != vec![STEER.to_owned()] {
+            return Err(format!(
+                "declares steer, but the model read {:?} instead of the one message",
+                seen.steers
+            ));
+        }
+        Ok("declared; the message reached the running turn once".to_owned())
+    } else {
+        if answer != Some(Err(SteerError::Unsupported)) {
+            return Err(format!(
+                "steer is not declared, yet the host answered {answer:?}"
+            ));
+        }
+        if !seen.steers.is_empty() {
+            return Err(format!(
+                "steer is not declared, yet the model read {:?}",
+                seen.steers
+            ));
+        }
+        Ok("not declared; the host refused it and the model read nothing".to_owned())
+    }
+}
+
+async fn session_per_turn(subject: &Subject) -> CheckResult {
+    let mut ids = Vec::new();
+    for n in 1..=2 {
+        let script = vec![Step::Text {
+            text: format!("turn {n}"),
+        }];
+        let (report, _) = drive(subject, Drive::planner(script), |_, _| {}).await;
+        let id = report
+            .session_id
+            .ok_or_else(|| format!("turn {n} started no session: {:?}", report.result))?;
+        let live = live_sessions(subject);
+        if !live.is_empty() {
+            return Err(format!(
+                "after turn {n}, sessions {live:?} were still alive"
+            ));
+        }
+        if ids.contains(&id) {
+            return Err(format!("turn {n} reused session {id}"));
+        }
+        ids.push(id);
+    }
+    let unfinished = subject.model.unfinished_turns();
+    if unfinished != 0 {
+        return Err(format!("{unfinished} turn(s) still unfinished"));
+    }
+    Ok(format!("sessions {ids:?}, each torn down with its turn"))
+}
+
+async fn no_github_credential(subject: &Subject) -> CheckResult {
+    plant_canary();
+    let planner = Drive::planner(vec![
+        Step::CallHostTool {
+            name: "list_pull_requests".to_owned(),
+            input: json!({}),
+        },
+        Step::Text {
+            text: "listed".to_owned(),
+        },
+    ]);
+    let (first, host_a) = drive(subject, planner, |_, _| {}).await;
+    let isolated = Drive {
+        mode: SessionMode::Isolated,
+        host_tools: Vec::new(),
+        response_format: Some(description_schema()),
+        script: vec![Step::Output {
+            value: json!({ "description": "A summary." }),
+        }],
+    };
+    let (second, host_b) = drive(subject, isolated, |_, _| {}).await;
+    if first.session_id.is_none() || second.session_id.is_none() {
+        return Err(format!(
+            "a turn started no session: {:?} / {:?}",
+            first.result, second.result
+        ));
+    }
+    let turns = subject.model.turns();
+    if turns.is_empty() || lock(&host_a.calls).is_empty() {
+        return Err("nothing reached the model, so nothing was checked".to_owned());
+    }
+    let seen = serde_json::to_string(&(turns, subject.model.sessions()))
+        .map_err(|e| format!("could not read what the model saw: {e}"))?;
+    if seen.contains(CANARY_CREDENTIAL) {
+        return Err("the model was given the host's GitHub credential".to_owned());
+    }
+    for host in [&host_a, &host_b] {
+        let parts = serde_json::to_string(&*lock(&host.parts))
+            .map_err(|e| format!("could not read the stream: {e}"))?;
+        if parts.contains(CANARY_CREDENTIAL) {
+            return Err("the adapter's stream carries the host's GitHub credential".to_owned());
+        }
+    }
+    Ok(format!(
+        "canary in {} and the host's tools; absent from everything the model saw",
+        CANARY_VARIABLES.join(", ")
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running and reporting
+// ---------------------------------------------------------------------------------------------
+
+/// Pass or fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The adapter meets the rule.
+    Pass,
+    /// It does not; the row's detail says how.
+    Fail,
+}
+
+impl std::fmt::Display for Verdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verdict::Pass => "pass",
+            Verdict::Fail => "fail",
+        })
+    }
+}
+
+/// One row of a [`Report`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Row {
+    /// `ID name` of the check.
+    pub check: String,
+    /// Pass or fail.
+    pub result: Verdict,
+    /// What was seen.
+    pub detail: String,
+}
+
+/// The outcome of [`run`]: one row per check, in [`checks`] order.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Report {
+    /// The rows.
+    pub rows: Vec<Row>,
+}
+
+impl Report {
+    /// Whether every check passed.
+    pub fn passed(&self) -> bool {
+        self.rows.iter().all(|r| r.result == Verdict::Pass)
+    }
+
+    /// The labels of the checks that failed.
+    pub fn failed(&self) -> Vec<&str> {
+        self.rows
+            .iter()
+            .filter(|r| r.result == Verdict::Fail)
+            .map(|r| r.check.as_str())
+            .collect()
+    }
+
+    /// The row of the check with this id, if it ran.
+    pub fn row(&self, id: &str) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.check.split(' ').next() == Some(id))
+    }
+}
+
+impl std::fmt::Display for Report {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let width = self
+            .rows
+            .iter()
+            .map(|r| r.check.len())
+            .chain(std::iter::once("check".len()))
+            .max()
+            .unwrap_or(5);
+        writeln!(f, "{:width$}  result  detail", "check")?;
+        for row in &self.rows {
+            writeln!(
+                f,
+                "{:width$}  {:6}  {}",
+                row.check,
+                row.result.to_string(),
+                row.detail
+            )?;
+        }
+        let failed = self.failed().len();
+        write!(f, "{} passed, {} failed", self.rows.len() - failed, failed)
+    }
+}
+
+/// Run every check against fresh subjects from `factory`.
+pub async fn run(factory: &dyn SubjectFactory) -> Report {
+    plant_canary();
+    let mut rows = Vec::new();
+    for check in checks() {
+        let outcome = match factory.create().await {
+            Ok(subject) => check.run(&subject).await,
+            Err(e) => Err(format!("could not build the adapter: {e}")),
+        };
+        let (result, detail) = match outcome {
+            Ok(detail) => (Verdict::Pass, detail),
+            Err(detail) => (Verdict::Fail, detail),
+        };
+        rows.push(Row {
+            check: check.label(),
+            result,
+            detail,
+        });
+    }
+    Report { rows }
+}

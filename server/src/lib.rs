@@ -21,6 +21,7 @@
 //! - [`room`]: a document's browser room socket (presence, Yjs sync and awareness).
 //! - [`content`]: live document content (yrs), journalled in the store, loaded on demand.
 //! - [`observe`]: semantic Planner events for an observer (the simulator's trace).
+//! - [`harness`]: the harness layer (adapter traits, the turn driver, the adapter registry).
 
 pub mod admission;
 pub mod app;
@@ -33,6 +34,7 @@ pub mod crypto;
 pub mod documents;
 pub mod entropy;
 pub mod github;
+pub mod harness;
 pub mod http;
 pub mod lease;
 pub mod observe;
