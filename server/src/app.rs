@@ -53,6 +53,10 @@ pub struct AppState {
     pub planners: Arc<Planners>,
     /// The documents open in this process (their live yrs content).
     pub rooms: Arc<crate::content::Rooms>,
+    /// Chat: each document's broadcast of new entries, request ids, sends in flight.
+    pub chat: Arc<crate::chat::Chat>,
+    /// Planner turns and people's requests to the Planner.
+    pub turns: Arc<crate::turns::Turns>,
     /// Seals browser logins' GitHub credentials at rest.
     pub credential_key: Arc<crate::crypto::CredentialKey>,
     /// `AUTH_MODE=local` device-flow sign-in attempts.
@@ -131,7 +135,7 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
         github,
         services.clock.clone(),
     );
-    Ok(Running {
+    let running = Running {
         state: AppState {
             config: Arc::new(config),
             services,
@@ -140,11 +144,16 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
             planners: Arc::new(Planners::default()),
             device_flows: Arc::default(),
             rooms: Arc::default(),
+            chat: Arc::default(),
+            turns: Arc::default(),
             credential_key: Arc::new(credential_key),
             lease: rx,
         },
         keeper,
-    })
+    };
+    // A turn's reply and notices go to the document's Chat.
+    running.state.turns.set_sink(running.state.chat.clone());
+    Ok(running)
 }
 
 impl Running {

@@ -19,12 +19,15 @@
 //! - [`children`]: a root document's own children and the child tools, rechecked on every call.
 //! - [`planner`]: who holds each document's Planner; the agent connection ([`planner::link`]).
 //! - [`room`]: a document's browser room socket (presence, Yjs sync and awareness).
+//! - [`chat`]: a document's Chat: sends, `@chopin` requests, history, the bootstrap transcript.
 //! - [`content`]: live document content (yrs), journalled in the store, loaded on demand.
+//! - [`turns`]: people's messages to the Planner: start a turn, steer the running one, or refuse.
 //! - [`observe`]: semantic Planner events for an observer (the simulator's trace).
 //! - [`harness`]: the harness layer (adapter traits, the turn driver, the adapter registry).
 
 pub mod admission;
 pub mod app;
+pub mod chat;
 pub mod children;
 pub mod clock;
 pub mod config;
@@ -43,6 +46,7 @@ pub mod room;
 pub mod session;
 pub mod session_local;
 pub mod store;
+pub mod turns;
 
 pub use app::{AppState, Services};
 pub use http::{router, serve};

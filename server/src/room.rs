@@ -8,7 +8,9 @@
 //!
 //! Messages are JSON text frames with a `type`: the server sends `session:hello`,
 //! `session:planner` and `error`; a browser may send `chat:wake`, answered with the current
-//! `session:planner` (PRES-07).
+//! `session:planner` (PRES-07). Chat ([`crate::chat`]): a browser sends `chat:send`, answered
+//! `chat:ack` or `chat:refused`, and `chat:history`, answered `chat:history`; every socket,
+//! readers too, hears each new transcript entry as `chat:message`, in `seq` order.
 
 use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
@@ -19,6 +21,7 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::app::AppState;
+use crate::chat::{self, FeedEvent};
 use crate::content::{Membership, Room};
 use crate::documents::{self, document_json};
 use crate::planner::Presence;
@@ -160,6 +163,15 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
     let me = member.membership.connection;
     let mut relayed = room.subscribe();
     let mut ended = state.sessions.ended();
+    let mut chat_feed = state.chat.subscribe(doc.id);
+    let place = chat::Place {
+        document: doc.id,
+        url: documents::canonical_url(&doc),
+    };
+    let sender = chat::Sender {
+        login: member.login.clone(),
+        can_write: member.can_write,
+    };
     let hello = json!({
         "type": "session:hello",
         "document": document_json(&doc),
@@ -240,15 +252,47 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
                 }
                 Err(RecvError::Closed) => return,
             },
+            said = chat_feed.recv() => {
+                let said = match said {
+                    FeedEvent::Message(m) => vec![m],
+                    FeedEvent::Lagged => match chat_feed.catch_up(&state).await {
+                        Ok(missed) => missed,
+                        Err(e) => {
+                            tracing::error!(error = %e, "room: Chat could not catch up");
+                            let _ = socket.send(error_frame("resync", "This connection fell behind; reconnect to sync again.")).await;
+                            return;
+                        }
+                    },
+                    FeedEvent::Closed => return,
+                };
+                for m in said {
+                    if socket.send(json_frame(&m.frame())).await.is_err() {
+                        return;
+                    }
+                }
+            },
             incoming = socket.recv() => {
                 let Some(Ok(message)) = incoming else { return };
                 match message {
                     WsMessage::Text(text) => {
-                        let kind = serde_json::from_str::<Value>(&text)
-                            .ok()
-                            .and_then(|v| v.get("type").and_then(Value::as_str).map(str::to_owned));
-                        let reply = match kind.as_deref() {
+                        let value = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
+                        let kind = value.get("type").and_then(Value::as_str);
+                        let reply = match kind {
                             Some("chat:wake") => planner_frame(&state.planners.presence(doc.id)),
+                            Some("chat:send") => match chat::SendRequest::from_frame(&value) {
+                                Ok(request) => json_frame(&chat::send(&state, &place, &sender, request).await.frame()),
+                                Err(chat::Malformed(why)) => error_frame("malformed", &why),
+                            },
+                            Some("chat:history") => match chat::HistoryQuery::from_frame(&value) {
+                                Ok(query) => match chat::history(&state, doc.id, &query).await {
+                                    Ok(page) => json_frame(&page.frame()),
+                                    Err(e) => {
+                                        tracing::error!(error = %e, "room: Chat history could not be read");
+                                        error_frame("storage-unavailable", "Chat history could not be read; try again shortly.")
+                                    }
+                                },
+                                Err(chat::Malformed(why)) => error_frame("malformed", &why),
+                            },
                             Some(other) => error_frame("unknown-type", &format!("unknown message type {other:?}")),
                             None => error_frame("malformed", "a room message is a JSON object with a string \"type\""),
                         };
@@ -273,6 +317,10 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
             }
         }
     }
+}
+
+fn json_frame(value: &Value) -> WsMessage {
+    WsMessage::Text(value.to_string().into())
 }
 
 fn error_frame(code: &str, message: &str) -> WsMessage {

@@ -42,6 +42,7 @@
 //! same [`HarnessSession`]; this driver's contract is the per-turn one.
 
 pub mod fake;
+pub mod remote;
 pub mod schema;
 
 use std::collections::BTreeSet;
@@ -726,7 +727,7 @@ fn judge(outcome: TurnOutcome, response_format: Option<&Value>) -> TurnResult {
 
 /// The names [`adapter`] knows, in a fixed order. Adding one is a reviewed security change and
 /// requires the contract suite to pass against it (RFC-14, RFC-22, RFC-66).
-pub const ADAPTERS: &[&str] = &["fake"];
+pub const ADAPTERS: &[&str] = &["fake", "remote"];
 
 /// What adapters may need to be constructed. Holds no GitHub credential. Adapters added later
 /// add their own fields here (the remote adapter: its link registry); build with
@@ -735,6 +736,29 @@ pub const ADAPTERS: &[&str] = &["fake"];
 pub struct HarnessDeps {
     /// The fake harness's configuration and scripted model.
     pub fake: fake::FakeSetup,
+    /// The remote adapter's link registry and document. `None`: a remote adapter with no
+    /// link registry, whose every session is refused as unavailable.
+    pub remote: Option<RemoteDeps>,
+}
+
+/// What the remote adapter is built from: the process's link registry, the document whose
+/// attached client runs its sessions, and the randomness its session and turn ids come from.
+#[derive(Clone)]
+pub struct RemoteDeps {
+    /// Who holds each document's Planner, and the attached links.
+    pub planners: Arc<crate::planner::Planners>,
+    /// The document.
+    pub document: uuid::Uuid,
+    /// Ids for sessions and turns.
+    pub entropy: crate::entropy::SharedEntropy,
+}
+
+impl std::fmt::Debug for RemoteDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteDeps")
+            .field("document", &self.document)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A name that is not in the registry.
@@ -750,8 +774,18 @@ pub struct UnknownHarness {
 pub fn adapter(name: &str, deps: &HarnessDeps) -> Result<Arc<dyn Harness>, UnknownHarness> {
     match name {
         "fake" => Ok(Arc::new(fake::FakeHarness::new(deps.fake.clone()))),
-        // Extension point: "remote" => Ok(Arc::new(remote::RemoteHarness::new(...))), with
-        // "remote" added to ADAPTERS and its deps to HarnessDeps.
+        "remote" => Ok(Arc::new(match &deps.remote {
+            Some(remote) => remote::RemoteHarness::new(
+                remote.planners.clone(),
+                remote.document,
+                remote.entropy.clone(),
+            ),
+            None => remote::RemoteHarness::new(
+                Arc::new(crate::planner::Planners::default()),
+                uuid::Uuid::nil(),
+                Arc::new(crate::entropy::OsEntropy),
+            ),
+        })),
         _ => Err(UnknownHarness {
             name: name.to_owned(),
         }),

@@ -18,8 +18,8 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chopin_protocol::agent::{
-    self as wire, ClientMessage, ErrorCode, ErrorFrame, Fault, Frame, LinkOrder, RefusalReason,
-    ServerMessage, AGENT_PROTOCOL_VERSION, AGENT_SUBPROTOCOL, MAX_FRAME_BYTES,
+    self as wire, ClientMessage, ErrorCode, ErrorFrame, Fault, Feature, Frame, LinkOrder,
+    RefusalReason, ServerMessage, AGENT_PROTOCOL_VERSION, AGENT_SUBPROTOCOL, MAX_FRAME_BYTES,
 };
 use serde_json::json;
 use tokio::time::Instant;
@@ -28,6 +28,10 @@ use super::{Bound, LinkEnd, Refusal};
 use crate::admission::AdmissionError;
 use crate::app::AppState;
 use crate::documents::{self, bearer, Locator};
+use std::collections::HashMap;
+
+use tokio::sync::mpsc;
+
 use crate::github::GitHubError;
 use crate::observe::PlannerEvent;
 use crate::session::{self, LiveLogin, LoginEnd};
@@ -41,6 +45,8 @@ const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
 const ATTACH_WAIT: Duration = Duration::from_secs(30);
 /// Pings go out at most this far apart.
 const MAX_PING_INTERVAL_MS: u64 = 30_000;
+/// The features this server implements and accepts when offered.
+pub const SUPPORTED_FEATURES: &[Feature] = &[Feature::SteerTurn];
 /// How long a session may take to answer `start` (RT-09 ruling), told in `attached`.
 pub const START_TIMEOUT_MS: u64 = 30_000;
 /// How long `abort` waits for `turn-end` (RT-09 ruling), told in `attached`.
@@ -211,8 +217,19 @@ impl Link {
             }
         };
         let planners = self.state.planners.clone();
+        // Features this server implements, of those offered.
+        let features: Vec<Feature> = attach
+            .known_features()
+            .into_iter()
+            .filter(|f| SUPPORTED_FEATURES.contains(f))
+            .collect();
+        let (commands, mut command_rx) = mpsc::unbounded_channel();
+        let handle = super::LinkHandle {
+            commands,
+            features: features.clone(),
+        };
         let bound = planners
-            .attach(&self.state, doc.id, &live, revocations)
+            .attach(&self.state, doc.id, &live, revocations, handle)
             .await;
         if let Some(hold) = self.hold.take() {
             planners.drop_hold(&self.state, hold).await;
@@ -227,7 +244,7 @@ impl Link {
             document_url: documents::canonical_url(&doc),
             login: live.account.login.clone(),
             generation: Some(bound.generation as u64),
-            features: Vec::new(),
+            features,
             kept: Vec::new(),
             timers: self.timers(),
         };
@@ -238,7 +255,7 @@ impl Link {
             return;
         }
         let link = bound.link;
-        match self.attached(&doc, &live, bound).await {
+        match self.attached(&doc, &live, bound, &mut command_rx).await {
             Ended::OnItsOwn(how) => planners.link_ended(&self.state, doc.id, link, how).await,
             Ended::Done => {}
         }
@@ -342,7 +359,17 @@ impl Link {
     }
 
     /// The attached phase: until the client detaches or drops, or the server closes the link.
-    async fn attached(&mut self, doc: &Document, live: &Arc<LiveLogin>, mut bound: Bound) -> Ended {
+    async fn attached(
+        &mut self,
+        doc: &Document,
+        live: &Arc<LiveLogin>,
+        mut bound: Bound,
+        commands: &mut mpsc::UnboundedReceiver<super::LinkCommand>,
+    ) -> Ended {
+        // The harness's sessions and turns, by `session:<id>` / `turn:<id>`. Dropped with the
+        // link, which tells each that the client is gone.
+        let mut routes: HashMap<String, mpsc::UnboundedSender<ClientMessage>> = HashMap::new();
+        let mut commands_open = true;
         let c = self.state.config.clone();
         let timeout = Duration::from_millis(c.agent_connection_timeout_ms);
         let mut ping = tokio::time::interval(Duration::from_millis(ping_interval_ms(
@@ -373,16 +400,33 @@ impl Link {
                         return Ended::Done;
                     }
                     Incoming::Message(other) => {
-                        // Sessions and turns come with the harness; until then nothing else
-                        // is expected from an attached client.
-                        let fault = Fault::OutOfOrder {
-                            message_type: other.type_name().to_owned(),
-                            rule: "no session or turn is open on this link".to_owned(),
-                        };
-                        self.end_on_close = Some(LinkEnd::Dropped);
-                        self.fail(&fault).await;
-                        return Ended::Done;
+                        let key = other
+                            .turn_id()
+                            .map(|t| format!("turn:{t}"))
+                            .or_else(|| other.session_id().map(|s| format!("session:{s}")));
+                        match key.and_then(|k| routes.get(&k)) {
+                            Some(to) => {
+                                let _ = to.send(other);
+                            }
+                            // A frame for a session or turn the server has already ended is
+                            // stale, not a fault (the two crossed on the wire).
+                            None => tracing::debug!(message = other.type_name(), "frame for no open session or turn; ignored"),
+                        }
                     }
+                },
+                command = commands.recv(), if commands_open => match command {
+                    Some(super::LinkCommand::Send(message)) => {
+                        if !self.send(&message).await {
+                            return Ended::OnItsOwn(LinkEnd::Dropped);
+                        }
+                    }
+                    Some(super::LinkCommand::Route { key, to }) => {
+                        routes.insert(key, to);
+                    }
+                    Some(super::LinkCommand::Unroute { key }) => {
+                        routes.remove(&key);
+                    }
+                    None => commands_open = false,
                 },
                 closing = bound.closing.recv() => {
                     if let Some(closing) = closing {

@@ -19,7 +19,7 @@ pub mod link;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use chopin_protocol::agent::{ErrorCode, RefusalReason};
+use chopin_protocol::agent::{ClientMessage, ErrorCode, Feature, RefusalReason, ServerMessage};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
@@ -105,6 +105,28 @@ impl Refusal {
     }
 }
 
+/// What the harness may ask of an attached link's task.
+#[derive(Debug)]
+pub enum LinkCommand {
+    /// Send this frame to the client.
+    Send(ServerMessage),
+    /// Route the client's frames for `key` (`session:<id>` or `turn:<id>`) to `to`.
+    Route {
+        key: String,
+        to: mpsc::UnboundedSender<ClientMessage>,
+    },
+    /// Stop routing `key`.
+    Unroute { key: String },
+}
+
+/// The harness's way to an attached client: commands to its link's task, and the features the
+/// link accepted.
+#[derive(Debug, Clone)]
+pub struct LinkHandle {
+    pub commands: mpsc::UnboundedSender<LinkCommand>,
+    pub features: Vec<Feature>,
+}
+
 /// A link bound to a document.
 pub struct Bound {
     pub link: u64,
@@ -129,6 +151,8 @@ enum Slot {
         closer: mpsc::UnboundedSender<Closing>,
         /// When the link last heard from its client (server time).
         heard_ms: UnixMillis,
+        /// Commands to the link's task (the harness's way to the client).
+        handle: LinkHandle,
     },
     Grace {
         holder: Holder,
@@ -277,6 +301,7 @@ impl Planners {
         doc: Uuid,
         live: &Arc<LiveLogin>,
         revocations_seen: u64,
+        handle: LinkHandle,
     ) -> Result<Bound, Refusal> {
         let gate = self.gate(doc);
         let _gate = gate.lock().await;
@@ -341,6 +366,7 @@ impl Planners {
                         generation: ownership.generation,
                         closer,
                         heard_ms: now,
+                        handle,
                     },
                 );
                 Some(link)
@@ -439,6 +465,14 @@ impl Planners {
             if *l == link {
                 *heard_ms = now_ms;
             }
+        }
+    }
+
+    /// The attached link of `doc`, for the harness.
+    pub fn link_for(&self, doc: Uuid) -> Option<LinkHandle> {
+        match self.lock().slots.get(&doc) {
+            Some(Slot::Attached { handle, .. }) => Some(handle.clone()),
+            _ => None,
         }
     }
 

@@ -1,0 +1,264 @@
+//! The remote adapter (`HARNESS=remote`): each Planner session goes to the client attached to
+//! the document as `start`, each turn as `turn`, and the client's frames come back as the turn's
+//! parts, host tool calls and end.
+//!
+//! Owns: the mapping of [`Harness`]/[`HarnessSession`] onto the agent connection — `start` and
+//! its answer (`started`, `start-failed`, or nothing within [`START_TIMEOUT_MS`], after which the
+//! session is destroyed), `turn`, the client's `tools` declaration, `part`, `host-tool-call` →
+//! host tool → `host-tool-result`, `abort` on cancellation, `steer` (only to a client that
+//! accepted `steer-turn`), `turn-end`, and `destroy` (once). A link that closes mid-turn ends the
+//! turn with an error; nothing is replayed. Does not own: which tools are allowed (the turn
+//! driver, [`super::run_turn`]), the link itself ([`crate::planner::link`]).
+//!
+//! Trust boundary: nothing here carries a GitHub credential; the client gets prompts, tool specs
+//! and host tool results only.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chopin_protocol::agent::{
+    self as wire, ClientMessage, Feature, ServerMessage, SessionMode, TurnStatus,
+};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+use super::{
+    Capabilities, Harness, HarnessError, HarnessSession, SessionRequest, TurnIo, TurnOutcome,
+    TurnRequest,
+};
+use crate::entropy::SharedEntropy;
+use crate::planner::link::START_TIMEOUT_MS;
+use crate::planner::{LinkCommand, LinkHandle, Planners};
+
+/// The remote adapter for one document: sessions go to whichever client is attached to it.
+pub struct RemoteHarness {
+    planners: Arc<Planners>,
+    document: Uuid,
+    entropy: SharedEntropy,
+}
+
+impl RemoteHarness {
+    pub fn new(planners: Arc<Planners>, document: Uuid, entropy: SharedEntropy) -> Self {
+        RemoteHarness {
+            planners,
+            document,
+            entropy,
+        }
+    }
+
+    fn link(&self) -> Option<LinkHandle> {
+        self.planners.link_for(self.document)
+    }
+}
+
+#[async_trait]
+impl Harness for RemoteHarness {
+    fn name(&self) -> &str {
+        "remote"
+    }
+
+    /// The client's own tools are declared per turn with `tools`; the adapter itself has none.
+    fn builtin_tools(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn can_filter_builtins(&self) -> bool {
+        true
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let features = self.link().map(|l| l.features).unwrap_or_default();
+        Capabilities {
+            steer: features.contains(&Feature::SteerTurn),
+            model_catalog: features.contains(&Feature::CapabilityCatalog),
+            images: false,
+        }
+    }
+
+    async fn start_session(
+        &self,
+        request: SessionRequest,
+    ) -> Result<Box<dyn HarnessSession>, HarnessError> {
+        let link = self.link().ok_or_else(|| HarnessError::Unavailable {
+            message: "no Planner client is attached to this document".to_owned(),
+        })?;
+        let session_id = format!("s-{}", self.entropy.token_hex(8));
+        let (to, mut answers) = mpsc::unbounded_channel();
+        let key = format!("session:{session_id}");
+        let gone = || HarnessError::Unavailable {
+            message: "the Planner's connection closed".to_owned(),
+        };
+        link.commands
+            .send(LinkCommand::Route {
+                key: key.clone(),
+                to,
+            })
+            .map_err(|_| gone())?;
+        link.commands
+            .send(LinkCommand::Send(ServerMessage::Start(wire::Start {
+                session_id: session_id.clone(),
+                mode: request.mode,
+            })))
+            .map_err(|_| gone())?;
+        let answer = tokio::time::timeout(Duration::from_millis(START_TIMEOUT_MS), async {
+            loop {
+                match answers.recv().await {
+                    Some(ClientMessage::Started(_)) => return Ok(()),
+                    Some(ClientMessage::StartFailed(f)) => {
+                        return Err(HarnessError::StartFailed { message: f.message })
+                    }
+                    Some(_) => continue,
+                    None => return Err(gone()),
+                }
+            }
+        })
+        .await;
+        let _ = link.commands.send(LinkCommand::Unroute { key });
+        let session = RemoteSession {
+            link,
+            id: session_id,
+            mode: request.mode,
+            model: request.model,
+            thinking_level: request.thinking_level,
+            entropy: self.entropy.clone(),
+            destroyed: AtomicBool::new(false),
+        };
+        match answer {
+            Ok(Ok(())) => Ok(Box::new(session)),
+            Ok(Err(e)) => {
+                // A session the client refused is destroyed.
+                session.destroy().await;
+                Err(e)
+            }
+            Err(_) => {
+                session.destroy().await;
+                Err(HarnessError::StartFailed {
+                    message: format!(
+                        "the client did not answer start within {START_TIMEOUT_MS} ms"
+                    ),
+                })
+            }
+        }
+    }
+}
+
+/// One session on the attached client.
+struct RemoteSession {
+    link: LinkHandle,
+    id: String,
+    #[allow(dead_code)]
+    mode: SessionMode,
+    model: Option<String>,
+    thinking_level: Option<String>,
+    entropy: SharedEntropy,
+    destroyed: AtomicBool,
+}
+
+impl RemoteSession {
+    fn send(&self, message: ServerMessage) -> bool {
+        self.link.commands.send(LinkCommand::Send(message)).is_ok()
+    }
+}
+
+#[async_trait]
+impl HarnessSession for RemoteSession {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn run_turn(&self, turn: TurnRequest, io: TurnIo) -> TurnOutcome {
+        let turn_id = format!("t-{}", self.entropy.token_hex(8));
+        let key = format!("turn:{turn_id}");
+        let (to, mut frames) = mpsc::unbounded_channel();
+        let closed = || TurnOutcome::failed("the Planner's connection closed mid-turn");
+        if self
+            .link
+            .commands
+            .send(LinkCommand::Route {
+                key: key.clone(),
+                to,
+            })
+            .is_err()
+        {
+            return closed();
+        }
+        let sent = self.send(ServerMessage::Turn(wire::Turn {
+            session_id: self.id.clone(),
+            turn_id: turn_id.clone(),
+            prompt: turn.prompt.clone(),
+            instructions: turn.instructions.clone(),
+            host_tools: turn.host_tools.clone(),
+            response_format: turn.response_format.clone(),
+            model: self.model.clone(),
+            thinking_level: self.thinking_level.clone(),
+            attachments: Vec::new(),
+        }));
+        if !sent {
+            return closed();
+        }
+        let mut steers = self.link.features.contains(&Feature::SteerTurn);
+        let mut aborted = false;
+        let outcome = loop {
+            tokio::select! {
+                frame = frames.recv() => match frame {
+                    None => break closed(),
+                    Some(ClientMessage::Tools(t)) => {
+                        // A boundary failure is recorded by the driver, which then cancels.
+                        let _ = io.declare_tools(t.tools);
+                    }
+                    Some(ClientMessage::Part(p)) => io.emit(p.part),
+                    Some(ClientMessage::HostToolCall(call)) => {
+                        let result = io.call_host_tool(&call.name, call.input).await;
+                        if !self.send(ServerMessage::HostToolResult(wire::HostToolResult {
+                            turn_id: turn_id.clone(),
+                            call_id: call.call_id,
+                            output: result.output,
+                            is_error: result.is_error,
+                        })) {
+                            break closed();
+                        }
+                    }
+                    Some(ClientMessage::TurnEnd(end)) => break TurnOutcome {
+                        status: end.status,
+                        output: end.output,
+                        message: end.message,
+                    },
+                    Some(_) => {}
+                },
+                () = turn.cancel.cancelled(), if !aborted => {
+                    aborted = true;
+                    // The driver waits briefly for turn-end, then ends the turn itself.
+                    if !self.send(ServerMessage::Abort(wire::Abort {
+                        turn_id: turn_id.clone(),
+                        message: None,
+                    })) {
+                        break TurnOutcome { status: TurnStatus::Aborted, output: None, message: None };
+                    }
+                }
+                text = io.next_steer(), if steers => {
+                    match text {
+                        Some(text) => {
+                            let _ = self.send(ServerMessage::Steer(wire::Steer {
+                                turn_id: turn_id.clone(),
+                                text,
+                            }));
+                        }
+                        None => steers = false,
+                    }
+                }
+            }
+        };
+        let _ = self.link.commands.send(LinkCommand::Unroute { key });
+        outcome
+    }
+
+    async fn destroy(&self) {
+        if !self.destroyed.swap(true, Ordering::SeqCst) {
+            self.send(ServerMessage::Destroy(wire::Destroy {
+                session_id: self.id.clone(),
+            }));
+        }
+    }
+}

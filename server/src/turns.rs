@@ -1,0 +1,468 @@
+//! Planner requests from people: whether a message to the Planner starts a turn, is given to
+//! the running one, or is refused — and, once started, the turn itself.
+//!
+//! Owns: [`Turns::request`], the one door Chat (and later MCP) uses to reach the Planner.
+//! Does not own: the transcript (Chat saves a message only when this accepts it) or the harness
+//! (`crate::harness`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+
+use async_trait::async_trait;
+use chopin_document::reader::{DocumentInput, ReadArgs, ReadKind};
+use chopin_document::DocumentRef;
+use chopin_protocol::agent::{Part, SessionMode, ToolSpec};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::app::AppState;
+use crate::harness::remote::RemoteHarness;
+use crate::harness::{
+    run_turn, CancelSignal, Harness, HostToolResult, SessionRequest, SteerInbox, TurnControl,
+    TurnHost, TurnRequest, TurnResult,
+};
+use crate::store::Holder;
+
+/// A person's message to the Planner.
+#[derive(Debug, Clone)]
+pub struct PlannerRequest {
+    pub document: Uuid,
+    /// The document's canonical URL (for the refusal words).
+    pub document_url: String,
+    /// GitHub login of the sender.
+    pub from_login: String,
+    pub text: String,
+}
+
+/// What became of an accepted request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    /// The Planner was idle: the message starts a turn.
+    Started,
+    /// A turn is running: the message is given to it.
+    Steered,
+}
+
+/// Why a request was refused; nothing is saved. Display is the words the sender is shown.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// No machine attached, or it is away (`planner-not-attached`).
+    #[error("{0}")]
+    NotAttached(String),
+    /// The running turn takes no input mid-run (`planner-busy`).
+    #[error("{0}")]
+    Busy(String),
+    /// A turn is starting or ending; send again with the same request id
+    /// (`temporarily-unavailable`).
+    #[error("{0}")]
+    TemporarilyUnavailable(String),
+}
+
+impl Refused {
+    /// The wire code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refused::NotAttached(_) => "planner-not-attached",
+            Refused::Busy(_) => "planner-busy",
+            Refused::TemporarilyUnavailable(_) => "temporarily-unavailable",
+        }
+    }
+}
+
+/// What happens with a turn's outcome: the reply and notices go to the document's Chat.
+/// Implemented by Chat (`crate::chat`); kept as a seam so turns do not depend on its wiring.
+pub trait TurnSink: Send + Sync {
+    /// Posts the Planner's reply (`kind: "planner"`) or a notice (`kind: "system"`) to the
+    /// document's transcript and tells the room.
+    fn post(&self, state: &AppState, document: Uuid, kind: &'static str, body: String);
+}
+
+/// Where a document's running turn is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// The session is being started on the client: no session to give a message to yet.
+    Starting,
+    /// A session runs the turn: messages are given to it.
+    Running,
+    /// The turn has ended and its reply is being posted: no session to give a message to.
+    Ending,
+}
+
+struct Running {
+    phase: Phase,
+    control: TurnControl,
+}
+
+/// The Planner turns of this process: at most one per document.
+#[derive(Default)]
+pub struct Turns {
+    running: Mutex<HashMap<Uuid, Running>>,
+    sink: OnceLock<Arc<dyn TurnSink>>,
+}
+
+/// The words for a harness that takes no input mid-run (MSG rules).
+pub const BUSY_WORDS: &str =
+    "chopin can't take messages while it works on this machine. Stop it to ask now.";
+/// The words for a message that arrived while a turn was starting or ending.
+pub const PASSING_WORDS: &str = "chopin is between steps just now; send it again in a moment.";
+
+impl Turns {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Running>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Where turn replies and notices go (set once, by Chat).
+    pub fn set_sink(&self, sink: Arc<dyn TurnSink>) {
+        let _ = self.sink.set(sink);
+    }
+
+    /// Whether `document` has a turn running now.
+    pub fn is_running(&self, document: Uuid) -> bool {
+        self.lock().contains_key(&document)
+    }
+
+    /// Stops `document`'s running turn, if any (Stop). True if there was one.
+    pub fn stop(&self, document: Uuid) -> bool {
+        match self.lock().get(&document) {
+            Some(running) => {
+                running.control.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Decides a person's message to the Planner (see the module docs). The attached link is
+    /// rechecked first, as the periodic recheck would (UNA-03).
+    pub async fn request(
+        &self,
+        state: &AppState,
+        request: PlannerRequest,
+    ) -> Result<Accepted, Refused> {
+        let holder = state
+            .planners
+            .attached_for_request(state, request.document)
+            .await
+            .map_err(|not_attached| {
+                Refused::NotAttached(not_attached.words(&request.document_url))
+            })?;
+        let harness: Arc<dyn Harness> = Arc::new(RemoteHarness::new(
+            state.planners.clone(),
+            request.document,
+            state.services.entropy.clone(),
+        ));
+        let words = format!("@{}: {}", request.from_login, request.text);
+        let control = {
+            let mut running = self.lock();
+            if let Some(turn) = running.get(&request.document) {
+                return match turn.phase {
+                    Phase::Starting | Phase::Ending => {
+                        Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()))
+                    }
+                    Phase::Running => match turn.control.steer(words) {
+                        Ok(()) => Ok(Accepted::Steered),
+                        Err(_) => {
+                            tracing::info!(document = %request.document, harness = harness.name(), "a message arrived while the harness takes no input mid-run");
+                            Err(Refused::Busy(BUSY_WORDS.to_owned()))
+                        }
+                    },
+                };
+            }
+            let (control, inbox) = TurnControl::new(&*harness);
+            let cancel = control.cancel_signal();
+            running.insert(
+                request.document,
+                Running {
+                    phase: Phase::Starting,
+                    control,
+                },
+            );
+            (cancel, inbox)
+        };
+        let (cancel, inbox) = control;
+        let state = state.clone();
+        tokio::spawn(async move {
+            let turns = state.turns.clone();
+            turns
+                .run(&state, harness, request, holder, words, cancel, inbox)
+                .await;
+        });
+        Ok(Accepted::Started)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn run(
+        &self,
+        state: &AppState,
+        harness: Arc<dyn Harness>,
+        request: PlannerRequest,
+        holder: Holder,
+        prompt: String,
+        cancel: CancelSignal,
+        inbox: SteerInbox,
+    ) {
+        let document = request.document;
+        let host = Arc::new(PlannerHost {
+            state: state.clone(),
+            document,
+            document_url: request.document_url.clone(),
+            holder,
+            reply: Mutex::new(String::new()),
+        });
+        let turn = TurnRequest {
+            instructions: INSTRUCTIONS.to_owned(),
+            prompt,
+            host_tools: host_tools(),
+            response_format: None,
+            cancel,
+        };
+        let session = SessionRequest {
+            mode: SessionMode::Planner,
+            model: None,
+            thinking_level: None,
+        };
+        let watched = Started {
+            inner: harness,
+            turns: state.turns.clone(),
+            document,
+        };
+        let report = run_turn(&watched, session, turn, inbox, host.clone()).await;
+        if let Some(running) = self.lock().get_mut(&document) {
+            running.phase = Phase::Ending;
+        }
+        let reply = std::mem::take(&mut *host.reply.lock().unwrap_or_else(PoisonError::into_inner));
+        if let Some(sink) = self.sink.get() {
+            let reply = reply.trim().to_owned();
+            if !reply.is_empty() {
+                sink.post(state, document, "planner", reply);
+            }
+            match &report.result {
+                TurnResult::Completed { .. } => {}
+                TurnResult::Aborted => {
+                    sink.post(state, document, "system", "chopin stopped.".to_owned())
+                }
+                TurnResult::Failed(failure) => sink.post(
+                    state,
+                    document,
+                    "system",
+                    format!("chopin's turn ended with an error: {failure}"),
+                ),
+            }
+        }
+        tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
+        self.lock().remove(&document);
+    }
+}
+
+const INSTRUCTIONS: &str = "You are chopin, the Planner of a collaborative Markdown document. \
+Read it with read_plan before you change it, and change it only with edit_plan against the revision you read. \
+People speak to you in Chat as @handle: text; answer them in plain words.";
+
+fn host_tools() -> Vec<ToolSpec> {
+    vec![
+        ToolSpec {
+            name: "read_plan".to_owned(),
+            description: "Read the document as paged Markdown text: a header, its outline and blocks, then the source. Use offset/limit/column to page; follow next:.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "offset": { "type": "integer", "minimum": 1 },
+                    "limit": { "type": "integer", "minimum": 1 },
+                    "column": { "type": "integer", "minimum": 1 }
+                },
+                "additionalProperties": false
+            }),
+        },
+        ToolSpec {
+            name: "edit_plan".to_owned(),
+            description: "Apply a batch of block operations (insert, replace, delete, move) to the revision you read; blocks are addressed by index and digest.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "revision": { "type": "integer", "minimum": 0 },
+                    "ops": { "type": "array" }
+                },
+                "required": ["revision", "ops"],
+                "additionalProperties": false
+            }),
+        },
+    ]
+}
+
+/// The host side of a Planner turn: runs host tools against the room after the permission
+/// rechecks, and collects the reply text.
+struct PlannerHost {
+    state: AppState,
+    document: Uuid,
+    document_url: String,
+    holder: Holder,
+    reply: Mutex<String>,
+}
+
+impl PlannerHost {
+    /// The rechecks made before every host tool ("Permission checks"): the owner's sign-in is
+    /// still live in this process, storage still names the owner, the account is admitted and
+    /// can still push. `Err` with the words of the denial.
+    async fn recheck(&self) -> Result<(), String> {
+        let state = &self.state;
+        let now = state.services.clock.now_ms();
+        let Some(login) = state.sessions.get_live(self.holder.browser_login_id, now) else {
+            return Err("the Planner owner's sign-in has ended".to_owned());
+        };
+        match state.services.store.ownership(self.document).await {
+            Ok(o) if o.holder.as_ref().map(|h| h.account_id) == Some(self.holder.account_id) => {}
+            Ok(_) => return Err("the document's Planner owner has changed".to_owned()),
+            Err(_) => return Err("the Planner's ownership could not be checked".to_owned()),
+        }
+        let token = login.github_token();
+        if let Err(e) = state.admission.check(token).await {
+            return Err(format!("@{} is not admitted: {e}", self.holder.login));
+        }
+        let doc = match state.services.store.document(self.document).await {
+            Ok(Some(doc)) if !doc.archived => doc,
+            _ => return Err("the document is gone or archived".to_owned()),
+        };
+        match state
+            .admission
+            .repo_access_cached(token, &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(Some(a)) if a.can_write() => Ok(()),
+            Ok(_) => Err(format!(
+                "@{} can no longer push to {}/{}",
+                self.holder.login, doc.repo_owner, doc.repo_name
+            )),
+            Err(e) => Err(format!("repository access could not be checked: {e}")),
+        }
+    }
+}
+
+#[async_trait]
+impl TurnHost for PlannerHost {
+    async fn execute(&self, name: &str, input: Value, _cancel: CancelSignal) -> HostToolResult {
+        if let Err(why) = self.recheck().await {
+            // Decided before execution: no tool runs, and Chat shows the denial.
+            if let Some(sink) = self.state.turns.sink.get() {
+                sink.post(
+                    &self.state,
+                    self.document,
+                    "system",
+                    format!("chopin was not allowed to use {name}: {why}."),
+                );
+            }
+            return HostToolResult::error(format!("permission denied: {why}"));
+        }
+        match name {
+            "read_plan" => self.read_plan(input).await,
+            "edit_plan" => self.edit_plan(input).await,
+            other => HostToolResult::error(format!("unknown host tool {other:?}")),
+        }
+    }
+
+    fn part(&self, part: &Part) {
+        if let Part::Text(text) = part {
+            self.reply
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_str(&text.text);
+        }
+    }
+}
+
+impl PlannerHost {
+    async fn read_plan(&self, input: Value) -> HostToolResult {
+        let args: ReadArgs = match serde_json::from_value(input) {
+            Ok(a) => a,
+            Err(e) => return HostToolResult::error(format!("invalid read_plan arguments: {e}")),
+        };
+        let state = &self.state;
+        let Ok(Some(doc)) = state.services.store.document(self.document).await else {
+            return HostToolResult::error("the document could not be read just now");
+        };
+        let Ok(room) = state.rooms.open(state, self.document).await else {
+            return HostToolResult::error("the document could not be read just now");
+        };
+        let source = room.source().await;
+        let earlier = crate::documents::earlier_urls(state, &doc)
+            .await
+            .unwrap_or_default();
+        let id = doc.id.to_string();
+        let input = DocumentInput {
+            id: &id,
+            url: &self.document_url,
+            title: None,
+            revision: doc.plan_revision as u64,
+            earlier_urls: &earlier,
+            child: None,
+            kind: ReadKind::Plan,
+            source: &source,
+            accepted_comments: &[],
+            brief: None,
+        };
+        match chopin_document::reader::read_text(&input, &args) {
+            Ok(text) => HostToolResult::ok(Value::String(text)),
+            Err(e) => HostToolResult::error(e.to_string()),
+        }
+    }
+
+    async fn edit_plan(&self, input: Value) -> HostToolResult {
+        let batch = match chopin_document::edit::parse_batch(&input) {
+            Ok(b) => b,
+            Err(e) => return HostToolResult::error(e.to_string()),
+        };
+        let state = &self.state;
+        let Ok(Some(doc)) = state.services.store.document(self.document).await else {
+            return HostToolResult::error("the document could not be edited just now");
+        };
+        let Ok(room) = state.rooms.open(state, self.document).await else {
+            return HostToolResult::error("the document could not be edited just now");
+        };
+        let earlier = crate::documents::earlier_urls(state, &doc)
+            .await
+            .unwrap_or_default();
+        let reference = DocumentRef {
+            id: doc.id.to_string(),
+            url: self.document_url.clone(),
+        };
+        match room.edit_plan(state, reference, &earlier, &batch).await {
+            Ok(result) => match serde_json::to_value(&result) {
+                Ok(v) => HostToolResult::ok(v),
+                Err(e) => HostToolResult::error(e.to_string()),
+            },
+            Err(_) => HostToolResult::error("the document could not be edited just now"),
+        }
+    }
+}
+
+/// The turn's harness, watched: once its session has started, messages go to the turn.
+struct Started {
+    inner: Arc<dyn Harness>,
+    turns: Arc<Turns>,
+    document: Uuid,
+}
+
+#[async_trait]
+impl Harness for Started {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn builtin_tools(&self) -> Vec<String> {
+        self.inner.builtin_tools()
+    }
+    fn can_filter_builtins(&self) -> bool {
+        self.inner.can_filter_builtins()
+    }
+    fn capabilities(&self) -> crate::harness::Capabilities {
+        self.inner.capabilities()
+    }
+    async fn start_session(
+        &self,
+        request: SessionRequest,
+    ) -> Result<Box<dyn crate::harness::HarnessSession>, crate::harness::HarnessError> {
+        let session = self.inner.start_session(request).await?;
+        if let Some(running) = self.turns.lock().get_mut(&self.document) {
+            running.phase = Phase::Running;
+        }
+        Ok(session)
+    }
+}

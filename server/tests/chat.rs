@@ -1,0 +1,782 @@
+//! Chat (`crate::chat`) against a started server state on the memory store: sends, `@chopin`
+//! requests with nothing attached, write access, MSG-16 request ids, the MSG-20 cap, history
+//! paging, the room broadcast, and the bootstrap selection (CTX-04, CTX-05) over plain data.
+
+use std::sync::Arc;
+
+use chopin_server::app::{self, Running};
+use chopin_server::chat::{
+    self, Bootstrap, FeedEvent, HistoryQuery, Place, SendReply, SendRequest, Sender,
+};
+use chopin_server::clock::ManualClock;
+use chopin_server::config::{Config, Secret};
+use chopin_server::connector::TcpConnector;
+use chopin_server::entropy::{Entropy, OsEntropy};
+use chopin_server::store::{MemoryStore, NewDocument, NewTranscriptEntry, Store, TranscriptEntry};
+use chopin_server::{AppState, Services};
+use uuid::Uuid;
+
+const T0: i64 = 1_700_000_000_000;
+
+struct World {
+    running: Running,
+    state: AppState,
+    clock: Arc<ManualClock>,
+    place: Place,
+    _dir: tempfile::TempDir,
+}
+
+impl World {
+    async fn new() -> World {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
+        config.session_encryption_key = Some(Secret::new("11".repeat(32)));
+        let clock = Arc::new(ManualClock::new(T0));
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let services = Services {
+            store: store.clone(),
+            clock: clock.clone(),
+            entropy: Arc::new(OsEntropy),
+            connector: Arc::new(TcpConnector),
+        };
+        let running = app::start(config, services).await.expect("server starts");
+        let state = running.state().clone();
+        let id = OsEntropy.uuid();
+        store
+            .create_document(&NewDocument {
+                id,
+                repo_owner: "octo".into(),
+                repo_name: "plans".into(),
+                slug: "chat".into(),
+                title: "Chat".into(),
+                created_at_ms: T0,
+                parent_id: None,
+            })
+            .await
+            .unwrap();
+        World {
+            running,
+            state,
+            clock,
+            place: Place {
+                document: id,
+                url: "/documents/octo/plans/chat".into(),
+            },
+            _dir: dir,
+        }
+    }
+
+    async fn send(&self, sender: &Sender, id: &str, text: &str) -> SendReply {
+        chat::send(
+            &self.state,
+            &self.place,
+            sender,
+            SendRequest {
+                request_id: id.into(),
+                text: text.into(),
+            },
+        )
+        .await
+    }
+
+    async fn transcript(&self) -> Vec<TranscriptEntry> {
+        self.state
+            .services
+            .store
+            .transcript(self.place.document, 0, 100_000)
+            .await
+            .unwrap()
+    }
+
+    async fn stop(self) {
+        self.running.stop().await;
+    }
+}
+
+fn writer(login: &str) -> Sender {
+    Sender {
+        login: login.into(),
+        can_write: true,
+    }
+}
+
+fn ack_seq(reply: &SendReply) -> i64 {
+    match reply {
+        SendReply::Ack { seq, .. } => *seq,
+        other => panic!("expected an ack, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn una_06_a_room_message_is_saved_acked_and_broadcast() {
+    let w = World::new().await;
+    let mut feed = w.state.chat.subscribe(w.place.document);
+    let reply = w.send(&writer("mona"), "r-1", "Hello room").await;
+    assert_eq!(
+        reply,
+        SendReply::Ack {
+            request_id: "r-1".into(),
+            seq: 1,
+            planner: None
+        }
+    );
+    assert_eq!(
+        reply.frame(),
+        serde_json::json!({ "type": "chat:ack", "requestId": "r-1", "seq": 1, "planner": null })
+    );
+    let FeedEvent::Message(heard) = feed.recv().await else {
+        panic!("the room hears the message");
+    };
+    assert_eq!(
+        heard.frame(),
+        serde_json::json!({ "type": "chat:message", "seq": 1, "author": "mona", "kind": "member", "text": "Hello room", "at": T0 })
+    );
+    let saved = w.transcript().await;
+    assert_eq!(saved.len(), 1);
+    assert_eq!(saved[0].author_login.as_deref(), Some("mona"));
+    assert_eq!(saved[0].kind, "member");
+    assert_eq!(saved[0].body, "Hello room");
+    assert_eq!(saved[0].created_at_ms, T0, "the server clock's time");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn una_02_una_04_msg_11_chopin_with_nothing_attached_is_refused_and_nothing_saved() {
+    let w = World::new().await;
+    w.send(&writer("mona"), "r-0", "before").await;
+    let before = w.transcript().await;
+    let mut feed = w.state.chat.subscribe(w.place.document);
+    let reply = w
+        .send(&writer("mona"), "r-1", "@chopin please outline the plan")
+        .await;
+    let SendReply::Refused {
+        request_id,
+        code,
+        message,
+    } = &reply
+    else {
+        panic!("refused: {reply:?}");
+    };
+    assert_eq!(request_id, "r-1");
+    assert_eq!(code, "planner-not-attached");
+    assert!(
+        message.contains("/documents/octo/plans/chat"),
+        "names the document URL: {message}"
+    );
+    assert!(
+        message.contains("agent connection") && message.contains("checkout of the repository"),
+        "says how to attach: {message}"
+    );
+    assert_eq!(w.transcript().await, before, "nothing saved");
+    // The room heard nothing: the next thing it hears is the next room message.
+    w.send(&writer("lisa"), "r-2", "next").await;
+    let FeedEvent::Message(next) = feed.recv().await else {
+        panic!()
+    };
+    assert_eq!((next.seq, next.text.as_str()), (2, "next"));
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn chopin_is_a_word_in_any_case() {
+    for yes in [
+        "@chopin",
+        "@Chopin, help",
+        "hey @CHOPIN.",
+        "(@chopin)",
+        "ask\n@chopin: now",
+    ] {
+        assert!(chat::mentions_planner(yes), "{yes:?}");
+    }
+    for no in [
+        "chopin",
+        "@chopinx",
+        "@chopin-bot",
+        "@chopin_2",
+        "me@chopin",
+        "see @chopin.dev",
+        "@@chopin",
+    ] {
+        assert!(!chat::mentions_planner(no), "{no:?}");
+    }
+}
+
+#[tokio::test]
+async fn msg_06_a_reader_is_refused_read_only() {
+    let w = World::new().await;
+    let reader = Sender {
+        login: "hubot".into(),
+        can_write: false,
+    };
+    for text in ["hello", "@chopin steer this"] {
+        let reply = w.send(&reader, "r-1", text).await;
+        assert_eq!(reply.code(), Some("read-only"), "{reply:?}");
+    }
+    assert!(w.transcript().await.is_empty());
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_is_non_empty_and_at_most_20000_characters() {
+    let w = World::new().await;
+    let mona = writer("mona");
+    assert_eq!(w.send(&mona, "a", "  \n ").await.code(), Some("empty"));
+    let long = "é".repeat(20_001);
+    let reply = w.send(&mona, "b", &long).await;
+    let SendReply::Refused { code, message, .. } = &reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(code, "too-long");
+    assert!(message.contains("20,000"), "names the limit: {message}");
+    // Exactly 20,000 characters (40,000 bytes) is accepted.
+    let fits = "é".repeat(20_000);
+    assert_eq!(ack_seq(&w.send(&mona, "c", &fits).await), 1);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_id_is_1_to_100_characters() {
+    let frame = |id: serde_json::Value| {
+        SendRequest::from_frame(
+            &serde_json::json!({ "type": "chat:send", "requestId": id, "text": "x" }),
+        )
+    };
+    assert!(frame("".into()).is_err());
+    assert!(frame("x".repeat(101).into()).is_err());
+    assert!(frame(7.into()).is_err());
+    assert_eq!(frame("x".repeat(100).into()).unwrap().request_id.len(), 100);
+    assert!(
+        SendRequest::from_frame(&serde_json::json!({ "type": "chat:send", "requestId": "a" }))
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn msg_16_a_resent_request_id_returns_the_same_ack_and_saves_once() {
+    let w = World::new().await;
+    let mona = writer("mona");
+    let first = w.send(&mona, "r-1", "Once only").await;
+    // A re-send within 10 minutes (T+10 min − 1 ms) is answered from memory.
+    w.clock.advance(10 * 60 * 1000 - 1);
+    let again = w.send(&mona, "r-1", "Once only").await;
+    assert_eq!(first, again);
+    assert_eq!(w.transcript().await.len(), 1, "saved once");
+    // The same id from another sender, or in another document, is another request.
+    let lisa = w.send(&writer("lisa"), "r-1", "Mine").await;
+    assert_eq!(ack_seq(&lisa), 2);
+    // A refusal is remembered as well.
+    let refused = w.send(&mona, "r-2", "@chopin go").await;
+    assert_eq!(refused.code(), Some("planner-not-attached"));
+    assert_eq!(w.send(&mona, "r-2", "@chopin go").await, refused);
+    // At 10 minutes the id is forgotten and processed again.
+    w.clock.advance(1);
+    let later = w.send(&mona, "r-1", "Once only").await;
+    assert_eq!(ack_seq(&later), 3);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn msg_16_two_concurrent_sends_of_one_request_id_save_once() {
+    let w = World::new().await;
+    let mona = writer("mona");
+    let (a, b) = tokio::join!(
+        w.send(&mona, "same", "Twice at once"),
+        w.send(&mona, "same", "Twice at once")
+    );
+    assert_eq!(a, b);
+    assert_eq!(w.transcript().await.len(), 1);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn msg_16_the_oldest_request_ids_are_forgotten_past_10000() {
+    let w = World::new().await;
+    let mona = writer("mona");
+    for i in 0..=10_000 {
+        w.send(&mona, &format!("r-{i}"), "x").await;
+    }
+    assert_eq!(w.transcript().await.len(), 10_001);
+    // The newest is still remembered; the oldest was dropped and is processed again.
+    assert_eq!(ack_seq(&w.send(&mona, "r-10000", "x").await), 10_001);
+    assert_eq!(ack_seq(&w.send(&mona, "r-0", "x").await), 10_002);
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn msg_20_the_21st_send_in_flight_is_temporarily_unavailable_and_processed_on_retry() {
+    let w = World::new().await;
+    let mona = writer("mona");
+    let held: Vec<_> = (0..20)
+        .map(|_| w.state.chat.try_admit().expect("a place in flight"))
+        .collect();
+    assert_eq!(w.state.chat.in_flight(), 20);
+    let reply = w.send(&mona, "r-21", "one too many").await;
+    let SendReply::Refused { code, message, .. } = &reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(code, "temporarily-unavailable");
+    assert!(message.contains("again in a moment"), "{message}");
+    assert!(w.transcript().await.is_empty(), "nothing saved");
+    drop(held);
+    assert_eq!(w.state.chat.in_flight(), 0);
+    // MSG-15/MSG-16: a temporarily-unavailable refusal is not remembered; the retry with the
+    // same id is processed.
+    let retry = w.send(&mona, "r-21", "one too many").await;
+    assert_eq!(ack_seq(&retry), 1);
+    assert_eq!(w.state.chat.in_flight(), 0, "every place is given back");
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn msg_19_twenty_sends_at_once_are_all_processed_in_seq_order() {
+    let w = World::new().await;
+    let mut feed = w.state.chat.subscribe(w.place.document);
+    let senders: Vec<(Sender, String)> = (0..20)
+        .map(|i| (writer(&format!("user{i}")), format!("m{i}")))
+        .collect();
+    let sends = senders.iter().map(|(s, text)| w.send(s, "r", text));
+    let replies = futures::future::join_all(sends).await;
+    let mut seqs: Vec<i64> = replies.iter().map(ack_seq).collect();
+    seqs.sort();
+    assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+    for expect in 1..=20 {
+        let FeedEvent::Message(m) = feed.recv().await else {
+            panic!()
+        };
+        assert_eq!(m.seq, expect, "the room hears them in seq order");
+    }
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn a_room_socket_that_falls_behind_catches_up_from_storage_in_order() {
+    let w = World::new().await;
+    let mut feed = w.state.chat.subscribe(w.place.document);
+    for i in 0..300 {
+        w.send(&writer("mona"), &format!("r-{i}"), "x").await;
+    }
+    let mut heard = Vec::new();
+    while heard.len() < 300 {
+        match feed.recv().await {
+            FeedEvent::Message(m) => heard.push(m.seq),
+            FeedEvent::Lagged => {
+                heard.extend(feed.catch_up(&w.state).await.unwrap().iter().map(|m| m.seq))
+            }
+            FeedEvent::Closed => panic!("closed"),
+        }
+    }
+    assert_eq!(heard, (1..=300).collect::<Vec<_>>());
+    w.stop().await;
+}
+
+#[tokio::test]
+async fn history_pages_back_from_the_newest() {
+    let w = World::new().await;
+    let page = |before: Option<i64>, limit: Option<i64>| {
+        let q = HistoryQuery { before, limit };
+        let state = w.state.clone();
+        let doc = w.place.document;
+        async move { chat::history(&state, doc, &q).await.unwrap() }
+    };
+    let empty = page(None, None).await;
+    assert!(empty.entries.is_empty() && !empty.more);
+    for i in 1..=120 {
+        w.send(&writer("mona"), &format!("r-{i}"), &format!("m{i}"))
+            .await;
+    }
+    let seqs = |h: &chat::History| h.entries.iter().map(|e| e.seq).collect::<Vec<_>>();
+    // Default 50, the newest, oldest first.
+    let newest = page(None, None).await;
+    assert_eq!(seqs(&newest), (71..=120).collect::<Vec<_>>());
+    assert!(newest.more);
+    assert_eq!(newest.entries[0].text, "m71");
+    let older = page(Some(71), Some(50)).await;
+    assert_eq!(seqs(&older), (21..=70).collect::<Vec<_>>());
+    assert!(older.more);
+    let oldest = page(Some(21), Some(50)).await;
+    assert_eq!(seqs(&oldest), (1..=20).collect::<Vec<_>>());
+    assert!(!oldest.more);
+    assert!(page(Some(1), None).await.entries.is_empty());
+    // A `before` past the end reads the newest.
+    assert_eq!(seqs(&page(Some(1_000), Some(2)).await), vec![119, 120]);
+    // `limit` is clamped to 1–100.
+    assert_eq!(page(None, Some(0)).await.entries.len(), 1);
+    assert_eq!(page(None, Some(500)).await.entries.len(), 100);
+    // Entries appended elsewhere (not through Chat) are found too.
+    w.state
+        .services
+        .store
+        .append_transcript(
+            w.place.document,
+            &NewTranscriptEntry {
+                author_login: None,
+                kind: "planner".into(),
+                body: "Done.".into(),
+                created_at_ms: T0,
+            },
+        )
+        .await
+        .unwrap();
+    let last = page(None, Some(1)).await;
+    assert_eq!(seqs(&last), vec![121]);
+    assert_eq!(
+        last.frame()["entries"][0],
+        serde_json::json!({ "seq": 121, "author": null, "kind": "planner", "text": "Done.", "at": T0 })
+    );
+    assert_eq!(last.frame()["type"], "chat:history");
+    w.stop().await;
+}
+
+// --- Bootstrap (CTX-04, CTX-05) over plain data ---------------------------------------------
+
+fn entry(seq: i64, kind: &str, chars: usize) -> TranscriptEntry {
+    TranscriptEntry {
+        document_id: Uuid::nil(),
+        seq,
+        author_login: (kind == "member").then(|| "mona".to_owned()),
+        kind: kind.into(),
+        body: "a".repeat(chars),
+        created_at_ms: 0,
+    }
+}
+
+fn members(n: usize, chars: usize) -> Vec<TranscriptEntry> {
+    (1..=n).map(|s| entry(s as i64, "member", chars)).collect()
+}
+
+/// CTX-05: "A recreated Copilot session receives at most the last 100 transcript entries and
+/// 50,000 characters."
+#[test]
+fn ctx_05_at_most_the_last_100_entries() {
+    let entries = members(150, 10);
+    let chosen = chat::select(&entries);
+    assert_eq!(entries.len() - chosen.context_from, 100);
+    assert_eq!(entries[chosen.context_from].seq, 51, "the newest 100");
+    let few = members(7, 10);
+    assert_eq!(
+        chat::select(&few).context_from,
+        0,
+        "all of a short transcript"
+    );
+}
+
+#[test]
+fn ctx_05_at_most_50000_characters() {
+    // 60 entries of 1,000 characters: the newest 50 fit exactly, the 51st would not.
+    let entries = members(60, 1_000);
+    let chosen = chat::select(&entries);
+    assert_eq!(entries.len() - chosen.context_from, 50);
+    // One character more and only 49 fit.
+    let mut over = members(60, 1_000);
+    over[59] = entry(60, "member", 1_001);
+    assert_eq!(over.len() - chat::select(&over).context_from, 49);
+    // Whole entries only, and never an older one past one that did not fit.
+    let mut gap = members(5, 100);
+    gap[2] = entry(3, "planner", 49_900);
+    assert_eq!(gap.len() - chat::select(&gap).context_from, 2);
+}
+
+/// CTX-04: "Messages since the last turn are retained as immediate backscroll, capped at 40
+/// entries and normally 8,000 characters. One message is retained intact even when it alone
+/// exceeds that character budget."
+#[test]
+fn ctx_04_backscroll_is_the_messages_since_the_last_turn_at_most_40() {
+    let mut entries = members(100, 10);
+    entries[9] = entry(10, "planner", 10);
+    let chosen = chat::select(&entries);
+    assert_eq!(entries.len() - chosen.backscroll_from, 40, "capped at 40");
+    let mut recent = members(30, 10);
+    recent[24] = entry(25, "planner", 10);
+    let chosen = chat::select(&recent);
+    assert_eq!(
+        recent[chosen.backscroll_from..]
+            .iter()
+            .map(|e| e.seq)
+            .collect::<Vec<_>>(),
+        vec![26, 27, 28, 29, 30],
+        "since the Planner's last entry"
+    );
+    let mut answered = members(3, 10);
+    answered[2] = entry(3, "planner", 10);
+    assert_eq!(
+        chat::select(&answered).backscroll_from,
+        3,
+        "nothing since the last turn"
+    );
+}
+
+#[test]
+fn ctx_04_backscroll_is_normally_8000_characters() {
+    // 10 messages of 1,000 characters: the newest 8 fit exactly.
+    let entries = members(10, 1_000);
+    assert_eq!(entries.len() - chat::select(&entries).backscroll_from, 8);
+    let mut over = members(10, 1_000);
+    over[9] = entry(10, "member", 1_001);
+    assert_eq!(over.len() - chat::select(&over).backscroll_from, 7);
+}
+
+#[test]
+fn ctx_04_one_oversize_message_is_kept_whole() {
+    let mut entries = members(5, 100);
+    entries[4] = entry(5, "member", 19_000);
+    let chosen = chat::select(&entries);
+    assert_eq!(
+        entries.len() - chosen.backscroll_from,
+        1,
+        "only the oversize newest"
+    );
+    assert_eq!(entries[chosen.backscroll_from].body.len(), 19_000, "whole");
+    // Only one: an oversize message before it is not kept past the budget.
+    let mut two = members(5, 100);
+    two[3] = entry(4, "member", 9_000);
+    two[4] = entry(5, "member", 100);
+    assert_eq!(two.len() - chat::select(&two).backscroll_from, 1);
+}
+
+#[tokio::test]
+async fn bootstrap_reads_the_newest_entries_and_counts_what_it_leaves_out() {
+    let w = World::new().await;
+    let Bootstrap {
+        entries,
+        omitted,
+        backscroll,
+    } = chat::bootstrap(&w.state, w.place.document).await.unwrap();
+    assert!(entries.is_empty() && backscroll.is_empty());
+    assert_eq!(omitted, 0);
+    for i in 1..=130 {
+        let kind = if i == 120 { "planner" } else { "member" };
+        chat::post(
+            &w.state,
+            w.place.document,
+            &NewTranscriptEntry {
+                author_login: (kind == "member").then(|| "mona".to_owned()),
+                kind: kind.into(),
+                body: format!("message {i:03} {}", "z".repeat(400)),
+                created_at_ms: T0,
+            },
+        )
+        .await
+        .unwrap();
+    }
+    let b = chat::bootstrap(&w.state, w.place.document).await.unwrap();
+    // 100 entries of 412 characters is 41,200: the entry cap binds.
+    assert_eq!(b.entries.len(), 100);
+    assert_eq!(b.entries[0].seq, 31);
+    assert_eq!(b.entries[99].seq, 130);
+    assert_eq!(b.omitted, 30);
+    assert_eq!(
+        b.backscroll.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (121..=130).collect::<Vec<_>>()
+    );
+    w.stop().await;
+}
+
+// --- With a Planner attached (a scripted agent client over real sockets) -------------------
+
+mod attached {
+    use super::*;
+    use axum::body::Bytes;
+    use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
+    use chopin_fixtures::github::{
+        FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET,
+    };
+    use chopin_protocol::agent::{
+        ClientMessage, PartMessage, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
+    };
+    use chopin_server::clock::SystemClock;
+    use chopin_server::connector;
+
+    async fn get(url: &str, cookie: Option<&str>) -> connector::HttpResponse {
+        let mut request = http::Request::get(url);
+        if let Some(cookie) = cookie {
+            request = request.header("cookie", cookie);
+        }
+        connector::send(&TcpConnector, request.body(Bytes::new()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    fn header(response: &connector::HttpResponse, name: &str) -> String {
+        response.headers[name].to_str().unwrap().to_owned()
+    }
+
+    async fn next(client: &mut AgentClient) -> ServerMessage {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), client.recv())
+            .await
+            .expect("a frame within 10 s")
+            .unwrap()
+        {
+            Event::Message(m) => m,
+            Event::Closed { code, reason } => panic!("closed {code} {reason}"),
+        }
+    }
+
+    async fn heard(feed: &mut chat::Feed) -> chat::ChatMessage {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), feed.recv())
+            .await
+            .expect("the room hears something within 10 s")
+        {
+            FeedEvent::Message(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// MSG-02, MSG-03, MSG-15, UNA-07: `@chopin` starts a turn (acked `started`), a message
+    /// while the session is starting is `temporarily-unavailable` and, re-sent with the same
+    /// id once it runs, is processed and steers the turn (acked `steered`); the Planner's reply
+    /// is saved and heard by the room after both.
+    #[tokio::test]
+    async fn chopin_starts_a_turn_then_a_retried_message_steers_it_and_the_reply_is_heard() {
+        let github = FakeGitHub::new();
+        github.add_user("mona", 1001).add_repo("octo", "plans");
+        github.grant("octo", "plans", "mona", Permission::Write);
+        let mona = github.issue_token("mona");
+        let github_url = github.serve_tcp().await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let host = listener.local_addr().unwrap().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
+        config.session_encryption_key = Some(Secret::new("44".repeat(32)));
+        config.github_api_url = github_url.clone();
+        config.github_web_url = github_url;
+        config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
+        config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
+        config.app_origin = format!("http://{host}");
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let running = app::start(
+            config,
+            Services {
+                store: store.clone(),
+                clock: Arc::new(SystemClock),
+                entropy: Arc::new(OsEntropy),
+                connector: Arc::new(TcpConnector),
+            },
+        )
+        .await
+        .unwrap();
+        let state = running.state().clone();
+        tokio::spawn(chopin_server::serve(
+            listener,
+            running.router(),
+            std::future::pending(),
+        ));
+        let doc = OsEntropy.uuid();
+        store
+            .create_document(&NewDocument {
+                id: doc,
+                repo_owner: "octo".into(),
+                repo_name: "plans".into(),
+                slug: "notes".into(),
+                title: "Notes".into(),
+                created_at_ms: 0,
+                parent_id: None,
+            })
+            .await
+            .unwrap();
+        // mona signs in in a browser, so her account can attach.
+        github.set_browser_user("mona");
+        let start = get(&format!("http://{host}/auth/github"), None).await;
+        let attempt = header(&start, "set-cookie");
+        let attempt = attempt.split(';').next().unwrap();
+        let approve = get(&header(&start, "location"), None).await;
+        let done = get(&header(&approve, "location"), Some(attempt)).await;
+        assert_eq!(done.status, 302, "signed in");
+        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        let mut client = connect(stream, &Upgrade::new(host.clone(), Some(&mona)))
+            .await
+            .unwrap();
+        let answer = client
+            .attach(&doc.to_string(), &["steer-turn"])
+            .await
+            .unwrap();
+        assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+
+        let place = Place {
+            document: doc,
+            url: "/documents/octo/plans/notes".into(),
+        };
+        let mut feed = state.chat.subscribe(doc);
+        let say = |id: &'static str, text: &'static str| {
+            let (state, place) = (state.clone(), place.clone());
+            async move {
+                chat::send(
+                    &state,
+                    &place,
+                    &writer("mona"),
+                    SendRequest {
+                        request_id: id.into(),
+                        text: text.into(),
+                    },
+                )
+                .await
+            }
+        };
+        let started = say("r-1", "@chopin add a heading").await;
+        assert_eq!(
+            started.frame(),
+            serde_json::json!({ "type": "chat:ack", "requestId": "r-1", "seq": 1, "planner": "started" })
+        );
+        assert_eq!(heard(&mut feed).await.text, "@chopin add a heading");
+        // The session is not started yet: passing trouble, nothing saved, not remembered.
+        let early = say("r-2", "@chopin and a list").await;
+        assert_eq!(early.code(), Some("temporarily-unavailable"), "{early:?}");
+        let session = match next(&mut client).await {
+            ServerMessage::Start(s) => s.session_id,
+            other => panic!("expected start, got {other:?}"),
+        };
+        client
+            .send(&ClientMessage::Started(Started {
+                session_id: session.clone(),
+            }))
+            .await
+            .unwrap();
+        let turn = match next(&mut client).await {
+            ServerMessage::Turn(t) => t.turn_id,
+            other => panic!("expected turn, got {other:?}"),
+        };
+        let steered = say("r-2", "@chopin and a list").await;
+        assert_eq!(
+            steered,
+            SendReply::Ack {
+                request_id: "r-2".into(),
+                seq: 2,
+                planner: Some(chat::PlannerTook::Steered)
+            }
+        );
+        assert_eq!(say("r-2", "@chopin and a list").await, steered, "MSG-16");
+        match next(&mut client).await {
+            ServerMessage::Steer(st) => assert_eq!(st.text, "@mona: @chopin and a list"),
+            other => panic!("expected steer, got {other:?}"),
+        }
+        assert_eq!(heard(&mut feed).await.seq, 2);
+        client
+            .send(&ClientMessage::Part(PartMessage {
+                turn_id: turn.clone(),
+                part: chopin_protocol::agent::Part::Text(TextPart {
+                    text: "Added both.".into(),
+                }),
+            }))
+            .await
+            .unwrap();
+        client
+            .send(&ClientMessage::TurnEnd(TurnEnd {
+                turn_id: turn,
+                status: TurnStatus::Completed,
+                output: None,
+                message: None,
+            }))
+            .await
+            .unwrap();
+        let reply = heard(&mut feed).await;
+        assert_eq!(
+            reply.frame(),
+            serde_json::json!({ "type": "chat:message", "seq": 3, "author": null, "kind": "planner", "text": "Added both.", "at": reply.at })
+        );
+        let saved = store.transcript(doc, 0, 10).await.unwrap();
+        assert_eq!(
+            saved.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+            ["member", "member", "planner"]
+        );
+        running.stop().await;
+    }
+}

@@ -1,0 +1,470 @@
+//! Planner turns on the remote adapter, in-process over real sockets: a person's request starts
+//! a turn on the attached scripted client, whose host tool calls (`read_plan`, `edit_plan`) run
+//! in the server against the room after the permission rechecks; the reply reaches the turn sink.
+//! A second message while the turn runs is given to it as a `steer` frame; a request with the
+//! repository access revoked between two host tool calls has its second call refused.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
+use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_protocol::agent::{
+    ClientMessage, HostToolCall, PartMessage, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
+};
+use chopin_server::clock::SystemClock;
+use chopin_server::config::{Config, Secret};
+use chopin_server::connector::{self, TcpConnector};
+use chopin_server::entropy::{Entropy, OsEntropy};
+use chopin_server::store::{MemoryStore, NewDocument, Store};
+use chopin_server::turns::{Accepted, PlannerRequest, Refused};
+use chopin_server::{app, AppState, Services};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+struct Setup {
+    state: AppState,
+    github: FakeGitHub,
+    host: String,
+    mona: String,
+    doc: Uuid,
+    store: Arc<dyn Store>,
+    _running: app::Running,
+    _dir: tempfile::TempDir,
+}
+
+async fn get(url: &str, cookie: Option<&str>) -> connector::HttpResponse {
+    let mut request = http::Request::get(url);
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    connector::send(&TcpConnector, request.body(Bytes::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+fn cookie(response: &connector::HttpResponse, name: &str) -> String {
+    response
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(|v| v.split(';').next().unwrap().to_owned())
+        .unwrap_or_else(|| panic!("no {name} cookie"))
+}
+
+fn location(response: &connector::HttpResponse) -> String {
+    response.headers["location"].to_str().unwrap().to_owned()
+}
+
+async fn setup() -> Setup {
+    let github = FakeGitHub::new();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    let mona = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
+    config.session_encryption_key = Some(Secret::new("44".repeat(32)));
+    config.github_api_url = github_url.clone();
+    config.github_web_url = github_url;
+    config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
+    config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
+    config.app_origin = format!("http://{host}");
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let running = app::start(
+        config,
+        Services {
+            store: store.clone(),
+            clock: Arc::new(SystemClock),
+            entropy: Arc::new(OsEntropy),
+            connector: Arc::new(TcpConnector),
+        },
+    )
+    .await
+    .unwrap();
+    let state = running.state().clone();
+    tokio::spawn(chopin_server::serve(
+        listener,
+        running.router(),
+        std::future::pending(),
+    ));
+    let doc = OsEntropy.uuid();
+    store
+        .create_document(&NewDocument {
+            id: doc,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "notes".into(),
+            title: "Notes".into(),
+            created_at_ms: 0,
+            parent_id: None,
+        })
+        .await
+        .unwrap();
+    // mona signs in (so her account has a live browser sign-in to attach with).
+    github.set_browser_user("mona");
+    let start = get(&format!("http://{host}/auth/github"), None).await;
+    let attempt = cookie(&start, "chopin_oauth");
+    let approve = get(&location(&start), None).await;
+    let done = get(&location(&approve), Some(&attempt)).await;
+    cookie(&done, "chopin_session");
+    Setup {
+        state,
+        github,
+        host,
+        mona,
+        doc,
+        store,
+        _running: running,
+        _dir: dir,
+    }
+}
+
+async fn attached_client(s: &Setup, features: &[&str]) -> AgentClient {
+    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
+    let mut client = connect(stream, &Upgrade::new(s.host.clone(), Some(&s.mona)))
+        .await
+        .unwrap();
+    let answer = client.attach(&s.doc.to_string(), features).await.unwrap();
+    assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+    client
+}
+
+async fn next(client: &mut AgentClient) -> ServerMessage {
+    match tokio::time::timeout(std::time::Duration::from_secs(10), client.recv())
+        .await
+        .expect("a frame within 10 s")
+        .unwrap()
+    {
+        Event::Message(m) => m,
+        Event::Closed { code, reason } => panic!("closed {code} {reason}"),
+    }
+}
+
+fn request(s: &Setup, text: &str) -> PlannerRequest {
+    PlannerRequest {
+        document: s.doc,
+        document_url: "/documents/octo/plans/notes".into(),
+        from_login: "mona".into(),
+        text: text.into(),
+    }
+}
+
+async fn call(client: &mut AgentClient, turn: &str, id: &str, name: &str, input: Value) -> Value {
+    client
+        .send(&ClientMessage::HostToolCall(HostToolCall {
+            turn_id: turn.into(),
+            call_id: id.into(),
+            name: name.into(),
+            input,
+        }))
+        .await
+        .unwrap();
+    match next(client).await {
+        ServerMessage::HostToolResult(r) => {
+            assert_eq!(r.call_id, id);
+            json!({ "output": r.output, "isError": r.is_error })
+        }
+        other => panic!("expected host-tool-result, got {other:?}"),
+    }
+}
+
+/// Answers `start` and returns the session and turn ids of the `turn` that follows.
+async fn start_and_turn(client: &mut AgentClient) -> (String, String, Vec<String>, String) {
+    let session = match next(client).await {
+        ServerMessage::Start(s) => s.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    client
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    match next(client).await {
+        ServerMessage::Turn(t) => (
+            session,
+            t.turn_id,
+            t.host_tools.iter().map(|h| h.name.clone()).collect(),
+            t.prompt,
+        ),
+        other => panic!("expected turn, got {other:?}"),
+    }
+}
+
+async fn end(client: &mut AgentClient, turn: &str, session: &str) {
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: turn.into(),
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    match next(client).await {
+        ServerMessage::Destroy(d) => assert_eq!(d.session_id, session, "destroyed after the turn"),
+        other => panic!("expected destroy, got {other:?}"),
+    }
+}
+
+/// What the turns posted to the document's Chat (through the chat sink), as (kind, text).
+async fn posts(s: &Setup) -> Vec<(String, String)> {
+    // Chat posts through its own queue: wait (up to 10 s) for the first entry.
+    for _ in 0..1000 {
+        let entries = s.store.transcript(s.doc, 0, 100).await.unwrap();
+        if !entries.is_empty() {
+            return entries.into_iter().map(|e| (e.kind, e.body)).collect();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    Vec::new()
+}
+
+async fn settle(s: &Setup) {
+    for _ in 0..200 {
+        if !s.state.turns.is_running(s.doc) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the turn did not end");
+}
+
+#[tokio::test]
+async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
+    let s = setup().await;
+    // Nothing attached: refused with the words that name the document.
+    let refused = s
+        .state
+        .turns
+        .request(&s.state, request(&s, "@chopin hi"))
+        .await;
+    assert!(
+        matches!(&refused, Err(Refused::NotAttached(w)) if w.contains("/documents/octo/plans/notes")),
+        "{refused:?}"
+    );
+
+    let mut client = attached_client(&s, &[]).await;
+    let accepted = s
+        .state
+        .turns
+        .request(&s.state, request(&s, "@chopin add a heading"))
+        .await;
+    assert_eq!(accepted, Ok(Accepted::Started));
+    let (session, turn, tools, prompt) = start_and_turn(&mut client).await;
+    assert_eq!(
+        tools,
+        vec!["read_plan", "edit_plan"],
+        "only host tools are offered"
+    );
+    assert_eq!(prompt, "@mona: @chopin add a heading");
+
+    let read = call(&mut client, &turn, "c1", "read_plan", json!({})).await;
+    assert_eq!(read["isError"], false, "{read}");
+    assert!(
+        read["output"].as_str().unwrap().contains("revision: 0"),
+        "{read}"
+    );
+    let edit = call(
+        &mut client,
+        &turn,
+        "c2",
+        "edit_plan",
+        json!({ "revision": 0, "ops": [{ "op": "insert", "after": null, "content": "# Added by chopin\n" }] }),
+    )
+    .await;
+    assert_eq!(edit["isError"], false, "{edit}");
+    assert_eq!(edit["output"]["status"], "applied", "{edit}");
+    assert_eq!(
+        edit["output"]["document"]["url"],
+        "/documents/octo/plans/notes"
+    );
+    client
+        .send(&ClientMessage::Part(PartMessage {
+            turn_id: turn.clone(),
+            part: chopin_protocol::agent::Part::Text(TextPart {
+                text: "I added a heading.".into(),
+            }),
+        }))
+        .await
+        .unwrap();
+    end(&mut client, &turn, &session).await;
+    settle(&s).await;
+    assert_eq!(
+        posts(&s).await,
+        vec![("planner".to_owned(), "I added a heading.".to_owned())]
+    );
+    let room = s.state.rooms.open(&s.state, s.doc).await.unwrap();
+    assert_eq!(room.source().await, "# Added by chopin\n");
+}
+
+#[tokio::test]
+async fn two_messages_while_a_turn_runs_are_steered_in_send_order_once() {
+    let s = setup().await;
+    let mut client = attached_client(&s, &["steer-turn"]).await;
+    assert_eq!(
+        s.state
+            .turns
+            .request(&s.state, request(&s, "@chopin start"))
+            .await,
+        Ok(Accepted::Started)
+    );
+    // Before the client has started the session, a message has nothing to go to: passing
+    // trouble, sent again in a moment.
+    let early = s
+        .state
+        .turns
+        .request(&s.state, request(&s, "too early"))
+        .await;
+    assert_eq!(
+        early,
+        Err(Refused::TemporarilyUnavailable(
+            chopin_server::turns::PASSING_WORDS.into()
+        ))
+    );
+    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    for text in ["first", "second"] {
+        assert_eq!(
+            s.state.turns.request(&s.state, request(&s, text)).await,
+            Ok(Accepted::Steered)
+        );
+    }
+    let mut steered = Vec::new();
+    for _ in 0..2 {
+        match next(&mut client).await {
+            ServerMessage::Steer(st) => {
+                assert_eq!(st.turn_id, turn);
+                steered.push(st.text);
+            }
+            other => panic!("expected steer, got {other:?}"),
+        }
+    }
+    assert_eq!(steered, vec!["@mona: first", "@mona: second"]);
+    end(&mut client, &turn, &session).await;
+    settle(&s).await;
+}
+
+#[tokio::test]
+async fn without_steer_turn_a_message_during_a_turn_is_refused_busy() {
+    let s = setup().await;
+    let mut client = attached_client(&s, &[]).await;
+    s.state
+        .turns
+        .request(&s.state, request(&s, "@chopin start"))
+        .await
+        .unwrap();
+    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    let busy = s.state.turns.request(&s.state, request(&s, "more")).await;
+    assert_eq!(
+        busy,
+        Err(Refused::Busy(
+            "chopin can't take messages while it works on this machine. Stop it to ask now.".into()
+        ))
+    );
+    end(&mut client, &turn, &session).await;
+    settle(&s).await;
+}
+
+#[tokio::test]
+async fn access_revoked_between_two_host_tool_calls_refuses_the_second() {
+    let s = setup().await;
+    let mut client = attached_client(&s, &[]).await;
+    s.state
+        .turns
+        .request(&s.state, request(&s, "@chopin go"))
+        .await
+        .unwrap();
+    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    let first = call(&mut client, &turn, "c1", "read_plan", json!({})).await;
+    assert_eq!(first["isError"], false);
+    s.github.revoke("octo", "plans", "mona");
+    // The cache of repository access lasts 30 s; a revocation GitHub reports is seen once it
+    // is asked again — here, as a fresh check after invalidating, like the periodic recheck.
+    s.state.admission.invalidate(&s.mona);
+    use chopin_server::clock::Clock;
+    let owner = s
+        .state
+        .sessions
+        .live_login_of(
+            chopin_server::store::account_id_for_github_user(1001),
+            SystemClock.now_ms(),
+        )
+        .expect("mona's sign-in");
+    s.state.admission.invalidate(owner.github_token());
+    let second = call(&mut client, &turn, "c2", "read_plan", json!({})).await;
+    assert_eq!(second["isError"], true, "{second}");
+    assert!(
+        second["output"]
+            .as_str()
+            .unwrap()
+            .contains("permission denied"),
+        "{second}"
+    );
+    end(&mut client, &turn, &session).await;
+    settle(&s).await;
+    let posts = posts(&s).await;
+    assert!(
+        posts
+            .iter()
+            .any(|(kind, body)| kind == "system" && body.contains("not allowed to use read_plan")),
+        "Chat shows the denial: {posts:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_link_that_closes_mid_turn_ends_the_turn_with_an_error() {
+    let s = setup().await;
+    let mut client = attached_client(&s, &[]).await;
+    s.state
+        .turns
+        .request(&s.state, request(&s, "@chopin go"))
+        .await
+        .unwrap();
+    let _ = start_and_turn(&mut client).await;
+    drop(client);
+    settle(&s).await;
+    let posts = posts(&s).await;
+    assert!(
+        posts
+            .iter()
+            .any(|(kind, body)| kind == "system" && body.contains("error")),
+        "Chat says so: {posts:?}"
+    );
+}
+
+/// RT-09 ruling: "abort waits at most 5 s for turn-end". Stop sends `abort`; a client that never
+/// answers has its turn ended by the server after that wait, and the session destroyed.
+#[tokio::test]
+async fn abort_with_a_client_that_never_answers_ends_the_turn_after_the_wait() {
+    let s = setup().await;
+    let mut client = attached_client(&s, &[]).await;
+    s.state
+        .turns
+        .request(&s.state, request(&s, "@chopin go"))
+        .await
+        .unwrap();
+    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    let stopped_at = tokio::time::Instant::now();
+    assert!(s.state.turns.stop(s.doc));
+    match next(&mut client).await {
+        ServerMessage::Abort(a) => assert_eq!(a.turn_id, turn),
+        other => panic!("expected abort, got {other:?}"),
+    }
+    // The client says nothing; the server destroys the session after the wait.
+    match next(&mut client).await {
+        ServerMessage::Destroy(d) => assert_eq!(d.session_id, session),
+        other => panic!("expected destroy, got {other:?}"),
+    }
+    assert!(stopped_at.elapsed() >= std::time::Duration::from_millis(4_900));
+    settle(&s).await;
+    let posts = posts(&s).await;
+    assert_eq!(
+        posts,
+        vec![("system".to_owned(), "chopin stopped.".to_owned())]
+    );
+}
