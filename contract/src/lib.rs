@@ -12,11 +12,15 @@
 //! Each check starts from a fresh [`Subject`] (adapter + model), so checks are independent and
 //! run in the fixed order of [`checks`]. No check measures time: a check that waits for an
 //! adapter to end a cancelled turn relies on the driver's abort wait, which tests run with
-//! tokio's paused clock.
+//! tokio's paused clock. The `remote` subject ([`remote`]) runs a real server and a client over
+//! loopback TCP, so it runs on real time: a paused clock would jump to the next timer whenever
+//! every task waits on a socket.
 //!
 //! Structured output is checked with `chopin_server::harness::schema`, a documented subset of
 //! JSON Schema (type, properties, required, additionalProperties, items, enum, const, numeric
 //! and length bounds; any other keyword is refused rather than ignored).
+
+pub mod remote;
 
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 
@@ -56,8 +60,9 @@ pub fn plant_canary() {
 
 /// How the suite tells an adapter's model what to do and learns what it was given. The fake
 /// harness's [`FakeModel`] implements it directly; the remote adapter implements it by scripting
-/// the attached client (each [`Step`] becomes what that client sends, and what the client
-/// received becomes [`TurnSeen`]).
+/// the attached client ([`remote::RemoteModel`]: each [`Step`] becomes what that client sends,
+/// and what the client received becomes [`TurnSeen`]).
+#[async_trait]
 pub trait ContractModel: Send + Sync {
     /// Queue the script the model follows in the next turn it runs.
     fn script(&self, steps: Vec<Step>);
@@ -67,8 +72,13 @@ pub trait ContractModel: Send + Sync {
     fn sessions(&self) -> Vec<SessionSeen>;
     /// Turns the model started and has not finished.
     fn unfinished_turns(&self) -> usize;
+    /// Wait until everything the adapter has already sent its model has reached the model, so
+    /// the reads above see it. A model the adapter reaches synchronously (the fake) has nothing
+    /// to wait for; one behind a wire (remote) does, for what has no answer there (`destroy`).
+    async fn settle(&self) {}
 }
 
+#[async_trait]
 impl ContractModel for FakeModel {
     fn script(&self, steps: Vec<Step>) {
         self.push_script(steps);
@@ -129,10 +139,28 @@ pub enum SubjectError {
     /// In the registry, but the suite has no [`ContractModel`] for it yet.
     #[error("harness \"{0}\" has no contract model to script it yet")]
     NoModel(String),
+    /// Its subject is built asynchronously: use [`open_subject`].
+    #[error("harness \"{0}\" is built asynchronously; use open_subject")]
+    Async(String),
+    /// Building its subject failed (remote: the server, the fake GitHub, the sign-in or the
+    /// client's attach).
+    #[error("could not set up the subject: {0}")]
+    Setup(String),
 }
 
-/// The subject for a registry name, built through `chopin_server::harness::adapter` so the suite
-/// tests exactly what `HARNESS=name` would construct.
+/// Whether the suite can test `name`: it is in the registry and the suite has a
+/// [`ContractModel`] for it. Builds nothing.
+pub fn supported(name: &str) -> Result<(), SubjectError> {
+    harness::adapter(name, &HarnessDeps::default())?;
+    match name {
+        "fake" | "remote" => Ok(()),
+        other => Err(SubjectError::NoModel(other.to_owned())),
+    }
+}
+
+/// The subject for a registry name that can be built synchronously (`fake`), through
+/// `chopin_server::harness::adapter` so the suite tests exactly what `HARNESS=name` would
+/// construct. [`open_subject`] builds every name the suite supports.
 pub fn subject(name: &str) -> Result<Subject, SubjectError> {
     match name {
         "fake" => {
@@ -142,16 +170,38 @@ pub fn subject(name: &str) -> Result<Subject, SubjectError> {
                     config: FakeConfig::default(),
                     model: model.clone(),
                 },
+                ..HarnessDeps::default()
             };
             let harness = harness::adapter(name, &deps)?;
             Ok(Subject { harness, model })
         }
-        // Extension point: "remote" builds its adapter with an attached scripted client and
-        // returns that client's ContractModel.
+        "remote" => Err(SubjectError::Async(name.to_owned())),
         other => {
-            harness::adapter(other, &HarnessDeps::default())?;
+            supported(other)?;
             Err(SubjectError::NoModel(other.to_owned()))
         }
+    }
+}
+
+/// The subject for any registry name the suite supports. `remote` starts, in-process, the real
+/// server with a fake GitHub and attaches a scripted client ([`remote::remote_subject`]); the
+/// subject keeps all of it running until its last clone is dropped.
+pub async fn open_subject(name: &str) -> Result<Subject, SubjectError> {
+    match name {
+        "remote" => remote::remote_subject().await,
+        other => subject(other),
+    }
+}
+
+/// A [`SubjectFactory`] building fresh subjects by registry name with [`open_subject`], as the
+/// CLI does.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Named(pub String);
+
+#[async_trait]
+impl SubjectFactory for Named {
+    async fn create(&self) -> Result<Subject, String> {
+        open_subject(&self.0).await.map_err(|e| e.to_string())
     }
 }
 
@@ -315,7 +365,8 @@ async fn drive(
     (report, host)
 }
 
-fn last_turn(subject: &Subject) -> Result<TurnSeen, String> {
+async fn last_turn(subject: &Subject) -> Result<TurnSeen, String> {
+    subject.model.settle().await;
     subject
         .model
         .turns()
@@ -329,7 +380,8 @@ fn names(tools: &[ToolSpec]) -> Vec<String> {
     names
 }
 
-fn live_sessions(subject: &Subject) -> Vec<String> {
+async fn live_sessions(subject: &Subject) -> Vec<String> {
+    subject.model.settle().await;
     subject
         .model
         .sessions()
@@ -456,7 +508,7 @@ async fn only_host_tools(subject: &Subject) -> CheckResult {
         text: "done".to_owned(),
     });
     let (report, _host) = drive(subject, Drive::planner(script), |_, _| {}).await;
-    let seen = last_turn(subject)?;
+    let seen = last_turn(subject).await?;
     let offered = names(&seen.tools);
     let expected = names(&planner_tools());
     if offered != expected {
@@ -535,7 +587,7 @@ async fn host_tool_results(subject: &Subject) -> CheckResult {
         ));
     }
     let sent = lock(&host.results).clone();
-    let seen = last_turn(subject)?;
+    let seen = last_turn(subject).await?;
     let read: Vec<Value> = seen
         .tool_results
         .iter()
@@ -571,7 +623,7 @@ async fn structured_output(subject: &Subject) -> CheckResult {
         }],
     };
     let (report, _) = drive(subject, turn, |_, _| {}).await;
-    let seen = last_turn(subject)?;
+    let seen = last_turn(subject).await?;
     if seen.response_format.as_ref() != Some(&description_schema()) {
         return Err("the model was not given the turn's response format".to_owned());
     }
@@ -618,7 +670,7 @@ async fn cancellation(subject: &Subject) -> CheckResult {
         host.on_text("waiting", move || control.cancel());
     })
     .await;
-    let seen = last_turn(subject)?;
+    let seen = last_turn(subject).await?;
     if !seen.cancelled {
         return Err("the cancellation never reached the model".to_owned());
     }
@@ -662,6 +714,7 @@ async fn destroy_once(subject: &Subject) -> CheckResult {
     let id = session.id().to_owned();
     session.destroy().await;
     session.destroy().await;
+    subject.model.settle().await;
     let teardowns = subject
         .model
         .sessions()
@@ -699,7 +752,7 @@ async fn steer_where_declared(subject: &Subject) -> CheckResult {
     })
     .await;
     let answer = lock(&answer).clone();
-    let seen = last_turn(subject)?;
+    let seen = last_turn(subject).await?;
     if !matches!(report.result, TurnResult::Completed { .. }) {
         return Err(format!("the turn did not complete: {:?}", report.result));
     }
@@ -740,7 +793,7 @@ async fn session_per_turn(subject: &Subject) -> CheckResult {
         let id = report
             .session_id
             .ok_or_else(|| format!("turn {n} started no session: {:?}", report.result))?;
-        let live = live_sessions(subject);
+        let live = live_sessions(subject).await;
         if !live.is_empty() {
             return Err(format!(
                 "after turn {n}, sessions {live:?} were still alive"
@@ -751,6 +804,7 @@ async fn session_per_turn(subject: &Subject) -> CheckResult {
         }
         ids.push(id);
     }
+    subject.model.settle().await;
     let unfinished = subject.model.unfinished_turns();
     if unfinished != 0 {
         return Err(format!("{unfinished} turn(s) still unfinished"));
@@ -785,6 +839,7 @@ async fn no_github_credential(subject: &Subject) -> CheckResult {
             first.result, second.result
         ));
     }
+    subject.model.settle().await;
     let turns = subject.model.turns();
     if turns.is_empty() || lock(&host_a.calls).is_empty() {
         return Err("nothing reached the model, so nothing was checked".to_owned());

@@ -18,12 +18,11 @@ struct Args {
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = Args::parse();
-    if let Err(e) = chopin_contract::subject(&args.harness) {
+    if let Err(e) = chopin_contract::supported(&args.harness) {
         eprintln!("chopin-contract: {e}");
         return ExitCode::from(2);
     }
-    let name = args.harness.clone();
-    let factory = move || chopin_contract::subject(&name).map_err(|e| e.to_string());
+    let factory = chopin_contract::Named(args.harness.clone());
     let report = chopin_contract::run(&factory).await;
     println!("harness: {}", args.harness);
     println!("{report}");

@@ -1,5 +1,5 @@
-//! The `chopin-contract` binary: a table with every check passing for `fake`, exit 2 naming the
-//! known adapters for an unknown name.
+//! The `chopin-contract` binary: a table with every check passing for `fake` and for `remote`,
+//! exit 2 naming the known adapters for an unknown name.
 
 use std::process::Command;
 
@@ -30,6 +30,27 @@ fn rfc_20_cli_prints_every_check_passing_for_fake() {
 }
 
 #[test]
+fn rfc_66_cli_prints_every_check_passing_for_remote() {
+    let out = cli(&["--harness", "remote"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.starts_with("harness: remote\n"), "{stdout}");
+    for check in chopin_contract::checks() {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&check.label()))
+            .unwrap_or_else(|| panic!("no row for {}: {stdout}", check.label()));
+        assert!(line.contains(" pass "), "{line}");
+    }
+    let total = chopin_contract::checks().len();
+    assert!(
+        stdout.contains(&format!("{total} passed, 0 failed")),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn rfc_24_cli_unknown_harness_exits_2_naming_the_known_ones() {
     let out = cli(&["--harness", "copilot-sdk"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -38,5 +59,5 @@ fn rfc_24_cli_unknown_harness_exits_2_naming_the_known_ones() {
         stderr.contains("unknown harness \"copilot-sdk\""),
         "{stderr}"
     );
-    assert!(stderr.contains("known: fake"), "{stderr}");
+    assert!(stderr.contains("known: fake, remote"), "{stderr}");
 }

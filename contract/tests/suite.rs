@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chopin_contract::{checks, fake_subject, run, subject, Report, Subject, Verdict};
+use chopin_contract::{
+    checks, fake_subject, open_subject, run, subject, Named, Report, Subject, SubjectError, Verdict,
+};
 use chopin_server::harness::fake::{FakeConfig, FakeHarness, FakeModel, FakeSetup};
 use chopin_server::harness::{
     CancelSignal, Capabilities, Harness, HarnessError, HarnessSession, SessionRequest, TurnIo,
@@ -45,6 +47,102 @@ async fn rfc_73_suite_passes_against_a_fake_without_steer_or_builtins() {
         .map(|r| r.detail.clone())
         .unwrap_or_default();
     assert!(steer.contains("not declared"), "{steer}");
+}
+
+/// `remote` on real time: the real server in-process, with a scripted client attached over
+/// loopback TCP (a paused clock would fire the server's timers while tasks wait on sockets).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc_66_suite_passes_against_the_registry_remote() {
+    let report = run(&Named("remote".to_owned())).await;
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.rows.len(), checks().len());
+    let labels: Vec<String> = checks().iter().map(|c| c.label()).collect();
+    let rows: Vec<String> = report.rows.iter().map(|r| r.check.clone()).collect();
+    assert_eq!(rows, labels, "rows follow the order of checks()");
+    // The client offered steer-turn and the server accepted it: steer is declared and checked.
+    let steer = report
+        .row("MSG-04")
+        .map(|r| r.detail.clone())
+        .unwrap_or_default();
+    assert!(steer.starts_with("declared;"), "{steer}");
+}
+
+#[tokio::test]
+async fn remote_is_built_only_asynchronously() {
+    assert_eq!(
+        subject("remote").err(),
+        Some(SubjectError::Async("remote".to_owned()))
+    );
+    assert!(chopin_contract::supported("remote").is_ok());
+    assert!(matches!(
+        chopin_contract::supported("copilot-sdk"),
+        Err(SubjectError::Unknown(_))
+    ));
+}
+
+/// The remote model reads teardowns off the wire: a remote adapter that never destroys its
+/// sessions fails exactly the checks that count teardowns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rfc_62_remote_adapter_never_destroying_fails() {
+    let report = run(&NeverDestroys).await;
+    assert_eq!(
+        failed(&report),
+        ids(&["RFC-73 destroy-once", "RFC-62 session-per-turn"]),
+        "{report}"
+    );
+}
+
+/// Remote subjects whose adapter never tears a session down.
+struct NeverDestroys;
+
+#[async_trait]
+impl chopin_contract::SubjectFactory for NeverDestroys {
+    async fn create(&self) -> Result<Subject, String> {
+        let subject = open_subject("remote").await.map_err(|e| e.to_string())?;
+        Ok(Subject {
+            harness: Arc::new(Undestroyed(subject.harness)),
+            model: subject.model,
+        })
+    }
+}
+
+struct Undestroyed(Arc<dyn Harness>);
+
+struct UndestroyedSession(Box<dyn HarnessSession>);
+
+#[async_trait]
+impl Harness for Undestroyed {
+    fn name(&self) -> &str {
+        "undestroyed"
+    }
+    fn builtin_tools(&self) -> Vec<String> {
+        self.0.builtin_tools()
+    }
+    fn can_filter_builtins(&self) -> bool {
+        self.0.can_filter_builtins()
+    }
+    fn capabilities(&self) -> Capabilities {
+        self.0.capabilities()
+    }
+    async fn start_session(
+        &self,
+        request: SessionRequest,
+    ) -> Result<Box<dyn HarnessSession>, HarnessError> {
+        Ok(Box::new(UndestroyedSession(
+            self.0.start_session(request).await?,
+        )))
+    }
+}
+
+#[async_trait]
+impl HarnessSession for UndestroyedSession {
+    fn id(&self) -> &str {
+        self.0.id()
+    }
+    async fn run_turn(&self, turn: TurnRequest, io: TurnIo) -> TurnOutcome {
+        self.0.run_turn(turn, io).await
+    }
+    async fn destroy(&self) {}
 }
 
 #[tokio::test]
