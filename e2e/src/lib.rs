@@ -44,6 +44,25 @@ impl Launch {
         self.env.push((k.to_string(), v.into()));
         self
     }
+    /// A hosted server on `port` (its `APP_ORIGIN` is `http://127.0.0.1:<port>`) that signs
+    /// people in through the GitHub (real or fake) at `github_url`, with the fake GitHub's
+    /// default OAuth app.
+    pub fn hosted(port: u16, github_url: &str) -> Self {
+        Launch::default()
+            .env("PORT", port.to_string())
+            .env("APP_ORIGIN", format!("http://127.0.0.1:{port}"))
+            .env("GITHUB_API_URL", github_url)
+            .env("GITHUB_WEB_URL", github_url)
+            .env(
+                "GITHUB_APP_CLIENT_ID",
+                chopin_fixtures::github::DEFAULT_CLIENT_ID,
+            )
+            .env(
+                "GITHUB_APP_CLIENT_SECRET",
+                chopin_fixtures::github::DEFAULT_CLIENT_SECRET,
+            )
+    }
+
     pub fn arg(mut self, a: impl Into<String>) -> Self {
         self.args.push(a.into());
         self

@@ -4,7 +4,7 @@
 
 use chopin_e2e::{free_port, sign_in, Launch, Server};
 use chopin_fixtures::agent::{connect, AgentClient, ConnectError, Upgrade};
-use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_fixtures::github::{FakeGitHub, Permission};
 use chopin_protocol::agent::{ServerMessage, MAX_FRAME_BYTES};
 use serde_json::{json, Value};
 
@@ -44,13 +44,7 @@ async fn start(backend: Backend) -> Fixture {
     let github_url = github.serve_tcp().await.expect("fake GitHub serves");
     let port = free_port();
     let origin = format!("http://127.0.0.1:{port}");
-    let mut launch = Launch::default()
-        .env("PORT", port.to_string())
-        .env("APP_ORIGIN", origin.clone())
-        .env("GITHUB_API_URL", github_url.clone())
-        .env("GITHUB_WEB_URL", github_url)
-        .env("GITHUB_APP_CLIENT_ID", DEFAULT_CLIENT_ID)
-        .env("GITHUB_APP_CLIENT_SECRET", DEFAULT_CLIENT_SECRET)
+    let mut launch = Launch::hosted(port, &github_url)
         // eve is verified by GitHub but not admitted here.
         .env("GITHUB_ALLOWED_USERS", "mona,hubot");
     launch = match &backend {

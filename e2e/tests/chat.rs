@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chopin_e2e::{free_port, sign_in, Launch, Server};
 use chopin_fixtures::browser::BrowserSocket;
-use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
 
 enum Backend {
@@ -70,13 +70,7 @@ async fn whole_run(backend: Backend) {
     let github_url = github.serve_tcp().await.unwrap();
     let port = free_port();
     let origin = format!("http://127.0.0.1:{port}");
-    let mut launch = Launch::default()
-        .env("PORT", port.to_string())
-        .env("APP_ORIGIN", origin.clone())
-        .env("GITHUB_API_URL", github_url.clone())
-        .env("GITHUB_WEB_URL", github_url)
-        .env("GITHUB_APP_CLIENT_ID", DEFAULT_CLIENT_ID)
-        .env("GITHUB_APP_CLIENT_SECRET", DEFAULT_CLIENT_SECRET);
+    let mut launch = Launch::hosted(port, &github_url);
     launch = match &backend {
         Backend::Sqlite(home) => launch.env("HOME", home.path().to_string_lossy()),
         Backend::Postgres(db) => launch

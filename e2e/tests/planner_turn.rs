@@ -7,7 +7,7 @@ use std::time::Duration;
 use chopin_e2e::{free_port, sign_in, Launch};
 use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
 use chopin_fixtures::browser::BrowserSocket;
-use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_fixtures::github::{FakeGitHub, Permission};
 use chopin_protocol::agent::{
     ClientMessage, HostToolCall, Part, PartMessage, ServerMessage, Started, TextPart, TurnEnd,
     TurnStatus,
@@ -55,13 +55,7 @@ async fn an_at_chopin_message_runs_a_turn_that_reads_edits_and_replies() {
     let port = free_port();
     let host = format!("127.0.0.1:{port}");
     let origin = format!("http://{host}");
-    let server = Launch::default()
-        .env("PORT", port.to_string())
-        .env("APP_ORIGIN", origin.clone())
-        .env("GITHUB_API_URL", github_url.clone())
-        .env("GITHUB_WEB_URL", github_url)
-        .env("GITHUB_APP_CLIENT_ID", DEFAULT_CLIENT_ID)
-        .env("GITHUB_APP_CLIENT_SECRET", DEFAULT_CLIENT_SECRET)
+    let server = Launch::hosted(port, &github_url)
         .env("HOME", home.path().to_string_lossy())
         .start()
         .await;

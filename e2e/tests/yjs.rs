@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use chopin_e2e::{free_port, sign_in, Launch, Server};
-use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
 
 fn yjs_dir() -> PathBuf {
@@ -54,13 +54,7 @@ async fn run(database: Option<String>) {
     let home = tempfile::tempdir().unwrap();
     let port = free_port();
     let origin = format!("http://127.0.0.1:{port}");
-    let mut launch = Launch::default()
-        .env("PORT", port.to_string())
-        .env("APP_ORIGIN", origin.clone())
-        .env("GITHUB_API_URL", github_url.clone())
-        .env("GITHUB_WEB_URL", github_url)
-        .env("GITHUB_APP_CLIENT_ID", DEFAULT_CLIENT_ID)
-        .env("GITHUB_APP_CLIENT_SECRET", DEFAULT_CLIENT_SECRET)
+    let mut launch = Launch::hosted(port, &github_url)
         .env("HOME", home.path().to_string_lossy());
     if let Some(url) = &database {
         launch = launch.env("DATABASE_URL", url.clone());
