@@ -573,43 +573,14 @@ async fn bootstrap_reads_the_newest_entries_and_counts_what_it_leaves_out() {
 
 // --- With a Planner attached (a scripted agent client over real sockets) -------------------
 
+mod support;
+
 mod attached {
+    use super::support::{next, served};
     use super::*;
-    use axum::body::Bytes;
-    use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
-    use chopin_fixtures::github::{
-        FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET,
-    };
     use chopin_protocol::agent::{
         ClientMessage, PartMessage, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
     };
-    use chopin_server::clock::SystemClock;
-    use chopin_server::connector;
-
-    async fn get(url: &str, cookie: Option<&str>) -> connector::HttpResponse {
-        let mut request = http::Request::get(url);
-        if let Some(cookie) = cookie {
-            request = request.header("cookie", cookie);
-        }
-        connector::send(&TcpConnector, request.body(Bytes::new()).unwrap())
-            .await
-            .unwrap()
-    }
-
-    fn header(response: &connector::HttpResponse, name: &str) -> String {
-        response.headers[name].to_str().unwrap().to_owned()
-    }
-
-    async fn next(client: &mut AgentClient) -> ServerMessage {
-        match tokio::time::timeout(std::time::Duration::from_secs(10), client.recv())
-            .await
-            .expect("a frame within 10 s")
-            .unwrap()
-        {
-            Event::Message(m) => m,
-            Event::Closed { code, reason } => panic!("closed {code} {reason}"),
-        }
-    }
 
     async fn heard(feed: &mut chat::Feed) -> chat::ChatMessage {
         match tokio::time::timeout(std::time::Duration::from_secs(10), feed.recv())
@@ -627,69 +598,9 @@ mod attached {
     /// is saved and heard by the room after both.
     #[tokio::test]
     async fn chopin_starts_a_turn_then_a_retried_message_steers_it_and_the_reply_is_heard() {
-        let github = FakeGitHub::new();
-        github.add_user("mona", 1001).add_repo("octo", "plans");
-        github.grant("octo", "plans", "mona", Permission::Write);
-        let mona = github.issue_token("mona");
-        let github_url = github.serve_tcp().await.unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let host = listener.local_addr().unwrap().to_string();
-        let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
-        config.session_encryption_key = Some(Secret::new("44".repeat(32)));
-        config.github_api_url = github_url.clone();
-        config.github_web_url = github_url;
-        config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
-        config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
-        config.app_origin = format!("http://{host}");
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let running = app::start(
-            config,
-            Services {
-                store: store.clone(),
-                clock: Arc::new(SystemClock),
-                entropy: Arc::new(OsEntropy),
-                connector: Arc::new(TcpConnector),
-            },
-        )
-        .await
-        .unwrap();
-        let state = running.state().clone();
-        tokio::spawn(chopin_server::serve(
-            listener,
-            running.router(),
-            std::future::pending(),
-        ));
-        let doc = OsEntropy.uuid();
-        store
-            .create_document(&NewDocument {
-                id: doc,
-                repo_owner: "octo".into(),
-                repo_name: "plans".into(),
-                slug: "notes".into(),
-                title: "Notes".into(),
-                created_at_ms: 0,
-                parent_id: None,
-            })
-            .await
-            .unwrap();
-        // mona signs in in a browser, so her account can attach.
-        github.set_browser_user("mona");
-        let start = get(&format!("http://{host}/auth/github"), None).await;
-        let attempt = header(&start, "set-cookie");
-        let attempt = attempt.split(';').next().unwrap();
-        let approve = get(&header(&start, "location"), None).await;
-        let done = get(&header(&approve, "location"), Some(attempt)).await;
-        assert_eq!(done.status, 302, "signed in");
-        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
-        let mut client = connect(stream, &Upgrade::new(host.clone(), Some(&mona)))
-            .await
-            .unwrap();
-        let answer = client
-            .attach(&doc.to_string(), &["steer-turn"])
-            .await
-            .unwrap();
-        assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+        let served = served().await;
+        let (state, doc) = (served.state.clone(), served.doc);
+        let mut client = served.attach(&["steer-turn"]).await;
 
         let place = Place {
             document: doc,
@@ -772,11 +683,11 @@ mod attached {
             reply.frame(),
             serde_json::json!({ "type": "chat:message", "seq": 3, "author": null, "kind": "planner", "text": "Added both.", "at": reply.at })
         );
-        let saved = store.transcript(doc, 0, 10).await.unwrap();
+        let saved = served.store.transcript(doc, 0, 10).await.unwrap();
         assert_eq!(
             saved.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
             ["member", "member", "planner"]
         );
-        running.stop().await;
+        served.running.stop().await;
     }
 }

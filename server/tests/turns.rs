@@ -4,151 +4,30 @@
 //! A second message while the turn runs is given to it as a `steer` frame; a request with the
 //! repository access revoked between two host tool calls has its second call refused.
 
-use std::sync::Arc;
-
-use axum::body::Bytes;
-use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
-use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_fixtures::agent::AgentClient;
 use chopin_protocol::agent::{
     ClientMessage, HostToolCall, PartMessage, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
 };
 use chopin_server::clock::SystemClock;
-use chopin_server::config::{Config, Secret};
-use chopin_server::connector::{self, TcpConnector};
-use chopin_server::entropy::{Entropy, OsEntropy};
-use chopin_server::store::{MemoryStore, NewDocument, Store};
 use chopin_server::turns::{Accepted, PlannerRequest, Refused};
-use chopin_server::{app, AppState, Services};
 use serde_json::{json, Value};
-use uuid::Uuid;
 
-struct Setup {
-    state: AppState,
-    github: FakeGitHub,
-    host: String,
-    mona: String,
-    doc: Uuid,
-    store: Arc<dyn Store>,
-    _running: app::Running,
-    _dir: tempfile::TempDir,
-}
+mod support;
 
-async fn get(url: &str, cookie: Option<&str>) -> connector::HttpResponse {
-    let mut request = http::Request::get(url);
-    if let Some(cookie) = cookie {
-        request = request.header("cookie", cookie);
-    }
-    connector::send(&TcpConnector, request.body(Bytes::new()).unwrap())
-        .await
-        .unwrap()
-}
-
-fn cookie(response: &connector::HttpResponse, name: &str) -> String {
-    response
-        .headers
-        .get_all("set-cookie")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .find(|v| v.starts_with(&format!("{name}=")))
-        .map(|v| v.split(';').next().unwrap().to_owned())
-        .unwrap_or_else(|| panic!("no {name} cookie"))
-}
-
-fn location(response: &connector::HttpResponse) -> String {
-    response.headers["location"].to_str().unwrap().to_owned()
-}
+use support::{next, served, Served as Setup, DOC_URL};
 
 async fn setup() -> Setup {
-    let github = FakeGitHub::new();
-    github.add_user("mona", 1001).add_repo("octo", "plans");
-    github.grant("octo", "plans", "mona", Permission::Write);
-    let mona = github.issue_token("mona");
-    let github_url = github.serve_tcp().await.unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let host = listener.local_addr().unwrap().to_string();
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
-    config.session_encryption_key = Some(Secret::new("44".repeat(32)));
-    config.github_api_url = github_url.clone();
-    config.github_web_url = github_url;
-    config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
-    config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
-    config.app_origin = format!("http://{host}");
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let running = app::start(
-        config,
-        Services {
-            store: store.clone(),
-            clock: Arc::new(SystemClock),
-            entropy: Arc::new(OsEntropy),
-            connector: Arc::new(TcpConnector),
-        },
-    )
-    .await
-    .unwrap();
-    let state = running.state().clone();
-    tokio::spawn(chopin_server::serve(
-        listener,
-        running.router(),
-        std::future::pending(),
-    ));
-    let doc = OsEntropy.uuid();
-    store
-        .create_document(&NewDocument {
-            id: doc,
-            repo_owner: "octo".into(),
-            repo_name: "plans".into(),
-            slug: "notes".into(),
-            title: "Notes".into(),
-            created_at_ms: 0,
-            parent_id: None,
-        })
-        .await
-        .unwrap();
-    // mona signs in (so her account has a live browser sign-in to attach with).
-    github.set_browser_user("mona");
-    let start = get(&format!("http://{host}/auth/github"), None).await;
-    let attempt = cookie(&start, "chopin_oauth");
-    let approve = get(&location(&start), None).await;
-    let done = get(&location(&approve), Some(&attempt)).await;
-    cookie(&done, "chopin_session");
-    Setup {
-        state,
-        github,
-        host,
-        mona,
-        doc,
-        store,
-        _running: running,
-        _dir: dir,
-    }
+    served().await
 }
 
 async fn attached_client(s: &Setup, features: &[&str]) -> AgentClient {
-    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
-    let mut client = connect(stream, &Upgrade::new(s.host.clone(), Some(&s.mona)))
-        .await
-        .unwrap();
-    let answer = client.attach(&s.doc.to_string(), features).await.unwrap();
-    assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
-    client
-}
-
-async fn next(client: &mut AgentClient) -> ServerMessage {
-    match tokio::time::timeout(std::time::Duration::from_secs(10), client.recv())
-        .await
-        .expect("a frame within 10 s")
-        .unwrap()
-    {
-        Event::Message(m) => m,
-        Event::Closed { code, reason } => panic!("closed {code} {reason}"),
-    }
+    s.attach(features).await
 }
 
 fn request(s: &Setup, text: &str) -> PlannerRequest {
     PlannerRequest {
         document: s.doc,
-        document_url: "/documents/octo/plans/notes".into(),
+        document_url: DOC_URL.into(),
         from_login: "mona".into(),
         text: text.into(),
     }

@@ -1,0 +1,155 @@
+//! An in-process server on a real loopback socket, for tests that need the whole stack: the
+//! fake GitHub (mona, a writer of octo/plans), the server over a `MemoryStore`, one document,
+//! mona signed in through the OAuth routes, and helpers to attach a scripted agent client.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
+use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_protocol::agent::ServerMessage;
+use chopin_server::clock::SystemClock;
+use chopin_server::config::{Config, Secret};
+use chopin_server::connector::{self, TcpConnector};
+use chopin_server::entropy::{Entropy, OsEntropy};
+use chopin_server::store::{MemoryStore, NewDocument, Store};
+use chopin_server::{app, AppState, Services};
+use uuid::Uuid;
+
+/// The document's canonical URL.
+pub const DOC_URL: &str = "/documents/octo/plans/notes";
+
+pub struct Served {
+    pub state: AppState,
+    pub github: FakeGitHub,
+    /// `127.0.0.1:<port>` of the server.
+    pub host: String,
+    /// mona's GitHub token.
+    pub mona: String,
+    pub doc: Uuid,
+    pub store: Arc<dyn Store>,
+    pub running: app::Running,
+    _dir: tempfile::TempDir,
+}
+
+async fn get(url: &str, cookie: Option<&str>) -> connector::HttpResponse {
+    let mut request = http::Request::get(url);
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    connector::send(&TcpConnector, request.body(Bytes::new()).unwrap())
+        .await
+        .unwrap()
+}
+
+fn cookie(response: &connector::HttpResponse, name: &str) -> String {
+    response
+        .headers
+        .get_all("set-cookie")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(|v| v.split(';').next().unwrap().to_owned())
+        .unwrap_or_else(|| panic!("no {name} cookie"))
+}
+
+fn location(response: &connector::HttpResponse) -> String {
+    response.headers["location"].to_str().unwrap().to_owned()
+}
+
+/// Starts everything; mona is signed in (her account has a live browser sign-in).
+pub async fn served() -> Served {
+    let github = FakeGitHub::new();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    let mona = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let host = listener.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
+    config.session_encryption_key = Some(Secret::new("44".repeat(32)));
+    config.github_api_url = github_url.clone();
+    config.github_web_url = github_url;
+    config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
+    config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
+    config.app_origin = format!("http://{host}");
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let running = app::start(
+        config,
+        Services {
+            store: store.clone(),
+            clock: Arc::new(SystemClock),
+            entropy: Arc::new(OsEntropy),
+            connector: Arc::new(TcpConnector),
+        },
+    )
+    .await
+    .unwrap();
+    let state = running.state().clone();
+    tokio::spawn(chopin_server::serve(
+        listener,
+        running.router(),
+        std::future::pending(),
+    ));
+    let doc = OsEntropy.uuid();
+    store
+        .create_document(&NewDocument {
+            id: doc,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "notes".into(),
+            title: "Notes".into(),
+            created_at_ms: 0,
+            parent_id: None,
+        })
+        .await
+        .unwrap();
+    github.set_browser_user("mona");
+    let start = get(&format!("http://{host}/auth/github"), None).await;
+    let attempt = cookie(&start, "chopin_oauth");
+    let approve = get(&location(&start), None).await;
+    let done = get(&location(&approve), Some(&attempt)).await;
+    cookie(&done, "chopin_session");
+    Served {
+        state,
+        github,
+        host,
+        mona,
+        doc,
+        store,
+        running,
+        _dir: dir,
+    }
+}
+
+impl Served {
+    /// mona's scripted agent client, attached to the document offering `features`.
+    pub async fn attach(&self, features: &[&str]) -> AgentClient {
+        let stream = tokio::net::TcpStream::connect(&self.host).await.unwrap();
+        let mut client = connect(stream, &Upgrade::new(self.host.clone(), Some(&self.mona)))
+            .await
+            .unwrap();
+        let answer = client
+            .attach(&self.doc.to_string(), features)
+            .await
+            .unwrap();
+        assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+        client
+    }
+}
+
+/// The client's next server message (at most 10 s away).
+pub async fn next(client: &mut AgentClient) -> ServerMessage {
+    match tokio::time::timeout(Duration::from_secs(10), client.recv())
+        .await
+        .expect("a frame within 10 s")
+        .unwrap()
+    {
+        Event::Message(m) => m,
+        Event::Closed { code, reason } => panic!("closed {code} {reason}"),
+    }
+}
