@@ -54,8 +54,7 @@ async fn run(database: Option<String>) {
     let home = tempfile::tempdir().unwrap();
     let port = free_port();
     let origin = format!("http://127.0.0.1:{port}");
-    let mut launch = Launch::hosted(port, &github_url)
-        .env("HOME", home.path().to_string_lossy());
+    let mut launch = Launch::hosted(port, &github_url).env("HOME", home.path().to_string_lossy());
     if let Some(url) = &database {
         launch = launch.env("DATABASE_URL", url.clone());
     }
