@@ -209,6 +209,7 @@ impl Turns {
             holder,
             reply: Mutex::new(String::new()),
         });
+        let prompt = with_context(state, document, &request, prompt).await;
         let turn = TurnRequest {
             instructions: INSTRUCTIONS.to_owned(),
             prompt,
@@ -252,6 +253,48 @@ impl Turns {
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
         self.lock().remove(&document);
     }
+}
+
+/// The prompt of a new session: the bounded Chat before the message (CTX-04, CTX-05), then the
+/// message. The message itself, if Chat saved it already, is not repeated.
+async fn with_context(
+    state: &AppState,
+    document: Uuid,
+    request: &PlannerRequest,
+    message: String,
+) -> String {
+    let Ok(bootstrap) = crate::chat::bootstrap(state, document).await else {
+        return message;
+    };
+    let mut entries = bootstrap.entries;
+    if entries.last().is_some_and(|e| {
+        e.kind == "member"
+            && e.author_login.as_deref() == Some(request.from_login.as_str())
+            && e.body == request.text
+    }) {
+        entries.pop();
+    }
+    if entries.is_empty() {
+        return message;
+    }
+    let mut out = String::from("Chat so far, oldest first");
+    if bootstrap.omitted > 0 {
+        out.push_str(&format!(
+            " ({} earlier messages left out)",
+            bootstrap.omitted
+        ));
+    }
+    out.push_str(":\n");
+    for e in &entries {
+        match (e.kind.as_str(), e.author_login.as_deref()) {
+            ("member", Some(login)) => out.push_str(&format!("@{login}: {}\n", e.body)),
+            ("planner", _) => out.push_str(&format!("chopin: {}\n", e.body)),
+            _ => out.push_str(&format!("(notice) {}\n", e.body)),
+        }
+    }
+    out.push_str("\nThe new message:\n");
+    out.push_str(&message);
+    out
 }
 
 const INSTRUCTIONS: &str = "You are chopin, the Planner of a collaborative Markdown document. \

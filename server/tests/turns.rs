@@ -347,3 +347,41 @@ async fn abort_with_a_client_that_never_answers_ends_the_turn_after_the_wait() {
         vec![("system".to_owned(), "chopin stopped.".to_owned())]
     );
 }
+
+/// CTX-05: a new session starts from the bounded transcript: the Chat before the message comes
+/// first in the prompt, then the message.
+#[tokio::test]
+async fn a_new_session_is_given_the_chat_before_the_message() {
+    use chopin_server::store::{NewTranscriptEntry, Store};
+    let s = setup().await;
+    for (login, body) in [
+        ("lisa", "We should plan the harbour survey."),
+        ("mona", "Agreed."),
+    ] {
+        s.store
+            .append_transcript(
+                s.doc,
+                &NewTranscriptEntry {
+                    author_login: Some(login.into()),
+                    kind: "member".into(),
+                    body: body.into(),
+                    created_at_ms: 0,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let mut client = attached_client(&s, &[]).await;
+    s.state
+        .turns
+        .request(&s.state, request(&s, "@chopin draft it"))
+        .await
+        .unwrap();
+    let (session, turn, _, prompt) = start_and_turn(&mut client).await;
+    assert_eq!(
+        prompt,
+        "Chat so far, oldest first:\n@lisa: We should plan the harbour survey.\n@mona: Agreed.\n\nThe new message:\n@mona: @chopin draft it"
+    );
+    end(&mut client, &turn, &session).await;
+    settle(&s).await;
+}
