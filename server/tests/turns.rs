@@ -352,7 +352,7 @@ async fn abort_with_a_client_that_never_answers_ends_the_turn_after_the_wait() {
 /// first in the prompt, then the message.
 #[tokio::test]
 async fn a_new_session_is_given_the_chat_before_the_message() {
-    use chopin_server::store::{NewTranscriptEntry, Store};
+    use chopin_server::store::NewTranscriptEntry;
     let s = setup().await;
     for (login, body) in [
         ("lisa", "We should plan the harbour survey."),
