@@ -329,6 +329,40 @@ fn host_tools() -> Vec<ToolSpec> {
                 "additionalProperties": false
             }),
         },
+        ToolSpec {
+            name: "list_children".to_owned(),
+            description: "List this document's own child documents (id, title, url, revision).".to_owned(),
+            input_schema: serde_json::json!({ "type": "object", "properties": {}, "additionalProperties": false }),
+        },
+        ToolSpec {
+            name: "read_child".to_owned(),
+            description: "Read one of this document's children like read_plan; next: names the child.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "child": { "type": "string" },
+                    "offset": { "type": "integer", "minimum": 1 },
+                    "limit": { "type": "integer", "minimum": 1 },
+                    "column": { "type": "integer", "minimum": 1 }
+                },
+                "required": ["child"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSpec {
+            name: "edit_child".to_owned(),
+            description: "edit_plan on one of this document's children, against the revision you read.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "child": { "type": "string" },
+                    "revision": { "type": "integer", "minimum": 0 },
+                    "ops": { "type": "array" }
+                },
+                "required": ["child", "revision", "ops"],
+                "additionalProperties": false
+            }),
+        },
     ]
 }
 
@@ -398,6 +432,14 @@ impl TurnHost for PlannerHost {
         match name {
             "read_plan" => self.read_plan(input).await,
             "edit_plan" => self.edit_plan(input).await,
+            "list_children" => {
+                match crate::children::list_children(&self.state, self.document).await {
+                    Ok(v) => HostToolResult::ok(v),
+                    Err(e) => HostToolResult::error(e.to_string()),
+                }
+            }
+            "read_child" => self.read_child(input).await,
+            "edit_child" => self.edit_child(input).await,
             other => HostToolResult::error(format!("unknown host tool {other:?}")),
         }
     }
@@ -412,7 +454,53 @@ impl TurnHost for PlannerHost {
     }
 }
 
+/// `read_child` / `edit_child` arguments: the child, then the tool's own arguments.
+fn child_and_rest(mut input: Value) -> Result<(String, Value), String> {
+    let child = input
+        .as_object_mut()
+        .and_then(|o| o.remove("child"))
+        .and_then(|c| c.as_str().map(str::to_owned))
+        .ok_or_else(|| {
+            "missing \"child\": the id of one of this document's children (see list_children)"
+                .to_owned()
+        })?;
+    Ok((child, input))
+}
+
 impl PlannerHost {
+    async fn read_child(&self, input: Value) -> HostToolResult {
+        let (child, rest) = match child_and_rest(input) {
+            Ok(v) => v,
+            Err(e) => return HostToolResult::error(e),
+        };
+        let args: ReadArgs = match serde_json::from_value(rest) {
+            Ok(a) => a,
+            Err(e) => return HostToolResult::error(format!("invalid read_child arguments: {e}")),
+        };
+        match crate::children::read_child(&self.state, self.document, &child, &args).await {
+            Ok(text) => HostToolResult::ok(Value::String(text)),
+            Err(e) => HostToolResult::error(e.to_string()),
+        }
+    }
+
+    async fn edit_child(&self, input: Value) -> HostToolResult {
+        let (child, rest) = match child_and_rest(input) {
+            Ok(v) => v,
+            Err(e) => return HostToolResult::error(e),
+        };
+        let batch = match chopin_document::edit::parse_batch(&rest) {
+            Ok(b) => b,
+            Err(e) => return HostToolResult::error(e.to_string()),
+        };
+        match crate::children::edit_child(&self.state, self.document, &child, &batch).await {
+            Ok(result) => match serde_json::to_value(&result) {
+                Ok(v) => HostToolResult::ok(v),
+                Err(e) => HostToolResult::error(e.to_string()),
+            },
+            Err(e) => HostToolResult::error(e.to_string()),
+        }
+    }
+
     async fn read_plan(&self, input: Value) -> HostToolResult {
         let args: ReadArgs = match serde_json::from_value(input) {
             Ok(a) => a,

@@ -138,7 +138,13 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
     let (session, turn, tools, prompt) = start_and_turn(&mut client).await;
     assert_eq!(
         tools,
-        vec!["read_plan", "edit_plan"],
+        vec![
+            "read_plan",
+            "edit_plan",
+            "list_children",
+            "read_child",
+            "edit_child"
+        ],
         "only host tools are offered"
     );
     assert_eq!(prompt, "@mona: @chopin add a heading");
