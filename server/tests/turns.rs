@@ -155,6 +155,10 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
         read["output"].as_str().unwrap().contains("revision: 0"),
         "{read}"
     );
+    let children = call(&mut client, &turn, "c0", "list_children", json!({})).await;
+    assert_eq!(children["output"], json!({ "children": [] }), "{children}");
+    let missing = call(&mut client, &turn, "c00", "read_child", json!({})).await;
+    assert_eq!(missing["isError"], true, "a child is required: {missing}");
     let edit = call(
         &mut client,
         &turn,
