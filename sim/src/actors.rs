@@ -3,18 +3,27 @@
 //! commands from the test and keeping a log of what it saw with the simulated time.
 //!
 //! Owns: signing in through the server's real OAuth routes and the fake GitHub host; the agent
-//! actor (connect, attach on command, answer pings while reading, detach, close, go silent); the
-//! browser actor (room socket, every `session:planner` it hears). Does not own: the wire clients
+//! actor (connect, attach on command — with features, answer pings while reading, detach, close,
+//! go silent — and play queued [`TurnScript`]s against the server's `start`/`turn` frames, logging
+//! every server frame it receives and every frame it sends); the browser actor (room socket,
+//! every JSON message it hears, `chat:send` on command). Does not own: the wire clients
 //! themselves (`chopin_fixtures::agent`, `chopin_fixtures::browser`) or the server.
 
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use chopin_fixtures::agent::{self, AgentClient, Event as WireEvent, Upgrade};
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
-use chopin_protocol::agent::ServerMessage;
+use chopin_protocol::agent::{
+    ClientMessage, Feature, HostToolCall, OfferedFeature, Part, PartMessage, ServerMessage,
+    Started, TextPart, TurnEnd, TurnStatus,
+};
 use chopin_server::connector;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::net::TurmoilConnector;
@@ -56,14 +65,122 @@ pub enum AgentEvent {
         code: u16,
         reason: String,
     },
+    /// Any other server frame (`start`, `turn`, `steer`, `host-tool-result`, `abort`,
+    /// `destroy`, …): its `type`, and `detail` — see [`frame_detail`] for what each carries.
+    Frame {
+        at_ms: u64,
+        kind: String,
+        detail: String,
+    },
+    /// A frame a turn script sent (`started`, `host-tool-call`, `part`, `turn-end`), with the
+    /// same kind of detail.
+    Sent {
+        at_ms: u64,
+        kind: String,
+        detail: String,
+    },
+    /// A `Drop` step closed the TCP connection without a close frame; the actor has ended.
+    Dropped { at_ms: u64 },
     /// Anything else that went wrong on the actor's side.
     Failed { at_ms: u64, what: String },
+}
+
+/// One step of a [`TurnScript`]. Steps run in order; a step that waits for the server blocks the
+/// ones after it (the actor keeps reading and answering pings meanwhile). Steps that speak in a
+/// turn (`HostToolCall`, `Text`, `End`) first wait for the `turn` frame of the session the script
+/// started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "step", rename_all = "kebab-case")]
+pub enum TurnStep {
+    /// Answer the next unanswered `start` (received before or after) with `started`.
+    Started,
+    /// Wait for the `turn` frame of the started session.
+    AwaitTurn,
+    /// Send `host-tool-call` and wait for its `host-tool-result` (logged as a `Frame`).
+    HostToolCall { name: String, input: Value },
+    /// Send a text `part`.
+    Text { text: String },
+    /// Wait until `count` more `steer` frames have arrived (each is logged as it arrives).
+    AwaitSteers { count: usize },
+    /// Send `turn-end` with `status`.
+    End { status: TurnStatus },
+    /// From now on, for the actor's whole life, never answer an `abort` (by default the actor
+    /// answers it with `turn-end` `aborted` and drops the rest of the current script).
+    IgnoreAbort,
+    /// Wait `ms` of simulated time (reading meanwhile).
+    Sleep { ms: u64 },
+    /// Close the TCP connection without a close frame (drop the client); the actor ends.
+    Drop,
+}
+
+/// A turn as an agent client plays it: steps run in order (see [`TurnStep`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TurnScript {
+    pub steps: Vec<TurnStep>,
+}
+
+impl TurnScript {
+    pub fn new() -> Self {
+        TurnScript::default()
+    }
+
+    /// Answer the next `start`.
+    pub fn started(mut self) -> Self {
+        self.steps.push(TurnStep::Started);
+        self
+    }
+
+    pub fn await_turn(mut self) -> Self {
+        self.steps.push(TurnStep::AwaitTurn);
+        self
+    }
+
+    pub fn host_tool_call(mut self, name: &str, input: Value) -> Self {
+        self.steps.push(TurnStep::HostToolCall {
+            name: name.to_owned(),
+            input,
+        });
+        self
+    }
+
+    pub fn text(mut self, text: &str) -> Self {
+        self.steps.push(TurnStep::Text {
+            text: text.to_owned(),
+        });
+        self
+    }
+
+    pub fn await_steers(mut self, count: usize) -> Self {
+        self.steps.push(TurnStep::AwaitSteers { count });
+        self
+    }
+
+    pub fn end(mut self, status: TurnStatus) -> Self {
+        self.steps.push(TurnStep::End { status });
+        self
+    }
+
+    pub fn ignore_abort(mut self) -> Self {
+        self.steps.push(TurnStep::IgnoreAbort);
+        self
+    }
+
+    pub fn sleep(mut self, ms: u64) -> Self {
+        self.steps.push(TurnStep::Sleep { ms });
+        self
+    }
+
+    pub fn drop_link(mut self) -> Self {
+        self.steps.push(TurnStep::Drop);
+        self
+    }
 }
 
 /// A command to an agent actor.
 #[derive(Debug, Clone)]
 enum AgentCommand {
-    Attach(String),
+    Attach(String, Vec<String>),
+    Script(TurnScript),
     Detach,
     Close,
     /// Stop reading (so no pong is sent) without closing.
@@ -95,9 +212,60 @@ impl Agent {
 
     /// Sends `attach` (version 1) for `document` at the actor's next turn.
     pub fn attach(&self, document: &str) {
-        let _ = self
-            .commands
-            .send(AgentCommand::Attach(document.to_owned()));
+        self.attach_with_features(document, &[]);
+    }
+
+    /// Sends `attach` (version 1) for `document` offering `features` by wire name (e.g.
+    /// `"steer-turn"`; unknown names are sent as given).
+    pub fn attach_with_features(&self, document: &str, features: &[&str]) {
+        let _ = self.commands.send(AgentCommand::Attach(
+            document.to_owned(),
+            features.iter().map(|f| (*f).to_owned()).collect(),
+        ));
+    }
+
+    /// Queues `script`; it runs after the scripts queued before it have ended.
+    pub fn script(&self, script: TurnScript) {
+        let _ = self.commands.send(AgentCommand::Script(script));
+    }
+
+    /// Every server frame logged as [`AgentEvent::Frame`], as `(at_ms, kind, detail)`.
+    pub fn frames(&self) -> Vec<(u64, String, String)> {
+        self.lock()
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Frame {
+                    at_ms,
+                    kind,
+                    detail,
+                } => Some((*at_ms, kind.clone(), detail.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The server frames of `type` `kind`, as `(at_ms, detail)`.
+    pub fn frames_of(&self, kind: &str) -> Vec<(u64, String)> {
+        self.frames()
+            .into_iter()
+            .filter(|(_, k, _)| k == kind)
+            .map(|(at, _, detail)| (at, detail))
+            .collect()
+    }
+
+    /// Every frame the actor's scripts sent, as `(at_ms, kind, detail)`.
+    pub fn sent(&self) -> Vec<(u64, String, String)> {
+        self.lock()
+            .iter()
+            .filter_map(|e| match e {
+                AgentEvent::Sent {
+                    at_ms,
+                    kind,
+                    detail,
+                } => Some((*at_ms, kind.clone(), detail.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     pub fn detach(&self) {
@@ -144,14 +312,49 @@ pub struct Heard {
     pub message: Value,
 }
 
+/// A command to a browser actor.
+#[derive(Debug, Clone)]
+enum BrowserCommand {
+    SendChat { request_id: String, text: String },
+}
+
 /// Handle of a browser actor in a room.
 #[derive(Clone)]
 pub struct Browser {
     pub name: String,
     log: Arc<Mutex<Vec<Heard>>>,
+    commands: mpsc::UnboundedSender<BrowserCommand>,
 }
 
 impl Browser {
+    /// Sends `{"type":"chat:send","requestId","text"}` on the room socket at the actor's next
+    /// turn; the answer (`chat:ack` / `chat:refused`) is heard like everything else.
+    pub fn send_chat(&self, request_id: &str, text: &str) {
+        let _ = self.commands.send(BrowserCommand::SendChat {
+            request_id: request_id.to_owned(),
+            text: text.to_owned(),
+        });
+    }
+
+    /// The answers (`chat:ack` or `chat:refused`) heard for `request_id`, in order.
+    pub fn replies(&self, request_id: &str) -> Vec<Heard> {
+        self.heard()
+            .into_iter()
+            .filter(|h| {
+                (h.message["type"] == "chat:ack" || h.message["type"] == "chat:refused")
+                    && h.message["requestId"] == request_id
+            })
+            .collect()
+    }
+
+    /// The `chat:message` frames heard, in order.
+    pub fn chat_messages(&self) -> Vec<Heard> {
+        self.heard()
+            .into_iter()
+            .filter(|h| h.message["type"] == "chat:message")
+            .collect()
+    }
+
     /// Every JSON message heard so far.
     pub fn heard(&self) -> Vec<Heard> {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
@@ -218,9 +421,11 @@ impl World {
     /// `cookie`; it records every JSON message it hears.
     pub fn browser(&mut self, name: &str, cookie: &str, document_id: &str) -> Browser {
         let log = Arc::new(Mutex::new(Vec::new()));
+        let (commands, mut rx) = mpsc::unbounded_channel();
         let browser = Browser {
             name: name.to_owned(),
             log: log.clone(),
+            commands,
         };
         let path = format!("/api/documents/{document_id}/room");
         let (cookie, recorder, host) = (cookie.to_owned(), self.recorder(), name.to_owned());
@@ -235,22 +440,44 @@ impl World {
             )
             .await
             .map_err(|e| format!("room connect: {e}"))?;
+            let mut commanded = true;
             loop {
-                match socket.recv_json().await {
-                    Ok(BrowserEvent::Json(message)) => {
-                        recorder.record_in_host(
-                            &host,
-                            Event::Actor {
-                                what: format!("heard {message}"),
-                            },
-                        );
-                        log.lock().unwrap_or_else(|e| e.into_inner()).push(Heard {
-                            at_ms: now_ms(),
-                            message,
-                        });
-                    }
-                    Ok(BrowserEvent::Binary(_)) => {}
-                    Ok(BrowserEvent::Closed { .. }) | Err(_) => return Ok(()),
+                tokio::select! {
+                    command = rx.recv(), if commanded => match command {
+                        None => commanded = false,
+                        Some(BrowserCommand::SendChat { request_id, text }) => {
+                            let frame = json!({
+                                "type": "chat:send",
+                                "requestId": request_id,
+                                "text": text,
+                            });
+                            recorder.record_in_host(
+                                &host,
+                                Event::Actor {
+                                    what: format!("sent {frame}"),
+                                },
+                            );
+                            if socket.send_json(&frame).await.is_err() {
+                                return Ok(());
+                            }
+                        }
+                    },
+                    event = socket.recv_json() => match event {
+                        Ok(BrowserEvent::Json(message)) => {
+                            recorder.record_in_host(
+                                &host,
+                                Event::Actor {
+                                    what: format!("heard {message}"),
+                                },
+                            );
+                            log.lock().unwrap_or_else(|e| e.into_inner()).push(Heard {
+                                at_ms: now_ms(),
+                                message,
+                            });
+                        }
+                        Ok(BrowserEvent::Binary(_)) => {}
+                        Ok(BrowserEvent::Closed { .. }) | Err(_) => return Ok(()),
+                    },
                 }
             }
         });
@@ -300,6 +527,280 @@ async fn sign_in_flow() -> Result<String, String> {
     let callback = get(&location(&approve)?, Some(&attempt)).await?;
     cookie_pair(&callback, "chopin_session")
 }
+/// How many characters of a host tool's output a frame's detail keeps.
+const DETAIL_OUTPUT_MAX_CHARS: usize = 300;
+
+fn clip(text: &str) -> String {
+    if text.chars().count() <= DETAIL_OUTPUT_MAX_CHARS {
+        text.to_owned()
+    } else {
+        let head: String = text.chars().take(DETAIL_OUTPUT_MAX_CHARS).collect();
+        format!("{head}…")
+    }
+}
+
+/// What an [`AgentEvent::Frame`] says about a server frame: `start` / `destroy` → the session id;
+/// `turn` → `<turnId> <prompt>`; `steer` → its text; `host-tool-result` →
+/// `<callId> isError=<bool> <output>` (a string output unquoted, at most 300 characters);
+/// `abort` → the turn id; anything else → its JSON.
+pub fn frame_detail(message: &ServerMessage) -> String {
+    match message {
+        ServerMessage::Start(s) => s.session_id.clone(),
+        ServerMessage::Destroy(d) => d.session_id.clone(),
+        ServerMessage::Turn(t) => format!("{} {}", t.turn_id, t.prompt),
+        ServerMessage::Steer(s) => s.text.clone(),
+        ServerMessage::Abort(a) => a.turn_id.clone(),
+        ServerMessage::HostToolResult(r) => {
+            let output = match &r.output {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            format!("{} isError={} {}", r.call_id, r.is_error, clip(&output))
+        }
+        other => clip(&chopin_protocol::agent::encode(other)),
+    }
+}
+
+/// Where the agent actor is in its queue of turn scripts.
+#[derive(Default)]
+struct Scripts {
+    queue: VecDeque<TurnScript>,
+    /// Index of the next step of `queue.front()`.
+    step: usize,
+    /// `start` frames not answered yet, oldest first.
+    starts: VecDeque<String>,
+    /// The session the current script answered `started` for.
+    session: Option<String>,
+    /// Turn ids by session, from `turn` frames.
+    turns: BTreeMap<String, String>,
+    /// The call the current `HostToolCall` step waits for.
+    awaiting_call: Option<String>,
+    /// Call ids whose `host-tool-result` arrived.
+    results: BTreeSet<String>,
+    calls: u64,
+    steers_seen: usize,
+    steers_used: usize,
+    /// The current `Sleep` step's timer, once armed.
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    slept: bool,
+    ignore_abort: bool,
+}
+
+impl Scripts {
+    fn current_turn(&self) -> Option<String> {
+        self.session
+            .as_ref()
+            .and_then(|s| self.turns.get(s))
+            .cloned()
+    }
+
+    /// The current script's step was done: move on (and to the next script at the end).
+    fn next_step(&mut self) {
+        self.step += 1;
+        if self
+            .queue
+            .front()
+            .is_some_and(|script| self.step >= script.steps.len())
+        {
+            self.end_script();
+        }
+    }
+
+    fn end_script(&mut self) {
+        self.queue.pop_front();
+        self.step = 0;
+        self.session = None;
+        self.awaiting_call = None;
+        self.sleep = None;
+        self.slept = false;
+    }
+}
+
+/// What running the scripts as far as they go ended with.
+enum Pumped {
+    Blocked,
+    Dropped,
+}
+
+struct AgentActor {
+    host: String,
+    log: Arc<Mutex<Vec<AgentEvent>>>,
+    recorder: Recorder,
+    scripts: Scripts,
+}
+
+impl AgentActor {
+    fn note(&self, event: AgentEvent) {
+        self.recorder.record_in_host(
+            &self.host,
+            Event::Actor {
+                what: format!("{event:?}"),
+            },
+        );
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
+    }
+
+    async fn send(&self, client: &mut AgentClient, message: ClientMessage, detail: String) {
+        let kind = message.type_name().to_owned();
+        match client.send(&message).await {
+            Ok(()) => self.note(AgentEvent::Sent {
+                at_ms: now_ms(),
+                kind,
+                detail,
+            }),
+            Err(e) => self.note(AgentEvent::Failed {
+                at_ms: now_ms(),
+                what: format!("send {kind}: {e}"),
+            }),
+        }
+    }
+
+    /// Takes note of a frame the scripts may be waiting for; answers `abort` unless told not to.
+    async fn heard(&mut self, client: &mut AgentClient, message: ServerMessage) {
+        self.note(AgentEvent::Frame {
+            at_ms: now_ms(),
+            kind: message.type_name().to_owned(),
+            detail: frame_detail(&message),
+        });
+        let s = &mut self.scripts;
+        match message {
+            ServerMessage::Start(start) => s.starts.push_back(start.session_id),
+            ServerMessage::Turn(turn) => {
+                s.turns.insert(turn.session_id, turn.turn_id);
+            }
+            ServerMessage::HostToolResult(result) => {
+                s.results.insert(result.call_id);
+            }
+            ServerMessage::Steer(_) => s.steers_seen += 1,
+            ServerMessage::Abort(abort) if !s.ignore_abort => {
+                if s.current_turn().as_deref() == Some(abort.turn_id.as_str()) {
+                    s.end_script();
+                }
+                let end = ClientMessage::TurnEnd(TurnEnd {
+                    turn_id: abort.turn_id.clone(),
+                    status: TurnStatus::Aborted,
+                    output: None,
+                    message: None,
+                });
+                self.send(client, end, format!("{} aborted", abort.turn_id))
+                    .await;
+            }
+            _ => {}
+        }
+    }
+
+    /// Runs script steps until one has to wait (or a `Drop` ends the actor).
+    async fn pump(&mut self, client: &mut AgentClient) -> Pumped {
+        loop {
+            let Some(step) = self
+                .scripts
+                .queue
+                .front()
+                .and_then(|script| script.steps.get(self.scripts.step))
+                .cloned()
+            else {
+                if self.scripts.queue.pop_front().is_some() {
+                    // An empty script.
+                    continue;
+                }
+                return Pumped::Blocked;
+            };
+            let s = &mut self.scripts;
+            let needs_turn = matches!(
+                step,
+                TurnStep::HostToolCall { .. } | TurnStep::Text { .. } | TurnStep::End { .. }
+            ) && s.awaiting_call.is_none();
+            let turn = s.current_turn();
+            if needs_turn && turn.is_none() {
+                return Pumped::Blocked;
+            }
+            let turn = turn.unwrap_or_default();
+            match step {
+                TurnStep::Started => {
+                    let Some(session) = s.starts.pop_front() else {
+                        return Pumped::Blocked;
+                    };
+                    s.session = Some(session.clone());
+                    let started = ClientMessage::Started(Started {
+                        session_id: session.clone(),
+                    });
+                    self.send(client, started, session).await;
+                }
+                TurnStep::AwaitTurn => {
+                    if turn.is_empty() {
+                        return Pumped::Blocked;
+                    }
+                }
+                TurnStep::HostToolCall { name, input } => match s.awaiting_call.clone() {
+                    None => {
+                        s.calls += 1;
+                        let call_id = format!("call-{}", s.calls);
+                        s.awaiting_call = Some(call_id.clone());
+                        let call = ClientMessage::HostToolCall(HostToolCall {
+                            turn_id: turn,
+                            call_id: call_id.clone(),
+                            name: name.clone(),
+                            input,
+                        });
+                        self.send(client, call, format!("{call_id} {name}")).await;
+                        continue;
+                    }
+                    Some(call_id) if s.results.contains(&call_id) => s.awaiting_call = None,
+                    Some(_) => return Pumped::Blocked,
+                },
+                TurnStep::Text { text } => {
+                    let part = ClientMessage::Part(PartMessage {
+                        turn_id: turn,
+                        part: Part::Text(TextPart { text: text.clone() }),
+                    });
+                    self.send(client, part, text).await;
+                }
+                TurnStep::AwaitSteers { count } => {
+                    if s.steers_seen - s.steers_used < count {
+                        return Pumped::Blocked;
+                    }
+                    s.steers_used += count;
+                }
+                TurnStep::End { status } => {
+                    let end = ClientMessage::TurnEnd(TurnEnd {
+                        turn_id: turn.clone(),
+                        status,
+                        output: None,
+                        message: (status == TurnStatus::Failed)
+                            .then(|| "the script ended the turn as failed".to_owned()),
+                    });
+                    self.send(client, end, format!("{turn} {status:?}")).await;
+                }
+                TurnStep::IgnoreAbort => s.ignore_abort = true,
+                TurnStep::Sleep { ms } => {
+                    if s.slept {
+                        s.slept = false;
+                    } else {
+                        if s.sleep.is_none() {
+                            s.sleep = Some(Box::pin(tokio::time::sleep(Duration::from_millis(ms))));
+                        }
+                        return Pumped::Blocked;
+                    }
+                }
+                TurnStep::Drop => {
+                    self.note(AgentEvent::Dropped { at_ms: now_ms() });
+                    return Pumped::Dropped;
+                }
+            }
+            self.scripts.next_step();
+        }
+    }
+}
+
+async fn sleeping(sleep: &mut Option<Pin<Box<tokio::time::Sleep>>>) {
+    match sleep.as_mut() {
+        Some(sleep) => sleep.await,
+        None => std::future::pending().await,
+    }
+}
 
 async fn run_agent(
     host: String,
@@ -308,19 +809,16 @@ async fn run_agent(
     log: Arc<Mutex<Vec<AgentEvent>>>,
     recorder: Recorder,
 ) {
-    let note = |event: AgentEvent| {
-        recorder.record_in_host(
-            &host,
-            Event::Actor {
-                what: format!("{event:?}"),
-            },
-        );
-        log.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+    let mut actor = AgentActor {
+        host,
+        log,
+        recorder,
+        scripts: Scripts::default(),
     };
     let stream = match turmoil::net::TcpStream::connect((SERVER_HOST, SERVER_PORT)).await {
         Ok(s) => s,
         Err(e) => {
-            return note(AgentEvent::Failed {
+            return actor.note(AgentEvent::Failed {
                 at_ms: now_ms(),
                 what: format!("connect: {e}"),
             })
@@ -330,23 +828,28 @@ async fn run_agent(
         match agent::connect(stream, &Upgrade::new(server_authority(), Some(&token))).await {
             Ok(c) => c,
             Err(agent::ConnectError::Refused { status, .. }) => {
-                return note(AgentEvent::UpgradeRefused {
+                return actor.note(AgentEvent::UpgradeRefused {
                     at_ms: now_ms(),
                     status,
                 })
             }
             Err(e) => {
-                return note(AgentEvent::Failed {
+                return actor.note(AgentEvent::Failed {
                     at_ms: now_ms(),
                     what: format!("upgrade: {e}"),
                 })
             }
         };
-    note(AgentEvent::Connected { at_ms: now_ms() });
+    actor.note(AgentEvent::Connected { at_ms: now_ms() });
     let mut reading = true;
     // Dropping every handle stops the commands, not the client.
     let mut commanded = true;
     loop {
+        if let Pumped::Dropped = actor.pump(&mut client).await {
+            // Dropping the client closes the TCP connection without a close frame.
+            drop(client);
+            return;
+        }
         tokio::select! {
             command = commands.recv(), if commanded => match command {
                 None => {
@@ -355,20 +858,27 @@ async fn run_agent(
                         return;
                     }
                 }
-                Some(AgentCommand::Attach(document)) => {
-                    note(AgentEvent::AttachSent { at_ms: now_ms() });
-                    let attach = chopin_protocol::agent::ClientMessage::Attach(
+                Some(AgentCommand::Attach(document, features)) => {
+                    actor.note(AgentEvent::AttachSent { at_ms: now_ms() });
+                    let attach = ClientMessage::Attach(
                         chopin_protocol::agent::Attach {
                             version: chopin_protocol::agent::AGENT_PROTOCOL_VERSION,
                             document,
                             checkout: None,
-                            features: Vec::new(),
+                            features: features
+                                .iter()
+                                .map(|name| match Feature::from_name(name) {
+                                    Some(feature) => OfferedFeature::Known(feature),
+                                    None => OfferedFeature::Unknown(name.clone()),
+                                })
+                                .collect(),
                         },
                     );
                     if let Err(e) = client.send(&attach).await {
-                        note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send attach: {e}") });
+                        actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send attach: {e}") });
                     }
                 }
+                Some(AgentCommand::Script(script)) => actor.scripts.queue.push_back(script),
                 Some(AgentCommand::Detach) => {
                     let _ = client.detach().await;
                 }
@@ -378,30 +888,31 @@ async fn run_agent(
                 }
                 Some(AgentCommand::Silence) => reading = false,
             },
+            () = sleeping(&mut actor.scripts.sleep), if actor.scripts.sleep.is_some() => {
+                actor.scripts.sleep = None;
+                actor.scripts.slept = true;
+            }
             event = client.recv(), if reading => match event {
-                Ok(WireEvent::Message(ServerMessage::Attached(a))) => note(AgentEvent::Attached {
+                Ok(WireEvent::Message(ServerMessage::Attached(a))) => actor.note(AgentEvent::Attached {
                     at_ms: now_ms(),
                     login: a.login,
                     generation: a.generation.map_or(-1, |g| g as i64),
                 }),
-                Ok(WireEvent::Message(ServerMessage::Refused(r))) => note(AgentEvent::Refused {
+                Ok(WireEvent::Message(ServerMessage::Refused(r))) => actor.note(AgentEvent::Refused {
                     at_ms: now_ms(),
                     reason: r.reason.as_str().to_owned(),
                     holder: r.holder,
                 }),
-                Ok(WireEvent::Message(ServerMessage::Error(e))) => note(AgentEvent::Error {
+                Ok(WireEvent::Message(ServerMessage::Error(e))) => actor.note(AgentEvent::Error {
                     at_ms: now_ms(),
                     code: e.code.as_str().to_owned(),
                 }),
-                Ok(WireEvent::Message(other)) => note(AgentEvent::Failed {
-                    at_ms: now_ms(),
-                    what: format!("unexpected {}", other.type_name()),
-                }),
+                Ok(WireEvent::Message(other)) => actor.heard(&mut client, other).await,
                 Ok(WireEvent::Closed { code, reason }) => {
-                    return note(AgentEvent::Closed { at_ms: now_ms(), code, reason });
+                    return actor.note(AgentEvent::Closed { at_ms: now_ms(), code, reason });
                 }
                 Err(e) => {
-                    return note(AgentEvent::Failed { at_ms: now_ms(), what: e.to_string() });
+                    return actor.note(AgentEvent::Failed { at_ms: now_ms(), what: e.to_string() });
                 }
             },
         }

@@ -13,7 +13,8 @@
 //! - [`net`]: the inbound and outbound socket seams over turmoil TCP.
 //! - [`clock`]: simulated wall-clock time (a fixed epoch plus simulated elapsed time).
 //! - [`world`]: the world, its steps and expectations, and the trace.
-//! - [`actors`]: scripted browsers (sign-in, room presence) and agent clients on their own hosts.
+//! - [`actors`]: scripted browsers (sign-in, room presence, Chat sends) and agent clients (attach,
+//!   turn scripts) on their own hosts.
 //!
 //! Determinism rests on `--cfg tokio_unstable` (the workspace's `.cargo/config.toml`), under
 //! which turmoil seeds each host's tokio scheduler from the simulation seed; this crate refuses to
@@ -24,7 +25,7 @@ pub mod clock;
 pub mod net;
 pub mod world;
 
-pub use actors::{Agent, AgentEvent, Browser, Heard};
+pub use actors::{frame_detail, Agent, AgentEvent, Browser, Heard, TurnScript, TurnStep};
 pub use clock::{SimClock, SIM_EPOCH_MS};
 pub use net::{TurmoilConnector, TurmoilListener};
 pub use world::{

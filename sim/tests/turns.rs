@@ -1,0 +1,579 @@
+//! Planner turns in the simulator: the real router on simulated TCP, people in the room socket
+//! sending Chat (browser actors), a scripted agent client playing the turn (agent actor with
+//! [`TurnScript`]s), the fake GitHub as a host and the in-memory store. The same behaviours as
+//! `server/tests/turns.rs`, here end to end through the room socket and at simulated-millisecond
+//! precision.
+
+use chopin_fixtures::github::Permission;
+use chopin_protocol::agent::TurnStatus;
+use chopin_server::store::{NewDocument, Store};
+use chopin_server::turns::PASSING_WORDS;
+use chopin_sim::{
+    Agent, AgentEvent, Browser, Heard, Step, TurnScript, World, WorldOptions, SIM_EPOCH_MS,
+};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+/// RT-09 ruling: "`abort` waits at most 5 s for `turn-end`".
+const ABORT_WAIT_MS: u64 = 5_000;
+/// The server caches a token's repository access for 30 s; a step longer than that sees GitHub
+/// again.
+const REPO_ACCESS_CACHE_MS: u64 = 30_000;
+/// The simulated network's one-way latency in these scenarios.
+const LATENCY_MS: u64 = 1;
+
+struct Setup {
+    world: World,
+    doc: Uuid,
+    mona: String,
+    mona_cookie: String,
+    lisa_cookie: String,
+}
+
+fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+/// A world with the server up, mona (write) and lisa (admin) of octo/plans signed in, hubot a
+/// reader, and one document.
+fn setup(seed: u64) -> Setup {
+    let mut world = World::with_options(
+        seed,
+        WorldOptions {
+            fixed_latency_ms: Some(LATENCY_MS),
+            configure: None,
+        },
+    );
+    let github = world.github().clone();
+    github
+        .add_user("mona", 1001)
+        .add_user("lisa", 1002)
+        .add_user("hubot", 1003);
+    github.add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    github.grant("octo", "plans", "lisa", Permission::Admin);
+    github.grant("octo", "plans", "hubot", Permission::Read);
+    let mona = github.issue_token("mona");
+    let doc = Uuid::from_u128(0x5eed);
+    block_on(world.store().create_document(&NewDocument {
+        id: doc,
+        repo_owner: "octo".into(),
+        repo_name: "plans".into(),
+        slug: "field-notes".into(),
+        title: "Field notes".into(),
+        created_at_ms: SIM_EPOCH_MS,
+        parent_id: None,
+    }))
+    .unwrap();
+    world
+        .apply(&Step::AwaitServer { within_ms: 1_000 })
+        .unwrap();
+    let mona_cookie = world.sign_in("mona").unwrap();
+    let lisa_cookie = world.sign_in("lisa").unwrap();
+    Setup {
+        world,
+        doc,
+        mona,
+        mona_cookie,
+        lisa_cookie,
+    }
+}
+
+fn until(world: &mut World, within_ms: u64, what: &str, done: impl Fn() -> bool) {
+    world
+        .advance_until(within_ms, what, move |_| done())
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+/// A browser actor in the document's room, once it has heard the room's first message.
+fn join(world: &mut World, name: &str, cookie: &str, doc: Uuid) -> Browser {
+    let browser = world.browser(name, cookie, &doc.to_string());
+    let b = browser.clone();
+    until(
+        world,
+        5_000,
+        &format!("{name} joined the room"),
+        move || !b.heard().is_empty(),
+    );
+    browser
+}
+
+/// A fresh agent actor attached to `doc` offering `features`.
+fn attach(world: &mut World, name: &str, token: &str, doc: Uuid, features: &[&str]) -> Agent {
+    let agent = world.agent(name, token);
+    let a = agent.clone();
+    until(world, 5_000, "agent connected", move || {
+        a.log()
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Connected { .. }))
+    });
+    agent.attach_with_features(&doc.to_string(), features);
+    let a = agent.clone();
+    until(world, 5_000, "attach answered", move || {
+        a.answer().is_some()
+    });
+    assert!(
+        matches!(agent.answer(), Some(Ok(_))),
+        "{name} attached: {:?}",
+        agent.answer()
+    );
+    agent
+}
+
+/// Sends a Chat message from `browser` and waits for its answer (`chat:ack` / `chat:refused`).
+fn say(world: &mut World, browser: &Browser, request_id: &str, text: &str) -> Value {
+    let before = browser.replies(request_id).len();
+    browser.send_chat(request_id, text);
+    let b = browser.clone();
+    let id = request_id.to_owned();
+    until(
+        world,
+        5_000,
+        &format!("an answer to {request_id}"),
+        move || b.replies(&id).len() > before,
+    );
+    browser.replies(request_id)[before].message.clone()
+}
+
+/// Waits for the first server frame of `kind` after the first `skip` of them; returns
+/// `(at_ms, detail)`.
+fn wait_frame(
+    world: &mut World,
+    agent: &Agent,
+    kind: &str,
+    skip: usize,
+    within_ms: u64,
+) -> (u64, String) {
+    let a = agent.clone();
+    let k = kind.to_owned();
+    until(world, within_ms, &format!("a {kind} frame"), move || {
+        a.frames_of(&k).len() > skip
+    });
+    agent.frames_of(kind)[skip].clone()
+}
+
+fn wait_turn_over(world: &mut World, doc: Uuid, within_ms: u64) {
+    let state = world.server_state().unwrap();
+    until(world, within_ms, "the turn ended", move || {
+        !state.turns.is_running(doc)
+    });
+}
+
+/// The document's transcript as `(kind, author, body)`.
+fn transcript(world: &World, doc: Uuid) -> Vec<(String, Option<String>, String)> {
+    block_on(world.store().transcript(doc, 0, 100))
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.kind, e.author_login, e.body))
+        .collect()
+}
+
+/// `(kind, body)` of every `chat:message` a browser heard.
+fn heard_messages(browser: &Browser) -> Vec<(String, String)> {
+    browser
+        .chat_messages()
+        .into_iter()
+        .map(|Heard { message, .. }| {
+            (
+                message["kind"].as_str().unwrap_or_default().to_owned(),
+                message["text"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn ack(reply: &Value, planner: &str) {
+    assert_eq!(reply["type"], "chat:ack", "{reply}");
+    assert_eq!(reply["planner"], planner, "{reply}");
+}
+
+/// MSG-07: "Several people can steer one turn; each message is read once, in the order sent."
+/// MSG-03: "A turn is running: the message is posted to the transcript, acknowledged at once, and
+/// given to the running turn … as `@handle: text` in the same turn." MSG-04: "… a `steer` frame
+/// to a remote client that offered the `steer-turn` feature." MSG-09: "A steering message is an
+/// ordinary transcript message where it was sent."
+#[test]
+fn msg_07_two_people_steer_one_turn_each_read_once_in_send_order() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        lisa_cookie,
+    } = setup(41);
+    let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &["steer-turn"]);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_steers(2)
+            .text("Noted, both of you.")
+            .end(TurnStatus::Completed),
+    );
+
+    ack(
+        &say(&mut world, &mona_room, "m-1", "@chopin draft the plan"),
+        "started",
+    );
+    let (_, turn) = wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    assert!(turn.ends_with(" @mona: @chopin draft the plan"), "{turn}");
+
+    // Two people, two sockets, one millisecond apart, neither waiting for the other's answer.
+    mona_room.send_chat("m-2", "@chopin first, the intro");
+    world.advance(1).unwrap();
+    lisa_room.send_chat("l-1", "@chopin then the outline");
+    let (m, l) = (mona_room.clone(), lisa_room.clone());
+    until(&mut world, 5_000, "both steers answered", move || {
+        !m.replies("m-2").is_empty() && !l.replies("l-1").is_empty()
+    });
+    ack(&mona_room.replies("m-2")[0].message, "steered");
+    ack(&lisa_room.replies("l-1")[0].message, "steered");
+
+    wait_frame(&mut world, &agent, "destroy", 0, 5_000);
+    wait_turn_over(&mut world, doc, 1_000);
+    world.advance(50).unwrap();
+    let steers: Vec<String> = agent
+        .frames_of("steer")
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(
+        steers,
+        vec![
+            "@mona: @chopin first, the intro",
+            "@lisa: @chopin then the outline"
+        ],
+        "each read once, in send order"
+    );
+    let expected = vec![
+        ("member".to_owned(), "@chopin draft the plan".to_owned()),
+        ("member".to_owned(), "@chopin first, the intro".to_owned()),
+        ("member".to_owned(), "@chopin then the outline".to_owned()),
+        ("planner".to_owned(), "Noted, both of you.".to_owned()),
+    ];
+    assert_eq!(heard_messages(&mona_room), expected, "mona's room");
+    assert_eq!(heard_messages(&lisa_room), expected, "lisa's room");
+    let authors: Vec<_> = transcript(&world, doc)
+        .into_iter()
+        .map(|(kind, author, _)| (kind, author))
+        .collect();
+    assert_eq!(
+        authors,
+        vec![
+            ("member".to_owned(), Some("mona".to_owned())),
+            ("member".to_owned(), Some("mona".to_owned())),
+            ("member".to_owned(), Some("lisa".to_owned())),
+            ("planner".to_owned(), None),
+        ]
+    );
+}
+
+/// MSG-15: "A message sent while a turn is only beginning or finishing is answered
+/// `temporarily-unavailable`; the browser sends it again with the same request ID." MSG-16
+/// ruling: a passing trouble is not remembered, so the re-send is processed.
+#[test]
+fn msg_15_a_send_during_turn_start_is_temporarily_unavailable_and_its_retry_steers() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        lisa_cookie,
+    } = setup(42);
+    let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
+    // No script yet: the client hears `start` and does not answer it.
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &["steer-turn"]);
+
+    ack(
+        &say(&mut world, &mona_room, "m-1", "@chopin start"),
+        "started",
+    );
+    let (_, session) = wait_frame(&mut world, &agent, "start", 0, 5_000);
+    let early = say(&mut world, &lisa_room, "l-1", "@chopin too early");
+    assert_eq!(
+        early,
+        json!({
+            "type": "chat:refused",
+            "requestId": "l-1",
+            "code": "temporarily-unavailable",
+            "message": PASSING_WORDS,
+        })
+    );
+    assert!(agent.sent().is_empty(), "start not answered yet");
+    assert_eq!(
+        transcript(&world, doc).len(),
+        1,
+        "the refused send saved nothing"
+    );
+
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_steers(1)
+            .end(TurnStatus::Completed),
+    );
+    wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    assert_eq!(agent.sent()[0].2, session, "started answered the start");
+    ack(
+        &say(&mut world, &lisa_room, "l-1", "@chopin too early"),
+        "steered",
+    );
+    wait_frame(&mut world, &agent, "destroy", 0, 5_000);
+    wait_turn_over(&mut world, doc, 1_000);
+    world.advance(50).unwrap();
+    let steers: Vec<String> = agent
+        .frames_of("steer")
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(steers, vec!["@lisa: @chopin too early"]);
+    assert_eq!(
+        heard_messages(&mona_room),
+        vec![
+            ("member".to_owned(), "@chopin start".to_owned()),
+            ("member".to_owned(), "@chopin too early".to_owned()),
+        ],
+        "the room heard the retried message once"
+    );
+}
+
+/// RT-12 ruling: "a link that … drops unexpectedly … the turn that was running still ends with an
+/// error"; RT-11: "A connection that closes mid-turn ends the turn with an error (not a stop) …
+/// nothing waits on a client that has gone"; SES-27 / RFC-62: "an interrupted turn is never
+/// re-sent". The same account reattaching gets no `start` or `turn` for the old request.
+#[test]
+fn rt_12_a_link_dropped_mid_turn_ends_the_turn_with_an_error_and_nothing_is_replayed() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        lisa_cookie,
+    } = setup(43);
+    let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
+    let agent = attach(&mut world, "mona-1", &mona, doc, &[]);
+    agent.script(TurnScript::new().started().await_turn().drop_link());
+    ack(&say(&mut world, &mona_room, "m-1", "@chopin go"), "started");
+    let a = agent.clone();
+    until(
+        &mut world,
+        5_000,
+        "the client dropped the link",
+        move || {
+            a.log()
+                .iter()
+                .any(|e| matches!(e, AgentEvent::Dropped { .. }))
+        },
+    );
+    assert_eq!(agent.frames_of("turn").len(), 1, "dropped mid-turn");
+    wait_turn_over(&mut world, doc, 5_000);
+    world.advance(50).unwrap();
+    let notices: Vec<String> = transcript(&world, doc)
+        .into_iter()
+        .filter(|(kind, _, _)| kind == "system")
+        .map(|(_, _, body)| body)
+        .collect();
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0].starts_with("chopin's turn ended with an error: "),
+        "an error, not a stop: {notices:?}"
+    );
+    assert_eq!(
+        notices[0],
+        "chopin's turn ended with an error: the harness failed the turn: the Planner's \
+         connection closed mid-turn"
+    );
+    // Nothing waits on a client that has gone: the room hears the notice within a few
+    // milliseconds of the drop, not after an abort wait or a connection timeout.
+    let dropped_at = agent
+        .log()
+        .iter()
+        .find_map(|e| match e {
+            AgentEvent::Dropped { at_ms } => Some(*at_ms),
+            _ => None,
+        })
+        .unwrap();
+    let heard = lisa_room
+        .chat_messages()
+        .into_iter()
+        .find(|h| h.message["kind"] == "system")
+        .expect("the room heard the notice");
+    assert_eq!(heard.message["text"], notices[0].as_str());
+    assert!(
+        heard.at_ms <= dropped_at + 10,
+        "heard at {} after a drop at {dropped_at}",
+        heard.at_ms
+    );
+
+    // The same account comes back within the grace period: nothing of the old request returns.
+    let again = attach(&mut world, "mona-2", &mona, doc, &[]);
+    assert_eq!(again.answer(), Some(Ok(1)), "same generation");
+    world.advance(60_000).unwrap();
+    assert!(
+        again.frames().is_empty(),
+        "nothing replayed: {:?}",
+        again.frames()
+    );
+    assert!(!world.server_state().unwrap().turns.is_running(doc));
+    assert_eq!(
+        transcript(&world, doc).len(),
+        2,
+        "the request and the notice"
+    );
+}
+
+/// PERM-05: "Before each Chopin host tool … executes, … repository push or administration access
+/// is rechecked." PERM-07: "Permission is decided before execution." PERM-08: "The Chat service
+/// renders permission denials explicitly." Access is revoked at GitHub between two `read_plan`
+/// calls that are 31 s apart (past the 30 s cache of repository access): the second is denied.
+#[test]
+fn perm_05_access_revoked_between_two_host_tool_calls_denies_the_second() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        lisa_cookie,
+    } = setup(44);
+    let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .host_tool_call("read_plan", json!({}))
+            .sleep(REPO_ACCESS_CACHE_MS + 1_000)
+            .host_tool_call("read_plan", json!({}))
+            .end(TurnStatus::Completed),
+    );
+    ack(
+        &say(&mut world, &mona_room, "m-1", "@chopin read it twice"),
+        "started",
+    );
+    let (first_at, first) = wait_frame(&mut world, &agent, "host-tool-result", 0, 5_000);
+    assert!(first.starts_with("call-1 isError=false "), "{first}");
+    world.github().revoke("octo", "plans", "mona");
+
+    let (second_at, second) = wait_frame(
+        &mut world,
+        &agent,
+        "host-tool-result",
+        1,
+        REPO_ACCESS_CACHE_MS + 5_000,
+    );
+    assert!(second_at >= first_at + REPO_ACCESS_CACHE_MS + 1_000);
+    assert!(
+        second.starts_with("call-2 isError=true permission denied: "),
+        "{second}"
+    );
+    assert!(
+        second.contains("@mona can no longer push to octo/plans"),
+        "{second}"
+    );
+    wait_frame(&mut world, &agent, "destroy", 0, 5_000);
+    wait_turn_over(&mut world, doc, 1_000);
+    world.advance(50).unwrap();
+    let denial = "chopin was not allowed to use read_plan: @mona can no longer push to octo/plans.";
+    assert_eq!(
+        transcript(&world, doc)
+            .into_iter()
+            .filter(|(kind, _, _)| kind == "system")
+            .map(|(_, _, body)| body)
+            .collect::<Vec<_>>(),
+        vec![denial.to_owned()],
+        "Chat shows the denial, once"
+    );
+    assert!(
+        heard_messages(&lisa_room).contains(&("system".to_owned(), denial.to_owned())),
+        "the room heard the denial: {:?}",
+        heard_messages(&lisa_room)
+    );
+}
+
+/// RT-08: "An `abort` waits briefly for the client's `turn-end`, then ends the turn anyway."
+/// RT-09 ruling: "`abort` waits at most 5 s for `turn-end`". Stop with a client that never
+/// answers: `destroy` arrives exactly 5 s after the `abort` (both measured at the client, so the
+/// 1 ms latency cancels) — not at +4,999 ms, by +5,000 ms — and Chat says "chopin stopped.".
+#[test]
+fn rt_09_abort_with_a_silent_client_destroys_the_session_exactly_5_s_later() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        lisa_cookie,
+    } = setup(45);
+    let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(TurnScript::new().ignore_abort().started().await_turn());
+    ack(&say(&mut world, &mona_room, "m-1", "@chopin go"), "started");
+    let (_, session) = wait_frame(&mut world, &agent, "start", 0, 5_000);
+    let (_, turn) = wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    let turn_id = turn.split(' ').next().unwrap().to_owned();
+    world.advance(100).unwrap();
+
+    let state = world.server_state().unwrap();
+    let stopped = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let out = stopped.clone();
+    world
+        .run_client("stop", async move {
+            *out.lock().unwrap() = Some(state.turns.stop(doc));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(*stopped.lock().unwrap(), Some(true), "a turn was running");
+    let (abort_at, aborted) = wait_frame(&mut world, &agent, "abort", 0, 1_000);
+    assert_eq!(aborted, turn_id);
+    let sent_before_abort = agent.sent().len();
+
+    // The server sent the abort one latency before the client heard it, and still waits for
+    // `turn-end` through the server's abort + 4,999 ms.
+    let abort_sent = abort_at - LATENCY_MS;
+    world
+        .advance(abort_sent + ABORT_WAIT_MS - world.now_ms())
+        .unwrap();
+    assert!(world.server_state().unwrap().turns.is_running(doc));
+    // A world tick that starts at `now_ms() == t` runs every host at simulated time `t`: once
+    // `now_ms()` is abort + 5,000, the client has lived through abort + 4,999 ms.
+    world
+        .advance(abort_at + ABORT_WAIT_MS - world.now_ms())
+        .unwrap();
+    assert!(
+        agent.frames_of("destroy").is_empty(),
+        "no destroy by abort + 4,999 ms: {:?}",
+        agent.frames_of("destroy")
+    );
+    world.advance(1).unwrap();
+    assert_eq!(
+        agent.frames_of("destroy"),
+        vec![(abort_at + ABORT_WAIT_MS, session)],
+        "destroy at abort + 5,000 ms"
+    );
+    assert_eq!(
+        agent.sent().len(),
+        sent_before_abort,
+        "the client sent nothing"
+    );
+    wait_turn_over(&mut world, doc, 1_000);
+    world.advance(50).unwrap();
+    assert_eq!(
+        transcript(&world, doc)
+            .into_iter()
+            .skip(1)
+            .map(|(kind, _, body)| (kind, body))
+            .collect::<Vec<_>>(),
+        vec![("system".to_owned(), "chopin stopped.".to_owned())]
+    );
+    assert!(
+        heard_messages(&lisa_room).contains(&("system".to_owned(), "chopin stopped.".to_owned()))
+    );
+    assert_eq!(agent.frames_of("destroy").len(), 1, "destroyed once");
+}
