@@ -16,10 +16,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::app::AppState;
-use crate::harness::remote::RemoteHarness;
 use crate::harness::{
-    run_turn, CancelSignal, Harness, HostToolResult, SessionRequest, SteerInbox, TurnControl,
-    TurnHost, TurnRequest, TurnResult,
+    run_turn, CancelSignal, Harness, HarnessDeps, HostToolResult, RemoteDeps, SessionRequest,
+    SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
 };
 use crate::store::Holder;
 
@@ -146,11 +145,19 @@ impl Turns {
             .map_err(|not_attached| {
                 Refused::NotAttached(not_attached.words(&request.document_url))
             })?;
-        let harness: Arc<dyn Harness> = Arc::new(RemoteHarness::new(
-            state.planners.clone(),
-            request.document,
-            state.services.entropy.clone(),
-        ));
+        // The configured adapter, from the code-owned registry.
+        let deps = HarnessDeps {
+            remote: Some(RemoteDeps {
+                planners: state.planners.clone(),
+                document: request.document,
+                entropy: state.services.entropy.clone(),
+            }),
+            ..HarnessDeps::default()
+        };
+        let harness = crate::harness::adapter(&state.config.harness, &deps).map_err(|e| {
+            tracing::error!(error = %e, "the configured harness is not in the registry");
+            Refused::NotAttached(e.to_string())
+        })?;
         let words = format!("@{}: {}", request.from_login, request.text);
         let control = {
             let mut running = self.lock();
@@ -202,11 +209,24 @@ impl Turns {
         inbox: SteerInbox,
     ) {
         let document = request.document;
+        let generation = state
+            .services
+            .store
+            .ownership(document)
+            .await
+            .map(|o| o.generation)
+            .unwrap_or(-1);
+        let credential_revision = state
+            .sessions
+            .get_live(holder.browser_login_id, state.services.clock.now_ms())
+            .map_or(-1, |l| l.credential_revision);
         let host = Arc::new(PlannerHost {
             state: state.clone(),
             document,
             document_url: request.document_url.clone(),
             holder,
+            generation,
+            credential_revision,
             reply: Mutex::new(String::new()),
         });
         let prompt = with_context(state, document, &request, prompt).await;
@@ -373,21 +393,32 @@ struct PlannerHost {
     document: Uuid,
     document_url: String,
     holder: Holder,
+    /// The ownership generation and the owner login's credential revision when the turn
+    /// started: a turn is bound to both.
+    generation: i64,
+    credential_revision: i64,
     reply: Mutex<String>,
 }
 
 impl PlannerHost {
     /// The rechecks made before every host tool ("Permission checks"): the owner's sign-in is
-    /// still live in this process, storage still names the owner, the account is admitted and
-    /// can still push. `Err` with the words of the denial.
+    /// still live in this process (not signed out, not expired) at the credential revision the
+    /// turn started with, storage still names the owner at the turn's ownership generation, the
+    /// account is admitted and can still push. (An App installation check comes with GitHub App
+    /// installations.) `Err` with the words of the denial.
     async fn recheck(&self) -> Result<(), String> {
         let state = &self.state;
         let now = state.services.clock.now_ms();
         let Some(login) = state.sessions.get_live(self.holder.browser_login_id, now) else {
             return Err("the Planner owner's sign-in has ended".to_owned());
         };
+        if login.credential_revision != self.credential_revision {
+            return Err("the Planner owner's GitHub credential changed during the turn".to_owned());
+        }
         match state.services.store.ownership(self.document).await {
-            Ok(o) if o.holder.as_ref().map(|h| h.account_id) == Some(self.holder.account_id) => {}
+            Ok(o)
+                if o.generation == self.generation
+                    && o.holder.as_ref().map(|h| h.account_id) == Some(self.holder.account_id) => {}
             Ok(_) => return Err("the document's Planner owner has changed".to_owned()),
             Err(_) => return Err("the Planner's ownership could not be checked".to_owned()),
         }

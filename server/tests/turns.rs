@@ -395,3 +395,40 @@ async fn a_new_session_is_given_the_chat_before_the_message() {
     end(&mut client, &turn, &session).await;
     settle(&s).await;
 }
+
+/// Permission checks, "ownership generation": a turn is bound to the generation it started
+/// under. If the ownership is released and claimed again meanwhile (even by the same account), the
+/// next host tool call is refused and Chat shows the denial.
+#[tokio::test]
+async fn a_host_tool_call_after_the_ownership_generation_changed_is_refused() {
+    use chopin_server::store::Claim;
+    let s = setup().await;
+    let mut client = attached_client(&s, &[]).await;
+    s.state
+        .turns
+        .request(&s.state, request(&s, "@chopin go"))
+        .await
+        .unwrap();
+    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    let first = call(&mut client, &turn, "c1", "read_plan", json!({})).await;
+    assert_eq!(first["isError"], false);
+    let ownership = s.store.ownership(s.doc).await.unwrap();
+    let holder = ownership.holder.clone().unwrap();
+    s.store
+        .release_ownership(s.doc, ownership.generation)
+        .await
+        .unwrap();
+    let claimed = s.store.claim_ownership(s.doc, &holder, 0).await.unwrap();
+    assert!(matches!(claimed, Claim::Claimed(o) if o.generation == ownership.generation + 1));
+    let second = call(&mut client, &turn, "c2", "read_plan", json!({})).await;
+    assert_eq!(second["isError"], true, "{second}");
+    assert!(
+        second["output"]
+            .as_str()
+            .unwrap()
+            .contains("owner has changed"),
+        "{second}"
+    );
+    end(&mut client, &turn, &session).await;
+    settle(&s).await;
+}
