@@ -176,21 +176,8 @@ pub async fn create(
     body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let caller = documents::caller(&state, &headers, true).await?;
-    let input: CreateChild = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-request",
-            format!("expected {{\"title\": string}}: {e}"),
-        )
-    })?;
-    let title = input.title.trim().to_owned();
-    if title.is_empty() || title.chars().count() > 300 || title.contains(['\n', '\r']) {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-title",
-            "A title is one non-empty line of at most 300 characters.",
-        ));
-    }
+    let input: CreateChild = documents::json_body(&body, r#"{\"title\": string}"#)?;
+    let title = documents::title_of(&input.title)?;
     let parent = documents::writable(&state, &caller, &id).await?;
     let base = documents::slugify(&title);
     let s = &state.services;

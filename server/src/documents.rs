@@ -299,6 +299,30 @@ pub struct CreateDocument {
     pub slug: Option<String>,
 }
 
+/// A JSON request body of type `T`, or a 400 saying the shape expected.
+pub fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            format!("expected {shape}: {e}"),
+        )
+    })
+}
+
+/// A document title: one non-empty line of at most 300 characters, trimmed.
+pub fn title_of(raw: &str) -> Result<String, ApiError> {
+    let title = raw.trim().to_owned();
+    if title.is_empty() || title.chars().count() > 300 || title.contains(['\n', '\r']) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-title",
+            "A title is one non-empty line of at most 300 characters.",
+        ));
+    }
+    Ok(title)
+}
+
 /// Most numbered slugs tried before giving up on a title.
 const SLUG_ATTEMPTS: u32 = 100;
 /// Longest slug, in bytes.
@@ -334,13 +358,7 @@ pub async fn create(
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let caller = caller(&state, &headers, true).await?;
-    let input: CreateDocument = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-request",
-            format!("expected {{\"title\": string, \"slug\"?: string}}: {e}"),
-        )
-    })?;
+    let input: CreateDocument = json_body(&body, r#"{\"title\": string, \"slug\"?: string}"#)?;
     let title = input.title.trim().to_owned();
     if title.chars().count() > 300 || title.contains(['\n', '\r']) {
         return Err(ApiError::new(
@@ -461,13 +479,7 @@ pub async fn archive(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let caller = caller(&state, &headers, true).await?;
-    let input: SetArchived = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-request",
-            format!("expected {{\"archived\": boolean}}: {e}"),
-        )
-    })?;
+    let input: SetArchived = json_body(&body, r#"{\"archived\": boolean}"#)?;
     let doc = by_id(&state, &id).await?;
     let (doc, access) = readable(&state, &caller, doc).await?;
     writer_only(&access, &caller.login)?;
@@ -539,21 +551,8 @@ pub async fn rename(
     body: axum::body::Bytes,
 ) -> Result<Json<Value>, ApiError> {
     let caller = caller(&state, &headers, true).await?;
-    let input: Rename = serde_json::from_slice(&body).map_err(|e| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-request",
-            format!("expected {{\"title\": string, \"slug\"?: string}}: {e}"),
-        )
-    })?;
-    let title = input.title.trim().to_owned();
-    if title.is_empty() || title.chars().count() > 300 || title.contains(['\n', '\r']) {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid-title",
-            "A title is one non-empty line of at most 300 characters.",
-        ));
-    }
+    let input: Rename = json_body(&body, r#"{\"title\": string, \"slug\"?: string}"#)?;
+    let title = title_of(&input.title)?;
     let slug = match input.slug {
         Some(s) if slugify(&s) == s => s,
         Some(s) => {
