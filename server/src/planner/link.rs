@@ -565,18 +565,23 @@ impl Link {
             handover_ms: None,
         });
         self.send(&frame).await;
+        self.close_bound(code.close_code(), code.as_str()).await;
+    }
+
+    /// Closes with `code`/`reason`, telling the observer first if the link was bound.
+    async fn close_bound(&mut self, code: u16, reason: &str) {
         if let Some((doc, _)) = self.bound {
             self.state.planners.emit(
                 &self.state,
                 PlannerEvent::Closed {
                     document: doc,
                     login: self.login.clone(),
-                    code: code.close_code(),
-                    reason: code.as_str().to_owned(),
+                    code,
+                    reason: reason.to_owned(),
                 },
             );
         }
-        self.close(code.close_code(), code.as_str()).await;
+        self.close(code, reason).await;
     }
 
     /// A protocol fault: its frame, then its close (AC-05, AC-06).
@@ -586,18 +591,8 @@ impl Link {
         // `attach` of another version is refused while still undecoded).
         let text = wire::encode(&fault.frame());
         let _ = self.socket.send(Message::Text(text.into())).await;
-        if let Some((doc, _)) = self.bound {
-            self.state.planners.emit(
-                &self.state,
-                PlannerEvent::Closed {
-                    document: doc,
-                    login: self.login.clone(),
-                    code: fault.close_code(),
-                    reason: fault.close_reason().to_owned(),
-                },
-            );
-        }
-        self.close(fault.close_code(), fault.close_reason()).await;
+        self.close_bound(fault.close_code(), fault.close_reason())
+            .await;
     }
 
     async fn refuse(&mut self, refusal: Refusal) {

@@ -440,6 +440,12 @@ impl Planners {
                 _ => return,
             }
         };
+        self.grace_over(state, doc, generation).await;
+    }
+
+    /// A grace period is over (its slot already removed): release under its generation and tell
+    /// the room.
+    async fn grace_over(&self, state: &AppState, doc: Uuid, generation: i64) {
         release(state, doc, generation).await;
         tracing::info!(document = %doc, generation, "grace period ended; Planner released");
         self.announce(doc);
@@ -572,9 +578,7 @@ impl Planners {
                 _ => return,
             }
         };
-        release(state, doc, generation).await;
-        tracing::info!(document = %doc, generation, "grace period ended; Planner released");
-        self.announce(doc);
+        self.grace_over(state, doc, generation).await;
     }
 
     /// Takes `doc`'s slot out if `pick` accepts it, closing an attached link with `closing`,
