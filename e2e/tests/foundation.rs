@@ -184,3 +184,35 @@ async fn json_logs_on_request() {
         assert!(v["level"].is_string(), "{line}");
     }
 }
+
+/// With `--port 0` and no `APP_ORIGIN`, the origin the server derives names the port it bound,
+/// so sign-in's callback URL points back at it.
+#[tokio::test]
+async fn a_system_chosen_port_is_the_derived_origins_port() {
+    let home = tempfile::tempdir().unwrap();
+    let server = Launch::default()
+        .env("HOME", home.path().to_string_lossy())
+        .env("GITHUB_APP_CLIENT_ID", "an-id")
+        .env("GITHUB_APP_CLIENT_SECRET", "a-secret")
+        .arg("--port=0")
+        .start()
+        .await;
+    let port = server.base_url.rsplit(':').next().unwrap().to_owned();
+    let response = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+        .get(server.url("/auth/github"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 302);
+    let location = response.headers()["location"].to_str().unwrap().to_owned();
+    assert!(
+        location.contains(&format!(
+            "redirect_uri=http%3A%2F%2F127.0.0.1%3A{port}%2Fauth%2Fgithub%2Fcallback"
+        )),
+        "{location}"
+    );
+    assert!(server.stop().await.0.success());
+}

@@ -82,7 +82,8 @@ async fn main() -> ExitCode {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    match run(config).await {
+    let origin_given = args.app_origin.as_deref().is_some_and(|o| !o.trim().is_empty());
+    match run(config, origin_given).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -92,7 +93,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(mut config: Config, origin_given: bool) -> anyhow::Result<()> {
     let where_ = config.database.describe();
     let store = store::open(&config.database)
         .await
@@ -102,6 +103,10 @@ async fn run(config: Config) -> anyhow::Result<()> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let local = listener.local_addr()?;
+    if config.port == 0 && !origin_given {
+        // A port chosen by the system: the derived origin names the port actually bound.
+        config.app_origin = format!("http://{local}");
+    }
     let signals = ShutdownSignals::listen();
     let running = app::start(config, Services::production(store)).await?;
     tracing::info!(store = %where_, "chopin listening on http://{local}");
