@@ -82,7 +82,10 @@ async fn main() -> ExitCode {
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }
-    let origin_given = args.app_origin.as_deref().is_some_and(|o| !o.trim().is_empty());
+    let origin_given = args
+        .app_origin
+        .as_deref()
+        .is_some_and(|o| !o.trim().is_empty());
     match run(config, origin_given).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
