@@ -293,6 +293,14 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
                                 },
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
+                            Some("planner:stop") if member.can_write => {
+                                let stopped = state.turns.stop(doc.id);
+                                json_frame(&json!({ "type": "planner:stopped", "stopped": stopped }))
+                            }
+                            Some("planner:stop") => error_frame(
+                                "read-only",
+                                "Stopping chopin needs push access to this document's repository.",
+                            ),
                             Some(other) => error_frame("unknown-type", &format!("unknown message type {other:?}")),
                             None => error_frame("malformed", "a room message is a JSON object with a string \"type\""),
                         };

@@ -432,3 +432,53 @@ async fn a_host_tool_call_after_the_ownership_generation_changed_is_refused() {
     end(&mut client, &turn, &session).await;
     settle(&s).await;
 }
+
+/// Stop from the room: a writer's `planner:stop` stops the running turn (the client is sent
+/// `abort`); with nothing running it says so.
+#[tokio::test]
+async fn a_writer_stops_the_running_turn_from_the_room() {
+    use chopin_fixtures::browser::BrowserSocket;
+    let s = setup().await;
+    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
+    let mut room = BrowserSocket::connect(
+        stream,
+        &s.host,
+        &format!("/api/documents/{}/room", s.doc),
+        Some(&s.mona_cookie),
+        Some(&format!("http://{}", s.host)),
+    )
+    .await
+    .unwrap();
+    room.send_json(&json!({ "type": "planner:stop" }))
+        .await
+        .unwrap();
+    let idle = room.next_of_type("planner:stopped").await.unwrap();
+    assert_eq!(idle["stopped"], false, "nothing to stop: {idle}");
+
+    let mut client = attached_client(&s, &[]).await;
+    s.state
+        .turns
+        .request(&s.state, request(&s, "@chopin go"))
+        .await
+        .unwrap();
+    let (_, turn, _, _) = start_and_turn(&mut client).await;
+    room.send_json(&json!({ "type": "planner:stop" }))
+        .await
+        .unwrap();
+    let stopped = room.next_of_type("planner:stopped").await.unwrap();
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    match next(&mut client).await {
+        ServerMessage::Abort(a) => assert_eq!(a.turn_id, turn),
+        other => panic!("expected abort, got {other:?}"),
+    }
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: turn,
+            status: TurnStatus::Aborted,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    settle(&s).await;
+}

@@ -29,6 +29,8 @@ pub struct Served {
     pub host: String,
     /// mona's GitHub token.
     pub mona: String,
+    /// mona's browser session (`Cookie` header value).
+    pub mona_cookie: String,
     pub doc: Uuid,
     pub store: Arc<dyn Store>,
     pub running: app::Running,
@@ -113,12 +115,13 @@ pub async fn served() -> Served {
     let attempt = cookie(&start, "chopin_oauth");
     let approve = get(&location(&start), None).await;
     let done = get(&location(&approve), Some(&attempt)).await;
-    cookie(&done, "chopin_session");
+    let mona_cookie = cookie(&done, "chopin_session");
     Served {
         state,
         github,
         host,
         mona,
+        mona_cookie,
         doc,
         store,
         running,
