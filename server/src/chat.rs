@@ -281,8 +281,6 @@ impl TurnSink for Chat {
 struct Table {
     rooms: HashMap<Uuid, Room>,
     gates: HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
-    /// The highest `seq` known to exist per document (a starting point for finding the newest).
-    newest: HashMap<Uuid, i64>,
     sent: Sent,
 }
 
@@ -395,8 +393,6 @@ impl Chat {
     /// Broadcasts `entry` to `doc`'s room. Call under the document's gate.
     fn announce(&self, entry: &TranscriptEntry) {
         let mut table = self.lock();
-        let newest = table.newest.entry(entry.document_id).or_default();
-        *newest = (*newest).max(entry.seq);
         let Some(room) = table.rooms.get_mut(&entry.document_id) else {
             return;
         };
@@ -743,48 +739,9 @@ pub async fn history(
     Ok(History { entries, more })
 }
 
-/// The `seq` of `document`'s newest transcript entry (0 for none). `seq` is gap-free from 1, so
-/// this gallops from the newest seen in this process and then bisects: one read when nothing new
-/// was appended elsewhere.
+/// The `seq` of `document`'s newest transcript entry (0 for none).
 async fn newest_seq(state: &AppState, document: Uuid) -> Result<i64, StoreError> {
-    let store = &state.services.store;
-    let exists = |seq: i64| async move {
-        Ok::<bool, StoreError>(!store.transcript(document, seq - 1, 1).await?.is_empty())
-    };
-    let hint = state
-        .chat
-        .lock()
-        .newest
-        .get(&document)
-        .copied()
-        .unwrap_or(0);
-    let mut known = if hint > 0 && exists(hint).await? {
-        hint
-    } else {
-        0
-    };
-    let mut step = 1;
-    let mut missing = loop {
-        let probe = known.saturating_add(step);
-        if exists(probe).await? {
-            known = probe;
-            step = step.saturating_mul(2);
-        } else {
-            break probe;
-        }
-    };
-    while missing - known > 1 {
-        let mid = known + (missing - known) / 2;
-        if exists(mid).await? {
-            known = mid;
-        } else {
-            missing = mid;
-        }
-    }
-    let mut table = state.chat.lock();
-    let newest = table.newest.entry(document).or_default();
-    *newest = (*newest).max(known);
-    Ok(known)
+    state.services.store.last_transcript_seq(document).await
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -158,6 +158,7 @@ conformance! {
     transcript_keeps_append_order,
     transcript_concurrent_appends_are_gap_free,
     transcript_pages_by_after_seq_and_limit,
+    transcript_knows_its_newest_seq,
     writer_lease_is_exclusive_until_expiry,
     writer_lease_renewal_keeps_epoch,
     writer_lease_epoch_grows_across_release,
@@ -1324,6 +1325,39 @@ async fn transcript_concurrent_appends_are_gap_free(b: &Backend) {
     );
     let bodies: BTreeSet<_> = read.iter().map(|e| e.body.clone()).collect();
     assert_eq!(bodies.len(), RACERS * PER_TASK, "no entry lost or doubled");
+}
+
+async fn transcript_knows_its_newest_seq(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    assert_eq!(store.last_transcript_seq(doc.id).await.unwrap(), 0, "empty");
+    for i in 0..3 {
+        store
+            .append_transcript(doc.id, &entry(Some("a"), "member", &format!("m{i}"), i))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.last_transcript_seq(doc.id).await.unwrap(), 3);
+    let other = store
+        .create_document(&new_doc(2, "o", "r", "t"))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.last_transcript_seq(other.id).await.unwrap(),
+        0,
+        "per document"
+    );
+    assert_eq!(
+        store
+            .last_transcript_seq(uuid::Uuid::from_u128(0xdead))
+            .await
+            .unwrap(),
+        0,
+        "unknown document"
+    );
 }
 
 async fn transcript_pages_by_after_seq_and_limit(b: &Backend) {

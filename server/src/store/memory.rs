@@ -565,6 +565,16 @@ impl Store for MemoryStore {
         })
     }
 
+    async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
+        self.with(|inner| {
+            Ok(inner
+                .transcripts
+                .get(&document_id)
+                .and_then(|entries| entries.last())
+                .map_or(0, |e| e.seq))
+        })
+    }
+
     async fn transcript(
         &self,
         document_id: Uuid,

@@ -404,6 +404,8 @@ pub trait Store: Send + Sync + 'static {
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry>;
+    /// The `seq` of the newest entry; 0 for an empty transcript or an unknown document.
+    async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64>;
     /// Entries with `seq > after_seq`, in order, at most `limit`. Empty for an unknown document.
     async fn transcript(
         &self,

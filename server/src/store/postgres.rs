@@ -1095,6 +1095,17 @@ impl Store for PgStore {
         })
     }
 
+    async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
+        let (seq,): (i64,) = sqlx::query_as(
+            "SELECT COALESCE(MAX(seq), 0)::BIGINT FROM chat_transcript WHERE document_id = $1",
+        )
+        .bind(document_id)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a transcript's newest entry", e))?;
+        Ok(seq)
+    }
+
     async fn transcript(
         &self,
         document_id: Uuid,

@@ -1061,6 +1061,17 @@ impl Store for SqliteStore {
         })
     }
 
+    async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
+        let (seq,): (i64,) = sqlx::query_as(
+            "SELECT COALESCE(MAX(seq), 0) FROM chat_transcript WHERE document_id = ?1",
+        )
+        .bind(uuid_text(document_id))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a transcript's newest entry", e))?;
+        Ok(seq)
+    }
+
     async fn transcript(
         &self,
         document_id: Uuid,
