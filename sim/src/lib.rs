@@ -13,6 +13,7 @@
 //! - [`net`]: the inbound and outbound socket seams over turmoil TCP.
 //! - [`clock`]: simulated wall-clock time (a fixed epoch plus simulated elapsed time).
 //! - [`world`]: the world, its steps and expectations, and the trace.
+//! - [`cast`]: the standard cast of a scenario (server, signed-in writers, a reader, a document).
 //! - [`actors`]: scripted browsers (sign-in, room presence, Chat sends) and agent clients (attach,
 //!   turn scripts) on their own hosts.
 //!
@@ -21,6 +22,7 @@
 //! build without it.
 
 pub mod actors;
+pub mod cast;
 pub mod clock;
 pub mod net;
 pub mod world;

@@ -17,73 +17,16 @@ const GRACE_MS: u64 = 120_000;
 const TIMEOUT_MS: u64 = 120_000;
 const RECHECK_MS: u64 = 300_000;
 
-struct Setup {
-    world: World,
-    doc: Uuid,
-    mona: String,
-    lisa: String,
-    mona_cookie: String,
-    lisa_cookie: String,
-}
+use chopin_sim::cast::{block_on, cast, Cast as Setup};
 
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-/// A world with the server up, mona and lisa (both writers of octo/plans) signed in, hubot a
-/// reader, and one document.
+/// The standard cast with a fixed 1 ms latency.
 fn setup(seed: u64) -> Setup {
     setup_with(seed, Some(1))
 }
 
-/// [`setup`] with turmoil's seeded random latencies when `fixed_latency_ms` is `None`.
+/// The standard cast, with turmoil's seeded random latencies when `fixed_latency_ms` is `None`.
 fn setup_with(seed: u64, fixed_latency_ms: Option<u64>) -> Setup {
-    let mut world = World::with_options(
-        seed,
-        WorldOptions {
-            fixed_latency_ms,
-            configure: None,
-        },
-    );
-    let github = world.github().clone();
-    github
-        .add_user("mona", 1001)
-        .add_user("lisa", 1002)
-        .add_user("hubot", 1003);
-    github.add_repo("octo", "plans");
-    github.grant("octo", "plans", "mona", Permission::Write);
-    github.grant("octo", "plans", "lisa", Permission::Admin);
-    github.grant("octo", "plans", "hubot", Permission::Read);
-    let (mona, lisa) = (github.issue_token("mona"), github.issue_token("lisa"));
-    let store = world.store().clone();
-    let doc = Uuid::from_u128(0x5eed);
-    block_on(store.create_document(&NewDocument {
-        id: doc,
-        repo_owner: "octo".into(),
-        repo_name: "plans".into(),
-        slug: "field-notes".into(),
-        title: "Field notes".into(),
-        created_at_ms: SIM_EPOCH_MS,
-        parent_id: None,
-    }))
-    .unwrap();
-    world
-        .apply(&Step::AwaitServer { within_ms: 1_000 })
-        .unwrap();
-    let mona_cookie = world.sign_in("mona").unwrap();
-    let lisa_cookie = world.sign_in("lisa").unwrap();
-    Setup {
-        world,
-        doc,
-        mona,
-        lisa,
-        mona_cookie,
-        lisa_cookie,
-    }
+    cast(seed, fixed_latency_ms)
 }
 
 /// Simulated ms of the first server Planner event after `from_ms` matching `pick`.

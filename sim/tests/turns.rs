@@ -4,13 +4,10 @@
 //! `server/tests/turns.rs`, here end to end through the room socket and at simulated-millisecond
 //! precision.
 
-use chopin_fixtures::github::Permission;
 use chopin_protocol::agent::TurnStatus;
-use chopin_server::store::{NewDocument, Store};
+use chopin_server::store::Store;
 use chopin_server::turns::PASSING_WORDS;
-use chopin_sim::{
-    Agent, AgentEvent, Browser, Heard, Step, TurnScript, World, WorldOptions, SIM_EPOCH_MS,
-};
+use chopin_sim::{Agent, AgentEvent, Browser, Heard, TurnScript, World};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
@@ -22,65 +19,11 @@ const REPO_ACCESS_CACHE_MS: u64 = 30_000;
 /// The simulated network's one-way latency in these scenarios.
 const LATENCY_MS: u64 = 1;
 
-struct Setup {
-    world: World,
-    doc: Uuid,
-    mona: String,
-    mona_cookie: String,
-    lisa_cookie: String,
-}
+use chopin_sim::cast::{block_on, cast, Cast as Setup};
 
-fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(f)
-}
-
-/// A world with the server up, mona (write) and lisa (admin) of octo/plans signed in, hubot a
-/// reader, and one document.
+/// The standard cast with a fixed latency.
 fn setup(seed: u64) -> Setup {
-    let mut world = World::with_options(
-        seed,
-        WorldOptions {
-            fixed_latency_ms: Some(LATENCY_MS),
-            configure: None,
-        },
-    );
-    let github = world.github().clone();
-    github
-        .add_user("mona", 1001)
-        .add_user("lisa", 1002)
-        .add_user("hubot", 1003);
-    github.add_repo("octo", "plans");
-    github.grant("octo", "plans", "mona", Permission::Write);
-    github.grant("octo", "plans", "lisa", Permission::Admin);
-    github.grant("octo", "plans", "hubot", Permission::Read);
-    let mona = github.issue_token("mona");
-    let doc = Uuid::from_u128(0x5eed);
-    block_on(world.store().create_document(&NewDocument {
-        id: doc,
-        repo_owner: "octo".into(),
-        repo_name: "plans".into(),
-        slug: "field-notes".into(),
-        title: "Field notes".into(),
-        created_at_ms: SIM_EPOCH_MS,
-        parent_id: None,
-    }))
-    .unwrap();
-    world
-        .apply(&Step::AwaitServer { within_ms: 1_000 })
-        .unwrap();
-    let mona_cookie = world.sign_in("mona").unwrap();
-    let lisa_cookie = world.sign_in("lisa").unwrap();
-    Setup {
-        world,
-        doc,
-        mona,
-        mona_cookie,
-        lisa_cookie,
-    }
+    cast(seed, Some(LATENCY_MS))
 }
 
 fn until(world: &mut World, within_ms: u64, what: &str, done: impl Fn() -> bool) {
@@ -204,6 +147,7 @@ fn msg_07_two_people_steer_one_turn_each_read_once_in_send_order() {
         mona,
         mona_cookie,
         lisa_cookie,
+        ..
     } = setup(41);
     let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
     let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
@@ -284,6 +228,7 @@ fn msg_15_a_send_during_turn_start_is_temporarily_unavailable_and_its_retry_stee
         mona,
         mona_cookie,
         lisa_cookie,
+        ..
     } = setup(42);
     let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
     let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
@@ -355,6 +300,7 @@ fn rt_12_a_link_dropped_mid_turn_ends_the_turn_with_an_error_and_nothing_is_repl
         mona,
         mona_cookie,
         lisa_cookie,
+        ..
     } = setup(43);
     let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
     let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
@@ -441,6 +387,7 @@ fn perm_05_access_revoked_between_two_host_tool_calls_denies_the_second() {
         mona,
         mona_cookie,
         lisa_cookie,
+        ..
     } = setup(44);
     let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
     let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
@@ -509,6 +456,7 @@ fn rt_09_abort_with_a_silent_client_destroys_the_session_exactly_5_s_later() {
         mona,
         mona_cookie,
         lisa_cookie,
+        ..
     } = setup(45);
     let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
     let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
