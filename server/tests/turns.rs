@@ -104,6 +104,17 @@ async fn posts(s: &Setup) -> Vec<(String, String)> {
     Vec::new()
 }
 
+/// mona asks "@chopin go" and the client answers `start`: the session and turn ids.
+async fn go(s: &Setup, client: &mut AgentClient) -> (String, String) {
+    s.state
+        .turns
+        .request(&s.state, request(s, "@chopin go"))
+        .await
+        .unwrap();
+    let (session, turn, _, _) = start_and_turn(client).await;
+    (session, turn)
+}
+
 async fn settle(s: &Setup) {
     for _ in 0..200 {
         if !s.state.turns.is_running(s.doc) {
@@ -263,12 +274,7 @@ async fn without_steer_turn_a_message_during_a_turn_is_refused_busy() {
 async fn access_revoked_between_two_host_tool_calls_refuses_the_second() {
     let s = setup().await;
     let mut client = attached_client(&s, &[]).await;
-    s.state
-        .turns
-        .request(&s.state, request(&s, "@chopin go"))
-        .await
-        .unwrap();
-    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    let (session, turn) = go(&s, &mut client).await;
     let first = call(&mut client, &turn, "c1", "read_plan", json!({})).await;
     assert_eq!(first["isError"], false);
     s.github.revoke("octo", "plans", "mona");
@@ -309,12 +315,7 @@ async fn access_revoked_between_two_host_tool_calls_refuses_the_second() {
 async fn a_link_that_closes_mid_turn_ends_the_turn_with_an_error() {
     let s = setup().await;
     let mut client = attached_client(&s, &[]).await;
-    s.state
-        .turns
-        .request(&s.state, request(&s, "@chopin go"))
-        .await
-        .unwrap();
-    let _ = start_and_turn(&mut client).await;
+    let _ = go(&s, &mut client).await;
     drop(client);
     settle(&s).await;
     let posts = posts(&s).await;
@@ -332,12 +333,7 @@ async fn a_link_that_closes_mid_turn_ends_the_turn_with_an_error() {
 async fn abort_with_a_client_that_never_answers_ends_the_turn_after_the_wait() {
     let s = setup().await;
     let mut client = attached_client(&s, &[]).await;
-    s.state
-        .turns
-        .request(&s.state, request(&s, "@chopin go"))
-        .await
-        .unwrap();
-    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    let (session, turn) = go(&s, &mut client).await;
     let stopped_at = tokio::time::Instant::now();
     assert!(s.state.turns.stop(s.doc));
     match next(&mut client).await {
@@ -404,12 +400,7 @@ async fn a_host_tool_call_after_the_ownership_generation_changed_is_refused() {
     use chopin_server::store::Claim;
     let s = setup().await;
     let mut client = attached_client(&s, &[]).await;
-    s.state
-        .turns
-        .request(&s.state, request(&s, "@chopin go"))
-        .await
-        .unwrap();
-    let (session, turn, _, _) = start_and_turn(&mut client).await;
+    let (session, turn) = go(&s, &mut client).await;
     let first = call(&mut client, &turn, "c1", "read_plan", json!({})).await;
     assert_eq!(first["isError"], false);
     let ownership = s.store.ownership(s.doc).await.unwrap();
@@ -456,12 +447,7 @@ async fn a_writer_stops_the_running_turn_from_the_room() {
     assert_eq!(idle["stopped"], false, "nothing to stop: {idle}");
 
     let mut client = attached_client(&s, &[]).await;
-    s.state
-        .turns
-        .request(&s.state, request(&s, "@chopin go"))
-        .await
-        .unwrap();
-    let (_, turn, _, _) = start_and_turn(&mut client).await;
+    let (_, turn) = go(&s, &mut client).await;
     room.send_json(&json!({ "type": "planner:stop" }))
         .await
         .unwrap();
