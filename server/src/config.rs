@@ -42,40 +42,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// Where documents and records are kept.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Database {
-    /// `DATABASE_URL=postgres://…` (or `postgresql://…`).
-    Postgres(String),
-    /// `DATABASE_URL=sqlite:…`, or the embedded default file.
-    Sqlite(PathBuf),
-}
-
-impl std::fmt::Debug for Database {
-    // A PostgreSQL URL may carry a password: never print it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Database::Postgres(_) => f.write_str("Postgres(<redacted url>)"),
-            Database::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
-        }
-    }
-}
-
-impl Database {
-    /// Where this database is, for a log line: the file, or the PostgreSQL host without
-    /// credentials.
-    pub fn describe(&self) -> String {
-        match self {
-            Database::Sqlite(p) => format!("SQLite at {}", p.display()),
-            Database::Postgres(url) => {
-                let rest = url.split_once("://").map(|(_, r)| r).unwrap_or("");
-                let host = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
-                let host = host.split(['/', '?']).next().unwrap_or("");
-                format!("PostgreSQL at {host}")
-            }
-        }
-    }
-}
+pub use chopin_store::Database;
 
 /// A value that must never be printed: `Debug` shows `<redacted>`, and there is no `Display`.
 /// Read it with [`Secret::expose`] only where it is sent.

@@ -45,8 +45,10 @@ pub mod planner;
 pub mod room;
 pub mod session;
 pub mod session_local;
-pub mod store;
 pub mod turns;
+
+/// Durable state: the `chopin-store` crate (the Store traits by aggregate and their backends).
+pub use chopin_store as store;
 
 pub use app::{AppState, Services};
 pub use http::{router, serve};

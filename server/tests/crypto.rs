@@ -7,13 +7,14 @@
 //! hand-off. The AEAD rules themselves (every bound field, tampering, nonces, wrong key) are unit
 //! tests in `server/src/crypto.rs`.
 
+use chopin_server::store::prelude::*;
 use std::sync::Arc;
 
 use chopin_server::crypto::{
     CredentialAad, CredentialKey, SealError, StoredCredential, KEY_HEX_LEN,
 };
 use chopin_server::entropy::{Entropy, OsEntropy, SeededEntropy};
-use chopin_server::store::{BrowserLogin, SqliteStore, Store};
+use chopin_server::store::{BrowserLogin, SqliteStore};
 use uuid::Uuid;
 
 const KEY_A: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";

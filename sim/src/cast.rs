@@ -5,7 +5,8 @@
 //! scenario then does (actors, steps, expectations).
 
 use chopin_fixtures::github::Permission;
-use chopin_server::store::{NewDocument, Store};
+use chopin_server::store::prelude::*;
+use chopin_server::store::NewDocument;
 use uuid::Uuid;
 
 use crate::clock::SIM_EPOCH_MS;

@@ -5,7 +5,8 @@
 use chopin_fixtures::github::Permission;
 use chopin_server::observe::PlannerEvent;
 use chopin_server::planner::{NotAttached, PresenceState};
-use chopin_server::store::{NewDocument, Store};
+use chopin_server::store::prelude::*;
+use chopin_server::store::NewDocument;
 use chopin_sim::{
     Agent, AgentEvent, Event, SimError, Step, World, WorldOptions, SERVER_ORIGIN, SIM_EPOCH_MS,
 };

@@ -2,7 +2,7 @@
 //! same trace, and the server host's store survives its restarts (so does a crashed holder's
 //! writer lease, until it expires in simulated time).
 
-use chopin_server::store::Store;
+use chopin_server::store::prelude::*;
 use chopin_sim::world::WORLD_HOST;
 use chopin_sim::{
     run, Event, Expectation, Failure, Request, Scenario, Step, Trace, World, SERVER_HOST,

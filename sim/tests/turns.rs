@@ -5,7 +5,7 @@
 //! precision.
 
 use chopin_protocol::agent::TurnStatus;
-use chopin_server::store::Store;
+use chopin_server::store::prelude::*;
 use chopin_server::turns::PASSING_WORDS;
 use chopin_sim::{Agent, AgentEvent, Browser, Heard, TurnScript, World};
 use serde_json::{json, Value};

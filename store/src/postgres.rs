@@ -1,19 +1,17 @@
-//! [`SqliteStore`]: the embedded default [`Store`] backend, one SQLite file through sqlx.
+//! [`PgStore`]: the PostgreSQL [`Store`] backend through sqlx, for production.
 //!
-//! Owns: opening the file (parent directories and file created if missing, WAL journal, a busy
-//! timeout, foreign keys on), applying `migrations/sqlite`, and the SQL of each store method.
-//! Each method is one statement, or a `BEGIN IMMEDIATE` transaction (which takes SQLite's single
-//! write lock up front), so it is atomic against other connections and other processes. UUIDs are
-//! stored as hyphenated lowercase TEXT.
+//! Owns: connecting (the URL, which may carry a password, never reaches an error or a log),
+//! applying `migrations/postgres`, and the SQL of each store method. Each method is one guarded
+//! statement, or a transaction that locks the row it depends on, so it is atomic under the
+//! default READ COMMITTED isolation: a guarded `UPDATE … WHERE` that waited for a concurrent
+//! writer re-checks its guard against the row that writer committed. Slug uniqueness across
+//! canonical slugs and aliases spans two tables, so creations and renames also take a
+//! per-repository advisory lock (`lock_repository_slugs`). UUIDs are native `UUID`.
 //! Does not own: the rules' meaning (see [`super::Store`]) or when to call them.
-
-use std::path::Path;
-use std::str::FromStr;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use sqlx::error::ErrorKind;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::postgres::{PgPool, PgPoolOptions};
 use uuid::Uuid;
 
 use super::{
@@ -24,44 +22,38 @@ use super::{
     StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease, SQL_RACE_RETRIES,
     WRITER_LEASE_NAME,
 };
+use crate::{
+    ContentStore, DocumentStore, LeaseStore, OwnershipStore, SignInStore, TranscriptStore,
+};
 
-/// How long a statement waits for another connection's write lock before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections in the pool: readers run concurrently under WAL, writers take turns.
-const MAX_CONNECTIONS: u32 = 8;
+/// Connections in the pool.
+const MAX_CONNECTIONS: u32 = 10;
 
-/// The SQLite backend. Cheap to clone (a pool handle).
-#[derive(Clone, Debug)]
-pub struct SqliteStore {
-    pool: SqlitePool,
+/// The PostgreSQL backend. Cheap to clone (a pool handle).
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
 }
 
-impl SqliteStore {
-    /// Opens (creating if missing) the database file at `path` and applies the migrations.
-    pub async fn open(path: &Path) -> StoreResult<Self> {
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            tokio::fs::create_dir_all(parent).await.map_err(|e| {
-                StoreError::Backend(format!(
-                    "creating the directory {} of the SQLite database: {e}",
-                    parent.display()
-                ))
-            })?;
-        }
-        let options = SqliteConnectOptions::new()
-            .filename(path)
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .busy_timeout(BUSY_TIMEOUT)
-            .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
+impl std::fmt::Debug for PgStore {
+    // The pool's options hold the connection settings, password included: never print them.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+impl PgStore {
+    /// Connects to the database at `url` and applies the migrations.
+    pub async fn connect(url: &str) -> StoreResult<Self> {
+        let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
-            .connect_with(options)
+            .connect(url)
             .await
-            .map_err(|e| sqlx_error(&format!("opening SQLite at {}", path.display()), e))?;
-        sqlx::migrate!("../migrations/sqlite")
+            .map_err(|e| sqlx_error("connecting to PostgreSQL", e))?;
+        sqlx::migrate!("../migrations/postgres")
             .run(&pool)
             .await
-            .map_err(|e| sqlx_error("migrating SQLite", e.into()))?;
+            .map_err(|e| sqlx_error("migrating PostgreSQL", e.into()))?;
         Ok(Self { pool })
     }
 
@@ -69,15 +61,6 @@ impl SqliteStore {
     pub async fn close(&self) {
         self.pool.close().await;
     }
-}
-
-fn uuid_text(id: Uuid) -> String {
-    id.hyphenated().to_string()
-}
-
-fn parse_uuid(text: &str, column: &str) -> StoreResult<Uuid> {
-    Uuid::from_str(text)
-        .map_err(|_| StoreError::Backend(format!("column {column} holds a malformed uuid")))
 }
 
 fn revision_column(kind: RevisionKind) -> &'static str {
@@ -89,49 +72,49 @@ fn revision_column(kind: RevisionKind) -> &'static str {
 
 #[derive(sqlx::FromRow)]
 struct AccountRow {
-    id: String,
+    id: Uuid,
     github_user_id: i64,
     login: String,
     created_at_ms: i64,
 }
 
-impl AccountRow {
-    fn into_account(self) -> StoreResult<Account> {
-        Ok(Account {
-            id: parse_uuid(&self.id, "accounts.id")?,
-            github_user_id: self.github_user_id,
-            login: self.login,
-            created_at_ms: self.created_at_ms,
-        })
+impl From<AccountRow> for Account {
+    fn from(row: AccountRow) -> Self {
+        Account {
+            id: row.id,
+            github_user_id: row.github_user_id,
+            login: row.login,
+            created_at_ms: row.created_at_ms,
+        }
     }
 }
 
 #[derive(sqlx::FromRow)]
 struct BrowserLoginRow {
-    id: String,
-    account_id: String,
+    id: Uuid,
+    account_id: Uuid,
     verifier_hash: String,
     created_at_ms: i64,
     expires_at_ms: i64,
     signed_out_at_ms: Option<i64>,
 }
 
-impl BrowserLoginRow {
-    fn into_login(self) -> StoreResult<BrowserLogin> {
-        Ok(BrowserLogin {
-            id: parse_uuid(&self.id, "browser_logins.id")?,
-            account_id: parse_uuid(&self.account_id, "browser_logins.account_id")?,
-            verifier_hash: self.verifier_hash,
-            created_at_ms: self.created_at_ms,
-            expires_at_ms: self.expires_at_ms,
-            signed_out_at_ms: self.signed_out_at_ms,
-        })
+impl From<BrowserLoginRow> for BrowserLogin {
+    fn from(row: BrowserLoginRow) -> Self {
+        BrowserLogin {
+            id: row.id,
+            account_id: row.account_id,
+            verifier_hash: row.verifier_hash,
+            created_at_ms: row.created_at_ms,
+            expires_at_ms: row.expires_at_ms,
+            signed_out_at_ms: row.signed_out_at_ms,
+        }
     }
 }
 
 #[derive(sqlx::FromRow)]
 struct DocumentRow {
-    id: String,
+    id: Uuid,
     repo_owner: String,
     repo_name: String,
     slug: String,
@@ -141,33 +124,30 @@ struct DocumentRow {
     yjs_epoch: i64,
     archived: bool,
     created_at_ms: i64,
-    parent_id: Option<String>,
+    parent_id: Option<Uuid>,
 }
 
-impl DocumentRow {
-    fn into_document(self) -> StoreResult<Document> {
-        Ok(Document {
-            id: parse_uuid(&self.id, "documents.id")?,
-            repo_owner: self.repo_owner,
-            repo_name: self.repo_name,
-            slug: self.slug,
-            title: self.title,
-            plan_revision: self.plan_revision,
-            storage_revision: self.storage_revision,
-            yjs_epoch: self.yjs_epoch,
-            archived: self.archived,
-            created_at_ms: self.created_at_ms,
-            parent_id: self
-                .parent_id
-                .map(|id| parse_uuid(&id, "documents.parent_id"))
-                .transpose()?,
-        })
+impl From<DocumentRow> for Document {
+    fn from(row: DocumentRow) -> Self {
+        Document {
+            id: row.id,
+            repo_owner: row.repo_owner,
+            repo_name: row.repo_name,
+            slug: row.slug,
+            title: row.title,
+            plan_revision: row.plan_revision,
+            storage_revision: row.storage_revision,
+            yjs_epoch: row.yjs_epoch,
+            archived: row.archived,
+            created_at_ms: row.created_at_ms,
+            parent_id: row.parent_id,
+        }
     }
 }
 
 #[derive(sqlx::FromRow)]
 struct TranscriptRow {
-    document_id: String,
+    document_id: Uuid,
     seq: i64,
     author_login: Option<String>,
     kind: String,
@@ -175,52 +155,49 @@ struct TranscriptRow {
     created_at_ms: i64,
 }
 
-impl TranscriptRow {
-    fn into_entry(self) -> StoreResult<TranscriptEntry> {
-        Ok(TranscriptEntry {
-            document_id: parse_uuid(&self.document_id, "chat_transcript.document_id")?,
-            seq: self.seq,
-            author_login: self.author_login,
-            kind: self.kind,
-            body: self.body,
-            created_at_ms: self.created_at_ms,
-        })
+impl From<TranscriptRow> for TranscriptEntry {
+    fn from(row: TranscriptRow) -> Self {
+        TranscriptEntry {
+            document_id: row.document_id,
+            seq: row.seq,
+            author_login: row.author_login,
+            kind: row.kind,
+            body: row.body,
+            created_at_ms: row.created_at_ms,
+        }
     }
 }
 
 #[derive(sqlx::FromRow)]
 struct OwnershipRow {
-    document_id: String,
+    document_id: Uuid,
     generation: i64,
-    holder_account_id: Option<String>,
+    holder_account_id: Option<Uuid>,
     holder_login: Option<String>,
-    holder_browser_login_id: Option<String>,
+    holder_browser_login_id: Option<Uuid>,
     claimed_at_ms: Option<i64>,
 }
 
-impl OwnershipRow {
-    fn into_ownership(self) -> StoreResult<Ownership> {
+impl From<OwnershipRow> for Ownership {
+    fn from(row: OwnershipRow) -> Self {
         let holder = match (
-            self.holder_account_id,
-            self.holder_login,
-            self.holder_browser_login_id,
+            row.holder_account_id,
+            row.holder_login,
+            row.holder_browser_login_id,
         ) {
             (Some(account_id), Some(login), Some(browser_login_id)) => Some(Holder {
-                account_id: parse_uuid(&account_id, "planner_ownership.holder_account_id")?,
+                account_id,
                 login,
-                browser_login_id: parse_uuid(
-                    &browser_login_id,
-                    "planner_ownership.holder_browser_login_id",
-                )?,
+                browser_login_id,
             }),
             _ => None,
         };
-        Ok(Ownership {
-            document_id: parse_uuid(&self.document_id, "planner_ownership.document_id")?,
-            generation: self.generation,
-            claimed_at_ms: holder.as_ref().and(self.claimed_at_ms),
+        Ownership {
+            document_id: row.document_id,
+            generation: row.generation,
+            claimed_at_ms: holder.as_ref().and(row.claimed_at_ms),
             holder,
-        })
+        }
     }
 }
 
@@ -240,9 +217,32 @@ const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, cr
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
 
+/// Takes the transaction-scoped lock on the slugs of one repository (owner and name compared
+/// without ASCII case). A slug is unique across `documents.slug` and `document_slug_aliases`
+/// together, which no single constraint enforces: creations and renames in one repository take
+/// turns under this lock, so each one's check of the other table stays true until it commits.
+/// Two repositories whose keys hash alike merely take turns too.
+async fn lock_repository_slugs(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    repo_owner: &str,
+    repo_name: &str,
+) -> StoreResult<()> {
+    let key = format!(
+        "chopin:slugs:{}/{}",
+        ascii_key(repo_owner),
+        ascii_key(repo_name)
+    );
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+        .bind(key)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| sqlx_error("locking a repository's slugs", e))?;
+    Ok(())
+}
+
 /// Writes one journal row inside the caller's transaction (which numbered it).
 async fn journal_update(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     document_id: Uuid,
     seq: i64,
     update: &[u8],
@@ -250,9 +250,9 @@ async fn journal_update(
 ) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO document_updates (document_id, seq, update_v1, created_at_ms) \
-         VALUES (?1, ?2, ?3, ?4)",
+         VALUES ($1, $2, $3, $4)",
     )
-    .bind(uuid_text(document_id))
+    .bind(document_id)
     .bind(seq)
     .bind(update)
     .bind(now_ms)
@@ -264,7 +264,7 @@ async fn journal_update(
 
 /// Makes `state` the document's checkpoint inside the caller's transaction.
 async fn store_checkpoint(
-    tx: &mut sqlx::Transaction<'_, sqlx::Sqlite>,
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
     document_id: Uuid,
     upto_seq: i64,
     yjs_epoch: i64,
@@ -272,11 +272,11 @@ async fn store_checkpoint(
 ) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO document_checkpoints (document_id, upto_seq, yjs_epoch, state_v1) \
-         VALUES (?1, ?2, ?3, ?4) \
+         VALUES ($1, $2, $3, $4) \
          ON CONFLICT (document_id) DO UPDATE SET upto_seq = excluded.upto_seq, \
          yjs_epoch = excluded.yjs_epoch, state_v1 = excluded.state_v1",
     )
-    .bind(uuid_text(document_id))
+    .bind(document_id)
     .bind(upto_seq)
     .bind(yjs_epoch)
     .bind(state)
@@ -287,9 +287,9 @@ async fn store_checkpoint(
 }
 
 #[async_trait]
-impl Store for SqliteStore {
+impl Store for PgStore {
     fn backend(&self) -> &'static str {
-        "sqlite"
+        "postgres"
     }
 
     async fn ping(&self) -> StoreResult<()> {
@@ -299,7 +299,10 @@ impl Store for SqliteStore {
             .map_err(|e| sqlx_error("ping", e))?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl SignInStore for PgStore {
     async fn upsert_account(
         &self,
         github_user_id: i64,
@@ -308,36 +311,51 @@ impl Store for SqliteStore {
     ) -> StoreResult<Account> {
         let sql = format!(
             "INSERT INTO accounts (id, github_user_id, login, login_key, created_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5) \
+             VALUES ($1, $2, $3, $4, $5) \
              ON CONFLICT (github_user_id) DO UPDATE \
              SET login = excluded.login, login_key = excluded.login_key \
              RETURNING {ACCOUNT_COLUMNS}"
         );
-        let row: AccountRow = sqlx::query_as(&sql)
-            .bind(uuid_text(account_id_for_github_user(github_user_id)))
-            .bind(github_user_id)
-            .bind(login)
-            .bind(ascii_key(login))
-            .bind(now_ms)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(|e| sqlx_error("upserting an account", e))?;
-        row.into_account()
+        // `ON CONFLICT (github_user_id)` arbitrates only that index: two first sign-ins of one
+        // user racing can still collide on the primary key (derived from the same user id) and
+        // fail with a unique violation. The loser's retry then sees the winner's row and updates.
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result: Result<AccountRow, sqlx::Error> = sqlx::query_as(&sql)
+                .bind(account_id_for_github_user(github_user_id))
+                .bind(github_user_id)
+                .bind(login)
+                .bind(ascii_key(login))
+                .bind(now_ms)
+                .fetch_one(&self.pool)
+                .await;
+            match result {
+                Ok(row) => return Ok(row.into()),
+                Err(e)
+                    if attempts < SQL_RACE_RETRIES
+                        && sqlx_error_kind(&e) == Some(ErrorKind::UniqueViolation) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(sqlx_error("upserting an account", e)),
+            }
+        }
     }
 
     async fn account(&self, id: Uuid) -> StoreResult<Option<Account>> {
-        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE id = ?1");
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE id = $1");
         let row: Option<AccountRow> = sqlx::query_as(&sql)
-            .bind(uuid_text(id))
+            .bind(id)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading an account", e))?;
-        row.map(AccountRow::into_account).transpose()
+        Ok(row.map(Into::into))
     }
 
     async fn account_by_login(&self, login: &str) -> StoreResult<Option<Account>> {
         let sql = format!(
-            "SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE login_key = ?1 \
+            "SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE login_key = $1 \
              ORDER BY created_at_ms DESC, id DESC LIMIT 1"
         );
         let row: Option<AccountRow> = sqlx::query_as(&sql)
@@ -345,17 +363,17 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading an account by login", e))?;
-        row.map(AccountRow::into_account).transpose()
+        Ok(row.map(Into::into))
     }
 
     async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO browser_logins \
              (id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
-        .bind(uuid_text(login.id))
-        .bind(uuid_text(login.account_id))
+        .bind(login.id)
+        .bind(login.account_id)
         .bind(&login.verifier_hash)
         .bind(login.created_at_ms)
         .bind(login.expires_at_ms)
@@ -373,21 +391,21 @@ impl Store for SqliteStore {
     }
 
     async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>> {
-        let sql = format!("SELECT {LOGIN_COLUMNS} FROM browser_logins WHERE id = ?1");
+        let sql = format!("SELECT {LOGIN_COLUMNS} FROM browser_logins WHERE id = $1");
         let row: Option<BrowserLoginRow> = sqlx::query_as(&sql)
-            .bind(uuid_text(id))
+            .bind(id)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a browser login", e))?;
-        row.map(BrowserLoginRow::into_login).transpose()
+        Ok(row.map(Into::into))
     }
 
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
         let done = sqlx::query(
-            "UPDATE browser_logins SET signed_out_at_ms = ?2 \
-             WHERE id = ?1 AND signed_out_at_ms IS NULL",
+            "UPDATE browser_logins SET signed_out_at_ms = $2 \
+             WHERE id = $1 AND signed_out_at_ms IS NULL",
         )
-        .bind(uuid_text(id))
+        .bind(id)
         .bind(now_ms)
         .execute(&self.pool)
         .await
@@ -401,28 +419,29 @@ impl Store for SqliteStore {
         expected_revision: i64,
         sealed: &[u8],
     ) -> StoreResult<Option<i64>> {
-        // BEGIN IMMEDIATE holds SQLite's write lock from the first read, so the revision read
-        // and the write below cannot interleave with another writer.
+        // Every credential write locks the login's row first, so the revision read and the
+        // write below cannot interleave with another credential write, a deletion or a sign-out.
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        let signed_out: Option<Option<i64>> =
-            sqlx::query_scalar("SELECT signed_out_at_ms FROM browser_logins WHERE id = ?1")
-                .bind(uuid_text(login_id))
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| sqlx_error("reading a browser login", e))?;
+        let signed_out: Option<Option<i64>> = sqlx::query_scalar(
+            "SELECT signed_out_at_ms FROM browser_logins WHERE id = $1 FOR UPDATE",
+        )
+        .bind(login_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a browser login", e))?;
         match signed_out {
             None => return Err(StoreError::NotFound("browser login")),
             Some(Some(_)) => return Ok(None),
             Some(None) => {}
         }
         let current: Option<i64> = sqlx::query_scalar(
-            "SELECT revision FROM browser_login_credentials WHERE login_id = ?1",
+            "SELECT revision FROM browser_login_credentials WHERE login_id = $1",
         )
-        .bind(uuid_text(login_id))
+        .bind(login_id)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| sqlx_error("reading a login credential revision", e))?;
@@ -432,11 +451,11 @@ impl Store for SqliteStore {
         let revision = expected_revision + 1;
         sqlx::query(
             "INSERT INTO browser_login_credentials (login_id, revision, sealed) \
-             VALUES (?1, ?2, ?3) \
+             VALUES ($1, $2, $3) \
              ON CONFLICT (login_id) DO UPDATE \
              SET revision = excluded.revision, sealed = excluded.sealed",
         )
-        .bind(uuid_text(login_id))
+        .bind(login_id)
         .bind(revision)
         .bind(sealed)
         .execute(&mut *tx)
@@ -451,9 +470,9 @@ impl Store for SqliteStore {
     async fn login_credential(&self, login_id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
         let row: Option<(i64, Vec<u8>)> = sqlx::query_as(
             "SELECT revision, sealed FROM browser_login_credentials \
-             WHERE login_id = ?1 AND sealed IS NOT NULL",
+             WHERE login_id = $1 AND sealed IS NOT NULL",
         )
-        .bind(uuid_text(login_id))
+        .bind(login_id)
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| sqlx_error("reading a login credential", e))?;
@@ -463,12 +482,12 @@ impl Store for SqliteStore {
     async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool> {
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        let login_known: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM browser_logins WHERE id = ?1")
-                .bind(uuid_text(login_id))
+        let login_known: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM browser_logins WHERE id = $1 FOR UPDATE")
+                .bind(login_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| sqlx_error("reading a browser login", e))?;
@@ -476,9 +495,9 @@ impl Store for SqliteStore {
             return Ok(false);
         }
         let had: Option<bool> = sqlx::query_scalar(
-            "SELECT sealed IS NOT NULL FROM browser_login_credentials WHERE login_id = ?1",
+            "SELECT sealed IS NOT NULL FROM browser_login_credentials WHERE login_id = $1",
         )
-        .bind(uuid_text(login_id))
+        .bind(login_id)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| sqlx_error("reading a login credential", e))?;
@@ -486,11 +505,11 @@ impl Store for SqliteStore {
         // (a refresh racing the sign-out) is refused rather than recreating the credential.
         sqlx::query(
             "INSERT INTO browser_login_credentials (login_id, revision, sealed) \
-             VALUES (?1, 1, NULL) \
+             VALUES ($1, 1, NULL) \
              ON CONFLICT (login_id) DO UPDATE \
              SET revision = browser_login_credentials.revision + 1, sealed = NULL",
         )
-        .bind(uuid_text(login_id))
+        .bind(login_id)
         .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("deleting a login credential", e))?;
@@ -503,21 +522,22 @@ impl Store for SqliteStore {
     async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64> {
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        // Credentials first (the foreign key also cascades; this does not rely on it).
+        // Credentials first. A login signed out between the two statements is deleted by the
+        // second, and the foreign key's cascade takes its credential with it.
         sqlx::query(
             "DELETE FROM browser_login_credentials WHERE login_id IN \
              (SELECT id FROM browser_logins \
-              WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= ?1)",
+              WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= $1)",
         )
         .bind(now_ms)
         .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("deleting credentials of expired logins", e))?;
         let done = sqlx::query(
-            "DELETE FROM browser_logins WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= ?1",
+            "DELETE FROM browser_logins WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= $1",
         )
         .bind(now_ms)
         .execute(&mut *tx)
@@ -528,7 +548,10 @@ impl Store for SqliteStore {
             .map_err(|e| sqlx_error("committing the deletion of expired logins", e))?;
         Ok(done.rows_affected())
     }
+}
 
+#[async_trait]
+impl DocumentStore for PgStore {
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
         let conflict_or_backend = |e: sqlx::Error| match sqlx_error_kind(&e) {
             Some(ErrorKind::UniqueViolation) if is_document_id_conflict(&e) => {
@@ -539,24 +562,27 @@ impl Store for SqliteStore {
         };
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        // The parent, read under the write lock, so it cannot be archived before the insert.
+        // A former slug of another document is taken too; the repository's slug lock keeps a
+        // concurrent rename from making it one between this check and the insert.
+        lock_repository_slugs(&mut tx, &doc.repo_owner, &doc.repo_name).await?;
+        // The parent, share-locked until commit, so a concurrent archive waits for the insert
+        // (or, if it committed first, is seen here and refuses the child). Taken after the slug
+        // lock, in the order a rename takes them, so the two never wait on each other.
         if let Some(parent_id) = doc.parent_id {
-            let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?1");
+            let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1 FOR SHARE");
             let parent: Option<DocumentRow> = sqlx::query_as(&sql)
-                .bind(uuid_text(parent_id))
+                .bind(parent_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| sqlx_error("reading a parent document", e))?;
-            let parent = parent.map(DocumentRow::into_document).transpose()?;
-            check_parent(doc, parent.as_ref())?;
+            check_parent(doc, parent.map(Document::from).as_ref())?;
         }
-        // A former slug of another document is taken too (the write lock is held from here).
-        let aliased: Option<i64> = sqlx::query_scalar(
+        let aliased: Option<i32> = sqlx::query_scalar(
             "SELECT 1 FROM document_slug_aliases \
-             WHERE repo_owner_key = ?1 AND repo_name_key = ?2 AND slug = ?3",
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
         )
         .bind(ascii_key(&doc.repo_owner))
         .bind(ascii_key(&doc.repo_name))
@@ -570,9 +596,9 @@ impl Store for SqliteStore {
         sqlx::query(
             "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
              slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0, 0, 0, ?8, ?9)",
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9)",
         )
-        .bind(uuid_text(doc.id))
+        .bind(doc.id)
         .bind(&doc.repo_owner)
         .bind(&doc.repo_name)
         .bind(ascii_key(&doc.repo_owner))
@@ -580,12 +606,12 @@ impl Store for SqliteStore {
         .bind(&doc.slug)
         .bind(&doc.title)
         .bind(doc.created_at_ms)
-        .bind(doc.parent_id.map(uuid_text))
+        .bind(doc.parent_id)
         .execute(&mut *tx)
         .await
         .map_err(conflict_or_backend)?;
-        sqlx::query("INSERT INTO planner_ownership (document_id, generation) VALUES (?1, 0)")
-            .bind(uuid_text(doc.id))
+        sqlx::query("INSERT INTO planner_ownership (document_id, generation) VALUES ($1, 0)")
+            .bind(doc.id)
             .execute(&mut *tx)
             .await
             .map_err(|e| sqlx_error("creating a document's ownership", e))?;
@@ -608,19 +634,19 @@ impl Store for SqliteStore {
     }
 
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
-        let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?1");
+        let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1");
         let row: Option<DocumentRow> = sqlx::query_as(&sql)
-            .bind(uuid_text(id))
+            .bind(id)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a document", e))?;
-        row.map(DocumentRow::into_document).transpose()
+        Ok(row.map(Into::into))
     }
 
     async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
         // Documents are never deleted, so a parent seen here stays known for the second read.
-        let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM documents WHERE id = ?1")
-            .bind(uuid_text(parent_id))
+        let known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM documents WHERE id = $1")
+            .bind(parent_id)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a document", e))?;
@@ -628,15 +654,15 @@ impl Store for SqliteStore {
             return Err(StoreError::NotFound("document"));
         }
         let sql = format!(
-            "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE parent_id = ?1 \
+            "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE parent_id = $1 \
              ORDER BY created_at_ms, id"
         );
         let rows: Vec<DocumentRow> = sqlx::query_as(&sql)
-            .bind(uuid_text(parent_id))
+            .bind(parent_id)
             .fetch_all(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading child documents", e))?;
-        rows.into_iter().map(DocumentRow::into_document).collect()
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     async fn document_by_slug(
@@ -649,11 +675,11 @@ impl Store for SqliteStore {
         // at most one row comes back. Each half is one lookup in its table's unique index.
         let sql = format!(
             "SELECT {DOCUMENT_COLUMNS} FROM documents \
-             WHERE repo_owner_key = ?1 AND repo_name_key = ?2 AND slug = ?3 \
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3 \
              UNION ALL \
              SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = \
              (SELECT document_id FROM document_slug_aliases \
-              WHERE repo_owner_key = ?1 AND repo_name_key = ?2 AND slug = ?3)"
+              WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3)"
         );
         let row: Option<DocumentRow> = sqlx::query_as(&sql)
             .bind(ascii_key(repo_owner))
@@ -662,12 +688,12 @@ impl Store for SqliteStore {
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a document by slug", e))?;
-        row.map(DocumentRow::into_document).transpose()
+        Ok(row.map(Into::into))
     }
 
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
-        let done = sqlx::query("UPDATE documents SET archived = ?2 WHERE id = ?1")
-            .bind(uuid_text(id))
+        let done = sqlx::query("UPDATE documents SET archived = $2 WHERE id = $1")
+            .bind(id)
             .bind(archived)
             .execute(&self.pool)
             .await
@@ -684,34 +710,33 @@ impl Store for SqliteStore {
         new_slug: &str,
         new_title: &str,
     ) -> StoreResult<Document> {
-        let id = uuid_text(document_id);
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = ?1");
+        // A document's repository never changes, so it can be read before taking the lock.
+        let repo: Option<(String, String)> =
+            sqlx::query_as("SELECT repo_owner, repo_name FROM documents WHERE id = $1")
+                .bind(document_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a document", e))?;
+        let (repo_owner, repo_name) = repo.ok_or(StoreError::NotFound("document"))?;
+        lock_repository_slugs(&mut tx, &repo_owner, &repo_name).await?;
+        let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1 FOR UPDATE");
         let current: DocumentRow = sqlx::query_as(&sql)
-            .bind(&id)
+            .bind(document_id)
             .fetch_optional(&mut *tx)
             .await
-            .map_err(|e| sqlx_error("reading a document", e))?
+            .map_err(|e| sqlx_error("locking a document", e))?
             .ok_or(StoreError::NotFound("document"))?;
-        let taken = || {
-            StoreError::Conflict(slug_taken(
-                &current.repo_owner,
-                &current.repo_name,
-                new_slug,
-            ))
-        };
+        let taken = || StoreError::Conflict(slug_taken(&repo_owner, &repo_name, new_slug));
         if current.slug != new_slug {
-            let (owner_key, repo_key) = (
-                ascii_key(&current.repo_owner),
-                ascii_key(&current.repo_name),
-            );
-            let canonical: Option<i64> = sqlx::query_scalar(
+            let (owner_key, repo_key) = (ascii_key(&repo_owner), ascii_key(&repo_name));
+            let canonical: Option<i32> = sqlx::query_scalar(
                 "SELECT 1 FROM documents \
-                 WHERE repo_owner_key = ?1 AND repo_name_key = ?2 AND slug = ?3",
+                 WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
             )
             .bind(&owner_key)
             .bind(&repo_key)
@@ -722,9 +747,9 @@ impl Store for SqliteStore {
             if canonical.is_some() {
                 return Err(taken());
             }
-            let alias_of: Option<String> = sqlx::query_scalar(
+            let alias_of: Option<Uuid> = sqlx::query_scalar(
                 "SELECT document_id FROM document_slug_aliases \
-                 WHERE repo_owner_key = ?1 AND repo_name_key = ?2 AND slug = ?3",
+                 WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
             )
             .bind(&owner_key)
             .bind(&repo_key)
@@ -733,12 +758,12 @@ impl Store for SqliteStore {
             .await
             .map_err(|e| sqlx_error("reading slug aliases", e))?;
             match alias_of {
-                Some(owner) if owner != id => return Err(taken()),
+                Some(owner) if owner != document_id => return Err(taken()),
                 // Back to a former slug: it is canonical again, no longer an alias.
                 Some(_) => {
                     sqlx::query(
                         "DELETE FROM document_slug_aliases \
-                         WHERE repo_owner_key = ?1 AND repo_name_key = ?2 AND slug = ?3",
+                         WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
                     )
                     .bind(&owner_key)
                     .bind(&repo_key)
@@ -752,10 +777,10 @@ impl Store for SqliteStore {
             sqlx::query(
                 "INSERT INTO document_slug_aliases \
                  (document_id, repo_owner_key, repo_name_key, slug, position) \
-                 SELECT ?1, ?2, ?3, ?4, COALESCE(MAX(position), 0) + 1 \
-                 FROM document_slug_aliases WHERE document_id = ?1",
+                 SELECT $1, $2, $3, $4, COALESCE(MAX(position), 0) + 1 \
+                 FROM document_slug_aliases WHERE document_id = $1",
             )
-            .bind(&id)
+            .bind(document_id)
             .bind(&owner_key)
             .bind(&repo_key)
             .bind(&current.slug)
@@ -767,11 +792,11 @@ impl Store for SqliteStore {
             })?;
         }
         let sql = format!(
-            "UPDATE documents SET slug = ?2, title = ?3 WHERE id = ?1 \
+            "UPDATE documents SET slug = $2, title = $3 WHERE id = $1 \
              RETURNING {DOCUMENT_COLUMNS}"
         );
         let renamed: DocumentRow = sqlx::query_as(&sql)
-            .bind(&id)
+            .bind(document_id)
             .bind(new_slug)
             .bind(new_title)
             .fetch_one(&mut *tx)
@@ -783,12 +808,12 @@ impl Store for SqliteStore {
         tx.commit()
             .await
             .map_err(|e| sqlx_error("committing a rename", e))?;
-        renamed.into_document()
+        Ok(renamed.into())
     }
 
     async fn earlier_slugs(&self, document_id: Uuid) -> StoreResult<Vec<String>> {
-        let known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM documents WHERE id = ?1")
-            .bind(uuid_text(document_id))
+        let known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM documents WHERE id = $1")
+            .bind(document_id)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a document", e))?;
@@ -796,9 +821,9 @@ impl Store for SqliteStore {
             return Err(StoreError::NotFound("document"));
         }
         sqlx::query_scalar(
-            "SELECT slug FROM document_slug_aliases WHERE document_id = ?1 ORDER BY position",
+            "SELECT slug FROM document_slug_aliases WHERE document_id = $1 ORDER BY position",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| sqlx_error("reading slug aliases", e))
@@ -813,10 +838,10 @@ impl Store for SqliteStore {
         let column = revision_column(kind);
         let sql = format!(
             "UPDATE documents SET {column} = {column} + 1 \
-             WHERE id = ?1 AND {column} = ?2 RETURNING {column}"
+             WHERE id = $1 AND {column} = $2 RETURNING {column}"
         );
         let advanced: Option<i64> = sqlx::query_scalar(&sql)
-            .bind(uuid_text(id))
+            .bind(id)
             .bind(expected)
             .fetch_optional(&self.pool)
             .await
@@ -824,9 +849,9 @@ impl Store for SqliteStore {
         if let Some(revision) = advanced {
             return Ok(Advance::Advanced(revision));
         }
-        let sql = format!("SELECT {column} FROM documents WHERE id = ?1");
+        let sql = format!("SELECT {column} FROM documents WHERE id = $1");
         let current: Option<i64> = sqlx::query_scalar(&sql)
-            .bind(uuid_text(id))
+            .bind(id)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a revision", e))?;
@@ -835,7 +860,10 @@ impl Store for SqliteStore {
             None => Err(StoreError::NotFound("document")),
         }
     }
+}
 
+#[async_trait]
+impl ContentStore for PgStore {
     async fn append_update(
         &self,
         document_id: Uuid,
@@ -844,15 +872,17 @@ impl Store for SqliteStore {
     ) -> StoreResult<i64> {
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // The UPDATE holds the document's row lock until commit: appenders take turns, each
+        // numbering from the seq the one before it committed.
         let seq: Option<i64> = sqlx::query_scalar(
             "UPDATE documents SET last_update_seq = last_update_seq + 1, \
              storage_revision = storage_revision + 1 \
-             WHERE id = ?1 RETURNING last_update_seq",
+             WHERE id = $1 RETURNING last_update_seq",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| sqlx_error("numbering an update", e))?;
@@ -873,25 +903,26 @@ impl Store for SqliteStore {
     ) -> StoreResult<PlanCommit> {
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        // The guard is in the WHERE clause; the write lock is held from BEGIN IMMEDIATE.
+        // The guard is in the WHERE clause: a committer that waited on a concurrent winner's row
+        // lock re-checks it against the winner's row and matches nothing.
         let committed: Option<(i64, i64)> = sqlx::query_as(
             "UPDATE documents SET plan_revision = plan_revision + 1, \
              storage_revision = storage_revision + 1, last_update_seq = last_update_seq + 1 \
-             WHERE id = ?1 AND plan_revision = ?2 \
+             WHERE id = $1 AND plan_revision = $2 \
              RETURNING plan_revision, last_update_seq",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .bind(expected_plan_revision)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| sqlx_error("advancing a plan revision", e))?;
         let Some((plan_revision, seq)) = committed else {
             let current: Option<i64> =
-                sqlx::query_scalar("SELECT plan_revision FROM documents WHERE id = ?1")
-                    .bind(uuid_text(document_id))
+                sqlx::query_scalar("SELECT plan_revision FROM documents WHERE id = $1")
+                    .bind(document_id)
                     .fetch_optional(&mut *tx)
                     .await
                     .map_err(|e| sqlx_error("reading a plan revision", e))?;
@@ -908,24 +939,23 @@ impl Store for SqliteStore {
     }
 
     async fn document_content(&self, document_id: Uuid) -> StoreResult<DocumentContent> {
-        // A deferred transaction: under WAL its first read fixes the snapshot every later read
-        // in it sees, so the checkpoint and the journal agree.
+        // One snapshot for every read, so the checkpoint and the journal agree.
         let mut tx = self
             .pool
-            .begin()
+            .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        let yjs_epoch: i64 = sqlx::query_scalar("SELECT yjs_epoch FROM documents WHERE id = ?1")
-            .bind(uuid_text(document_id))
+        let yjs_epoch: i64 = sqlx::query_scalar("SELECT yjs_epoch FROM documents WHERE id = $1")
+            .bind(document_id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(|e| sqlx_error("reading a document", e))?
             .ok_or(StoreError::NotFound("document"))?;
         let checkpoint: Option<(i64, Vec<u8>, i64)> = sqlx::query_as(
             "SELECT upto_seq, state_v1, yjs_epoch FROM document_checkpoints \
-             WHERE document_id = ?1",
+             WHERE document_id = $1",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| sqlx_error("reading a checkpoint", e))?;
@@ -936,9 +966,9 @@ impl Store for SqliteStore {
         });
         let updates: Vec<(i64, Vec<u8>)> = sqlx::query_as(
             "SELECT seq, update_v1 FROM document_updates \
-             WHERE document_id = ?1 AND seq > ?2 ORDER BY seq",
+             WHERE document_id = $1 AND seq > $2 ORDER BY seq",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .bind(checkpoint.as_ref().map_or(0, |c| c.upto_seq))
         .fetch_all(&mut *tx)
         .await
@@ -961,24 +991,26 @@ impl Store for SqliteStore {
     ) -> StoreResult<()> {
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        let (last_seq, yjs_epoch): (i64, i64) =
-            sqlx::query_as("SELECT last_update_seq, yjs_epoch FROM documents WHERE id = ?1")
-                .bind(uuid_text(document_id))
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(|e| sqlx_error("reading a document", e))?
-                .ok_or(StoreError::NotFound("document"))?;
+        // The document's row lock orders this against appends, resets and other checkpoints.
+        let (last_seq, yjs_epoch): (i64, i64) = sqlx::query_as(
+            "SELECT last_update_seq, yjs_epoch FROM documents WHERE id = $1 FOR NO KEY UPDATE",
+        )
+        .bind(document_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("locking a document", e))?
+        .ok_or(StoreError::NotFound("document"))?;
         if !(0..=last_seq).contains(&upto_seq) {
             return Err(StoreError::Conflict(checkpoint_out_of_range(
                 upto_seq, last_seq,
             )));
         }
         let current: Option<i64> =
-            sqlx::query_scalar("SELECT upto_seq FROM document_checkpoints WHERE document_id = ?1")
-                .bind(uuid_text(document_id))
+            sqlx::query_scalar("SELECT upto_seq FROM document_checkpoints WHERE document_id = $1")
+                .bind(document_id)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| sqlx_error("reading a checkpoint", e))?;
@@ -986,8 +1018,8 @@ impl Store for SqliteStore {
             return Ok(());
         }
         store_checkpoint(&mut tx, document_id, upto_seq, yjs_epoch, state).await?;
-        sqlx::query("DELETE FROM document_updates WHERE document_id = ?1 AND seq <= ?2")
-            .bind(uuid_text(document_id))
+        sqlx::query("DELETE FROM document_updates WHERE document_id = $1 AND seq <= $2")
+            .bind(document_id)
             .bind(upto_seq)
             .execute(&mut *tx)
             .await
@@ -1001,22 +1033,22 @@ impl Store for SqliteStore {
     async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
         let mut tx = self
             .pool
-            .begin_with("BEGIN IMMEDIATE")
+            .begin()
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
         let (yjs_epoch, last_seq): (i64, i64) = sqlx::query_as(
             "UPDATE documents SET yjs_epoch = yjs_epoch + 1, \
              storage_revision = storage_revision + 1 \
-             WHERE id = ?1 RETURNING yjs_epoch, last_update_seq",
+             WHERE id = $1 RETURNING yjs_epoch, last_update_seq",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .fetch_optional(&mut *tx)
         .await
         .map_err(|e| sqlx_error("advancing a Yjs epoch", e))?
         .ok_or(StoreError::NotFound("document"))?;
         store_checkpoint(&mut tx, document_id, last_seq, yjs_epoch, state).await?;
-        sqlx::query("DELETE FROM document_updates WHERE document_id = ?1")
-            .bind(uuid_text(document_id))
+        sqlx::query("DELETE FROM document_updates WHERE document_id = $1")
+            .bind(document_id)
             .execute(&mut *tx)
             .await
             .map_err(|e| sqlx_error("emptying the update journal", e))?;
@@ -1025,32 +1057,49 @@ impl Store for SqliteStore {
             .map_err(|e| sqlx_error("committing a content reset", e))?;
         Ok(yjs_epoch)
     }
+}
 
+#[async_trait]
+impl TranscriptStore for PgStore {
     async fn append_transcript(
         &self,
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry> {
-        // One statement: SQLite takes the write lock before reading MAX(seq), so concurrent
-        // appends are serialized and each sees the one before it.
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        // Appenders to one document queue on its row lock; under READ COMMITTED the INSERT's
+        // fresh snapshot then sees every entry committed before the lock was granted.
+        let locked: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM documents WHERE id = $1 FOR NO KEY UPDATE")
+                .bind(document_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("locking a document", e))?;
+        if locked.is_none() {
+            return Err(StoreError::NotFound("document"));
+        }
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO chat_transcript \
              (document_id, seq, author_login, kind, body, created_at_ms) \
-             SELECT ?1, COALESCE(MAX(seq), 0) + 1, ?2, ?3, ?4, ?5 \
-             FROM chat_transcript WHERE document_id = ?1 \
+             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5 \
+             FROM chat_transcript WHERE document_id = $1 \
              RETURNING seq",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .bind(&entry.author_login)
         .bind(&entry.kind)
         .bind(&entry.body)
         .bind(entry.created_at_ms)
-        .fetch_one(&self.pool)
+        .fetch_one(&mut *tx)
         .await
-        .map_err(|e| match sqlx_error_kind(&e) {
-            Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("document"),
-            _ => sqlx_error("appending to a transcript", e),
-        })?;
+        .map_err(|e| sqlx_error("appending to a transcript", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a transcript entry", e))?;
         Ok(TranscriptEntry {
             document_id,
             seq,
@@ -1063,9 +1112,9 @@ impl Store for SqliteStore {
 
     async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
         let (seq,): (i64,) = sqlx::query_as(
-            "SELECT COALESCE(MAX(seq), 0) FROM chat_transcript WHERE document_id = ?1",
+            "SELECT COALESCE(MAX(seq), 0)::BIGINT FROM chat_transcript WHERE document_id = $1",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .fetch_one(&self.pool)
         .await
         .map_err(|e| sqlx_error("reading a transcript's newest entry", e))?;
@@ -1080,28 +1129,30 @@ impl Store for SqliteStore {
     ) -> StoreResult<Vec<TranscriptEntry>> {
         let sql = format!(
             "SELECT {TRANSCRIPT_COLUMNS} FROM chat_transcript \
-             WHERE document_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
+             WHERE document_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
         );
         let rows: Vec<TranscriptRow> = sqlx::query_as(&sql)
-            .bind(uuid_text(document_id))
+            .bind(document_id)
             .bind(after_seq)
             .bind(i64::from(limit))
             .fetch_all(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a transcript", e))?;
-        rows.into_iter().map(TranscriptRow::into_entry).collect()
+        Ok(rows.into_iter().map(Into::into).collect())
     }
+}
 
+#[async_trait]
+impl OwnershipStore for PgStore {
     async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
         let sql =
-            format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = ?1");
+            format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1");
         let row: Option<OwnershipRow> = sqlx::query_as(&sql)
-            .bind(uuid_text(document_id))
+            .bind(document_id)
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading ownership", e))?;
-        row.ok_or(StoreError::NotFound("document"))?
-            .into_ownership()
+        row.map(Into::into).ok_or(StoreError::NotFound("document"))
     }
 
     async fn claim_ownership(
@@ -1110,29 +1161,30 @@ impl Store for SqliteStore {
         holder: &Holder,
         now_ms: UnixMillis,
     ) -> StoreResult<Claim> {
-        // The guard is in the WHERE clause: free, or already this account's. The generation
-        // advances only when the row was free (SET reads the row's values before the update).
+        // The guard is in the WHERE clause: free, or already this account's. A claimer that
+        // waited on a concurrent winner's row lock re-checks the guard against the winner's row
+        // and matches nothing. SET expressions read the row's values before the update.
         let sql = format!(
             "UPDATE planner_ownership SET \
              generation = CASE WHEN holder_account_id IS NULL \
                           THEN generation + 1 ELSE generation END, \
-             holder_account_id = ?2, holder_login = ?3, holder_browser_login_id = ?4, \
-             claimed_at_ms = ?5 \
-             WHERE document_id = ?1 AND (holder_account_id IS NULL OR holder_account_id = ?2) \
+             holder_account_id = $2, holder_login = $3, holder_browser_login_id = $4, \
+             claimed_at_ms = $5 \
+             WHERE document_id = $1 AND (holder_account_id IS NULL OR holder_account_id = $2) \
              RETURNING {OWNERSHIP_COLUMNS}"
         );
         for _ in 0..SQL_RACE_RETRIES {
             let claimed: Option<OwnershipRow> = sqlx::query_as(&sql)
-                .bind(uuid_text(document_id))
-                .bind(uuid_text(holder.account_id))
+                .bind(document_id)
+                .bind(holder.account_id)
                 .bind(&holder.login)
-                .bind(uuid_text(holder.browser_login_id))
+                .bind(holder.browser_login_id)
                 .bind(now_ms)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(|e| sqlx_error("claiming ownership", e))?;
             if let Some(row) = claimed {
-                return Ok(Claim::Claimed(row.into_ownership()?));
+                return Ok(Claim::Claimed(row.into()));
             }
             let current = self.ownership(document_id).await?;
             match &current.holder {
@@ -1152,9 +1204,9 @@ impl Store for SqliteStore {
         let done = sqlx::query(
             "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
              holder_browser_login_id = NULL, claimed_at_ms = NULL \
-             WHERE document_id = ?1 AND holder_account_id IS NOT NULL AND generation = ?2",
+             WHERE document_id = $1 AND holder_account_id IS NOT NULL AND generation = $2",
         )
-        .bind(uuid_text(document_id))
+        .bind(document_id)
         .bind(generation)
         .execute(&self.pool)
         .await
@@ -1163,8 +1215,8 @@ impl Store for SqliteStore {
             return Ok(Release::Released);
         }
         let current: Option<i64> =
-            sqlx::query_scalar("SELECT generation FROM planner_ownership WHERE document_id = ?1")
-                .bind(uuid_text(document_id))
+            sqlx::query_scalar("SELECT generation FROM planner_ownership WHERE document_id = $1")
+                .bind(document_id)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(|e| sqlx_error("reading ownership", e))?;
@@ -1185,7 +1237,10 @@ impl Store for SqliteStore {
         .map_err(|e| sqlx_error("clearing ownership", e))?;
         Ok(done.rows_affected())
     }
+}
 
+#[async_trait]
+impl LeaseStore for PgStore {
     async fn acquire_writer_lease(
         &self,
         holder: &str,
@@ -1198,10 +1253,10 @@ impl Store for SqliteStore {
             // the epoch.
             let taken: Option<LeaseRow> = sqlx::query_as(
                 "UPDATE writer_lease SET \
-                 epoch = CASE WHEN holder = ?2 AND expires_at_ms > ?3 \
+                 epoch = CASE WHEN holder = $2 AND expires_at_ms > $3 \
                          THEN epoch ELSE epoch + 1 END, \
-                 holder = ?2, expires_at_ms = ?4 \
-                 WHERE name = ?1 AND (holder IS NULL OR expires_at_ms <= ?3 OR holder = ?2) \
+                 holder = $2, expires_at_ms = $4 \
+                 WHERE name = $1 AND (holder IS NULL OR expires_at_ms <= $3 OR holder = $2) \
                  RETURNING holder, epoch, expires_at_ms",
             )
             .bind(WRITER_LEASE_NAME)
@@ -1219,7 +1274,7 @@ impl Store for SqliteStore {
                 }));
             }
             let current: Option<LeaseRow> = sqlx::query_as(
-                "SELECT holder, epoch, expires_at_ms FROM writer_lease WHERE name = ?1",
+                "SELECT holder, epoch, expires_at_ms FROM writer_lease WHERE name = $1",
             )
             .bind(WRITER_LEASE_NAME)
             .fetch_optional(&self.pool)
@@ -1242,7 +1297,7 @@ impl Store for SqliteStore {
                     // The migration seeds the row; put it back if someone removed it.
                     sqlx::query(
                         "INSERT INTO writer_lease (name, holder, epoch, expires_at_ms) \
-                         VALUES (?1, NULL, 0, 0) ON CONFLICT (name) DO NOTHING",
+                         VALUES ($1, NULL, 0, 0) ON CONFLICT (name) DO NOTHING",
                     )
                     .bind(WRITER_LEASE_NAME)
                     .execute(&self.pool)
@@ -1263,8 +1318,8 @@ impl Store for SqliteStore {
         ttl_ms: i64,
     ) -> StoreResult<Option<WriterLease>> {
         let row: Option<LeaseRow> = sqlx::query_as(
-            "UPDATE writer_lease SET expires_at_ms = ?4 \
-             WHERE name = ?1 AND holder = ?2 AND epoch = ?3 \
+            "UPDATE writer_lease SET expires_at_ms = $4 \
+             WHERE name = $1 AND holder = $2 AND epoch = $3 \
              RETURNING holder, epoch, expires_at_ms",
         )
         .bind(WRITER_LEASE_NAME)
@@ -1284,7 +1339,7 @@ impl Store for SqliteStore {
     async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
         sqlx::query(
             "UPDATE writer_lease SET holder = NULL, expires_at_ms = 0 \
-             WHERE name = ?1 AND holder = ?2 AND epoch = ?3",
+             WHERE name = $1 AND holder = $2 AND epoch = $3",
         )
         .bind(WRITER_LEASE_NAME)
         .bind(&lease.holder)

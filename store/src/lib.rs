@@ -1,17 +1,21 @@
-//! Durable state behind one interface, [`Store`], with three backends: in memory (the simulator and
-//! unit tests), SQLite (the embedded default) and PostgreSQL (production).
+//! `chopin-store`: the server's durable state behind one interface, [`Store`], split by aggregate
+//! ([`SignInStore`], [`DocumentStore`], [`ContentStore`], [`TranscriptStore`],
+//! [`OwnershipStore`], [`LeaseStore`]), with three backends: in memory (the simulator and unit
+//! tests), SQLite (the embedded default) and PostgreSQL (production). A new table adds a small
+//! trait of its own and joins [`Store`]'s supertraits.
 //!
 //! Owns: records and the atomic rules on them — the generation-guarded Planner ownership claim,
 //! revisions that only grow (documents', and browser-login credentials', whose sealed bytes are
-//! opaque here: see [`crate::crypto`]), transcript order, the exclusive writer lease, a document's
+//! opaque here: the server's credential sealing makes them), transcript order, the exclusive writer lease, a document's
 //! durable content (a journal of Yjs v1 updates after its latest checkpoint, numbered gap-free per
 //! document, and the Yjs epoch) and its slugs (the canonical one and former ones kept as aliases,
 //! unique together per repository), and parentage: a child document belongs to one top-level
 //! parent of the same repository, fixed at creation (one level: a child has no children). Update
 //! and checkpoint bytes are opaque here: the caller encodes and decodes them with yrs.
 //! Does not own: policy (who may claim, when a grace ends) or time: callers pass wall-clock
-//! milliseconds read from their [`crate::clock::Clock`]. Every backend passes the same conformance
-//! suite (`server/tests/store_conformance.rs`).
+//! milliseconds read from their clock. Nothing here imports the server: the compiler keeps this
+//! layer below every service. Every backend passes the same conformance
+//! suite (`store/tests/conformance.rs`).
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -28,14 +32,47 @@ pub use sqlite::SqliteStore;
 /// Wall-clock time in milliseconds since the Unix epoch, as read from a `Clock`.
 pub type UnixMillis = i64;
 
+/// Where documents and records are kept.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Database {
+    /// `DATABASE_URL=postgres://…` (or `postgresql://…`).
+    Postgres(String),
+    /// `DATABASE_URL=sqlite:…`, or the embedded default file.
+    Sqlite(std::path::PathBuf),
+}
+
+impl std::fmt::Debug for Database {
+    // A PostgreSQL URL may carry a password: never print it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Database::Postgres(_) => f.write_str("Postgres(<redacted url>)"),
+            Database::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+        }
+    }
+}
+
+impl Database {
+    /// Where this database is, for a log line: the file, or the PostgreSQL host without
+    /// credentials.
+    pub fn describe(&self) -> String {
+        match self {
+            Database::Sqlite(p) => format!("SQLite at {}", p.display()),
+            Database::Postgres(url) => {
+                let rest = url.split_once("://").map(|(_, r)| r).unwrap_or("");
+                let host = rest.rsplit_once('@').map(|(_, h)| h).unwrap_or(rest);
+                let host = host.split(['/', '?']).next().unwrap_or("");
+                format!("PostgreSQL at {host}")
+            }
+        }
+    }
+}
+
 /// Opens the configured database: the SQLite file (created with its parent directories if
 /// missing) or the PostgreSQL server, and applies this build's migrations to it.
-pub async fn open(database: &crate::config::Database) -> StoreResult<std::sync::Arc<dyn Store>> {
+pub async fn open(database: &Database) -> StoreResult<std::sync::Arc<dyn Store>> {
     Ok(match database {
-        crate::config::Database::Sqlite(path) => {
-            std::sync::Arc::new(SqliteStore::open(path).await?)
-        }
-        crate::config::Database::Postgres(url) => std::sync::Arc::new(PgStore::connect(url).await?),
+        Database::Sqlite(path) => std::sync::Arc::new(SqliteStore::open(path).await?),
+        Database::Postgres(url) => std::sync::Arc::new(PgStore::connect(url).await?),
     })
 }
 
@@ -100,7 +137,7 @@ pub struct NewDocument {
     pub title: String,
     pub created_at_ms: UnixMillis,
     /// The top-level document this one is a child of, or `None` for a top-level document. The
-    /// rules a parent must meet are [`Store::create_document`]'s.
+    /// rules a parent must meet are [`DocumentStore::create_document`]'s.
     pub parent_id: Option<Uuid>,
 }
 
@@ -117,7 +154,7 @@ pub struct Document {
     /// Advances with every durable write of the document's state. Starts at 0.
     pub storage_revision: i64,
     /// Changes only when the document's content is replaced wholesale
-    /// ([`Store::reset_content`]), so updates made for one Yjs history are never applied to
+    /// ([`ContentStore::reset_content`]), so updates made for one Yjs history are never applied to
     /// another. Starts at 0.
     pub yjs_epoch: i64,
     pub archived: bool,
@@ -145,7 +182,7 @@ pub enum Advance {
     Stale { current: i64 },
 }
 
-/// Outcome of [`Store::commit_plan_edit`], guarded by the plan revision the caller read.
+/// Outcome of [`ContentStore::commit_plan_edit`], guarded by the plan revision the caller read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum PlanCommit {
     /// The update was journalled at `seq` and the plan revision moved to `plan_revision`
@@ -248,16 +285,23 @@ pub enum LeaseAcquire {
     HeldElsewhere(WriterLease),
 }
 
-/// The storage interface. Every method is atomic on its own.
+/// The storage interface: every aggregate's trait, plus what concerns the database as a whole.
+/// Every method of every part is atomic on its own. A service takes the narrowest part it uses
+/// (an `Arc<dyn TranscriptStore>`, say); an `Arc<dyn Store>` coerces to any of them.
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store:
+    SignInStore + DocumentStore + ContentStore + TranscriptStore + OwnershipStore + LeaseStore
+{
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 
     /// Cheap round trip proving the store answers (readiness).
     async fn ping(&self) -> StoreResult<()>;
+}
 
-    // --- accounts and browser logins ---
+/// Accounts, browser logins (cookie sessions) and their sealed GitHub credentials.
+#[async_trait]
+pub trait SignInStore: Send + Sync + 'static {
     /// Insert the account for `github_user_id`, or update its login; returns the stored record.
     async fn upsert_account(
         &self,
@@ -276,12 +320,11 @@ pub trait Store: Send + Sync + 'static {
     /// Marks the login signed out at `now_ms`; true if it was live-or-expired and not signed out.
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool>;
 
-    // --- browser-login credentials (sealed by `crate::crypto`; opaque bytes here) ---
     /// Stores `sealed` as the login's credential if its credential revision still equals
     /// `expected_revision` (0 for a login never given one), advancing it by one. Returns the new
     /// revision (`expected_revision + 1`), or `None` if the revision is stale or the login is
     /// signed out (nothing changed). `NotFound("browser login")` for an unknown login.
-    /// Revisions only grow, including across [`Store::delete_login_credential`], so a refresh
+    /// Revisions only grow, including across [`SignInStore::delete_login_credential`], so a refresh
     /// racing a deletion can never recreate the credential.
     async fn set_login_credential(
         &self,
@@ -301,8 +344,11 @@ pub trait Store: Send + Sync + 'static {
     /// writer lease is held). Live logins and their credentials are kept. Returns how many
     /// logins were deleted.
     async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64>;
+}
 
-    // --- documents ---
+/// Documents: identity, slugs and their aliases, parentage, archiving, revision counters.
+#[async_trait]
+pub trait DocumentStore: Send + Sync + 'static {
     /// Creates a document (and its ownership record at generation 0). A slug already used in the
     /// same repository, by another document or as another document's former slug (alias), is
     /// `Conflict`; so is a child's slug (slugs stay unique per repository, children included).
@@ -331,7 +377,7 @@ pub trait Store: Send + Sync + 'static {
     /// such document.
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()>;
     /// Gives the document a new slug and title. The old slug becomes an alias of the document
-    /// (see [`Store::earlier_slugs`]); renaming back to a former slug removes that alias. A slug
+    /// (see [`DocumentStore::earlier_slugs`]); renaming back to a former slug removes that alias. A slug
     /// used in the repository by another document, canonical or alias, is `Conflict` (nothing
     /// changes). The same slug with a new title only retitles. Changes no revision counter and
     /// keeps parentage. `NotFound("document")` for an unknown document.
@@ -352,8 +398,11 @@ pub trait Store: Send + Sync + 'static {
         kind: RevisionKind,
         expected: i64,
     ) -> StoreResult<Advance>;
+}
 
-    // --- document content (Yjs v1 bytes, opaque here) ---
+/// A document's durable content: the journal of Yjs updates, checkpoints, the Yjs epoch.
+#[async_trait]
+pub trait ContentStore: Send + Sync + 'static {
     /// Journals one accepted update at the document's next seq (the first is 1; concurrent
     /// appends get distinct, gap-free seqs, which keep growing across checkpoints and resets) and
     /// advances the storage revision by one, atomically. Returns the seq.
@@ -365,7 +414,7 @@ pub trait Store: Send + Sync + 'static {
         now_ms: UnixMillis,
     ) -> StoreResult<i64>;
     /// Only if the plan revision still equals `expected_plan_revision`: journals the update (as
-    /// [`Store::append_update`]) and advances the plan and storage revisions by one, atomically.
+    /// [`ContentStore::append_update`]) and advances the plan and storage revisions by one, atomically.
     /// Otherwise `Stale` and nothing changes. Concurrent commits at one expected revision: exactly
     /// one commits. `NotFound("document")` for an unknown document.
     async fn commit_plan_edit(
@@ -395,8 +444,11 @@ pub trait Store: Send + Sync + 'static {
     /// advances the storage revision by one, atomically. Returns the new epoch.
     /// `NotFound("document")` for an unknown document.
     async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64>;
+}
 
-    // --- Chat transcript ---
+/// Each document's Chat transcript.
+#[async_trait]
+pub trait TranscriptStore: Send + Sync + 'static {
     /// Appends at the next `seq` of the document (concurrent appends get distinct, gap-free
     /// seqs). `NotFound("document")` if there is no such document.
     async fn append_transcript(
@@ -413,8 +465,11 @@ pub trait Store: Send + Sync + 'static {
         after_seq: i64,
         limit: u32,
     ) -> StoreResult<Vec<TranscriptEntry>>;
+}
 
-    // --- Planner ownership ---
+/// Each document's generation-guarded Planner ownership.
+#[async_trait]
+pub trait OwnershipStore: Send + Sync + 'static {
     /// `NotFound("document")` for an unknown document (as for every ownership method).
     async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership>;
     /// Generation-guarded claim. Concurrent claimers of a free document: exactly one wins.
@@ -429,8 +484,11 @@ pub trait Store: Send + Sync + 'static {
     async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release>;
     /// Clears every holder (startup). Returns how many were cleared.
     async fn clear_all_ownership(&self) -> StoreResult<u64>;
+}
 
-    // --- writer lease ---
+/// The database-wide writer lease.
+#[async_trait]
+pub trait LeaseStore: Send + Sync + 'static {
     /// Takes the lease if it is free, expired at `now_ms`, or already `holder`'s (then renewed).
     async fn acquire_writer_lease(
         &self,
@@ -467,7 +525,7 @@ pub(crate) fn slug_taken(repo_owner: &str, repo_name: &str, slug: &str) -> Strin
     format!("slug {slug:?} is already used in {repo_owner}/{repo_name}")
 }
 
-/// Why [`Store::create_document`] refused a child: the rule its parent broke. Its text is the
+/// Why [`DocumentStore::create_document`] refused a child: the rule its parent broke. Its text is the
 /// `Conflict`'s words.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum ParentRefusal {
@@ -585,4 +643,13 @@ pub(crate) fn is_document_id_conflict(err: &sqlx::Error) -> bool {
         }
         _ => false,
     }
+}
+
+/// Every part of the [`Store`] interface, for code that calls store methods on a `dyn Store`
+/// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        ContentStore, DocumentStore, LeaseStore, OwnershipStore, SignInStore, Store,
+        TranscriptStore,
+    };
 }

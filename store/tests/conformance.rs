@@ -25,7 +25,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use chopin_server::store::{
+use chopin_store::{
     account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Document,
     DocumentContent, Holder, LeaseAcquire, MemoryStore, NewDocument, NewTranscriptEntry, PgStore,
     PlanCommit, Release, RevisionKind, SqliteStore, Store, StoreError, WriterLease,
@@ -255,14 +255,14 @@ fn entry(author: Option<&str>, kind: &str, body: &str, at: i64) -> NewTranscript
     }
 }
 
-fn claimed(claim: Claim) -> chopin_server::store::Ownership {
+fn claimed(claim: Claim) -> chopin_store::Ownership {
     match claim {
         Claim::Claimed(own) => own,
         Claim::HeldByOther(own) => panic!("expected Claimed, got HeldByOther({own:?})"),
     }
 }
 
-fn held_by_other(claim: Claim) -> chopin_server::store::Ownership {
+fn held_by_other(claim: Claim) -> chopin_store::Ownership {
     match claim {
         Claim::HeldByOther(own) => own,
         Claim::Claimed(own) => panic!("expected HeldByOther, got Claimed({own:?})"),
@@ -1372,7 +1372,7 @@ async fn transcript_pages_by_after_seq_and_limit(b: &Backend) {
             .await
             .unwrap();
     }
-    let seqs = |page: Vec<chopin_server::store::TranscriptEntry>| {
+    let seqs = |page: Vec<chopin_store::TranscriptEntry>| {
         page.into_iter().map(|e| e.seq).collect::<Vec<_>>()
     };
     assert_eq!(

@@ -19,6 +19,9 @@ use super::{
     LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind,
     Store, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
+use crate::{
+    ContentStore, DocumentStore, LeaseStore, OwnershipStore, SignInStore, TranscriptStore,
+};
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
 #[derive(Clone, Default)]
@@ -129,7 +132,10 @@ impl Store for MemoryStore {
     async fn ping(&self) -> StoreResult<()> {
         self.with(|_| Ok(()))
     }
+}
 
+#[async_trait]
+impl SignInStore for MemoryStore {
     async fn upsert_account(
         &self,
         github_user_id: i64,
@@ -270,7 +276,10 @@ impl Store for MemoryStore {
             Ok(dead.len() as u64)
         })
     }
+}
 
+#[async_trait]
+impl DocumentStore for MemoryStore {
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
         self.with(|inner| {
             let slug_key = (
@@ -442,7 +451,10 @@ impl Store for MemoryStore {
             Ok(Advance::Advanced(*revision))
         })
     }
+}
 
+#[async_trait]
+impl ContentStore for MemoryStore {
     async fn append_update(
         &self,
         document_id: Uuid,
@@ -540,7 +552,10 @@ impl Store for MemoryStore {
             Ok(doc.yjs_epoch)
         })
     }
+}
 
+#[async_trait]
+impl TranscriptStore for MemoryStore {
     async fn append_transcript(
         &self,
         document_id: Uuid,
@@ -594,7 +609,10 @@ impl Store for MemoryStore {
                 .collect())
         })
     }
+}
 
+#[async_trait]
+impl OwnershipStore for MemoryStore {
     async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
         self.with(|inner| {
             inner
@@ -661,7 +679,10 @@ impl Store for MemoryStore {
             Ok(cleared)
         })
     }
+}
 
+#[async_trait]
+impl LeaseStore for MemoryStore {
     async fn acquire_writer_lease(
         &self,
         holder: &str,
