@@ -11,7 +11,7 @@
 //! check means the same against both.
 //!
 //! Does not own: the adapter (`chopin_server::harness::remote`) or the link
-//! (`chopin_server::planner::link`); it only plays the member's side of the wire.
+//! (`chopin_server::transport::agent`); it only plays the member's side of the wire.
 //!
 //! How the client plays a script, per turn (one `turn` frame takes the next queued script, or
 //! `[Text "ok"]`): `Text`/`Reasoning` → a `part`; `CallHostTool` → a `tool-input` part and a
@@ -41,18 +41,18 @@ use chopin_fixtures::agent::{self, AgentClient, Event, Upgrade};
 use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
 use chopin_protocol::agent::{self as wire, ClientMessage, Feature, ServerMessage, TurnStatus};
 use chopin_server::app::{self, Running};
-use chopin_server::clock::SystemClock;
 use chopin_server::config::{Config, Secret};
-use chopin_server::connector::{self, HttpResponse, TcpConnector};
-use chopin_server::entropy::OsEntropy;
 use chopin_server::harness::fake::{SessionSeen, Step, ToolResultSeen, TurnSeen};
 use chopin_server::harness::{
     self, ErrorPart, FinishPart, FinishReason, HarnessDeps, Part, RemoteDeps, TextPart,
     ToolInputPart,
 };
 use chopin_server::planner::{LinkCommand, Planners};
+use chopin_server::runtime::clock::SystemClock;
+use chopin_server::runtime::connector::{self, HttpResponse, TcpConnector};
+use chopin_server::runtime::entropy::OsEntropy;
 use chopin_server::store::{MemoryStore, NewDocument, Store};
-use chopin_server::Services;
+use chopin_server::Runtime;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -126,8 +126,8 @@ pub async fn remote_subject() -> Result<Subject, SubjectError> {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let running = app::start(
         config,
-        Services {
-            store: store.clone(),
+        store.clone(),
+        Runtime {
             clock: Arc::new(SystemClock),
             entropy: Arc::new(OsEntropy),
             connector: Arc::new(TcpConnector),
@@ -135,7 +135,7 @@ pub async fn remote_subject() -> Result<Subject, SubjectError> {
     )
     .await
     .map_err(|e| setup("start the server")(e.to_string()))?;
-    let state = running.state().clone();
+    let state = running.app().clone();
     let router = running.router();
     world.running = Some(running);
     world.tasks.push(Task(tokio::spawn(async move {
@@ -143,7 +143,7 @@ pub async fn remote_subject() -> Result<Subject, SubjectError> {
     })));
 
     // A document of octo/plans.
-    let document = state.services.entropy.uuid();
+    let document = state.runtime.entropy.uuid();
     store
         .create_document(&NewDocument {
             id: document,
@@ -186,9 +186,9 @@ pub async fn remote_subject() -> Result<Subject, SubjectError> {
 
     let deps = HarnessDeps {
         remote: Some(RemoteDeps {
-            planners: state.planners.clone(),
+            links: state.planners.clone(),
             document,
-            entropy: state.services.entropy.clone(),
+            entropy: state.runtime.entropy.clone(),
         }),
         ..Default::default()
     };

@@ -1,84 +1,63 @@
-//! Wiring: a [`Config`] and its [`Services`] become a running server.
+//! The composition root: the only code that knows every service. A [`Config`], a store and the
+//! [`Runtime`] seams become an [`App`] (every service, wired with the explicit dependencies each
+//! takes), and [`start`] makes it a serving process.
 //!
-//! Owns: the startup sequence (writer lease, clearing owner references) and the state every
-//! route shares. Does not own: sockets or signals — the binary and the simulator bring those and
-//! call [`crate::serve`].
+//! Owns: the startup sequence (the credential key, the writer lease, clearing owner references
+//! left by an earlier process, sweeping dead logins), wiring the services ([`App::wire`]) and the
+//! transport's routes ([`App::routes`]), and the stop ([`Running::stop`]).
+//! Does not own: sockets or signals (the binary and the simulator bring a listener and a stop
+//! signal and call [`crate::transport::serve`]), or any behaviour of the services.
+//!
+//! Invariants: no service imports this module; a service reaches another only through the `Arc`
+//! it was given here.
 
 use std::sync::Arc;
 
-use tokio::sync::watch;
-
-use crate::admission::{Admission, AdmissionPolicy};
-use crate::clock::{SharedClock, SystemClock};
-use crate::config::Config;
-use crate::connector::{SharedConnector, TcpConnector};
-use crate::entropy::{OsEntropy, SharedEntropy};
-use crate::github::GitHub;
-use crate::lease::{self, LeaseError};
+use crate::access::Access;
+use crate::chat::Chat;
+use crate::config::{AuthMode, Config, Database};
+use crate::content::OpenDocuments;
+use crate::documents::children::Children;
+use crate::documents::Documents;
+use crate::identity::admission::{Admission, AdmissionPolicy};
+use crate::identity::crypto::{CredentialKey, KeyError};
+use crate::identity::device_flow::{DeviceFlowSettings, DeviceFlows};
+use crate::identity::github::GitHub;
+use crate::identity::sign_ins::{SignInSettings, SignIns};
+use crate::identity::web_flow::{SignInDeps, WebFlow, WebFlowSettings};
 use crate::planner::Planners;
-use crate::session::Sessions;
-use crate::store::{Store, WriterLease};
+use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
+use crate::runtime::{Runtime, Shutdown};
+use crate::store::{Store, StoreError};
+use crate::transcript::Transcript;
+use crate::transport::agent::{AgentDeps, LinkTimers};
+use crate::transport::auth::AuthDeps;
+use crate::transport::documents::DocumentsDeps;
+use crate::transport::health::HealthDeps;
+use crate::transport::room::RoomDeps;
+use crate::transport::{self, Routes};
+use crate::turns::{Turns, TurnsDeps};
 
-/// The seams and the store: everything the server reads from the outside world.
+/// Every service of one server process, wired. Cheap to clone (each service is an `Arc`).
 #[derive(Clone)]
-pub struct Services {
-    pub store: Arc<dyn Store>,
-    pub clock: SharedClock,
-    pub entropy: SharedEntropy,
-    pub connector: SharedConnector,
-}
-
-impl Services {
-    /// The production seams over `store`: system clock, OS randomness, real TCP.
-    pub fn production(store: Arc<dyn Store>) -> Self {
-        Self {
-            store,
-            clock: Arc::new(SystemClock),
-            entropy: Arc::new(OsEntropy),
-            connector: Arc::new(TcpConnector),
-        }
-    }
-}
-
-/// State shared by every route.
-#[derive(Clone)]
-pub struct AppState {
+pub struct App {
     pub config: Arc<Config>,
-    pub services: Services,
-    /// Instance admission and repository access, with their short caches.
+    pub store: Arc<dyn Store>,
+    pub runtime: Runtime,
+    pub shutdown: Shutdown,
+    pub lease: LeaseWatch,
     pub admission: Arc<Admission>,
-    /// Browser logins this process holds.
-    pub sessions: Arc<Sessions>,
-    /// Who holds each document's Planner.
+    pub sign_ins: Arc<SignIns>,
+    pub web_flow: Arc<WebFlow>,
+    pub device_flows: Arc<DeviceFlows>,
+    pub access: Arc<Access>,
+    pub documents: Arc<Documents>,
+    pub open: Arc<OpenDocuments>,
+    pub children: Arc<Children>,
+    pub transcript: Arc<Transcript>,
     pub planners: Arc<Planners>,
-    /// The documents open in this process (their live yrs content).
-    pub rooms: Arc<crate::content::Rooms>,
-    /// Chat: each document's broadcast of new entries, request ids, sends in flight.
-    pub chat: Arc<crate::chat::Chat>,
-    /// Planner turns and people's requests to the Planner.
-    pub turns: Arc<crate::turns::Turns>,
-    /// Seals browser logins' GitHub credentials at rest.
-    pub credential_key: Arc<crate::crypto::CredentialKey>,
-    /// `AUTH_MODE=local` device-flow sign-in attempts.
-    pub device_flows: Arc<crate::session_local::DeviceFlows>,
-    lease: watch::Receiver<Option<WriterLease>>,
-}
-
-impl AppState {
-    /// Whether this process still holds the writer lease.
-    pub fn is_writer(&self) -> bool {
-        self.lease.borrow().is_some()
-    }
-
-    pub fn writer_epoch(&self) -> Option<i64> {
-        self.lease.borrow().as_ref().map(|l| l.epoch)
-    }
-}
-
-/// A started server: holds the lease and the state; [`Running::router`] is what to serve.
-pub struct Running {
-    state: AppState,
-    keeper: tokio::task::JoinHandle<()>,
+    pub turns: Arc<Turns>,
+    pub chat: Arc<Chat>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -86,34 +65,221 @@ pub enum StartError {
     #[error(transparent)]
     Lease(#[from] LeaseError),
     #[error("could not clear Planner owner references at startup: {0}")]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] StoreError),
     #[error("the credential encryption key is unusable: {0}")]
-    Key(#[from] crate::crypto::KeyError),
+    Key(#[from] KeyError),
 }
 
-/// Takes the writer lease, clears owner references left by an earlier process, and starts
-/// renewing the lease.
-pub async fn start(config: Config, services: Services) -> Result<Running, StartError> {
-    let credential_key = match &config.session_encryption_key {
-        Some(hex) => crate::crypto::CredentialKey::from_hex(hex.expose())?,
+impl App {
+    /// Wires every service over `store` and the seams. Does no I/O of its own; background
+    /// queues are spawned on `shutdown`'s tracker, so call it inside a tokio runtime.
+    pub fn wire(
+        config: Config,
+        store: Arc<dyn Store>,
+        runtime: Runtime,
+        key: CredentialKey,
+        lease: LeaseWatch,
+        shutdown: Shutdown,
+    ) -> App {
+        let clock = runtime.clock.clone();
+        let entropy = runtime.entropy.clone();
+        let github = GitHub::new(config.github_api_url.clone(), runtime.connector.clone());
+        let admission = Arc::new(Admission::new(
+            AdmissionPolicy::from_config(&config),
+            github,
+            clock.clone(),
+        ));
+        let sign_ins = Arc::new(SignIns::new(
+            store.clone(),
+            clock.clone(),
+            entropy.clone(),
+            Arc::new(key),
+            admission.clone(),
+            SignInSettings {
+                app_origin: config.app_origin.clone(),
+                client_id: config.github_app_client_id.clone().unwrap_or_default(),
+                session_max_age_ms: config.session_max_age_ms,
+            },
+        ));
+        let sign_in = SignInDeps {
+            admission: admission.clone(),
+            accounts: store.clone(),
+            sign_ins: sign_ins.clone(),
+            clock: clock.clone(),
+        };
+        let web_flow = Arc::new(WebFlow::new(
+            WebFlowSettings {
+                app_origin: config.app_origin.clone(),
+                github_web_url: config.github_web_url.clone(),
+                client_id: config.github_app_client_id.clone(),
+                client_secret: config.github_app_client_secret.clone(),
+            },
+            runtime.connector.clone(),
+            entropy.clone(),
+        ));
+        let device_flows = Arc::new(DeviceFlows::new(
+            DeviceFlowSettings {
+                local: config.auth_mode == AuthMode::Local,
+                github_web_url: config.github_web_url.clone(),
+                client_id: config.github_app_client_id.clone(),
+            },
+            runtime.connector.clone(),
+            entropy.clone(),
+            sign_in,
+        ));
+        let access = Arc::new(Access::new(
+            config.app_origin.clone(),
+            admission.clone(),
+            sign_ins.clone(),
+            store.clone(),
+            store.clone(),
+            clock.clone(),
+        ));
+        let documents = Arc::new(Documents::new(
+            store.clone(),
+            clock.clone(),
+            entropy.clone(),
+        ));
+        let open = Arc::new(OpenDocuments::new(
+            store.clone(),
+            store.clone(),
+            clock.clone(),
+            entropy.clone(),
+            shutdown.clone(),
+        ));
+        let children = Arc::new(Children::new(store.clone(), open.clone()));
+        let transcript = Transcript::new(store.clone(), clock.clone(), &shutdown);
+        let planners = Arc::new(Planners::new(
+            store.clone(),
+            clock.clone(),
+            sign_ins.clone(),
+            shutdown.clone(),
+            config.planner_attach_grace_ms,
+        ));
+        let turns = Arc::new(Turns::new(TurnsDeps {
+            planners: planners.clone(),
+            sign_ins: sign_ins.clone(),
+            admission: admission.clone(),
+            documents: documents.clone(),
+            records: store.clone(),
+            ownership: store.clone(),
+            open: open.clone(),
+            children: children.clone(),
+            transcript: transcript.clone(),
+            entropy: entropy.clone(),
+            clock: clock.clone(),
+            shutdown: shutdown.clone(),
+            harness: config.harness.clone(),
+        }));
+        let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
+        App {
+            config: Arc::new(config),
+            store,
+            runtime,
+            shutdown,
+            lease,
+            admission,
+            sign_ins,
+            web_flow,
+            device_flows,
+            access,
+            documents,
+            open,
+            children,
+            transcript,
+            planners,
+            turns,
+            chat,
+        }
+    }
+
+    /// Every route the server answers, each transport module given the services it uses.
+    pub fn routes(&self) -> Routes {
+        let c = &self.config;
+        transport::health::routes(HealthDeps {
+            store: self.store.clone(),
+            lease: self.lease.clone(),
+        })
+        .merge(transport::auth::routes(AuthDeps {
+            access: self.access.clone(),
+            web_flow: self.web_flow.clone(),
+            device_flows: self.device_flows.clone(),
+            sign_in: SignInDeps {
+                admission: self.admission.clone(),
+                accounts: self.store.clone(),
+                sign_ins: self.sign_ins.clone(),
+                clock: self.runtime.clock.clone(),
+            },
+            planners: self.planners.clone(),
+            local: c.auth_mode == AuthMode::Local,
+        }))
+        .merge(transport::documents::routes(DocumentsDeps {
+            access: self.access.clone(),
+            documents: self.documents.clone(),
+            open: self.open.clone(),
+            planners: self.planners.clone(),
+        }))
+        .merge(transport::room::routes(RoomDeps {
+            access: self.access.clone(),
+            sign_ins: self.sign_ins.clone(),
+            planners: self.planners.clone(),
+            open: self.open.clone(),
+            transcript: self.transcript.clone(),
+            chat: self.chat.clone(),
+            turns: self.turns.clone(),
+        }))
+        .merge(transport::agent::routes(AgentDeps {
+            access: self.access.clone(),
+            admission: self.admission.clone(),
+            documents: self.documents.clone(),
+            planners: self.planners.clone(),
+            ownership: self.store.clone(),
+            sign_ins: self.sign_ins.clone(),
+            clock: self.runtime.clock.clone(),
+            timers: LinkTimers {
+                connection_timeout_ms: c.agent_connection_timeout_ms,
+                attach_grace_ms: c.planner_attach_grace_ms,
+                access_recheck_ms: c.access_recheck_ms,
+            },
+        }))
+    }
+}
+
+/// A started server: holds the lease and the services; [`Running::router`] is what to serve.
+pub struct Running {
+    app: App,
+    keeper: Keeper,
+}
+
+/// The credential key: `SESSION_ENCRYPTION_KEY`, or the key file (generated once).
+fn credential_key(config: &Config, runtime: &Runtime) -> Result<CredentialKey, KeyError> {
+    match &config.session_encryption_key {
+        Some(hex) => CredentialKey::from_hex(hex.expose()),
         None => {
-            if matches!(config.database, crate::config::Database::Postgres(_)) {
+            if matches!(config.database, Database::Postgres(_)) {
                 tracing::warn!(
                     path = %config.credential_key_file.display(),
                     "SESSION_ENCRYPTION_KEY is unset: sign-in credentials are sealed with a key file on this machine; set SESSION_ENCRYPTION_KEY so another machine serving this database can read them"
                 );
             }
-            crate::crypto::CredentialKey::load_or_create(
-                &config.credential_key_file,
-                &*services.entropy,
-            )?
+            CredentialKey::load_or_create(&config.credential_key_file, &*runtime.entropy)
         }
-    };
-    let holder = format!("chopin-{}", services.entropy.token_hex(8));
-    let lease = lease::acquire(&*services.store, &*services.clock, &holder).await?;
+    }
+}
+
+/// Takes the writer lease, clears owner references left by an earlier process, sweeps dead
+/// logins, starts renewing the lease, and wires the services.
+pub async fn start(
+    config: Config,
+    store: Arc<dyn Store>,
+    runtime: Runtime,
+) -> Result<Running, StartError> {
+    let key = credential_key(&config, &runtime)?;
+    let holder = format!("chopin-{}", runtime.entropy.token_hex(8));
+    let lease = lease::acquire(&*store, &*runtime.clock, &holder).await?;
     tracing::info!(epoch = lease.epoch, holder = %holder, "writer lease acquired");
     // No Planner link survives a process: startup clears every owner reference.
-    let cleared = services.store.clear_all_ownership().await?;
+    let cleared = store.clear_all_ownership().await?;
     if cleared > 0 {
         tracing::info!(
             cleared,
@@ -121,65 +287,35 @@ pub async fn start(config: Config, services: Services) -> Result<Running, StartE
         );
     }
     // Logins past their expiry or signed out go, with their sealed credentials.
-    let swept = services
-        .store
-        .delete_expired_logins(services.clock.now_ms())
-        .await?;
+    let swept = store.delete_expired_logins(runtime.clock.now_ms()).await?;
     if swept > 0 {
         tracing::info!(swept, "removed expired or signed-out browser logins");
     }
-    let (rx, keeper) = lease::keep(services.store.clone(), services.clock.clone(), lease);
-    let github = GitHub::new(config.github_api_url.clone(), services.connector.clone());
-    let admission = Admission::new(
-        AdmissionPolicy::from_config(&config),
-        github,
-        services.clock.clone(),
-    );
-    let running = Running {
-        state: AppState {
-            config: Arc::new(config),
-            services,
-            admission: Arc::new(admission),
-            sessions: Arc::new(Sessions::default()),
-            planners: Arc::new(Planners::default()),
-            device_flows: Arc::default(),
-            rooms: Arc::default(),
-            chat: Arc::default(),
-            turns: Arc::default(),
-            credential_key: Arc::new(credential_key),
-            lease: rx,
-        },
-        keeper,
-    };
-    // A turn's reply and notices go to the document's Chat.
-    running.state.turns.set_sink(running.state.chat.clone());
-    Ok(running)
+    let (watch, keeper) = lease::keep(store.clone(), runtime.clock.clone(), lease);
+    let app = App::wire(config, store, runtime, key, watch, Shutdown::new());
+    Ok(Running { app, keeper })
 }
 
 impl Running {
-    pub fn state(&self) -> &AppState {
-        &self.state
+    /// The services of this process.
+    pub fn app(&self) -> &App {
+        &self.app
     }
 
+    /// The router to serve.
     pub fn router(&self) -> axum::Router {
-        crate::http::router(self.state.clone())
+        self.app.routes().into_router()
     }
 
     /// Resolves when the writer lease is lost: the process must drain and stop.
     pub fn lease_lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let mut rx = self.state.lease.clone();
-        async move {
-            // An error means the keeper is gone, which only happens once the lease is lost.
-            let _ = rx.wait_for(|l| l.is_none()).await;
-        }
+        self.app.lease.lost()
     }
 
     /// Stops renewing and gives the lease back, so the next process starts at once.
     pub async fn stop(self) {
-        self.keeper.abort();
-        let held = self.state.lease.borrow().clone();
-        if let Some(lease) = held {
-            if let Err(e) = self.state.services.store.release_writer_lease(&lease).await {
+        if let Some(lease) = self.keeper.stop() {
+            if let Err(e) = self.app.store.release_writer_lease(&lease).await {
                 tracing::warn!(error = %e, "could not release the writer lease; it will expire");
             }
         }

@@ -458,6 +458,32 @@ fn parse_origin(v: &Option<String>, server_host: IpAddr, port: u16) -> Result<St
     })
 }
 
+/// Bytes in the credential master key (AES-256).
+pub const CREDENTIAL_KEY_LEN: usize = 32;
+/// Hex characters in a written-out credential master key.
+pub const CREDENTIAL_KEY_HEX_LEN: usize = CREDENTIAL_KEY_LEN * 2;
+
+/// The credential master key from its written form (`SESSION_ENCRYPTION_KEY`, the key file):
+/// exactly 64 hexadecimal characters, either case. `Err` says what is wrong, never the value.
+pub fn decode_credential_key_hex(
+    text: &str,
+) -> Result<zeroize::Zeroizing<[u8; CREDENTIAL_KEY_LEN]>, &'static str> {
+    if text.is_empty() {
+        return Err("it is empty");
+    }
+    if text.len() != CREDENTIAL_KEY_HEX_LEN {
+        return Err(if text.len() < CREDENTIAL_KEY_HEX_LEN {
+            "it is too short"
+        } else {
+            "it is too long"
+        });
+    }
+    let mut key = zeroize::Zeroizing::new([0u8; CREDENTIAL_KEY_LEN]);
+    hex::decode_to_slice(text, key.as_mut())
+        .map_err(|_| "it holds a character that is not hexadecimal (0-9, a-f)")?;
+    Ok(key)
+}
+
 /// The user's state directory for the embedded database.
 pub fn default_data_dir() -> PathBuf {
     dirs::state_dir()
@@ -671,9 +697,13 @@ impl Config {
             session_encryption_key: match given(&args.session_encryption_key) {
                 None => None,
                 Some(raw) => {
-                    crate::crypto::CredentialKey::from_hex(raw).map_err(|e| {
+                    decode_credential_key_hex(raw.trim()).map_err(|problem| {
                         // The value is a secret: never shown.
-                        ConfigError::new("SESSION_ENCRYPTION_KEY", None, e.to_string())
+                        ConfigError::new(
+                            "SESSION_ENCRYPTION_KEY",
+                            None,
+                            format!("the credential encryption key must be {CREDENTIAL_KEY_HEX_LEN} hexadecimal characters (a {CREDENTIAL_KEY_LEN}-byte key); {problem}"),
+                        )
                     })?;
                     Some(Secret::new(raw.trim()))
                 }

@@ -1,11 +1,11 @@
 //! Live document content: one yrs document per open room, loaded from storage on demand,
 //! persisted update by update, checkpointed, and unloaded when idle.
 //!
-//! Owns: [`Rooms`] (the open rooms of this process) and [`Room`] (a document's yrs doc, the
-//! relay of Yjs and awareness frames to its sockets, and the rule that an update is journalled in
-//! the store *before* it is applied or relayed, so nothing a client has seen relayed is lost by a
-//! crash). Does not own: who may write (the room socket decides, [`crate::room`]), or the
-//! document's Markdown rules (`chopin-document`).
+//! Owns: [`OpenDocuments`] (the documents open in this process) and [`OpenDocument`] (a
+//! document's yrs doc, the relay of Yjs and awareness frames to the sockets editing it, and the
+//! rule that an update is journalled in the store *before* it is applied or relayed, so nothing a
+//! client has seen relayed is lost by a crash). Does not own: who may write (the sockets decide,
+//! in the transport layer), or the document's Markdown rules (`chopin-document`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -21,17 +21,17 @@ use yrs::updates::decoder::Decode;
 use yrs::updates::encoder::Encode;
 use yrs::{ClientID, Doc, ReadTxn, StateVector, Transact, Update};
 
-use crate::app::AppState;
-use crate::store::{PlanCommit, StoreError, StoreResult};
+use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
+use crate::store::{ContentStore, DocumentStore, PlanCommit, StoreError, StoreResult};
 
-/// A room with no socket is unloaded after this long.
-pub const ROOM_IDLE: Duration = Duration::from_secs(30);
+/// A document with no socket is unloaded after this long.
+pub const IDLE_UNLOAD: Duration = Duration::from_secs(30);
 /// A checkpoint is written after this many journalled updates.
 pub const CHECKPOINT_EVERY: u32 = 200;
-/// How many relayed frames a slow socket may fall behind before it is dropped.
+/// How many relayed frames a slow socket may fall behind before it must resync.
 const RELAY_BACKLOG: usize = 1024;
 
-/// A frame to relay to a room's sockets, with the connection it came from (not sent back).
+/// A frame to relay to a document's sockets, with the connection it came from (not sent back).
 #[derive(Debug, Clone)]
 pub struct Relay {
     pub from: u64,
@@ -55,9 +55,17 @@ struct Loaded {
     since_checkpoint: u32,
 }
 
+/// What every open document reaches: the store and the clock.
+struct Deps {
+    content: Arc<dyn ContentStore>,
+    documents: Arc<dyn DocumentStore>,
+    clock: SharedClock,
+}
+
 /// One open document.
-pub struct Room {
+pub struct OpenDocument {
     pub document_id: Uuid,
+    deps: Arc<Deps>,
     content: tokio::sync::Mutex<Loaded>,
     relay: broadcast::Sender<Relay>,
     sockets: AtomicUsize,
@@ -68,8 +76,8 @@ pub struct Room {
     awareness: Mutex<HashMap<u64, HashMap<ClientID, AwarenessUpdateEntry>>>,
 }
 
-impl Room {
-    /// Frames relayed to this room from now on.
+impl OpenDocument {
+    /// Frames relayed to this document's sockets from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Relay> {
         self.relay.subscribe()
     }
@@ -81,7 +89,7 @@ impl Room {
         txn.encode_state_as_update_v1(sv)
     }
 
-    /// This room's state vector (for its sync step 1).
+    /// This document's state vector (for its sync step 1).
     pub async fn state_vector(&self) -> StateVector {
         let content = self.content.lock().await;
         let txn = content.doc.transact();
@@ -95,23 +103,19 @@ impl Room {
     }
 
     /// Accepts a writer's update: journalled first, then applied and relayed (as a sync
-    /// `update` frame) to the room's other sockets. An update that changes nothing is dropped.
-    pub async fn apply_update(
-        &self,
-        state: &AppState,
-        from: u64,
-        update: &[u8],
-    ) -> Result<bool, UpdateError> {
+    /// `update` frame) to the document's other sockets. An update that changes nothing is
+    /// dropped.
+    pub async fn apply_update(&self, from: u64, update: &[u8]) -> Result<bool, UpdateError> {
         let decoded =
             Update::decode_v1(update).map_err(|e| UpdateError::Malformed(e.to_string()))?;
         if decoded.is_empty() {
             return Ok(false);
         }
         let mut content = self.content.lock().await;
-        let now = state.services.clock.now_ms();
-        let seq = state
-            .services
-            .store
+        let now = self.deps.clock.now_ms();
+        let seq = self
+            .deps
+            .content
             .append_update(self.document_id, update, now)
             .await?;
         {
@@ -125,7 +129,7 @@ impl Room {
         content.last_seq = seq;
         content.since_checkpoint += 1;
         if content.since_checkpoint >= CHECKPOINT_EVERY {
-            self.checkpoint(state, &mut content).await;
+            self.checkpoint(&mut content).await;
         }
         let frame = sync_update_frame(update);
         let _ = self.relay.send(Relay {
@@ -135,20 +139,20 @@ impl Room {
         Ok(true)
     }
 
-    /// `edit_plan` against this room: the batch is checked against the source and the document's
+    /// `edit_plan` against this document: the batch is checked against the source and the document's
     /// plan revision, turned into one yrs change, committed to the store under that revision
     /// (so of two batches made from the same revision exactly one applies), and only then applied
-    /// to the room and relayed to its sockets.
+    /// to the open document and relayed to its sockets.
     pub async fn edit_plan(
         &self,
-        state: &AppState,
         document: DocumentRef,
         earlier_urls: &[String],
         batch: &EditBatch,
     ) -> StoreResult<EditResult> {
         let mut content = self.content.lock().await;
-        let store = &state.services.store;
-        let current = store
+        let current = self
+            .deps
+            .documents
             .document(self.document_id)
             .await?
             .ok_or(StoreError::NotFound("document"))?;
@@ -167,7 +171,7 @@ impl Room {
         else {
             return Ok(result);
         };
-        // The change is made on a copy, so nothing reaches the room before the store has it.
+        // The change is made on a copy, so nothing reaches a socket before the store has it.
         let scratch = ydoc::empty_doc(content.doc.client_id().get());
         {
             let full = content
@@ -178,8 +182,10 @@ impl Room {
             apply_stored(&mut txn, self.document_id, &full);
         }
         let update = ydoc::replace_source(&scratch, new_source);
-        let now = state.services.clock.now_ms();
-        match store
+        let now = self.deps.clock.now_ms();
+        match self
+            .deps
+            .content
             .commit_plan_edit(self.document_id, current.plan_revision, &update, now)
             .await?
         {
@@ -279,14 +285,14 @@ impl Room {
         });
     }
 
-    async fn checkpoint(&self, state: &AppState, content: &mut Loaded) {
+    async fn checkpoint(&self, content: &mut Loaded) {
         let encoded = {
             let txn = content.doc.transact();
             txn.encode_state_as_update_v1(&StateVector::default())
         };
-        match state
-            .services
-            .store
+        match self
+            .deps
+            .content
             .write_checkpoint(self.document_id, content.last_seq, &encoded)
             .await
         {
@@ -303,41 +309,69 @@ pub fn sync_update_frame(update: &[u8]) -> Vec<u8> {
     yrs::sync::Message::Sync(yrs::sync::SyncMessage::Update(update.to_vec())).encode_v1()
 }
 
-/// The open rooms of this process.
-#[derive(Default)]
-pub struct Rooms {
-    open: Mutex<HashMap<Uuid, Arc<Room>>>,
+/// The documents open in this process.
+pub struct OpenDocuments {
+    open: Mutex<HashMap<Uuid, Arc<OpenDocument>>>,
     /// Serializes loads, so a document is never loaded twice at once.
     loading: tokio::sync::Mutex<()>,
+    /// Connection ids of the sockets that join, never reused in this process.
+    next_connection: AtomicU64,
+    deps: Arc<Deps>,
+    entropy: SharedEntropy,
+    shutdown: Shutdown,
 }
 
-/// A socket's place in a room; leaving (drop) may start the idle timer.
+/// A socket's place in an open document; leaving (drop) may start the idle timer.
 pub struct Membership {
-    pub room: Arc<Room>,
+    pub document: Arc<OpenDocument>,
     pub connection: u64,
-    state: AppState,
+    open: Arc<OpenDocuments>,
 }
-
-static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 impl Drop for Membership {
     fn drop(&mut self) {
-        let room = self.room.clone();
-        room.leave_awareness(self.connection);
-        if room.sockets.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let joins = room.joins.load(Ordering::SeqCst);
-            let state = self.state.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(ROOM_IDLE).await;
-                state.rooms.unload_if_idle(&state, &room, joins).await;
+        let document = self.document.clone();
+        document.leave_awareness(self.connection);
+        if document.sockets.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let joins = document.joins.load(Ordering::SeqCst);
+            let open = self.open.clone();
+            self.open.shutdown.spawn(async move {
+                tokio::time::sleep(IDLE_UNLOAD).await;
+                open.unload_if_idle(&document, joins).await;
             });
         }
     }
 }
 
-impl Rooms {
-    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Arc<Room>>> {
+impl OpenDocuments {
+    pub fn new(
+        content: Arc<dyn ContentStore>,
+        documents: Arc<dyn DocumentStore>,
+        clock: SharedClock,
+        entropy: SharedEntropy,
+        shutdown: Shutdown,
+    ) -> Self {
+        OpenDocuments {
+            open: Mutex::default(),
+            loading: tokio::sync::Mutex::new(()),
+            next_connection: AtomicU64::new(1),
+            deps: Arc::new(Deps {
+                content,
+                documents,
+                clock,
+            }),
+            entropy,
+            shutdown,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Arc<OpenDocument>>> {
         self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many documents are open.
+    pub fn count(&self) -> usize {
+        self.lock().len()
     }
 
     /// Whether `document_id` is loaded in this process.
@@ -345,8 +379,8 @@ impl Rooms {
         self.lock().contains_key(&document_id)
     }
 
-    /// The room of `document_id`, loaded from storage if it is not open yet.
-    pub async fn open(&self, state: &AppState, document_id: Uuid) -> StoreResult<Arc<Room>> {
+    /// The open document `document_id`, loaded from storage if it is not open yet.
+    pub async fn open(&self, document_id: Uuid) -> StoreResult<Arc<OpenDocument>> {
         if let Some(room) = self.lock().get(&document_id) {
             return Ok(room.clone());
         }
@@ -354,8 +388,8 @@ impl Rooms {
         if let Some(room) = self.lock().get(&document_id) {
             return Ok(room.clone());
         }
-        let stored = state.services.store.document_content(document_id).await?;
-        let doc = ydoc::empty_doc(state.services.entropy.next_u64());
+        let stored = self.deps.content.document_content(document_id).await?;
+        let doc = ydoc::empty_doc(self.entropy.next_u64());
         let mut last_seq = 0;
         {
             let mut txn = doc.transact_mut();
@@ -368,8 +402,9 @@ impl Rooms {
                 last_seq = *seq;
             }
         }
-        let room = Arc::new(Room {
+        let room = Arc::new(OpenDocument {
             document_id,
+            deps: self.deps.clone(),
             content: tokio::sync::Mutex::new(Loaded {
                 doc,
                 last_seq,
@@ -380,38 +415,38 @@ impl Rooms {
             joins: AtomicU64::new(0),
             awareness: Mutex::default(),
         });
-        tracing::debug!(document = %document_id, last_seq, "room loaded");
+        tracing::debug!(document = %document_id, last_seq, "document loaded");
         self.lock().insert(document_id, room.clone());
         Ok(room)
     }
 
-    /// Opens the room and counts a socket in it until the membership is dropped.
-    pub async fn join(&self, state: &AppState, document_id: Uuid) -> StoreResult<Membership> {
-        let room = self.open(state, document_id).await?;
-        room.sockets.fetch_add(1, Ordering::SeqCst);
-        room.joins.fetch_add(1, Ordering::SeqCst);
+    /// Opens the document and counts a socket in it until the membership is dropped.
+    pub async fn join(self: &Arc<Self>, document_id: Uuid) -> StoreResult<Membership> {
+        let document = self.open(document_id).await?;
+        document.sockets.fetch_add(1, Ordering::SeqCst);
+        document.joins.fetch_add(1, Ordering::SeqCst);
         Ok(Membership {
-            room,
-            connection: NEXT_CONNECTION.fetch_add(1, Ordering::SeqCst),
-            state: state.clone(),
+            document,
+            connection: self.next_connection.fetch_add(1, Ordering::SeqCst),
+            open: self.clone(),
         })
     }
 
     /// Checkpoints and unloads `room` if nobody joined since `joins` and nobody is in it.
-    async fn unload_if_idle(&self, state: &AppState, room: &Arc<Room>, joins: u64) {
+    async fn unload_if_idle(&self, room: &Arc<OpenDocument>, joins: u64) {
         if room.sockets.load(Ordering::SeqCst) > 0 || room.joins.load(Ordering::SeqCst) != joins {
             return;
         }
         {
             let mut content = room.content.lock().await;
             if content.since_checkpoint > 0 {
-                room.checkpoint(state, &mut content).await;
+                room.checkpoint(&mut content).await;
             }
         }
         let mut open = self.lock();
         if room.sockets.load(Ordering::SeqCst) == 0 && room.joins.load(Ordering::SeqCst) == joins {
             open.remove(&room.document_id);
-            tracing::debug!(document = %room.document_id, "idle room unloaded");
+            tracing::debug!(document = %room.document_id, "idle document unloaded");
         }
     }
 }

@@ -1,54 +1,37 @@
 //! The Chopin server as a library: every behaviour of the `chopin` binary lives here, so the
 //! simulator, the contract suite and the e2e suite run the same code.
 //!
-//! Module map (see `docs/architecture.md` for invariants):
-//! - [`config`]: settings from the environment and flags.
-//! - [`clock`], [`entropy`], [`connector`]: the determinism seams (wall time, randomness,
-//!   outbound sockets). Timers use `tokio::time` directly.
-//! - [`store`]: durable state on memory, SQLite or PostgreSQL.
-//! - [`crypto`]: the credential key and browser-login credentials sealed at rest (AES-256-GCM).
-//! - [`lease`]: the database-wide writer lease held while serving.
-//! - [`http`]: the axum router and [`serve`] over any `axum::serve::Listener`.
-//! - [`app`]: wiring a configuration into a running server.
-//! - [`github`]: the GitHub REST client (who a token is, repository access, org membership).
-//! - [`admission`]: instance admission (allow-lists) and its token-digest caches.
-//! - [`session`]: browser sign-in (GitHub OAuth web flow), cookie sessions, sign-out.
-//! - [`session_local`]: sign-in under `AUTH_MODE=local` (GitHub device flow), one account.
-//! - [`documents`]: document routes (create, resolve by id or URL, archive, rename, read, Planner
-//!   reset).
-//! - [`children`]: a root document's own children and the child tools, rechecked on every call.
-//! - [`planner`]: who holds each document's Planner; the agent connection ([`planner::link`]).
-//! - [`room`]: a document's browser room socket (presence, Yjs sync and awareness).
-//! - [`chat`]: a document's Chat: sends, `@chopin` requests, history, the bootstrap transcript.
-//! - [`content`]: live document content (yrs), journalled in the store, loaded on demand.
-//! - [`turns`]: people's messages to the Planner: start a turn, steer the running one, or refuse.
-//! - [`observe`]: semantic Planner events for an observer (the simulator's trace).
-//! - [`harness`]: the harness layer (adapter traits, the turn driver, the adapter registry).
+//! Layers (see `docs/architecture.md` for each module's invariants); dependencies point down:
+//! - [`app`]: the composition root, the only code that knows every service.
+//! - [`transport`]: HTTP routes, the room socket, the agent socket — the only layer that knows
+//!   axum.
+//! - services: [`identity`] (GitHub, admission, sign-ins, sealing, the web and device flows),
+//!   [`access`] (who is calling, the Origin policy, repository checks), [`documents`] (records,
+//!   locators, slugs, children), [`content`] (documents open in this process), [`transcript`]
+//!   and [`chat`], [`planner`] (ownership), [`turns`], [`harness`] (reaching the agent link
+//!   through a port trait).
+//! - below them: [`store`] (the `chopin-store` crate), [`runtime`] (clock, entropy, connector,
+//!   shutdown, writer lease), [`config`], [`observe`], [`error`].
 
-pub mod admission;
+pub mod access;
 pub mod app;
 pub mod chat;
-pub mod children;
-pub mod clock;
 pub mod config;
-pub mod connector;
 pub mod content;
-pub mod crypto;
 pub mod documents;
-pub mod entropy;
-pub mod github;
+pub mod error;
 pub mod harness;
-pub mod http;
-pub mod lease;
+pub mod identity;
 pub mod observe;
 pub mod planner;
-pub mod room;
-pub mod session;
-pub mod session_local;
+pub mod runtime;
+pub mod transcript;
+pub mod transport;
 pub mod turns;
 
 /// Durable state: the `chopin-store` crate (the Store traits by aggregate and their backends).
 pub use chopin_store as store;
 
-pub use app::{AppState, Services};
-pub use http::{router, serve};
+pub use app::App;
+pub use runtime::Runtime;
+pub use transport::serve;

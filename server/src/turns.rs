@@ -6,7 +6,7 @@
 //! (`crate::harness`).
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use chopin_document::reader::{DocumentInput, ReadArgs, ReadKind};
@@ -15,12 +15,19 @@ use chopin_protocol::agent::{Part, SessionMode, ToolSpec};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::app::AppState;
+use crate::content::OpenDocuments;
+use crate::documents::children::Children;
+use crate::documents::Documents;
 use crate::harness::{
     run_turn, CancelSignal, Harness, HarnessDeps, HostToolResult, RemoteDeps, SessionRequest,
     SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
 };
-use crate::store::Holder;
+use crate::identity::admission::Admission;
+use crate::identity::sign_ins::SignIns;
+use crate::planner::Planners;
+use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
+use crate::store::{DocumentStore, Holder, OwnershipStore};
+use crate::transcript::{Transcript, TurnSink};
 
 /// A person's message to the Planner.
 #[derive(Debug, Clone)]
@@ -68,14 +75,6 @@ impl Refused {
     }
 }
 
-/// What happens with a turn's outcome: the reply and notices go to the document's Chat.
-/// Implemented by Chat (`crate::chat`); kept as a seam so turns do not depend on its wiring.
-pub trait TurnSink: Send + Sync {
-    /// Posts the Planner's reply (`kind: "planner"`) or a notice (`kind: "system"`) to the
-    /// document's transcript and tells the room.
-    fn post(&self, state: &AppState, document: Uuid, kind: &'static str, body: String);
-}
-
 /// Where a document's running turn is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -92,11 +91,29 @@ struct Running {
     control: TurnControl,
 }
 
+/// What turns reach: who holds the Planner, sign-ins and admission for the rechecks, the
+/// documents and their content for the host tools, the transcript for context and replies.
+pub struct TurnsDeps {
+    pub planners: Arc<Planners>,
+    pub sign_ins: Arc<SignIns>,
+    pub admission: Arc<Admission>,
+    pub documents: Arc<Documents>,
+    pub records: Arc<dyn DocumentStore>,
+    pub ownership: Arc<dyn OwnershipStore>,
+    pub open: Arc<OpenDocuments>,
+    pub children: Arc<Children>,
+    pub transcript: Arc<Transcript>,
+    pub entropy: SharedEntropy,
+    pub clock: SharedClock,
+    pub shutdown: Shutdown,
+    /// `HARNESS`: the adapter's name in the registry.
+    pub harness: String,
+}
+
 /// The Planner turns of this process: at most one per document.
-#[derive(Default)]
 pub struct Turns {
     running: Mutex<HashMap<Uuid, Running>>,
-    sink: OnceLock<Arc<dyn TurnSink>>,
+    deps: TurnsDeps,
 }
 
 /// The words for a harness that takes no input mid-run (MSG rules).
@@ -106,13 +123,20 @@ pub const BUSY_WORDS: &str =
 pub const PASSING_WORDS: &str = "chopin is between steps just now; send it again in a moment.";
 
 impl Turns {
+    pub fn new(deps: TurnsDeps) -> Self {
+        Turns {
+            running: Mutex::default(),
+            deps,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Running>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Where turn replies and notices go (set once, by Chat).
-    pub fn set_sink(&self, sink: Arc<dyn TurnSink>) {
-        let _ = self.sink.set(sink);
+    /// How many turns are running now.
+    pub fn running_count(&self) -> usize {
+        self.lock().len()
     }
 
     /// Whether `document` has a turn running now.
@@ -133,14 +157,11 @@ impl Turns {
 
     /// Decides a person's message to the Planner (see the module docs). The attached link is
     /// rechecked first, as the periodic recheck would (UNA-03).
-    pub async fn request(
-        &self,
-        state: &AppState,
-        request: PlannerRequest,
-    ) -> Result<Accepted, Refused> {
-        let holder = state
+    pub async fn request(self: &Arc<Self>, request: PlannerRequest) -> Result<Accepted, Refused> {
+        let d = &self.deps;
+        let holder = d
             .planners
-            .attached_for_request(state, request.document)
+            .attached_for_request(request.document)
             .await
             .map_err(|not_attached| {
                 Refused::NotAttached(not_attached.words(&request.document_url))
@@ -148,13 +169,13 @@ impl Turns {
         // The configured adapter, from the code-owned registry.
         let deps = HarnessDeps {
             remote: Some(RemoteDeps {
-                planners: state.planners.clone(),
+                links: d.planners.clone(),
                 document: request.document,
-                entropy: state.services.entropy.clone(),
+                entropy: d.entropy.clone(),
             }),
             ..HarnessDeps::default()
         };
-        let harness = crate::harness::adapter(&state.config.harness, &deps).map_err(|e| {
+        let harness = crate::harness::adapter(&d.harness, &deps).map_err(|e| {
             tracing::error!(error = %e, "the configured harness is not in the registry");
             Refused::NotAttached(e.to_string())
         })?;
@@ -187,11 +208,10 @@ impl Turns {
             (cancel, inbox)
         };
         let (cancel, inbox) = control;
-        let state = state.clone();
-        tokio::spawn(async move {
-            let turns = state.turns.clone();
+        let turns = self.clone();
+        d.shutdown.spawn(async move {
             turns
-                .run(&state, harness, request, holder, words, cancel, inbox)
+                .run(harness, request, holder, words, cancel, inbox)
                 .await;
         });
         Ok(Accepted::Started)
@@ -199,8 +219,7 @@ impl Turns {
 
     #[allow(clippy::too_many_arguments)]
     async fn run(
-        &self,
-        state: &AppState,
+        self: &Arc<Self>,
         harness: Arc<dyn Harness>,
         request: PlannerRequest,
         holder: Holder,
@@ -208,20 +227,20 @@ impl Turns {
         cancel: CancelSignal,
         inbox: SteerInbox,
     ) {
+        let d = &self.deps;
         let document = request.document;
-        let generation = state
-            .services
-            .store
+        let generation = d
+            .ownership
             .ownership(document)
             .await
             .map(|o| o.generation)
             .unwrap_or(-1);
-        let credential_revision = state
-            .sessions
-            .get_live(holder.browser_login_id, state.services.clock.now_ms())
+        let credential_revision = d
+            .sign_ins
+            .get_live(holder.browser_login_id, d.clock.now_ms())
             .map_or(-1, |l| l.credential_revision);
         let host = Arc::new(PlannerHost {
-            state: state.clone(),
+            turns: self.clone(),
             document,
             document_url: request.document_url.clone(),
             holder,
@@ -229,7 +248,7 @@ impl Turns {
             credential_revision,
             reply: Mutex::new(String::new()),
         });
-        let prompt = with_context(state, document, &request, prompt).await;
+        let prompt = with_context(&d.transcript, document, &request, prompt).await;
         let turn = TurnRequest {
             instructions: INSTRUCTIONS.to_owned(),
             prompt,
@@ -244,7 +263,7 @@ impl Turns {
         };
         let watched = Started {
             inner: harness,
-            turns: state.turns.clone(),
+            turns: self.clone(),
             document,
         };
         let report = run_turn(&watched, session, turn, inbox, host.clone()).await;
@@ -252,23 +271,19 @@ impl Turns {
             running.phase = Phase::Ending;
         }
         let reply = std::mem::take(&mut *host.reply.lock().unwrap_or_else(PoisonError::into_inner));
-        if let Some(sink) = self.sink.get() {
-            let reply = reply.trim().to_owned();
-            if !reply.is_empty() {
-                sink.post(state, document, "planner", reply);
-            }
-            match &report.result {
-                TurnResult::Completed { .. } => {}
-                TurnResult::Aborted => {
-                    sink.post(state, document, "system", "chopin stopped.".to_owned())
-                }
-                TurnResult::Failed(failure) => sink.post(
-                    state,
-                    document,
-                    "system",
-                    format!("chopin's turn ended with an error: {failure}"),
-                ),
-            }
+        let sink: &dyn TurnSink = &*d.transcript;
+        let reply = reply.trim().to_owned();
+        if !reply.is_empty() {
+            sink.post(document, "planner", reply);
+        }
+        match &report.result {
+            TurnResult::Completed { .. } => {}
+            TurnResult::Aborted => sink.post(document, "system", "chopin stopped.".to_owned()),
+            TurnResult::Failed(failure) => sink.post(
+                document,
+                "system",
+                format!("chopin's turn ended with an error: {failure}"),
+            ),
         }
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
         self.lock().remove(&document);
@@ -278,12 +293,12 @@ impl Turns {
 /// The prompt of a new session: the bounded Chat before the message (CTX-04, CTX-05), then the
 /// message. The message itself, if Chat saved it already, is not repeated.
 async fn with_context(
-    state: &AppState,
+    transcript: &Transcript,
     document: Uuid,
     request: &PlannerRequest,
     message: String,
 ) -> String {
-    let Ok(bootstrap) = crate::chat::bootstrap(state, document).await else {
+    let Ok(bootstrap) = transcript.bootstrap(document).await else {
         return message;
     };
     let mut entries = bootstrap.entries;
@@ -389,7 +404,7 @@ fn host_tools() -> Vec<ToolSpec> {
 /// The host side of a Planner turn: runs host tools against the room after the permission
 /// rechecks, and collects the reply text.
 struct PlannerHost {
-    state: AppState,
+    turns: Arc<Turns>,
     document: Uuid,
     document_url: String,
     holder: Holder,
@@ -407,15 +422,15 @@ impl PlannerHost {
     /// account is admitted and can still push. (An App installation check comes with GitHub App
     /// installations.) `Err` with the words of the denial.
     async fn recheck(&self) -> Result<(), String> {
-        let state = &self.state;
-        let now = state.services.clock.now_ms();
-        let Some(login) = state.sessions.get_live(self.holder.browser_login_id, now) else {
+        let d = &self.turns.deps;
+        let now = d.clock.now_ms();
+        let Some(login) = d.sign_ins.get_live(self.holder.browser_login_id, now) else {
             return Err("the Planner owner's sign-in has ended".to_owned());
         };
         if login.credential_revision != self.credential_revision {
             return Err("the Planner owner's GitHub credential changed during the turn".to_owned());
         }
-        match state.services.store.ownership(self.document).await {
+        match d.ownership.ownership(self.document).await {
             Ok(o)
                 if o.generation == self.generation
                     && o.holder.as_ref().map(|h| h.account_id) == Some(self.holder.account_id) => {}
@@ -423,14 +438,14 @@ impl PlannerHost {
             Err(_) => return Err("the Planner's ownership could not be checked".to_owned()),
         }
         let token = login.github_token();
-        if let Err(e) = state.admission.check(token).await {
+        if let Err(e) = d.admission.check(token).await {
             return Err(format!("@{} is not admitted: {e}", self.holder.login));
         }
-        let doc = match state.services.store.document(self.document).await {
+        let doc = match d.records.document(self.document).await {
             Ok(Some(doc)) if !doc.archived => doc,
             _ => return Err("the document is gone or archived".to_owned()),
         };
-        match state
+        match d
             .admission
             .repo_access_cached(token, &doc.repo_owner, &doc.repo_name)
             .await
@@ -450,25 +465,21 @@ impl TurnHost for PlannerHost {
     async fn execute(&self, name: &str, input: Value, _cancel: CancelSignal) -> HostToolResult {
         if let Err(why) = self.recheck().await {
             // Decided before execution: no tool runs, and Chat shows the denial.
-            if let Some(sink) = self.state.turns.sink.get() {
-                sink.post(
-                    &self.state,
-                    self.document,
-                    "system",
-                    format!("chopin was not allowed to use {name}: {why}."),
-                );
-            }
+            let sink: &dyn TurnSink = &*self.turns.deps.transcript;
+            sink.post(
+                self.document,
+                "system",
+                format!("chopin was not allowed to use {name}: {why}."),
+            );
             return HostToolResult::error(format!("permission denied: {why}"));
         }
         match name {
             "read_plan" => self.read_plan(input).await,
             "edit_plan" => self.edit_plan(input).await,
-            "list_children" => {
-                match crate::children::list_children(&self.state, self.document).await {
-                    Ok(v) => HostToolResult::ok(v),
-                    Err(e) => HostToolResult::error(e.to_string()),
-                }
-            }
+            "list_children" => match self.turns.deps.children.list_children(self.document).await {
+                Ok(v) => HostToolResult::ok(v),
+                Err(e) => HostToolResult::error(e.to_string()),
+            },
             "read_child" => self.read_child(input).await,
             "edit_child" => self.edit_child(input).await,
             other => HostToolResult::error(format!("unknown host tool {other:?}")),
@@ -508,7 +519,13 @@ impl PlannerHost {
             Ok(a) => a,
             Err(e) => return HostToolResult::error(format!("invalid read_child arguments: {e}")),
         };
-        match crate::children::read_child(&self.state, self.document, &child, &args).await {
+        match self
+            .turns
+            .deps
+            .children
+            .read_child(self.document, &child, &args)
+            .await
+        {
             Ok(text) => HostToolResult::ok(Value::String(text)),
             Err(e) => HostToolResult::error(e.to_string()),
         }
@@ -523,7 +540,13 @@ impl PlannerHost {
             Ok(b) => b,
             Err(e) => return HostToolResult::error(e.to_string()),
         };
-        match crate::children::edit_child(&self.state, self.document, &child, &batch).await {
+        match self
+            .turns
+            .deps
+            .children
+            .edit_child(self.document, &child, &batch)
+            .await
+        {
             Ok(result) => match serde_json::to_value(&result) {
                 Ok(v) => HostToolResult::ok(v),
                 Err(e) => HostToolResult::error(e.to_string()),
@@ -537,17 +560,15 @@ impl PlannerHost {
             Ok(a) => a,
             Err(e) => return HostToolResult::error(format!("invalid read_plan arguments: {e}")),
         };
-        let state = &self.state;
-        let Ok(Some(doc)) = state.services.store.document(self.document).await else {
+        let d = &self.turns.deps;
+        let Ok(Some(doc)) = d.records.document(self.document).await else {
             return HostToolResult::error("the document could not be read just now");
         };
-        let Ok(room) = state.rooms.open(state, self.document).await else {
+        let Ok(open) = d.open.open(self.document).await else {
             return HostToolResult::error("the document could not be read just now");
         };
-        let source = room.source().await;
-        let earlier = crate::documents::earlier_urls(state, &doc)
-            .await
-            .unwrap_or_default();
+        let source = open.source().await;
+        let earlier = d.documents.earlier_urls(&doc).await.unwrap_or_default();
         let id = doc.id.to_string();
         let input = DocumentInput {
             id: &id,
@@ -572,21 +593,19 @@ impl PlannerHost {
             Ok(b) => b,
             Err(e) => return HostToolResult::error(e.to_string()),
         };
-        let state = &self.state;
-        let Ok(Some(doc)) = state.services.store.document(self.document).await else {
+        let d = &self.turns.deps;
+        let Ok(Some(doc)) = d.records.document(self.document).await else {
             return HostToolResult::error("the document could not be edited just now");
         };
-        let Ok(room) = state.rooms.open(state, self.document).await else {
+        let Ok(open) = d.open.open(self.document).await else {
             return HostToolResult::error("the document could not be edited just now");
         };
-        let earlier = crate::documents::earlier_urls(state, &doc)
-            .await
-            .unwrap_or_default();
+        let earlier = d.documents.earlier_urls(&doc).await.unwrap_or_default();
         let reference = DocumentRef {
             id: doc.id.to_string(),
             url: self.document_url.clone(),
         };
-        match room.edit_plan(state, reference, &earlier, &batch).await {
+        match open.edit_plan(reference, &earlier, &batch).await {
             Ok(result) => match serde_json::to_value(&result) {
                 Ok(v) => HostToolResult::ok(v),
                 Err(e) => HostToolResult::error(e.to_string()),

@@ -1,26 +1,27 @@
-//! Chat (`crate::chat`) against a started server state on the memory store: sends, `@chopin`
-//! requests with nothing attached, write access, MSG-16 request ids, the MSG-20 cap, history
+//! Chat (`crate::chat`) and the transcript (`crate::transcript`) wired over the memory store,
+//! with no server process and no writer lease: sends, `@chopin` requests with nothing attached, write access, MSG-16 request ids, the MSG-20 cap, history
 //! paging, the room broadcast, and the bootstrap selection (CTX-04, CTX-05) over plain data.
 
 use std::sync::Arc;
 
-use chopin_server::app::{self, Running};
-use chopin_server::chat::{
-    self, Bootstrap, FeedEvent, HistoryQuery, Place, SendReply, SendRequest, Sender,
-};
-use chopin_server::clock::ManualClock;
-use chopin_server::config::{Config, Secret};
-use chopin_server::connector::TcpConnector;
-use chopin_server::entropy::{Entropy, OsEntropy};
+use chopin_server::app::App;
+use chopin_server::chat::{self, Place, SendReply, SendRequest, Sender};
+use chopin_server::config::Config;
+use chopin_server::identity::crypto::CredentialKey;
+use chopin_server::runtime::clock::ManualClock;
+use chopin_server::runtime::connector::TcpConnector;
+use chopin_server::runtime::entropy::{Entropy, OsEntropy};
+use chopin_server::runtime::lease::LeaseWatch;
+use chopin_server::runtime::Shutdown;
 use chopin_server::store::{MemoryStore, NewDocument, NewTranscriptEntry, Store, TranscriptEntry};
-use chopin_server::{AppState, Services};
+use chopin_server::transcript::{self, Bootstrap, FeedEvent, HistoryQuery};
+use chopin_server::Runtime;
 use uuid::Uuid;
 
 const T0: i64 = 1_700_000_000_000;
 
 struct World {
-    running: Running,
-    state: AppState,
+    state: App,
     clock: Arc<ManualClock>,
     place: Place,
     _dir: tempfile::TempDir,
@@ -29,18 +30,23 @@ struct World {
 impl World {
     async fn new() -> World {
         let dir = tempfile::tempdir().unwrap();
-        let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
-        config.session_encryption_key = Some(Secret::new("11".repeat(32)));
+        let config = Config::defaults_with_data_dir(dir.path().to_path_buf());
         let clock = Arc::new(ManualClock::new(T0));
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        let services = Services {
-            store: store.clone(),
+        let runtime = Runtime {
             clock: clock.clone(),
             entropy: Arc::new(OsEntropy),
             connector: Arc::new(TcpConnector),
         };
-        let running = app::start(config, services).await.expect("server starts");
-        let state = running.state().clone();
+        let key = CredentialKey::from_hex(&"11".repeat(32)).unwrap();
+        let state = App::wire(
+            config,
+            store.clone(),
+            runtime,
+            key,
+            LeaseWatch::fixed(None),
+            Shutdown::new(),
+        );
         let id = OsEntropy.uuid();
         store
             .create_document(&NewDocument {
@@ -55,7 +61,6 @@ impl World {
             .await
             .unwrap();
         World {
-            running,
             state,
             clock,
             place: Place {
@@ -67,21 +72,21 @@ impl World {
     }
 
     async fn send(&self, sender: &Sender, id: &str, text: &str) -> SendReply {
-        chat::send(
-            &self.state,
-            &self.place,
-            sender,
-            SendRequest {
-                request_id: id.into(),
-                text: text.into(),
-            },
-        )
-        .await
+        self.state
+            .chat
+            .send(
+                &self.place,
+                sender,
+                SendRequest {
+                    request_id: id.into(),
+                    text: text.into(),
+                },
+            )
+            .await
     }
 
     async fn transcript(&self) -> Vec<TranscriptEntry> {
         self.state
-            .services
             .store
             .transcript(self.place.document, 0, 100_000)
             .await
@@ -89,7 +94,7 @@ impl World {
     }
 
     async fn stop(self) {
-        self.running.stop().await;
+        self.state.shutdown.begin();
     }
 }
 
@@ -110,7 +115,7 @@ fn ack_seq(reply: &SendReply) -> i64 {
 #[tokio::test]
 async fn una_06_a_room_message_is_saved_acked_and_broadcast() {
     let w = World::new().await;
-    let mut feed = w.state.chat.subscribe(w.place.document);
+    let mut feed = w.state.transcript.subscribe(w.place.document);
     let reply = w.send(&writer("mona"), "r-1", "Hello room").await;
     assert_eq!(
         reply,
@@ -145,7 +150,7 @@ async fn una_02_una_04_msg_11_chopin_with_nothing_attached_is_refused_and_nothin
     let w = World::new().await;
     w.send(&writer("mona"), "r-0", "before").await;
     let before = w.transcript().await;
-    let mut feed = w.state.chat.subscribe(w.place.document);
+    let mut feed = w.state.transcript.subscribe(w.place.document);
     let reply = w
         .send(&writer("mona"), "r-1", "@chopin please outline the plan")
         .await;
@@ -330,7 +335,7 @@ async fn msg_20_the_21st_send_in_flight_is_temporarily_unavailable_and_processed
 #[tokio::test]
 async fn msg_19_twenty_sends_at_once_are_all_processed_in_seq_order() {
     let w = World::new().await;
-    let mut feed = w.state.chat.subscribe(w.place.document);
+    let mut feed = w.state.transcript.subscribe(w.place.document);
     let senders: Vec<(Sender, String)> = (0..20)
         .map(|i| (writer(&format!("user{i}")), format!("m{i}")))
         .collect();
@@ -351,7 +356,7 @@ async fn msg_19_twenty_sends_at_once_are_all_processed_in_seq_order() {
 #[tokio::test]
 async fn a_room_socket_that_falls_behind_catches_up_from_storage_in_order() {
     let w = World::new().await;
-    let mut feed = w.state.chat.subscribe(w.place.document);
+    let mut feed = w.state.transcript.subscribe(w.place.document);
     for i in 0..300 {
         w.send(&writer("mona"), &format!("r-{i}"), "x").await;
     }
@@ -359,9 +364,13 @@ async fn a_room_socket_that_falls_behind_catches_up_from_storage_in_order() {
     while heard.len() < 300 {
         match feed.recv().await {
             FeedEvent::Message(m) => heard.push(m.seq),
-            FeedEvent::Lagged => {
-                heard.extend(feed.catch_up(&w.state).await.unwrap().iter().map(|m| m.seq))
-            }
+            FeedEvent::Lagged => heard.extend(
+                feed.catch_up(&w.state.transcript)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .map(|m| m.seq),
+            ),
             FeedEvent::Closed => panic!("closed"),
         }
     }
@@ -376,7 +385,7 @@ async fn history_pages_back_from_the_newest() {
         let q = HistoryQuery { before, limit };
         let state = w.state.clone();
         let doc = w.place.document;
-        async move { chat::history(&state, doc, &q).await.unwrap() }
+        async move { state.transcript.history(doc, &q).await.unwrap() }
     };
     let empty = page(None, None).await;
     assert!(empty.entries.is_empty() && !empty.more);
@@ -384,7 +393,7 @@ async fn history_pages_back_from_the_newest() {
         w.send(&writer("mona"), &format!("r-{i}"), &format!("m{i}"))
             .await;
     }
-    let seqs = |h: &chat::History| h.entries.iter().map(|e| e.seq).collect::<Vec<_>>();
+    let seqs = |h: &transcript::History| h.entries.iter().map(|e| e.seq).collect::<Vec<_>>();
     // Default 50, the newest, oldest first.
     let newest = page(None, None).await;
     assert_eq!(seqs(&newest), (71..=120).collect::<Vec<_>>());
@@ -404,7 +413,6 @@ async fn history_pages_back_from_the_newest() {
     assert_eq!(page(None, Some(500)).await.entries.len(), 100);
     // Entries appended elsewhere (not through Chat) are found too.
     w.state
-        .services
         .store
         .append_transcript(
             w.place.document,
@@ -449,12 +457,12 @@ fn members(n: usize, chars: usize) -> Vec<TranscriptEntry> {
 #[test]
 fn ctx_05_at_most_the_last_100_entries() {
     let entries = members(150, 10);
-    let chosen = chat::select(&entries);
+    let chosen = transcript::select(&entries);
     assert_eq!(entries.len() - chosen.context_from, 100);
     assert_eq!(entries[chosen.context_from].seq, 51, "the newest 100");
     let few = members(7, 10);
     assert_eq!(
-        chat::select(&few).context_from,
+        transcript::select(&few).context_from,
         0,
         "all of a short transcript"
     );
@@ -464,16 +472,16 @@ fn ctx_05_at_most_the_last_100_entries() {
 fn ctx_05_at_most_50000_characters() {
     // 60 entries of 1,000 characters: the newest 50 fit exactly, the 51st would not.
     let entries = members(60, 1_000);
-    let chosen = chat::select(&entries);
+    let chosen = transcript::select(&entries);
     assert_eq!(entries.len() - chosen.context_from, 50);
     // One character more and only 49 fit.
     let mut over = members(60, 1_000);
     over[59] = entry(60, "member", 1_001);
-    assert_eq!(over.len() - chat::select(&over).context_from, 49);
+    assert_eq!(over.len() - transcript::select(&over).context_from, 49);
     // Whole entries only, and never an older one past one that did not fit.
     let mut gap = members(5, 100);
     gap[2] = entry(3, "planner", 49_900);
-    assert_eq!(gap.len() - chat::select(&gap).context_from, 2);
+    assert_eq!(gap.len() - transcript::select(&gap).context_from, 2);
 }
 
 /// CTX-04: "Messages since the last turn are retained as immediate backscroll, capped at 40
@@ -483,11 +491,11 @@ fn ctx_05_at_most_50000_characters() {
 fn ctx_04_backscroll_is_the_messages_since_the_last_turn_at_most_40() {
     let mut entries = members(100, 10);
     entries[9] = entry(10, "planner", 10);
-    let chosen = chat::select(&entries);
+    let chosen = transcript::select(&entries);
     assert_eq!(entries.len() - chosen.backscroll_from, 40, "capped at 40");
     let mut recent = members(30, 10);
     recent[24] = entry(25, "planner", 10);
-    let chosen = chat::select(&recent);
+    let chosen = transcript::select(&recent);
     assert_eq!(
         recent[chosen.backscroll_from..]
             .iter()
@@ -499,7 +507,7 @@ fn ctx_04_backscroll_is_the_messages_since_the_last_turn_at_most_40() {
     let mut answered = members(3, 10);
     answered[2] = entry(3, "planner", 10);
     assert_eq!(
-        chat::select(&answered).backscroll_from,
+        transcript::select(&answered).backscroll_from,
         3,
         "nothing since the last turn"
     );
@@ -509,17 +517,20 @@ fn ctx_04_backscroll_is_the_messages_since_the_last_turn_at_most_40() {
 fn ctx_04_backscroll_is_normally_8000_characters() {
     // 10 messages of 1,000 characters: the newest 8 fit exactly.
     let entries = members(10, 1_000);
-    assert_eq!(entries.len() - chat::select(&entries).backscroll_from, 8);
+    assert_eq!(
+        entries.len() - transcript::select(&entries).backscroll_from,
+        8
+    );
     let mut over = members(10, 1_000);
     over[9] = entry(10, "member", 1_001);
-    assert_eq!(over.len() - chat::select(&over).backscroll_from, 7);
+    assert_eq!(over.len() - transcript::select(&over).backscroll_from, 7);
 }
 
 #[test]
 fn ctx_04_one_oversize_message_is_kept_whole() {
     let mut entries = members(5, 100);
     entries[4] = entry(5, "member", 19_000);
-    let chosen = chat::select(&entries);
+    let chosen = transcript::select(&entries);
     assert_eq!(
         entries.len() - chosen.backscroll_from,
         1,
@@ -530,7 +541,7 @@ fn ctx_04_one_oversize_message_is_kept_whole() {
     let mut two = members(5, 100);
     two[3] = entry(4, "member", 9_000);
     two[4] = entry(5, "member", 100);
-    assert_eq!(two.len() - chat::select(&two).backscroll_from, 1);
+    assert_eq!(two.len() - transcript::select(&two).backscroll_from, 1);
 }
 
 #[tokio::test]
@@ -540,25 +551,36 @@ async fn bootstrap_reads_the_newest_entries_and_counts_what_it_leaves_out() {
         entries,
         omitted,
         backscroll,
-    } = chat::bootstrap(&w.state, w.place.document).await.unwrap();
+    } = w
+        .state
+        .transcript
+        .bootstrap(w.place.document)
+        .await
+        .unwrap();
     assert!(entries.is_empty() && backscroll.is_empty());
     assert_eq!(omitted, 0);
     for i in 1..=130 {
         let kind = if i == 120 { "planner" } else { "member" };
-        chat::post(
-            &w.state,
-            w.place.document,
-            &NewTranscriptEntry {
-                author_login: (kind == "member").then(|| "mona".to_owned()),
-                kind: kind.into(),
-                body: format!("message {i:03} {}", "z".repeat(400)),
-                created_at_ms: T0,
-            },
-        )
+        w.state
+            .transcript
+            .post(
+                w.place.document,
+                &NewTranscriptEntry {
+                    author_login: (kind == "member").then(|| "mona".to_owned()),
+                    kind: kind.into(),
+                    body: format!("message {i:03} {}", "z".repeat(400)),
+                    created_at_ms: T0,
+                },
+            )
+            .await
+            .unwrap();
+    }
+    let b = w
+        .state
+        .transcript
+        .bootstrap(w.place.document)
         .await
         .unwrap();
-    }
-    let b = chat::bootstrap(&w.state, w.place.document).await.unwrap();
     // 100 entries of 412 characters is 41,200: the entry cap binds.
     assert_eq!(b.entries.len(), 100);
     assert_eq!(b.entries[0].seq, 31);
@@ -582,7 +604,7 @@ mod attached {
         ClientMessage, PartMessage, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
     };
 
-    async fn heard(feed: &mut chat::Feed) -> chat::ChatMessage {
+    async fn heard(feed: &mut transcript::Feed) -> transcript::ChatMessage {
         match tokio::time::timeout(std::time::Duration::from_secs(10), feed.recv())
             .await
             .expect("the room hears something within 10 s")
@@ -606,20 +628,21 @@ mod attached {
             document: doc,
             url: "/documents/octo/plans/notes".into(),
         };
-        let mut feed = state.chat.subscribe(doc);
+        let mut feed = state.transcript.subscribe(doc);
         let say = |id: &'static str, text: &'static str| {
             let (state, place) = (state.clone(), place.clone());
             async move {
-                chat::send(
-                    &state,
-                    &place,
-                    &writer("mona"),
-                    SendRequest {
-                        request_id: id.into(),
-                        text: text.into(),
-                    },
-                )
-                .await
+                state
+                    .chat
+                    .send(
+                        &place,
+                        &writer("mona"),
+                        SendRequest {
+                            request_id: id.into(),
+                            text: text.into(),
+                        },
+                    )
+                    .await
             }
         };
         let started = say("r-1", "@chopin add a heading").await;

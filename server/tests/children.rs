@@ -1,4 +1,4 @@
-//! The child tools against a running server state: `list_children`, `read_child`, `edit_child`
+//! The child tools over a memory store, constructed alone: `list_children`, `read_child`, `edit_child`
 //! and `anchor_child` work on the root document's own children only, and recheck parentage,
 //! repository and archive state on every call.
 
@@ -6,44 +6,32 @@ use std::sync::Arc;
 
 use chopin_document::edit::{EditBatch, EditOp, EditOutcome};
 use chopin_document::reader::ReadArgs;
-use chopin_server::app;
-use chopin_server::children::{self, ChildError};
-use chopin_server::clock::SystemClock;
-use chopin_server::config::{Config, Secret};
-use chopin_server::connector::TcpConnector;
-use chopin_server::entropy::{Entropy, OsEntropy};
+use chopin_server::content::OpenDocuments;
+use chopin_server::documents::children::{ChildError, Children};
+use chopin_server::runtime::clock::SystemClock;
+use chopin_server::runtime::entropy::{Entropy, OsEntropy};
+use chopin_server::runtime::Shutdown;
 use chopin_server::store::{MemoryStore, NewDocument, Store};
-use chopin_server::{AppState, Services};
 use uuid::Uuid;
 
+/// The child tools over a memory store: no server, no lease, only what they use.
 struct World {
-    state: AppState,
+    children: Children,
     store: Arc<dyn Store>,
-    _running: app::Running,
-    _dir: tempfile::TempDir,
 }
 
 async fn world() -> World {
-    let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let mut config = Config::defaults_with_data_dir(dir.path().to_path_buf());
-    config.session_encryption_key = Some(Secret::new("22".repeat(32)));
-    let running = app::start(
-        config,
-        Services {
-            store: store.clone(),
-            clock: Arc::new(SystemClock),
-            entropy: Arc::new(OsEntropy),
-            connector: Arc::new(TcpConnector),
-        },
-    )
-    .await
-    .unwrap();
+    let open = Arc::new(OpenDocuments::new(
+        store.clone(),
+        store.clone(),
+        Arc::new(SystemClock),
+        Arc::new(OsEntropy),
+        Shutdown::new(),
+    ));
     World {
-        state: running.state().clone(),
+        children: Children::new(store.clone(), open),
         store,
-        _running: running,
-        _dir: dir,
     }
 }
 
@@ -79,14 +67,16 @@ async fn child_tools_work_on_the_roots_own_children() {
     let w = world().await;
     let root = document(&w.store, "root", None).await;
     let child = document(&w.store, "child", Some(root)).await;
-    let listed = children::list_children(&w.state, root).await.unwrap();
+    let listed = w.children.list_children(root).await.unwrap();
     assert_eq!(listed["children"][0]["child"], child.to_string());
     assert_eq!(
         listed["children"][0]["url"], "/documents/octo/plans/root/child",
         "a child's URL nests under its parent's"
     );
 
-    let applied = children::edit_child(&w.state, root, &child.to_string(), &insert(0, "# Child\n"))
+    let applied = w
+        .children
+        .edit_child(root, &child.to_string(), &insert(0, "# Child\n"))
         .await
         .unwrap();
     assert!(
@@ -94,7 +84,9 @@ async fn child_tools_work_on_the_roots_own_children() {
         "{applied:?}"
     );
     assert_eq!(applied.document.url, "/documents/octo/plans/root/child");
-    let text = children::read_child(&w.state, root, &child.to_string(), &ReadArgs::default())
+    let text = w
+        .children
+        .read_child(root, &child.to_string(), &ReadArgs::default())
         .await
         .unwrap();
     assert!(text.contains(&format!("child: {child}")), "{text}");
@@ -105,10 +97,13 @@ async fn child_tools_work_on_the_roots_own_children() {
     let long: String = (1..=3000)
         .map(|n| format!("line {n} of a long child\n"))
         .collect();
-    children::edit_child(&w.state, root, &child.to_string(), &insert(1, &long))
+    w.children
+        .edit_child(root, &child.to_string(), &insert(1, &long))
         .await
         .unwrap();
-    let first = children::read_child(&w.state, root, &child.to_string(), &ReadArgs::default())
+    let first = w
+        .children
+        .read_child(root, &child.to_string(), &ReadArgs::default())
         .await
         .unwrap();
     assert!(
@@ -133,23 +128,30 @@ async fn every_call_rechecks_parentage_repository_and_archive_state() {
         root.to_string(),
         "not-an-id".to_owned(),
     ] {
-        let refused = children::read_child(&w.state, root, &not_mine, &ReadArgs::default()).await;
+        let refused = w
+            .children
+            .read_child(root, &not_mine, &ReadArgs::default())
+            .await;
         assert!(
             matches!(refused, Err(ChildError::NotAChild(_))),
             "{not_mine}: {refused:?}"
         );
     }
     // Works now; archived a moment later, the next call refuses.
-    children::read_child(&w.state, root, &child.to_string(), &ReadArgs::default())
+    w.children
+        .read_child(root, &child.to_string(), &ReadArgs::default())
         .await
         .unwrap();
     w.store.set_archived(child, true).await.unwrap();
-    let refused = children::edit_child(&w.state, root, &child.to_string(), &insert(0, "x\n")).await;
+    let refused = w
+        .children
+        .edit_child(root, &child.to_string(), &insert(0, "x\n"))
+        .await;
     assert!(
         matches!(refused, Err(ChildError::NotAChild(_))),
         "{refused:?}"
     );
-    let listed = children::list_children(&w.state, root).await.unwrap();
+    let listed = w.children.list_children(root).await.unwrap();
     assert_eq!(
         listed["children"],
         serde_json::json!([]),
@@ -159,10 +161,12 @@ async fn every_call_rechecks_parentage_repository_and_archive_state() {
     w.store.set_archived(child, false).await.unwrap();
     w.store.set_archived(root, true).await.unwrap();
     assert_eq!(
-        children::list_children(&w.state, root).await.unwrap_err(),
+        w.children.list_children(root).await.unwrap_err(),
         ChildError::RootUnavailable
     );
-    let refused =
-        children::read_child(&w.state, root, &child.to_string(), &ReadArgs::default()).await;
+    let refused = w
+        .children
+        .read_child(root, &child.to_string(), &ReadArgs::default())
+        .await;
     assert_eq!(refused.unwrap_err(), ChildError::RootUnavailable);
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use chopin_server::connector::{self, HttpError, TcpConnector};
+use chopin_server::runtime::connector::{self, HttpError, TcpConnector};
 use hyper::body::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

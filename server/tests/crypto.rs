@@ -10,10 +10,10 @@
 use chopin_server::store::prelude::*;
 use std::sync::Arc;
 
-use chopin_server::crypto::{
+use chopin_server::identity::crypto::{
     CredentialAad, CredentialKey, SealError, StoredCredential, KEY_HEX_LEN,
 };
-use chopin_server::entropy::{Entropy, OsEntropy, SeededEntropy};
+use chopin_server::runtime::entropy::{Entropy, OsEntropy, SeededEntropy};
 use chopin_server::store::{BrowserLogin, SqliteStore};
 use uuid::Uuid;
 

@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use chopin_fixtures::github::{FakeGitHub, Permission};
-use chopin_server::admission::{
+use chopin_server::identity::admission::{
     Admission, AdmissionError, AdmissionPolicy, ADMISSION_CACHE_TTL_MS, REPO_ACCESS_CACHE_TTL_MS,
 };
-use chopin_server::clock::ManualClock;
-use chopin_server::connector::{BoxedIo, Connector, SharedConnector, TcpConnector};
-use chopin_server::github::{GitHub, GitHubError, GitHubUser};
+use chopin_server::identity::github::{GitHub, GitHubError, GitHubUser};
+use chopin_server::runtime::clock::ManualClock;
+use chopin_server::runtime::connector::{BoxedIo, Connector, SharedConnector, TcpConnector};
 
 const T0: i64 = 1_700_000_000_000;
 

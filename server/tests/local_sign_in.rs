@@ -3,19 +3,20 @@
 //! polling interval (and `slow_down`) is stepped exactly; the fake's request log shows when the
 //! server asked GitHub.
 //!
-//! The HTTP client is the server's own connector ([`chopin_server::connector::send`]): one
+//! The HTTP client is the server's own connector ([`chopin_server::runtime::connector::send`]): one
 //! request per connection, no redirects, cookies carried by hand.
 
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use chopin_fixtures::github::{FakeGitHub, DEFAULT_CLIENT_ID};
-use chopin_server::app::{self, Running, Services};
-use chopin_server::clock::ManualClock;
+use chopin_server::app::{self, Running};
 use chopin_server::config::{AuthMode, Config};
-use chopin_server::connector::{self, TcpConnector};
-use chopin_server::entropy::OsEntropy;
+use chopin_server::runtime::clock::ManualClock;
+use chopin_server::runtime::connector::{self, TcpConnector};
+use chopin_server::runtime::entropy::OsEntropy;
 use chopin_server::store::MemoryStore;
+use chopin_server::Runtime;
 use http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
 
@@ -76,8 +77,8 @@ impl Server {
         let clock = Arc::new(ManualClock::new(T0));
         let running = app::start(
             config,
-            Services {
-                store: Arc::new(MemoryStore::new()),
+            Arc::new(MemoryStore::new()),
+            Runtime {
                 clock: clock.clone(),
                 entropy: Arc::new(OsEntropy),
                 connector: Arc::new(TcpConnector),

@@ -8,7 +8,7 @@ use chopin_fixtures::agent::AgentClient;
 use chopin_protocol::agent::{
     ClientMessage, HostToolCall, PartMessage, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
 };
-use chopin_server::clock::SystemClock;
+use chopin_server::runtime::clock::SystemClock;
 use chopin_server::turns::{Accepted, PlannerRequest, Refused};
 use serde_json::{json, Value};
 
@@ -108,7 +108,7 @@ async fn posts(s: &Setup) -> Vec<(String, String)> {
 async fn go(s: &Setup, client: &mut AgentClient) -> (String, String) {
     s.state
         .turns
-        .request(&s.state, request(s, "@chopin go"))
+        .request(request(s, "@chopin go"))
         .await
         .unwrap();
     let (session, turn, _, _) = start_and_turn(client).await;
@@ -129,11 +129,7 @@ async fn settle(s: &Setup) {
 async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
     let s = setup().await;
     // Nothing attached: refused with the words that name the document.
-    let refused = s
-        .state
-        .turns
-        .request(&s.state, request(&s, "@chopin hi"))
-        .await;
+    let refused = s.state.turns.request(request(&s, "@chopin hi")).await;
     assert!(
         matches!(&refused, Err(Refused::NotAttached(w)) if w.contains("/documents/octo/plans/notes")),
         "{refused:?}"
@@ -143,7 +139,7 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
     let accepted = s
         .state
         .turns
-        .request(&s.state, request(&s, "@chopin add a heading"))
+        .request(request(&s, "@chopin add a heading"))
         .await;
     assert_eq!(accepted, Ok(Accepted::Started));
     let (session, turn, tools, prompt) = start_and_turn(&mut client).await;
@@ -199,7 +195,7 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
         posts(&s).await,
         vec![("planner".to_owned(), "I added a heading.".to_owned())]
     );
-    let room = s.state.rooms.open(&s.state, s.doc).await.unwrap();
+    let room = s.state.open.open(s.doc).await.unwrap();
     assert_eq!(room.source().await, "# Added by chopin\n");
 }
 
@@ -208,19 +204,12 @@ async fn two_messages_while_a_turn_runs_are_steered_in_send_order_once() {
     let s = setup().await;
     let mut client = attached_client(&s, &["steer-turn"]).await;
     assert_eq!(
-        s.state
-            .turns
-            .request(&s.state, request(&s, "@chopin start"))
-            .await,
+        s.state.turns.request(request(&s, "@chopin start")).await,
         Ok(Accepted::Started)
     );
     // Before the client has started the session, a message has nothing to go to: passing
     // trouble, sent again in a moment.
-    let early = s
-        .state
-        .turns
-        .request(&s.state, request(&s, "too early"))
-        .await;
+    let early = s.state.turns.request(request(&s, "too early")).await;
     assert_eq!(
         early,
         Err(Refused::TemporarilyUnavailable(
@@ -230,7 +219,7 @@ async fn two_messages_while_a_turn_runs_are_steered_in_send_order_once() {
     let (session, turn, _, _) = start_and_turn(&mut client).await;
     for text in ["first", "second"] {
         assert_eq!(
-            s.state.turns.request(&s.state, request(&s, text)).await,
+            s.state.turns.request(request(&s, text)).await,
             Ok(Accepted::Steered)
         );
     }
@@ -255,11 +244,11 @@ async fn without_steer_turn_a_message_during_a_turn_is_refused_busy() {
     let mut client = attached_client(&s, &[]).await;
     s.state
         .turns
-        .request(&s.state, request(&s, "@chopin start"))
+        .request(request(&s, "@chopin start"))
         .await
         .unwrap();
     let (session, turn, _, _) = start_and_turn(&mut client).await;
-    let busy = s.state.turns.request(&s.state, request(&s, "more")).await;
+    let busy = s.state.turns.request(request(&s, "more")).await;
     assert_eq!(
         busy,
         Err(Refused::Busy(
@@ -281,10 +270,10 @@ async fn access_revoked_between_two_host_tool_calls_refuses_the_second() {
     // The cache of repository access lasts 30 s; a revocation GitHub reports is seen once it
     // is asked again — here, as a fresh check after invalidating, like the periodic recheck.
     s.state.admission.invalidate(&s.mona);
-    use chopin_server::clock::Clock;
+    use chopin_server::runtime::clock::Clock;
     let owner = s
         .state
-        .sessions
+        .sign_ins
         .live_login_of(
             chopin_server::store::account_id_for_github_user(1001),
             SystemClock.now_ms(),
@@ -380,7 +369,7 @@ async fn a_new_session_is_given_the_chat_before_the_message() {
     let mut client = attached_client(&s, &[]).await;
     s.state
         .turns
-        .request(&s.state, request(&s, "@chopin draft it"))
+        .request(request(&s, "@chopin draft it"))
         .await
         .unwrap();
     let (session, turn, _, prompt) = start_and_turn(&mut client).await;

@@ -21,7 +21,7 @@ use chopin_protocol::agent::{
     ClientMessage, Feature, HostToolCall, OfferedFeature, Part, PartMessage, ServerMessage,
     Started, TextPart, TurnEnd, TurnStatus,
 };
-use chopin_server::connector;
+use chopin_server::runtime::connector;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::mpsc;

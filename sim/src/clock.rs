@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use chopin_server::clock::Clock;
+use chopin_server::runtime::clock::Clock;
 use chopin_server::store::UnixMillis;
 
 /// 2026-01-01T00:00:00Z in milliseconds since the Unix epoch: "time zero" of every simulation.

@@ -2,9 +2,9 @@
 //!
 //! Owns: [`TurmoilListener`], the inbound seam (an `axum::serve::Listener` over a turmoil TCP
 //! listener, so `chopin_server::serve` runs unchanged in the simulator), and
-//! [`TurmoilConnector`], the outbound seam (a `chopin_server::connector::Connector` over turmoil
+//! [`TurmoilConnector`], the outbound seam (a `chopin_server::runtime::connector::Connector` over turmoil
 //! TCP, used by the server to reach fixture hosts and by scripted clients to reach the server).
-//! Does not own: HTTP — the server's router and `chopin_server::connector::get` speak it over
+//! Does not own: HTTP — the server's router and `chopin_server::runtime::connector::get` speak it over
 //! these byte streams. Everything here must run inside a turmoil host.
 
 use std::io;
@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chopin_server::connector::{BoxedIo, Connector};
+use chopin_server::runtime::connector::{BoxedIo, Connector};
 
 /// How long the listener waits before accepting again after an accept error.
 pub const ACCEPT_RETRY_DELAY_MS: u64 = 10;

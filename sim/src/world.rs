@@ -20,10 +20,10 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use chopin_fixtures::github::FakeGitHub;
 use chopin_server::config::Config;
-use chopin_server::connector::{self, HttpError};
-use chopin_server::entropy::SeededEntropy;
+use chopin_server::runtime::connector::{self, HttpError};
+use chopin_server::runtime::entropy::SeededEntropy;
 use chopin_server::store::{MemoryStore, Store};
-use chopin_server::Services;
+use chopin_server::{App, Runtime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
@@ -378,8 +378,8 @@ pub struct World {
     next_request: u64,
     /// Incarnations the world has started (the server host numbers its own the same way).
     server_incarnations: u32,
-    /// The state of the server's current incarnation, once it has started.
-    server_state: Arc<Mutex<Option<chopin_server::AppState>>>,
+    /// The services of the server's current incarnation, once it has started.
+    server_state: Arc<Mutex<Option<App>>>,
 }
 
 impl World {
@@ -403,7 +403,7 @@ impl World {
                 .max_message_latency(Duration::from_millis(ms));
         }
         let mut sim = builder.build();
-        let server_state: Arc<Mutex<Option<chopin_server::AppState>>> = Arc::default();
+        let server_state: Arc<Mutex<Option<App>>> = Arc::default();
         let recorder = Recorder::default();
         // Created outside the host's closure: shared by every incarnation of the server host.
         let store = MemoryStore::new();
@@ -416,8 +416,8 @@ impl World {
             let (store, recorder) = (store.clone(), recorder.clone());
             let (configure, server_state) = (options.configure.clone(), server_state.clone());
             sim.host(SERVER_HOST, move || {
-                let services = Services {
-                    store: Arc::new(store.clone()) as Arc<dyn Store>,
+                let store = Arc::new(store.clone()) as Arc<dyn Store>;
+                let runtime = Runtime {
                     clock: clock.clone(),
                     entropy: entropy.clone(),
                     connector: Arc::new(TurmoilConnector),
@@ -425,7 +425,8 @@ impl World {
                 let incarnation = incarnations.fetch_add(1, Ordering::SeqCst) + 1;
                 run_server(
                     incarnation,
-                    services,
+                    store,
+                    runtime,
                     recorder.clone(),
                     configure.clone(),
                     server_state.clone(),
@@ -460,9 +461,9 @@ impl World {
         }
     }
 
-    /// The state of the server's current incarnation (its attachment table, sessions, …), for
+    /// The services of the server's current incarnation (its attachment table, sign-ins, …), for
     /// checks a scenario makes between steps. `None` before it has started.
-    pub fn server_state(&self) -> Option<chopin_server::AppState> {
+    pub fn server_app(&self) -> Option<App> {
         self.server_state
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -799,10 +800,11 @@ pub fn run(scenario: &Scenario) -> Result<Trace, SimError> {
 /// serve until the lease is lost.
 async fn run_server(
     incarnation: u32,
-    services: Services,
+    store: Arc<dyn Store>,
+    runtime: Runtime,
     recorder: Recorder,
     configure: Option<Configure>,
-    server_state: Arc<Mutex<Option<chopin_server::AppState>>>,
+    server_state: Arc<Mutex<Option<App>>>,
 ) -> turmoil::Result {
     recorder.record_in_host(SERVER_HOST, Event::ServerBooting { incarnation });
     // The data dir is unused with the memory store.
@@ -820,7 +822,7 @@ async fn run_server(
     if let Some(configure) = &configure {
         configure(&mut config);
     }
-    let running = match chopin_server::app::start(config, services).await {
+    let running = match chopin_server::app::start(config, store, runtime).await {
         Ok(running) => running,
         Err(e) => {
             recorder.record_in_host(
@@ -851,14 +853,14 @@ async fn run_server(
         SERVER_HOST,
         Event::ServerStarted {
             incarnation,
-            writer_epoch: running.state().writer_epoch(),
+            writer_epoch: running.app().lease.epoch(),
         },
     );
     running
-        .state()
+        .app()
         .planners
         .observe(Arc::new(TraceObserver(recorder.clone())));
-    *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.state().clone());
+    *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.app().clone());
     let served = chopin_server::serve(listener, running.router(), running.lease_lost()).await;
     let reason = match served {
         Ok(()) => "writer lease lost".to_string(),

@@ -107,7 +107,7 @@ fn attach(world: &mut World, name: &str, token: &str, doc: Uuid) -> (Agent, u64)
 }
 
 fn presence(world: &World, doc: Uuid) -> (PresenceState, Option<String>) {
-    let p = world.server_state().unwrap().planners.presence(doc);
+    let p = world.server_app().unwrap().planners.presence(doc);
     (p.state, p.login)
 }
 
@@ -298,7 +298,7 @@ fn ao_08_silent_partition_closes_the_link_at_the_timeout_and_not_before() {
     world.partition("mona-1", chopin_sim::SERVER_HOST);
     let heard = sim_ms(
         world
-            .server_state()
+            .server_app()
             .unwrap()
             .planners
             .last_heard_ms(doc)
@@ -423,7 +423,8 @@ fn sign_out(world: &mut World, cookie: &str) -> u64 {
                 .header("origin", SERVER_ORIGIN)
                 .body(axum::body::Bytes::new())?;
             let response =
-                chopin_server::connector::send(&chopin_sim::TurmoilConnector, request).await?;
+                chopin_server::runtime::connector::send(&chopin_sim::TurmoilConnector, request)
+                    .await?;
             *out.lock().unwrap() = Some(response.status.as_u16());
             Ok(())
         })
@@ -502,7 +503,8 @@ fn ao_15_an_old_grace_deadline_does_not_release_a_newer_owner() {
                     .header("authorization", format!("Bearer {token}"))
                     .body(axum::body::Bytes::new())?;
             let response =
-                chopin_server::connector::send(&chopin_sim::TurmoilConnector, request).await?;
+                chopin_server::runtime::connector::send(&chopin_sim::TurmoilConnector, request)
+                    .await?;
             assert_eq!(response.status.as_u16(), 200);
             Ok(())
         })
@@ -539,12 +541,12 @@ fn una_planner_requests_are_refused_without_an_attached_client() {
         ..
     } = setup(17);
     let ask = |world: &mut World| -> Result<String, NotAttached> {
-        let state = world.server_state().unwrap();
+        let state = world.server_app().unwrap();
         let out = std::sync::Arc::new(std::sync::Mutex::new(None));
         let o = out.clone();
         world
             .run_client(&format!("ask-{}", world.now_ms()), async move {
-                let answer = state.planners.attached_for_request(&state, doc).await;
+                let answer = state.planners.attached_for_request(doc).await;
                 *o.lock().unwrap() = Some(answer.map(|h| h.login));
                 Ok(())
             })
@@ -653,13 +655,13 @@ fn the_owner_login_expiring_closes_the_link_at_that_instant() {
         .unwrap();
     world.sign_in("mona").unwrap();
     let (agent, _) = attach(&mut world, "mona-1", &mona, doc);
-    let state = world.server_state().unwrap();
+    let state = world.server_app().unwrap();
     let account = block_on(world.store().account_by_login("mona"))
         .unwrap()
         .unwrap();
     let expires = sim_ms(
         state
-            .sessions
+            .sign_ins
             .live_login_of(account.id, SIM_EPOCH_MS + world.now_ms() as i64)
             .unwrap()
             .expires_at_ms,

@@ -246,7 +246,7 @@ fn restarted_server_keeps_its_store() {
 
 #[test]
 fn server_start_waits_for_a_crashed_holders_lease() {
-    const LEASE_TTL_MS: u64 = chopin_server::lease::WRITER_LEASE_TTL_MS as u64;
+    const LEASE_TTL_MS: u64 = chopin_server::runtime::lease::WRITER_LEASE_TTL_MS as u64;
     let mut world = World::new(9);
     world
         .apply(&Step::AwaitServer {

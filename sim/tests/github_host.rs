@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use chopin_fixtures::github::Permission;
-use chopin_server::admission::{Admission, AdmissionError, AdmissionPolicy};
-use chopin_server::github::GitHub;
+use chopin_server::identity::admission::{Admission, AdmissionError, AdmissionPolicy};
+use chopin_server::identity::github::GitHub;
 use chopin_sim::{SimClock, TurmoilConnector, World, GITHUB_HOST, GITHUB_PORT};
 
 #[test]

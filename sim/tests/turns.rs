@@ -100,7 +100,7 @@ fn wait_frame(
 }
 
 fn wait_turn_over(world: &mut World, doc: Uuid, within_ms: u64) {
-    let state = world.server_state().unwrap();
+    let state = world.server_app().unwrap();
     until(world, within_ms, "the turn ended", move || {
         !state.turns.is_running(doc)
     });
@@ -367,7 +367,7 @@ fn rt_12_a_link_dropped_mid_turn_ends_the_turn_with_an_error_and_nothing_is_repl
         "nothing replayed: {:?}",
         again.frames()
     );
-    assert!(!world.server_state().unwrap().turns.is_running(doc));
+    assert!(!world.server_app().unwrap().turns.is_running(doc));
     assert_eq!(
         transcript(&world, doc).len(),
         2,
@@ -468,7 +468,7 @@ fn rt_09_abort_with_a_silent_client_destroys_the_session_exactly_5_s_later() {
     let turn_id = turn.split(' ').next().unwrap().to_owned();
     world.advance(100).unwrap();
 
-    let state = world.server_state().unwrap();
+    let state = world.server_app().unwrap();
     let stopped = std::sync::Arc::new(std::sync::Mutex::new(None));
     let out = stopped.clone();
     world
@@ -488,7 +488,7 @@ fn rt_09_abort_with_a_silent_client_destroys_the_session_exactly_5_s_later() {
     world
         .advance(abort_sent + ABORT_WAIT_MS - world.now_ms())
         .unwrap();
-    assert!(world.server_state().unwrap().turns.is_running(doc));
+    assert!(world.server_app().unwrap().turns.is_running(doc));
     // A world tick that starts at `now_ms() == t` runs every host at simulated time `t`: once
     // `now_ms()` is abort + 5,000, the client has lived through abort + 4,999 ms.
     world

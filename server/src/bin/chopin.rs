@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::Parser;
 
 use chopin_server::config::{Args, Config, LogFormat};
-use chopin_server::{app, store, Services};
+use chopin_server::{app, store, Runtime};
 
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("CHOPIN_LOG")
@@ -111,7 +111,7 @@ async fn run(mut config: Config, origin_given: bool) -> anyhow::Result<()> {
         config.app_origin = format!("http://{local}");
     }
     let signals = ShutdownSignals::listen();
-    let running = app::start(config, Services::production(store)).await?;
+    let running = app::start(config, store, Runtime::production()).await?;
     tracing::info!(store = %where_, "chopin listening on http://{local}");
     // Printed as well as logged, so the address is easy to find with any log format.
     println!("chopin listening on http://{local} (data: {where_})");
@@ -124,7 +124,7 @@ async fn run(mut config: Config, origin_given: bool) -> anyhow::Result<()> {
         }
     };
     chopin_server::serve(listener, running.router(), shutdown).await?;
-    let lost_lease = !running.state().is_writer();
+    let lost_lease = !running.app().lease.is_held();
     running.stop().await;
     tracing::info!("stopped");
     if lost_lease {

@@ -42,6 +42,7 @@
 //! same [`HarnessSession`]; this driver's contract is the per-turn one.
 
 pub mod fake;
+pub mod port;
 pub mod remote;
 pub mod schema;
 
@@ -741,16 +742,16 @@ pub struct HarnessDeps {
     pub remote: Option<RemoteDeps>,
 }
 
-/// What the remote adapter is built from: the process's link registry, the document whose
+/// What the remote adapter is built from: the process's attached links, the document whose
 /// attached client runs its sessions, and the randomness its session and turn ids come from.
 #[derive(Clone)]
 pub struct RemoteDeps {
-    /// Who holds each document's Planner, and the attached links.
-    pub planners: Arc<crate::planner::Planners>,
+    /// The attached links, by document.
+    pub links: Arc<dyn port::AgentLinks>,
     /// The document.
     pub document: uuid::Uuid,
     /// Ids for sessions and turns.
-    pub entropy: crate::entropy::SharedEntropy,
+    pub entropy: crate::runtime::entropy::SharedEntropy,
 }
 
 impl std::fmt::Debug for RemoteDeps {
@@ -776,14 +777,14 @@ pub fn adapter(name: &str, deps: &HarnessDeps) -> Result<Arc<dyn Harness>, Unkno
         "fake" => Ok(Arc::new(fake::FakeHarness::new(deps.fake.clone()))),
         "remote" => Ok(Arc::new(match &deps.remote {
             Some(remote) => remote::RemoteHarness::new(
-                remote.planners.clone(),
+                remote.links.clone(),
                 remote.document,
                 remote.entropy.clone(),
             ),
             None => remote::RemoteHarness::new(
-                Arc::new(crate::planner::Planners::default()),
+                Arc::new(port::NoLinks),
                 uuid::Uuid::nil(),
-                Arc::new(crate::entropy::OsEntropy),
+                Arc::new(crate::runtime::entropy::OsEntropy),
             ),
         })),
         _ => Err(UnknownHarness {

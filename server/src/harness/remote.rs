@@ -8,7 +8,8 @@
 //! host tool → `host-tool-result`, `abort` on cancellation, `steer` (only to a client that
 //! accepted `steer-turn`), `turn-end`, and `destroy` (once). A link that closes mid-turn ends the
 //! turn with an error; nothing is replayed. Does not own: which tools are allowed (the turn
-//! driver, [`super::run_turn`]), the link itself ([`crate::planner::link`]).
+//! driver, [`super::run_turn`]), the link itself (the agent socket, reached through
+//! [`super::port`]).
 //!
 //! Trust boundary: nothing here carries a GitHub credential; the client gets prompts, tool specs
 //! and host tool results only.
@@ -24,32 +25,34 @@ use chopin_protocol::agent::{
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use super::port::{AgentLinks, LinkCommand, LinkHandle};
 use super::{
     Capabilities, Harness, HarnessError, HarnessSession, SessionRequest, TurnIo, TurnOutcome,
     TurnRequest,
 };
-use crate::entropy::SharedEntropy;
-use crate::planner::link::START_TIMEOUT_MS;
-use crate::planner::{LinkCommand, LinkHandle, Planners};
+use crate::runtime::entropy::SharedEntropy;
+
+/// How long a session may take to answer `start` (RT-09 ruling), told in `attached`.
+pub const START_TIMEOUT_MS: u64 = 30_000;
 
 /// The remote adapter for one document: sessions go to whichever client is attached to it.
 pub struct RemoteHarness {
-    planners: Arc<Planners>,
+    links: Arc<dyn AgentLinks>,
     document: Uuid,
     entropy: SharedEntropy,
 }
 
 impl RemoteHarness {
-    pub fn new(planners: Arc<Planners>, document: Uuid, entropy: SharedEntropy) -> Self {
+    pub fn new(links: Arc<dyn AgentLinks>, document: Uuid, entropy: SharedEntropy) -> Self {
         RemoteHarness {
-            planners,
+            links,
             document,
             entropy,
         }
     }
 
     fn link(&self) -> Option<LinkHandle> {
-        self.planners.link_for(self.document)
+        self.links.link_for(self.document)
     }
 }
 

@@ -11,19 +11,19 @@ use axum::body::Bytes;
 use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
 use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
 use chopin_protocol::agent::ServerMessage;
-use chopin_server::clock::SystemClock;
 use chopin_server::config::{Config, Secret};
-use chopin_server::connector::{self, TcpConnector};
-use chopin_server::entropy::{Entropy, OsEntropy};
+use chopin_server::runtime::clock::SystemClock;
+use chopin_server::runtime::connector::{self, TcpConnector};
+use chopin_server::runtime::entropy::{Entropy, OsEntropy};
 use chopin_server::store::{MemoryStore, NewDocument, Store};
-use chopin_server::{app, AppState, Services};
+use chopin_server::{app, App, Runtime};
 use uuid::Uuid;
 
 /// The document's canonical URL.
 pub const DOC_URL: &str = "/documents/octo/plans/notes";
 
 pub struct Served {
-    pub state: AppState,
+    pub state: App,
     pub github: FakeGitHub,
     /// `127.0.0.1:<port>` of the server.
     pub host: String,
@@ -82,8 +82,8 @@ pub async fn served() -> Served {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let running = app::start(
         config,
-        Services {
-            store: store.clone(),
+        store.clone(),
+        Runtime {
             clock: Arc::new(SystemClock),
             entropy: Arc::new(OsEntropy),
             connector: Arc::new(TcpConnector),
@@ -91,7 +91,7 @@ pub async fn served() -> Served {
     )
     .await
     .unwrap();
-    let state = running.state().clone();
+    let state = running.app().clone();
     tokio::spawn(chopin_server::serve(
         listener,
         running.router(),

@@ -5,8 +5,9 @@
 //! claim, the grace timer and its release *under the generation it was started for*, closing a
 //! link when its owner's sign-in ends, a writer resets the Planner, the document is archived or
 //! access is lost, and the `session:planner` presence each document's room hears.
-//! Does not own: the WebSocket itself ([`link`]), sign-in ([`crate::session`]), or the checks
-//! done before an attach reaches [`Planners::attach`] (admission, write access, document).
+//! Does not own: the WebSocket itself (the agent socket, in the transport layer), sign-in
+//! ([`crate::identity::sign_ins`]), or the checks done before an attach reaches
+//! [`Planners::attach`] (admission, write access, document).
 //!
 //! Every change of a document's ownership (claim, release) happens while holding that
 //! document's *gate*, an async mutex, so an attach, a grace expiry, a reset and a sign-out of
@@ -14,20 +15,20 @@
 //! reset or archive also bumps the document's *revocation count* before it waits for the gate:
 //! an attach that read an older count before its checks is refused rather than bound (AO-16).
 
-pub mod link;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use chopin_protocol::agent::{ClientMessage, ErrorCode, Feature, RefusalReason, ServerMessage};
+use chopin_protocol::agent::{ErrorCode, RefusalReason};
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
-use crate::app::AppState;
+use crate::harness::port::AgentLinks;
+pub use crate::harness::port::{LinkCommand, LinkHandle};
+use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
 use crate::observe::{Observer, PlannerEvent};
-use crate::session::{LiveLogin, LoginEnd};
-use crate::store::{Claim, Holder, StoreError, UnixMillis};
+use crate::runtime::{SharedClock, Shutdown};
+use crate::store::{Claim, Holder, OwnershipStore, StoreError, UnixMillis};
 
 /// What the room is told about a document's Planner (`session:planner`): the holder's login and
 /// state only, never a machine, checkout or token (PRES-03).
@@ -103,28 +104,6 @@ impl Refusal {
             holder: None,
         }
     }
-}
-
-/// What the harness may ask of an attached link's task.
-#[derive(Debug)]
-pub enum LinkCommand {
-    /// Send this frame to the client.
-    Send(ServerMessage),
-    /// Route the client's frames for `key` (`session:<id>` or `turn:<id>`) to `to`.
-    Route {
-        key: String,
-        to: mpsc::UnboundedSender<ClientMessage>,
-    },
-    /// Stop routing `key`.
-    Unroute { key: String },
-}
-
-/// The harness's way to an attached client: commands to its link's task, and the features the
-/// link accepted.
-#[derive(Debug, Clone)]
-pub struct LinkHandle {
-    pub commands: mpsc::UnboundedSender<LinkCommand>,
-    pub features: Vec<Feature>,
 }
 
 /// A link bound to a document.
@@ -220,22 +199,62 @@ impl Table {
 const ROOM_BACKLOG: usize = 64;
 
 /// The attachment table of this process.
-#[derive(Default)]
 pub struct Planners {
     table: Mutex<Table>,
     observer: OnceLock<Arc<dyn Observer>>,
+    store: Arc<dyn OwnershipStore>,
+    clock: SharedClock,
+    sign_ins: Arc<SignIns>,
+    shutdown: Shutdown,
+    /// `PLANNER_ATTACH_GRACE_MS`.
+    attach_grace_ms: u64,
+}
+
+/// The attached links, for the harness: the remote adapter reaches a document's client here.
+impl AgentLinks for Planners {
+    fn link_for(&self, document: Uuid) -> Option<LinkHandle> {
+        Planners::link_for(self, document)
+    }
 }
 
 impl Planners {
+    pub fn new(
+        store: Arc<dyn OwnershipStore>,
+        clock: SharedClock,
+        sign_ins: Arc<SignIns>,
+        shutdown: Shutdown,
+        attach_grace_ms: u64,
+    ) -> Self {
+        Planners {
+            table: Mutex::default(),
+            observer: OnceLock::new(),
+            store,
+            clock,
+            sign_ins,
+            shutdown,
+            attach_grace_ms,
+        }
+    }
+
     /// Sends every [`PlannerEvent`] to `observer` from now on (once per process).
     pub fn observe(&self, observer: Arc<dyn Observer>) {
         let _ = self.observer.set(observer);
     }
 
-    pub(crate) fn emit(&self, state: &AppState, event: PlannerEvent) {
+    /// Tells the observer (the simulator's trace), if one is installed.
+    pub fn emit(&self, event: PlannerEvent) {
         if let Some(observer) = self.observer.get() {
-            observer.planner_event(state.services.clock.now_ms(), event);
+            observer.planner_event(self.clock.now_ms(), event);
         }
+    }
+
+    /// How many documents have a link attached now.
+    pub fn attached_count(&self) -> usize {
+        self.lock()
+            .slots
+            .values()
+            .filter(|s| matches!(s, Slot::Attached { .. }))
+            .count()
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -297,7 +316,6 @@ impl Planners {
     /// `revocations_seen` is [`Planners::revocations`] as read before the caller's checks.
     pub async fn attach(
         &self,
-        state: &AppState,
         doc: Uuid,
         live: &Arc<LiveLogin>,
         revocations_seen: u64,
@@ -320,8 +338,8 @@ impl Planners {
                 _ => {}
             }
         }
-        let store = &state.services.store;
-        let now = state.services.clock.now_ms();
+        let store = &self.store;
+        let now = self.clock.now_ms();
         let mut claim = store
             .claim_ownership(doc, &holder, now)
             .await
@@ -350,7 +368,7 @@ impl Planners {
         let bound = {
             let mut table = self.lock();
             let revoked = table.revocations.get(&doc).copied().unwrap_or(0) != revocations_seen;
-            let signed_in = state.sessions.get_live(live.id, now).is_some();
+            let signed_in = self.sign_ins.get_live(live.id, now).is_some();
             if revoked || !signed_in {
                 None
             } else {
@@ -378,14 +396,11 @@ impl Planners {
             return Err(Refusal::raced());
         };
         self.announce(doc);
-        self.emit(
-            state,
-            PlannerEvent::Attached {
-                document: doc,
-                login: holder.login.clone(),
-                generation: ownership.generation,
-            },
-        );
+        self.emit(PlannerEvent::Attached {
+            document: doc,
+            login: holder.login.clone(),
+            generation: ownership.generation,
+        });
         tracing::info!(document = %doc, login = %holder.login, generation = ownership.generation, link, "Planner attached");
         Ok(Bound {
             link,
@@ -415,7 +430,7 @@ impl Planners {
 
     /// The held reattach is done (bound or refused). If the period ran out meanwhile and no other
     /// hold remains, the ownership is released now.
-    pub async fn drop_hold(&self, state: &AppState, hold: GraceHold) {
+    pub async fn drop_hold(&self, hold: GraceHold) {
         let doc = hold.doc;
         let gate = self.gate(doc);
         let _gate = gate.lock().await;
@@ -440,13 +455,13 @@ impl Planners {
                 _ => return,
             }
         };
-        self.grace_over(state, doc, generation).await;
+        self.grace_over(doc, generation).await;
     }
 
     /// A grace period is over (its slot already removed): release under its generation and tell
     /// the room.
-    async fn grace_over(&self, state: &AppState, doc: Uuid, generation: i64) {
-        release(state, doc, generation).await;
+    async fn grace_over(&self, doc: Uuid, generation: i64) {
+        self.release(doc, generation).await;
         tracing::info!(document = %doc, generation, "grace period ended; Planner released");
         self.announce(doc);
     }
@@ -492,11 +507,11 @@ impl Planners {
 
     /// A link ended on its own: its ownership is kept for `PLANNER_ATTACH_GRACE_MS` for the
     /// same account, then released under its generation.
-    pub async fn link_ended(&self, state: &AppState, doc: Uuid, link: u64, how: LinkEnd) {
+    pub async fn link_ended(self: &Arc<Self>, doc: Uuid, link: u64, how: LinkEnd) {
         let gate = self.gate(doc);
         let _gate = gate.lock().await;
-        let grace_ms = state.config.planner_attach_grace_ms;
-        let until_ms = state.services.clock.now_ms() + grace_ms as i64;
+        let grace_ms = self.attach_grace_ms;
+        let until_ms = self.clock.now_ms() + grace_ms as i64;
         {
             let mut table = self.lock();
             let Some(Slot::Attached {
@@ -513,26 +528,25 @@ impl Planners {
             }
             let (holder, generation) = (holder.clone(), *generation);
             let timer = table.id();
-            let (st, planners) = (state.clone(), state.planners.clone());
-            let task = tokio::spawn(async move {
-                tokio::time::sleep(std::time::Duration::from_millis(grace_ms)).await;
-                planners.grace_ended(&st, doc, timer).await;
-            })
-            .abort_handle();
+            let planners = self.clone();
+            let task = self
+                .shutdown
+                .spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(grace_ms)).await;
+                    planners.grace_ended(doc, timer).await;
+                })
+                .abort_handle();
             tracing::info!(document = %doc, login = %holder.login, ?how, until_ms, "Planner link ended; grace period started");
-            self.emit(
-                state,
-                PlannerEvent::GraceStarted {
-                    document: doc,
-                    login: holder.login.clone(),
-                    how: match how {
-                        LinkEnd::Detached => "detached",
-                        LinkEnd::Dropped => "dropped",
-                    }
-                    .to_owned(),
-                    until_ms,
-                },
-            );
+            self.emit(PlannerEvent::GraceStarted {
+                document: doc,
+                login: holder.login.clone(),
+                how: match how {
+                    LinkEnd::Detached => "detached",
+                    LinkEnd::Dropped => "dropped",
+                }
+                .to_owned(),
+                until_ms,
+            });
             table.slots.insert(
                 doc,
                 Slot::Grace {
@@ -549,7 +563,7 @@ impl Planners {
         self.announce(doc);
     }
 
-    async fn grace_ended(&self, state: &AppState, doc: Uuid, timer: u64) {
+    async fn grace_ended(&self, doc: Uuid, timer: u64) {
         let gate = self.gate(doc);
         let _gate = gate.lock().await;
         let generation = {
@@ -578,18 +592,12 @@ impl Planners {
                 _ => return,
             }
         };
-        self.grace_over(state, doc, generation).await;
+        self.grace_over(doc, generation).await;
     }
 
     /// Takes `doc`'s slot out if `pick` accepts it, closing an attached link with `closing`,
     /// releases the ownership in storage and tells the room. True if something was held.
-    async fn take(
-        &self,
-        state: &AppState,
-        doc: Uuid,
-        closing: Closing,
-        pick: impl Fn(&Slot) -> bool,
-    ) -> bool {
+    async fn take(&self, doc: Uuid, closing: Closing, pick: impl Fn(&Slot) -> bool) -> bool {
         let gate = self.gate(doc);
         let _gate = gate.lock().await;
         let slot = {
@@ -616,13 +624,21 @@ impl Planners {
                 generation
             }
         };
-        release(state, doc, generation).await;
+        self.release(doc, generation).await;
         self.announce(doc);
         true
     }
 
+    /// Ends a login: this process forgets it first (so nothing new binds to it), then every
+    /// Planner it owns is closed and freed, then the store records a sign-out.
+    pub async fn end_login(&self, live: &LiveLogin, why: LoginEnd) {
+        self.sign_ins.forget_ended(live);
+        self.login_ended(live.id, why).await;
+        self.sign_ins.record_end(live, why).await;
+    }
+
     /// A browser login ended (sign-out or expiry): every Planner it owns is closed and freed.
-    pub async fn login_ended(&self, state: &AppState, login_id: Uuid, why: LoginEnd) {
+    async fn login_ended(&self, login_id: Uuid, why: LoginEnd) {
         let docs: Vec<Uuid> = {
             let table = self.lock();
             table
@@ -639,7 +655,6 @@ impl Planners {
                 LoginEnd::Expired => "The owner's browser sign-in expired, which ends this Planner link; sign in again and reattach.",
             };
             self.take(
-                state,
                 doc,
                 Closing {
                     code: ErrorCode::SignInRequired,
@@ -655,11 +670,10 @@ impl Planners {
 
     /// A repository writer reset the Planner: the link closes (4410) and the document is free.
     /// True if anything was held, in this process or in storage.
-    pub async fn reset(&self, state: &AppState, doc: Uuid) -> Result<bool, StoreError> {
+    pub async fn reset(&self, doc: Uuid) -> Result<bool, StoreError> {
         self.revoke_count(doc);
         let took = self
             .take(
-                state,
                 doc,
                 Closing {
                     code: ErrorCode::PlannerReleased,
@@ -674,11 +688,9 @@ impl Planners {
         // Nothing in this process: clear an owner storage may still name.
         let gate = self.gate(doc);
         let _gate = gate.lock().await;
-        let ownership = state.services.store.ownership(doc).await?;
+        let ownership = self.store.ownership(doc).await?;
         if ownership.holder.is_some() {
-            state
-                .services
-                .store
+            self.store
                 .release_ownership(doc, ownership.generation)
                 .await?;
             self.announce(doc);
@@ -688,10 +700,9 @@ impl Planners {
     }
 
     /// The document was archived: its link closes (4404) and its Planner is freed.
-    pub async fn archived(&self, state: &AppState, doc: Uuid) {
+    pub async fn archived(&self, doc: Uuid) {
         self.revoke_count(doc);
         self.take(
-            state,
             doc,
             Closing {
                 code: ErrorCode::DocumentNotFound,
@@ -704,9 +715,8 @@ impl Planners {
 
     /// A recheck found the link's access gone: it closes (4403 `access-revoked`) and the
     /// document is freed.
-    pub async fn revoke_link(&self, state: &AppState, doc: Uuid, link: u64, message: String) {
+    pub async fn revoke_link(&self, doc: Uuid, link: u64, message: String) {
         self.take(
-            state,
             doc,
             Closing {
                 code: ErrorCode::AccessRevoked,
@@ -720,11 +730,7 @@ impl Planners {
     /// Before a Planner request (`@chopin`) is accepted: the attached link, rechecked as the
     /// periodic recheck would for its owner's sign-in and storage's owner (UNA-03). A link that
     /// fails is closed and freed, and the request refused like one with nothing attached.
-    pub async fn attached_for_request(
-        &self,
-        state: &AppState,
-        doc: Uuid,
-    ) -> Result<Holder, NotAttached> {
+    pub async fn attached_for_request(&self, doc: Uuid) -> Result<Holder, NotAttached> {
         let (link, holder, generation) = {
             let table = self.lock();
             match table.slots.get(&doc) {
@@ -742,12 +748,12 @@ impl Planners {
                 None => return Err(NotAttached::Nothing),
             }
         };
-        let now = state.services.clock.now_ms();
-        let signed_in = state
-            .sessions
+        let now = self.clock.now_ms();
+        let signed_in = self
+            .sign_ins
             .get_live(holder.browser_login_id, now)
             .is_some();
-        let stored = state.services.store.ownership(doc).await;
+        let stored = self.store.ownership(doc).await;
         let assigned = matches!(&stored, Ok(o) if o.generation == generation
             && o.holder.as_ref().map(|h| h.account_id) == Some(holder.account_id));
         if signed_in && assigned {
@@ -762,7 +768,6 @@ impl Planners {
             (ErrorCode::SignInRequired, "The owner's browser sign-in has ended, which ends this Planner link; sign in again and reattach.")
         };
         self.take(
-            state,
             doc,
             Closing {
                 code,
@@ -798,20 +803,15 @@ impl NotAttached {
     }
 }
 
-async fn release(state: &AppState, doc: Uuid, generation: i64) {
-    state.planners.emit(
-        state,
-        PlannerEvent::Released {
+impl Planners {
+    /// Releases `doc`'s ownership in storage under `generation`, telling the observer.
+    async fn release(&self, doc: Uuid, generation: i64) {
+        self.emit(PlannerEvent::Released {
             document: doc,
             generation,
-        },
-    );
-    if let Err(e) = state
-        .services
-        .store
-        .release_ownership(doc, generation)
-        .await
-    {
-        tracing::error!(error = %e, document = %doc, generation, "could not release the Planner ownership; a later attach clears it");
+        });
+        if let Err(e) = self.store.release_ownership(doc, generation).await {
+            tracing::error!(error = %e, document = %doc, generation, "could not release the Planner ownership; a later attach clears it");
+        }
     }
 }

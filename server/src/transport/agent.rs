@@ -5,10 +5,12 @@
 //! write access, a live browser sign-in), answering `attached` or `refused` + close, strict frame
 //! handling (1008 / 1009 after an `error` frame naming the fault), liveness (pings; a link that
 //! answers nothing for `AGENT_CONNECTION_TIMEOUT_MS` is closed as dropped), the periodic access
-//! recheck, the owner login's expiry, and closing when [`super::Planners`] says so.
-//! Does not own: the attachment table and its timers ([`super::Planners`]), or sessions and
-//! turns (the harness issue).
+//! recheck, the owner login's expiry, and closing when [`Planners`] says so; routing the harness's
+//! session and turn frames ([`LinkCommand`]).
+//! Does not own: the attachment table and its timers ([`Planners`]), or what sessions and turns
+//! do (the remote adapter, [`crate::harness::remote`]).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,20 +24,48 @@ use chopin_protocol::agent::{
     RefusalReason, ServerMessage, AGENT_PROTOCOL_VERSION, AGENT_SUBPROTOCOL, MAX_FRAME_BYTES,
 };
 use serde_json::json;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::{Bound, LinkEnd, Refusal};
-use crate::admission::AdmissionError;
-use crate::app::AppState;
-use crate::documents::{self, bearer, Locator};
-use std::collections::HashMap;
-
-use tokio::sync::mpsc;
-
-use crate::github::GitHubError;
+use super::{Routes, Table};
+use crate::access::{bearer, Access};
+use crate::documents::{self, Documents, Locator};
+use crate::harness::remote::START_TIMEOUT_MS;
+use crate::identity::admission::{Admission, AdmissionError};
+use crate::identity::github::GitHubError;
+use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
 use crate::observe::PlannerEvent;
-use crate::session::{self, LiveLogin, LoginEnd};
-use crate::store::Document;
+use crate::planner::{Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal};
+use crate::runtime::SharedClock;
+use crate::store::{Document, OwnershipStore};
+
+/// The settings an attached link is told and kept to.
+#[derive(Debug, Clone, Copy)]
+pub struct LinkTimers {
+    /// `AGENT_CONNECTION_TIMEOUT_MS`.
+    pub connection_timeout_ms: u64,
+    /// `PLANNER_ATTACH_GRACE_MS`.
+    pub attach_grace_ms: u64,
+    /// `AGENT_ACCESS_RECHECK_MS`.
+    pub access_recheck_ms: u64,
+}
+
+/// What the agent socket uses.
+#[derive(Clone)]
+pub struct AgentDeps {
+    pub access: Arc<Access>,
+    pub admission: Arc<Admission>,
+    pub documents: Arc<Documents>,
+    pub planners: Arc<Planners>,
+    pub ownership: Arc<dyn OwnershipStore>,
+    pub sign_ins: Arc<SignIns>,
+    pub clock: SharedClock,
+    pub timers: LinkTimers,
+}
+
+pub fn routes(deps: AgentDeps) -> Routes {
+    Table::new().get("/api/v1/agent", endpoint).with_state(deps)
+}
 
 /// Largest frame the WebSocket layer reads at all. Frames between [`MAX_FRAME_BYTES`] and this
 /// are read whole so the client is told `frame-too-large` (1009) precisely; anything bigger is
@@ -47,8 +77,6 @@ const ATTACH_WAIT: Duration = Duration::from_secs(30);
 const MAX_PING_INTERVAL_MS: u64 = 30_000;
 /// The features this server implements and accepts when offered.
 pub const SUPPORTED_FEATURES: &[Feature] = &[Feature::SteerTurn];
-/// How long a session may take to answer `start` (RT-09 ruling), told in `attached`.
-pub const START_TIMEOUT_MS: u64 = 30_000;
 /// How long `abort` waits for `turn-end` (RT-09 ruling), told in `attached`.
 pub const ABORT_WAIT_MS: u64 = 5_000;
 
@@ -76,8 +104,8 @@ fn offers_subprotocol(headers: &HeaderMap) -> bool {
 }
 
 /// `GET /api/v1/agent`: everything that can be refused over HTTP is refused before upgrading.
-pub async fn endpoint(
-    State(state): State<AppState>,
+async fn endpoint(
+    State(deps): State<AgentDeps>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
@@ -91,17 +119,15 @@ pub async fn endpoint(
             )
         }
     };
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        if origin.to_str().ok() != Some(state.config.app_origin.as_str()) {
-            return http_refusal(
-                StatusCode::FORBIDDEN,
-                "foreign-origin",
-                format!(
-                    "This Origin may not open the agent connection; only {} may (or send none).",
-                    state.config.app_origin
-                ),
-            );
-        }
+    if deps.access.foreign_origin(&headers).is_some() {
+        return http_refusal(
+            StatusCode::FORBIDDEN,
+            "foreign-origin",
+            format!(
+                "This Origin may not open the agent connection; only {} may (or send none).",
+                deps.access.app_origin()
+            ),
+        );
     }
     let Some(token) = bearer(&headers).map(str::to_owned) else {
         return http_refusal(
@@ -110,7 +136,7 @@ pub async fn endpoint(
             "Send Authorization: Bearer <GitHub token> of the account that attaches.",
         );
     };
-    let admitted = match state.admission.check(&token).await {
+    let admitted = match deps.admission.check(&token).await {
         Ok(a) => a,
         Err(e) => {
             let code = match e {
@@ -130,7 +156,7 @@ pub async fn endpoint(
             let mut link = Link {
                 socket,
                 order: LinkOrder::new(),
-                state,
+                deps,
                 token,
                 github_user_id: admitted.user.id,
                 login,
@@ -148,7 +174,7 @@ pub async fn endpoint(
 struct Link {
     socket: WebSocket,
     order: LinkOrder,
-    state: AppState,
+    deps: AgentDeps,
     token: String,
     github_user_id: i64,
     login: String,
@@ -157,7 +183,7 @@ struct Link {
     /// The document and link id once attached.
     bound: Option<(uuid::Uuid, u64)>,
     /// A grace period this attach holds open while it is checked.
-    hold: Option<super::GraceHold>,
+    hold: Option<GraceHold>,
     /// How the link ended on its own, once its close is being sent: the grace period starts as
     /// the close frame goes out, not after the client's answer (which a dead network never sends).
     end_on_close: Option<LinkEnd>,
@@ -211,12 +237,12 @@ impl Link {
             Ok(v) => v,
             Err(refusal) => {
                 if let Some(hold) = self.hold.take() {
-                    self.state.planners.drop_hold(&self.state, hold).await;
+                    self.deps.planners.drop_hold(hold).await;
                 }
                 return self.refuse(refusal).await;
             }
         };
-        let planners = self.state.planners.clone();
+        let planners = self.deps.planners.clone();
         // Features this server implements, of those offered.
         let features: Vec<Feature> = attach
             .known_features()
@@ -224,15 +250,13 @@ impl Link {
             .filter(|f| SUPPORTED_FEATURES.contains(f))
             .collect();
         let (commands, mut command_rx) = mpsc::unbounded_channel();
-        let handle = super::LinkHandle {
+        let handle = LinkHandle {
             commands,
             features: features.clone(),
         };
-        let bound = planners
-            .attach(&self.state, doc.id, &live, revocations, handle)
-            .await;
+        let bound = planners.attach(doc.id, &live, revocations, handle).await;
         if let Some(hold) = self.hold.take() {
-            planners.drop_hold(&self.state, hold).await;
+            planners.drop_hold(hold).await;
         }
         let bound = match bound {
             Ok(b) => b,
@@ -250,23 +274,23 @@ impl Link {
         };
         if !self.send(&ServerMessage::Attached(attached)).await {
             planners
-                .link_ended(&self.state, doc.id, bound.link, LinkEnd::Dropped)
+                .link_ended(doc.id, bound.link, LinkEnd::Dropped)
                 .await;
             return;
         }
         let link = bound.link;
         match self.attached(&doc, &live, bound, &mut command_rx).await {
-            Ended::OnItsOwn(how) => planners.link_ended(&self.state, doc.id, link, how).await,
+            Ended::OnItsOwn(how) => planners.link_ended(doc.id, link, how).await,
             Ended::Done => {}
         }
     }
 
     fn timers(&self) -> wire::Timers {
-        let c = &self.state.config;
+        let c = &self.deps.timers;
         wire::Timers {
-            ping_interval_ms: ping_interval_ms(c.agent_connection_timeout_ms),
-            connection_timeout_ms: c.agent_connection_timeout_ms,
-            attach_grace_ms: c.planner_attach_grace_ms,
+            ping_interval_ms: ping_interval_ms(c.connection_timeout_ms),
+            connection_timeout_ms: c.connection_timeout_ms,
+            attach_grace_ms: c.attach_grace_ms,
             start_timeout_ms: START_TIMEOUT_MS,
             abort_wait_ms: ABORT_WAIT_MS,
             access_recheck_ms: c.access_recheck_ms,
@@ -293,31 +317,31 @@ impl Link {
         }
         };
         let locator_parsed = Locator::parse(locator).ok_or_else(not_found)?;
-        let doc = documents::resolve(&self.state, &locator_parsed)
+        let doc = self
+            .deps
+            .documents
+            .resolve(&locator_parsed)
             .await
             .map_err(Refusal::storage)?
             .filter(|d| !d.archived)
             .ok_or_else(not_found)?;
-        let revocations = self.state.planners.revocations(doc.id);
+        let revocations = self.deps.planners.revocations(doc.id);
         let account_id = crate::store::account_id_for_github_user(self.github_user_id);
         // The attach arrived now: a grace period of this account stays open while it is checked.
-        self.hold = self.state.planners.hold_grace(doc.id, account_id);
+        self.hold = self.deps.planners.hold_grace(doc.id, account_id);
         self.attaching = Some(doc.id);
-        self.state.planners.emit(
-            &self.state,
-            PlannerEvent::AttachReceived {
-                document: doc.id,
-                login: self.login.clone(),
-            },
-        );
+        self.deps.planners.emit(PlannerEvent::AttachReceived {
+            document: doc.id,
+            login: self.login.clone(),
+        });
         // Held by another account when the attach arrived: refused as it stood then (AO-06,
         // AO-10) — but only once write access is confirmed, so the holder's login is never told
         // to an account that may not see the document.
-        let held_on_arrival = self.state.planners.held_by_other(doc.id, account_id);
+        let held_on_arrival = self.deps.planners.held_by_other(doc.id, account_id);
         let access = self
-            .state
-            .admission
-            .repo_access_cached(&self.token, &doc.repo_owner, &doc.repo_name)
+            .deps
+            .access
+            .repo_access(&self.token, &doc.repo_owner, &doc.repo_name)
             .await;
         match access {
             Ok(Some(a)) if a.can_write() => {
@@ -349,10 +373,10 @@ impl Link {
                 })
             }
         }
-        let now = self.state.services.clock.now_ms();
-        let live = self.state.sessions.live_login_of(account_id, now).ok_or_else(|| Refusal {
+        let now = self.deps.clock.now_ms();
+        let live = self.deps.sign_ins.live_login_of(account_id, now).ok_or_else(|| Refusal {
             reason: RefusalReason::SignInRequired,
-            message: format!("@{} has no live browser sign-in on this server since it started; sign in at {} in a browser, then attach again.", self.login, self.state.config.app_origin),
+            message: format!("@{} has no live browser sign-in on this server since it started; sign in at {} in a browser, then attach again.", self.login, self.deps.access.app_origin()),
             holder: None,
         })?;
         Ok((doc, live, revocations))
@@ -364,21 +388,21 @@ impl Link {
         doc: &Document,
         live: &Arc<LiveLogin>,
         mut bound: Bound,
-        commands: &mut mpsc::UnboundedReceiver<super::LinkCommand>,
+        commands: &mut mpsc::UnboundedReceiver<LinkCommand>,
     ) -> Ended {
         // The harness's sessions and turns, by `session:<id>` / `turn:<id>`. Dropped with the
         // link, which tells each that the client is gone.
         let mut routes: HashMap<String, mpsc::UnboundedSender<ClientMessage>> = HashMap::new();
         let mut commands_open = true;
-        let c = self.state.config.clone();
-        let timeout = Duration::from_millis(c.agent_connection_timeout_ms);
+        let c = self.deps.timers;
+        let timeout = Duration::from_millis(c.connection_timeout_ms);
         let mut ping = tokio::time::interval(Duration::from_millis(ping_interval_ms(
-            c.agent_connection_timeout_ms,
+            c.connection_timeout_ms,
         )));
         ping.reset(); // the first tick is one interval from now
         let mut recheck = tokio::time::interval(Duration::from_millis(c.access_recheck_ms));
         recheck.reset();
-        let now_ms = self.state.services.clock.now_ms();
+        let now_ms = self.deps.clock.now_ms();
         let expiry = tokio::time::sleep(Duration::from_millis(
             (live.expires_at_ms - now_ms).max(0) as u64,
         ));
@@ -415,15 +439,15 @@ impl Link {
                     }
                 },
                 command = commands.recv(), if commands_open => match command {
-                    Some(super::LinkCommand::Send(message)) => {
+                    Some(LinkCommand::Send(message)) => {
                         if !self.send(&message).await {
                             return Ended::OnItsOwn(LinkEnd::Dropped);
                         }
                     }
-                    Some(super::LinkCommand::Route { key, to }) => {
+                    Some(LinkCommand::Route { key, to }) => {
                         routes.insert(key, to);
                     }
-                    Some(super::LinkCommand::Unroute { key }) => {
+                    Some(LinkCommand::Unroute { key }) => {
                         routes.remove(&key);
                     }
                     None => commands_open = false,
@@ -436,7 +460,7 @@ impl Link {
                 }
                 _ = tokio::time::sleep_until(silent_until) => {
                     tracing::info!(document = %doc.id, login = %self.login, "Planner link answered nothing for the connection timeout; closing it as dropped");
-                    let words = format!("No answer to the server's pings for {} ms; the link is closed as dropped.", c.agent_connection_timeout_ms);
+                    let words = format!("No answer to the server's pings for {} ms; the link is closed as dropped.", c.connection_timeout_ms);
                     self.end_on_close = Some(LinkEnd::Dropped);
                     self.close_with(ErrorCode::ConnectionTimeout, words).await;
                     return Ended::Done;
@@ -449,13 +473,13 @@ impl Link {
                 _ = recheck.tick() => {
                     if let Some(why) = self.recheck(doc, bound.generation).await {
                         tracing::info!(document = %doc.id, login = %self.login, %why, "Planner link lost access");
-                        self.state.planners.revoke_link(&self.state, doc.id, bound.link, why).await;
+                        self.deps.planners.revoke_link(doc.id, bound.link, why).await;
                         // The closing order is now queued; the next turn of the loop sends it.
                     }
                 }
                 _ = &mut expiry, if !expired => {
                     expired = true;
-                    session::end_login(&self.state, live, LoginEnd::Expired).await;
+                    self.deps.planners.end_login(live, LoginEnd::Expired).await;
                     // As above: `end_login` queued the close for this link.
                 }
             }
@@ -467,7 +491,7 @@ impl Link {
     /// if any is gone; an outage (of storage or GitHub) changes nothing.
     async fn recheck(&mut self, doc: &Document, generation: i64) -> Option<String> {
         let account_id = crate::store::account_id_for_github_user(self.github_user_id);
-        if let Ok(o) = self.state.services.store.ownership(doc.id).await {
+        if let Ok(o) = self.deps.ownership.ownership(doc.id).await {
             let ours = o.generation == generation
                 && o.holder.as_ref().map(|h| h.account_id) == Some(account_id);
             if !ours {
@@ -477,7 +501,7 @@ impl Link {
                 );
             }
         }
-        let admission = &self.state.admission;
+        let admission = &self.deps.admission;
         admission.invalidate(&self.token);
         match admission.check(&self.token).await {
             Ok(_) | Err(AdmissionError::Unavailable) => {}
@@ -507,8 +531,8 @@ impl Link {
             };
             self.last_heard = Instant::now();
             if let Some((doc, link)) = self.bound {
-                let now = self.state.services.clock.now_ms();
-                self.state.planners.heard(doc, link, now);
+                let now = self.deps.clock.now_ms();
+                self.deps.planners.heard(doc, link, now);
             }
             let decoded = match &message {
                 Message::Text(text) => wire::check_frame_size(text.len())
@@ -542,8 +566,8 @@ impl Link {
             })))
             .await;
         if let (Some(how), Some((doc, link))) = (self.end_on_close.take(), self.bound) {
-            let planners = self.state.planners.clone();
-            planners.link_ended(&self.state, doc, link, how).await;
+            let planners = self.deps.planners.clone();
+            planners.link_ended(doc, link, how).await;
         }
         // Let the client's close answer arrive, briefly; the connection ends either way.
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -571,15 +595,12 @@ impl Link {
     /// Closes with `code`/`reason`, telling the observer first if the link was bound.
     async fn close_bound(&mut self, code: u16, reason: &str) {
         if let Some((doc, _)) = self.bound {
-            self.state.planners.emit(
-                &self.state,
-                PlannerEvent::Closed {
-                    document: doc,
-                    login: self.login.clone(),
-                    code,
-                    reason: reason.to_owned(),
-                },
-            );
+            self.deps.planners.emit(PlannerEvent::Closed {
+                document: doc,
+                login: self.login.clone(),
+                code,
+                reason: reason.to_owned(),
+            });
         }
         self.close(code, reason).await;
     }
@@ -597,14 +618,11 @@ impl Link {
 
     async fn refuse(&mut self, refusal: Refusal) {
         tracing::info!(login = %self.login, reason = %refusal.reason, "attach refused");
-        self.state.planners.emit(
-            &self.state,
-            PlannerEvent::AttachRefused {
-                document: self.attaching,
-                login: self.login.clone(),
-                reason: refusal.reason.as_str().to_owned(),
-            },
-        );
+        self.deps.planners.emit(PlannerEvent::AttachRefused {
+            document: self.attaching,
+            login: self.login.clone(),
+            reason: refusal.reason.as_str().to_owned(),
+        });
         let frame = ServerMessage::Refused(wire::Refused {
             reason: refusal.reason,
             message: refusal.message,

@@ -1,10 +1,11 @@
 //! A document's room socket for browsers: `GET /api/documents/{id}/room` (WebSocket).
 //!
-//! Owns: admitting a browser to a room (a live cookie session, this server's Origin, read
-//! access to the document's repository — all checked before the upgrade), `session:hello`, then
-//! `session:planner` right after it and again on every change of the document's Planner
-//! (PRES-01, PRES-02). Does not own: what the presence says ([`crate::planner::Presence`]) or
-//! the document's live sync (the documents issue adds Yjs frames here).
+//! Owns: the socket's life — the upgrade (a live cookie session, this server's Origin, read
+//! access to the document's repository, all checked before it by [`Access::browser_reader`]),
+//! `session:hello`, then `session:planner` right after it and again on every change of the
+//! document's Planner (PRES-01, PRES-02), the Yjs sync and awareness frames, the Chat frames.
+//! Does not own: what the presence says ([`crate::planner::Presence`]), the document's content
+//! ([`crate::content`]), or Chat's rules ([`crate::chat`], [`crate::transcript`]).
 //!
 //! Messages are JSON text frames with a `type`: the server sends `session:hello`,
 //! `session:planner` and `error`; a browser may send `chat:wake`, answered with the current
@@ -12,122 +13,91 @@
 //! `chat:ack` or `chat:refused`, and `chat:history`, answered `chat:history`; every socket,
 //! readers too, hears each new transcript entry as `chat:message`, in `seq` order.
 
+use std::sync::Arc;
+
 use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
-
-use crate::app::AppState;
-use crate::chat::{self, FeedEvent};
-use crate::content::{Membership, Room};
-use crate::documents::{self, document_json};
-use crate::planner::Presence;
-use crate::store::Document;
 use yrs::sync::{Message, SyncMessage};
 use yrs::updates::decoder::Decode;
 use yrs::updates::encoder::Encode;
 
+use super::{Routes, Table};
+use crate::access::Access;
+use crate::chat::{self, Chat};
+use crate::content::{Membership, OpenDocument, OpenDocuments, UpdateError};
+use crate::documents::{self, document_json};
+use crate::error::ApiError;
+use crate::identity::sign_ins::SignIns;
+use crate::planner::{Planners, Presence};
+use crate::store::Document;
+use crate::transcript::{FeedEvent, HistoryQuery, Transcript};
+use crate::turns::Turns;
+
+/// What the room socket uses.
+#[derive(Clone)]
+pub struct RoomDeps {
+    pub access: Arc<Access>,
+    pub sign_ins: Arc<SignIns>,
+    pub planners: Arc<Planners>,
+    pub open: Arc<OpenDocuments>,
+    pub transcript: Arc<Transcript>,
+    pub chat: Arc<Chat>,
+    pub turns: Arc<Turns>,
+}
+
+pub fn routes(deps: RoomDeps) -> Routes {
+    Table::new()
+        .get("/api/documents/{id}/room", endpoint)
+        .with_state(deps)
+}
+
 /// Largest frame a browser may send on the room socket.
 const ROOM_FRAME_LIMIT: usize = 1024 * 1024;
 
-fn refuse(status: StatusCode, code: &str, message: &str) -> Response {
-    (status, Json(json!({ "error": code, "message": message }))).into_response()
-}
-
 /// The upgrade: every refusal is plain HTTP.
-pub async fn endpoint(
-    State(state): State<AppState>,
+async fn endpoint(
+    State(deps): State<RoomDeps>,
     Path(id): Path<String>,
     headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
     let Ok(upgrade) = upgrade else {
-        return refuse(
+        return ApiError::new(
             StatusCode::UPGRADE_REQUIRED,
             "websocket-required",
             "The room is a WebSocket.",
-        );
-    };
-    if headers.get(header::ORIGIN).and_then(|o| o.to_str().ok())
-        != Some(state.config.app_origin.as_str())
-    {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "foreign-origin",
-            "A room socket must be opened from this server's own pages.",
-        );
-    }
-    let Some(live) = state.sessions.authenticate(&state, &headers).await else {
-        return refuse(
-            StatusCode::UNAUTHORIZED,
-            "not-signed-in",
-            "Sign in to open this document.",
-        );
-    };
-    let not_found = || {
-        refuse(
-            StatusCode::NOT_FOUND,
-            "document-not-found",
-            "No such document.",
         )
+        .into_response();
     };
-    let doc = match uuid::Uuid::parse_str(&id) {
-        Ok(id) => match state.services.store.document(id).await {
-            Ok(Some(doc)) if doc.archived => return not_found(),
-            Ok(Some(doc)) => doc,
-            Ok(None) => return not_found(),
-            Err(e) => {
-                tracing::error!(error = %e, "room: storage failed");
-                return refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "storage-unavailable",
-                    "Storage did not answer; try again shortly.",
-                );
-            }
-        },
-        Err(_) => return not_found(),
+    let reader = match deps.access.browser_reader(&headers, &id).await {
+        Ok(reader) => reader,
+        Err(refusal) => return refusal.into_response(),
     };
-    let can_write =
-        match state
-            .admission
-            .repo_access_cached(live.github_token(), &doc.repo_owner, &doc.repo_name)
-            .await
-        {
-            Ok(Some(a)) if a.pull || a.can_write() => a.can_write(),
-            Ok(_) => return not_found(),
-            Err(crate::github::GitHubError::BadCredentials) => {
-                return refuse(
-                    StatusCode::UNAUTHORIZED,
-                    "bad-credentials",
-                    "GitHub no longer accepts this sign-in; sign in again.",
-                )
-            }
-            Err(_) => return refuse(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "github-unavailable",
-                "GitHub is unavailable, so access cannot be checked right now; try again shortly.",
-            ),
-        };
-    let login = live.account.login.clone();
-    let membership = match state.rooms.join(&state, doc.id).await {
+    let membership = match deps.open.join(reader.document.id).await {
         Ok(m) => m,
         Err(e) => {
             tracing::error!(error = %e, "room: the document's content could not be loaded");
-            return refuse(
+            return ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "storage-unavailable",
                 "The document could not be loaded; try again shortly.",
-            );
+            )
+            .into_response();
         }
     };
+    let doc = reader.document;
+    let live = reader.login;
+    let can_write = reader.can_write;
+    let login = live.account.login.clone();
     upgrade
         .max_message_size(ROOM_FRAME_LIMIT)
         .on_upgrade(move |socket| {
             run(
-                state,
+                deps,
                 socket,
                 doc,
                 Member {
@@ -156,14 +126,14 @@ struct Member {
     membership: Membership,
 }
 
-async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Member) {
+async fn run(deps: RoomDeps, mut socket: WebSocket, doc: Document, member: Member) {
     // Subscribe before reading the current state, so no change falls between the two.
-    let mut changes = state.planners.subscribe(doc.id);
-    let room = member.membership.room.clone();
+    let mut changes = deps.planners.subscribe(doc.id);
+    let room = member.membership.document.clone();
     let me = member.membership.connection;
     let mut relayed = room.subscribe();
-    let mut ended = state.sessions.ended();
-    let mut chat_feed = state.chat.subscribe(doc.id);
+    let mut ended = deps.sign_ins.ended();
+    let mut chat_feed = deps.transcript.subscribe(doc.id);
     let place = chat::Place {
         document: doc.id,
         url: documents::canonical_url(&doc),
@@ -187,7 +157,7 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
         return;
     }
     if socket
-        .send(planner_frame(&state.planners.presence(doc.id)))
+        .send(planner_frame(&deps.planners.presence(doc.id)))
         .await
         .is_err()
     {
@@ -213,7 +183,7 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
             login = ended.recv() => match login {
                 Ok(id) if id != member.login_id => {}
                 Err(RecvError::Lagged(_))
-                    if state.sessions.get_live(member.login_id, state.services.clock.now_ms()).is_some() => {}
+                    if deps.sign_ins.get_live(member.login_id, deps.sign_ins.now_ms()).is_some() => {}
                 Ok(_) | Err(RecvError::Lagged(_)) => {
                     let _ = socket.send(error_frame("sign-in-required", "You signed out (or your sign-in expired); sign in again to open this document.")).await;
                     let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
@@ -246,7 +216,7 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
                 }
                 Err(RecvError::Lagged(_)) => {
                     // Fell behind: the latest state is what matters.
-                    if socket.send(planner_frame(&state.planners.presence(doc.id))).await.is_err() {
+                    if socket.send(planner_frame(&deps.planners.presence(doc.id))).await.is_err() {
                         return;
                     }
                 }
@@ -255,7 +225,7 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
             said = chat_feed.recv() => {
                 let said = match said {
                     FeedEvent::Message(m) => vec![m],
-                    FeedEvent::Lagged => match chat_feed.catch_up(&state).await {
+                    FeedEvent::Lagged => match chat_feed.catch_up(&deps.transcript).await {
                         Ok(missed) => missed,
                         Err(e) => {
                             tracing::error!(error = %e, "room: Chat could not catch up");
@@ -278,13 +248,13 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
                         let value = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
                         let kind = value.get("type").and_then(Value::as_str);
                         let reply = match kind {
-                            Some("chat:wake") => planner_frame(&state.planners.presence(doc.id)),
+                            Some("chat:wake") => planner_frame(&deps.planners.presence(doc.id)),
                             Some("chat:send") => match chat::SendRequest::from_frame(&value) {
-                                Ok(request) => json_frame(&chat::send(&state, &place, &sender, request).await.frame()),
+                                Ok(request) => json_frame(&deps.chat.send(&place, &sender, request).await.frame()),
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
-                            Some("chat:history") => match chat::HistoryQuery::from_frame(&value) {
-                                Ok(query) => match chat::history(&state, doc.id, &query).await {
+                            Some("chat:history") => match HistoryQuery::from_frame(&value) {
+                                Ok(query) => match deps.transcript.history(doc.id, &query).await {
                                     Ok(page) => json_frame(&page.frame()),
                                     Err(e) => {
                                         tracing::error!(error = %e, "room: Chat history could not be read");
@@ -294,7 +264,7 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
                             Some("planner:stop") if member.can_write => {
-                                let stopped = state.turns.stop(doc.id);
+                                let stopped = deps.turns.stop(doc.id);
                                 json_frame(&json!({ "type": "planner:stopped", "stopped": stopped }))
                             }
                             Some("planner:stop") => error_frame(
@@ -309,7 +279,7 @@ async fn run(state: AppState, mut socket: WebSocket, doc: Document, member: Memb
                         }
                     }
                     WsMessage::Binary(bytes) => {
-                        if let Some(reply) = yjs_frame(&state, &room, me, member.can_write, &bytes).await {
+                        if let Some(reply) = yjs_frame(&room, me, member.can_write, &bytes).await {
                             if socket.send(reply).await.is_err() {
                                 return;
                             }
@@ -342,8 +312,7 @@ fn error_frame(code: &str, message: &str) -> WsMessage {
 /// Handles one binary (y-protocols) frame from a browser; returns the reply to send, if any.
 /// Readers sync and share awareness, but their document updates are refused.
 async fn yjs_frame(
-    state: &AppState,
-    room: &Room,
+    room: &OpenDocument,
     me: u64,
     can_write: bool,
     bytes: &[u8],
@@ -377,13 +346,13 @@ async fn yjs_frame(
                     "You can read this document but not edit it: editing needs push access to its repository. Your change was not saved.",
                 ));
             }
-            match room.apply_update(state, me, &update).await {
+            match room.apply_update(me, &update).await {
                 Ok(_) => None,
-                Err(crate::content::UpdateError::Malformed(why)) => Some(error_frame(
+                Err(UpdateError::Malformed(why)) => Some(error_frame(
                     "malformed-yjs",
                     &format!("the update was refused: {why}"),
                 )),
-                Err(crate::content::UpdateError::Store(e)) => {
+                Err(UpdateError::Store(e)) => {
                     tracing::error!(error = %e, "room: an update could not be saved");
                     Some(error_frame(
                         "not-saved",

@@ -5,7 +5,7 @@
 //! verdicts ([`Admitted`] or an [`AdmissionError`] with its HTTP status), and two bounded caches
 //! keyed by the SHA-256 of the token: admission verdicts and repository access, each kept for
 //! 30 s of [`Clock`] time.
-//! Does not own: talking to GitHub ([`crate::github`]), sessions, `Origin` checks, deciding what a
+//! Does not own: talking to GitHub ([`crate::identity::github`]), sessions, `Origin` checks, deciding what a
 //! lost admission revokes (the callers recheck and act), or repository policy beyond reporting
 //! access (`push` or `admin` is a writer: [`RepoAccess::can_write`]).
 //!
@@ -28,9 +28,9 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use sha2::{Digest, Sha256};
 
-use crate::clock::SharedClock;
 use crate::config::Config;
-use crate::github::{is_github_name, GitHub, GitHubError, GitHubUser, RepoAccess};
+use crate::identity::github::{is_github_name, GitHub, GitHubError, GitHubUser, RepoAccess};
+use crate::runtime::clock::SharedClock;
 use crate::store::UnixMillis;
 
 /// "Admission results are cached by a hash of the access token for 30 seconds."

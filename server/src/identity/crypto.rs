@@ -30,12 +30,13 @@ use sha2::Sha256;
 use uuid::Uuid;
 use zeroize::{Zeroize, Zeroizing};
 
-use crate::entropy::Entropy;
+use crate::config::decode_credential_key_hex as decode_key_hex;
+use crate::runtime::entropy::Entropy;
 
 /// Bytes in the master key (AES-256).
-pub const KEY_LEN: usize = 32;
+pub const KEY_LEN: usize = crate::config::CREDENTIAL_KEY_LEN;
 /// Hex characters in a written-out master key.
-pub const KEY_HEX_LEN: usize = KEY_LEN * 2;
+pub const KEY_HEX_LEN: usize = crate::config::CREDENTIAL_KEY_HEX_LEN;
 /// The HKDF-SHA-256 `info` naming the purpose of the derived key.
 pub const HKDF_INFO: &[u8] = b"chopin credentials v1";
 /// The first byte of every sealed credential this build writes.
@@ -284,24 +285,6 @@ impl fmt::Debug for StoredCredential {
 
 // --- key text and key files ---
 
-/// Decodes exactly 64 hex characters; the error says what is wrong, never what was found.
-fn decode_key_hex(text: &str) -> Result<Zeroizing<[u8; KEY_LEN]>, &'static str> {
-    if text.is_empty() {
-        return Err("it is empty");
-    }
-    if text.len() != KEY_HEX_LEN {
-        return Err(if text.len() < KEY_HEX_LEN {
-            "it is too short"
-        } else {
-            "it is too long"
-        });
-    }
-    let mut key = Zeroizing::new([0u8; KEY_LEN]);
-    hex::decode_to_slice(text, key.as_mut())
-        .map_err(|_| "it holds a character that is not hexadecimal (0-9, a-f)")?;
-    Ok(key)
-}
-
 /// The key in the file at `path`, `None` if there is no such file.
 fn read_key_file(path: &Path) -> Result<Option<CredentialKey>, KeyError> {
     let bytes = match std::fs::read(path) {
@@ -426,7 +409,7 @@ fn warn_if_readable_by_others(path: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::entropy::SeededEntropy;
+    use crate::runtime::entropy::SeededEntropy;
 
     const KEY_A: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
     const KEY_B: &str = "1f1e1d1c1b1a191817161514131211100f0e0d0c0b0a09080706050403020100";

@@ -5,8 +5,8 @@
 //! `GET /repos/{owner}/{repo}`, `GET /user/memberships/orgs/{org}`), the headers GitHub asks for,
 //! turning GitHub's status codes into [`GitHubError`]s, and a bound on how long one call may take
 //! ([`GITHUB_REQUEST_TIMEOUT_MS`]).
-//! Does not own: opening sockets or TLS (the [`connector`](crate::connector) seam), deciding who
-//! is admitted or caching answers (the [`admission`](crate::admission) module), the OAuth web
+//! Does not own: opening sockets or TLS (the [`connector`](crate::runtime::connector) seam), deciding who
+//! is admitted or caching answers (the [`admission`](crate::identity::admission) module), the OAuth web
 //! flow.
 //!
 //! Invariants: every call sends the caller's token and nothing else of theirs; a token is never
@@ -20,7 +20,7 @@ use std::time::Duration;
 use hyper::body::Bytes;
 use serde::Deserialize;
 
-use crate::connector::{self, HttpError, HttpResponse, SharedConnector};
+use crate::runtime::connector::{self, HttpError, HttpResponse, SharedConnector};
 
 /// The longest one GitHub call may take, connecting included, before it counts as an outage.
 pub const GITHUB_REQUEST_TIMEOUT_MS: u64 = 10_000;
@@ -67,7 +67,7 @@ pub enum GitHubError {
 }
 
 /// GitHub's REST API at a configured base URL (`GITHUB_API_URL`), reached through a
-/// [`Connector`](crate::connector::Connector). Cheap to clone.
+/// [`Connector`](crate::runtime::connector::Connector). Cheap to clone.
 #[derive(Clone)]
 pub struct GitHub {
     api_base: String,

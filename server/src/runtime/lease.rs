@@ -2,15 +2,17 @@
 //!
 //! Owns: taking the lease at startup (waiting at most one lease period for a crashed holder's
 //! lease to run out), renewing it while serving, and reporting its loss so the process drains
-//! and stops. Does not own: the atomic rules of the lease row (the [`Store`] does).
+//! and stops ([`LeaseWatch`]), and giving it back at the end of a graceful stop ([`Keeper::stop`]).
+//! Does not own: the atomic rules of the lease row ([`LeaseStore`] does), or when to give it back
+//! (the composition root, after every writer has stopped).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use crate::clock::Clock;
-use crate::store::{LeaseAcquire, Store, StoreError, WriterLease};
+use crate::runtime::clock::Clock;
+use crate::store::{LeaseAcquire, LeaseStore, StoreError, WriterLease};
 
 /// How long one grant of the lease lasts.
 pub const WRITER_LEASE_TTL_MS: i64 = 15_000;
@@ -30,7 +32,7 @@ pub enum LeaseError {
 /// Takes the lease for `holder`. A lease held elsewhere is waited for until it expires, at most
 /// one lease period (a crashed holder's lease runs out; a live holder keeps renewing it).
 pub async fn acquire(
-    store: &dyn Store,
+    store: &dyn LeaseStore,
     clock: &dyn Clock,
     holder: &str,
 ) -> Result<WriterLease, LeaseError> {
@@ -64,10 +66,66 @@ pub async fn acquire(
     }
 }
 
+/// What this process knows of its lease: held (and at which epoch) or lost. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct LeaseWatch(watch::Receiver<Option<WriterLease>>);
+
+impl LeaseWatch {
+    /// A watch that never changes: `Some` held for good, `None` never held (for wiring services
+    /// without a serving process, as tests do).
+    pub fn fixed(lease: Option<WriterLease>) -> Self {
+        LeaseWatch(watch::channel(lease).1)
+    }
+
+    /// Whether this process still holds the writer lease.
+    pub fn is_held(&self) -> bool {
+        self.0.borrow().is_some()
+    }
+
+    /// The epoch of the lease held, if it is.
+    pub fn epoch(&self) -> Option<i64> {
+        self.0.borrow().as_ref().map(|l| l.epoch)
+    }
+
+    /// Resolves when the lease is lost: the process must drain and stop.
+    pub fn lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.0.clone();
+        async move {
+            // An error means the keeper is gone, which only happens once the lease is lost.
+            let _ = rx.wait_for(|l| l.is_none()).await;
+        }
+    }
+}
+
+/// The task renewing the lease.
+pub struct Keeper {
+    task: tokio::task::JoinHandle<()>,
+    watch: LeaseWatch,
+}
+
+impl Keeper {
+    /// Stops renewing; the lease still held, if any, is returned for the caller to release.
+    pub fn stop(self) -> Option<WriterLease> {
+        self.task.abort();
+        self.watch.0.borrow().clone()
+    }
+}
+
+/// Renews `lease` until it is lost; the watch says whether it is still held.
+pub fn keep(
+    store: Arc<dyn LeaseStore>,
+    clock: Arc<dyn Clock>,
+    lease: WriterLease,
+) -> (LeaseWatch, Keeper) {
+    let (rx, task) = renew(store, clock, lease);
+    let watch = LeaseWatch(rx);
+    (watch.clone(), Keeper { task, watch })
+}
+
 /// Renews `lease` until it is lost; publishes the current lease (`None` once lost) on the
 /// returned channel. A failed renewal is retried until the lease's own expiry passes.
-pub fn keep(
-    store: Arc<dyn Store>,
+fn renew(
+    store: Arc<dyn LeaseStore>,
     clock: Arc<dyn Clock>,
     lease: WriterLease,
 ) -> (

@@ -1,0 +1,466 @@
+//! A document's transcript as the room hears it: saving entries in order, the live feed of new
+//! ones, history pages, and the bounded slice a new Planner session starts from.
+//!
+//! Owns: [`Transcript`] — appending an entry under the document's *gate* (an async mutex) and
+//! broadcasting it (`chat:message`, in `seq` order) to every socket of the document; the
+//! per-socket [`Feed`] with catch-up from storage after a lag; `chat:history` paging
+//! ([`Transcript::history`]); the bootstrap selection ([`select`], CTX-04, CTX-05); and the queue
+//! that posts Planner turns' replies and notices in the order given ([`TurnSink`]).
+//! Does not own: the rules of a person's send (Chat, above this module), whether the Planner
+//! takes a message (turns), or the sockets (the transport layer).
+//!
+//! Invariants: entries of one document are saved and broadcast under that document's gate, so
+//! every socket hears them in `seq` order; anything that appends to a transcript and wants the
+//! room to hear it goes through [`Transcript::post`] or holds [`Transcript::gate`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{broadcast, mpsc};
+use uuid::Uuid;
+
+use crate::runtime::{SharedClock, Shutdown};
+use crate::store::{NewTranscriptEntry, StoreError, TranscriptEntry, TranscriptStore, UnixMillis};
+
+/// `chat:history`'s page size when none is asked for, and its bounds.
+pub const HISTORY_DEFAULT_LIMIT: u32 = 50;
+pub const HISTORY_MAX_LIMIT: u32 = 100;
+/// A recreated Planner session receives at most this many transcript entries (CTX-05) …
+pub const BOOTSTRAP_MAX_ENTRIES: usize = 100;
+/// … and at most this many characters of them (CTX-05).
+pub const BOOTSTRAP_MAX_CHARS: usize = 50_000;
+/// The immediate backscroll (messages since the last turn) keeps at most this many entries
+/// (CTX-04) …
+pub const BACKSCROLL_MAX_ENTRIES: usize = 40;
+/// … and normally at most this many characters; the newest message is kept whole even when it
+/// alone is longer (CTX-04).
+pub const BACKSCROLL_MAX_CHARS: usize = 8_000;
+/// How many new entries a slow socket may fall behind before it catches up from storage.
+const FEED_BACKLOG: usize = 256;
+/// Page size when a lagging socket catches up from storage.
+const CATCH_UP_PAGE: u32 = 100;
+
+/// Where Planner turns' replies and notices go: the document's transcript, heard by its room.
+pub trait TurnSink: Send + Sync {
+    /// Posts the Planner's reply (`kind: "planner"`) or a notice (`kind: "system"`) to the
+    /// document's transcript and tells the room, after every entry posted before it.
+    fn post(&self, document: Uuid, kind: &'static str, body: String);
+}
+
+/// A frame the room socket could not read as a Chat request (answered with `error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed(pub String);
+
+/// One transcript entry as the room hears it (`chat:message`, and each of `chat:history`'s
+/// entries).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChatMessage {
+    pub seq: i64,
+    /// The person's GitHub login; `null` for the Planner and the system.
+    pub author: Option<String>,
+    /// `member`, `planner` or `system`.
+    pub kind: String,
+    pub text: String,
+    /// When it was saved (server time, Unix ms).
+    pub at: UnixMillis,
+}
+
+impl From<&TranscriptEntry> for ChatMessage {
+    fn from(e: &TranscriptEntry) -> Self {
+        ChatMessage {
+            seq: e.seq,
+            author: e.author_login.clone(),
+            kind: e.kind.clone(),
+            text: e.body.clone(),
+            at: e.created_at_ms,
+        }
+    }
+}
+
+impl ChatMessage {
+    /// The `chat:message` frame.
+    pub fn frame(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Value::Object(map) = &mut v {
+            map.insert("type".into(), Value::String("chat:message".into()));
+        }
+        v
+    }
+}
+
+/// A document's broadcast, while someone listens.
+struct Channel {
+    tx: broadcast::Sender<ChatMessage>,
+    /// `seq` of the first and the last entry broadcast since the channel was made.
+    first_seq: Option<i64>,
+    last_seq: Option<i64>,
+}
+
+#[derive(Default)]
+struct Table {
+    channels: HashMap<Uuid, Channel>,
+    gates: HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// The transcripts of this process's documents.
+pub struct Transcript {
+    table: Mutex<Table>,
+    store: Arc<dyn TranscriptStore>,
+    clock: SharedClock,
+    /// Turn replies and notices waiting to be posted, in the order the turns gave them.
+    replies: mpsc::UnboundedSender<(Uuid, NewTranscriptEntry)>,
+}
+
+impl Transcript {
+    /// Starts the reply queue on `shutdown`'s tracker; it ends when the transcript is dropped.
+    pub fn new(
+        store: Arc<dyn TranscriptStore>,
+        clock: SharedClock,
+        shutdown: &Shutdown,
+    ) -> Arc<Self> {
+        let (replies, mut queue) = mpsc::unbounded_channel::<(Uuid, NewTranscriptEntry)>();
+        let transcript = Arc::new(Transcript {
+            table: Mutex::default(),
+            store,
+            clock,
+            replies,
+        });
+        let weak = Arc::downgrade(&transcript);
+        shutdown.spawn(async move {
+            while let Some((document, entry)) = queue.recv().await {
+                let Some(transcript) = weak.upgrade() else {
+                    return;
+                };
+                if let Err(e) = transcript.post(document, &entry).await {
+                    tracing::error!(error = %e, %document, kind = %entry.kind, "chat: a Planner entry could not be saved");
+                }
+            }
+        });
+        transcript
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The document's gate: held while an entry is saved and broadcast.
+    pub fn gate(&self, doc: Uuid) -> Arc<tokio::sync::Mutex<()>> {
+        self.lock().gates.entry(doc).or_default().clone()
+    }
+
+    /// The time now on the server's clock.
+    pub fn now_ms(&self) -> UnixMillis {
+        self.clock.now_ms()
+    }
+
+    /// New entries of `doc` from now on, for one socket.
+    pub fn subscribe(&self, doc: Uuid) -> Feed {
+        let mut table = self.lock();
+        let channel = table.channels.entry(doc).or_insert_with(|| Channel {
+            tx: broadcast::channel(FEED_BACKLOG).0,
+            first_seq: None,
+            last_seq: None,
+        });
+        Feed {
+            document: doc,
+            rx: channel.tx.subscribe(),
+            cursor: channel.last_seq,
+        }
+    }
+
+    /// Broadcasts `entry` to `doc`'s sockets. Call under the document's gate.
+    fn announce(&self, entry: &TranscriptEntry) {
+        let mut table = self.lock();
+        let Some(channel) = table.channels.get_mut(&entry.document_id) else {
+            return;
+        };
+        channel.first_seq.get_or_insert(entry.seq);
+        channel.last_seq = Some(entry.seq);
+        if channel.tx.send(ChatMessage::from(entry)).is_err() {
+            // Nobody listens any more.
+            table.channels.remove(&entry.document_id);
+        }
+    }
+
+    /// Appends `entry` and broadcasts it. The caller holds the document's [`Transcript::gate`].
+    pub async fn append_gated(
+        &self,
+        document: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> Result<TranscriptEntry, StoreError> {
+        let saved = self.store.append_transcript(document, entry).await?;
+        self.announce(&saved);
+        Ok(saved)
+    }
+
+    /// Appends `entry` to `document`'s transcript and broadcasts it to the room, in `seq` order
+    /// with every other entry posted here. For Planner replies and system lines as much as for
+    /// people.
+    pub async fn post(
+        &self,
+        document: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> Result<TranscriptEntry, StoreError> {
+        let gate = self.gate(document);
+        let _held = gate.lock().await;
+        self.append_gated(document, entry).await
+    }
+
+    /// The `seq` of `document`'s newest transcript entry (0 for none).
+    async fn newest_seq(&self, document: Uuid) -> Result<i64, StoreError> {
+        self.store.last_transcript_seq(document).await
+    }
+}
+
+/// The transcript is where Planner turns post their replies and notices: each is saved and
+/// broadcast like any entry, in the order given.
+impl TurnSink for Transcript {
+    fn post(&self, document: Uuid, kind: &'static str, body: String) {
+        let entry = NewTranscriptEntry {
+            author_login: None,
+            kind: kind.to_owned(),
+            body,
+            created_at_ms: self.clock.now_ms(),
+        };
+        let _ = self.replies.send((document, entry));
+    }
+}
+
+/// A room socket's subscription to its document's new entries. [`Feed::recv`] is cancel-safe
+/// (use it in `select!`); after [`FeedEvent::Lagged`] call [`Feed::catch_up`] outside the
+/// `select!`.
+pub struct Feed {
+    document: Uuid,
+    rx: broadcast::Receiver<ChatMessage>,
+    /// The last `seq` this socket was given (or the room's last at subscription).
+    cursor: Option<i64>,
+}
+
+/// What [`Feed::recv`] read.
+#[derive(Debug)]
+pub enum FeedEvent {
+    Message(ChatMessage),
+    /// The socket fell behind: [`Feed::catch_up`] reads what it missed.
+    Lagged,
+    Closed,
+}
+
+impl Feed {
+    pub async fn recv(&mut self) -> FeedEvent {
+        loop {
+            match self.rx.recv().await {
+                Ok(m) if self.cursor.is_some_and(|c| m.seq <= c) => continue,
+                Ok(m) => {
+                    self.cursor = Some(m.seq);
+                    return FeedEvent::Message(m);
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => return FeedEvent::Lagged,
+                Err(broadcast::error::RecvError::Closed) => return FeedEvent::Closed,
+            }
+        }
+    }
+
+    /// What the socket missed, from storage, in `seq` order.
+    pub async fn catch_up(
+        &mut self,
+        transcript: &Transcript,
+    ) -> Result<Vec<ChatMessage>, StoreError> {
+        let from = match self.cursor {
+            Some(c) => c,
+            None => {
+                // Nothing was given yet: everything broadcast since the channel was made.
+                let table = transcript.lock();
+                match table.channels.get(&self.document).and_then(|r| r.first_seq) {
+                    Some(first) => first - 1,
+                    None => return Ok(Vec::new()),
+                }
+            }
+        };
+        let mut out = Vec::new();
+        let mut after = from;
+        loop {
+            let page = transcript
+                .store
+                .transcript(self.document, after, CATCH_UP_PAGE)
+                .await?;
+            let full = page.len() == CATCH_UP_PAGE as usize;
+            for e in &page {
+                after = e.seq;
+                out.push(ChatMessage::from(e));
+            }
+            if !full {
+                break;
+            }
+        }
+        if after > from {
+            self.cursor = Some(after);
+        }
+        Ok(out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// History
+
+/// A `chat:history` request: the entries before `before` (the newest when absent), at most
+/// `limit` (1–100; default 50; out of range is clamped).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct HistoryQuery {
+    pub before: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+impl HistoryQuery {
+    pub fn from_frame(frame: &Value) -> Result<Self, Malformed> {
+        serde_json::from_value(frame.clone()).map_err(|_| {
+            Malformed(
+                "chat:history takes an optional integer \"before\" and \"limit\" (1 to 100)".into(),
+            )
+        })
+    }
+}
+
+/// One page of history, oldest first; `more` when older entries exist.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct History {
+    pub entries: Vec<ChatMessage>,
+    pub more: bool,
+}
+
+impl History {
+    pub fn frame(&self) -> Value {
+        serde_json::json!({ "type": "chat:history", "entries": self.entries, "more": self.more })
+    }
+}
+
+impl Transcript {
+    /// Reads one page of `document`'s transcript (anyone in the room may).
+    pub async fn history(
+        &self,
+        document: Uuid,
+        query: &HistoryQuery,
+    ) -> Result<History, StoreError> {
+        let limit = query
+            .limit
+            .unwrap_or(i64::from(HISTORY_DEFAULT_LIMIT))
+            .clamp(1, i64::from(HISTORY_MAX_LIMIT));
+        let end = match query.before {
+            Some(before) => before
+                .saturating_sub(1)
+                .min(self.newest_seq(document).await?),
+            None => self.newest_seq(document).await?,
+        };
+        if end < 1 {
+            return Ok(History {
+                entries: Vec::new(),
+                more: false,
+            });
+        }
+        let after = (end - limit).max(0);
+        let entries: Vec<ChatMessage> = self
+            .store
+            .transcript(
+                document,
+                after,
+                u32::try_from(end - after).unwrap_or(HISTORY_MAX_LIMIT),
+            )
+            .await?
+            .iter()
+            .filter(|e| e.seq <= end)
+            .map(ChatMessage::from)
+            .collect();
+        // `seq` is gap-free from 1, so older entries exist exactly when this page starts after 1.
+        let more = entries.first().is_some_and(|e| e.seq > 1);
+        Ok(History { entries, more })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bootstrap
+
+/// What a new Planner session starts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Bootstrap {
+    /// The newest transcript entries, oldest first: at most [`BOOTSTRAP_MAX_ENTRIES`] and
+    /// [`BOOTSTRAP_MAX_CHARS`] characters in all (CTX-05).
+    pub entries: Vec<TranscriptEntry>,
+    /// How many older entries the transcript holds that `entries` leaves out.
+    pub omitted: i64,
+    /// The immediate backscroll, oldest first: the messages since the Planner's last entry
+    /// (its last turn), at most [`BACKSCROLL_MAX_ENTRIES`] and normally
+    /// [`BACKSCROLL_MAX_CHARS`] characters, the newest kept whole even when it alone is longer
+    /// (CTX-04).
+    pub backscroll: Vec<TranscriptEntry>,
+}
+
+/// Where [`select`] starts each part, as indices into the entries it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Selection {
+    /// `entries[context_from..]` is what a recreated session receives.
+    pub context_from: usize,
+    /// `entries[backscroll_from..]` is the immediate backscroll.
+    pub backscroll_from: usize,
+}
+
+/// Characters of an entry, as the budgets count them: its text.
+pub fn entry_chars(entry: &TranscriptEntry) -> usize {
+    entry.body.chars().count()
+}
+
+/// The bootstrap selection over `entries` (oldest first, the newest last), as pure logic. Both
+/// parts are the newest entries that fit, whole entries only, never skipping one to fit an older:
+/// - the context: at most 100 entries and 50,000 characters in all;
+/// - the backscroll: among the entries after the last `planner` entry, at most 40 entries and
+///   8,000 characters, except that the newest is always kept whole, however long.
+pub fn select(entries: &[TranscriptEntry]) -> Selection {
+    let newest_within =
+        |from_floor: usize, max_entries: usize, max_chars: usize, keep_one: bool| {
+            let mut from = entries.len();
+            let mut chars = 0usize;
+            while from > from_floor && entries.len() - from < max_entries {
+                let next = entry_chars(&entries[from - 1]);
+                let first = from == entries.len();
+                if chars + next > max_chars && !(keep_one && first) {
+                    break;
+                }
+                chars += next;
+                from -= 1;
+            }
+            from
+        };
+    let since_last_turn = entries
+        .iter()
+        .rposition(|e| e.kind == "planner")
+        .map_or(0, |i| i + 1);
+    Selection {
+        context_from: newest_within(0, BOOTSTRAP_MAX_ENTRIES, BOOTSTRAP_MAX_CHARS, false),
+        backscroll_from: newest_within(
+            since_last_turn,
+            BACKSCROLL_MAX_ENTRIES,
+            BACKSCROLL_MAX_CHARS,
+            true,
+        ),
+    }
+}
+
+impl Transcript {
+    /// Reads `document`'s newest entries and selects what a new Planner session starts from.
+    pub async fn bootstrap(&self, document: Uuid) -> Result<Bootstrap, StoreError> {
+        let newest = self.newest_seq(document).await?;
+        let after = (newest - BOOTSTRAP_MAX_ENTRIES as i64).max(0);
+        let window = self
+            .store
+            .transcript(document, after, BOOTSTRAP_MAX_ENTRIES as u32)
+            .await?;
+        let chosen = select(&window);
+        let entries = window[chosen.context_from..].to_vec();
+        let omitted = entries.first().map_or(newest, |first| first.seq - 1).max(0);
+        Ok(Bootstrap {
+            entries,
+            omitted,
+            backscroll: window[chosen.backscroll_from..].to_vec(),
+        })
+    }
+}

@@ -1,0 +1,299 @@
+//! The document routes: create (a top-level document or a child), read the record by slug or id,
+//! archive or restore, rename, read the paged text, and reset the Planner.
+//!
+//! Owns: the routes' paths, bodies and answers (`{error, message}` on refusal). Every route asks
+//! [`Access`] who the caller is and what they may do first; a document the caller cannot read
+//! answers exactly like a missing one.
+//! Does not own: the rules (documents in [`crate::documents`], content in [`crate::content`],
+//! ownership in [`crate::planner`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{Routes, Table};
+use crate::access::{writer_only, Access};
+use crate::content::OpenDocuments;
+use crate::documents::children::child_url;
+use crate::documents::{self, document_json, Documents};
+use crate::error::ApiError;
+use crate::planner::Planners;
+
+/// What the document routes use.
+#[derive(Clone)]
+pub struct DocumentsDeps {
+    pub access: Arc<Access>,
+    pub documents: Arc<Documents>,
+    pub open: Arc<OpenDocuments>,
+    pub planners: Arc<Planners>,
+}
+
+pub fn routes(deps: DocumentsDeps) -> Routes {
+    Table::new()
+        .post("/api/repositories/{owner}/{repo}/documents", create)
+        .get(
+            "/api/repositories/{owner}/{repo}/documents/{slug}",
+            get_by_slug,
+        )
+        .get("/api/documents/{id}", get_by_id)
+        .post("/api/documents/{id}/archive", archive)
+        .post("/api/documents/{id}/rename", rename)
+        .get("/api/documents/{id}/read", read)
+        .post("/api/documents/{id}/children", create_child)
+        .post("/api/documents/{id}/planner/reset", reset_planner)
+        .with_state(deps)
+}
+
+/// A JSON request body of type `T`, or a 400 saying the shape expected.
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            format!("expected {shape}: {e}"),
+        )
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateDocument {
+    title: String,
+    #[serde(default)]
+    slug: Option<String>,
+}
+
+/// `POST /api/repositories/{owner}/{repo}/documents` `{title, slug?}`: a writer creates a
+/// document. A slug already used in the repository gets a numeric suffix (`-2`, `-3`, …).
+async fn create(
+    State(deps): State<DocumentsDeps>,
+    Path((owner, repo)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Response, ApiError> {
+    let caller = deps.access.caller(&headers, true).await?;
+    let input: CreateDocument = json_body(&body, r#"{\"title\": string, \"slug\"?: string}"#)?;
+    let title = documents::new_title(&input.title)?;
+    let base = documents::slug_of(input.slug.as_deref(), &title)?;
+    let access = deps
+        .access
+        .caller_access(&caller, &owner, &repo)
+        .await?
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "repository-not-found",
+                format!(
+                    "No repository {owner}/{repo} that @{} can see.",
+                    caller.login
+                ),
+            )
+        })?;
+    writer_only(&access, &caller.login)?;
+    let doc = deps
+        .documents
+        .create(&access.owner, &access.repo, &title, &base, None)
+        .await?;
+    tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created");
+    Ok((StatusCode::CREATED, Json(document_json(&doc))).into_response())
+}
+
+/// `GET /api/repositories/{owner}/{repo}/documents/{slug}`.
+async fn get_by_slug(
+    State(deps): State<DocumentsDeps>,
+    Path((owner, repo, slug)): Path<(String, String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let doc = deps.documents.by_slug(&owner, &repo, &slug).await?;
+    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    Ok(Json(document_json(&doc)))
+}
+
+/// `GET /api/documents/{id}`.
+async fn get_by_id(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let doc = deps.documents.by_id(&id).await?;
+    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    Ok(Json(document_json(&doc)))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SetArchived {
+    archived: bool,
+}
+
+/// `POST /api/documents/{id}/archive` `{archived}`: a writer archives or restores a document.
+/// Archiving ends an attached Planner's link (4404).
+async fn archive(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, true).await?;
+    let input: SetArchived = json_body(&body, r#"{\"archived\": boolean}"#)?;
+    let doc = deps.documents.by_id(&id).await?;
+    let (doc, access) = deps.access.readable(&caller, doc).await?;
+    writer_only(&access, &caller.login)?;
+    let doc = deps.documents.set_archived(doc.id, input.archived).await?;
+    if input.archived {
+        deps.planners.archived(doc.id).await;
+    }
+    Ok(Json(document_json(&doc)))
+}
+
+/// `POST /api/documents/{id}/planner/reset`: a writer releases the document's Planner; an
+/// attached client is closed at once (4410) and the document is free for any eligible account.
+async fn reset_planner(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, true).await?;
+    let doc = deps.documents.by_id(&id).await?;
+    let (doc, access) = deps.access.readable(&caller, doc).await?;
+    writer_only(&access, &caller.login)?;
+    let released = deps.planners.reset(doc.id).await.map_err(ApiError::store)?;
+    tracing::info!(document = %doc.id, by = %caller.login, released, "Planner reset");
+    Ok(Json(json!({ "released": released })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Rename {
+    title: String,
+    #[serde(default)]
+    slug: Option<String>,
+}
+
+/// `POST /api/documents/{id}/rename` `{title, slug?}`: a writer renames a document. Its former
+/// URL keeps opening it (listed as an earlier URL); no revision counter changes.
+async fn rename(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, true).await?;
+    let input: Rename = json_body(&body, r#"{\"title\": string, \"slug\"?: string}"#)?;
+    let title = documents::title_of(&input.title)?;
+    let slug = documents::slug_of(input.slug.as_deref(), &title)?;
+    let doc = deps.documents.by_id(&id).await?;
+    let (doc, access) = deps.access.readable(&caller, doc).await?;
+    writer_only(&access, &caller.login)?;
+    let renamed = deps.documents.rename(doc.id, &slug, &title).await?;
+    let mut body = document_json(&renamed);
+    body["earlierUrls"] = json!(deps
+        .documents
+        .earlier_urls(&renamed)
+        .await
+        .map_err(ApiError::store)?);
+    Ok(Json(body))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadQuery {
+    offset: Option<usize>,
+    limit: Option<usize>,
+    column: Option<usize>,
+}
+
+/// `GET /api/documents/{id}/read?offset=&limit=&column=`: the document as the paged Markdown
+/// text an agent reads (at most 16,000 bytes a page, `next:` says how to continue), from the
+/// live content.
+async fn read(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    Query(query): Query<ReadQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let doc = deps.documents.by_id(&id).await?;
+    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
+    let source = open.source().await;
+    let earlier = deps
+        .documents
+        .earlier_urls(&doc)
+        .await
+        .map_err(ApiError::store)?;
+    let id = doc.id.to_string();
+    let url = documents::canonical_url(&doc);
+    let input = chopin_document::reader::DocumentInput {
+        id: &id,
+        url: &url,
+        title: Some(&doc.title),
+        revision: doc.plan_revision as u64,
+        earlier_urls: &earlier,
+        child: None,
+        kind: chopin_document::reader::ReadKind::McpDocument,
+        source: &source,
+        accepted_comments: &[],
+        brief: None,
+    };
+    let args = chopin_document::reader::ReadArgs {
+        offset: query.offset,
+        limit: query.limit,
+        column: query.column,
+    };
+    match chopin_document::reader::read_text(&input, &args) {
+        Ok(text) => Ok((
+            [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
+            text,
+        )
+            .into_response()),
+        Err(e) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-read",
+            e.to_string(),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateChild {
+    title: String,
+}
+
+/// `POST /api/documents/{id}/children` `{title}`: a writer creates a child of a root document.
+async fn create_child(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let caller = deps.access.caller(&headers, true).await?;
+    let input: CreateChild = json_body(&body, r#"{\"title\": string}"#)?;
+    let title = documents::title_of(&input.title)?;
+    let parent = deps.documents.by_id(&id).await?;
+    let (parent, access) = deps.access.readable(&caller, parent).await?;
+    writer_only(&access, &caller.login)?;
+    let base = documents::slugify(&title);
+    let child = deps
+        .documents
+        .create(
+            &parent.repo_owner,
+            &parent.repo_name,
+            &title,
+            &base,
+            Some(parent.id),
+        )
+        .await?;
+    let mut body = document_json(&child);
+    body["url"] = json!(child_url(&parent, &child));
+    body["parent"] = json!(parent.id);
+    Ok((StatusCode::CREATED, Json(body)))
+}
