@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub mod instrumented;
 pub mod memory;
 pub mod postgres;
 pub mod sqlite;

@@ -1,0 +1,427 @@
+//! [`Instrumented`]: any [`Store`] with every call reported to a [`Hook`] — its method, whether
+//! it writes, whether it succeeded and how long it took.
+//!
+//! Owns: forwarding each method of every part of the interface unchanged, and the report. Used
+//! for the server's store-latency metrics and by the simulator to check that no write lands after
+//! the writer lease is given back.
+//! Does not own: what the hook does with a report (it must be cheap and must not block).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use tokio::time::{Duration, Instant};
+use uuid::Uuid;
+
+use crate::{
+    Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
+    Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry, Ownership, OwnershipStore,
+    PlanCommit, Release, RevisionKind, SignInStore, Store, StoreResult, TranscriptEntry,
+    TranscriptStore, UnixMillis, WriterLease,
+};
+
+/// One store call, as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Call {
+    /// The method's name (`append_transcript`, `ownership`, …).
+    pub method: &'static str,
+    /// Whether the method may change stored state.
+    pub write: bool,
+    /// Whether it returned `Ok`.
+    pub ok: bool,
+    /// How long it took, on the runtime's clock (simulated under turmoil).
+    pub elapsed: Duration,
+}
+
+/// Told of every call, after it returns.
+pub trait Hook: Send + Sync + 'static {
+    fn call(&self, call: Call);
+}
+
+const READ: bool = false;
+const WRITE: bool = true;
+
+/// A store whose every call is reported to `hook`.
+pub struct Instrumented<H> {
+    inner: Arc<dyn Store>,
+    hook: H,
+}
+
+impl<H: Hook> Instrumented<H> {
+    pub fn new(inner: Arc<dyn Store>, hook: H) -> Self {
+        Instrumented { inner, hook }
+    }
+
+    async fn observe<T>(
+        &self,
+        method: &'static str,
+        write: bool,
+        call: impl Future<Output = StoreResult<T>>,
+    ) -> StoreResult<T> {
+        let started = Instant::now();
+        let result = call.await;
+        self.hook.call(Call {
+            method,
+            write,
+            ok: result.is_ok(),
+            elapsed: started.elapsed(),
+        });
+        result
+    }
+}
+
+#[async_trait]
+impl<H: Hook> Store for Instrumented<H> {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.observe("ping", READ, self.inner.ping()).await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> SignInStore for Instrumented<H> {
+    async fn upsert_account(
+        &self,
+        github_user_id: i64,
+        login: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Account> {
+        self.observe(
+            "upsert_account",
+            WRITE,
+            self.inner.upsert_account(github_user_id, login, now_ms),
+        )
+        .await
+    }
+
+    async fn account(&self, id: Uuid) -> StoreResult<Option<Account>> {
+        self.observe("account", READ, self.inner.account(id)).await
+    }
+
+    async fn account_by_login(&self, login: &str) -> StoreResult<Option<Account>> {
+        self.observe("account_by_login", READ, self.inner.account_by_login(login))
+            .await
+    }
+
+    async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
+        self.observe(
+            "create_browser_login",
+            WRITE,
+            self.inner.create_browser_login(login),
+        )
+        .await
+    }
+
+    async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>> {
+        self.observe("browser_login", READ, self.inner.browser_login(id))
+            .await
+    }
+
+    async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
+        self.observe(
+            "sign_out_browser_login",
+            WRITE,
+            self.inner.sign_out_browser_login(id, now_ms),
+        )
+        .await
+    }
+
+    async fn set_login_credential(
+        &self,
+        login_id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+    ) -> StoreResult<Option<i64>> {
+        self.observe(
+            "set_login_credential",
+            WRITE,
+            self.inner
+                .set_login_credential(login_id, expected_revision, sealed),
+        )
+        .await
+    }
+
+    async fn login_credential(&self, login_id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        self.observe(
+            "login_credential",
+            READ,
+            self.inner.login_credential(login_id),
+        )
+        .await
+    }
+
+    async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool> {
+        self.observe(
+            "delete_login_credential",
+            WRITE,
+            self.inner.delete_login_credential(login_id),
+        )
+        .await
+    }
+
+    async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64> {
+        self.observe(
+            "delete_expired_logins",
+            WRITE,
+            self.inner.delete_expired_logins(now_ms),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> DocumentStore for Instrumented<H> {
+    async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        self.observe("create_document", WRITE, self.inner.create_document(doc))
+            .await
+    }
+
+    async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
+        self.observe("document", READ, self.inner.document(id))
+            .await
+    }
+
+    async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
+        self.observe("children", READ, self.inner.children(parent_id))
+            .await
+    }
+
+    async fn document_by_slug(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        slug: &str,
+    ) -> StoreResult<Option<Document>> {
+        self.observe(
+            "document_by_slug",
+            READ,
+            self.inner.document_by_slug(repo_owner, repo_name, slug),
+        )
+        .await
+    }
+
+    async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
+        self.observe("set_archived", WRITE, self.inner.set_archived(id, archived))
+            .await
+    }
+
+    async fn rename_document(
+        &self,
+        document_id: Uuid,
+        new_slug: &str,
+        new_title: &str,
+    ) -> StoreResult<Document> {
+        self.observe(
+            "rename_document",
+            WRITE,
+            self.inner.rename_document(document_id, new_slug, new_title),
+        )
+        .await
+    }
+
+    async fn earlier_slugs(&self, document_id: Uuid) -> StoreResult<Vec<String>> {
+        self.observe("earlier_slugs", READ, self.inner.earlier_slugs(document_id))
+            .await
+    }
+
+    async fn advance_revision(
+        &self,
+        id: Uuid,
+        kind: RevisionKind,
+        expected: i64,
+    ) -> StoreResult<Advance> {
+        self.observe(
+            "advance_revision",
+            WRITE,
+            self.inner.advance_revision(id, kind, expected),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> ContentStore for Instrumented<H> {
+    async fn append_update(
+        &self,
+        document_id: Uuid,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<i64> {
+        self.observe(
+            "append_update",
+            WRITE,
+            self.inner.append_update(document_id, update, now_ms),
+        )
+        .await
+    }
+
+    async fn commit_plan_edit(
+        &self,
+        document_id: Uuid,
+        expected_plan_revision: i64,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<PlanCommit> {
+        self.observe(
+            "commit_plan_edit",
+            WRITE,
+            self.inner
+                .commit_plan_edit(document_id, expected_plan_revision, update, now_ms),
+        )
+        .await
+    }
+
+    async fn document_content(&self, document_id: Uuid) -> StoreResult<DocumentContent> {
+        self.observe(
+            "document_content",
+            READ,
+            self.inner.document_content(document_id),
+        )
+        .await
+    }
+
+    async fn write_checkpoint(
+        &self,
+        document_id: Uuid,
+        upto_seq: i64,
+        state: &[u8],
+    ) -> StoreResult<()> {
+        self.observe(
+            "write_checkpoint",
+            WRITE,
+            self.inner.write_checkpoint(document_id, upto_seq, state),
+        )
+        .await
+    }
+
+    async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
+        self.observe(
+            "reset_content",
+            WRITE,
+            self.inner.reset_content(document_id, state),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> TranscriptStore for Instrumented<H> {
+    async fn append_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<TranscriptEntry> {
+        self.observe(
+            "append_transcript",
+            WRITE,
+            self.inner.append_transcript(document_id, entry),
+        )
+        .await
+    }
+
+    async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
+        self.observe(
+            "last_transcript_seq",
+            READ,
+            self.inner.last_transcript_seq(document_id),
+        )
+        .await
+    }
+
+    async fn transcript(
+        &self,
+        document_id: Uuid,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.observe(
+            "transcript",
+            READ,
+            self.inner.transcript(document_id, after_seq, limit),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> OwnershipStore for Instrumented<H> {
+    async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
+        self.observe("ownership", READ, self.inner.ownership(document_id))
+            .await
+    }
+
+    async fn claim_ownership(
+        &self,
+        document_id: Uuid,
+        holder: &Holder,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Claim> {
+        self.observe(
+            "claim_ownership",
+            WRITE,
+            self.inner.claim_ownership(document_id, holder, now_ms),
+        )
+        .await
+    }
+
+    async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release> {
+        self.observe(
+            "release_ownership",
+            WRITE,
+            self.inner.release_ownership(document_id, generation),
+        )
+        .await
+    }
+
+    async fn clear_all_ownership(&self) -> StoreResult<u64> {
+        self.observe(
+            "clear_all_ownership",
+            WRITE,
+            self.inner.clear_all_ownership(),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> LeaseStore for Instrumented<H> {
+    async fn acquire_writer_lease(
+        &self,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        self.observe(
+            "acquire_writer_lease",
+            WRITE,
+            self.inner.acquire_writer_lease(holder, now_ms, ttl_ms),
+        )
+        .await
+    }
+
+    async fn renew_writer_lease(
+        &self,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        self.observe(
+            "renew_writer_lease",
+            WRITE,
+            self.inner.renew_writer_lease(lease, now_ms, ttl_ms),
+        )
+        .await
+    }
+
+    async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
+        self.observe(
+            "release_writer_lease",
+            WRITE,
+            self.inner.release_writer_lease(lease),
+        )
+        .await
+    }
+}
