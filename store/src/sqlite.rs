@@ -1316,3 +1316,53 @@ impl LeaseStore for SqliteStore {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use sqlx::sqlite::SqlitePoolOptions;
+
+    /// The SQL shared with PostgreSQL numbers its parameters `$1`, `$2`…. SQLite reads `$N` as a
+    /// *named* parameter (one slot per distinct name, in order of first appearance), and sqlx's
+    /// driver binds each name to the argument its number names. So a parameter may repeat and
+    /// appear out of order, as in PostgreSQL; this pins that down.
+    #[tokio::test]
+    async fn numbered_parameters_bind_by_number_repeated_and_out_of_order() {
+        let pool = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect("sqlite::memory:")
+            .await
+            .expect("in-memory SQLite");
+        let row: (String, i64, i64, String) = sqlx::query_as("SELECT $3, $2, $2 + 1, $1 || $3")
+            .bind("a")
+            .bind(7_i64)
+            .bind("c")
+            .fetch_one(&pool)
+            .await
+            .expect("numbered parameters");
+        assert_eq!(row, ("c".to_owned(), 7, 8, "ac".to_owned()));
+
+        // In a WHERE clause and an INSERT … SELECT, as the shared statements use them.
+        sqlx::query("CREATE TABLE t (k TEXT NOT NULL, n INTEGER NOT NULL)")
+            .execute(&pool)
+            .await
+            .expect("table");
+        for _ in 0..3 {
+            sqlx::query(
+                "INSERT INTO t (k, n) SELECT $1, COALESCE(MAX(n), 0) + $2 FROM t WHERE k = $1",
+            )
+            .bind("x")
+            .bind(10_i64)
+            .execute(&pool)
+            .await
+            .expect("insert");
+        }
+        let ns: Vec<i64> =
+            sqlx::query_scalar("SELECT n FROM t WHERE $2 = $2 AND k = $1 ORDER BY n")
+                .bind("x")
+                .bind(0_i64)
+                .fetch_all(&pool)
+                .await
+                .expect("select");
+        assert_eq!(ns, vec![10, 20, 30]);
+    }
+}
