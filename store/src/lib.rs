@@ -1,8 +1,10 @@
 //! `chopin-store`: the server's durable state behind one interface, [`Store`], split by aggregate
 //! ([`SignInStore`], [`DocumentStore`], [`ContentStore`], [`TranscriptStore`],
 //! [`OwnershipStore`], [`LeaseStore`]), with three backends: in memory (the simulator and unit
-//! tests), SQLite (the embedded default) and PostgreSQL (production). A new table adds a small
-//! trait of its own and joins [`Store`]'s supertraits.
+//! tests), SQLite (the embedded default) and PostgreSQL (production). The two SQL backends run
+//! the same statements (module `sql`); each keeps its connection setup, its migrations and its
+//! `Dialect`, what differs between the databases. A new table adds a small trait of its own and
+//! joins [`Store`]'s supertraits.
 //!
 //! Owns: records and the atomic rules on them — the generation-guarded Planner ownership claim,
 //! revisions that only grow (documents', and browser-login credentials', whose sealed bytes are
@@ -24,6 +26,7 @@ use uuid::Uuid;
 pub mod instrumented;
 pub mod memory;
 pub mod postgres;
+mod sql;
 pub mod sqlite;
 
 pub use memory::MemoryStore;
@@ -599,51 +602,6 @@ pub(crate) fn check_parent(doc: &NewDocument, parent: Option<&Document>) -> Stor
 /// The `Conflict` text for a checkpoint whose `upto_seq` names no journalled update.
 pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
     format!("checkpoint upto_seq {upto_seq} is outside the journal (0..={last_seq})")
-}
-
-/// Key of the single writer-lease row in the SQL backends.
-pub(crate) const WRITER_LEASE_NAME: &str = "chopin:writer";
-
-/// How many times a SQL backend re-runs a guarded update whose follow-up read saw the state
-/// change in between (a release racing a claim). Each retry means another caller made progress.
-pub(crate) const SQL_RACE_RETRIES: u32 = 32;
-
-/// Maps a sqlx error to [`StoreError::Backend`] with a short description of what failed while
-/// `doing` something. Never carries the connection URL: configuration errors (the only kind that
-/// could quote it) are reduced to their kind.
-pub(crate) fn sqlx_error(doing: &str, err: sqlx::Error) -> StoreError {
-    let what = match &err {
-        sqlx::Error::Configuration(_) => "invalid database configuration".to_owned(),
-        sqlx::Error::Database(db) => match db.code() {
-            Some(code) => format!("database error {code}: {}", db.message()),
-            None => format!("database error: {}", db.message()),
-        },
-        sqlx::Error::Io(io) => format!("i/o error: {io}"),
-        sqlx::Error::Tls(_) => "TLS error".to_owned(),
-        sqlx::Error::PoolTimedOut => "timed out waiting for a database connection".to_owned(),
-        sqlx::Error::PoolClosed => "connection pool closed".to_owned(),
-        sqlx::Error::Migrate(m) => format!("migration failed: {m}"),
-        other => other.to_string(),
-    };
-    StoreError::Backend(format!("{doing}: {what}"))
-}
-
-/// The database error's kind, if `err` is one (unique or foreign-key violation…).
-pub(crate) fn sqlx_error_kind(err: &sqlx::Error) -> Option<sqlx::error::ErrorKind> {
-    match err {
-        sqlx::Error::Database(db) => Some(db.kind()),
-        _ => None,
-    }
-}
-
-/// True if `err` is a unique violation of the documents' primary key (not of the slug).
-pub(crate) fn is_document_id_conflict(err: &sqlx::Error) -> bool {
-    match err {
-        sqlx::Error::Database(db) => {
-            db.constraint() == Some("documents_pkey") || db.message().contains("documents.id")
-        }
-        _ => false,
-    }
 }
 
 /// Every part of the [`Store`] interface, for code that calls store methods on a `dyn Store`

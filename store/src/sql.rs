@@ -1,0 +1,1596 @@
+//! The SQL that the SQLite and PostgreSQL backends share: every store method's statements and
+//! the order it runs them in, written once over a [`Dialect`], the part of each database that
+//! differs.
+//!
+//! Owns: the text of every statement; which transaction each method runs in and which rows it
+//! locks, named by what the lock is for ([`Dialect::FOR_UPDATE`]…); the retries after a guarded
+//! statement lost a race; reading rows into records; mapping sqlx errors to [`StoreError`]; and
+//! [`sql_store_impls!`], which makes a backend's store type implement every store trait by
+//! forwarding to [`SqlStore`].
+//! Does not own: connecting, pool settings or migrations (each backend's module), nor what
+//! differs between the databases. That is [`Dialect`], implemented next to each backend's
+//! connection setup, so the per-database choices are read in one place per database: how a UUID
+//! is stored, how a write transaction begins (SQLite's single write lock against PostgreSQL's
+//! row locks under READ COMMITTED), what "lock this row" is, and the per-repository slug lock
+//! that only PostgreSQL needs. The rules' meaning is [`super::Store`]'s.
+//!
+//! Why this shape. The two backends were the same statements line for line, apart from the
+//! parameter style (`?1` against `$1`), the UUID column type, how a transaction begins and which
+//! rows it locks. sqlx's SQLite driver binds `$N` by its number (see the `sqlite` module's
+//! tests), so one text serves both; the UUID is a [`Dialect::Id`] type each driver encodes its
+//! way; and the locking is a handful of named constants whose SQLite value is empty because
+//! `BEGIN IMMEDIATE` already holds the database's only write lock. What remained was plain code
+//! generic over `sqlx::Database`: sqlx's bounds are stated once, on [`SqlStore`]'s `impl`, and
+//! the compiler checks it as ordinary Rust (rustfmt formats it, errors point at real lines). A
+//! `macro_rules!` stamping out each backend's bodies would have been shorter by those bounds but
+//! would have hidden a thousand lines inside a macro. The one macro here, [`sql_store_impls!`],
+//! is a table of the store traits' signatures: it keeps `SqliteStore` and `PgStore` the distinct
+//! public types they were, each with its own trait impls.
+//!
+//! Writing a statement here: number its parameters `$1`, `$2`… (each may repeat), and write only
+//! SQL both databases accept; in particular no PostgreSQL `::` cast, which SQLite would read as
+//! part of the parameter's name (`$1::text`). Row locks go through the [`Dialect`] constants.
+//!
+//! Atomicity. Every method is one statement (atomic on both databases; a guarded
+//! `UPDATE … WHERE` that waited on a concurrent writer's row lock in PostgreSQL re-checks its
+//! guard against the row that writer committed), or a transaction begun with
+//! [`Dialect::BEGIN_WRITE`] that takes its locks before its first read, or a read-only one begun
+//! with [`Dialect::BEGIN_SNAPSHOT`] whose reads all see one snapshot.
+
+use sqlx::error::ErrorKind;
+use sqlx::{
+    ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type,
+};
+use uuid::Uuid;
+
+use super::{
+    account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
+    slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
+    Holder, LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release,
+    RevisionKind, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+};
+
+/// What differs between the SQL databases, for one sqlx [`Database`]. Implemented by `sqlite.rs`
+/// for [`sqlx::Sqlite`] and by `postgres.rs` for [`sqlx::Postgres`], where each value says why.
+pub(crate) trait Dialect: Database {
+    /// The backend's name, as [`super::Store::backend`] returns it.
+    const BACKEND: &'static str;
+
+    /// How a UUID is bound as a parameter and read from a column.
+    type Id: SqlValue<Self> + From<Uuid> + Into<Uuid>;
+
+    /// Begins a transaction that reads and then writes: whatever it read must stay true until it
+    /// commits, against every other connection, as far as its row locks (below) and the slug
+    /// lock reach.
+    const BEGIN_WRITE: &'static str;
+
+    /// Begins a read-only transaction whose reads all see one snapshot of the database.
+    const BEGIN_SNAPSHOT: &'static str;
+
+    /// Appended to a `SELECT` of one row that a [`Dialect::BEGIN_WRITE`] transaction depends on
+    /// until it commits: no other transaction may change, delete or lock the row meanwhile.
+    const FOR_UPDATE: &'static str;
+
+    /// As [`Dialect::FOR_UPDATE`], but others may still insert rows that reference this one (a
+    /// foreign-key check's lock): for a document row that orders the writers of what hangs off
+    /// it (its journal, checkpoint, transcript), as an `UPDATE` of the row would.
+    const FOR_NO_KEY_UPDATE: &'static str;
+
+    /// Appended to a `SELECT` of a row that must not change (be archived, say) before commit,
+    /// while others may read and share-lock it too.
+    const FOR_SHARE: &'static str;
+
+    /// A statement taking a lock, held until commit, on the slugs of one repository (its one
+    /// parameter: a text key naming the repository), or `None` if a
+    /// [`Dialect::BEGIN_WRITE`] transaction already excludes every other writer. A slug is unique
+    /// across `documents.slug` and `document_slug_aliases` together, which no single constraint
+    /// enforces: creations and renames in one repository must take turns for each one's check of
+    /// the other table to stay true until it commits.
+    const LOCK_REPOSITORY_SLUGS: Option<&'static str>;
+
+    /// How many rows a statement changed (sqlx has no driver-independent accessor).
+    fn rows_affected(done: &Self::QueryResult) -> u64;
+}
+
+/// A Rust type that goes both ways through database `DB`: bound as a parameter, read from a
+/// column.
+pub(crate) trait SqlValue<DB: Database>:
+    for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> + Type<DB> + Send + Unpin
+{
+}
+
+impl<DB: Database, T> SqlValue<DB> for T where
+    T: for<'q> Encode<'q, DB> + for<'r> Decode<'r, DB> + Type<DB> + Send + Unpin
+{
+}
+
+/// The store methods over one pool of database `DB`. Cheap to clone (a pool handle).
+pub(crate) struct SqlStore<DB: Database> {
+    pool: Pool<DB>,
+}
+
+impl<DB: Database> Clone for SqlStore<DB> {
+    fn clone(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+        }
+    }
+}
+
+impl<DB: Database> std::fmt::Debug for SqlStore<DB> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlStore")
+            .field("pool", &self.pool)
+            .finish()
+    }
+}
+
+impl<DB: Database> SqlStore<DB> {
+    /// The store over `pool`, which must be migrated already.
+    pub(crate) fn new(pool: Pool<DB>) -> Self {
+        Self { pool }
+    }
+
+    /// Closes every connection of the pool (waits for those in use to be returned).
+    pub(crate) async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+impl<DB: Dialect> SqlStore<DB> {
+    pub(crate) fn backend(&self) -> &'static str {
+        DB::BACKEND
+    }
+}
+
+/// Key of the single writer-lease row.
+const WRITER_LEASE_NAME: &str = "chopin:writer";
+
+/// How many times a guarded update is re-run when the follow-up read saw the state change in
+/// between (a release racing a claim), or a first insert lost a race on a key it does not
+/// arbitrate. Each retry means another caller made progress.
+const RACE_RETRIES: u32 = 32;
+
+/// Maps a sqlx error to [`StoreError::Backend`] with a short description of what failed while
+/// `doing` something. Never carries the connection URL: configuration errors (the only kind that
+/// could quote it) are reduced to their kind.
+pub(crate) fn sqlx_error(doing: &str, err: sqlx::Error) -> StoreError {
+    let what = match &err {
+        sqlx::Error::Configuration(_) => "invalid database configuration".to_owned(),
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("database error {code}: {}", db.message()),
+            None => format!("database error: {}", db.message()),
+        },
+        sqlx::Error::Io(io) => format!("i/o error: {io}"),
+        sqlx::Error::Tls(_) => "TLS error".to_owned(),
+        sqlx::Error::PoolTimedOut => "timed out waiting for a database connection".to_owned(),
+        sqlx::Error::PoolClosed => "connection pool closed".to_owned(),
+        sqlx::Error::Migrate(m) => format!("migration failed: {m}"),
+        other => other.to_string(),
+    };
+    StoreError::Backend(format!("{doing}: {what}"))
+}
+
+/// The database error's kind, if `err` is one (unique or foreign-key violation…).
+fn sqlx_error_kind(err: &sqlx::Error) -> Option<ErrorKind> {
+    match err {
+        sqlx::Error::Database(db) => Some(db.kind()),
+        _ => None,
+    }
+}
+
+/// True if `err` is a unique violation of the documents' primary key (not of the slug): named by
+/// its constraint in PostgreSQL, by its column in SQLite's message.
+fn is_document_id_conflict(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            db.constraint() == Some("documents_pkey") || db.message().contains("documents.id")
+        }
+        _ => false,
+    }
+}
+
+fn revision_column(kind: RevisionKind) -> &'static str {
+    match kind {
+        RevisionKind::Plan => "plan_revision",
+        RevisionKind::Storage => "storage_revision",
+    }
+}
+
+// --- rows, generic over how the database stores a UUID (`Dialect::Id`) ---
+
+#[derive(sqlx::FromRow)]
+struct AccountRow<Id> {
+    id: Id,
+    github_user_id: i64,
+    login: String,
+    created_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> From<AccountRow<Id>> for Account {
+    fn from(row: AccountRow<Id>) -> Self {
+        Account {
+            id: row.id.into(),
+            github_user_id: row.github_user_id,
+            login: row.login,
+            created_at_ms: row.created_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct BrowserLoginRow<Id> {
+    id: Id,
+    account_id: Id,
+    verifier_hash: String,
+    created_at_ms: i64,
+    expires_at_ms: i64,
+    signed_out_at_ms: Option<i64>,
+}
+
+impl<Id: Into<Uuid>> From<BrowserLoginRow<Id>> for BrowserLogin {
+    fn from(row: BrowserLoginRow<Id>) -> Self {
+        BrowserLogin {
+            id: row.id.into(),
+            account_id: row.account_id.into(),
+            verifier_hash: row.verifier_hash,
+            created_at_ms: row.created_at_ms,
+            expires_at_ms: row.expires_at_ms,
+            signed_out_at_ms: row.signed_out_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct DocumentRow<Id> {
+    id: Id,
+    repo_owner: String,
+    repo_name: String,
+    slug: String,
+    title: String,
+    plan_revision: i64,
+    storage_revision: i64,
+    yjs_epoch: i64,
+    archived: bool,
+    created_at_ms: i64,
+    parent_id: Option<Id>,
+}
+
+impl<Id: Into<Uuid>> From<DocumentRow<Id>> for Document {
+    fn from(row: DocumentRow<Id>) -> Self {
+        Document {
+            id: row.id.into(),
+            repo_owner: row.repo_owner,
+            repo_name: row.repo_name,
+            slug: row.slug,
+            title: row.title,
+            plan_revision: row.plan_revision,
+            storage_revision: row.storage_revision,
+            yjs_epoch: row.yjs_epoch,
+            archived: row.archived,
+            created_at_ms: row.created_at_ms,
+            parent_id: row.parent_id.map(Into::into),
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct TranscriptRow<Id> {
+    document_id: Id,
+    seq: i64,
+    author_login: Option<String>,
+    kind: String,
+    body: String,
+    created_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> From<TranscriptRow<Id>> for TranscriptEntry {
+    fn from(row: TranscriptRow<Id>) -> Self {
+        TranscriptEntry {
+            document_id: row.document_id.into(),
+            seq: row.seq,
+            author_login: row.author_login,
+            kind: row.kind,
+            body: row.body,
+            created_at_ms: row.created_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct OwnershipRow<Id> {
+    document_id: Id,
+    generation: i64,
+    holder_account_id: Option<Id>,
+    holder_login: Option<String>,
+    holder_browser_login_id: Option<Id>,
+    claimed_at_ms: Option<i64>,
+}
+
+impl<Id: Into<Uuid>> From<OwnershipRow<Id>> for Ownership {
+    fn from(row: OwnershipRow<Id>) -> Self {
+        // The schema keeps the holder columns all set or all NULL.
+        let holder = match (
+            row.holder_account_id,
+            row.holder_login,
+            row.holder_browser_login_id,
+        ) {
+            (Some(account_id), Some(login), Some(browser_login_id)) => Some(Holder {
+                account_id: account_id.into(),
+                login,
+                browser_login_id: browser_login_id.into(),
+            }),
+            _ => None,
+        };
+        Ownership {
+            document_id: row.document_id.into(),
+            generation: row.generation,
+            claimed_at_ms: holder.as_ref().and(row.claimed_at_ms),
+            holder,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct LeaseRow {
+    holder: Option<String>,
+    epoch: i64,
+    expires_at_ms: i64,
+}
+
+const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
+const LOGIN_COLUMNS: &str =
+    "id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms";
+const DOCUMENT_COLUMNS: &str = "id, repo_owner, repo_name, slug, title, plan_revision, \
+     storage_revision, yjs_epoch, archived, created_at_ms, parent_id";
+const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms";
+const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
+     holder_browser_login_id, claimed_at_ms";
+
+// --- the store methods ---
+//
+// sqlx's bounds for running these statements on `DB`, stated once: its connections execute
+// queries, its argument lists bind, its rows are read by name and position, and the Rust types
+// below go through it. Both drivers meet them; the compiler checks each backend's use.
+impl<DB> SqlStore<DB>
+where
+    DB: Dialect,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    usize: ColumnIndex<DB::Row>,
+    for<'a> &'a str: ColumnIndex<DB::Row> + Encode<'a, DB> + Type<DB>,
+    for<'a> &'a [u8]: Encode<'a, DB> + Type<DB>,
+    i64: SqlValue<DB>,
+    bool: SqlValue<DB>,
+    String: SqlValue<DB>,
+    Vec<u8>: SqlValue<DB>,
+    Option<i64>: SqlValue<DB>,
+    Option<String>: SqlValue<DB>,
+    Option<DB::Id>: SqlValue<DB>,
+{
+    async fn begin_write(&self) -> StoreResult<Transaction<'static, DB>> {
+        self.pool
+            .begin_with(DB::BEGIN_WRITE)
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))
+    }
+
+    async fn begin_snapshot(&self) -> StoreResult<Transaction<'static, DB>> {
+        self.pool
+            .begin_with(DB::BEGIN_SNAPSHOT)
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))
+    }
+
+    /// Takes the repository's slug lock ([`Dialect::LOCK_REPOSITORY_SLUGS`]) in `tx`, if the
+    /// database needs one. Owner and name are compared without ASCII case. Two repositories
+    /// whose keys hash alike merely take turns too.
+    async fn lock_repository_slugs(
+        tx: &mut Transaction<'_, DB>,
+        repo_owner: &str,
+        repo_name: &str,
+    ) -> StoreResult<()> {
+        let Some(lock) = DB::LOCK_REPOSITORY_SLUGS else {
+            return Ok(());
+        };
+        let key = format!(
+            "chopin:slugs:{}/{}",
+            ascii_key(repo_owner),
+            ascii_key(repo_name)
+        );
+        sqlx::query(lock)
+            .bind(key)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("locking a repository's slugs", e))?;
+        Ok(())
+    }
+
+    /// True if the document exists, read in `tx` with the row lock `lock` (one of the
+    /// [`Dialect`] lock suffixes, or `""`).
+    async fn document_exists(
+        tx: &mut Transaction<'_, DB>,
+        document_id: Uuid,
+        lock: &str,
+    ) -> StoreResult<bool> {
+        let sql = format!("SELECT 1 FROM documents WHERE id = $1{lock}");
+        let row = sqlx::query(&sql)
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?;
+        Ok(row.is_some())
+    }
+
+    /// Writes one journal row inside the caller's transaction (which numbered it).
+    async fn journal_update(
+        tx: &mut Transaction<'_, DB>,
+        document_id: Uuid,
+        seq: i64,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO document_updates (document_id, seq, update_v1, created_at_ms) \
+             VALUES ($1, $2, $3, $4)",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(seq)
+        .bind(update)
+        .bind(now_ms)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| sqlx_error("journalling an update", e))?;
+        Ok(())
+    }
+
+    /// Makes `state` the document's checkpoint inside the caller's transaction.
+    async fn store_checkpoint(
+        tx: &mut Transaction<'_, DB>,
+        document_id: Uuid,
+        upto_seq: i64,
+        yjs_epoch: i64,
+        state: &[u8],
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO document_checkpoints (document_id, upto_seq, yjs_epoch, state_v1) \
+             VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (document_id) DO UPDATE SET upto_seq = excluded.upto_seq, \
+             yjs_epoch = excluded.yjs_epoch, state_v1 = excluded.state_v1",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(upto_seq)
+        .bind(yjs_epoch)
+        .bind(state)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| sqlx_error("writing a checkpoint", e))?;
+        Ok(())
+    }
+
+    // --- Store ---
+
+    pub(crate) async fn ping(&self) -> StoreResult<()> {
+        sqlx::query("SELECT 1")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("ping", e))?;
+        Ok(())
+    }
+
+    // --- SignInStore ---
+
+    pub(crate) async fn upsert_account(
+        &self,
+        github_user_id: i64,
+        login: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Account> {
+        let sql = format!(
+            "INSERT INTO accounts (id, github_user_id, login, login_key, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (github_user_id) DO UPDATE \
+             SET login = excluded.login, login_key = excluded.login_key \
+             RETURNING {ACCOUNT_COLUMNS}"
+        );
+        // `ON CONFLICT (github_user_id)` arbitrates only that index. In PostgreSQL two first
+        // sign-ins of one user racing can still collide on the primary key (derived from the
+        // same user id) and fail with a unique violation; the loser's retry then sees the
+        // winner's row and updates. (SQLite runs the statement under its single write lock, so
+        // there the race cannot happen.)
+        let mut attempts = 0;
+        loop {
+            attempts += 1;
+            let result: Result<AccountRow<DB::Id>, sqlx::Error> = sqlx::query_as(&sql)
+                .bind(DB::Id::from(account_id_for_github_user(github_user_id)))
+                .bind(github_user_id)
+                .bind(login)
+                .bind(ascii_key(login))
+                .bind(now_ms)
+                .fetch_one(&self.pool)
+                .await;
+            match result {
+                Ok(row) => return Ok(row.into()),
+                Err(e)
+                    if attempts < RACE_RETRIES
+                        && sqlx_error_kind(&e) == Some(ErrorKind::UniqueViolation) =>
+                {
+                    continue
+                }
+                Err(e) => return Err(sqlx_error("upserting an account", e)),
+            }
+        }
+    }
+
+    pub(crate) async fn account(&self, id: Uuid) -> StoreResult<Option<Account>> {
+        let sql = format!("SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE id = $1");
+        let row: Option<AccountRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading an account", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn account_by_login(&self, login: &str) -> StoreResult<Option<Account>> {
+        let sql = format!(
+            "SELECT {ACCOUNT_COLUMNS} FROM accounts WHERE login_key = $1 \
+             ORDER BY created_at_ms DESC, id DESC LIMIT 1"
+        );
+        let row: Option<AccountRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(ascii_key(login))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading an account by login", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO browser_logins \
+             (id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(DB::Id::from(login.id))
+        .bind(DB::Id::from(login.account_id))
+        .bind(&login.verifier_hash)
+        .bind(login.created_at_ms)
+        .bind(login.expires_at_ms)
+        .bind(login.signed_out_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| match sqlx_error_kind(&e) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("account"),
+            Some(ErrorKind::UniqueViolation) => {
+                StoreError::Conflict("browser login id already exists".into())
+            }
+            _ => sqlx_error("creating a browser login", e),
+        })?;
+        Ok(())
+    }
+
+    pub(crate) async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>> {
+        let sql = format!("SELECT {LOGIN_COLUMNS} FROM browser_logins WHERE id = $1");
+        let row: Option<BrowserLoginRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a browser login", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn sign_out_browser_login(
+        &self,
+        id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        let done = sqlx::query(
+            "UPDATE browser_logins SET signed_out_at_ms = $2 \
+             WHERE id = $1 AND signed_out_at_ms IS NULL",
+        )
+        .bind(DB::Id::from(id))
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("signing out a browser login", e))?;
+        Ok(DB::rows_affected(&done) == 1)
+    }
+
+    pub(crate) async fn set_login_credential(
+        &self,
+        login_id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+    ) -> StoreResult<Option<i64>> {
+        // Every credential write locks the login's row first, so the revision read and the
+        // write below cannot interleave with another credential write, a deletion or a sign-out.
+        let mut tx = self.begin_write().await?;
+        let sql = format!(
+            "SELECT signed_out_at_ms FROM browser_logins WHERE id = $1{}",
+            DB::FOR_UPDATE
+        );
+        let signed_out: Option<Option<i64>> = sqlx::query_scalar(&sql)
+            .bind(DB::Id::from(login_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a browser login", e))?;
+        match signed_out {
+            None => return Err(StoreError::NotFound("browser login")),
+            Some(Some(_)) => return Ok(None),
+            Some(None) => {}
+        }
+        let current: Option<i64> = sqlx::query_scalar(
+            "SELECT revision FROM browser_login_credentials WHERE login_id = $1",
+        )
+        .bind(DB::Id::from(login_id))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a login credential revision", e))?;
+        if current.unwrap_or(0) != expected_revision {
+            return Ok(None);
+        }
+        let revision = expected_revision + 1;
+        sqlx::query(
+            "INSERT INTO browser_login_credentials (login_id, revision, sealed) \
+             VALUES ($1, $2, $3) \
+             ON CONFLICT (login_id) DO UPDATE \
+             SET revision = excluded.revision, sealed = excluded.sealed",
+        )
+        .bind(DB::Id::from(login_id))
+        .bind(revision)
+        .bind(sealed)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("writing a login credential", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a login credential", e))?;
+        Ok(Some(revision))
+    }
+
+    pub(crate) async fn login_credential(
+        &self,
+        login_id: Uuid,
+    ) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        let row: Option<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT revision, sealed FROM browser_login_credentials \
+             WHERE login_id = $1 AND sealed IS NOT NULL",
+        )
+        .bind(DB::Id::from(login_id))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a login credential", e))?;
+        Ok(row)
+    }
+
+    pub(crate) async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let sql = format!(
+            "SELECT 1 FROM browser_logins WHERE id = $1{}",
+            DB::FOR_UPDATE
+        );
+        let login_known = sqlx::query(&sql)
+            .bind(DB::Id::from(login_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a browser login", e))?;
+        if login_known.is_none() {
+            return Ok(false);
+        }
+        let had: Option<bool> = sqlx::query_scalar(
+            "SELECT sealed IS NOT NULL FROM browser_login_credentials WHERE login_id = $1",
+        )
+        .bind(DB::Id::from(login_id))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a login credential", e))?;
+        // The row stays, emptied, with its revision advanced: a write against the old revision
+        // (a refresh racing the sign-out) is refused rather than recreating the credential.
+        sqlx::query(
+            "INSERT INTO browser_login_credentials (login_id, revision, sealed) \
+             VALUES ($1, 1, NULL) \
+             ON CONFLICT (login_id) DO UPDATE \
+             SET revision = browser_login_credentials.revision + 1, sealed = NULL",
+        )
+        .bind(DB::Id::from(login_id))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting a login credential", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a login credential deletion", e))?;
+        Ok(had.unwrap_or(false))
+    }
+
+    pub(crate) async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        // Credentials first, not relying on the foreign key's cascade. A login signed out
+        // between the two statements (possible in PostgreSQL) is deleted by the second, and the
+        // cascade takes its credential with it.
+        sqlx::query(
+            "DELETE FROM browser_login_credentials WHERE login_id IN \
+             (SELECT id FROM browser_logins \
+              WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= $1)",
+        )
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting credentials of expired logins", e))?;
+        let done = sqlx::query(
+            "DELETE FROM browser_logins WHERE signed_out_at_ms IS NOT NULL OR expires_at_ms <= $1",
+        )
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting expired logins", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing the deletion of expired logins", e))?;
+        Ok(DB::rows_affected(&done))
+    }
+
+    // --- DocumentStore ---
+
+    pub(crate) async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        let conflict_or_backend = |e: sqlx::Error| match sqlx_error_kind(&e) {
+            Some(ErrorKind::UniqueViolation) if is_document_id_conflict(&e) => {
+                StoreError::Conflict("document id already exists".into())
+            }
+            Some(ErrorKind::UniqueViolation) => StoreError::Conflict(slug_conflict(doc)),
+            _ => sqlx_error("creating a document", e),
+        };
+        let mut tx = self.begin_write().await?;
+        // A former slug of another document is taken too; the repository's slug lock keeps a
+        // concurrent rename from making it one between this check and the insert.
+        Self::lock_repository_slugs(&mut tx, &doc.repo_owner, &doc.repo_name).await?;
+        // The parent, share-locked until commit, so a concurrent archive waits for the insert
+        // (or, if it committed first, is seen here and refuses the child). Taken after the slug
+        // lock, in the order a rename takes them, so the two never wait on each other.
+        if let Some(parent_id) = doc.parent_id {
+            let sql = format!(
+                "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1{}",
+                DB::FOR_SHARE
+            );
+            let parent: Option<DocumentRow<DB::Id>> = sqlx::query_as(&sql)
+                .bind(DB::Id::from(parent_id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a parent document", e))?;
+            check_parent(doc, parent.map(Document::from).as_ref())?;
+        }
+        let aliased = sqlx::query(
+            "SELECT 1 FROM document_slug_aliases \
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+        )
+        .bind(ascii_key(&doc.repo_owner))
+        .bind(ascii_key(&doc.repo_name))
+        .bind(&doc.slug)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading slug aliases", e))?;
+        if aliased.is_some() {
+            return Err(StoreError::Conflict(slug_conflict(doc)));
+        }
+        sqlx::query(
+            "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
+             slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9)",
+        )
+        .bind(DB::Id::from(doc.id))
+        .bind(&doc.repo_owner)
+        .bind(&doc.repo_name)
+        .bind(ascii_key(&doc.repo_owner))
+        .bind(ascii_key(&doc.repo_name))
+        .bind(&doc.slug)
+        .bind(&doc.title)
+        .bind(doc.created_at_ms)
+        .bind(doc.parent_id.map(DB::Id::from))
+        .execute(&mut *tx)
+        .await
+        .map_err(conflict_or_backend)?;
+        sqlx::query("INSERT INTO planner_ownership (document_id, generation) VALUES ($1, 0)")
+            .bind(DB::Id::from(doc.id))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("creating a document's ownership", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a new document", e))?;
+        Ok(Document {
+            id: doc.id,
+            repo_owner: doc.repo_owner.clone(),
+            repo_name: doc.repo_name.clone(),
+            slug: doc.slug.clone(),
+            title: doc.title.clone(),
+            plan_revision: 0,
+            storage_revision: 0,
+            yjs_epoch: 0,
+            archived: false,
+            created_at_ms: doc.created_at_ms,
+            parent_id: doc.parent_id,
+        })
+    }
+
+    pub(crate) async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
+        let sql = format!("SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1");
+        let row: Option<DocumentRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
+        // Documents are never deleted, so a parent seen here stays known for the second read.
+        if self.document(parent_id).await?.is_none() {
+            return Err(StoreError::NotFound("document"));
+        }
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE parent_id = $1 \
+             ORDER BY created_at_ms, id"
+        );
+        let rows: Vec<DocumentRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(parent_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading child documents", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    pub(crate) async fn document_by_slug(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        slug: &str,
+    ) -> StoreResult<Option<Document>> {
+        // The canonical slug, else an alias; a slug is never both (see `rename_document`), so
+        // at most one row comes back. Each half is one lookup in its table's unique index.
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents \
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3 \
+             UNION ALL \
+             SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = \
+             (SELECT document_id FROM document_slug_aliases \
+              WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3)"
+        );
+        let row: Option<DocumentRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(ascii_key(repo_owner))
+            .bind(ascii_key(repo_name))
+            .bind(slug)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a document by slug", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
+        let done = sqlx::query("UPDATE documents SET archived = $2 WHERE id = $1")
+            .bind(DB::Id::from(id))
+            .bind(archived)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("archiving a document", e))?;
+        if DB::rows_affected(&done) == 0 {
+            return Err(StoreError::NotFound("document"));
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn rename_document(
+        &self,
+        document_id: Uuid,
+        new_slug: &str,
+        new_title: &str,
+    ) -> StoreResult<Document> {
+        let mut tx = self.begin_write().await?;
+        // A document's repository never changes, so it can be read before taking the lock.
+        let repo: Option<(String, String)> =
+            sqlx::query_as("SELECT repo_owner, repo_name FROM documents WHERE id = $1")
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a document", e))?;
+        let (repo_owner, repo_name) = repo.ok_or(StoreError::NotFound("document"))?;
+        Self::lock_repository_slugs(&mut tx, &repo_owner, &repo_name).await?;
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents WHERE id = $1{}",
+            DB::FOR_UPDATE
+        );
+        let current: DocumentRow<DB::Id> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("locking a document", e))?
+            .ok_or(StoreError::NotFound("document"))?;
+        let taken = || StoreError::Conflict(slug_taken(&repo_owner, &repo_name, new_slug));
+        if current.slug != new_slug {
+            let (owner_key, repo_key) = (ascii_key(&repo_owner), ascii_key(&repo_name));
+            let canonical = sqlx::query(
+                "SELECT 1 FROM documents \
+                 WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+            )
+            .bind(&owner_key)
+            .bind(&repo_key)
+            .bind(new_slug)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading slugs", e))?;
+            if canonical.is_some() {
+                return Err(taken());
+            }
+            let alias_of: Option<DB::Id> = sqlx::query_scalar(
+                "SELECT document_id FROM document_slug_aliases \
+                 WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+            )
+            .bind(&owner_key)
+            .bind(&repo_key)
+            .bind(new_slug)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading slug aliases", e))?;
+            match alias_of.map(Into::<Uuid>::into) {
+                Some(owner) if owner != document_id => return Err(taken()),
+                // Back to a former slug: it is canonical again, no longer an alias.
+                Some(_) => {
+                    sqlx::query(
+                        "DELETE FROM document_slug_aliases \
+                         WHERE repo_owner_key = $1 AND repo_name_key = $2 AND slug = $3",
+                    )
+                    .bind(&owner_key)
+                    .bind(&repo_key)
+                    .bind(new_slug)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("removing a slug alias", e))?;
+                }
+                None => {}
+            }
+            sqlx::query(
+                "INSERT INTO document_slug_aliases \
+                 (document_id, repo_owner_key, repo_name_key, slug, position) \
+                 SELECT $1, $2, $3, $4, COALESCE(MAX(position), 0) + 1 \
+                 FROM document_slug_aliases WHERE document_id = $1",
+            )
+            .bind(DB::Id::from(document_id))
+            .bind(&owner_key)
+            .bind(&repo_key)
+            .bind(&current.slug)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| match sqlx_error_kind(&e) {
+                Some(ErrorKind::UniqueViolation) => taken(),
+                _ => sqlx_error("adding a slug alias", e),
+            })?;
+        }
+        let sql = format!(
+            "UPDATE documents SET slug = $2, title = $3 WHERE id = $1 \
+             RETURNING {DOCUMENT_COLUMNS}"
+        );
+        let renamed: DocumentRow<DB::Id> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(document_id))
+            .bind(new_slug)
+            .bind(new_title)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| match sqlx_error_kind(&e) {
+                Some(ErrorKind::UniqueViolation) => taken(),
+                _ => sqlx_error("renaming a document", e),
+            })?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a rename", e))?;
+        Ok(renamed.into())
+    }
+
+    pub(crate) async fn earlier_slugs(&self, document_id: Uuid) -> StoreResult<Vec<String>> {
+        if self.document(document_id).await?.is_none() {
+            return Err(StoreError::NotFound("document"));
+        }
+        sqlx::query_scalar(
+            "SELECT slug FROM document_slug_aliases WHERE document_id = $1 ORDER BY position",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading slug aliases", e))
+    }
+
+    pub(crate) async fn advance_revision(
+        &self,
+        id: Uuid,
+        kind: RevisionKind,
+        expected: i64,
+    ) -> StoreResult<Advance> {
+        let column = revision_column(kind);
+        let sql = format!(
+            "UPDATE documents SET {column} = {column} + 1 \
+             WHERE id = $1 AND {column} = $2 RETURNING {column}"
+        );
+        let advanced: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(DB::Id::from(id))
+            .bind(expected)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("advancing a revision", e))?;
+        if let Some(revision) = advanced {
+            return Ok(Advance::Advanced(revision));
+        }
+        let sql = format!("SELECT {column} FROM documents WHERE id = $1");
+        let current: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a revision", e))?;
+        match current {
+            Some(current) => Ok(Advance::Stale { current }),
+            None => Err(StoreError::NotFound("document")),
+        }
+    }
+
+    // --- ContentStore ---
+
+    pub(crate) async fn append_update(
+        &self,
+        document_id: Uuid,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<i64> {
+        let mut tx = self.begin_write().await?;
+        // The UPDATE holds the document's row lock (in SQLite, the write lock) until commit:
+        // appenders take turns, each numbering from the seq the one before it committed.
+        let seq: Option<i64> = sqlx::query_scalar(
+            "UPDATE documents SET last_update_seq = last_update_seq + 1, \
+             storage_revision = storage_revision + 1 \
+             WHERE id = $1 RETURNING last_update_seq",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("numbering an update", e))?;
+        let seq = seq.ok_or(StoreError::NotFound("document"))?;
+        Self::journal_update(&mut tx, document_id, seq, update, now_ms).await?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an update", e))?;
+        Ok(seq)
+    }
+
+    pub(crate) async fn commit_plan_edit(
+        &self,
+        document_id: Uuid,
+        expected_plan_revision: i64,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<PlanCommit> {
+        let mut tx = self.begin_write().await?;
+        // The guard is in the WHERE clause: a committer that waited on a concurrent winner's row
+        // lock re-checks it against the winner's row and matches nothing.
+        let committed: Option<(i64, i64)> = sqlx::query_as(
+            "UPDATE documents SET plan_revision = plan_revision + 1, \
+             storage_revision = storage_revision + 1, last_update_seq = last_update_seq + 1 \
+             WHERE id = $1 AND plan_revision = $2 \
+             RETURNING plan_revision, last_update_seq",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(expected_plan_revision)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("advancing a plan revision", e))?;
+        let Some((plan_revision, seq)) = committed else {
+            let current: Option<i64> =
+                sqlx::query_scalar("SELECT plan_revision FROM documents WHERE id = $1")
+                    .bind(DB::Id::from(document_id))
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("reading a plan revision", e))?;
+            return match current {
+                Some(current) => Ok(PlanCommit::Stale { current }),
+                None => Err(StoreError::NotFound("document")),
+            };
+        };
+        Self::journal_update(&mut tx, document_id, seq, update, now_ms).await?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a plan edit", e))?;
+        Ok(PlanCommit::Committed { plan_revision, seq })
+    }
+
+    pub(crate) async fn document_content(&self, document_id: Uuid) -> StoreResult<DocumentContent> {
+        // One snapshot for every read, so the checkpoint and the journal agree.
+        let mut tx = self.begin_snapshot().await?;
+        let yjs_epoch: i64 = sqlx::query_scalar("SELECT yjs_epoch FROM documents WHERE id = $1")
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a document", e))?
+            .ok_or(StoreError::NotFound("document"))?;
+        let checkpoint: Option<(i64, Vec<u8>, i64)> = sqlx::query_as(
+            "SELECT upto_seq, state_v1, yjs_epoch FROM document_checkpoints \
+             WHERE document_id = $1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a checkpoint", e))?;
+        let checkpoint = checkpoint.map(|(upto_seq, state, yjs_epoch)| Checkpoint {
+            upto_seq,
+            state,
+            yjs_epoch,
+        });
+        let updates: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT seq, update_v1 FROM document_updates \
+             WHERE document_id = $1 AND seq > $2 ORDER BY seq",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(checkpoint.as_ref().map_or(0, |c| c.upto_seq))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading the update journal", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("ending a read", e))?;
+        Ok(DocumentContent {
+            checkpoint,
+            updates,
+            yjs_epoch,
+        })
+    }
+
+    pub(crate) async fn write_checkpoint(
+        &self,
+        document_id: Uuid,
+        upto_seq: i64,
+        state: &[u8],
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        // The document's row lock orders this against appends, resets and other checkpoints.
+        let sql = format!(
+            "SELECT last_update_seq, yjs_epoch FROM documents WHERE id = $1{}",
+            DB::FOR_NO_KEY_UPDATE
+        );
+        let (last_seq, yjs_epoch): (i64, i64) = sqlx::query_as(&sql)
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("locking a document", e))?
+            .ok_or(StoreError::NotFound("document"))?;
+        if !(0..=last_seq).contains(&upto_seq) {
+            return Err(StoreError::Conflict(checkpoint_out_of_range(
+                upto_seq, last_seq,
+            )));
+        }
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT upto_seq FROM document_checkpoints WHERE document_id = $1")
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a checkpoint", e))?;
+        if current.is_some_and(|current| current >= upto_seq) {
+            return Ok(());
+        }
+        Self::store_checkpoint(&mut tx, document_id, upto_seq, yjs_epoch, state).await?;
+        sqlx::query("DELETE FROM document_updates WHERE document_id = $1 AND seq <= $2")
+            .bind(DB::Id::from(document_id))
+            .bind(upto_seq)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("pruning the update journal", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a checkpoint", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
+        let mut tx = self.begin_write().await?;
+        let (yjs_epoch, last_seq): (i64, i64) = sqlx::query_as(
+            "UPDATE documents SET yjs_epoch = yjs_epoch + 1, \
+             storage_revision = storage_revision + 1 \
+             WHERE id = $1 RETURNING yjs_epoch, last_update_seq",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("advancing a Yjs epoch", e))?
+        .ok_or(StoreError::NotFound("document"))?;
+        Self::store_checkpoint(&mut tx, document_id, last_seq, yjs_epoch, state).await?;
+        sqlx::query("DELETE FROM document_updates WHERE document_id = $1")
+            .bind(DB::Id::from(document_id))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("emptying the update journal", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a content reset", e))?;
+        Ok(yjs_epoch)
+    }
+
+    // --- TranscriptStore ---
+
+    pub(crate) async fn append_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<TranscriptEntry> {
+        let mut tx = self.begin_write().await?;
+        // Appenders to one document queue on its row lock (in SQLite, the write lock); under
+        // PostgreSQL's READ COMMITTED the INSERT's fresh snapshot then sees every entry
+        // committed before the lock was granted, so each numbers from the one before it.
+        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let seq: i64 = sqlx::query_scalar(
+            "INSERT INTO chat_transcript \
+             (document_id, seq, author_login, kind, body, created_at_ms) \
+             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5 \
+             FROM chat_transcript WHERE document_id = $1 \
+             RETURNING seq",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(&entry.author_login)
+        .bind(&entry.kind)
+        .bind(&entry.body)
+        .bind(entry.created_at_ms)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("appending to a transcript", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a transcript entry", e))?;
+        Ok(TranscriptEntry {
+            document_id,
+            seq,
+            author_login: entry.author_login.clone(),
+            kind: entry.kind.clone(),
+            body: entry.body.clone(),
+            created_at_ms: entry.created_at_ms,
+        })
+    }
+
+    pub(crate) async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
+        let seq: i64 = sqlx::query_scalar(
+            "SELECT COALESCE(MAX(seq), 0) FROM chat_transcript WHERE document_id = $1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a transcript's newest entry", e))?;
+        Ok(seq)
+    }
+
+    pub(crate) async fn transcript(
+        &self,
+        document_id: Uuid,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        let sql = format!(
+            "SELECT {TRANSCRIPT_COLUMNS} FROM chat_transcript \
+             WHERE document_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"
+        );
+        let rows: Vec<TranscriptRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(document_id))
+            .bind(after_seq)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a transcript", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    // --- OwnershipStore ---
+
+    pub(crate) async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
+        let sql =
+            format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1");
+        let row: Option<OwnershipRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading ownership", e))?;
+        row.map(Into::into).ok_or(StoreError::NotFound("document"))
+    }
+
+    pub(crate) async fn claim_ownership(
+        &self,
+        document_id: Uuid,
+        holder: &Holder,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Claim> {
+        // The guard is in the WHERE clause: free, or already this account's. A claimer that
+        // waited on a concurrent winner's row lock (PostgreSQL) re-checks the guard against the
+        // winner's row and matches nothing. The generation advances only when the row was free:
+        // SET expressions read the row's values before the update.
+        let sql = format!(
+            "UPDATE planner_ownership SET \
+             generation = CASE WHEN holder_account_id IS NULL \
+                          THEN generation + 1 ELSE generation END, \
+             holder_account_id = $2, holder_login = $3, holder_browser_login_id = $4, \
+             claimed_at_ms = $5 \
+             WHERE document_id = $1 AND (holder_account_id IS NULL OR holder_account_id = $2) \
+             RETURNING {OWNERSHIP_COLUMNS}"
+        );
+        for _ in 0..RACE_RETRIES {
+            let claimed: Option<OwnershipRow<DB::Id>> = sqlx::query_as(&sql)
+                .bind(DB::Id::from(document_id))
+                .bind(DB::Id::from(holder.account_id))
+                .bind(&holder.login)
+                .bind(DB::Id::from(holder.browser_login_id))
+                .bind(now_ms)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("claiming ownership", e))?;
+            if let Some(row) = claimed {
+                return Ok(Claim::Claimed(row.into()));
+            }
+            let current = self.ownership(document_id).await?;
+            match &current.holder {
+                Some(other) if other.account_id != holder.account_id => {
+                    return Ok(Claim::HeldByOther(current))
+                }
+                // Released (or taken by this account) between the two statements: try again.
+                _ => continue,
+            }
+        }
+        Err(StoreError::Backend(
+            "claiming ownership: the document kept changing hands".into(),
+        ))
+    }
+
+    pub(crate) async fn release_ownership(
+        &self,
+        document_id: Uuid,
+        generation: i64,
+    ) -> StoreResult<Release> {
+        let done = sqlx::query(
+            "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
+             holder_browser_login_id = NULL, claimed_at_ms = NULL \
+             WHERE document_id = $1 AND holder_account_id IS NOT NULL AND generation = $2",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(generation)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("releasing ownership", e))?;
+        if DB::rows_affected(&done) == 1 {
+            return Ok(Release::Released);
+        }
+        let current: Option<i64> =
+            sqlx::query_scalar("SELECT generation FROM planner_ownership WHERE document_id = $1")
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading ownership", e))?;
+        match current {
+            Some(current_generation) => Ok(Release::Refused { current_generation }),
+            None => Err(StoreError::NotFound("document")),
+        }
+    }
+
+    pub(crate) async fn clear_all_ownership(&self) -> StoreResult<u64> {
+        let done = sqlx::query(
+            "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
+             holder_browser_login_id = NULL, claimed_at_ms = NULL \
+             WHERE holder_account_id IS NOT NULL",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("clearing ownership", e))?;
+        Ok(DB::rows_affected(&done))
+    }
+
+    // --- LeaseStore ---
+
+    pub(crate) async fn acquire_writer_lease(
+        &self,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        let expires_at_ms = now_ms.saturating_add(ttl_ms);
+        for _ in 0..RACE_RETRIES {
+            // Free, expired or already ours: take it. Only a renewal of our unexpired lease keeps
+            // the epoch.
+            let taken: Option<LeaseRow> = sqlx::query_as(
+                "UPDATE writer_lease SET \
+                 epoch = CASE WHEN holder = $2 AND expires_at_ms > $3 \
+                         THEN epoch ELSE epoch + 1 END, \
+                 holder = $2, expires_at_ms = $4 \
+                 WHERE name = $1 AND (holder IS NULL OR expires_at_ms <= $3 OR holder = $2) \
+                 RETURNING holder, epoch, expires_at_ms",
+            )
+            .bind(WRITER_LEASE_NAME)
+            .bind(holder)
+            .bind(now_ms)
+            .bind(expires_at_ms)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("acquiring the writer lease", e))?;
+            if let Some(row) = taken {
+                return Ok(LeaseAcquire::Acquired(WriterLease {
+                    holder: holder.to_owned(),
+                    epoch: row.epoch,
+                    expires_at_ms: row.expires_at_ms,
+                }));
+            }
+            let current: Option<LeaseRow> = sqlx::query_as(
+                "SELECT holder, epoch, expires_at_ms FROM writer_lease WHERE name = $1",
+            )
+            .bind(WRITER_LEASE_NAME)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading the writer lease", e))?;
+            match current {
+                Some(LeaseRow {
+                    holder: Some(other),
+                    epoch,
+                    expires_at_ms,
+                }) if other != holder && expires_at_ms > now_ms => {
+                    return Ok(LeaseAcquire::HeldElsewhere(WriterLease {
+                        holder: other,
+                        epoch,
+                        expires_at_ms,
+                    }))
+                }
+                Some(_) => continue,
+                None => {
+                    // The migration seeds the row; put it back if someone removed it.
+                    sqlx::query(
+                        "INSERT INTO writer_lease (name, holder, epoch, expires_at_ms) \
+                         VALUES ($1, NULL, 0, 0) ON CONFLICT (name) DO NOTHING",
+                    )
+                    .bind(WRITER_LEASE_NAME)
+                    .execute(&self.pool)
+                    .await
+                    .map_err(|e| sqlx_error("seeding the writer lease", e))?;
+                }
+            }
+        }
+        Err(StoreError::Backend(
+            "acquiring the writer lease: it kept changing hands".into(),
+        ))
+    }
+
+    pub(crate) async fn renew_writer_lease(
+        &self,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        let row: Option<LeaseRow> = sqlx::query_as(
+            "UPDATE writer_lease SET expires_at_ms = $4 \
+             WHERE name = $1 AND holder = $2 AND epoch = $3 \
+             RETURNING holder, epoch, expires_at_ms",
+        )
+        .bind(WRITER_LEASE_NAME)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(now_ms.saturating_add(ttl_ms))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("renewing the writer lease", e))?;
+        Ok(row.map(|row| WriterLease {
+            holder: lease.holder.clone(),
+            epoch: row.epoch,
+            expires_at_ms: row.expires_at_ms,
+        }))
+    }
+
+    pub(crate) async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE writer_lease SET holder = NULL, expires_at_ms = 0 \
+             WHERE name = $1 AND holder = $2 AND epoch = $3",
+        )
+        .bind(WRITER_LEASE_NAME)
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("releasing the writer lease", e))?;
+        Ok(())
+    }
+}
+
+/// Implements [`super::Store`] and every aggregate's trait for a backend type `$store` whose
+/// field `sql` is a [`SqlStore`] of a [`Dialect`], each method forwarding to the same-named
+/// [`SqlStore`] method. The lists below are the traits' signatures (each method returns
+/// `StoreResult` of what is written); the compiler checks them against the traits.
+macro_rules! sql_store_impls {
+    ($store:ty) => {
+        // An anonymous const: these imports serve the impls without entering the module.
+        const _: () = {
+            use uuid::Uuid;
+            use $crate::sql::sql_store_impls;
+            use $crate::{
+                Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent,
+                DocumentStore, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
+                Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
+                TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
+            };
+
+            sql_store_impls!(@forward $store, Store {
+                fn ping() -> ();
+            } {
+                fn backend(&self) -> &'static str {
+                    self.sql.backend()
+                }
+            });
+            sql_store_impls!(@forward $store, SignInStore {
+                fn upsert_account(github_user_id: i64, login: &str, now_ms: UnixMillis) -> Account;
+                fn account(id: Uuid) -> Option<Account>;
+                fn account_by_login(login: &str) -> Option<Account>;
+                fn create_browser_login(login: &BrowserLogin) -> ();
+                fn browser_login(id: Uuid) -> Option<BrowserLogin>;
+                fn sign_out_browser_login(id: Uuid, now_ms: UnixMillis) -> bool;
+                fn set_login_credential(login_id: Uuid, expected_revision: i64, sealed: &[u8])
+                    -> Option<i64>;
+                fn login_credential(login_id: Uuid) -> Option<(i64, Vec<u8>)>;
+                fn delete_login_credential(login_id: Uuid) -> bool;
+                fn delete_expired_logins(now_ms: UnixMillis) -> u64;
+            } {});
+            sql_store_impls!(@forward $store, DocumentStore {
+                fn create_document(doc: &NewDocument) -> Document;
+                fn document(id: Uuid) -> Option<Document>;
+                fn children(parent_id: Uuid) -> Vec<Document>;
+                fn document_by_slug(repo_owner: &str, repo_name: &str, slug: &str)
+                    -> Option<Document>;
+                fn set_archived(id: Uuid, archived: bool) -> ();
+                fn rename_document(document_id: Uuid, new_slug: &str, new_title: &str)
+                    -> Document;
+                fn earlier_slugs(document_id: Uuid) -> Vec<String>;
+                fn advance_revision(id: Uuid, kind: RevisionKind, expected: i64) -> Advance;
+            } {});
+            sql_store_impls!(@forward $store, ContentStore {
+                fn append_update(document_id: Uuid, update: &[u8], now_ms: UnixMillis) -> i64;
+                fn commit_plan_edit(
+                    document_id: Uuid,
+                    expected_plan_revision: i64,
+                    update: &[u8],
+                    now_ms: UnixMillis,
+                ) -> PlanCommit;
+                fn document_content(document_id: Uuid) -> DocumentContent;
+                fn write_checkpoint(document_id: Uuid, upto_seq: i64, state: &[u8]) -> ();
+                fn reset_content(document_id: Uuid, state: &[u8]) -> i64;
+            } {});
+            sql_store_impls!(@forward $store, TranscriptStore {
+                fn append_transcript(document_id: Uuid, entry: &NewTranscriptEntry)
+                    -> TranscriptEntry;
+                fn last_transcript_seq(document_id: Uuid) -> i64;
+                fn transcript(document_id: Uuid, after_seq: i64, limit: u32)
+                    -> Vec<TranscriptEntry>;
+            } {});
+            sql_store_impls!(@forward $store, OwnershipStore {
+                fn ownership(document_id: Uuid) -> Ownership;
+                fn claim_ownership(document_id: Uuid, holder: &Holder, now_ms: UnixMillis)
+                    -> Claim;
+                fn release_ownership(document_id: Uuid, generation: i64) -> Release;
+                fn clear_all_ownership() -> u64;
+            } {});
+            sql_store_impls!(@forward $store, LeaseStore {
+                fn acquire_writer_lease(holder: &str, now_ms: UnixMillis, ttl_ms: i64)
+                    -> LeaseAcquire;
+                fn renew_writer_lease(lease: &WriterLease, now_ms: UnixMillis, ttl_ms: i64)
+                    -> Option<WriterLease>;
+                fn release_writer_lease(lease: &WriterLease) -> ();
+            } {});
+        };
+    };
+    // One trait: each listed method becomes an `async fn` returning `StoreResult<$ret>` that
+    // forwards to `self.sql`; `$extra` holds the trait's other items, written out.
+    (@forward $store:ty, $trait:ident {
+        $(fn $method:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty;)*
+    } { $($extra:tt)* }) => {
+        #[::async_trait::async_trait]
+        impl $trait for $store {
+            $(
+                async fn $method(&self, $($arg: $ty),*) -> $crate::StoreResult<$ret> {
+                    self.sql.$method($($arg),*).await
+                }
+            )*
+            $($extra)*
+        }
+    };
+}
+
+pub(crate) use sql_store_impls;
