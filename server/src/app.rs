@@ -4,7 +4,8 @@
 //!
 //! Owns: the startup sequence (the credential key, the writer lease, clearing owner references
 //! left by an earlier process, sweeping dead logins), wiring the services ([`App::wire`]) and the
-//! transport's routes ([`App::routes`]), and the stop ([`Running::stop`]).
+//! transport's routes ([`App::routes`]), and the graceful stop ([`Running::stop`]: tell every
+//! socket, drain every task, and only then give the writer lease back).
 //! Does not own: sockets or signals (the binary and the simulator bring a listener and a stop
 //! signal and call [`crate::transport::serve`]), or any behaviour of the services.
 //!
@@ -227,6 +228,7 @@ impl App {
             transcript: self.transcript.clone(),
             chat: self.chat.clone(),
             turns: self.turns.clone(),
+            shutdown: self.shutdown.clone(),
         }))
         .merge(transport::agent::routes(AgentDeps {
             access: self.access.clone(),
@@ -241,6 +243,7 @@ impl App {
                 attach_grace_ms: c.planner_attach_grace_ms,
                 access_recheck_ms: c.access_recheck_ms,
             },
+            shutdown: self.shutdown.clone(),
         }))
     }
 }
@@ -312,12 +315,58 @@ impl Running {
         self.app.lease.lost()
     }
 
-    /// Stops renewing and gives the lease back, so the next process starts at once.
-    pub async fn stop(self) {
-        if let Some(lease) = self.keeper.stop() {
-            if let Err(e) = self.app.store.release_writer_lease(&lease).await {
-                tracing::warn!(error = %e, "could not release the writer lease; it will expire");
-            }
-        }
+    /// Resolves once the stop has begun ([`Running::begin_stop`], or [`Running::stop`]): the
+    /// signal to hand to [`crate::transport::serve`], so it stops accepting at that moment.
+    pub fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.app.shutdown.stopping()
     }
+
+    /// Begins the stop: every socket is told (an agent link `going-away`, a room socket 1001),
+    /// turns are stopped, timers end.
+    pub fn begin_stop(&self) {
+        self.app.shutdown.begin();
+    }
+
+    /// The graceful stop, after the listener has stopped accepting: begins it (if not yet), waits
+    /// at most [`DRAIN_BOUND`] for every tracked task (sockets, turns, timers, queues) to end, and
+    /// only then stops renewing the writer lease and gives it back, so no write of this process
+    /// lands after the release. If a task outlives the bound, the lease is not given back but
+    /// left to expire, for the same reason.
+    pub async fn stop(self) -> Stopped {
+        self.app.shutdown.begin();
+        let drained = self.app.shutdown.drained(DRAIN_BOUND).await;
+        if !drained {
+            tracing::warn!(
+                still_running = self.app.shutdown.running(),
+                "tasks still running after the drain bound; the writer lease is left to expire"
+            );
+        }
+        let held = self.keeper.stop();
+        let released = match (held, drained) {
+            (Some(lease), true) => match self.app.store.release_writer_lease(&lease).await {
+                Ok(()) => {
+                    tracing::info!(epoch = lease.epoch, "writer lease released");
+                    true
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not release the writer lease; it will expire");
+                    false
+                }
+            },
+            _ => false,
+        };
+        Stopped { drained, released }
+    }
+}
+
+/// The longest a graceful stop waits for its tasks to end (a turn's abort wait is 5 s).
+pub const DRAIN_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How a stop went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    /// Every task ended within [`DRAIN_BOUND`].
+    pub drained: bool,
+    /// The writer lease was given back (not lost, not left to expire).
+    pub released: bool,
 }

@@ -335,8 +335,13 @@ impl Drop for Membership {
         if document.sockets.fetch_sub(1, Ordering::SeqCst) == 1 {
             let joins = document.joins.load(Ordering::SeqCst);
             let open = self.open.clone();
+            let stopping = self.open.shutdown.stopping();
             self.open.shutdown.spawn(async move {
-                tokio::time::sleep(IDLE_UNLOAD).await;
+                // A stopping process checkpoints at once rather than waiting out the idle time.
+                tokio::select! {
+                    () = tokio::time::sleep(IDLE_UNLOAD) => {}
+                    () = stopping => {}
+                }
                 open.unload_if_idle(&document, joins).await;
             });
         }

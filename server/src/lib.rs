@@ -34,4 +34,4 @@ pub use chopin_store as store;
 
 pub use app::App;
 pub use runtime::Runtime;
-pub use transport::serve;
+pub use transport::{serve, tcp_listener};

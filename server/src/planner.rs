@@ -529,11 +529,17 @@ impl Planners {
             let (holder, generation) = (holder.clone(), *generation);
             let timer = table.id();
             let planners = self.clone();
+            let stopping = self.shutdown.stopping();
             let task = self
                 .shutdown
                 .spawn(async move {
-                    tokio::time::sleep(std::time::Duration::from_millis(grace_ms)).await;
-                    planners.grace_ended(doc, timer).await;
+                    tokio::select! {
+                        () = tokio::time::sleep(std::time::Duration::from_millis(grace_ms)) => {
+                            planners.grace_ended(doc, timer).await;
+                        }
+                        // A stopping process releases nothing: the next one decides.
+                        () = stopping => {}
+                    }
                 })
                 .abort_handle();
             tracing::info!(document = %doc, login = %holder.login, ?how, until_ms, "Planner link ended; grace period started");

@@ -128,8 +128,23 @@ impl Transcript {
             replies,
         });
         let weak = Arc::downgrade(&transcript);
+        let stopping = shutdown.stopping();
         shutdown.spawn(async move {
-            while let Some((document, entry)) = queue.recv().await {
+            tokio::pin!(stopping);
+            let mut stopped = false;
+            loop {
+                let next = tokio::select! {
+                    next = queue.recv() => next,
+                    // Stopping: what is queued is posted, then the queue ends.
+                    () = &mut stopping, if !stopped => {
+                        stopped = true;
+                        queue.close();
+                        continue;
+                    }
+                };
+                let Some((document, entry)) = next else {
+                    return;
+                };
                 let Some(transcript) = weak.upgrade() else {
                     return;
                 };

@@ -266,7 +266,16 @@ impl Turns {
             turns: self.clone(),
             document,
         };
-        let report = run_turn(&watched, session, turn, inbox, host.clone()).await;
+        let running = run_turn(&watched, session, turn, inbox, host.clone());
+        tokio::pin!(running);
+        let report = tokio::select! {
+            report = &mut running => report,
+            // The process is stopping: the turn is stopped as a Stop would, and ends.
+            () = d.shutdown.stopping() => {
+                self.stop(document);
+                running.await
+            }
+        };
         if let Some(running) = self.lock().get_mut(&document) {
             running.phase = Phase::Ending;
         }
@@ -275,6 +284,12 @@ impl Turns {
         let reply = reply.trim().to_owned();
         if !reply.is_empty() {
             sink.post(document, "planner", reply);
+        }
+        if d.shutdown.is_stopping() {
+            // A graceful stop posts no Chat line about the links or the turns (HO-17).
+            tracing::info!(document = %document, result = ?report.result, "Planner turn ended by the server's stop");
+            self.lock().remove(&document);
+            return;
         }
         match &report.result {
             TurnResult::Completed { .. } => {}

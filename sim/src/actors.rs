@@ -323,6 +323,9 @@ enum BrowserCommand {
 pub struct Browser {
     pub name: String,
     log: Arc<Mutex<Vec<Heard>>>,
+    /// When and how the socket ended: the server's close code and reason, or 1006 when the
+    /// connection went away without a close frame.
+    closed: Arc<Mutex<Option<(u64, u16, String)>>>,
     commands: mpsc::UnboundedSender<BrowserCommand>,
 }
 
@@ -358,6 +361,14 @@ impl Browser {
     /// Every JSON message heard so far.
     pub fn heard(&self) -> Vec<Heard> {
         self.log.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// When and how the room socket ended (1006 without a close frame), once it has.
+    pub fn closed(&self) -> Option<(u64, u16, String)> {
+        self.closed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The `planner` objects of every `session:planner` heard, in order.
@@ -421,10 +432,12 @@ impl World {
     /// `cookie`; it records every JSON message it hears.
     pub fn browser(&mut self, name: &str, cookie: &str, document_id: &str) -> Browser {
         let log = Arc::new(Mutex::new(Vec::new()));
+        let closed = Arc::new(Mutex::new(None));
         let (commands, mut rx) = mpsc::unbounded_channel();
         let browser = Browser {
             name: name.to_owned(),
             log: log.clone(),
+            closed: closed.clone(),
             commands,
         };
         let path = format!("/api/documents/{document_id}/room");
@@ -476,7 +489,16 @@ impl World {
                             });
                         }
                         Ok(BrowserEvent::Binary(_)) => {}
-                        Ok(BrowserEvent::Closed { .. }) | Err(_) => return Ok(()),
+                        Ok(BrowserEvent::Closed { code, reason }) => {
+                            recorder.record_in_host(&host, Event::Actor { what: format!("closed {code} {reason}") });
+                            *closed.lock().unwrap_or_else(|e| e.into_inner()) = Some((now_ms(), code, reason));
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            recorder.record_in_host(&host, Event::Actor { what: format!("dropped without a close frame: {e}") });
+                            *closed.lock().unwrap_or_else(|e| e.into_inner()) = Some((now_ms(), 1006, String::new()));
+                            return Ok(());
+                        }
                     },
                 }
             }

@@ -31,8 +31,8 @@ pub use actors::{frame_detail, Agent, AgentEvent, Browser, Heard, TurnScript, Tu
 pub use clock::{SimClock, SIM_EPOCH_MS};
 pub use net::{TurmoilConnector, TurmoilListener};
 pub use world::{
-    run, Configure, Event, Expectation, Failure, Request, Scenario, SimError, Step, Trace,
-    TraceEvent, World, WorldOptions, GITHUB_HOST, GITHUB_PORT, SERVER_HOST, SERVER_ORIGIN,
+    run, Configure, Event, Expectation, Failure, Request, Scenario, SimError, Step, StoreWrite,
+    Trace, TraceEvent, World, WorldOptions, GITHUB_HOST, GITHUB_PORT, SERVER_HOST, SERVER_ORIGIN,
     SERVER_PORT,
 };
 

@@ -22,6 +22,7 @@ use chopin_fixtures::github::FakeGitHub;
 use chopin_server::config::Config;
 use chopin_server::runtime::connector::{self, HttpError};
 use chopin_server::runtime::entropy::SeededEntropy;
+use chopin_server::store::instrumented::Instrumented;
 use chopin_server::store::{MemoryStore, Store};
 use chopin_server::{App, Runtime};
 use serde::{Deserialize, Serialize};
@@ -80,6 +81,10 @@ pub enum Step {
     StartServer,
     /// [`Step::CrashServer`] then [`Step::StartServer`] at the same instant.
     RestartServer,
+    /// Stops the server gracefully, as SIGTERM does: it stops accepting, tells every socket,
+    /// drains, gives the writer lease back, and its host's software ends. The world runs until
+    /// it has ended (at most `within_ms`). [`Step::StartServer`] starts it again.
+    StopServer { within_ms: u64 },
     /// Checks an expectation against what has happened so far.
     Expect(Expectation),
 }
@@ -182,8 +187,16 @@ pub enum Event {
     },
     /// `app::start` or binding failed; the incarnation ends without serving.
     ServerStartFailed { incarnation: u32, error: String },
-    /// Serving ended (the writer lease was lost, or serving failed).
-    ServerStopped { incarnation: u32, reason: String },
+    /// The world asked the server to stop gracefully.
+    ServerStopRequested,
+    /// Serving ended (a graceful stop, the writer lease lost, or serving failed), and how the stop
+    /// went: every task drained within its bound, the writer lease given back.
+    ServerStopped {
+        incarnation: u32,
+        reason: String,
+        drained: bool,
+        lease_released: bool,
+    },
     /// The world crashed the server host.
     ServerCrashed,
     /// The world started the server host's software again.
@@ -380,6 +393,47 @@ pub struct World {
     server_incarnations: u32,
     /// The services of the server's current incarnation, once it has started.
     server_state: Arc<Mutex<Option<App>>>,
+    /// Bumped to ask the server's current incarnation to stop gracefully.
+    stop: Arc<tokio::sync::watch::Sender<u32>>,
+    /// Every store write of every incarnation, in the order they returned.
+    writes: WriteLog,
+}
+
+/// A store write, as [`World::store_writes`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreWrite {
+    /// Simulated ms when it returned.
+    pub at_ms: u64,
+    /// The server incarnation that made it.
+    pub incarnation: u32,
+    /// The store method (`append_transcript`, `release_writer_lease`, …).
+    pub method: &'static str,
+}
+
+/// The store writes of every incarnation; the hook of each incarnation's instrumented store.
+#[derive(Clone, Default)]
+struct WriteLog(Arc<Mutex<Vec<StoreWrite>>>);
+
+/// One incarnation's hook into the [`WriteLog`].
+struct WriteHook {
+    log: WriteLog,
+    incarnation: u32,
+}
+
+impl chopin_server::store::instrumented::Hook for WriteHook {
+    fn call(&self, call: chopin_server::store::instrumented::Call) {
+        if call.write {
+            self.log
+                .0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(StoreWrite {
+                    at_ms: host_now_ms(),
+                    incarnation: self.incarnation,
+                    method: call.method,
+                });
+        }
+    }
 }
 
 impl World {
@@ -412,17 +466,26 @@ impl World {
         // different holder name (as a restarted process would) yet a seed replays them all.
         let entropy = Arc::new(SeededEntropy::new(seed));
         let incarnations = Arc::new(AtomicU32::new(0));
+        let stop = Arc::new(tokio::sync::watch::channel(0u32).0);
+        let writes = WriteLog::default();
         {
             let (store, recorder) = (store.clone(), recorder.clone());
             let (configure, server_state) = (options.configure.clone(), server_state.clone());
+            let (stop, writes) = (stop.clone(), writes.clone());
             sim.host(SERVER_HOST, move || {
-                let store = Arc::new(store.clone()) as Arc<dyn Store>;
+                let incarnation = incarnations.fetch_add(1, Ordering::SeqCst) + 1;
+                let store = Arc::new(Instrumented::new(
+                    Arc::new(store.clone()),
+                    WriteHook {
+                        log: writes.clone(),
+                        incarnation,
+                    },
+                )) as Arc<dyn Store>;
                 let runtime = Runtime {
                     clock: clock.clone(),
                     entropy: entropy.clone(),
                     connector: Arc::new(TurmoilConnector),
                 };
-                let incarnation = incarnations.fetch_add(1, Ordering::SeqCst) + 1;
                 run_server(
                     incarnation,
                     store,
@@ -430,6 +493,7 @@ impl World {
                     recorder.clone(),
                     configure.clone(),
                     server_state.clone(),
+                    stop.subscribe(),
                 )
             });
         }
@@ -458,7 +522,18 @@ impl World {
             next_request: 1,
             server_incarnations: 1,
             server_state,
+            stop,
+            writes,
         }
+    }
+
+    /// Every store write so far, of every incarnation, in the order they returned.
+    pub fn store_writes(&self) -> Vec<StoreWrite> {
+        self.writes
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// The services of the server's current incarnation (its attachment table, sign-ins, …), for
@@ -581,6 +656,7 @@ impl World {
                 self.crash_server();
                 self.start_server()
             }
+            Step::StopServer { within_ms } => self.stop_server(*within_ms),
             Step::Expect(expectation) => self.expect(expectation),
         }
     }
@@ -637,6 +713,28 @@ impl World {
         self.sim.crash(SERVER_HOST);
         self.recorder
             .record_at(self.now_ms(), SERVER_HOST, Event::ServerCrashed);
+    }
+
+    fn stop_server(&mut self, within_ms: u64) -> Result<(), SimError> {
+        self.recorder
+            .record_at(self.now_ms(), SERVER_HOST, Event::ServerStopRequested);
+        self.stop.send_modify(|n| *n += 1);
+        let incarnation = self.server_incarnations;
+        let deadline = self.now_ms().saturating_add(within_ms);
+        loop {
+            let stopped = self.recorder.lock().iter().any(|e| {
+                matches!(e.event, Event::ServerStopped { incarnation: i, .. } if i == incarnation)
+            });
+            if stopped && !self.sim.is_host_running(SERVER_HOST) {
+                return Ok(());
+            }
+            if self.now_ms() >= deadline {
+                return Err(self.timeout(format!(
+                    "server incarnation {incarnation} had not stopped within {within_ms} ms"
+                )));
+            }
+            self.tick()?;
+        }
     }
 
     fn start_server(&mut self) -> Result<(), SimError> {
@@ -805,7 +903,10 @@ async fn run_server(
     recorder: Recorder,
     configure: Option<Configure>,
     server_state: Arc<Mutex<Option<App>>>,
+    mut stop: tokio::sync::watch::Receiver<u32>,
 ) -> turmoil::Result {
+    // A stop asked before this incarnation began is not for it.
+    stop.borrow_and_update();
     recorder.record_in_host(SERVER_HOST, Event::ServerBooting { incarnation });
     // The data dir is unused with the memory store.
     let mut config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
@@ -861,9 +962,25 @@ async fn run_server(
         .planners
         .observe(Arc::new(TraceObserver(recorder.clone())));
     *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.app().clone());
-    let served = chopin_server::serve(listener, running.router(), running.lease_lost()).await;
+    let lost = running.lease_lost();
+    let asked = async move {
+        let _ = stop.changed().await;
+    };
+    let reason = Arc::new(Mutex::new(String::new()));
+    let why = reason.clone();
+    let shutdown = running.app().shutdown.clone();
+    tokio::spawn(async move {
+        let because = tokio::select! {
+            () = lost => "writer lease lost",
+            () = asked => "graceful stop",
+        };
+        *why.lock().unwrap_or_else(|e| e.into_inner()) = because.to_owned();
+        shutdown.begin();
+    });
+    let served = chopin_server::serve(listener, running.router(), running.stopping()).await;
+    let stopped = running.stop().await;
     let reason = match served {
-        Ok(()) => "writer lease lost".to_string(),
+        Ok(()) => reason.lock().unwrap_or_else(|e| e.into_inner()).clone(),
         Err(e) => format!("serving failed: {e}"),
     };
     recorder.record_in_host(
@@ -871,9 +988,10 @@ async fn run_server(
         Event::ServerStopped {
             incarnation,
             reason,
+            drained: stopped.drained,
+            lease_released: stopped.released,
         },
     );
-    running.stop().await;
     Ok(())
 }
 

@@ -116,17 +116,31 @@ async fn run(mut config: Config, origin_given: bool) -> anyhow::Result<()> {
     // Printed as well as logged, so the address is easy to find with any log format.
     println!("chopin listening on http://{local} (data: {where_})");
 
+    // A signal or a lost lease begins the stop: the listener stops accepting, every socket is
+    // told, every task drains, and only then is the writer lease given back.
     let lost = running.lease_lost();
-    let shutdown = async move {
+    let shutdown = running.app().shutdown.clone();
+    tokio::spawn(async move {
         tokio::select! {
             () = signals.received() => {}
             () = lost => tracing::error!("writer lease lost; draining and stopping"),
         }
-    };
-    chopin_server::serve(listener, running.router(), shutdown).await?;
+        shutdown.begin();
+    });
+    let served = chopin_server::serve(
+        chopin_server::tcp_listener(listener),
+        running.router(),
+        running.stopping(),
+    )
+    .await;
     let lost_lease = !running.app().lease.is_held();
-    running.stop().await;
-    tracing::info!("stopped");
+    let stopped = running.stop().await;
+    tracing::info!(
+        drained = stopped.drained,
+        lease_released = stopped.released,
+        "stopped"
+    );
+    served?;
     if lost_lease {
         anyhow::bail!("stopped because the writer lease was lost");
     }

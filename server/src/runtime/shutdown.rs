@@ -38,6 +38,12 @@ impl Shutdown {
         self.tracker.spawn(task)
     }
 
+    /// Counts `task` (a future someone else spawns, such as a socket's task after its upgrade) as
+    /// tracked: [`Shutdown::drained`] waits for it too.
+    pub fn track<F: Future>(&self, task: F) -> impl Future<Output = F::Output> {
+        self.tracker.track_future(task)
+    }
+
     /// Resolves once the stop has begun. Cancel-safe; use it in `select!`.
     pub fn stopping(&self) -> WaitForCancellationFutureOwned {
         self.token.clone().cancelled_owned()

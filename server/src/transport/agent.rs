@@ -36,7 +36,7 @@ use crate::identity::github::GitHubError;
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
 use crate::observe::PlannerEvent;
 use crate::planner::{Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal};
-use crate::runtime::SharedClock;
+use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Document, OwnershipStore};
 
 /// The settings an attached link is told and kept to.
@@ -61,6 +61,8 @@ pub struct AgentDeps {
     pub sign_ins: Arc<SignIns>,
     pub clock: SharedClock,
     pub timers: LinkTimers,
+    /// The process's stop: every link is told `going-away` and closed 1001.
+    pub shutdown: Shutdown,
 }
 
 pub fn routes(deps: AgentDeps) -> Routes {
@@ -152,21 +154,24 @@ async fn endpoint(
         .protocols([AGENT_SUBPROTOCOL])
         .max_message_size(READ_LIMIT_BYTES)
         .max_frame_size(READ_LIMIT_BYTES)
-        .on_upgrade(move |socket| async move {
-            let mut link = Link {
-                socket,
-                order: LinkOrder::new(),
-                deps,
-                token,
-                github_user_id: admitted.user.id,
-                login,
-                last_heard: Instant::now(),
-                bound: None,
-                hold: None,
-                attaching: None,
-                end_on_close: None,
-            };
-            link.run().await;
+        .on_upgrade(move |socket| {
+            let shutdown = deps.shutdown.clone();
+            shutdown.track(async move {
+                let mut link = Link {
+                    socket,
+                    order: LinkOrder::new(),
+                    deps,
+                    token,
+                    github_user_id: admitted.user.id,
+                    login,
+                    last_heard: Instant::now(),
+                    bound: None,
+                    hold: None,
+                    attaching: None,
+                    end_on_close: None,
+                };
+                link.run().await;
+            })
         })
 }
 
@@ -203,7 +208,12 @@ enum Ended {
 
 impl Link {
     async fn run(&mut self) {
-        let attach = match tokio::time::timeout(ATTACH_WAIT, self.next_message()).await {
+        let stopping = self.deps.shutdown.stopping();
+        let first = tokio::select! {
+            first = tokio::time::timeout(ATTACH_WAIT, self.next_message()) => first,
+            () = stopping => return self.going_away().await,
+        };
+        let attach = match first {
             Err(_) => {
                 let fault = Fault::OutOfOrder {
                     message_type: "attach".into(),
@@ -408,9 +418,17 @@ impl Link {
         ));
         tokio::pin!(expiry);
         let mut expired = false;
+        let stopping = self.deps.shutdown.stopping();
+        tokio::pin!(stopping);
         loop {
             let silent_until = self.last_heard + timeout;
             tokio::select! {
+                () = &mut stopping => {
+                    // The process is stopping: the link is told so and closed 1001. No grace
+                    // period starts; the next process decides what the ownership becomes.
+                    self.going_away().await;
+                    return Ended::Done;
+                }
                 incoming = self.next_message() => match incoming {
                     Incoming::Gone => return Ended::OnItsOwn(LinkEnd::Dropped),
                     Incoming::Fault(fault) => {
@@ -577,6 +595,16 @@ impl Link {
                 }
             }
         })
+        .await;
+    }
+
+    /// The process is stopping: `going-away`, then the close 1001 (AO, HO-17: no Chat line).
+    async fn going_away(&mut self) {
+        tracing::info!(login = %self.login, "the server is stopping; telling the link going-away");
+        self.close_with(
+            ErrorCode::GoingAway,
+            "This server is stopping; attach again in a moment.".to_owned(),
+        )
         .await;
     }
 

@@ -112,6 +112,20 @@ impl Routes {
     }
 }
 
+/// A TCP listener whose accepted sockets send small frames at once: `TCP_NODELAY` is set on
+/// each, so an answer of a few bytes (a `chat:ack`) is not held ~40 ms by Nagle's algorithm
+/// waiting for the peer's delayed acknowledgement.
+pub fn tcp_listener(
+    listener: tokio::net::TcpListener,
+) -> impl axum::serve::Listener<Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY on an accepted socket");
+        }
+    })
+}
+
 /// Serves `router` on `listener` until `shutdown` resolves, then finishes in-flight requests.
 pub async fn serve<L>(
     listener: L,

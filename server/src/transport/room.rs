@@ -33,6 +33,7 @@ use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::SignIns;
 use crate::planner::{Planners, Presence};
+use crate::runtime::Shutdown;
 use crate::store::Document;
 use crate::transcript::{FeedEvent, HistoryQuery, Transcript};
 use crate::turns::Turns;
@@ -47,6 +48,8 @@ pub struct RoomDeps {
     pub transcript: Arc<Transcript>,
     pub chat: Arc<Chat>,
     pub turns: Arc<Turns>,
+    /// The process's stop: every room socket is closed 1001.
+    pub shutdown: Shutdown,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -54,6 +57,9 @@ pub fn routes(deps: RoomDeps) -> Routes {
         .get("/api/documents/{id}/room", endpoint)
         .with_state(deps)
 }
+
+/// The close code when the server stops (RFC 6455 "going away").
+const GOING_AWAY: u16 = 1001;
 
 /// Largest frame a browser may send on the room socket.
 const ROOM_FRAME_LIMIT: usize = 1024 * 1024;
@@ -96,7 +102,8 @@ async fn endpoint(
     upgrade
         .max_message_size(ROOM_FRAME_LIMIT)
         .on_upgrade(move |socket| {
-            run(
+            let shutdown = deps.shutdown.clone();
+            shutdown.track(run(
                 deps,
                 socket,
                 doc,
@@ -106,7 +113,7 @@ async fn endpoint(
                     can_write,
                     membership,
                 },
-            )
+            ))
         })
 }
 
@@ -178,8 +185,17 @@ async fn run(deps: RoomDeps, mut socket: WebSocket, doc: Document, member: Membe
             return;
         }
     }
+    let stopping = deps.shutdown.stopping();
+    tokio::pin!(stopping);
     loop {
         tokio::select! {
+            () = &mut stopping => {
+                let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
+                    code: GOING_AWAY,
+                    reason: "going-away".into(),
+                }))).await;
+                return;
+            }
             login = ended.recv() => match login {
                 Ok(id) if id != member.login_id => {}
                 Err(RecvError::Lagged(_))
