@@ -379,12 +379,10 @@ impl ContractModel for RemoteModel {
             return;
         };
         let marker = self.next_marker.fetch_add(1, Ordering::SeqCst) + 1;
-        let sent = link
-            .commands
-            .send(LinkCommand::Send(ServerMessage::Destroy(wire::Destroy {
-                session_id: format!("{SETTLE_PREFIX}{marker}"),
-            })));
-        if sent.is_err() {
+        let sent = link.command(LinkCommand::Send(ServerMessage::Destroy(wire::Destroy {
+            session_id: format!("{SETTLE_PREFIX}{marker}"),
+        })));
+        if !sent {
             return;
         }
         let mut settled = self.shared.settled.subscribe();

@@ -36,6 +36,7 @@ use crate::transport::auth::AuthDeps;
 use crate::transport::documents::DocumentsDeps;
 use crate::transport::health::HealthDeps;
 use crate::transport::room::RoomDeps;
+use crate::transport::yjs::YjsDeps;
 use crate::transport::{self, Routes};
 use crate::turns::{Turns, TurnsDeps};
 
@@ -228,6 +229,12 @@ impl App {
             transcript: self.transcript.clone(),
             chat: self.chat.clone(),
             turns: self.turns.clone(),
+            shutdown: self.shutdown.clone(),
+        }))
+        .merge(transport::yjs::routes(YjsDeps {
+            access: self.access.clone(),
+            sign_ins: self.sign_ins.clone(),
+            open: self.open.clone(),
             shutdown: self.shutdown.clone(),
         }))
         .merge(transport::agent::routes(AgentDeps {

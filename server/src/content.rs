@@ -36,6 +36,9 @@ const RELAY_BACKLOG: usize = 1024;
 pub struct Relay {
     pub from: u64,
     pub frame: Arc<Vec<u8>>,
+    /// An awareness frame (rather than a document update): a socket that echoes awareness, as
+    /// y-websocket's own server does, sends these back to their sender too.
+    pub awareness: bool,
 }
 
 /// Why an update was not accepted.
@@ -135,6 +138,7 @@ impl OpenDocument {
         let _ = self.relay.send(Relay {
             from,
             frame: Arc::new(frame),
+            awareness: false,
         });
         Ok(true)
     }
@@ -199,6 +203,7 @@ impl OpenDocument {
                 let _ = self.relay.send(Relay {
                     from: 0,
                     frame: Arc::new(sync_update_frame(&update)),
+                    awareness: false,
                 });
                 if let EditOutcome::Applied { revision, .. } = &mut result.outcome {
                     *revision = plan_revision as u64;
@@ -242,6 +247,7 @@ impl OpenDocument {
         let _ = self.relay.send(Relay {
             from,
             frame: Arc::new(frame),
+            awareness: true,
         });
     }
 
@@ -282,6 +288,7 @@ impl OpenDocument {
         let _ = self.relay.send(Relay {
             from: connection,
             frame: Arc::new(frame),
+            awareness: true,
         });
     }
 

@@ -525,3 +525,61 @@ fn rt_09_abort_with_a_silent_client_destroys_the_session_exactly_5_s_later() {
     );
     assert_eq!(agent.frames_of("destroy").len(), 1, "destroyed once");
 }
+
+/// Bounded sockets: a client that stops reading while the server still has more for it than the
+/// connection takes unread (a `steer` for each of 150 messages; the simulated connection holds
+/// 64 frames) never holds the link's loop: its silence timer closes the link exactly
+/// `AGENT_CONNECTION_TIMEOUT_MS` after the client was last heard — still attached 1 ms before,
+/// closed and in its grace period 1 ms after.
+#[test]
+fn a_client_that_stops_reading_is_closed_on_time_while_its_frames_pile_up() {
+    use chopin_server::observe::PlannerEvent;
+    use chopin_server::planner::PresenceState;
+    use chopin_sim::{Event, SIM_EPOCH_MS};
+    const TIMEOUT_MS: u64 = 120_000;
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(47);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &["steer-turn"]);
+    agent.script(TurnScript::new().started().await_steers(10_000));
+    ack(&say(&mut world, &room, "go", "@chopin draft it"), "started");
+    wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    agent.silence();
+    world.advance(10).unwrap();
+    for i in 0..150 {
+        room.send_chat(&format!("s-{i}"), "@chopin and this");
+        world.advance(2).unwrap();
+    }
+    let r = room.clone();
+    until(&mut world, 10_000, "every steer acked", move || {
+        r.replies("s-149").len() == 1
+    });
+    let app = world.server_app().unwrap();
+    let heard = (app.planners.last_heard_ms(doc).expect("attached") - SIM_EPOCH_MS) as u64;
+    world
+        .advance(heard + TIMEOUT_MS - 1 - world.now_ms())
+        .unwrap();
+    assert_eq!(app.planners.presence(doc).state, PresenceState::Attached);
+    world.advance(2).unwrap();
+    assert_eq!(app.planners.presence(doc).state, PresenceState::Detached);
+    let closed: Vec<_> = world
+        .trace()
+        .events
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::Planner(p @ PlannerEvent::Closed { .. }) => Some((e.at_ms, p)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(closed[0].0, heard + TIMEOUT_MS);
+    assert!(
+        matches!(&closed[0].1, PlannerEvent::Closed { code: 4408, reason, .. } if reason == "connection-timeout"),
+        "{closed:?}"
+    );
+}

@@ -11,6 +11,13 @@ use chopin_protocol::agent::{ClientMessage, Feature, ServerMessage};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
+/// Commands a link's task may have waiting: it takes each at once (queueing a frame never
+/// waits), so a full queue means the link is stuck, and the command counts as undeliverable.
+pub const COMMAND_BACKLOG: usize = 256;
+/// Client frames for one session or turn that may wait for it to read them; a client that sends
+/// more is at fault (`out-of-order`, 1008).
+pub const ROUTE_BACKLOG: usize = 1024;
+
 /// What the harness may ask of an attached link's task.
 #[derive(Debug)]
 pub enum LinkCommand {
@@ -19,7 +26,7 @@ pub enum LinkCommand {
     /// Route the client's frames for `key` (`session:<id>` or `turn:<id>`) to `to`.
     Route {
         key: String,
-        to: mpsc::UnboundedSender<ClientMessage>,
+        to: mpsc::Sender<ClientMessage>,
     },
     /// Stop routing `key`.
     Unroute { key: String },
@@ -29,8 +36,16 @@ pub enum LinkCommand {
 /// link accepted.
 #[derive(Debug, Clone)]
 pub struct LinkHandle {
-    pub commands: mpsc::UnboundedSender<LinkCommand>,
+    pub commands: mpsc::Sender<LinkCommand>,
     pub features: Vec<Feature>,
+}
+
+impl LinkHandle {
+    /// Hands `command` to the link's task without waiting; false if the link is gone (or
+    /// stuck, which ends it the same way).
+    pub fn command(&self, command: LinkCommand) -> bool {
+        self.commands.try_send(command).is_ok()
+    }
 }
 
 /// Finds the client attached to a document.

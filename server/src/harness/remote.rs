@@ -25,7 +25,7 @@ use chopin_protocol::agent::{
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::port::{AgentLinks, LinkCommand, LinkHandle};
+use super::port::{AgentLinks, LinkCommand, LinkHandle, ROUTE_BACKLOG};
 use super::{
     Capabilities, Harness, HarnessError, HarnessSession, SessionRequest, TurnIo, TurnOutcome,
     TurnRequest,
@@ -88,23 +88,20 @@ impl Harness for RemoteHarness {
             message: "no Planner client is attached to this document".to_owned(),
         })?;
         let session_id = format!("s-{}", self.entropy.token_hex(8));
-        let (to, mut answers) = mpsc::unbounded_channel();
+        let (to, mut answers) = mpsc::channel(ROUTE_BACKLOG);
         let key = format!("session:{session_id}");
         let gone = || HarnessError::Unavailable {
             message: "the Planner's connection closed".to_owned(),
         };
-        link.commands
-            .send(LinkCommand::Route {
-                key: key.clone(),
-                to,
-            })
-            .map_err(|_| gone())?;
-        link.commands
-            .send(LinkCommand::Send(ServerMessage::Start(wire::Start {
-                session_id: session_id.clone(),
-                mode: request.mode,
-            })))
-            .map_err(|_| gone())?;
+        if !link.command(LinkCommand::Route {
+            key: key.clone(),
+            to,
+        }) || !link.command(LinkCommand::Send(ServerMessage::Start(wire::Start {
+            session_id: session_id.clone(),
+            mode: request.mode,
+        }))) {
+            return Err(gone());
+        }
         let answer = tokio::time::timeout(Duration::from_millis(START_TIMEOUT_MS), async {
             loop {
                 match answers.recv().await {
@@ -118,7 +115,7 @@ impl Harness for RemoteHarness {
             }
         })
         .await;
-        let _ = link.commands.send(LinkCommand::Unroute { key });
+        let _ = link.command(LinkCommand::Unroute { key });
         let session = RemoteSession {
             link,
             id: session_id,
@@ -161,7 +158,7 @@ struct RemoteSession {
 
 impl RemoteSession {
     fn send(&self, message: ServerMessage) -> bool {
-        self.link.commands.send(LinkCommand::Send(message)).is_ok()
+        self.link.command(LinkCommand::Send(message))
     }
 }
 
@@ -174,17 +171,12 @@ impl HarnessSession for RemoteSession {
     async fn run_turn(&self, turn: TurnRequest, io: TurnIo) -> TurnOutcome {
         let turn_id = format!("t-{}", self.entropy.token_hex(8));
         let key = format!("turn:{turn_id}");
-        let (to, mut frames) = mpsc::unbounded_channel();
+        let (to, mut frames) = mpsc::channel(ROUTE_BACKLOG);
         let closed = || TurnOutcome::failed("the Planner's connection closed mid-turn");
-        if self
-            .link
-            .commands
-            .send(LinkCommand::Route {
-                key: key.clone(),
-                to,
-            })
-            .is_err()
-        {
+        if !self.link.command(LinkCommand::Route {
+            key: key.clone(),
+            to,
+        }) {
             return closed();
         }
         let sent = self.send(ServerMessage::Turn(wire::Turn {
@@ -253,7 +245,7 @@ impl HarnessSession for RemoteSession {
                 }
             }
         };
-        let _ = self.link.commands.send(LinkCommand::Unroute { key });
+        let _ = self.link.command(LinkCommand::Unroute { key });
         outcome
     }
 

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -23,13 +23,17 @@ use chopin_protocol::agent::{
     self as wire, ClientMessage, ErrorCode, ErrorFrame, Fault, Feature, Frame, LinkOrder,
     RefusalReason, ServerMessage, AGENT_PROTOCOL_VERSION, AGENT_SUBPROTOCOL, MAX_FRAME_BYTES,
 };
+use futures::stream::SplitStream;
+use futures::StreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::socket::{self, Outbox};
 use super::{Routes, Table};
 use crate::access::{bearer, Access};
 use crate::documents::{self, Documents, Locator};
+use crate::harness::port::{COMMAND_BACKLOG, ROUTE_BACKLOG};
 use crate::harness::remote::START_TIMEOUT_MS;
 use crate::identity::admission::{Admission, AdmissionError};
 use crate::identity::github::GitHubError;
@@ -150,15 +154,18 @@ async fn endpoint(
         }
     };
     let login = admitted.user.login.clone();
-    upgrade
-        .protocols([AGENT_SUBPROTOCOL])
-        .max_message_size(READ_LIMIT_BYTES)
-        .max_frame_size(READ_LIMIT_BYTES)
-        .on_upgrade(move |socket| {
+    socket::tune(upgrade.protocols([AGENT_SUBPROTOCOL]), READ_LIMIT_BYTES).on_upgrade(
+        move |socket| {
             let shutdown = deps.shutdown.clone();
+            let (reader, out) = socket::split(
+                socket,
+                &shutdown,
+                Duration::from_millis(deps.timers.connection_timeout_ms),
+            );
             shutdown.track(async move {
                 let mut link = Link {
-                    socket,
+                    reader,
+                    out,
                     order: LinkOrder::new(),
                     deps,
                     token,
@@ -172,12 +179,16 @@ async fn endpoint(
                 };
                 link.run().await;
             })
-        })
+        },
+    )
 }
 
 /// One upgraded connection.
 struct Link {
-    socket: WebSocket,
+    /// What the client sends, read only by this link's loop.
+    reader: SplitStream<WebSocket>,
+    /// What the link sends, written by the socket's writer task.
+    out: Outbox,
     order: LinkOrder,
     deps: AgentDeps,
     token: String,
@@ -259,7 +270,7 @@ impl Link {
             .into_iter()
             .filter(|f| SUPPORTED_FEATURES.contains(f))
             .collect();
-        let (commands, mut command_rx) = mpsc::unbounded_channel();
+        let (commands, mut command_rx) = mpsc::channel(COMMAND_BACKLOG);
         let handle = LinkHandle {
             commands,
             features: features.clone(),
@@ -398,11 +409,11 @@ impl Link {
         doc: &Document,
         live: &Arc<LiveLogin>,
         mut bound: Bound,
-        commands: &mut mpsc::UnboundedReceiver<LinkCommand>,
+        commands: &mut mpsc::Receiver<LinkCommand>,
     ) -> Ended {
         // The harness's sessions and turns, by `session:<id>` / `turn:<id>`. Dropped with the
         // link, which tells each that the client is gone.
-        let mut routes: HashMap<String, mpsc::UnboundedSender<ClientMessage>> = HashMap::new();
+        let mut routes: HashMap<String, mpsc::Sender<ClientMessage>> = HashMap::new();
         let mut commands_open = true;
         let c = self.deps.timers;
         let timeout = Duration::from_millis(c.connection_timeout_ms);
@@ -419,7 +430,8 @@ impl Link {
         tokio::pin!(expiry);
         let mut expired = false;
         let stopping = self.deps.shutdown.stopping();
-        tokio::pin!(stopping);
+        let writer_ended = self.out.ended();
+        tokio::pin!(stopping, writer_ended);
         loop {
             let silent_until = self.last_heard + timeout;
             tokio::select! {
@@ -448,7 +460,15 @@ impl Link {
                             .or_else(|| other.session_id().map(|s| format!("session:{s}")));
                         match key.and_then(|k| routes.get(&k)) {
                             Some(to) => {
-                                let _ = to.send(other);
+                                if let Err(mpsc::error::TrySendError::Full(flooded)) = to.try_send(other) {
+                                    let fault = Fault::OutOfOrder {
+                                        message_type: flooded.type_name().to_owned(),
+                                        rule: format!("at most {ROUTE_BACKLOG} frames of one session or turn may wait for the server to read them"),
+                                    };
+                                    self.end_on_close = Some(LinkEnd::Dropped);
+                                    self.fail(&fault).await;
+                                    return Ended::Done;
+                                }
                             }
                             // A frame for a session or turn the server has already ended is
                             // stale, not a fault (the two crossed on the wire).
@@ -470,6 +490,9 @@ impl Link {
                     }
                     None => commands_open = false,
                 },
+                // The writer ended: the connection failed, or the client read nothing for the
+                // write bound (a slow consumer).
+                () = &mut writer_ended => return Ended::OnItsOwn(LinkEnd::Dropped),
                 closing = bound.closing.recv() => {
                     if let Some(closing) = closing {
                         self.close_with(closing.code, closing.message).await;
@@ -484,7 +507,7 @@ impl Link {
                     return Ended::Done;
                 }
                 _ = ping.tick() => {
-                    if self.socket.send(Message::Ping(Default::default())).await.is_err() {
+                    if self.out.send(Message::Ping(Default::default())).is_err() {
                         return Ended::OnItsOwn(LinkEnd::Dropped);
                     }
                 }
@@ -544,7 +567,7 @@ impl Link {
     /// The next data frame, decoded and order-checked. Control frames count as heard.
     async fn next_message(&mut self) -> Incoming {
         loop {
-            let Some(Ok(message)) = self.socket.recv().await else {
+            let Some(Ok(message)) = self.reader.next().await else {
                 return Incoming::Gone;
             };
             self.last_heard = Instant::now();
@@ -572,24 +595,24 @@ impl Link {
             return false;
         }
         let text = wire::encode(message);
-        self.socket.send(Message::Text(text.into())).await.is_ok()
+        match self.out.send(Message::Text(text.into())) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::info!(login = %self.login, ?why, "the agent link's client is not reading; dropping it");
+                false
+            }
+        }
     }
 
     async fn close(&mut self, code: u16, reason: &str) {
-        let _ = self
-            .socket
-            .send(Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.to_owned().into(),
-            })))
-            .await;
+        let _ = self.out.close(code, reason);
         if let (Some(how), Some((doc, link))) = (self.end_on_close.take(), self.bound) {
             let planners = self.deps.planners.clone();
             planners.link_ended(doc, link, how).await;
         }
         // Let the client's close answer arrive, briefly; the connection ends either way.
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
-            while let Some(Ok(m)) = self.socket.recv().await {
+            while let Some(Ok(m)) = self.reader.next().await {
                 if matches!(m, Message::Close(_)) {
                     break;
                 }
@@ -639,7 +662,7 @@ impl Link {
         // Not order-checked: a fault may come before the order rules saw any frame (an
         // `attach` of another version is refused while still undecoded).
         let text = wire::encode(&fault.frame());
-        let _ = self.socket.send(Message::Text(text.into())).await;
+        let _ = self.out.send(Message::Text(text.into()));
         self.close_bound(fault.close_code(), fault.close_reason())
             .await;
     }

@@ -14,6 +14,8 @@ pub mod auth;
 pub mod documents;
 pub mod health;
 pub mod room;
+pub mod socket;
+pub mod yjs;
 
 use std::future::Future;
 

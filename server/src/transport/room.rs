@@ -19,16 +19,17 @@ use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::stream::SplitStream;
+use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
-use yrs::sync::{Message, SyncMessage};
-use yrs::updates::decoder::Decode;
-use yrs::updates::encoder::Encode;
 
+use super::socket::{self, Due, Liveness, Outbox, SILENCE_BOUND};
+use super::yjs;
 use super::{Routes, Table};
 use crate::access::Access;
 use crate::chat::{self, Chat};
-use crate::content::{Membership, OpenDocument, OpenDocuments, UpdateError};
+use crate::content::{Membership, OpenDocuments};
 use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::SignIns;
@@ -99,22 +100,20 @@ async fn endpoint(
     let live = reader.login;
     let can_write = reader.can_write;
     let login = live.account.login.clone();
-    upgrade
-        .max_message_size(ROOM_FRAME_LIMIT)
-        .on_upgrade(move |socket| {
-            let shutdown = deps.shutdown.clone();
-            shutdown.track(run(
-                deps,
-                socket,
-                doc,
-                Member {
-                    login,
-                    login_id: live.id,
-                    can_write,
-                    membership,
-                },
-            ))
-        })
+    socket::tune(upgrade, ROOM_FRAME_LIMIT).on_upgrade(move |socket| {
+        let shutdown = deps.shutdown.clone();
+        shutdown.track(run(
+            deps,
+            socket,
+            doc,
+            Member {
+                login,
+                login_id: live.id,
+                can_write,
+                membership,
+            },
+        ))
+    })
 }
 
 fn planner_frame(presence: &Presence) -> WsMessage {
@@ -133,7 +132,30 @@ struct Member {
     membership: Membership,
 }
 
-async fn run(deps: RoomDeps, mut socket: WebSocket, doc: Document, member: Member) {
+/// Queues a frame on the socket's outbox; a refused frame (the browser is not reading, or the
+/// connection is gone) ends the socket's loop.
+macro_rules! push {
+    ($out:expr, $frame:expr) => {
+        if $out.send($frame).is_err() {
+            return;
+        }
+    };
+}
+
+async fn run(deps: RoomDeps, socket: WebSocket, doc: Document, member: Member) {
+    let (mut reader, out) = socket::split(socket, &deps.shutdown, socket::WRITE_STALL);
+    session(&deps, &mut reader, &out, &doc, member).await;
+    socket::linger(&mut reader).await;
+}
+
+/// The socket's life until it ends (a close is queued, or the browser is gone).
+async fn session(
+    deps: &RoomDeps,
+    reader: &mut SplitStream<WebSocket>,
+    out: &Outbox,
+    doc: &Document,
+    member: Member,
+) {
     // Subscribe before reading the current state, so no change falls between the two.
     let mut changes = deps.planners.subscribe(doc.id);
     let room = member.membership.document.clone();
@@ -143,7 +165,7 @@ async fn run(deps: RoomDeps, mut socket: WebSocket, doc: Document, member: Membe
     let mut chat_feed = deps.transcript.subscribe(doc.id);
     let place = chat::Place {
         document: doc.id,
-        url: documents::canonical_url(&doc),
+        url: documents::canonical_url(doc),
     };
     let sender = chat::Sender {
         login: member.login.clone(),
@@ -151,91 +173,63 @@ async fn run(deps: RoomDeps, mut socket: WebSocket, doc: Document, member: Membe
     };
     let hello = json!({
         "type": "session:hello",
-        "document": document_json(&doc),
-        "url": documents::canonical_url(&doc),
+        "document": document_json(doc),
+        "url": documents::canonical_url(doc),
         "login": member.login,
         "canWrite": member.can_write,
     });
-    if socket
-        .send(WsMessage::Text(hello.to_string().into()))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    if socket
-        .send(planner_frame(&deps.planners.presence(doc.id)))
-        .await
-        .is_err()
-    {
-        return;
-    }
+    push!(out, WsMessage::Text(hello.to_string().into()));
+    push!(out, planner_frame(&deps.planners.presence(doc.id)));
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
-    let step1 = Message::Sync(SyncMessage::SyncStep1(room.state_vector().await)).encode_v1();
-    if socket.send(WsMessage::Binary(step1.into())).await.is_err() {
-        return;
-    }
-    if let Some(present) = room.awareness_snapshot() {
-        if socket
-            .send(WsMessage::Binary(present.into()))
-            .await
-            .is_err()
-        {
-            return;
-        }
+    for frame in yjs::greeting(&room).await {
+        push!(out, WsMessage::Binary(frame.into()));
     }
     let stopping = deps.shutdown.stopping();
-    tokio::pin!(stopping);
+    let writer_ended = out.ended();
+    let mut liveness = Liveness::new();
+    tokio::pin!(stopping, writer_ended);
     loop {
         tokio::select! {
             () = &mut stopping => {
-                let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
-                    code: GOING_AWAY,
-                    reason: "going-away".into(),
-                }))).await;
+                let _ = out.close(GOING_AWAY, "going-away");
                 return;
             }
+            // The writer ended: the connection failed, or the browser read nothing for the
+            // write bound (a slow consumer).
+            () = &mut writer_ended => return,
+            () = liveness.tick() => match liveness.due() {
+                Due::Ping => push!(out, WsMessage::Ping(Default::default())),
+                Due::Silent => {
+                    tracing::info!(login = %member.login, "a room socket answered nothing for {} s; closing it", SILENCE_BOUND.as_secs());
+                    return;
+                }
+            },
             login = ended.recv() => match login {
                 Ok(id) if id != member.login_id => {}
                 Err(RecvError::Lagged(_))
                     if deps.sign_ins.get_live(member.login_id, deps.sign_ins.now_ms()).is_some() => {}
                 Ok(_) | Err(RecvError::Lagged(_)) => {
-                    let _ = socket.send(error_frame("sign-in-required", "You signed out (or your sign-in expired); sign in again to open this document.")).await;
-                    let _ = socket.send(WsMessage::Close(Some(axum::extract::ws::CloseFrame {
-                        code: 4401,
-                        reason: "sign-in-required".into(),
-                    }))).await;
+                    let _ = out.send(error_frame("sign-in-required", "You signed out (or your sign-in expired); sign in again to open this document."));
+                    let _ = out.close(4401, "sign-in-required");
                     return;
                 }
                 Err(RecvError::Closed) => return,
             },
             relay = relayed.recv() => match relay {
                 Ok(relay) if relay.from == me => {}
-                Ok(relay) => {
-                    if socket.send(WsMessage::Binary(relay.frame.to_vec().into())).await.is_err() {
-                        return;
-                    }
-                }
+                Ok(relay) => push!(out, WsMessage::Binary(relay.frame.to_vec().into())),
                 Err(RecvError::Lagged(_)) => {
                     // Fell too far behind to catch up frame by frame: the client resyncs.
-                    let _ = socket.send(error_frame("resync", "This connection fell behind; reconnect to sync again.")).await;
+                    let _ = out.send(error_frame("resync", "This connection fell behind; reconnect to sync again."));
                     return;
                 }
                 Err(RecvError::Closed) => return,
             },
             change = changes.recv() => match change {
-                Ok(presence) => {
-                    if socket.send(planner_frame(&presence)).await.is_err() {
-                        return;
-                    }
-                }
-                Err(RecvError::Lagged(_)) => {
-                    // Fell behind: the latest state is what matters.
-                    if socket.send(planner_frame(&deps.planners.presence(doc.id))).await.is_err() {
-                        return;
-                    }
-                }
+                Ok(presence) => push!(out, planner_frame(&presence)),
+                // Fell behind: the latest state is what matters.
+                Err(RecvError::Lagged(_)) => push!(out, planner_frame(&deps.planners.presence(doc.id))),
                 Err(RecvError::Closed) => return,
             },
             said = chat_feed.recv() => {
@@ -245,20 +239,19 @@ async fn run(deps: RoomDeps, mut socket: WebSocket, doc: Document, member: Membe
                         Ok(missed) => missed,
                         Err(e) => {
                             tracing::error!(error = %e, "room: Chat could not catch up");
-                            let _ = socket.send(error_frame("resync", "This connection fell behind; reconnect to sync again.")).await;
+                            let _ = out.send(error_frame("resync", "This connection fell behind; reconnect to sync again."));
                             return;
                         }
                     },
                     FeedEvent::Closed => return,
                 };
                 for m in said {
-                    if socket.send(json_frame(&m.frame())).await.is_err() {
-                        return;
-                    }
+                    push!(out, json_frame(&m.frame()));
                 }
             },
-            incoming = socket.recv() => {
+            incoming = reader.next() => {
                 let Some(Ok(message)) = incoming else { return };
+                liveness.heard();
                 match message {
                     WsMessage::Text(text) => {
                         let value = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
@@ -290,20 +283,18 @@ async fn run(deps: RoomDeps, mut socket: WebSocket, doc: Document, member: Membe
                             Some(other) => error_frame("unknown-type", &format!("unknown message type {other:?}")),
                             None => error_frame("malformed", "a room message is a JSON object with a string \"type\""),
                         };
-                        if socket.send(reply).await.is_err() {
-                            return;
-                        }
+                        push!(out, reply);
                     }
                     WsMessage::Binary(bytes) => {
-                        if let Some(reply) = yjs_frame(&room, me, member.can_write, &bytes).await {
-                            if socket.send(reply).await.is_err() {
-                                return;
-                            }
+                        match yjs::frame(&room, me, member.can_write, &bytes).await {
+                            yjs::Answer::None => {}
+                            yjs::Answer::Binary(reply) => push!(out, WsMessage::Binary(reply.into())),
+                            yjs::Answer::Refused { code, message } => push!(out, error_frame(code, &message)),
                         }
                     }
                     WsMessage::Close(_) => {
                         // Answer the close so the browser's handshake completes.
-                        let _ = socket.send(WsMessage::Close(None)).await;
+                        let _ = out.send(WsMessage::Close(None));
                         return;
                     }
                     WsMessage::Ping(_) | WsMessage::Pong(_) => {}
@@ -323,64 +314,4 @@ fn error_frame(code: &str, message: &str) -> WsMessage {
             .to_string()
             .into(),
     )
-}
-
-/// Handles one binary (y-protocols) frame from a browser; returns the reply to send, if any.
-/// Readers sync and share awareness, but their document updates are refused.
-async fn yjs_frame(
-    room: &OpenDocument,
-    me: u64,
-    can_write: bool,
-    bytes: &[u8],
-) -> Option<WsMessage> {
-    let message = match Message::decode_v1(bytes) {
-        Ok(m) => m,
-        Err(e) => {
-            return Some(error_frame(
-                "malformed-yjs",
-                &format!("not a y-protocols message: {e}"),
-            ))
-        }
-    };
-    match message {
-        Message::Sync(SyncMessage::SyncStep1(sv)) => {
-            let missing = room.missing_for(&sv).await;
-            let reply = Message::Sync(SyncMessage::SyncStep2(missing)).encode_v1();
-            Some(WsMessage::Binary(reply.into()))
-        }
-        Message::Sync(SyncMessage::SyncStep2(update))
-        | Message::Sync(SyncMessage::Update(update)) => {
-            let empty = yrs::Update::decode_v1(&update)
-                .map(|u| u.is_empty())
-                .unwrap_or(false);
-            if empty {
-                return None;
-            }
-            if !can_write {
-                return Some(error_frame(
-                    "read-only",
-                    "You can read this document but not edit it: editing needs push access to its repository. Your change was not saved.",
-                ));
-            }
-            match room.apply_update(me, &update).await {
-                Ok(_) => None,
-                Err(UpdateError::Malformed(why)) => Some(error_frame(
-                    "malformed-yjs",
-                    &format!("the update was refused: {why}"),
-                )),
-                Err(UpdateError::Store(e)) => {
-                    tracing::error!(error = %e, "room: an update could not be saved");
-                    Some(error_frame(
-                        "not-saved",
-                        "Your change could not be saved; reload the document.",
-                    ))
-                }
-            }
-        }
-        Message::Awareness(update) => {
-            room.relay_awareness(me, update, bytes.to_vec());
-            None
-        }
-        Message::AwarenessQuery | Message::Auth(_) | Message::Custom(_, _) => None,
-    }
 }

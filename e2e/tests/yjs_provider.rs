@@ -1,0 +1,125 @@
+//! The official Yjs client against the spawned server: the unmodified `WebsocketProvider` of
+//! the npm `y-websocket` package, under Node with `ws`, set up exactly as docs/room-socket.md
+//! says (driven by `e2e/yjs/provider.mjs`). It connects, syncs, edits, sees awareness, stays
+//! connected for minutes idle and alone, and a provider the server refuses stops retrying —
+//! with no exception in the client.
+
+use std::path::PathBuf;
+
+use chopin_e2e::{free_port, sign_in, Launch};
+use chopin_fixtures::github::{FakeGitHub, Permission};
+use serde_json::{json, Value};
+
+/// Runs `provider.mjs` with `config`; returns the JSON line it printed and whether it exited 0.
+async fn provider(config: Value) -> (bool, Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("yjs");
+    assert!(
+        dir.join("node_modules/y-websocket").exists(),
+        "the Yjs client's packages are missing: run `npm ci --prefix e2e/yjs` (scripts/test does)"
+    );
+    let out = tokio::process::Command::new("node")
+        .arg(dir.join("provider.mjs"))
+        .arg(config.to_string())
+        .current_dir(&dir)
+        .output()
+        .await
+        .expect("node runs (scripts/test installs Node.js)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout.lines().last().unwrap_or_default();
+    let value: Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("provider printed no JSON ({e}): {stdout}\n{stderr}"));
+    (out.status.success() && value["ok"] == true, value)
+}
+
+#[tokio::test]
+async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_takes_a_refusal() {
+    let github = FakeGitHub::new();
+    github
+        .add_user("mona", 1001)
+        .add_user("hubot", 1003)
+        .add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    github.grant("octo", "plans", "hubot", Permission::Read);
+    let mona = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let origin = format!("http://127.0.0.1:{port}");
+    let launch = Launch::hosted(port, &github_url).env("HOME", home.path().to_string_lossy());
+    let server = launch.start().await;
+    let writer = sign_in(&server, &github, "mona").await;
+    let reader = sign_in(&server, &github, "hubot").await;
+    let created: Value = reqwest::Client::new()
+        .post(server.url("/api/repositories/octo/plans/documents"))
+        .bearer_auth(&mona)
+        .json(&json!({ "title": "Provider notes" }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = created["id"].as_str().unwrap().to_owned();
+    let config = |mode: &str, document: &str, cookies: &[&str]| {
+        json!({
+            "mode": mode,
+            "server": format!("ws://127.0.0.1:{port}/api/yjs"),
+            "document": document,
+            "origin": origin,
+            "cookies": cookies,
+            "idleMs": 130_000,
+        })
+    };
+
+    // A writer types; a reader's provider syncs the text and both see each other's awareness.
+    let (ok, seen) = provider(config("edit", &id, &[&writer, &reader])).await;
+    assert!(ok, "{seen}");
+    assert_eq!(
+        seen["texts"],
+        json!(["Hello from y-websocket\n", "Hello from y-websocket\n"])
+    );
+    // The edit is the document's: the paged text reads it.
+    let read = reqwest::Client::new()
+        .get(server.url(&format!("/api/documents/{id}/read")))
+        .bearer_auth(&mona)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(read.contains("Hello from y-websocket"), "{read}");
+
+    // Alone and idle for 130 s of the provider's clock: never reconnected (its watchdog closes
+    // a socket that hears nothing for 30 s; the server echoes its awareness renewals).
+    let (ok, seen) = provider(config("idle", &id, &[&writer])).await;
+    assert!(ok, "{seen}");
+    assert_eq!(seen["closes"], 0, "{seen}");
+
+    // Refused after the upgrade with a 44xx close: the provider stops retrying.
+    let (ok, seen) = provider(config("refused", &id, &[])).await;
+    assert!(ok, "no cookie: {seen}");
+    assert!(
+        seen["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "refused closed 4401 not-signed-in"),
+        "{seen}"
+    );
+    let missing = "00000000-0000-4000-8000-000000000000";
+    let (ok, seen) = provider(config("refused", missing, &[&writer])).await;
+    assert!(ok, "no such document: {seen}");
+    assert!(
+        seen["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e == "refused closed 4404 document-not-found"),
+        "{seen}"
+    );
+
+    let (status, log) = server.stop().await;
+    assert!(status.success(), "{log}");
+}

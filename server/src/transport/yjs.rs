@@ -1,0 +1,317 @@
+//! A document's text for Yjs clients: the y-protocols frames both sockets speak, and the pure
+//! y-websocket endpoint (`GET /api/yjs/{id}`) the unmodified `WebsocketProvider` of the npm
+//! `y-websocket` package connects to.
+//!
+//! Owns: the server's greeting (sync step 1, then everyone present in awareness), answering a
+//! client's sync step 1 with step 2, taking a writer's update (journalled before it is applied
+//! or relayed, by [`OpenDocument::apply_update`]), relaying awareness, and refusing a reader's
+//! update. The endpoint adds what y-websocket's provider needs: binary frames only (it decodes
+//! every frame as Yjs), awareness echoed to its sender (the provider reconnects after 30 s
+//! without any message, and a lone editor's only traffic is its own 15 s awareness renewals),
+//! answers to an awareness query, a reader's update refused with y-protocols' auth message
+//! (`permission-denied`), and refusals made *after* the upgrade as 44xx close codes, which the
+//! provider takes as final and stops retrying (4401 not signed in, 4403 foreign origin,
+//! 4404 no such document); a passing trouble closes 1013 so it retries.
+//! Does not own: who may read or write (`Access::browser_reader`), the document's content
+//! ([`crate::content`]), or presence and Chat (the JSON room socket, [`super::room`]).
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use futures::stream::SplitStream;
+use futures::StreamExt;
+use tokio::sync::broadcast::error::RecvError;
+use yrs::sync::{Message, SyncMessage};
+use yrs::updates::decoder::Decode;
+use yrs::updates::encoder::Encode;
+
+use super::socket::{self, Due, Liveness, Outbox};
+use super::{Routes, Table};
+use crate::access::{Access, Reader};
+use crate::content::{OpenDocument, OpenDocuments, UpdateError};
+use crate::error::ApiError;
+use crate::identity::sign_ins::SignIns;
+use crate::runtime::Shutdown;
+
+/// Largest frame a Yjs client may send.
+const FRAME_LIMIT: usize = 1024 * 1024;
+/// y-protocols' auth message type, and its "permission denied" reply.
+const MESSAGE_AUTH: u64 = 2;
+const PERMISSION_DENIED: u64 = 0;
+
+/// The words a reader's refused update carries.
+const READ_ONLY: &str = "You can read this document but not edit it: editing needs push access to its repository. Your change was not saved.";
+
+/// What a client's binary frame calls for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// Nothing to send back.
+    None,
+    /// A binary y-protocols frame for the sender.
+    Binary(Vec<u8>),
+    /// The frame was refused: a stable code and words for a person.
+    Refused { code: &'static str, message: String },
+}
+
+/// The server's first frames: its sync step 1 (the client answers with step 2 and its own step
+/// 1), then everyone present in awareness.
+pub async fn greeting(document: &OpenDocument) -> Vec<Vec<u8>> {
+    let mut frames =
+        vec![Message::Sync(SyncMessage::SyncStep1(document.state_vector().await)).encode_v1()];
+    frames.extend(document.awareness_snapshot());
+    frames
+}
+
+/// Handles one binary (y-protocols) frame from socket `me`. Everybody syncs and shares
+/// awareness; only a writer's updates are taken.
+pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u8]) -> Answer {
+    let message = match Message::decode_v1(bytes) {
+        Ok(m) => m,
+        Err(e) => {
+            return Answer::Refused {
+                code: "malformed-yjs",
+                message: format!("not a y-protocols message: {e}"),
+            }
+        }
+    };
+    match message {
+        Message::Sync(SyncMessage::SyncStep1(sv)) => {
+            let missing = document.missing_for(&sv).await;
+            Answer::Binary(Message::Sync(SyncMessage::SyncStep2(missing)).encode_v1())
+        }
+        Message::Sync(SyncMessage::SyncStep2(update))
+        | Message::Sync(SyncMessage::Update(update)) => {
+            let empty = yrs::Update::decode_v1(&update)
+                .map(|u| u.is_empty())
+                .unwrap_or(false);
+            if empty {
+                return Answer::None;
+            }
+            if !can_write {
+                return Answer::Refused {
+                    code: "read-only",
+                    message: READ_ONLY.to_owned(),
+                };
+            }
+            match document.apply_update(me, &update).await {
+                Ok(_) => Answer::None,
+                Err(UpdateError::Malformed(why)) => Answer::Refused {
+                    code: "malformed-yjs",
+                    message: format!("the update was refused: {why}"),
+                },
+                Err(UpdateError::Store(e)) => {
+                    tracing::error!(error = %e, "an update could not be saved");
+                    Answer::Refused {
+                        code: "not-saved",
+                        message: "Your change could not be saved; reload the document.".to_owned(),
+                    }
+                }
+            }
+        }
+        Message::Awareness(update) => {
+            document.relay_awareness(me, update, bytes.to_vec());
+            Answer::None
+        }
+        Message::AwarenessQuery => match document.awareness_snapshot() {
+            Some(present) => Answer::Binary(present),
+            None => Answer::None,
+        },
+        Message::Auth(_) | Message::Custom(_, _) => Answer::None,
+    }
+}
+
+/// y-protocols' `permission-denied` auth message carrying `reason`.
+fn permission_denied(reason: &str) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(reason.len() + 8);
+    write_var_uint(&mut frame, MESSAGE_AUTH);
+    write_var_uint(&mut frame, PERMISSION_DENIED);
+    write_var_uint(&mut frame, reason.len() as u64);
+    frame.extend_from_slice(reason.as_bytes());
+    frame
+}
+
+/// lib0's variable-length unsigned integer.
+fn write_var_uint(out: &mut Vec<u8>, mut n: u64) {
+    while n > 0x7f {
+        out.push(0x80 | (n & 0x7f) as u8);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// What the y-websocket endpoint uses.
+#[derive(Clone)]
+pub struct YjsDeps {
+    pub access: Arc<Access>,
+    pub sign_ins: Arc<SignIns>,
+    pub open: Arc<OpenDocuments>,
+    pub shutdown: Shutdown,
+}
+
+pub fn routes(deps: YjsDeps) -> Routes {
+    Table::new().get("/api/yjs/{id}", endpoint).with_state(deps)
+}
+
+/// The close code a refusal becomes: the provider stops retrying on 4400–4499 and retries on
+/// anything else.
+fn close_code(refusal: &ApiError) -> u16 {
+    match refusal.status {
+        StatusCode::UNAUTHORIZED => 4401,
+        StatusCode::FORBIDDEN => 4403,
+        StatusCode::NOT_FOUND => 4404,
+        StatusCode::SERVICE_UNAVAILABLE => 1013,
+        _ => 1011,
+    }
+}
+
+/// `GET /api/yjs/{id}`: every WebSocket upgrade is accepted; a refusal is then a close code
+/// the provider can see (a browser's WebSocket cannot see an HTTP status).
+async fn endpoint(
+    State(deps): State<YjsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let Ok(upgrade) = upgrade else {
+        return ApiError::new(
+            StatusCode::UPGRADE_REQUIRED,
+            "websocket-required",
+            "A document's text is served over a WebSocket (the y-websocket protocol).",
+        )
+        .into_response();
+    };
+    let admitted = match deps.access.browser_reader(&headers, &id).await {
+        Ok(reader) => match deps.open.join(reader.document.id).await {
+            Ok(membership) => Ok((reader, membership)),
+            Err(e) => Err(ApiError::store(e)),
+        },
+        Err(refusal) => Err(refusal),
+    };
+    socket::tune(upgrade, FRAME_LIMIT).on_upgrade(move |socket| {
+        let shutdown = deps.shutdown.clone();
+        shutdown.track(async move {
+            let (mut incoming, out) = socket::split(socket, &deps.shutdown, socket::WRITE_STALL);
+            match admitted {
+                Ok((reader, membership)) => {
+                    run(&deps, &mut incoming, &out, reader, membership).await
+                }
+                Err(refusal) => {
+                    tracing::debug!(code = refusal.code, "y-websocket connection refused");
+                    let _ = out.close(close_code(&refusal), refusal.code);
+                }
+            }
+            socket::linger(&mut incoming).await;
+        })
+    })
+}
+
+/// The socket of an admitted client, until it ends (a close is queued or the peer is gone).
+async fn run(
+    deps: &YjsDeps,
+    incoming: &mut SplitStream<WebSocket>,
+    out: &Outbox,
+    reader: Reader,
+    membership: crate::content::Membership,
+) {
+    let document = membership.document.clone();
+    let me = membership.connection;
+    let mut relayed = document.subscribe();
+    let mut ended = deps.sign_ins.ended();
+    let login_id = reader.login.id;
+    let mut told_read_only = false;
+    for frame in greeting(&document).await {
+        if out.send(WsMessage::Binary(frame.into())).is_err() {
+            return;
+        }
+    }
+    let stopping = deps.shutdown.stopping();
+    let writer_ended = out.ended();
+    let mut liveness = Liveness::new();
+    tokio::pin!(stopping, writer_ended);
+    loop {
+        let next = tokio::select! {
+            () = &mut stopping => {
+                let _ = out.close(1001, "going-away");
+                return;
+            }
+            () = &mut writer_ended => return,
+            () = liveness.tick() => match liveness.due() {
+                Due::Ping => Some(WsMessage::Ping(Default::default())),
+                Due::Silent => return,
+            },
+            login = ended.recv() => match login {
+                Ok(id) if id != login_id => None,
+                Err(RecvError::Lagged(_))
+                    if deps.sign_ins.get_live(login_id, deps.sign_ins.now_ms()).is_some() => None,
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    let _ = out.close(4401, "sign-in-required");
+                    return;
+                }
+                Err(RecvError::Closed) => return,
+            },
+            relay = relayed.recv() => match relay {
+                // The sender's own awareness comes back to it, as y-websocket's server does.
+                Ok(relay) if relay.from == me && !relay.awareness => None,
+                Ok(relay) => Some(WsMessage::Binary(relay.frame.to_vec().into())),
+                Err(RecvError::Lagged(_)) => {
+                    // Fell behind: the provider reconnects and syncs again.
+                    let _ = out.close(1013, "resync");
+                    return;
+                }
+                Err(RecvError::Closed) => return,
+            },
+            message = incoming.next() => {
+                let Some(Ok(message)) = message else { return };
+                liveness.heard();
+                match message {
+                    WsMessage::Binary(bytes) => {
+                        match frame(&document, me, reader.can_write, &bytes).await {
+                            Answer::None => None,
+                            Answer::Binary(reply) => Some(WsMessage::Binary(reply.into())),
+                            Answer::Refused { code: "read-only", message } if !told_read_only => {
+                                told_read_only = true;
+                                Some(WsMessage::Binary(permission_denied(&message).into()))
+                            }
+                            Answer::Refused { code, message } => {
+                                tracing::debug!(code, %message, "a y-websocket frame was refused");
+                                None
+                            }
+                        }
+                    }
+                    WsMessage::Text(_) => {
+                        let _ = out.close(1003, "binary frames only");
+                        return;
+                    }
+                    WsMessage::Close(_) => {
+                        let _ = out.send(WsMessage::Close(None));
+                        return;
+                    }
+                    WsMessage::Ping(_) | WsMessage::Pong(_) => None,
+                }
+            }
+        };
+        if let Some(frame) = next {
+            if out.send(frame).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn permission_denied_is_y_protocols_auth_message() {
+        // [messageAuth = 2][permission denied = 0][varString "no"]
+        assert_eq!(permission_denied("no"), vec![2, 0, 2, b'n', b'o']);
+        let long = "x".repeat(200);
+        let frame = permission_denied(&long);
+        assert_eq!(&frame[..4], &[2, 0, 0xc8, 0x01]);
+        assert_eq!(frame.len(), 4 + 200);
+    }
+}
