@@ -1,7 +1,7 @@
 //! The graceful stop of the spawned `chopin` binary on real sockets: SIGTERM tells an attached
 //! agent link `going-away` and closes it 1001, closes a room socket 1001 (close frames, not a
 //! dropped connection), exits 0 after giving the writer lease back, and the next process on the
-//! same database is ready at once.
+//! same database is ready at once. Before the stop, `/metrics` counts the open sockets.
 
 use std::time::Duration;
 
@@ -57,6 +57,23 @@ async fn sigterm_closes_every_socket_with_a_close_frame_and_gives_the_lease_back
     )
     .await
     .unwrap();
+
+    // The metrics page counts what is open now, and what was asked of GitHub.
+    let (status, page) = get(&server.url("/metrics")).await;
+    assert_eq!(status, 200);
+    for line in [
+        "chopin_sockets_open{kind=\"agent\"} 1",
+        "chopin_sockets_open{kind=\"room\"} 1",
+        "chopin_planner_links_attached 1",
+        "chopin_documents_open 1",
+        "chopin_github_calls_total{call=\"user\",outcome=\"ok\"}",
+        "chopin_store_call_seconds_count{method=\"claim_ownership\",outcome=\"ok\"} 1",
+    ] {
+        assert!(
+            page.contains(line),
+            "{line:?} missing from /metrics:\n{page}"
+        );
+    }
 
     // Both clients keep reading (answering pings, as real ones do) while the server stops.
     let agent_heard = tokio::spawn(async move {

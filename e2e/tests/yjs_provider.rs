@@ -41,7 +41,7 @@ async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_tak
         .add_repo("octo", "plans");
     github.grant("octo", "plans", "mona", Permission::Write);
     github.grant("octo", "plans", "hubot", Permission::Read);
-    let mona = github.issue_token("mona");
+    let (mona, hubot) = (github.issue_token("mona"), github.issue_token("hubot"));
     let github_url = github.serve_tcp().await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let port = free_port();
@@ -79,17 +79,24 @@ async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_tak
         seen["texts"],
         json!(["Hello from y-websocket\n", "Hello from y-websocket\n"])
     );
-    // The edit is the document's: the paged text reads it.
-    let read = reqwest::Client::new()
-        .get(server.url(&format!("/api/documents/{id}/read")))
-        .bearer_auth(&mona)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    assert!(read.contains("Hello from y-websocket"), "{read}");
+    // The edit is the document's: its source over HTTP holds it, for a reader as for a writer.
+    for token in [&mona, &hubot] {
+        let source: Value = reqwest::Client::new()
+            .get(server.url(&format!("/api/documents/{id}/source")))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(source["source"], "Hello from y-websocket\n", "{source}");
+        assert_eq!(source["id"], id.as_str());
+        assert_eq!(
+            source["planRevision"], 0,
+            "a live edit is not a Planner batch"
+        );
+    }
 
     // Alone and idle for 130 s of the provider's clock: never reconnected (its watchdog closes
     // a socket that hears nothing for 30 s; the server echoes its awareness renewals).

@@ -26,9 +26,11 @@ use crate::identity::device_flow::{DeviceFlowSettings, DeviceFlows};
 use crate::identity::github::GitHub;
 use crate::identity::sign_ins::{SignInSettings, SignIns};
 use crate::identity::web_flow::{SignInDeps, WebFlow, WebFlowSettings};
+use crate::metrics::Metrics;
 use crate::planner::Planners;
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
+use crate::store::instrumented::Instrumented;
 use crate::store::{Store, StoreError};
 use crate::transcript::Transcript;
 use crate::transport::agent::{AgentDeps, LinkTimers};
@@ -44,7 +46,9 @@ use crate::turns::{Turns, TurnsDeps};
 #[derive(Clone)]
 pub struct App {
     pub config: Arc<Config>,
+    /// The store every service uses (instrumented for the metrics).
     pub store: Arc<dyn Store>,
+    pub metrics: Arc<Metrics>,
     pub runtime: Runtime,
     pub shutdown: Shutdown,
     pub lease: LeaseWatch,
@@ -85,7 +89,11 @@ impl App {
     ) -> App {
         let clock = runtime.clock.clone();
         let entropy = runtime.entropy.clone();
-        let github = GitHub::new(config.github_api_url.clone(), runtime.connector.clone());
+        let metrics = Arc::new(Metrics::new());
+        // Every service's store calls are timed for the metrics.
+        let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.store_hook()));
+        let github = GitHub::new(config.github_api_url.clone(), runtime.connector.clone())
+            .with_metrics(metrics.clone());
         let admission = Arc::new(Admission::new(
             AdmissionPolicy::from_config(&config),
             github,
@@ -177,6 +185,7 @@ impl App {
         App {
             config: Arc::new(config),
             store,
+            metrics,
             runtime,
             shutdown,
             lease,
@@ -201,6 +210,11 @@ impl App {
         transport::health::routes(HealthDeps {
             store: self.store.clone(),
             lease: self.lease.clone(),
+            metrics: self.metrics.clone(),
+            planners: self.planners.clone(),
+            open: self.open.clone(),
+            chat: self.chat.clone(),
+            turns: self.turns.clone(),
         })
         .merge(transport::auth::routes(AuthDeps {
             access: self.access.clone(),
@@ -230,12 +244,14 @@ impl App {
             chat: self.chat.clone(),
             turns: self.turns.clone(),
             shutdown: self.shutdown.clone(),
+            metrics: self.metrics.clone(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),
             sign_ins: self.sign_ins.clone(),
             open: self.open.clone(),
             shutdown: self.shutdown.clone(),
+            metrics: self.metrics.clone(),
         }))
         .merge(transport::agent::routes(AgentDeps {
             access: self.access.clone(),
@@ -251,6 +267,7 @@ impl App {
                 access_recheck_ms: c.access_recheck_ms,
             },
             shutdown: self.shutdown.clone(),
+            metrics: self.metrics.clone(),
         }))
     }
 }

@@ -11,7 +11,7 @@
 //!   and [`chat`], [`planner`] (ownership), [`turns`], [`harness`] (reaching the agent link
 //!   through a port trait).
 //! - below them: [`store`] (the `chopin-store` crate), [`runtime`] (clock, entropy, connector,
-//!   shutdown, writer lease), [`config`], [`observe`], [`error`].
+//!   shutdown, writer lease), [`config`], [`observe`], [`metrics`], [`error`].
 
 pub mod access;
 pub mod app;
@@ -22,6 +22,7 @@ pub mod documents;
 pub mod error;
 pub mod harness;
 pub mod identity;
+pub mod metrics;
 pub mod observe;
 pub mod planner;
 pub mod runtime;

@@ -79,6 +79,12 @@ async fn main() -> ExitCode {
         }
     };
     init_logging(config.log_format);
+    // One file descriptor per socket: take what the hard limit allows, not the (often 1024)
+    // soft default.
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => tracing::debug!(limit, "open-file limit"),
+        Err(e) => tracing::warn!(error = %e, "could not raise the open-file limit"),
+    }
     for warning in &config.warnings {
         tracing::warn!("{warning}");
     }

@@ -15,11 +15,13 @@
 //! without a request, so nothing a client sends can change the path we ask.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde::Deserialize;
 
+use crate::metrics::Metrics;
 use crate::runtime::connector::{self, HttpError, HttpResponse, SharedConnector};
 
 /// The longest one GitHub call may take, connecting included, before it counts as an outage.
@@ -73,6 +75,7 @@ pub struct GitHub {
     api_base: String,
     connector: SharedConnector,
     request_timeout_ms: u64,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl fmt::Debug for GitHub {
@@ -118,7 +121,14 @@ impl GitHub {
             api_base,
             connector,
             request_timeout_ms: GITHUB_REQUEST_TIMEOUT_MS,
+            metrics: None,
         }
+    }
+
+    /// The same client, counting each call by outcome in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// The same client with another bound on one call than [`GITHUB_REQUEST_TIMEOUT_MS`]
@@ -202,6 +212,30 @@ impl GitHub {
     /// `GET {api_base}{path}` with the token, bounded by the request timeout. A 401
     /// is [`GitHubError::BadCredentials`] here, for every endpoint.
     async fn get(&self, token: &str, path: &str) -> Result<HttpResponse, GitHubError> {
+        let answer = self.ask(token, path).await;
+        if let Some(metrics) = &self.metrics {
+            let call = if path.starts_with("/user/memberships/") {
+                "membership"
+            } else if path.starts_with("/repos/") {
+                "repository"
+            } else {
+                "user"
+            };
+            let outcome = match &answer {
+                Ok(r) if r.status.is_success() => "ok",
+                Ok(r) if r.status == http::StatusCode::NOT_FOUND => "not-found",
+                Ok(r) if is_rate_limited(r) => "rate-limited",
+                Ok(r) if r.status == http::StatusCode::FORBIDDEN => "forbidden",
+                Ok(_) => "unexpected-status",
+                Err(GitHubError::BadCredentials) => "bad-credentials",
+                Err(GitHubError::Unavailable(_)) => "unavailable",
+            };
+            metrics.github_call(call, outcome);
+        }
+        answer
+    }
+
+    async fn ask(&self, token: &str, path: &str) -> Result<HttpResponse, GitHubError> {
         let mut authorization = http::HeaderValue::from_str(&format!("Bearer {token}"))
             // No token GitHub issues has bytes a header cannot carry.
             .map_err(|_| GitHubError::BadCredentials)?;

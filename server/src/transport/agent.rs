@@ -38,6 +38,7 @@ use crate::harness::remote::START_TIMEOUT_MS;
 use crate::identity::admission::{Admission, AdmissionError};
 use crate::identity::github::GitHubError;
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
+use crate::metrics::{Metrics, SocketKind};
 use crate::observe::PlannerEvent;
 use crate::planner::{Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal};
 use crate::runtime::{SharedClock, Shutdown};
@@ -67,6 +68,7 @@ pub struct AgentDeps {
     pub timers: LinkTimers,
     /// The process's stop: every link is told `going-away` and closed 1001.
     pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
 }
 
 pub fn routes(deps: AgentDeps) -> Routes {
@@ -162,7 +164,9 @@ async fn endpoint(
                 &shutdown,
                 Duration::from_millis(deps.timers.connection_timeout_ms),
             );
+            let open = deps.metrics.socket(SocketKind::Agent);
             shutdown.track(async move {
+                let _open = open;
                 let mut link = Link {
                     reader,
                     out,

@@ -1,5 +1,6 @@
 //! The document routes: create (a top-level document or a child), read the record by slug or id,
-//! archive or restore, rename, read the paged text, and reset the Planner.
+//! archive or restore, rename, read the Markdown source or the paged text, and reset the
+//! Planner.
 //!
 //! Owns: the routes' paths, bodies and answers (`{error, message}` on refusal). Every route asks
 //! [`Access`] who the caller is and what they may do first; a document the caller cannot read
@@ -44,6 +45,7 @@ pub fn routes(deps: DocumentsDeps) -> Routes {
         .post("/api/documents/{id}/archive", archive)
         .post("/api/documents/{id}/rename", rename)
         .get("/api/documents/{id}/read", read)
+        .get("/api/documents/{id}/source", source)
         .post("/api/documents/{id}/children", create_child)
         .post("/api/documents/{id}/planner/reset", reset_planner)
         .with_state(deps)
@@ -200,6 +202,27 @@ async fn rename(
         .await
         .map_err(ApiError::store)?);
     Ok(Json(body))
+}
+
+/// `GET /api/documents/{id}/source`: the document's Markdown source as it is now (the live
+/// content, with every edit made so far), and the plan revision it is at. The revision is read
+/// first, so it never names an edit the source does not hold yet: `edit_plan` against it is
+/// safe.
+async fn source(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let doc = deps.documents.by_id(&id).await?;
+    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
+    Ok(Json(json!({
+        "id": doc.id,
+        "url": documents::canonical_url(&doc),
+        "planRevision": doc.plan_revision,
+        "source": open.source().await,
+    })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -1,6 +1,9 @@
-//! `GET /healthz` and `GET /readyz`: whether the process is up, and whether it may serve.
+//! `GET /healthz`, `GET /readyz` and `GET /metrics`: whether the process is up, whether it may
+//! serve, and what it is doing.
 //!
-//! Owns: the two probes' answers. Does not own: the writer lease ([`crate::runtime::lease`]).
+//! Owns: the probes' answers and the metrics page (reading the services' counts as it renders).
+//! Does not own: the writer lease ([`crate::runtime::lease`]) or the instruments
+//! ([`crate::metrics`]).
 
 use std::sync::Arc;
 
@@ -11,21 +14,49 @@ use axum::Json;
 use serde_json::json;
 
 use super::{Routes, Table};
+use crate::chat::Chat;
+use crate::content::OpenDocuments;
+use crate::metrics::{Metrics, Snapshot};
+use crate::planner::Planners;
 use crate::runtime::lease::LeaseWatch;
 use crate::store::Store;
+use crate::turns::Turns;
 
-/// What the probes read.
+/// What the probes and the metrics page read.
 #[derive(Clone)]
 pub struct HealthDeps {
     pub store: Arc<dyn Store>,
     pub lease: LeaseWatch,
+    pub metrics: Arc<Metrics>,
+    pub planners: Arc<Planners>,
+    pub open: Arc<OpenDocuments>,
+    pub chat: Arc<Chat>,
+    pub turns: Arc<Turns>,
 }
 
 pub fn routes(deps: HealthDeps) -> Routes {
     Table::new()
         .get("/healthz", healthz)
         .get("/readyz", readyz)
+        .get("/metrics", metrics)
         .with_state(deps)
+}
+
+/// The metrics in Prometheus' text format.
+async fn metrics(State(deps): State<HealthDeps>) -> impl IntoResponse {
+    let page = deps.metrics.render(Snapshot {
+        links_attached: deps.planners.attached_count(),
+        documents_open: deps.open.count(),
+        chat_sends_in_flight: deps.chat.in_flight(),
+        turns_running: deps.turns.running_count(),
+    });
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        page,
+    )
 }
 
 /// The process is up and serving.

@@ -33,6 +33,7 @@ use crate::content::{Membership, OpenDocuments};
 use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::SignIns;
+use crate::metrics::{Metrics, SocketKind};
 use crate::planner::{Planners, Presence};
 use crate::runtime::Shutdown;
 use crate::store::Document;
@@ -51,6 +52,7 @@ pub struct RoomDeps {
     pub turns: Arc<Turns>,
     /// The process's stop: every room socket is closed 1001.
     pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -143,6 +145,7 @@ macro_rules! push {
 }
 
 async fn run(deps: RoomDeps, socket: WebSocket, doc: Document, member: Member) {
+    let _open = deps.metrics.socket(SocketKind::Room);
     let (mut reader, out) = socket::split(socket, &deps.shutdown, socket::WRITE_STALL);
     session(&deps, &mut reader, &out, &doc, member).await;
     socket::linger(&mut reader).await;

@@ -34,6 +34,7 @@ use crate::access::{Access, Reader};
 use crate::content::{OpenDocument, OpenDocuments, UpdateError};
 use crate::error::ApiError;
 use crate::identity::sign_ins::SignIns;
+use crate::metrics::{Metrics, SocketKind};
 use crate::runtime::Shutdown;
 
 /// Largest frame a Yjs client may send.
@@ -149,6 +150,7 @@ pub struct YjsDeps {
     pub sign_ins: Arc<SignIns>,
     pub open: Arc<OpenDocuments>,
     pub shutdown: Shutdown,
+    pub metrics: Arc<Metrics>,
 }
 
 pub fn routes(deps: YjsDeps) -> Routes {
@@ -193,6 +195,7 @@ async fn endpoint(
     socket::tune(upgrade, FRAME_LIMIT).on_upgrade(move |socket| {
         let shutdown = deps.shutdown.clone();
         shutdown.track(async move {
+            let _open = deps.metrics.socket(SocketKind::Yjs);
             let (mut incoming, out) = socket::split(socket, &deps.shutdown, socket::WRITE_STALL);
             match admitted {
                 Ok((reader, membership)) => {

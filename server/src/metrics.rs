@@ -1,0 +1,280 @@
+//! What the server counts for operators, in Prometheus' text format (`GET /metrics`), through
+//! the maintained `prometheus-client` crate.
+//!
+//! Owns: [`Metrics`] — the registry and its instruments: store call latency by method and outcome
+//! (reported by an instrumented store, [`Metrics::store_hook`]), GitHub calls by call and outcome
+//! ([`Metrics::github_call`]), open sockets by kind (an RAII [`SocketGauge`] each transport
+//! holds), and the gauges read from the services at scrape time (attached links, open
+//! documents, Chat sends in flight, turns running: [`Metrics::render`] takes them).
+//! Does not own: when anything happens (the services and transports report), or who may read
+//! the page (it is public, like `/healthz`; keep it off the Internet at the proxy).
+//!
+//! Invariants: nothing here blocks or fails a request; no label carries a token, a login or a
+//! document id (labels are fixed words), so the number of series is bounded.
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::store::instrumented::{Call, Hook};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StoreLabels {
+    method: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GitHubLabels {
+    call: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SocketLabels {
+    kind: &'static str,
+}
+
+/// Which socket a [`SocketGauge`] counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SocketKind {
+    /// `/api/v1/agent`.
+    Agent,
+    /// `/api/documents/{id}/room`.
+    Room,
+    /// `/api/yjs/{id}`.
+    Yjs,
+}
+
+impl SocketKind {
+    fn label(self) -> &'static str {
+        match self {
+            SocketKind::Agent => "agent",
+            SocketKind::Room => "room",
+            SocketKind::Yjs => "yjs",
+        }
+    }
+}
+
+/// The values read from the services at scrape time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub links_attached: usize,
+    pub documents_open: usize,
+    pub chat_sends_in_flight: usize,
+    pub turns_running: usize,
+}
+
+/// The server's instruments and their registry.
+pub struct Metrics {
+    registry: Registry,
+    store_calls: Family<StoreLabels, Histogram>,
+    github_calls: Family<GitHubLabels, Counter>,
+    sockets: Family<SocketLabels, Gauge>,
+    links_attached: Gauge,
+    documents_open: Gauge,
+    chat_sends_in_flight: Gauge,
+    turns_running: Gauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+fn latency_histogram() -> Histogram {
+    // 100 µs to ~6.5 s.
+    Histogram::new(exponential_buckets(0.000_1, 2.0, 17))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("chopin");
+        let store_calls =
+            Family::<StoreLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
+        let github_calls = Family::<GitHubLabels, Counter>::default();
+        let sockets = Family::<SocketLabels, Gauge>::default();
+        let (links_attached, documents_open, chat_sends_in_flight, turns_running) = (
+            Gauge::default(),
+            Gauge::default(),
+            Gauge::default(),
+            Gauge::default(),
+        );
+        registry.register(
+            "store_call_seconds",
+            "How long each store call took, by method and outcome",
+            store_calls.clone(),
+        );
+        registry.register(
+            "github_calls",
+            "Calls to GitHub's REST API, by call and outcome",
+            github_calls.clone(),
+        );
+        registry.register(
+            "sockets_open",
+            "WebSockets open now, by kind (agent, room, yjs)",
+            sockets.clone(),
+        );
+        registry.register(
+            "planner_links_attached",
+            "Documents with a Planner client attached now",
+            links_attached.clone(),
+        );
+        registry.register(
+            "documents_open",
+            "Documents whose content is open in this process",
+            documents_open.clone(),
+        );
+        registry.register(
+            "chat_sends_in_flight",
+            "Chat sends being processed now (at most 20)",
+            chat_sends_in_flight.clone(),
+        );
+        registry.register(
+            "turns_running",
+            "Planner turns running now",
+            turns_running.clone(),
+        );
+        for kind in [SocketKind::Agent, SocketKind::Room, SocketKind::Yjs] {
+            let _ = sockets.get_or_create(&SocketLabels { kind: kind.label() });
+        }
+        Metrics {
+            registry,
+            store_calls,
+            github_calls,
+            sockets,
+            links_attached,
+            documents_open,
+            chat_sends_in_flight,
+            turns_running,
+        }
+    }
+
+    /// The hook an instrumented store reports each call to.
+    pub fn store_hook(self: &Arc<Self>) -> StoreHook {
+        StoreHook(self.clone())
+    }
+
+    /// A GitHub call ended: `call` is `user`, `repository` or `membership`; `outcome` is a
+    /// fixed word (`ok`, `not-found`, `bad-credentials`, `rate-limited`, `unavailable`, …).
+    pub fn github_call(&self, call: &'static str, outcome: &'static str) {
+        self.github_calls
+            .get_or_create(&GitHubLabels { call, outcome })
+            .inc();
+    }
+
+    /// Counts one socket of `kind` as open until the gauge is dropped.
+    pub fn socket(self: &Arc<Self>, kind: SocketKind) -> SocketGauge {
+        self.sockets
+            .get_or_create(&SocketLabels { kind: kind.label() })
+            .inc();
+        SocketGauge {
+            metrics: self.clone(),
+            kind,
+        }
+    }
+
+    /// The page, with the services' values as they are now.
+    pub fn render(&self, now: Snapshot) -> String {
+        let set = |gauge: &Gauge, n: usize| {
+            gauge.set(i64::try_from(n).unwrap_or(i64::MAX));
+        };
+        set(&self.links_attached, now.links_attached);
+        set(&self.documents_open, now.documents_open);
+        set(&self.chat_sends_in_flight, now.chat_sends_in_flight);
+        set(&self.turns_running, now.turns_running);
+        let mut page = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut page, &self.registry) {
+            tracing::warn!(error = %e, "metrics could not be encoded");
+        }
+        page
+    }
+}
+
+/// One open socket, counted until dropped.
+pub struct SocketGauge {
+    metrics: Arc<Metrics>,
+    kind: SocketKind,
+}
+
+impl Drop for SocketGauge {
+    fn drop(&mut self) {
+        self.metrics
+            .sockets
+            .get_or_create(&SocketLabels {
+                kind: self.kind.label(),
+            })
+            .dec();
+    }
+}
+
+/// Reports each store call's latency to the metrics.
+pub struct StoreHook(Arc<Metrics>);
+
+impl Hook for StoreHook {
+    fn call(&self, call: Call) {
+        let outcome = if call.ok { "ok" } else { "error" };
+        self.0
+            .store_calls
+            .get_or_create(&StoreLabels {
+                method: call.method,
+                outcome,
+            })
+            .observe(call.elapsed.as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_names_every_instrument_and_counts_sockets_while_they_live() {
+        let metrics = Arc::new(Metrics::new());
+        metrics.github_call("user", "ok");
+        metrics.store_hook().call(Call {
+            method: "ping",
+            write: false,
+            ok: true,
+            elapsed: std::time::Duration::from_millis(3),
+        });
+        let room = metrics.socket(SocketKind::Room);
+        let page = metrics.render(Snapshot {
+            links_attached: 2,
+            documents_open: 3,
+            chat_sends_in_flight: 1,
+            turns_running: 1,
+        });
+        for line in [
+            "chopin_github_calls_total{call=\"user\",outcome=\"ok\"} 1",
+            "chopin_sockets_open{kind=\"room\"} 1",
+            "chopin_sockets_open{kind=\"agent\"} 0",
+            "chopin_planner_links_attached 2",
+            "chopin_documents_open 3",
+            "chopin_chat_sends_in_flight 1",
+            "chopin_turns_running 1",
+            "# TYPE chopin_store_call_seconds histogram",
+            "chopin_store_call_seconds_count{method=\"ping\",outcome=\"ok\"} 1",
+        ] {
+            assert!(page.contains(line), "{line:?} missing from:\n{page}");
+        }
+        drop(room);
+        let page = metrics.render(Snapshot::default());
+        assert!(
+            page.contains("chopin_sockets_open{kind=\"room\"} 0"),
+            "{page}"
+        );
+    }
+}
