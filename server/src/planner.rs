@@ -110,7 +110,7 @@ impl Refusal {
 pub struct Bound {
     pub link: u64,
     pub generation: i64,
-    pub closing: mpsc::UnboundedReceiver<Closing>,
+    pub closing: mpsc::Receiver<Closing>,
 }
 
 /// How a link ended on its own.
@@ -127,7 +127,8 @@ enum Slot {
         link: u64,
         holder: Holder,
         generation: i64,
-        closer: mpsc::UnboundedSender<Closing>,
+        /// The one close the table may order (the slot leaves the table as it is sent).
+        closer: mpsc::Sender<Closing>,
         /// When the link last heard from its client (server time).
         heard_ms: UnixMillis,
         /// Commands to the link's task (the harness's way to the client).
@@ -364,7 +365,7 @@ impl Planners {
                 return Err(Refusal::attached(&login));
             }
         };
-        let (closer, closing) = mpsc::unbounded_channel();
+        let (closer, closing) = mpsc::channel(1);
         let bound = {
             let mut table = self.lock();
             let revoked = table.revocations.get(&doc).copied().unwrap_or(0) != revocations_seen;
@@ -620,7 +621,7 @@ impl Planners {
             Slot::Attached {
                 generation, closer, ..
             } => {
-                let _ = closer.send(closing);
+                let _ = closer.try_send(closing);
                 generation
             }
             Slot::Grace {

@@ -43,11 +43,17 @@ const FEED_BACKLOG: usize = 256;
 const CATCH_UP_PAGE: u32 = 100;
 
 /// Where Planner turns' replies and notices go: the document's transcript, heard by its room.
+#[async_trait::async_trait]
 pub trait TurnSink: Send + Sync {
-    /// Posts the Planner's reply (`kind: "planner"`) or a notice (`kind: "system"`) to the
-    /// document's transcript and tells the room, after every entry posted before it.
-    fn post(&self, document: Uuid, kind: &'static str, body: String);
+    /// Queues the Planner's reply (`kind: "planner"`) or a notice (`kind: "system"`) to be
+    /// saved to the document's transcript and told to the room, after every entry queued before
+    /// it. Waits while the queue is full, so a turn that says more than storage takes is slowed
+    /// down rather than held in memory.
+    async fn post(&self, document: Uuid, kind: &'static str, body: String);
 }
+
+/// Turn replies and notices that may wait to be saved.
+const REPLY_BACKLOG: usize = 256;
 
 /// A frame the room socket could not read as a Chat request (answered with `error`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +116,7 @@ pub struct Transcript {
     store: Arc<dyn TranscriptStore>,
     clock: SharedClock,
     /// Turn replies and notices waiting to be posted, in the order the turns gave them.
-    replies: mpsc::UnboundedSender<(Uuid, NewTranscriptEntry)>,
+    replies: mpsc::Sender<(Uuid, NewTranscriptEntry)>,
 }
 
 impl Transcript {
@@ -120,7 +126,7 @@ impl Transcript {
         clock: SharedClock,
         shutdown: &Shutdown,
     ) -> Arc<Self> {
-        let (replies, mut queue) = mpsc::unbounded_channel::<(Uuid, NewTranscriptEntry)>();
+        let (replies, mut queue) = mpsc::channel::<(Uuid, NewTranscriptEntry)>(REPLY_BACKLOG);
         let transcript = Arc::new(Transcript {
             table: Mutex::default(),
             store,
@@ -231,15 +237,16 @@ impl Transcript {
 
 /// The transcript is where Planner turns post their replies and notices: each is saved and
 /// broadcast like any entry, in the order given.
+#[async_trait::async_trait]
 impl TurnSink for Transcript {
-    fn post(&self, document: Uuid, kind: &'static str, body: String) {
+    async fn post(&self, document: Uuid, kind: &'static str, body: String) {
         let entry = NewTranscriptEntry {
             author_login: None,
             kind: kind.to_owned(),
             body,
             created_at_ms: self.clock.now_ms(),
         };
-        let _ = self.replies.send((document, entry));
+        let _ = self.replies.send((document, entry)).await;
     }
 }
 

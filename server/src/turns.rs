@@ -20,7 +20,7 @@ use crate::documents::children::Children;
 use crate::documents::Documents;
 use crate::harness::{
     run_turn, CancelSignal, Harness, HarnessDeps, HostToolResult, RemoteDeps, SessionRequest,
-    SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
+    SteerError, SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
 };
 use crate::identity::admission::Admission;
 use crate::identity::sign_ins::SignIns;
@@ -189,6 +189,11 @@ impl Turns {
                     }
                     Phase::Running => match turn.control.steer(words) {
                         Ok(()) => Ok(Accepted::Steered),
+                        // The turn has not read the steers it was given yet: this one waits
+                        // for the sender to try again rather than in memory.
+                        Err(SteerError::Full) => {
+                            Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()))
+                        }
                         Err(_) => {
                             tracing::info!(document = %request.document, harness = harness.name(), "a message arrived while the harness takes no input mid-run");
                             Err(Refused::Busy(BUSY_WORDS.to_owned()))
@@ -283,7 +288,7 @@ impl Turns {
         let sink: &dyn TurnSink = &*d.transcript;
         let reply = reply.trim().to_owned();
         if !reply.is_empty() {
-            sink.post(document, "planner", reply);
+            sink.post(document, "planner", reply).await;
         }
         if d.shutdown.is_stopping() {
             // A graceful stop posts no Chat line about the links or the turns (HO-17).
@@ -293,12 +298,18 @@ impl Turns {
         }
         match &report.result {
             TurnResult::Completed { .. } => {}
-            TurnResult::Aborted => sink.post(document, "system", "chopin stopped.".to_owned()),
-            TurnResult::Failed(failure) => sink.post(
-                document,
-                "system",
-                format!("chopin's turn ended with an error: {failure}"),
-            ),
+            TurnResult::Aborted => {
+                sink.post(document, "system", "chopin stopped.".to_owned())
+                    .await
+            }
+            TurnResult::Failed(failure) => {
+                sink.post(
+                    document,
+                    "system",
+                    format!("chopin's turn ended with an error: {failure}"),
+                )
+                .await
+            }
         }
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
         self.lock().remove(&document);
@@ -485,7 +496,8 @@ impl TurnHost for PlannerHost {
                 self.document,
                 "system",
                 format!("chopin was not allowed to use {name}: {why}."),
-            );
+            )
+            .await;
             return HostToolResult::error(format!("permission denied: {why}"));
         }
         match name {

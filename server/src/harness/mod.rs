@@ -347,13 +347,17 @@ pub trait TurnHost: Send + Sync {
 #[derive(Debug)]
 pub struct TurnControl {
     cancel: CancelHandle,
-    steer: Option<mpsc::UnboundedSender<String>>,
+    steer: Option<mpsc::Sender<String>>,
 }
+
+/// Steer messages a turn may have waiting unread; past that a steer is refused as
+/// [`SteerError::Full`] (the sender tries again), never held in memory.
+pub const STEER_BACKLOG: usize = 64;
 
 /// The adapter's side of a turn's steer messages, handed to [`run_turn`].
 #[derive(Debug)]
 pub struct SteerInbox {
-    rx: Option<mpsc::UnboundedReceiver<String>>,
+    rx: Option<mpsc::Receiver<String>>,
 }
 
 /// Why a steer message was not delivered.
@@ -365,6 +369,9 @@ pub enum SteerError {
     /// The turn is over.
     #[error("the turn has ended")]
     TurnEnded,
+    /// The turn has [`STEER_BACKLOG`] steer messages it has not read yet.
+    #[error("the turn has not read the steer messages it was given yet")]
+    Full,
 }
 
 impl TurnControl {
@@ -373,7 +380,7 @@ impl TurnControl {
     pub fn new(harness: &dyn Harness) -> (TurnControl, SteerInbox) {
         let (cancel, _) = cancel_pair();
         if harness.capabilities().steer {
-            let (tx, rx) = mpsc::unbounded_channel();
+            let (tx, rx) = mpsc::channel(STEER_BACKLOG);
             (
                 TurnControl {
                     cancel,
@@ -406,7 +413,10 @@ impl TurnControl {
     pub fn steer(&self, text: impl Into<String>) -> Result<(), SteerError> {
         match &self.steer {
             None => Err(SteerError::Unsupported),
-            Some(tx) => tx.send(text.into()).map_err(|_| SteerError::TurnEnded),
+            Some(tx) => tx.try_send(text.into()).map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => SteerError::Full,
+                mpsc::error::TrySendError::Closed(_) => SteerError::TurnEnded,
+            }),
         }
     }
 }
@@ -796,4 +806,25 @@ pub fn adapter(name: &str, deps: &HarnessDeps) -> Result<Arc<dyn Harness>, Unkno
 /// The names of a list of tool specs, sorted, for comparisons that ignore order.
 pub fn tool_names(tools: &[ToolSpec]) -> BTreeSet<String> {
     tools.iter().map(|t| t.name.clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steers_a_turn_has_not_read_are_bounded_and_the_next_is_refused_as_full() {
+        let harness = fake::FakeHarness::new(fake::FakeSetup::default());
+        assert!(
+            harness.capabilities().steer,
+            "the fake takes steers by default"
+        );
+        let (control, inbox) = TurnControl::new(&harness);
+        for n in 0..STEER_BACKLOG {
+            assert_eq!(control.steer(format!("@mona: {n}")), Ok(()));
+        }
+        assert_eq!(control.steer("@mona: one more"), Err(SteerError::Full));
+        drop(inbox);
+        assert_eq!(control.steer("@mona: late"), Err(SteerError::TurnEnded));
+    }
 }
