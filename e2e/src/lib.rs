@@ -173,6 +173,25 @@ impl Server {
         format!("{}{}", self.base_url, path)
     }
 
+    /// Creates a document titled `title` in `repository` (`owner/name`) with a writer's bearer
+    /// `token`; returns the document object (its `id`, `url`, …).
+    pub async fn create_document(
+        &self,
+        token: &str,
+        repository: &str,
+        title: &str,
+    ) -> serde_json::Value {
+        let response = reqwest::Client::new()
+            .post(self.url(&format!("/api/repositories/{repository}/documents")))
+            .bearer_auth(token)
+            .json(&serde_json::json!({ "title": title }))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create a document: {e}"));
+        assert_eq!(response.status(), 201, "create a document");
+        response.json().await.expect("the document as JSON")
+    }
+
     /// Everything it wrote to stderr so far.
     pub fn logs(&self) -> String {
         self.logs.lock().map(|l| l.clone()).unwrap_or_default()
@@ -205,6 +224,30 @@ impl Server {
         tokio::time::sleep(Duration::from_millis(50)).await;
         self.logs()
     }
+}
+
+/// Runs the Node script `script` of `e2e/yjs` (real Yjs clients) with `config` as its one
+/// argument. Returns whether it succeeded (exit 0 and `"ok": true`) and the JSON line it printed
+/// last.
+pub async fn node_script(script: &str, config: &serde_json::Value) -> (bool, serde_json::Value) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("yjs");
+    assert!(
+        dir.join("node_modules/yjs").exists(),
+        "the Yjs clients' packages are missing: run `npm ci --prefix e2e/yjs` (scripts/test does)"
+    );
+    let out = tokio::process::Command::new("node")
+        .arg(dir.join(script))
+        .arg(config.to_string())
+        .current_dir(&dir)
+        .output()
+        .await
+        .expect("node runs (scripts/test installs Node.js)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let line = stdout.lines().last().unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("{script} printed no JSON ({e}): {stdout}\n{stderr}"));
+    (out.status.success() && value["ok"] == true, value)
 }
 
 /// GET returning status and body text.

@@ -10,7 +10,6 @@ use chopin_fixtures::agent::{connect, Event, Upgrade};
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use chopin_protocol::agent::ServerMessage;
-use serde_json::{json, Value};
 
 #[tokio::test]
 async fn sigterm_closes_every_socket_with_a_close_frame_and_gives_the_lease_back() {
@@ -26,16 +25,9 @@ async fn sigterm_closes_every_socket_with_a_close_frame_and_gives_the_lease_back
     let launch = Launch::hosted(port, &github_url).env("HOME", home.path().to_string_lossy());
     let server = launch.start().await;
     let cookie = sign_in(&server, &github, "mona").await;
-    let doc: Value = reqwest::Client::new()
-        .post(server.url("/api/repositories/octo/plans/documents"))
-        .bearer_auth(&mona)
-        .json(&json!({ "title": "Deploy day" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = server
+        .create_document(&mona, "octo/plans", "Deploy day")
+        .await;
     let id = doc["id"].as_str().unwrap().to_owned();
 
     let stream = tokio::net::TcpStream::connect(&host).await.unwrap();

@@ -60,16 +60,9 @@ async fn an_at_chopin_message_runs_a_turn_that_reads_edits_and_replies() {
         .start()
         .await;
     let cookie = sign_in(&server, &github, "mona").await;
-    let doc: Value = reqwest::Client::new()
-        .post(server.url("/api/repositories/octo/plans/documents"))
-        .bearer_auth(&mona)
-        .json(&json!({ "title": "Turn notes" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let doc = server
+        .create_document(&mona, "octo/plans", "Turn notes")
+        .await;
     let id = doc["id"].as_str().unwrap().to_owned();
 
     // The Planner client attaches; a browser joins the room.

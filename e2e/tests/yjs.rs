@@ -3,39 +3,14 @@
 //! and on PostgreSQL. Two writers converge; a crash and restart loses no update the room relayed;
 //! a reader syncs but its update is refused.
 
-use std::path::PathBuf;
-
-use chopin_e2e::{free_port, sign_in, Launch, Server};
+use chopin_e2e::{free_port, node_script, sign_in, Launch, Server};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
 
-fn yjs_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("yjs")
-}
-
-/// Runs the Node client with `config`; returns the JSON line it printed.
+/// Runs the Node client with `config`; returns the JSON line it printed (it must succeed).
 async fn node(config: Value) -> Value {
-    let dir = yjs_dir();
-    assert!(
-        dir.join("node_modules/yjs").exists(),
-        "the Yjs client's packages are missing: run `npm ci --prefix e2e/yjs` (scripts/test does)"
-    );
-    let out = tokio::process::Command::new("node")
-        .arg(dir.join("client.mjs"))
-        .arg(config.to_string())
-        .current_dir(&dir)
-        .output()
-        .await
-        .expect("node runs (scripts/test installs Node.js)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let line = stdout.lines().last().unwrap_or_default();
-    let value: Value = serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("client printed no JSON ({e}): {stdout}\n{stderr}"));
-    assert!(
-        out.status.success() && value["ok"] == true,
-        "client failed: {value}\n{stderr}"
-    );
+    let (ok, value) = node_script("client.mjs", &config).await;
+    assert!(ok, "client failed: {value}");
     value
 }
 
@@ -64,16 +39,9 @@ async fn run(database: Option<String>) {
         sign_in(&server, &github, "lisa").await,
         sign_in(&server, &github, "hubot").await,
     ];
-    let created: Value = reqwest::Client::new()
-        .post(server.url("/api/repositories/octo/plans/documents"))
-        .bearer_auth(&mona)
-        .json(&json!({ "title": "Live notes" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = server
+        .create_document(&mona, "octo/plans", "Live notes")
+        .await;
     let id = created["id"].as_str().unwrap().to_owned();
     let url = format!("ws://127.0.0.1:{port}/api/documents/{id}/room");
     let config = |mode: &str, cookies: &[&String]| json!({ "mode": mode, "url": url, "origin": origin, "cookies": cookies, "timeoutMs": 15000 });

@@ -4,32 +4,13 @@
 //! connected for minutes idle and alone, and a provider the server refuses stops retrying —
 //! with no exception in the client.
 
-use std::path::PathBuf;
-
-use chopin_e2e::{free_port, sign_in, Launch};
+use chopin_e2e::{free_port, node_script, sign_in, Launch};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
 
-/// Runs `provider.mjs` with `config`; returns the JSON line it printed and whether it exited 0.
+/// Runs `provider.mjs` with `config`; returns whether it succeeded and what it printed.
 async fn provider(config: Value) -> (bool, Value) {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("yjs");
-    assert!(
-        dir.join("node_modules/y-websocket").exists(),
-        "the Yjs client's packages are missing: run `npm ci --prefix e2e/yjs` (scripts/test does)"
-    );
-    let out = tokio::process::Command::new("node")
-        .arg(dir.join("provider.mjs"))
-        .arg(config.to_string())
-        .current_dir(&dir)
-        .output()
-        .await
-        .expect("node runs (scripts/test installs Node.js)");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let line = stdout.lines().last().unwrap_or_default();
-    let value: Value = serde_json::from_str(line)
-        .unwrap_or_else(|e| panic!("provider printed no JSON ({e}): {stdout}\n{stderr}"));
-    (out.status.success() && value["ok"] == true, value)
+    node_script("provider.mjs", &config).await
 }
 
 #[tokio::test]
@@ -50,16 +31,9 @@ async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_tak
     let server = launch.start().await;
     let writer = sign_in(&server, &github, "mona").await;
     let reader = sign_in(&server, &github, "hubot").await;
-    let created: Value = reqwest::Client::new()
-        .post(server.url("/api/repositories/octo/plans/documents"))
-        .bearer_auth(&mona)
-        .json(&json!({ "title": "Provider notes" }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created = server
+        .create_document(&mona, "octo/plans", "Provider notes")
+        .await;
     let id = created["id"].as_str().unwrap().to_owned();
     let config = |mode: &str, document: &str, cookies: &[&str]| {
         json!({

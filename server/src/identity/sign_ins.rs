@@ -118,9 +118,14 @@ impl SignIns {
         }
     }
 
-    /// Ids of logins ending from now on.
-    pub fn ended(&self) -> tokio::sync::broadcast::Receiver<Uuid> {
-        self.ended.subscribe()
+    /// Watches one login, for a socket opened with it: [`LoginWatch::ended`] resolves when it
+    /// ends (sign-out or expiry).
+    pub fn watch(self: &Arc<Self>, login: Uuid) -> LoginWatch {
+        LoginWatch {
+            rx: self.ended.subscribe(),
+            login,
+            sign_ins: self.clone(),
+        }
     }
 
     /// The time now on the server's clock (for callers comparing against expiries).
@@ -307,6 +312,34 @@ impl SignIns {
             expires_at_ms,
             verifier_hash: verifier_hash.to_owned(),
             revision,
+        }
+    }
+}
+
+/// One login, watched for its end (see [`SignIns::watch`]).
+pub struct LoginWatch {
+    rx: tokio::sync::broadcast::Receiver<Uuid>,
+    login: Uuid,
+    sign_ins: Arc<SignIns>,
+}
+
+impl LoginWatch {
+    /// Resolves once the login has ended. Cancel-safe; use it in `select!`. A watch that fell
+    /// behind the stream of ended logins asks the table whether its login is still live.
+    pub async fn ended(&mut self) {
+        use tokio::sync::broadcast::error::RecvError;
+        loop {
+            match self.rx.recv().await {
+                Ok(id) if id == self.login => return,
+                Ok(_) => {}
+                Err(RecvError::Lagged(_)) => {
+                    let now = self.sign_ins.now_ms();
+                    if self.sign_ins.get_live(self.login, now).is_none() {
+                        return;
+                    }
+                }
+                Err(RecvError::Closed) => std::future::pending::<()>().await,
+            }
         }
     }
 }

@@ -18,12 +18,14 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{Routes, Table};
-use crate::access::{writer_only, Access};
+use crate::access::{writer_only, Access, Caller};
 use crate::content::OpenDocuments;
 use crate::documents::children::child_url;
 use crate::documents::{self, document_json, Documents};
 use crate::error::ApiError;
+use crate::identity::github::RepoAccess;
 use crate::planner::Planners;
+use crate::store::Document;
 
 /// What the document routes use.
 #[derive(Clone)]
@@ -32,6 +34,25 @@ pub struct DocumentsDeps {
     pub documents: Arc<Documents>,
     pub open: Arc<OpenDocuments>,
     pub planners: Arc<Planners>,
+}
+
+impl DocumentsDeps {
+    /// The document `id` and what the caller may do on its repository, if it can read it.
+    async fn readable(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(Document, RepoAccess), ApiError> {
+        let doc = self.documents.by_id(id).await?;
+        self.access.readable(caller, doc).await
+    }
+
+    /// The document `id`, if the caller can write it.
+    async fn writable(&self, caller: &Caller, id: &str) -> Result<Document, ApiError> {
+        let (doc, access) = self.readable(caller, id).await?;
+        writer_only(&access, &caller.login)?;
+        Ok(doc)
+    }
 }
 
 pub fn routes(deps: DocumentsDeps) -> Routes {
@@ -124,8 +145,7 @@ async fn get_by_id(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.access.caller(&headers, false).await?;
-    let doc = deps.documents.by_id(&id).await?;
-    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    let (doc, _) = deps.readable(&caller, &id).await?;
     Ok(Json(document_json(&doc)))
 }
 
@@ -145,9 +165,7 @@ async fn archive(
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.access.caller(&headers, true).await?;
     let input: SetArchived = json_body(&body, r#"{\"archived\": boolean}"#)?;
-    let doc = deps.documents.by_id(&id).await?;
-    let (doc, access) = deps.access.readable(&caller, doc).await?;
-    writer_only(&access, &caller.login)?;
+    let doc = deps.writable(&caller, &id).await?;
     let doc = deps.documents.set_archived(doc.id, input.archived).await?;
     if input.archived {
         deps.planners.archived(doc.id).await;
@@ -163,9 +181,7 @@ async fn reset_planner(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.access.caller(&headers, true).await?;
-    let doc = deps.documents.by_id(&id).await?;
-    let (doc, access) = deps.access.readable(&caller, doc).await?;
-    writer_only(&access, &caller.login)?;
+    let doc = deps.writable(&caller, &id).await?;
     let released = deps.planners.reset(doc.id).await.map_err(ApiError::store)?;
     tracing::info!(document = %doc.id, by = %caller.login, released, "Planner reset");
     Ok(Json(json!({ "released": released })))
@@ -191,9 +207,7 @@ async fn rename(
     let input: Rename = json_body(&body, r#"{\"title\": string, \"slug\"?: string}"#)?;
     let title = documents::title_of(&input.title)?;
     let slug = documents::slug_of(input.slug.as_deref(), &title)?;
-    let doc = deps.documents.by_id(&id).await?;
-    let (doc, access) = deps.access.readable(&caller, doc).await?;
-    writer_only(&access, &caller.login)?;
+    let doc = deps.writable(&caller, &id).await?;
     let renamed = deps.documents.rename(doc.id, &slug, &title).await?;
     let mut body = document_json(&renamed);
     body["earlierUrls"] = json!(deps
@@ -214,8 +228,7 @@ async fn source(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.access.caller(&headers, false).await?;
-    let doc = deps.documents.by_id(&id).await?;
-    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    let (doc, _) = deps.readable(&caller, &id).await?;
     let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
     Ok(Json(json!({
         "id": doc.id,
@@ -243,8 +256,7 @@ async fn read(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = deps.access.caller(&headers, false).await?;
-    let doc = deps.documents.by_id(&id).await?;
-    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    let (doc, _) = deps.readable(&caller, &id).await?;
     let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
     let source = open.source().await;
     let earlier = deps
@@ -301,9 +313,7 @@ async fn create_child(
     let caller = deps.access.caller(&headers, true).await?;
     let input: CreateChild = json_body(&body, r#"{\"title\": string}"#)?;
     let title = documents::title_of(&input.title)?;
-    let parent = deps.documents.by_id(&id).await?;
-    let (parent, access) = deps.access.readable(&caller, parent).await?;
-    writer_only(&access, &caller.login)?;
+    let parent = deps.writable(&caller, &id).await?;
     let base = documents::slugify(&title);
     let child = deps
         .documents

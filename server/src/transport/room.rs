@@ -164,7 +164,7 @@ async fn session(
     let room = member.membership.document.clone();
     let me = member.membership.connection;
     let mut relayed = room.subscribe();
-    let mut ended = deps.sign_ins.ended();
+    let mut signed_in = deps.sign_ins.watch(member.login_id);
     let mut chat_feed = deps.transcript.subscribe(doc.id);
     let place = chat::Place {
         document: doc.id,
@@ -208,17 +208,11 @@ async fn session(
                     return;
                 }
             },
-            login = ended.recv() => match login {
-                Ok(id) if id != member.login_id => {}
-                Err(RecvError::Lagged(_))
-                    if deps.sign_ins.get_live(member.login_id, deps.sign_ins.now_ms()).is_some() => {}
-                Ok(_) | Err(RecvError::Lagged(_)) => {
-                    let _ = out.send(error_frame("sign-in-required", "You signed out (or your sign-in expired); sign in again to open this document."));
-                    let _ = out.close(4401, "sign-in-required");
-                    return;
-                }
-                Err(RecvError::Closed) => return,
-            },
+            () = signed_in.ended() => {
+                let _ = out.send(error_frame("sign-in-required", "You signed out (or your sign-in expired); sign in again to open this document."));
+                let _ = out.close(4401, "sign-in-required");
+                return;
+            }
             relay = relayed.recv() => match relay {
                 Ok(relay) if relay.from == me => {}
                 Ok(relay) => push!(out, WsMessage::Binary(relay.frame.to_vec().into())),

@@ -222,8 +222,7 @@ async fn run(
     let document = membership.document.clone();
     let me = membership.connection;
     let mut relayed = document.subscribe();
-    let mut ended = deps.sign_ins.ended();
-    let login_id = reader.login.id;
+    let mut signed_in = deps.sign_ins.watch(reader.login.id);
     let mut told_read_only = false;
     for frame in greeting(&document).await {
         if out.send(WsMessage::Binary(frame.into())).is_err() {
@@ -245,16 +244,10 @@ async fn run(
                 Due::Ping => Some(WsMessage::Ping(Default::default())),
                 Due::Silent => return,
             },
-            login = ended.recv() => match login {
-                Ok(id) if id != login_id => None,
-                Err(RecvError::Lagged(_))
-                    if deps.sign_ins.get_live(login_id, deps.sign_ins.now_ms()).is_some() => None,
-                Ok(_) | Err(RecvError::Lagged(_)) => {
-                    let _ = out.close(4401, "sign-in-required");
-                    return;
-                }
-                Err(RecvError::Closed) => return,
-            },
+            () = signed_in.ended() => {
+                let _ = out.close(4401, "sign-in-required");
+                return;
+            }
             relay = relayed.recv() => match relay {
                 // The sender's own awareness comes back to it, as y-websocket's server does.
                 Ok(relay) if relay.from == me && !relay.awareness => None,
