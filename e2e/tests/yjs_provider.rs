@@ -72,6 +72,16 @@ async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_tak
         );
     }
 
+    // Updates that used to poison a document, sent by a writer: refused, and nobody else is
+    // sent bytes the official yjs cannot apply (issue 15's regression updates).
+    let mut poison = config("poison", &id, &[&writer, &reader]);
+    poison["poison"] = json!([
+        "0101d90f009244f1070007422d736964652001f107011a02",
+        "0201e60f0044fe070007422d736964652003fe07feffffffffffffffff01040106736f757263651a48656c6c6f2c20776f006c64212023205469746c650a2d20697481fe07190284fe071b010a01fe07011a02",
+    ]);
+    let (ok, seen) = provider(poison).await;
+    assert!(ok, "{seen}");
+
     // Alone and idle for 130 s of the provider's clock: never reconnected (its watchdog closes
     // a socket that hears nothing for 30 s; the server echoes its awareness renewals).
     let (ok, seen) = provider(config("idle", &id, &[&writer])).await;

@@ -3,7 +3,7 @@
 // up. Driven by e2e/tests/yjs_provider.rs.
 //
 // Usage: node provider.mjs '<json>' where json is
-//   { "mode": "edit" | "idle" | "refused",
+//   { "mode": "edit" | "idle" | "refused" | "poison",
 //     "server": "ws://127.0.0.1:PORT/api/yjs", "document": "<id>",
 //     "origin": "http://127.0.0.1:PORT", "cookies": ["chopin_session=…", …],
 //     "idleMs": 130000 }
@@ -12,6 +12,8 @@
 // - idle: one provider alone, idle for `idleMs` of its own clock (fake timers: Date and the
 //   timers y-websocket and y-protocols use run fast), must stay connected: no reconnect.
 // - refused: one provider whose connection the server refuses; it must stop retrying.
+// - poison: a writer's raw socket sends `poison` (hex updates that used to poison a document);
+//   no provider may be sent bytes the official yjs cannot apply, and editing goes on.
 // Prints one JSON line with what it saw; exits non-zero on failure. Any uncaught exception fails.
 
 import WebSocket from 'ws';
@@ -79,6 +81,32 @@ if (config.mode === 'edit') {
   await until('every provider has the text', () => all.every((x) => x.text() === 'Hello from y-websocket\n'));
   await until('every provider sees the others', () =>
     all.every((x) => all.every((y) => x === y || [...x.p.awareness.getStates().values()].some((s) => s.user === y.name))));
+  finish(true, { texts: all.map((x) => x.text()) });
+} else if (config.mode === 'poison') {
+  // A writer's raw socket sends updates that used to poison a document (`config.poison`, hex),
+  // as y-websocket sync update frames; the providers must never receive bytes that make the
+  // official `Y.applyUpdate` throw, and the document must go on syncing.
+  const all = config.cookies.map((c, i) => provider(`p${i}`, c));
+  await until('every provider synced', () => all.every((x) => x.p.synced));
+  const raw = new (socketWith(config.cookies[0]))(`${config.server}/${config.document}`);
+  raw.binaryType = 'arraybuffer';
+  await new Promise((resolve, reject) => { raw.onopen = resolve; raw.onerror = reject; });
+  for (const hex of config.poison) {
+    const bytes = Uint8Array.from(hex.match(/../g).map((b) => parseInt(b, 16)));
+    const lengthBytes = [];
+    for (let n = bytes.length; ; n >>>= 7) {
+      if (n < 0x80) { lengthBytes.push(n); break; }
+      lengthBytes.push((n & 0x7f) | 0x80);
+    }
+    raw.send(Uint8Array.from([0, 2, ...lengthBytes, ...bytes]));
+  }
+  await sleep(300);
+  all[0].doc.getText('source').insert(0, 'Still here\n');
+  await until('every provider has the text', () => all.every((x) => x.text().startsWith('Still here\n')));
+  // A provider that opens the document afterwards still syncs it: nothing poisoned it.
+  const late = provider('late', config.cookies[0]);
+  await until('a late provider synced', () => late.p.synced && late.text().startsWith('Still here\n'));
+  raw.close();
   finish(true, { texts: all.map((x) => x.text()) });
 } else if (config.mode === 'idle') {
   const alone = provider('alone', config.cookies[0]);

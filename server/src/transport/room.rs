@@ -29,7 +29,7 @@ use super::yjs;
 use super::{Routes, Table};
 use crate::access::Access;
 use crate::chat::{self, Chat};
-use crate::content::{Membership, OpenDocuments};
+use crate::content::{Membership, OpenDocument, OpenDocuments};
 use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::SignIns;
@@ -161,7 +161,7 @@ async fn session(
 ) {
     // Subscribe before reading the current state, so no change falls between the two.
     let mut changes = deps.planners.subscribe(doc.id);
-    let room = member.membership.document.clone();
+    let room: &OpenDocument = &member.membership.document;
     let me = member.membership.connection;
     let mut relayed = room.subscribe();
     let mut signed_in = deps.sign_ins.watch(member.login_id);
@@ -185,7 +185,7 @@ async fn session(
     push!(out, planner_frame(&deps.planners.presence(doc.id)));
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
-    for frame in yjs::greeting(&room).await {
+    for frame in yjs::greeting(room).await {
         push!(out, WsMessage::Binary(frame.into()));
     }
     let stopping = deps.shutdown.stopping();
@@ -283,7 +283,7 @@ async fn session(
                         push!(out, reply);
                     }
                     WsMessage::Binary(bytes) => {
-                        match yjs::frame(&room, me, member.can_write, &bytes).await {
+                        match yjs::frame(room, me, member.can_write, &bytes).await {
                             yjs::Answer::None => {}
                             yjs::Answer::Binary(reply) => push!(out, WsMessage::Binary(reply.into())),
                             yjs::Answer::Refused { code, message } => push!(out, error_frame(code, &message)),

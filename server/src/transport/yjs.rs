@@ -31,7 +31,9 @@ use yrs::updates::encoder::Encode;
 use super::socket::{self, Due, Liveness, Outbox};
 use super::{Routes, Table};
 use crate::access::{Access, Reader};
-use crate::content::{OpenDocument, OpenDocuments, UpdateError};
+use crate::content::{
+    guard, write_var_uint, OpenDocument, OpenDocuments, UpdateError, AWARENESS_CLIENTS_PER_SOCKET,
+};
 use crate::error::ApiError;
 use crate::identity::sign_ins::SignIns;
 use crate::metrics::{Metrics, SocketKind};
@@ -69,12 +71,29 @@ pub async fn greeting(document: &OpenDocument) -> Vec<Vec<u8>> {
 /// Handles one binary (y-protocols) frame from socket `me`. Everybody syncs and shares
 /// awareness; only a writer's updates are taken.
 pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u8]) -> Answer {
-    let message = match Message::decode_v1(bytes) {
-        Ok(m) => m,
-        Err(e) => {
+    if let Some(count) = awareness_count(bytes) {
+        if count > AWARENESS_CLIENTS_PER_SOCKET as u64 {
+            // Refused before decoding: a frame may declare millions of clients in a few bytes.
+            return Answer::Refused {
+                code: "awareness-too-large",
+                message: format!(
+                    "an awareness update carries at most {AWARENESS_CLIENTS_PER_SOCKET} clients"
+                ),
+            };
+        }
+    }
+    let message = match guard::guarded(|| Message::decode_v1(bytes)) {
+        Some(Ok(m)) => m,
+        Some(Err(e)) => {
             return Answer::Refused {
                 code: "malformed-yjs",
                 message: format!("not a y-protocols message: {e}"),
+            }
+        }
+        None => {
+            return Answer::Refused {
+                code: "malformed-yjs",
+                message: "not a y-protocols message yrs can read".to_owned(),
             }
         }
     };
@@ -85,10 +104,7 @@ pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u
         }
         Message::Sync(SyncMessage::SyncStep2(update))
         | Message::Sync(SyncMessage::Update(update)) => {
-            let empty = yrs::Update::decode_v1(&update)
-                .map(|u| u.is_empty())
-                .unwrap_or(false);
-            if empty {
+            if guard::is_empty(&update) == Some(true) {
                 return Answer::None;
             }
             if !can_write {
@@ -103,6 +119,13 @@ pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u
                     code: "malformed-yjs",
                     message: format!("the update was refused: {why}"),
                 },
+                Err(UpdateError::Poisonous(why)) => {
+                    tracing::warn!(%why, "a writer's update was refused: it would poison the document");
+                    Answer::Refused {
+                        code: "malformed-yjs",
+                        message: format!("the update was refused: {why}"),
+                    }
+                }
                 Err(UpdateError::Store(e)) => {
                     tracing::error!(error = %e, "an update could not be saved");
                     Answer::Refused {
@@ -113,7 +136,7 @@ pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u
             }
         }
         Message::Awareness(update) => {
-            document.relay_awareness(me, update, bytes.to_vec());
+            document.relay_awareness(me, update);
             Answer::None
         }
         Message::AwarenessQuery => match document.awareness_snapshot() {
@@ -124,6 +147,29 @@ pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u
     }
 }
 
+/// The number of clients an awareness frame (`[1, varUint8Array([count, …])]`) declares, read
+/// without decoding the rest; `None` for any other frame.
+fn awareness_count(bytes: &[u8]) -> Option<u64> {
+    let mut at = 0;
+    let mut read = || -> Option<u64> {
+        let mut n = 0u64;
+        for shift in (0..64).step_by(7) {
+            let byte = *bytes.get(at)?;
+            at += 1;
+            n |= u64::from(byte & 0x7f) << shift;
+            if byte & 0x80 == 0 {
+                return Some(n);
+            }
+        }
+        None
+    };
+    if read()? != 1 {
+        return None;
+    }
+    read()?; // the payload's length
+    read()
+}
+
 /// y-protocols' `permission-denied` auth message carrying `reason`.
 fn permission_denied(reason: &str) -> Vec<u8> {
     let mut frame = Vec::with_capacity(reason.len() + 8);
@@ -132,15 +178,6 @@ fn permission_denied(reason: &str) -> Vec<u8> {
     write_var_uint(&mut frame, reason.len() as u64);
     frame.extend_from_slice(reason.as_bytes());
     frame
-}
-
-/// lib0's variable-length unsigned integer.
-fn write_var_uint(out: &mut Vec<u8>, mut n: u64) {
-    while n > 0x7f {
-        out.push(0x80 | (n & 0x7f) as u8);
-        n >>= 7;
-    }
-    out.push(n as u8);
 }
 
 /// What the y-websocket endpoint uses.
@@ -219,12 +256,12 @@ async fn run(
     reader: Reader,
     membership: crate::content::Membership,
 ) {
-    let document = membership.document.clone();
+    let document: &OpenDocument = &membership.document;
     let me = membership.connection;
     let mut relayed = document.subscribe();
     let mut signed_in = deps.sign_ins.watch(reader.login.id);
     let mut told_read_only = false;
-    for frame in greeting(&document).await {
+    for frame in greeting(document).await {
         if out.send(WsMessage::Binary(frame.into())).is_err() {
             return;
         }
@@ -264,7 +301,7 @@ async fn run(
                 liveness.heard();
                 match message {
                     WsMessage::Binary(bytes) => {
-                        match frame(&document, me, reader.can_write, &bytes).await {
+                        match frame(document, me, reader.can_write, &bytes).await {
                             Answer::None => None,
                             Answer::Binary(reply) => Some(WsMessage::Binary(reply.into())),
                             Answer::Refused { code: "read-only", message } if !told_read_only => {

@@ -1,0 +1,328 @@
+//! Yjs bytes from outside, taken without letting them poison a document: a client's update is
+//! tried on a shadow copy first, and a document is rebuilt from its journal entry by entry.
+//!
+//! Owns: [`Shadow`] (a second copy of an open document that every update is tried on before it
+//! reaches the journal, the live copy or another client: decoded, applied and its change encoded
+//! again, each step under `catch_unwind`), and [`rebuild`] (a document from a checkpoint and
+//! journal entries, an entry that fails skipped and counted, never fatal).
+//! Does not own: when an update is taken or who may send one ([`super::OpenDocument`] and the
+//! sockets), or storage.
+//!
+//! Why both steps: yrs 0.28 accepts some malformed updates that then make *every* later encode
+//! of the document panic (a pending delete set it cannot merge), and panics inside decode or
+//! apply on others. An update that decodes, applies and whose change encodes on the shadow is
+//! safe to apply to the live copy: the two hold the same state, and yrs is deterministic. What
+//! is journalled and relayed is the change as yrs encoded it again, not the client's bytes, so no
+//! other client receives bytes the official `yjs` may not read.
+//!
+//! Invariants: a panic in yrs never escapes this module; a write transaction a panic interrupted
+//! is never committed (committing a half-applied update could panic again while unwinding) — it
+//! and its document are leaked instead, and the shadow is rebuilt from the live copy.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use yrs::updates::decoder::Decode;
+use yrs::{Doc, ReadTxn, StateVector, Transact, Update};
+
+/// Why an update was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// Not a Yjs v1 update at all.
+    #[error("not a Yjs v1 update: {0}")]
+    Malformed(String),
+    /// It decodes, but yrs cannot apply it, or cannot encode the document with it: it would
+    /// poison the document.
+    #[error("the update would leave the document unreadable ({0})")]
+    Poisonous(&'static str),
+}
+
+/// `f` with any panic turned into `None`.
+pub fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
+    catch_unwind(AssertUnwindSafe(f)).ok()
+}
+
+/// Applies `update` in a write transaction of `doc`. `Some(result)` if it returned; `None` if it
+/// panicked, in which case the transaction and the document were leaked, never committed.
+fn apply_in(doc: Doc, update: Update) -> Option<(Doc, Result<(), String>)> {
+    let mut txn = doc.transact_mut();
+    match guarded(|| txn.apply_update(update).map_err(|e| e.to_string())) {
+        Some(result) => {
+            drop(txn);
+            Some((doc, result))
+        }
+        None => {
+            std::mem::forget(txn);
+            std::mem::forget(doc);
+            None
+        }
+    }
+}
+
+/// Whether `update` (a client's bytes) changes nothing: `None` if it is not an update yrs can
+/// read without panicking.
+pub fn is_empty(update: &[u8]) -> Option<bool> {
+    match guarded(|| Update::decode_v1(update)) {
+        Some(Ok(decoded)) => Some(decoded.is_empty()),
+        _ => None,
+    }
+}
+
+/// The whole state of `doc`, or `None` if yrs panics encoding it.
+pub fn encode_all(doc: &Doc) -> Option<Vec<u8>> {
+    guarded(|| {
+        doc.transact()
+            .encode_state_as_update_v1(&StateVector::default())
+    })
+}
+
+/// A copy of `live` (its whole state applied to a new document of the same client id).
+fn copy_of(live: &Doc) -> Doc {
+    let copy = chopin_document::ydoc::empty_doc(live.client_id().get());
+    if let Some(state) = encode_all(live) {
+        if let Ok(update) = Update::decode_v1(&state) {
+            let mut txn = copy.transact_mut();
+            let _ = txn.apply_update(update);
+        }
+    }
+    copy
+}
+
+/// The copy every update is tried on first.
+pub struct Shadow {
+    doc: Option<Doc>,
+}
+
+impl Shadow {
+    /// A shadow of `live` as it is now.
+    pub fn of(live: &Doc) -> Self {
+        Shadow {
+            doc: Some(copy_of(live)),
+        }
+    }
+
+    /// Tries `update` (a client's bytes) on the shadow. `Ok(Some(change))`: it applied, and
+    /// `change` is what it added, encoded by yrs — journal it, apply it to the live copy, relay
+    /// it. `Ok(None)`: nothing new. `Err`: refused; the shadow is as it was (rebuilt from `live`
+    /// if the update damaged it).
+    pub fn try_update(&mut self, live: &Doc, update: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
+        let decoded = match guarded(|| Update::decode_v1(update)) {
+            Some(Ok(decoded)) => decoded,
+            Some(Err(e)) => return Err(Refusal::Malformed(e.to_string())),
+            None => return Err(Refusal::Poisonous("yrs panicked decoding it")),
+        };
+        if decoded.is_empty() {
+            return Ok(None);
+        }
+        let doc = self.doc.take().unwrap_or_else(|| copy_of(live));
+        let before = doc.transact().state_vector();
+        let Some((doc, applied)) = apply_in(doc, decoded) else {
+            self.doc = Some(copy_of(live));
+            return Err(Refusal::Poisonous("yrs panicked applying it"));
+        };
+        if let Err(e) = applied {
+            // An update yrs refuses may have changed the shadow half-way: start again from live.
+            drop(doc);
+            self.doc = Some(copy_of(live));
+            return Err(Refusal::Malformed(e));
+        }
+        let change = guarded(|| doc.transact().encode_state_as_update_v1(&before));
+        let whole = change.as_ref().and_then(|_| encode_all(&doc));
+        match (change, whole) {
+            (Some(change), Some(_)) => {
+                self.doc = Some(doc);
+                let empty = Update::decode_v1(&change)
+                    .map(|u| u.is_empty())
+                    .unwrap_or(true);
+                Ok((!empty).then_some(change))
+            }
+            _ => {
+                drop(doc);
+                self.doc = Some(copy_of(live));
+                Err(Refusal::Poisonous("yrs cannot encode the document with it"))
+            }
+        }
+    }
+
+    /// Applies a change the server made itself (an `edit_plan` batch) to the shadow too.
+    pub fn follow(&mut self, live: &Doc, change: &[u8]) {
+        if self.try_update(live, change).is_err() {
+            self.doc = Some(copy_of(live));
+        }
+    }
+}
+
+/// Applies `bytes` (a change [`Shadow::try_update`] produced, or the server's own) to `live`.
+/// Returns false if yrs refused it (it was checked on the shadow, so this is not expected).
+pub fn apply_checked(live: &Doc, bytes: &[u8]) -> bool {
+    let Ok(update) = Update::decode_v1(bytes) else {
+        return false;
+    };
+    let mut txn = live.transact_mut();
+    txn.apply_update(update).is_ok()
+}
+
+/// What [`rebuild`] made of the stored content.
+pub struct Rebuilt {
+    pub doc: Doc,
+    /// Journal entries (by seq; 0 for the checkpoint) that were skipped because they would
+    /// poison the document.
+    pub skipped: Vec<i64>,
+}
+
+/// A document of client id `client_id` from a checkpoint (seq 0) and journal entries, in
+/// order. An entry that does not decode, panics, or leaves the document unencodable is skipped;
+/// the rest still apply.
+pub fn rebuild(client_id: u64, entries: &[(i64, &[u8])]) -> Rebuilt {
+    let mut skipped = Vec::new();
+    'attempt: loop {
+        let mut doc = chopin_document::ydoc::empty_doc(client_id);
+        for (seq, bytes) in entries {
+            if skipped.contains(seq) {
+                continue;
+            }
+            let decoded = match guarded(|| Update::decode_v1(bytes)) {
+                Some(Ok(decoded)) => decoded,
+                _ => {
+                    skipped.push(*seq);
+                    continue;
+                }
+            };
+            match apply_in(doc, decoded) {
+                Some((next, _)) => doc = next,
+                None => {
+                    // The document was leaked with the transaction: start again without it.
+                    skipped.push(*seq);
+                    continue 'attempt;
+                }
+            }
+        }
+        if encode_all(&doc).is_some() {
+            return Rebuilt { doc, skipped };
+        }
+        // Some entry made the document unencodable: find it, one entry at a time.
+        let mut probe = chopin_document::ydoc::empty_doc(client_id);
+        let mut found = None;
+        for (seq, bytes) in entries {
+            if skipped.contains(seq) {
+                continue;
+            }
+            let mut shadow = Shadow { doc: None };
+            if shadow.try_update(&probe, bytes).is_err() {
+                found = Some(*seq);
+                break;
+            }
+            if let Some(next) = shadow.doc.take() {
+                probe = next;
+            }
+        }
+        match found {
+            Some(seq) => skipped.push(seq),
+            // Nothing alone is to blame: keep what encodes, the last document that did.
+            None => {
+                return Rebuilt {
+                    doc: probe,
+                    skipped,
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chopin_document::ydoc;
+
+    fn hex(text: &str) -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+            .collect()
+    }
+
+    /// Applies without error; afterwards every encode of the document panics (yrs 0.28).
+    pub const UNENCODABLE: &str = "0101d90f009244f1070007422d736964652001f107011a02";
+    /// Panics inside decode or apply (yrs 0.28).
+    pub const PANICS: &str = "0201e60f0044fe070007422d736964652003fe07feffffffffffffffff01040106736f757263651a48656c6c6f2c20776f006c64212023205469746c650a2d20697481fe07190284fe071b010a01fe07011a02";
+
+    fn typed(text: &str) -> (Doc, Vec<u8>) {
+        let doc = ydoc::empty_doc(7);
+        let update = ydoc::replace_source(&doc, text);
+        (doc, update)
+    }
+
+    #[test]
+    fn a_good_update_is_taken_and_its_change_is_yrs_own_encoding() {
+        let live = ydoc::empty_doc(1);
+        let mut shadow = Shadow::of(&live);
+        let (_, update) = typed("# Title\n");
+        let change = shadow
+            .try_update(&live, &update)
+            .unwrap()
+            .expect("a change");
+        assert!(apply_checked(&live, &change));
+        assert_eq!(ydoc::read_source(&live), "# Title\n");
+        // The same update again adds nothing.
+        assert_eq!(shadow.try_update(&live, &update), Ok(None));
+    }
+
+    #[test]
+    fn the_known_poisonous_updates_are_refused_and_leave_the_document_readable() {
+        let (live, first) = typed("Hello, world! # Title\n- item\n");
+        let mut shadow = Shadow::of(&live);
+        let _ = first;
+        for bad in [UNENCODABLE, PANICS] {
+            let refused = shadow.try_update(&live, &hex(bad));
+            assert!(
+                matches!(refused, Err(Refusal::Poisonous(_) | Refusal::Malformed(_))),
+                "{bad}: {refused:?}"
+            );
+            assert!(encode_all(&live).is_some(), "the live copy still encodes");
+        }
+        // The shadow still takes good updates afterwards.
+        let (_, more) = typed("Another text\n");
+        assert!(shadow.try_update(&live, &more).is_ok());
+    }
+
+    #[test]
+    fn rebuilding_skips_a_journal_entry_that_would_poison_and_keeps_the_rest() {
+        let (_, good) = typed("Kept\n");
+        let bad = hex(UNENCODABLE);
+        let panics = hex(PANICS);
+        let entries: Vec<(i64, &[u8])> = vec![(1, &good), (2, &bad), (3, &panics)];
+        let rebuilt = rebuild(9, &entries);
+        assert_eq!(ydoc::read_source(&rebuilt.doc), "Kept\n");
+        let mut skipped = rebuilt.skipped.clone();
+        skipped.sort();
+        assert_eq!(skipped, vec![2, 3]);
+        assert!(encode_all(&rebuilt.doc).is_some());
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_never_poison() {
+        use proptest::prelude::*;
+        let (live, _) = typed("# Plan\n\nA paragraph.\n");
+        let (_, real) = typed("# Plan\n\nA paragraph, edited.\n- a list item\n");
+        let shadow = std::cell::RefCell::new(Shadow::of(&live));
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let mutated =
+            proptest::collection::vec((0..real.len(), any::<u8>()), 0..6).prop_map(move |flips| {
+                let mut bytes = real.clone();
+                for (at, value) in flips {
+                    bytes[at] = value;
+                }
+                bytes
+            });
+        let bytes = prop_oneof![proptest::collection::vec(any::<u8>(), 0..64), mutated];
+        runner
+            .run(&bytes, |bytes| {
+                let taken = shadow.borrow_mut().try_update(&live, &bytes);
+                if let Ok(Some(change)) = taken {
+                    prop_assert!(apply_checked(&live, &change));
+                }
+                prop_assert!(encode_all(&live).is_some());
+                Ok(())
+            })
+            .unwrap();
+    }
+}

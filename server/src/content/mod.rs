@@ -1,0 +1,631 @@
+//! Live document content: one yrs document per open document, loaded from storage on demand,
+//! persisted update by update, checkpointed, and unloaded when nobody uses it.
+//!
+//! Owns: [`OpenDocuments`] (the registry of documents open in this process) and
+//! [`OpenDocument`] (a document's yrs doc, the relay of Yjs and awareness frames to the sockets
+//! editing it, and the rules below). Every user — a socket ([`Membership`]), a turn's host tool,
+//! a child tool, an HTTP read — holds a [`DocumentHandle`], counted under the registry's lock;
+//! a document is unloaded only when its count is zero and it stayed so for [`IDLE_UNLOAD`].
+//! Does not own: who may write (the sockets decide, in the transport layer), what a document's
+//! Markdown means (`chopin-document`), or checking bytes from outside ([`guard`]).
+//!
+//! Invariants:
+//! - One live copy per document: a handle is taken under the registry lock, and a load of a
+//!   document not open yet happens once, whoever asks meanwhile waits for it.
+//! - An update is tried on a shadow copy first ([`guard::Shadow`]); only what applies and
+//!   encodes there is journalled, and the store has it *before* it is applied to the live copy
+//!   or relayed, so nothing a client has seen relayed is lost by a crash.
+//! - A checkpoint covers only journal entries this copy applied, in an unbroken run from the
+//!   one it loaded: it never deletes an entry it does not hold.
+//! - Loading never fails on a bad journal entry: it is skipped, logged and counted.
+
+pub mod guard;
+
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use chopin_document::edit::{self, EditBatch, EditOutcome, EditResult, EditTarget};
+use chopin_document::{ydoc, DocumentRef};
+use tokio::sync::{broadcast, OnceCell};
+use uuid::Uuid;
+use yrs::sync::awareness::{AwarenessUpdate, AwarenessUpdateEntry};
+use yrs::updates::encoder::Encode;
+use yrs::{ClientID, Doc, ReadTxn, StateVector, Transact};
+
+use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
+use crate::store::{ContentStore, DocumentStore, PlanCommit, StoreError, StoreResult};
+use guard::{Refusal, Shadow};
+
+/// A document nobody uses is unloaded after this long.
+pub const IDLE_UNLOAD: Duration = Duration::from_secs(30);
+/// A checkpoint is written after this many journalled updates.
+pub const CHECKPOINT_EVERY: u32 = 200;
+/// How many relayed frames a slow socket may fall behind before it must resync.
+const RELAY_BACKLOG: usize = 1024;
+/// The most Yjs clients one socket may report awareness for (a browser tab is one).
+pub const AWARENESS_CLIENTS_PER_SOCKET: usize = 8;
+/// The largest awareness state (its JSON) the server keeps and relays.
+pub const AWARENESS_STATE_BYTES: usize = 16 * 1024;
+
+/// A frame to relay to a document's sockets, with the connection it came from (not sent back).
+#[derive(Debug, Clone)]
+pub struct Relay {
+    pub from: u64,
+    pub frame: Arc<Vec<u8>>,
+    /// An awareness frame (rather than a document update): a socket that echoes awareness, as
+    /// y-websocket's own server does, sends these back to their sender too.
+    pub awareness: bool,
+}
+
+/// Why an update was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum UpdateError {
+    #[error("not a Yjs v1 update: {0}")]
+    Malformed(String),
+    /// It would leave the document unreadable (yrs panics on it, or on encoding the result).
+    #[error("{0}")]
+    Poisonous(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<Refusal> for UpdateError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::Malformed(why) => UpdateError::Malformed(why),
+            poisonous @ Refusal::Poisonous(_) => UpdateError::Poisonous(poisonous.to_string()),
+        }
+    }
+}
+
+struct Loaded {
+    doc: Doc,
+    /// Where every update is tried before it is taken.
+    shadow: Shadow,
+    /// The highest journal seq such that this copy holds every entry up to it.
+    applied_upto: i64,
+    /// Updates journalled since the last checkpoint.
+    since_checkpoint: u32,
+}
+
+impl Loaded {
+    /// Records that the entry at `seq` was applied to this copy.
+    fn applied(&mut self, document: Uuid, seq: i64) {
+        if seq == self.applied_upto + 1 {
+            self.applied_upto = seq;
+        } else {
+            // Another writer journalled in between: later checkpoints stop short of the gap.
+            tracing::warn!(%document, seq, applied_upto = self.applied_upto, "a journal entry this copy does not hold; checkpoints stop before it");
+        }
+        self.since_checkpoint += 1;
+    }
+}
+
+/// What every open document reaches: the store and the clock.
+struct Deps {
+    content: Arc<dyn ContentStore>,
+    documents: Arc<dyn DocumentStore>,
+    clock: SharedClock,
+}
+
+/// One open document.
+pub struct OpenDocument {
+    pub document_id: Uuid,
+    deps: Arc<Deps>,
+    content: tokio::sync::Mutex<Loaded>,
+    relay: broadcast::Sender<Relay>,
+    /// The latest awareness state of each Yjs client, by the socket that reported it: a socket
+    /// that joins is told everyone present, and a socket that leaves takes its clients along.
+    awareness: Mutex<BTreeMap<u64, BTreeMap<ClientID, AwarenessUpdateEntry>>>,
+}
+
+impl OpenDocument {
+    /// Frames relayed to this document's sockets from now on.
+    pub fn subscribe(&self) -> broadcast::Receiver<Relay> {
+        self.relay.subscribe()
+    }
+
+    /// The Yjs sync step 2 for a client whose state vector is `sv`: what it is missing.
+    pub async fn missing_for(&self, sv: &StateVector) -> Vec<u8> {
+        let content = self.content.lock().await;
+        let txn = content.doc.transact();
+        txn.encode_state_as_update_v1(sv)
+    }
+
+    /// This document's state vector (for its sync step 1).
+    pub async fn state_vector(&self) -> StateVector {
+        let content = self.content.lock().await;
+        let txn = content.doc.transact();
+        txn.state_vector()
+    }
+
+    /// The document's source text now.
+    pub async fn source(&self) -> String {
+        let content = self.content.lock().await;
+        ydoc::read_source(&content.doc)
+    }
+
+    /// Takes a writer's update: tried on the shadow copy, then journalled, then applied to the
+    /// live copy and relayed (as a sync `update` frame carrying yrs's own encoding of the change)
+    /// to the document's other sockets. An update that changes nothing is dropped; one that
+    /// would poison the document is refused and changes nothing.
+    pub async fn apply_update(&self, from: u64, update: &[u8]) -> Result<bool, UpdateError> {
+        let mut content = self.content.lock().await;
+        let content = &mut *content;
+        let Some(change) = content.shadow.try_update(&content.doc, update)? else {
+            return Ok(false);
+        };
+        let now = self.deps.clock.now_ms();
+        let seq = match self
+            .deps
+            .content
+            .append_update(self.document_id, &change, now)
+            .await
+        {
+            Ok(seq) => seq,
+            Err(e) => {
+                // Not journalled: the shadow must not keep what the live copy never gets.
+                content.shadow = Shadow::of(&content.doc);
+                return Err(e.into());
+            }
+        };
+        if !guard::apply_checked(&content.doc, &change) {
+            tracing::error!(document = %self.document_id, seq, "a checked change did not apply to the live copy");
+        }
+        content.applied(self.document_id, seq);
+        if content.since_checkpoint >= CHECKPOINT_EVERY {
+            self.checkpoint(content).await;
+        }
+        let _ = self.relay.send(Relay {
+            from,
+            frame: Arc::new(sync_update_frame(&change)),
+            awareness: false,
+        });
+        Ok(true)
+    }
+
+    /// `edit_plan` against this document: the batch is checked against the source and the document's
+    /// plan revision, turned into one yrs change, committed to the store under that revision
+    /// (so of two batches made from the same revision exactly one applies), and only then applied
+    /// to the open document and relayed to its sockets.
+    pub async fn edit_plan(
+        &self,
+        document: DocumentRef,
+        earlier_urls: &[String],
+        batch: &EditBatch,
+    ) -> StoreResult<EditResult> {
+        let mut content = self.content.lock().await;
+        let content = &mut *content;
+        let current = self
+            .deps
+            .documents
+            .document(self.document_id)
+            .await?
+            .ok_or(StoreError::NotFound("document"))?;
+        let source = ydoc::read_source(&content.doc);
+        let target = EditTarget {
+            document: document.clone(),
+            earlier_urls,
+            revision: current.plan_revision as u64,
+            source: &source,
+            locked: false,
+        };
+        let mut result = edit::edit_plan(&target, batch);
+        let EditOutcome::Applied {
+            source: new_source, ..
+        } = &result.outcome
+        else {
+            return Ok(result);
+        };
+        // The change is made on a copy, so nothing reaches a socket before the store has it.
+        let scratch = ydoc::empty_doc(content.doc.client_id().get());
+        if let Some(full) = guard::encode_all(&content.doc) {
+            guard::apply_checked(&scratch, &full);
+        }
+        let update = ydoc::replace_source(&scratch, new_source);
+        let now = self.deps.clock.now_ms();
+        match self
+            .deps
+            .content
+            .commit_plan_edit(self.document_id, current.plan_revision, &update, now)
+            .await?
+        {
+            PlanCommit::Committed { plan_revision, seq } => {
+                guard::apply_checked(&content.doc, &update);
+                content.shadow.follow(&content.doc, &update);
+                content.applied(self.document_id, seq);
+                let _ = self.relay.send(Relay {
+                    from: 0,
+                    frame: Arc::new(sync_update_frame(&update)),
+                    awareness: false,
+                });
+                if let EditOutcome::Applied { revision, .. } = &mut result.outcome {
+                    *revision = plan_revision as u64;
+                }
+                Ok(result)
+            }
+            PlanCommit::Stale { current } => Ok(EditResult {
+                document,
+                earlier_urls: earlier_urls.to_vec(),
+                outcome: EditOutcome::Stale {
+                    current_revision: current as u64,
+                    op: None,
+                    message: format!(
+                        "The document changed while this batch was applied (it is now at revision {current}); read it again and redo the batch."
+                    ),
+                },
+            }),
+        }
+    }
+
+    fn awareness_lock(
+        &self,
+    ) -> MutexGuard<'_, BTreeMap<u64, BTreeMap<ClientID, AwarenessUpdateEntry>>> {
+        self.awareness
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records a socket's awareness update and relays it to the other sockets (and, for those
+    /// that echo, back to it). A socket holds the states of at most
+    /// [`AWARENESS_CLIENTS_PER_SOCKET`] Yjs clients, each at most [`AWARENESS_STATE_BYTES`]:
+    /// clients past the bound, and larger states, are dropped.
+    pub fn relay_awareness(&self, from: u64, update: AwarenessUpdate) {
+        let mut taken = BTreeMap::new();
+        {
+            let mut all = self.awareness_lock();
+            let mine = all.entry(from).or_default();
+            let mut clients: Vec<_> = update.clients.into_iter().collect();
+            clients.sort_by_key(|(client, _)| *client);
+            for (client, entry) in clients {
+                let known = mine.contains_key(&client);
+                if entry.json.len() > AWARENESS_STATE_BYTES
+                    || (!known && mine.len() >= AWARENESS_CLIENTS_PER_SOCKET)
+                {
+                    continue;
+                }
+                let newer = mine.get(&client).is_none_or(|e| e.clock <= entry.clock);
+                if newer {
+                    mine.insert(client, entry.clone());
+                    taken.insert(client, entry);
+                }
+            }
+        }
+        if taken.is_empty() {
+            return;
+        }
+        let _ = self.relay.send(Relay {
+            from,
+            frame: Arc::new(awareness_frame(&taken)),
+            awareness: true,
+        });
+    }
+
+    /// One awareness frame with everyone present, for a socket that just joined.
+    pub fn awareness_snapshot(&self) -> Option<Vec<u8>> {
+        let clients: BTreeMap<ClientID, AwarenessUpdateEntry> = self
+            .awareness_lock()
+            .values()
+            .flat_map(|m| m.iter().map(|(c, e)| (*c, e.clone())))
+            .filter(|(_, e)| &*e.json != "null")
+            .collect();
+        (!clients.is_empty()).then(|| awareness_frame(&clients))
+    }
+
+    /// A socket left: its clients' awareness is removed for everyone (a `null` state).
+    fn leave_awareness(&self, connection: u64) {
+        let Some(gone) = self.awareness_lock().remove(&connection) else {
+            return;
+        };
+        let clients: BTreeMap<ClientID, AwarenessUpdateEntry> = gone
+            .into_iter()
+            .filter(|(_, e)| &*e.json != "null")
+            .map(|(c, e)| {
+                (
+                    c,
+                    AwarenessUpdateEntry {
+                        clock: e.clock + 1,
+                        json: Arc::from("null"),
+                    },
+                )
+            })
+            .collect();
+        if clients.is_empty() {
+            return;
+        }
+        let _ = self.relay.send(Relay {
+            from: connection,
+            frame: Arc::new(awareness_frame(&clients)),
+            awareness: true,
+        });
+    }
+
+    /// Writes a checkpoint covering the journal entries this copy holds without a break.
+    async fn checkpoint(&self, content: &mut Loaded) {
+        let Some(encoded) = guard::encode_all(&content.doc) else {
+            tracing::error!(document = %self.document_id, "the document could not be encoded; no checkpoint (the journal keeps every update)");
+            return;
+        };
+        match self
+            .deps
+            .content
+            .write_checkpoint(self.document_id, content.applied_upto, &encoded)
+            .await
+        {
+            Ok(()) => content.since_checkpoint = 0,
+            Err(e) => {
+                tracing::warn!(document = %self.document_id, error = %e, "checkpoint failed; the journal still holds every update")
+            }
+        }
+    }
+}
+
+/// lib0's variable-length unsigned integer, as y-protocols frames carry them.
+pub(crate) fn write_var_uint(out: &mut Vec<u8>, mut n: u64) {
+    while n > 0x7f {
+        out.push(0x80 | (n & 0x7f) as u8);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// An awareness frame (`[1 = awareness, varUint8Array(update)]`) for `clients`, in client-id
+/// order, so the same states always make the same bytes.
+pub fn awareness_frame(clients: &BTreeMap<ClientID, AwarenessUpdateEntry>) -> Vec<u8> {
+    let mut update = Vec::new();
+    write_var_uint(&mut update, clients.len() as u64);
+    for (client, entry) in clients {
+        write_var_uint(&mut update, client.get());
+        write_var_uint(&mut update, u64::from(entry.clock));
+        write_var_uint(&mut update, entry.json.len() as u64);
+        update.extend_from_slice(entry.json.as_bytes());
+    }
+    let mut frame = Vec::with_capacity(update.len() + 6);
+    write_var_uint(&mut frame, 1);
+    write_var_uint(&mut frame, update.len() as u64);
+    frame.extend_from_slice(&update);
+    frame
+}
+
+/// A sync `update` frame (`[0 = sync, 2 = update, buf]`) carrying `update`.
+pub fn sync_update_frame(update: &[u8]) -> Vec<u8> {
+    yrs::sync::Message::Sync(yrs::sync::SyncMessage::Update(update.to_vec())).encode_v1()
+}
+
+/// A document's place in the registry: its copy once loaded, and how many use it.
+struct Slot {
+    /// Filled once by the first user's load; everyone else waits for it.
+    cell: Arc<OnceCell<Arc<OpenDocument>>>,
+    users: usize,
+    /// Bumped by every new user, so an idle timer started earlier knows it is stale.
+    taken: u64,
+}
+
+/// The documents open in this process.
+pub struct OpenDocuments {
+    slots: Mutex<HashMap<Uuid, Slot>>,
+    /// Connection ids of the sockets that join, never reused by this registry.
+    next_connection: AtomicU64,
+    /// Journal entries skipped on load because they would poison their document.
+    skipped_entries: AtomicU64,
+    deps: Arc<Deps>,
+    entropy: SharedEntropy,
+    shutdown: Shutdown,
+}
+
+/// One use of an open document: it stays loaded while any handle lives. Derefs to the
+/// [`OpenDocument`].
+pub struct DocumentHandle {
+    document: Arc<OpenDocument>,
+    registry: Arc<OpenDocuments>,
+}
+
+impl Deref for DocumentHandle {
+    type Target = OpenDocument;
+    fn deref(&self) -> &OpenDocument {
+        &self.document
+    }
+}
+
+impl Drop for DocumentHandle {
+    fn drop(&mut self) {
+        self.registry.release(self.document.document_id);
+    }
+}
+
+/// A socket's place in an open document: a handle, and the socket's awareness, removed for
+/// everyone when it leaves.
+pub struct Membership {
+    pub document: DocumentHandle,
+    pub connection: u64,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        self.document.leave_awareness(self.connection);
+    }
+}
+
+impl OpenDocuments {
+    pub fn new(
+        content: Arc<dyn ContentStore>,
+        documents: Arc<dyn DocumentStore>,
+        clock: SharedClock,
+        entropy: SharedEntropy,
+        shutdown: Shutdown,
+    ) -> Self {
+        OpenDocuments {
+            slots: Mutex::default(),
+            next_connection: AtomicU64::new(1),
+            skipped_entries: AtomicU64::new(0),
+            deps: Arc::new(Deps {
+                content,
+                documents,
+                clock,
+            }),
+            entropy,
+            shutdown,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Slot>> {
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many documents are open (or being loaded).
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Journal entries skipped so far because they would poison their document.
+    pub fn skipped_entries(&self) -> u64 {
+        self.skipped_entries.load(Ordering::SeqCst)
+    }
+
+    /// Whether `document_id` is loaded in this process.
+    pub fn is_open(&self, document_id: Uuid) -> bool {
+        self.lock()
+            .get(&document_id)
+            .is_some_and(|s| s.cell.initialized())
+    }
+
+    /// The open document `document_id`, loaded from storage if it is not open yet. It stays
+    /// loaded while the handle lives.
+    pub async fn open(self: &Arc<Self>, document_id: Uuid) -> StoreResult<DocumentHandle> {
+        let cell = {
+            let mut slots = self.lock();
+            let slot = slots.entry(document_id).or_insert_with(|| Slot {
+                cell: Arc::default(),
+                users: 0,
+                taken: 0,
+            });
+            slot.users += 1;
+            slot.taken += 1;
+            slot.cell.clone()
+        };
+        // Counted from here: a load that fails gives its place back as the guard drops.
+        let counted = Counted {
+            registry: self.clone(),
+            document_id,
+        };
+        let document = cell
+            .get_or_try_init(|| self.load(document_id))
+            .await?
+            .clone();
+        std::mem::forget(counted);
+        Ok(DocumentHandle {
+            document,
+            registry: self.clone(),
+        })
+    }
+
+    /// Opens the document for a socket, until the membership is dropped.
+    pub async fn join(self: &Arc<Self>, document_id: Uuid) -> StoreResult<Membership> {
+        Ok(Membership {
+            document: self.open(document_id).await?,
+            connection: self.next_connection.fetch_add(1, Ordering::SeqCst),
+        })
+    }
+
+    async fn load(&self, document_id: Uuid) -> StoreResult<Arc<OpenDocument>> {
+        let stored = self.deps.content.document_content(document_id).await?;
+        let mut entries: Vec<(i64, &[u8])> = Vec::with_capacity(stored.updates.len() + 1);
+        if let Some(checkpoint) = &stored.checkpoint {
+            entries.push((0, &checkpoint.state));
+        }
+        entries.extend(stored.updates.iter().map(|(seq, u)| (*seq, u.as_slice())));
+        let rebuilt = guard::rebuild(self.entropy.next_u64(), &entries);
+        if !rebuilt.skipped.is_empty() {
+            self.skipped_entries
+                .fetch_add(rebuilt.skipped.len() as u64, Ordering::SeqCst);
+            tracing::error!(document = %document_id, skipped = ?rebuilt.skipped, "journal entries that would poison the document were skipped (0 is the checkpoint)");
+        }
+        let applied_upto = stored.updates.last().map_or_else(
+            || stored.checkpoint.as_ref().map_or(0, |c| c.upto_seq),
+            |(seq, _)| *seq,
+        );
+        let shadow = Shadow::of(&rebuilt.doc);
+        tracing::debug!(document = %document_id, applied_upto, "document loaded");
+        Ok(Arc::new(OpenDocument {
+            document_id,
+            deps: self.deps.clone(),
+            content: tokio::sync::Mutex::new(Loaded {
+                doc: rebuilt.doc,
+                shadow,
+                applied_upto,
+                since_checkpoint: stored.updates.len() as u32,
+            }),
+            relay: broadcast::channel(RELAY_BACKLOG).0,
+            awareness: Mutex::default(),
+        }))
+    }
+
+    /// A user let go of `document_id`: the last one starts the idle timer (or, for a load that
+    /// failed, the slot goes at once).
+    fn release(self: &Arc<Self>, document_id: Uuid) {
+        let taken = {
+            let mut slots = self.lock();
+            let Some(slot) = slots.get_mut(&document_id) else {
+                return;
+            };
+            slot.users = slot.users.saturating_sub(1);
+            if slot.users > 0 {
+                return;
+            }
+            if !slot.cell.initialized() {
+                slots.remove(&document_id);
+                return;
+            }
+            slot.taken
+        };
+        let registry = self.clone();
+        let stopping = self.shutdown.stopping();
+        self.shutdown.spawn(async move {
+            // A stopping process checkpoints at once rather than waiting out the idle time.
+            tokio::select! {
+                () = tokio::time::sleep(IDLE_UNLOAD) => {}
+                () = stopping => {}
+            }
+            registry.unload_if_idle(document_id, taken).await;
+        });
+    }
+
+    /// Checkpoints and unloads `document_id` if nobody has used it since `taken`.
+    async fn unload_if_idle(&self, document_id: Uuid, taken: u64) {
+        let idle = |slots: &HashMap<Uuid, Slot>| {
+            slots
+                .get(&document_id)
+                .filter(|s| s.users == 0 && s.taken == taken)
+                .and_then(|s| s.cell.get().cloned())
+        };
+        let Some(document) = idle(&self.lock()) else {
+            return;
+        };
+        {
+            let mut content = document.content.lock().await;
+            if content.since_checkpoint > 0 {
+                document.checkpoint(&mut content).await;
+            }
+        }
+        let mut slots = self.lock();
+        if idle(&slots).is_some() {
+            slots.remove(&document_id);
+            tracing::debug!(document = %document_id, "idle document unloaded");
+        }
+    }
+}
+
+/// A place counted in a slot while its document loads; given back if the load fails.
+struct Counted {
+    registry: Arc<OpenDocuments>,
+    document_id: Uuid,
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.registry.release(self.document_id);
+    }
+}

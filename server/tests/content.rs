@@ -1,0 +1,268 @@
+//! Live content under attack and under races, on the memory store, with no server around it:
+//! the updates that used to poison a document are refused (and skipped if an older journal holds
+//! them), and one live copy per document holds under unloads racing joins, reads and edits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chopin_document::ydoc;
+use chopin_server::content::{OpenDocuments, UpdateError, IDLE_UNLOAD};
+use chopin_server::runtime::clock::SystemClock;
+use chopin_server::runtime::entropy::{Entropy, OsEntropy};
+use chopin_server::runtime::Shutdown;
+use chopin_server::store::prelude::*;
+use chopin_server::store::{
+    Advance, Document, DocumentContent, MemoryStore, NewDocument, PlanCommit, RevisionKind,
+    StoreResult, UnixMillis,
+};
+use rand::{Rng, SeedableRng};
+use uuid::Uuid;
+use yrs::updates::decoder::Decode;
+use yrs::{ReadTxn, StateVector, Transact};
+
+/// Applies without error in yrs 0.28; afterwards every encode of the document used to panic.
+const UNENCODABLE: &str = "0101d90f009244f1070007422d736964652001f107011a02";
+/// Panicked inside yrs's decode or apply.
+const PANICS: &str = "0201e60f0044fe070007422d736964652003fe07feffffffffffffffff01040106736f757263651a48656c6c6f2c20776f006c64212023205469746c650a2d20697481fe07190284fe071b010a01fe07011a02";
+
+fn hex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+async fn document(store: &MemoryStore) -> Uuid {
+    let id = OsEntropy.uuid();
+    store
+        .create_document(&NewDocument {
+            id,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: format!("doc-{id}"),
+            title: "Doc".into(),
+            created_at_ms: 0,
+            parent_id: None,
+        })
+        .await
+        .unwrap();
+    id
+}
+
+fn registry(
+    content: Arc<dyn ContentStore>,
+    documents: Arc<dyn DocumentStore>,
+) -> Arc<OpenDocuments> {
+    Arc::new(OpenDocuments::new(
+        content,
+        documents,
+        Arc::new(SystemClock),
+        Arc::new(OsEntropy),
+        Shutdown::new(),
+    ))
+}
+
+/// A client's update that sets the text to `text` (from an empty document).
+fn typed(text: &str) -> Vec<u8> {
+    ydoc::replace_source(&ydoc::empty_doc(4242), text)
+}
+
+#[tokio::test]
+async fn the_updates_that_poisoned_a_document_are_refused_and_skipped_when_journalled() {
+    let store = MemoryStore::new();
+    let id = document(&store).await;
+    let open = registry(Arc::new(store.clone()), Arc::new(store.clone()));
+    let member = open.join(id).await.unwrap();
+    assert!(member
+        .document
+        .apply_update(member.connection, &typed("Hello\n"))
+        .await
+        .unwrap());
+    for bad in [UNENCODABLE, PANICS] {
+        let refused = member
+            .document
+            .apply_update(member.connection, &hex(bad))
+            .await;
+        assert!(
+            matches!(
+                refused,
+                Err(UpdateError::Poisonous(_) | UpdateError::Malformed(_))
+            ),
+            "{bad}: {refused:?}"
+        );
+    }
+    // Nothing of them reached the journal; the document still syncs and reads.
+    assert_eq!(store.document_content(id).await.unwrap().updates.len(), 1);
+    let everything = member.document.missing_for(&StateVector::default()).await;
+    assert!(yrs::Update::decode_v1(&everything).is_ok());
+    assert_eq!(member.document.source().await, "Hello\n");
+
+    // A journal written before this check may hold them: a restart still opens the document,
+    // skipping (and counting) exactly those entries.
+    store.append_update(id, &hex(UNENCODABLE), 1).await.unwrap();
+    store.append_update(id, &hex(PANICS), 2).await.unwrap();
+    store
+        .append_update(id, &typed("Hello\nAgain\n"), 3)
+        .await
+        .unwrap();
+    drop(member);
+    let restarted = registry(Arc::new(store.clone()), Arc::new(store.clone()));
+    let reopened = restarted.open(id).await.unwrap();
+    assert_eq!(restarted.skipped_entries(), 2);
+    let text = reopened.source().await;
+    assert!(text.contains("Hello"), "{text:?}");
+    let everything = reopened.missing_for(&StateVector::default()).await;
+    let doc = ydoc::empty_doc(1);
+    doc.transact_mut()
+        .apply_update(yrs::Update::decode_v1(&everything).unwrap())
+        .unwrap();
+    assert!(
+        doc.transact()
+            .encode_state_as_update_v1(&StateVector::default())
+            .len()
+            > 2
+    );
+}
+
+/// A content store that yields to the runtime inside every call, so calls really interleave.
+#[derive(Clone)]
+struct Yielding(MemoryStore);
+
+async fn pause() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+#[async_trait]
+impl ContentStore for Yielding {
+    async fn append_update(&self, id: Uuid, update: &[u8], now: UnixMillis) -> StoreResult<i64> {
+        pause().await;
+        self.0.append_update(id, update, now).await
+    }
+    async fn commit_plan_edit(
+        &self,
+        id: Uuid,
+        expected: i64,
+        update: &[u8],
+        now: UnixMillis,
+    ) -> StoreResult<PlanCommit> {
+        pause().await;
+        self.0.commit_plan_edit(id, expected, update, now).await
+    }
+    async fn document_content(&self, id: Uuid) -> StoreResult<DocumentContent> {
+        pause().await;
+        let content = self.0.document_content(id).await;
+        pause().await;
+        content
+    }
+    async fn write_checkpoint(&self, id: Uuid, upto: i64, state: &[u8]) -> StoreResult<()> {
+        pause().await;
+        self.0.write_checkpoint(id, upto, state).await
+    }
+    async fn reset_content(&self, id: Uuid, state: &[u8]) -> StoreResult<i64> {
+        self.0.reset_content(id, state).await
+    }
+}
+
+#[async_trait]
+impl DocumentStore for Yielding {
+    async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        self.0.create_document(doc).await
+    }
+    async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
+        self.0.document(id).await
+    }
+    async fn children(&self, id: Uuid) -> StoreResult<Vec<Document>> {
+        self.0.children(id).await
+    }
+    async fn document_by_slug(&self, o: &str, r: &str, s: &str) -> StoreResult<Option<Document>> {
+        self.0.document_by_slug(o, r, s).await
+    }
+    async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
+        self.0.set_archived(id, archived).await
+    }
+    async fn rename_document(&self, id: Uuid, slug: &str, title: &str) -> StoreResult<Document> {
+        self.0.rename_document(id, slug, title).await
+    }
+    async fn earlier_slugs(&self, id: Uuid) -> StoreResult<Vec<String>> {
+        self.0.earlier_slugs(id).await
+    }
+    async fn advance_revision(&self, id: Uuid, kind: RevisionKind, e: i64) -> StoreResult<Advance> {
+        self.0.advance_revision(id, kind, e).await
+    }
+}
+
+/// One live copy per document: sockets join and leave around the idle unload, HTTP-style
+/// readers open and drop handles, writers type — over many seeded interleavings, every word a
+/// writer's update carried is in the document a fresh process loads afterwards.
+#[tokio::test(start_paused = true)]
+async fn unloads_racing_joins_reads_and_edits_lose_no_update() {
+    for seed in 0..40u64 {
+        let store = MemoryStore::new();
+        let id = document(&store).await;
+        let slow = Yielding(store.clone());
+        let open = registry(Arc::new(slow.clone()), Arc::new(slow));
+        let mut tasks = Vec::new();
+        for worker in 0..4u64 {
+            let open = open.clone();
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed * 100 + worker);
+            tasks.push(tokio::spawn(async move {
+                let mut written = Vec::new();
+                for round in 0..6u64 {
+                    let around = IDLE_UNLOAD.as_millis() as u64;
+                    tokio::time::sleep(Duration::from_millis(rng.random_range(0..around + 40)))
+                        .await;
+                    match rng.random_range(0..3) {
+                        0 => {
+                            let member = open.join(id).await.unwrap();
+                            let word = format!("w{worker}r{round}");
+                            let base = member.document.source().await;
+                            let doc = ydoc::empty_doc(1000 + worker);
+                            let state = member.document.missing_for(&StateVector::default()).await;
+                            doc.transact_mut()
+                                .apply_update(yrs::Update::decode_v1(&state).unwrap())
+                                .unwrap();
+                            let update = ydoc::replace_source(&doc, &format!("{base}{word}\n"));
+                            // Held across the idle time, as an open socket would be.
+                            tokio::time::sleep(Duration::from_millis(
+                                rng.random_range(0..2 * around),
+                            ))
+                            .await;
+                            if member
+                                .document
+                                .apply_update(member.connection, &update)
+                                .await
+                                .unwrap()
+                            {
+                                written.push(word);
+                            }
+                        }
+                        1 => {
+                            let reader = open.open(id).await.unwrap();
+                            tokio::time::sleep(Duration::from_millis(
+                                rng.random_range(0..2 * around),
+                            ))
+                            .await;
+                            let _ = reader.source().await;
+                        }
+                        _ => {}
+                    }
+                }
+                written
+            }));
+        }
+        let mut written = Vec::new();
+        for task in tasks {
+            written.extend(task.await.unwrap());
+        }
+        tokio::time::sleep(IDLE_UNLOAD * 2).await;
+        let fresh = registry(Arc::new(store.clone()), Arc::new(store.clone()));
+        let text = fresh.open(id).await.unwrap().source().await;
+        for word in &written {
+            assert!(
+                text.contains(word.as_str()),
+                "seed {seed}: {word} lost from {text:?}"
+            );
+        }
+    }
+}
