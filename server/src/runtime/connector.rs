@@ -1,17 +1,28 @@
 //! Outbound connections, behind a seam.
 //!
-//! Owns: opening byte streams to other hosts (GitHub REST, GitHub MCP) and a small HTTP/1.1
-//! client over them, with TLS (rustls, the Web PKI roots) for `https://` URLs layered over
-//! whatever stream the connector gives. Production connects over tokio TCP; the simulator
-//! supplies a connector over turmoil TCP to fixture hosts. Nothing else in the server opens an
-//! outbound socket.
+//! Owns: opening byte streams to other hosts (GitHub REST, GitHub OAuth, GitHub MCP) and a
+//! small HTTP/1.1 client over them, with TLS (rustls, the Web PKI roots) for `https://` URLs
+//! layered over whatever stream the connector gives: one request per fresh connection, its
+//! response read whole up to a cap ([`SendOptions::max_body_bytes`], by default
+//! [`MAX_RESPONSE_BODY_BYTES`]). Production connects over tokio TCP; the simulator supplies a
+//! connector over turmoil TCP to fixture hosts. Nothing else in the server opens an outbound
+//! socket.
+//! Does not own: deadlines (each caller bounds its own call with `tokio::time::timeout`), retries,
+//! what a status code means, or how many calls may run at once (the GitHub client caps its own).
+//!
+//! Invariants: no task is spawned. The connection (hyper's connection future, owning the socket)
+//! is driven inside the request's own future, so when that future completes, times out or is
+//! dropped, the connection and its socket go with it at once — even when the peer has stopped
+//! reading and a TLS close could never be flushed. A body is never held past its cap: a
+//! declared `content-length` over the cap is refused before reading, and reading stops at the
+//! first frame that would pass it ([`HttpError::BodyTooLarge`] names the cap).
 
 use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
+use hyper::body::{Bytes, Incoming};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A bidirectional byte stream.
@@ -61,6 +72,37 @@ pub fn tls_with_roots(roots: rustls::RootCertStore) -> rustls::ClientConfig {
         .with_no_client_auth()
 }
 
+/// The most bytes of one response body the client reads unless told otherwise: 1 MiB. GitHub's
+/// REST and OAuth answers the server asks for are a few KiB.
+pub const MAX_RESPONSE_BODY_BYTES: usize = 1024 * 1024;
+
+/// How one request is sent.
+#[derive(Clone)]
+pub struct SendOptions {
+    /// TLS settings for `https://` URLs.
+    pub tls: Arc<rustls::ClientConfig>,
+    /// The most bytes of the response body read; a longer body is [`HttpError::BodyTooLarge`].
+    pub max_body_bytes: usize,
+}
+
+impl Default for SendOptions {
+    /// The Web PKI roots and [`MAX_RESPONSE_BODY_BYTES`].
+    fn default() -> Self {
+        Self {
+            tls: default_tls(),
+            max_body_bytes: MAX_RESPONSE_BODY_BYTES,
+        }
+    }
+}
+
+impl std::fmt::Debug for SendOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendOptions")
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum HttpError {
     #[error("bad URL {0:?}: expected http:// or https://host[:port]/path")]
@@ -73,6 +115,9 @@ pub enum HttpError {
     Http(#[from] hyper::Error),
     #[error("bad request: {0}")]
     Request(#[from] http::Error),
+    /// The response body is longer than the cap; reading stopped there.
+    #[error("the response body is longer than the {limit_bytes}-byte cap")]
+    BodyTooLarge { limit_bytes: usize },
 }
 
 /// A response read whole.
@@ -84,18 +129,31 @@ pub struct HttpResponse {
 }
 
 /// Sends one HTTP/1.1 request over a fresh connection from `connector` (TLS with the Web PKI
-/// roots for `https://`).
+/// roots for `https://`), reading at most [`MAX_RESPONSE_BODY_BYTES`] of the answer.
 pub async fn send(
     connector: &dyn Connector,
     request: http::Request<Bytes>,
 ) -> Result<HttpResponse, HttpError> {
-    send_with_tls(connector, &default_tls(), request).await
+    send_with(connector, &SendOptions::default(), request).await
 }
 
 /// [`send`] with the given TLS settings for `https://` URLs.
 pub async fn send_with_tls(
     connector: &dyn Connector,
     tls: &Arc<rustls::ClientConfig>,
+    request: http::Request<Bytes>,
+) -> Result<HttpResponse, HttpError> {
+    let options = SendOptions {
+        tls: tls.clone(),
+        ..SendOptions::default()
+    };
+    send_with(connector, &options, request).await
+}
+
+/// [`send`] with the given [`SendOptions`].
+pub async fn send_with(
+    connector: &dyn Connector,
+    options: &SendOptions,
     request: http::Request<Bytes>,
 ) -> Result<HttpResponse, HttpError> {
     let uri = request.uri().clone();
@@ -115,15 +173,14 @@ pub async fn send_with_tls(
     if secure {
         let name = rustls::pki_types::ServerName::try_from(host.to_string())
             .map_err(|_| HttpError::BadUrl(uri.to_string()))?;
-        let stream = tokio_rustls::TlsConnector::from(tls.clone())
+        let stream = tokio_rustls::TlsConnector::from(options.tls.clone())
             .connect(name, io)
             .await
             .map_err(|e| HttpError::Tls(format!("{host}:{port}"), e))?;
         io = Box::pin(stream);
     }
-    let (mut sender, conn) =
+    let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)).await?;
-    let driver = tokio::spawn(conn);
     let (mut parts, body) = request.into_parts();
     if !parts.headers.contains_key(http::header::HOST) {
         let value = match uri.port_u16() {
@@ -141,17 +198,64 @@ pub async fn send_with_tls(
         .unwrap_or("/")
         .parse()
         .map_err(|_| HttpError::BadUrl(uri.to_string()))?;
-    let response = sender
-        .send_request(http::Request::from_parts(parts, Full::new(body)))
-        .await?;
-    let (parts, body) = response.into_parts();
-    let body = body.collect().await?.to_bytes();
-    driver.abort();
-    Ok(HttpResponse {
-        status: parts.status,
-        headers: parts.headers,
-        body,
-    })
+    let max_body_bytes = options.max_body_bytes;
+    let exchange = async move {
+        let response = sender
+            .send_request(http::Request::from_parts(parts, Full::new(body)))
+            .await?;
+        let (parts, body) = response.into_parts();
+        let body = read_capped(&parts.headers, body, max_body_bytes).await?;
+        Ok(HttpResponse {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    };
+    // The connection is driven here, never on a task of its own: dropping this future (a
+    // caller's timeout) drops the connection and closes its socket.
+    let mut connection = Box::pin(connection);
+    let mut exchange = std::pin::pin!(exchange);
+    tokio::select! {
+        biased;
+        // Returning drops the connection, which closes the socket.
+        answer = &mut exchange => answer,
+        // The connection ended first (the peer closed it, or an error): dropping it tells a
+        // request still waiting; a body already read to its end is still delivered.
+        _ = &mut connection => {
+            drop(connection);
+            exchange.await
+        }
+    }
+}
+
+/// Reads `body` whole, refusing one longer than `max_bytes`: at once when `content-length`
+/// declares it, otherwise at the first frame that passes the cap.
+async fn read_capped(
+    headers: &http::HeaderMap,
+    mut body: Incoming,
+    max_bytes: usize,
+) -> Result<Bytes, HttpError> {
+    let too_large = HttpError::BodyTooLarge {
+        limit_bytes: max_bytes,
+    };
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > max_bytes as u64) {
+        return Err(too_large);
+    }
+    let mut read = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame?.into_data() else {
+            continue; // trailers
+        };
+        if read.len() + data.len() > max_bytes {
+            return Err(too_large);
+        }
+        read.extend_from_slice(&data);
+    }
+    Ok(Bytes::from(read))
 }
 
 /// `GET url`.
