@@ -92,8 +92,12 @@ impl App {
         let metrics = Arc::new(Metrics::new());
         // Every service's store calls are timed for the metrics.
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.store_hook()));
-        let github = GitHub::new(config.github_api_url.clone(), runtime.connector.clone())
-            .with_metrics(metrics.clone());
+        let github = GitHub::new(
+            config.github_api_url.clone(),
+            runtime.connector.clone(),
+            clock.clone(),
+        )
+        .with_metrics(metrics.clone());
         let admission = Arc::new(Admission::new(
             AdmissionPolicy::from_config(&config),
             github,

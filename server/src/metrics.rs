@@ -168,7 +168,9 @@ impl Metrics {
     }
 
     /// A GitHub call ended: `call` is `user`, `repository` or `membership`; `outcome` is a
-    /// fixed word (`ok`, `not-found`, `bad-credentials`, `rate-limited`, `unavailable`, …).
+    /// fixed word (`ok`, `not-found`, `bad-credentials`, `rate-limited` (GitHub answered with a
+    /// rate limit), `rate-limit-wait` (not asked: a rate limit still holds the token),
+    /// `unavailable`, …).
     pub fn github_call(&self, call: &'static str, outcome: &'static str) {
         self.github_calls
             .get_or_create(&GitHubLabels { call, outcome })

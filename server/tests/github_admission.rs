@@ -63,10 +63,11 @@ impl World {
         let base = fake.serve_tcp().await.expect("fake GitHub serves");
         let flaky = Arc::new(FlakyConnector::default());
         let connector: SharedConnector = flaky.clone();
+        let clock = Arc::new(ManualClock::new(T0));
         Self {
             fake,
-            github: GitHub::new(base, connector),
-            clock: Arc::new(ManualClock::new(T0)),
+            github: GitHub::new(base, connector, clock.clone()),
+            clock,
             flaky,
         }
     }
@@ -223,18 +224,19 @@ impl Connector for SilentConnector {
 
 #[tokio::test]
 async fn a_github_that_never_answers_is_unavailable_after_the_request_timeout() {
-    let github = GitHub::new("http://127.0.0.1:9".into(), Arc::new(SilentConnector))
-        .with_request_timeout_ms(50);
+    let clock = Arc::new(ManualClock::new(T0));
+    let github = GitHub::new(
+        "http://127.0.0.1:9".into(),
+        Arc::new(SilentConnector),
+        clock.clone(),
+    )
+    .with_request_timeout_ms(50);
     let error = github.user("ghp_silent").await.unwrap_err();
     assert_eq!(
         error,
         GitHubError::Unavailable("no answer within 50 ms".into())
     );
-    let admission = Admission::new(
-        AdmissionPolicy::default(),
-        github,
-        Arc::new(ManualClock::new(T0)),
-    );
+    let admission = Admission::new(AdmissionPolicy::default(), github, clock);
     assert_eq!(
         admission.check("ghp_silent").await.unwrap_err(),
         AdmissionError::Unavailable

@@ -20,16 +20,18 @@ fn the_server_github_client_reaches_the_fake_github_host() {
     let out = seen.clone();
     world
         .run_client("checker", async move {
+            let clock = Arc::new(SimClock::new());
             let client = GitHub::new(
                 format!("http://{GITHUB_HOST}:{GITHUB_PORT}"),
                 Arc::new(TurmoilConnector),
+                clock.clone(),
             );
             let user = client.user(&token).await?;
             let access = client.repo_access(&token, "OCTO", "Plans").await?;
             let admission = Admission::new(
                 AdmissionPolicy::new(["hubot"], Vec::<String>::new()),
                 client,
-                Arc::new(SimClock::new()),
+                clock,
             );
             let verdict = admission.check(&token).await;
             let mut out = out.lock().unwrap();
@@ -78,15 +80,13 @@ fn a_github_outage_in_the_world_is_unavailable_to_the_server() {
     let out = verdict.clone();
     world
         .run_client("checker", async move {
+            let clock = Arc::new(SimClock::new());
             let client = GitHub::new(
                 format!("http://{GITHUB_HOST}:{GITHUB_PORT}"),
                 Arc::new(TurmoilConnector),
+                clock.clone(),
             );
-            let admission = Admission::new(
-                AdmissionPolicy::default(),
-                client,
-                Arc::new(SimClock::new()),
-            );
+            let admission = Admission::new(AdmissionPolicy::default(), client, clock);
             *out.lock().unwrap() = Some(admission.check(&token).await);
             Ok(())
         })

@@ -17,7 +17,9 @@
 //! with no active membership found is [`AdmissionError::Unavailable`] (503), never a refusal.
 //!
 //! Invariants: a token is never stored, logged or put in an error — only its digest is kept.
-//! Outages are never cached, so they are retried on the next check. Each cache holds at most
+//! Outages are never cached, so they are retried on the next check; a GitHub rate limit is an
+//! outage here (the GitHub client answers it, and every call of that token until it ends, as
+//! unavailable), so it is a 503 and never a refusal or "no access". Each cache holds at most
 //! [`CACHE_MAX_ENTRIES`] entries. An entry is used only while `stored_at <= now < stored_at +
 //! ttl`, so a wall clock that steps back cannot stretch its life. A verdict that was being fetched
 //! while [`Admission::invalidate`] ran is not stored.
@@ -26,9 +28,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use sha2::{Digest, Sha256};
-
 use crate::config::Config;
+pub use crate::identity::github::TokenDigest;
 use crate::identity::github::{is_github_name, GitHub, GitHubError, GitHubUser, RepoAccess};
 use crate::runtime::clock::SharedClock;
 use crate::store::UnixMillis;
@@ -128,27 +129,6 @@ impl AdmissionError {
             AdmissionError::Refused { .. } => http::StatusCode::FORBIDDEN,
             AdmissionError::Unavailable => http::StatusCode::SERVICE_UNAVAILABLE,
         }
-    }
-}
-
-/// The SHA-256 of a token: what the caches are keyed by instead of the token. Its `Debug`
-/// shows only a short prefix.
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct TokenDigest([u8; 32]);
-
-impl TokenDigest {
-    pub fn of(token: &str) -> Self {
-        Self(Sha256::digest(token.as_bytes()).into())
-    }
-}
-
-impl fmt::Debug for TokenDigest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("TokenDigest(")?;
-        for byte in &self.0[..4] {
-            write!(f, "{byte:02x}")?;
-        }
-        f.write_str("…)")
     }
 }
 

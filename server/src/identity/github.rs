@@ -3,29 +3,70 @@
 //!
 //! Owns: the three REST calls instance admission and the repository recheck need (`GET /user`,
 //! `GET /repos/{owner}/{repo}`, `GET /user/memberships/orgs/{org}`), the headers GitHub asks for,
-//! turning GitHub's status codes into [`GitHubError`]s, and a bound on how long one call may take
-//! ([`GITHUB_REQUEST_TIMEOUT_MS`]).
-//! Does not own: opening sockets or TLS (the [`connector`](crate::runtime::connector) seam), deciding who
-//! is admitted or caching answers (the [`admission`](crate::identity::admission) module), the OAuth web
-//! flow.
+//! turning GitHub's status codes into [`GitHubError`]s, and the bounds on its calls: how long
+//! one may take ([`GITHUB_REQUEST_TIMEOUT_MS`], waiting for a turn included), how much of an
+//! answer is read ([`GITHUB_MAX_BODY_BYTES`]), how many run at once
+//! ([`GITHUB_MAX_CALLS_IN_FLIGHT`], shared by every clone), and the rate-limit holds: after
+//! GitHub answers a token with a rate limit, every call with that token is
+//! [`GitHubError::Unavailable`] until the time GitHub named, without asking GitHub.
+//! Does not own: opening sockets or TLS (the [`connector`](crate::runtime::connector) seam, which
+//! also closes a connection whose call timed out), deciding who is admitted or caching answers
+//! (the [`admission`](crate::identity::admission) module), the OAuth web flow.
+//!
+//! Rate limits, as GitHub documents them: a 403 or 429 is a rate limit when it carries
+//! `retry-after` (wait that many seconds), or `x-ratelimit-remaining: 0` (the primary limit:
+//! wait until `x-ratelimit-reset`, Unix seconds), or is a 429, or says "rate limit" (or "abuse
+//! detection") in its `message` (a secondary limit without `retry-after`: wait at least a
+//! minute, [`RATE_LIMIT_DEFAULT_WAIT_MS`]). When several apply the latest time wins. The time is
+//! on the server's [`Clock`](crate::runtime::clock::Clock) (GitHub's reset is wall-clock time;
+//! the simulator drives it), and held between [`RATE_LIMIT_MIN_WAIT_MS`] (a reset this clock
+//! already passed still holds a moment, so disagreeing clocks cannot make us hammer GitHub) and
+//! [`RATE_LIMIT_MAX_WAIT_MS`] (GitHub's window is an hour; no answer holds a token longer).
+//! A hold is per token (by its SHA-256): GitHub counts a user's calls against that user, and
+//! we do not know whose a token is until `/user` answers, so the token is the narrowest scope
+//! that is always right; another user's calls are never held by one user's limit. Each limited
+//! token learns its limit from one answer of its own; at most [`RATE_LIMIT_MAX_TOKENS`] holds
+//! are kept (the soonest to end go first). A call that waited for its turn looks again, so calls
+//! queued behind a limited one do not ask either.
 //!
 //! Invariants: every call sends the caller's token and nothing else of theirs; a token is never
-//! logged, never put in an error, and its header is marked sensitive. A name that GitHub could
-//! not hold (an owner, repository or org with a `/`, `?`, space, …) is answered "no access"
-//! without a request, so nothing a client sends can change the path we ask.
+//! logged, never put in an error, and its header is marked sensitive; it is kept only as a digest.
+//! A name that GitHub could not hold (an owner, repository or org with a `/`, `?`, space, …) is
+//! answered "no access" without a request, so nothing a client sends can change the path we ask.
+//! A rate limit, an outage, a hung call or an over-long answer is always
+//! [`GitHubError::Unavailable`] — never "no access", "not a member" or "bad credentials".
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use hyper::body::Bytes;
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
-use crate::runtime::connector::{self, HttpError, HttpResponse, SharedConnector};
+use crate::runtime::clock::SharedClock;
+use crate::runtime::connector::{self, HttpError, HttpResponse, SendOptions, SharedConnector};
+use crate::store::UnixMillis;
 
 /// The longest one GitHub call may take, connecting included, before it counts as an outage.
 pub const GITHUB_REQUEST_TIMEOUT_MS: u64 = 10_000;
+/// The most bytes of one GitHub answer read (1 MiB); the answers we ask for are a few KiB.
+pub const GITHUB_MAX_BODY_BYTES: usize = 1024 * 1024;
+/// The most GitHub calls of one client (and its clones) in flight at once.
+pub const GITHUB_MAX_CALLS_IN_FLIGHT: usize = 16;
+/// How long a token waits after a rate-limit answer that names no time (GitHub: "wait for at
+/// least one minute before retrying").
+pub const RATE_LIMIT_DEFAULT_WAIT_MS: i64 = 60_000;
+/// The shortest hold a rate-limit answer causes, even when its reset has already passed on our
+/// clock.
+pub const RATE_LIMIT_MIN_WAIT_MS: i64 = 1_000;
+/// The longest hold a rate-limit answer causes: GitHub's primary window is an hour.
+pub const RATE_LIMIT_MAX_WAIT_MS: i64 = 3_600_000;
+/// The most tokens held by a rate limit at once.
+pub const RATE_LIMIT_MAX_TOKENS: usize = 10_000;
 /// GitHub's longest owner, repository or organization name is 100 characters.
 const MAX_NAME_CHARS: usize = 100;
 
@@ -68,14 +109,46 @@ pub enum GitHubError {
     Unavailable(String),
 }
 
+/// The SHA-256 of a token: what rate-limit holds and admission's caches are keyed by instead of
+/// the token. Its `Debug` shows only a short prefix.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TokenDigest([u8; 32]);
+
+impl TokenDigest {
+    pub fn of(token: &str) -> Self {
+        Self(Sha256::digest(token.as_bytes()).into())
+    }
+}
+
+impl fmt::Debug for TokenDigest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("TokenDigest(")?;
+        for byte in &self.0[..4] {
+            write!(f, "{byte:02x}")?;
+        }
+        f.write_str("…)")
+    }
+}
+
 /// GitHub's REST API at a configured base URL (`GITHUB_API_URL`), reached through a
-/// [`Connector`](crate::runtime::connector::Connector). Cheap to clone.
+/// [`Connector`](crate::runtime::connector::Connector). Cheap to clone; clones share the cap on
+/// calls in flight and the rate-limit holds.
 #[derive(Clone)]
 pub struct GitHub {
     api_base: String,
     connector: SharedConnector,
+    clock: SharedClock,
     request_timeout_ms: u64,
     metrics: Option<Arc<Metrics>>,
+    shared: Arc<Shared>,
+}
+
+/// What every clone of a client shares.
+struct Shared {
+    /// [`GITHUB_MAX_CALLS_IN_FLIGHT`] permits; a call holds one from before it connects until
+    /// its answer is read or it gives up.
+    calls: Semaphore,
+    holds: Mutex<RateLimitHolds>,
 }
 
 impl fmt::Debug for GitHub {
@@ -111,8 +184,9 @@ struct MembershipBody {
 
 impl GitHub {
     /// `api_base` is a base URL without a trailing slash, such as `https://api.github.com` or
-    /// the fake's `http://127.0.0.1:PORT` (a trailing slash is tolerated).
-    pub fn new(api_base: String, connector: SharedConnector) -> Self {
+    /// the fake's `http://127.0.0.1:PORT` (a trailing slash is tolerated). `clock` tells when a
+    /// rate limit's hold ends (the simulator's clock under simulation).
+    pub fn new(api_base: String, connector: SharedConnector, clock: SharedClock) -> Self {
         let api_base = match api_base.strip_suffix('/') {
             Some(trimmed) => trimmed.to_string(),
             None => api_base,
@@ -120,8 +194,13 @@ impl GitHub {
         Self {
             api_base,
             connector,
+            clock,
             request_timeout_ms: GITHUB_REQUEST_TIMEOUT_MS,
             metrics: None,
+            shared: Arc::new(Shared {
+                calls: Semaphore::new(GITHUB_MAX_CALLS_IN_FLIGHT),
+                holds: Mutex::new(RateLimitHolds::default()),
+            }),
         }
     }
 
@@ -131,8 +210,8 @@ impl GitHub {
         self
     }
 
-    /// The same client with another bound on one call than [`GITHUB_REQUEST_TIMEOUT_MS`]
-    /// (at least 1 ms).
+    /// The same client (sharing the cap and the holds) with another bound on one call than
+    /// [`GITHUB_REQUEST_TIMEOUT_MS`] (at least 1 ms).
     pub fn with_request_timeout_ms(mut self, request_timeout_ms: u64) -> Self {
         self.request_timeout_ms = request_timeout_ms.max(1);
         self
@@ -190,7 +269,7 @@ impl GitHub {
     /// Whether `token`'s account is an active member of `org`
     /// (`GET /user/memberships/orgs/{org}`). A pending invitation is not active; 404 and 403
     /// (not a member, or membership not visible to this token) are `false`. A 403 that is a
-    /// rate limit is [`GitHubError::Unavailable`].
+    /// rate limit is [`GitHubError::Unavailable`] (it never gets here: [`Self::ask`] holds it).
     pub async fn org_membership_active(&self, token: &str, org: &str) -> Result<bool, GitHubError> {
         if !is_github_name(org) {
             return Ok(false);
@@ -203,14 +282,15 @@ impl GitHub {
                 let body: MembershipBody = parse(&response.body)?;
                 Ok(body.state == "active")
             }
-            403 if !is_rate_limited(&response) => Ok(false),
+            403 if !is_rate_limit(&response) => Ok(false),
             404 => Ok(false),
             _ => Err(unexpected(&response)),
         }
     }
 
     /// `GET {api_base}{path}` with the token, bounded by the request timeout. A 401
-    /// is [`GitHubError::BadCredentials`] here, for every endpoint.
+    /// is [`GitHubError::BadCredentials`] here, and a rate limit [`GitHubError::Unavailable`],
+    /// for every endpoint.
     async fn get(&self, token: &str, path: &str) -> Result<HttpResponse, GitHubError> {
         let answer = self.ask(token, path).await;
         if let Some(metrics) = &self.metrics {
@@ -224,21 +304,24 @@ impl GitHub {
             let outcome = match &answer {
                 Ok(r) if r.status.is_success() => "ok",
                 Ok(r) if r.status == http::StatusCode::NOT_FOUND => "not-found",
-                Ok(r) if is_rate_limited(r) => "rate-limited",
                 Ok(r) if r.status == http::StatusCode::FORBIDDEN => "forbidden",
                 Ok(_) => "unexpected-status",
-                Err(GitHubError::BadCredentials) => "bad-credentials",
-                Err(GitHubError::Unavailable(_)) => "unavailable",
+                Err(Failure::BadCredentials) => "bad-credentials",
+                Err(Failure::RateLimited(_)) => "rate-limited",
+                Err(Failure::Held(_)) => "rate-limit-wait",
+                Err(Failure::Unavailable(_)) => "unavailable",
             };
             metrics.github_call(call, outcome);
         }
-        answer
+        answer.map_err(Failure::into_error)
     }
 
-    async fn ask(&self, token: &str, path: &str) -> Result<HttpResponse, GitHubError> {
+    async fn ask(&self, token: &str, path: &str) -> Result<HttpResponse, Failure> {
+        let digest = TokenDigest::of(token);
+        self.check_hold(digest)?;
         let mut authorization = http::HeaderValue::from_str(&format!("Bearer {token}"))
             // No token GitHub issues has bytes a header cannot carry.
-            .map_err(|_| GitHubError::BadCredentials)?;
+            .map_err(|_| Failure::BadCredentials)?;
         authorization.set_sensitive(true);
         let url = format!("{}{path}", self.api_base);
         let request = http::Request::get(&url)
@@ -247,29 +330,143 @@ impl GitHub {
             .header("X-GitHub-Api-Version", "2022-11-28")
             .header(http::header::AUTHORIZATION, authorization)
             .body(Bytes::new())
-            .map_err(|_| {
-                GitHubError::Unavailable(format!("GITHUB_API_URL gives a bad URL {url}"))
-            })?;
-        let sent = tokio::time::timeout(
-            Duration::from_millis(self.request_timeout_ms),
-            connector::send(self.connector.as_ref(), request),
-        )
-        .await;
-        let response = match sent {
-            Err(_) => {
-                return Err(GitHubError::Unavailable(format!(
-                    "no answer within {} ms",
-                    self.request_timeout_ms
-                )))
-            }
-            Ok(Err(error)) => return Err(GitHubError::Unavailable(describe(&error))),
-            Ok(Ok(response)) => response,
+            .map_err(|_| Failure::Unavailable(format!("GITHUB_API_URL gives a bad URL {url}")))?;
+        let options = SendOptions {
+            max_body_bytes: GITHUB_MAX_BODY_BYTES,
+            ..SendOptions::default()
         };
+        let call =
+            async {
+                // Waiting for a turn counts against the call's own time limit.
+                let _permit =
+                    self.shared.calls.acquire().await.map_err(|_| {
+                        Failure::Unavailable("the GitHub client is closed".to_string())
+                    })?;
+                // A limit may have been learnt while this call waited.
+                self.check_hold(digest)?;
+                connector::send_with(self.connector.as_ref(), &options, request)
+                    .await
+                    .map_err(|error| Failure::Unavailable(describe(&error)))
+            };
+        let response = tokio::time::timeout(Duration::from_millis(self.request_timeout_ms), call)
+            .await
+            .map_err(|_| {
+                Failure::Unavailable(format!("no answer within {} ms", self.request_timeout_ms))
+            })??;
         tracing::debug!(path, status = response.status.as_u16(), "GitHub answered");
+        let now = self.clock.now_ms();
+        if let Some(until) = rate_limit(&response, now) {
+            let wait_ms = until - now;
+            tracing::warn!(
+                path,
+                status = response.status.as_u16(),
+                wait_ms,
+                "GitHub answered with a rate limit; this token waits"
+            );
+            self.holds().hold(digest, until, now);
+            return Err(Failure::RateLimited(format!(
+                "GitHub's rate limit was reached; asking again in {} s",
+                whole_seconds(wait_ms)
+            )));
+        }
         if response.status == http::StatusCode::UNAUTHORIZED {
-            return Err(GitHubError::BadCredentials);
+            return Err(Failure::BadCredentials);
         }
         Ok(response)
+    }
+
+    /// `Err` while a rate limit holds the token.
+    fn check_hold(&self, digest: TokenDigest) -> Result<(), Failure> {
+        let now = self.clock.now_ms();
+        match self.holds().until(digest, now) {
+            Some(until) => Err(Failure::Held(format!(
+                "GitHub's rate limit for this token holds for another {} s",
+                whole_seconds(until - now)
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn holds(&self) -> MutexGuard<'_, RateLimitHolds> {
+        // The holds keep no invariant a panic elsewhere could break halfway.
+        self.shared
+            .holds
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Why [`GitHub::ask`] gave no response to read, with what the metrics count it as.
+enum Failure {
+    BadCredentials,
+    /// GitHub answered with a rate limit; the token is now held.
+    RateLimited(String),
+    /// Not asked: a rate limit still holds the token.
+    Held(String),
+    Unavailable(String),
+}
+
+impl Failure {
+    fn into_error(self) -> GitHubError {
+        match self {
+            Failure::BadCredentials => GitHubError::BadCredentials,
+            Failure::RateLimited(why) | Failure::Held(why) | Failure::Unavailable(why) => {
+                GitHubError::Unavailable(why)
+            }
+        }
+    }
+}
+
+/// Rounded up, so "0 s" is never said of a wait still running.
+fn whole_seconds(ms: i64) -> i64 {
+    (ms.max(0) + 999) / 1000
+}
+
+/// Tokens a rate limit holds, each until a time on the server's clock.
+#[derive(Default)]
+struct RateLimitHolds {
+    until_ms: BTreeMap<TokenDigest, UnixMillis>,
+}
+
+impl RateLimitHolds {
+    /// Until when `digest` is held, if it is at `now_ms`; an ended hold is forgotten.
+    fn until(&mut self, digest: TokenDigest, now_ms: UnixMillis) -> Option<UnixMillis> {
+        let until = *self.until_ms.get(&digest)?;
+        if now_ms < until {
+            return Some(until);
+        }
+        self.until_ms.remove(&digest);
+        None
+    }
+
+    /// Holds `digest` until `until_ms` (or longer, if it already was). When full, ended holds
+    /// go first, then the one that would end soonest.
+    fn hold(&mut self, digest: TokenDigest, until_ms: UnixMillis, now_ms: UnixMillis) {
+        let until_ms = self
+            .until_ms
+            .get(&digest)
+            .map_or(until_ms, |&held| held.max(until_ms));
+        self.until_ms.insert(digest, until_ms);
+        if self.until_ms.len() > RATE_LIMIT_MAX_TOKENS {
+            self.until_ms.retain(|_, &mut until| now_ms < until);
+        }
+        while self.until_ms.len() > RATE_LIMIT_MAX_TOKENS {
+            let soonest = self
+                .until_ms
+                .iter()
+                .min_by_key(|(_, &until)| until)
+                .map(|(&d, _)| d);
+            match soonest {
+                Some(d) => self.until_ms.remove(&d),
+                None => break,
+            };
+        }
+        assert!(self.until_ms.len() <= RATE_LIMIT_MAX_TOKENS);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.until_ms.len()
     }
 }
 
@@ -287,24 +484,75 @@ fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, GitHubError> 
     serde_json::from_slice(body).map_err(|_| malformed())
 }
 
-/// GitHub's rate limits answer 429, or 403 with `x-ratelimit-remaining: 0` or `retry-after`.
-fn is_rate_limited(response: &HttpResponse) -> bool {
-    let remaining_zero = response
-        .headers
-        .get("x-ratelimit-remaining")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.trim() == "0");
-    response.status == http::StatusCode::TOO_MANY_REQUESTS
-        || remaining_zero
-        || response.headers.contains_key(http::header::RETRY_AFTER)
+/// If `response` is one of GitHub's rate limits, until when (on the clock that reads `now_ms`)
+/// the token must wait: see the module's header for the rules.
+fn rate_limit(response: &HttpResponse, now_ms: UnixMillis) -> Option<UnixMillis> {
+    let status = response.status;
+    if status != http::StatusCode::FORBIDDEN && status != http::StatusCode::TOO_MANY_REQUESTS {
+        return None;
+    }
+    let header = |name: &str| {
+        response
+            .headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let mut until: Option<UnixMillis> = None;
+    let mut later = |at: UnixMillis| until = Some(until.map_or(at, |u| u.max(at)));
+    let mut limited = status == http::StatusCode::TOO_MANY_REQUESTS;
+    if let Some(retry_after) = header("retry-after") {
+        limited = true;
+        match retry_after.parse::<i64>() {
+            Ok(secs) => later(now_ms.saturating_add(secs.saturating_mul(1000))),
+            // An HTTP date, or nothing we can read: GitHub sends seconds.
+            Err(_) => later(now_ms.saturating_add(RATE_LIMIT_DEFAULT_WAIT_MS)),
+        }
+    }
+    if header("x-ratelimit-remaining") == Some("0") {
+        limited = true;
+        match header("x-ratelimit-reset").and_then(|v| v.parse::<i64>().ok()) {
+            Some(reset_secs) => later(reset_secs.saturating_mul(1000)),
+            None => later(now_ms.saturating_add(RATE_LIMIT_DEFAULT_WAIT_MS)),
+        }
+    }
+    if !limited && says_rate_limit(&response.body) {
+        limited = true;
+    }
+    if !limited {
+        return None;
+    }
+    let until = until.unwrap_or(now_ms.saturating_add(RATE_LIMIT_DEFAULT_WAIT_MS));
+    Some(until.clamp(
+        now_ms.saturating_add(RATE_LIMIT_MIN_WAIT_MS),
+        now_ms.saturating_add(RATE_LIMIT_MAX_WAIT_MS),
+    ))
 }
 
-/// Any answer an endpoint does not define: an outage, a rate limit, or something unexpected.
+/// Whether `response` is one of GitHub's rate limits.
+fn is_rate_limit(response: &HttpResponse) -> bool {
+    rate_limit(response, 0).is_some()
+}
+
+/// Whether GitHub's error `message` speaks of a rate limit (a secondary limit can come as a 403
+/// with no header saying so).
+fn says_rate_limit(body: &[u8]) -> bool {
+    #[derive(Deserialize)]
+    struct ErrorBody {
+        #[serde(default)]
+        message: String,
+    }
+    serde_json::from_slice::<ErrorBody>(body).is_ok_and(|b| {
+        let message = b.message.to_ascii_lowercase();
+        message.contains("rate limit") || message.contains("abuse detection")
+    })
+}
+
+/// Any answer an endpoint does not define: an outage or something unexpected. (Rate limits
+/// never get here: [`GitHub::ask`] turns them into [`GitHubError::Unavailable`] first.)
 fn unexpected(response: &HttpResponse) -> GitHubError {
     let status = response.status.as_u16();
-    if is_rate_limited(response) {
-        GitHubError::Unavailable("GitHub's rate limit was reached".to_string())
-    } else if response.status.is_server_error() {
+    if response.status.is_server_error() {
         GitHubError::Unavailable(format!("GitHub answered {status}"))
     } else {
         GitHubError::Unavailable(format!("GitHub answered an unexpected {status}"))
@@ -358,6 +606,154 @@ mod tests {
         assert!(access(false, true).can_write());
         assert!(access(true, false).can_write());
         assert!(!access(false, false).can_write());
+    }
+
+    fn answer(status: u16, headers: &[(&str, &str)], body: &str) -> HttpResponse {
+        let mut map = http::HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(
+                http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(value).unwrap(),
+            );
+        }
+        HttpResponse {
+            status: http::StatusCode::from_u16(status).unwrap(),
+            headers: map,
+            body: Bytes::copy_from_slice(body.as_bytes()),
+        }
+    }
+
+    const NOW: UnixMillis = 1_700_000_000_000;
+
+    #[test]
+    fn rate_limits_are_403_or_429_with_github_s_marks() {
+        let reset = [
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1700000100"),
+        ];
+        assert_eq!(
+            rate_limit(&answer(403, &reset, ""), NOW),
+            Some(NOW + 100_000)
+        );
+        assert_eq!(
+            rate_limit(&answer(429, &reset, ""), NOW),
+            Some(NOW + 100_000)
+        );
+        // Only 403 and 429 are limits: a 200 or 404 spending the last call, or a 503 asking
+        // to come back, is not held.
+        assert_eq!(rate_limit(&answer(200, &reset, ""), NOW), None);
+        assert_eq!(rate_limit(&answer(404, &reset, ""), NOW), None);
+        assert_eq!(
+            rate_limit(&answer(503, &[("retry-after", "30")], ""), NOW),
+            None
+        );
+        // Calls left and no words of a limit: a plain 403.
+        let plain = [
+            ("x-ratelimit-remaining", "4999"),
+            ("x-ratelimit-reset", "1700000100"),
+        ];
+        assert_eq!(
+            rate_limit(
+                &answer(
+                    403,
+                    &plain,
+                    r#"{"message":"Resource not accessible by integration"}"#
+                ),
+                NOW
+            ),
+            None
+        );
+        // A 429 or a 403 in GitHub's words, with no time: a minute.
+        assert_eq!(
+            rate_limit(&answer(429, &[], ""), NOW),
+            Some(NOW + RATE_LIMIT_DEFAULT_WAIT_MS)
+        );
+        assert_eq!(
+            rate_limit(
+                &answer(
+                    403,
+                    &plain,
+                    r#"{"message":"You have exceeded a secondary rate limit."}"#
+                ),
+                NOW
+            ),
+            Some(NOW + RATE_LIMIT_DEFAULT_WAIT_MS)
+        );
+        assert_eq!(
+            rate_limit(
+                &answer(
+                    403,
+                    &[],
+                    r#"{"message":"You have triggered an abuse detection mechanism."}"#
+                ),
+                NOW
+            ),
+            Some(NOW + RATE_LIMIT_DEFAULT_WAIT_MS)
+        );
+        // `retry-after` in seconds; an unreadable one waits a minute; the latest time wins.
+        assert_eq!(
+            rate_limit(&answer(403, &[("retry-after", "30")], ""), NOW),
+            Some(NOW + 30_000)
+        );
+        assert_eq!(
+            rate_limit(
+                &answer(403, &[("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT")], ""),
+                NOW
+            ),
+            Some(NOW + RATE_LIMIT_DEFAULT_WAIT_MS)
+        );
+        let both = [
+            ("retry-after", "300"),
+            ("x-ratelimit-remaining", "0"),
+            ("x-ratelimit-reset", "1700000100"),
+        ];
+        assert_eq!(
+            rate_limit(&answer(403, &both, ""), NOW),
+            Some(NOW + 300_000)
+        );
+        // Remaining 0 with no readable reset: a minute.
+        assert_eq!(
+            rate_limit(&answer(403, &[("x-ratelimit-remaining", "0")], ""), NOW),
+            Some(NOW + RATE_LIMIT_DEFAULT_WAIT_MS)
+        );
+        // Bounded both ways.
+        let past = [("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1")];
+        assert_eq!(
+            rate_limit(&answer(403, &past, ""), NOW),
+            Some(NOW + RATE_LIMIT_MIN_WAIT_MS)
+        );
+        assert_eq!(
+            rate_limit(&answer(403, &[("retry-after", "99999999999999")], ""), NOW),
+            Some(NOW + RATE_LIMIT_MAX_WAIT_MS)
+        );
+    }
+
+    #[test]
+    fn a_hold_ends_exactly_at_its_time_and_only_lengthens() {
+        let mut holds = RateLimitHolds::default();
+        let mona = TokenDigest::of("mona");
+        holds.hold(mona, NOW + 10, NOW);
+        holds.hold(mona, NOW + 5, NOW); // a shorter answer does not shorten it
+        assert_eq!(holds.until(mona, NOW + 9), Some(NOW + 10));
+        assert_eq!(holds.until(TokenDigest::of("hubot"), NOW), None);
+        assert_eq!(holds.until(mona, NOW + 10), None);
+        assert_eq!(holds.len(), 0, "an ended hold is forgotten");
+    }
+
+    #[test]
+    fn holds_never_grow_past_their_bound() {
+        let mut holds = RateLimitHolds::default();
+        // One hold that has ended, then more live ones than fit, each ending later.
+        holds.hold(TokenDigest::of("ended"), NOW + 1, NOW);
+        for i in 0..RATE_LIMIT_MAX_TOKENS as i64 + 5 {
+            holds.hold(TokenDigest::of(&format!("t{i}")), NOW + 1_000 + i, NOW + 2);
+        }
+        assert_eq!(holds.len(), RATE_LIMIT_MAX_TOKENS);
+        // The ended one went first, then those that would end soonest.
+        assert_eq!(holds.until(TokenDigest::of("t4"), NOW + 2), None);
+        assert!(holds.until(TokenDigest::of("t5"), NOW + 2).is_some());
+        let last = format!("t{}", RATE_LIMIT_MAX_TOKENS + 4);
+        assert!(holds.until(TokenDigest::of(&last), NOW + 2).is_some());
     }
 
     #[test]
