@@ -14,7 +14,7 @@
 //!   saved, so the transcript, the room and the Planner see one order.
 //! - Every time is the server clock's; nothing here draws randomness.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -196,10 +196,10 @@ type Key = (String, Uuid, String);
 /// MSG-16's memory of request ids: outcomes, and sends still being processed.
 #[derive(Default)]
 struct Sent {
-    done: HashMap<Key, (SendReply, UnixMillis, u64)>,
+    done: BTreeMap<Key, (SendReply, UnixMillis, u64)>,
     /// Insertion order of `done`, oldest first: (key, when, stamp).
     order: VecDeque<(Key, UnixMillis, u64)>,
-    pending: HashMap<Key, watch::Receiver<Option<SendReply>>>,
+    pending: BTreeMap<Key, watch::Receiver<Option<SendReply>>>,
     stamp: u64,
 }
 

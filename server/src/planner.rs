@@ -15,7 +15,7 @@
 //! reset or archive also bumps the document's *revocation count* before it waits for the gate:
 //! an attach that read an older count before its checks is refused rather than bound (AO-16).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use chopin_protocol::agent::{ErrorCode, RefusalReason};
@@ -182,10 +182,10 @@ impl Slot {
 
 #[derive(Default)]
 struct Table {
-    slots: HashMap<Uuid, Slot>,
-    gates: HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
-    revocations: HashMap<Uuid, u64>,
-    rooms: HashMap<Uuid, broadcast::Sender<Presence>>,
+    slots: BTreeMap<Uuid, Slot>,
+    gates: BTreeMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
+    revocations: BTreeMap<Uuid, u64>,
+    rooms: BTreeMap<Uuid, broadcast::Sender<Presence>>,
     next_id: u64,
 }
 

@@ -13,7 +13,7 @@
 //! every socket hears them in `seq` order; anything that appends to a transcript and wants the
 //! room to hear it goes through [`Transcript::post`] or holds [`Transcript::gate`].
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -106,8 +106,8 @@ struct Channel {
 
 #[derive(Default)]
 struct Table {
-    channels: HashMap<Uuid, Channel>,
-    gates: HashMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
+    channels: BTreeMap<Uuid, Channel>,
+    gates: BTreeMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// The transcripts of this process's documents.

@@ -5,7 +5,7 @@
 //! Does not own: the transcript (Chat saves a message only when this accepts it) or the harness
 //! (`crate::harness`).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
@@ -112,7 +112,7 @@ pub struct TurnsDeps {
 
 /// The Planner turns of this process: at most one per document.
 pub struct Turns {
-    running: Mutex<HashMap<Uuid, Running>>,
+    running: Mutex<BTreeMap<Uuid, Running>>,
     deps: TurnsDeps,
 }
 
@@ -130,7 +130,7 @@ impl Turns {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Running>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Uuid, Running>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

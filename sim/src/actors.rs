@@ -316,6 +316,7 @@ pub struct Heard {
 #[derive(Debug, Clone)]
 enum BrowserCommand {
     SendChat { request_id: String, text: String },
+    SendBinary { frame: Vec<u8> },
 }
 
 /// Handle of a browser actor in a room.
@@ -337,6 +338,12 @@ impl Browser {
             request_id: request_id.to_owned(),
             text: text.to_owned(),
         });
+    }
+
+    /// Sends a binary (y-protocols) frame on the room socket at the actor's next turn: a Yjs
+    /// update or an awareness update.
+    pub fn send_binary(&self, frame: Vec<u8>) {
+        let _ = self.commands.send(BrowserCommand::SendBinary { frame });
     }
 
     /// The answers (`chat:ack` or `chat:refused`) heard for `request_id`, in order.
@@ -474,6 +481,12 @@ impl World {
                                 return Ok(());
                             }
                         }
+                        Some(BrowserCommand::SendBinary { frame }) => {
+                            recorder.record_in_host(&host, Event::Actor { what: format!("sent binary {}", digest(&frame)) });
+                            if socket.send_binary(frame).await.is_err() {
+                                return Ok(());
+                            }
+                        }
                     },
                     event = socket.recv_json() => match event {
                         Ok(BrowserEvent::Json(message)) => {
@@ -488,7 +501,9 @@ impl World {
                                 message,
                             });
                         }
-                        Ok(BrowserEvent::Binary(_)) => {}
+                        Ok(BrowserEvent::Binary(bytes)) => {
+                            recorder.record_in_host(&host, Event::Actor { what: format!("heard binary {}", digest(&bytes)) });
+                        }
                         Ok(BrowserEvent::Closed { code, reason }) => {
                             recorder.record_in_host(&host, Event::Actor { what: format!("closed {code} {reason}") });
                             *closed.lock().unwrap_or_else(|e| e.into_inner()) = Some((now_ms(), code, reason));
@@ -505,6 +520,14 @@ impl World {
         });
         browser
     }
+}
+
+/// A short, stable name for a binary frame in the trace: its length and the first bytes of its
+/// SHA-256 (never the raw bytes).
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(bytes);
+    format!("{} bytes {}", bytes.len(), hex::encode(&hash[..6]))
 }
 
 async fn get(url: &str, cookie: Option<&str>) -> Result<connector::HttpResponse, String> {

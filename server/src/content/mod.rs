@@ -21,7 +21,7 @@
 
 pub mod guard;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::ops::Deref;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -406,7 +406,7 @@ struct Slot {
 
 /// The documents open in this process.
 pub struct OpenDocuments {
-    slots: Mutex<HashMap<Uuid, Slot>>,
+    slots: Mutex<BTreeMap<Uuid, Slot>>,
     /// Connection ids of the sockets that join, never reused by this registry.
     next_connection: AtomicU64,
     /// Journal entries skipped on load because they would poison their document.
@@ -471,7 +471,7 @@ impl OpenDocuments {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<Uuid, Slot>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Uuid, Slot>> {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -595,7 +595,7 @@ impl OpenDocuments {
 
     /// Checkpoints and unloads `document_id` if nobody has used it since `taken`.
     async fn unload_if_idle(&self, document_id: Uuid, taken: u64) {
-        let idle = |slots: &HashMap<Uuid, Slot>| {
+        let idle = |slots: &BTreeMap<Uuid, Slot>| {
             slots
                 .get(&document_id)
                 .filter(|s| s.users == 0 && s.taken == taken)

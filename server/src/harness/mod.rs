@@ -794,7 +794,9 @@ pub fn adapter(name: &str, deps: &HarnessDeps) -> Result<Arc<dyn Harness>, Unkno
             None => remote::RemoteHarness::new(
                 Arc::new(port::NoLinks),
                 uuid::Uuid::nil(),
-                Arc::new(crate::runtime::entropy::OsEntropy),
+                // No link table: no session starts, so no id is ever drawn; seeded all the same,
+                // so nothing here reads the operating system's randomness.
+                Arc::new(crate::runtime::entropy::SeededEntropy::new(0)),
             ),
         })),
         _ => Err(UnknownHarness {

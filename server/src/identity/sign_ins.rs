@@ -20,7 +20,7 @@
 //! Invariants: a token is never logged, stored in clear, or shown in `Debug`; ending a login
 //! forgets it in memory before anything else happens, so nothing new binds to it.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use cookie::Cookie;
@@ -86,7 +86,7 @@ pub struct SignInSettings {
 
 /// The live logins of this process, by login id.
 pub struct SignIns {
-    live: Mutex<HashMap<Uuid, Arc<LiveLogin>>>,
+    live: Mutex<BTreeMap<Uuid, Arc<LiveLogin>>>,
     /// Every login that ends (sign-out, expiry), so sockets opened with it can close.
     ended: tokio::sync::broadcast::Sender<Uuid>,
     store: Arc<dyn SignInStore>,
@@ -133,7 +133,7 @@ impl SignIns {
         self.clock.now_ms()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Arc<LiveLogin>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, Arc<LiveLogin>>> {
         self.live.lock().unwrap_or_else(PoisonError::into_inner)
     }
 

@@ -10,7 +10,7 @@
 //! Does not own: the attachment table and its timers ([`Planners`]), or what sessions and turns
 //! do (the remote adapter, [`crate::harness::remote`]).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -417,7 +417,7 @@ impl Link {
     ) -> Ended {
         // The harness's sessions and turns, by `session:<id>` / `turn:<id>`. Dropped with the
         // link, which tells each that the client is gone.
-        let mut routes: HashMap<String, mpsc::Sender<ClientMessage>> = HashMap::new();
+        let mut routes: BTreeMap<String, mpsc::Sender<ClientMessage>> = BTreeMap::new();
         let mut commands_open = true;
         let c = self.deps.timers;
         let timeout = Duration::from_millis(c.connection_timeout_ms);
