@@ -44,13 +44,13 @@ impl Launch {
         self.env.push((k.to_string(), v.into()));
         self
     }
-    /// A hosted server on `port` (its `APP_ORIGIN` is `http://127.0.0.1:<port>`) that signs
-    /// people in through the GitHub (real or fake) at `github_url`, with the fake GitHub's
-    /// default OAuth app.
-    pub fn hosted(port: u16, github_url: &str) -> Self {
+    /// A hosted server on a port the system picks (`PORT=0`; its origin is then the address it
+    /// prints, see [`Server::origin`]) that signs people in through the GitHub (real or fake) at
+    /// `github_url`, with the fake GitHub's default OAuth app. A restart that must keep the
+    /// origin (sealed sign-ins are bound to it) pins it with [`Launch::at`].
+    pub fn hosted(github_url: &str) -> Self {
         Launch::default()
-            .env("PORT", port.to_string())
-            .env("APP_ORIGIN", format!("http://127.0.0.1:{port}"))
+            .env("PORT", "0")
             .env("GITHUB_API_URL", github_url)
             .env("GITHUB_WEB_URL", github_url)
             .env(
@@ -61,6 +61,17 @@ impl Launch {
                 "GITHUB_APP_CLIENT_SECRET",
                 chopin_fixtures::github::DEFAULT_CLIENT_SECRET,
             )
+    }
+
+    /// The same launch on `server`'s port and origin: for a restart that must keep them.
+    pub fn at(self, server: &Server) -> Self {
+        let port = server
+            .host()
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        self.env("PORT", port).env("APP_ORIGIN", server.origin())
     }
 
     pub fn arg(mut self, a: impl Into<String>) -> Self {
@@ -173,6 +184,19 @@ impl Server {
         format!("{}{}", self.base_url, path)
     }
 
+    /// Its origin, `http://127.0.0.1:PORT` (what browsers send as `Origin`).
+    pub fn origin(&self) -> String {
+        self.base_url.clone()
+    }
+
+    /// `127.0.0.1:PORT`, to connect a socket to.
+    pub fn host(&self) -> String {
+        self.base_url
+            .strip_prefix("http://")
+            .unwrap_or(&self.base_url)
+            .to_owned()
+    }
+
     /// Creates a document titled `title` in `repository` (`owner/name`) with a writer's bearer
     /// `token`; returns the document object (its `id`, `url`, …).
     pub async fn create_document(
@@ -257,13 +281,6 @@ pub async fn get(url: &str) -> (u16, String) {
         .unwrap_or_else(|e| panic!("GET {url}: {e}"));
     let status = resp.status().as_u16();
     (status, resp.text().await.unwrap_or_default())
-}
-
-/// A TCP port that was free a moment ago, for a server whose origin must be known before it
-/// starts (`APP_ORIGIN`).
-pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).expect("bind a free port");
-    listener.local_addr().expect("local address").port()
 }
 
 /// Signs `login` in through the server's GitHub OAuth web flow, with the fake GitHub approving

@@ -2,7 +2,7 @@
 //! PostgreSQL: every HTTP refusal before the upgrade, every refusal and close code after it, the
 //! 2 MiB frame limit, strict frames, and a browser sign-in through the (fake) GitHub OAuth flow.
 
-use chopin_e2e::{free_port, sign_in, Launch, Server};
+use chopin_e2e::{sign_in, Launch, Server};
 use chopin_fixtures::agent::{connect, AgentClient, ConnectError, Upgrade};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use chopin_protocol::agent::{ServerMessage, MAX_FRAME_BYTES};
@@ -42,9 +42,7 @@ async fn start(backend: Backend) -> Fixture {
         github.issue_token("eve"),
     );
     let github_url = github.serve_tcp().await.expect("fake GitHub serves");
-    let port = free_port();
-    let origin = format!("http://127.0.0.1:{port}");
-    let mut launch = Launch::hosted(port, &github_url)
+    let mut launch = Launch::hosted(&github_url)
         // eve is verified by GitHub but not admitted here.
         .env("GITHUB_ALLOWED_USERS", "mona,hubot");
     launch = match &backend {
@@ -54,11 +52,14 @@ async fn start(backend: Backend) -> Fixture {
             .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
     };
     let server = launch.start().await;
+    // A restart keeps the port and origin (sealed sign-ins are bound to the origin).
+    let launch = launch.at(&server);
+    let (host, origin) = (server.host(), server.origin());
     Fixture {
         server,
         launch,
         github,
-        host: format!("127.0.0.1:{port}"),
+        host,
         origin,
         mona,
         hubot,

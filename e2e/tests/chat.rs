@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chopin_e2e::{free_port, sign_in, Launch, Server};
+use chopin_e2e::{sign_in, Launch, Server};
 use chopin_fixtures::browser::BrowserSocket;
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
@@ -68,9 +68,7 @@ async fn whole_run(backend: Backend) {
     github.grant("octo", "plans", "hubot", Permission::Read);
     let token = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
-    let port = free_port();
-    let origin = format!("http://127.0.0.1:{port}");
-    let mut launch = Launch::hosted(port, &github_url);
+    let mut launch = Launch::hosted(&github_url);
     launch = match &backend {
         Backend::Sqlite(home) => launch.env("HOME", home.path().to_string_lossy()),
         Backend::Postgres(db) => launch
@@ -78,6 +76,8 @@ async fn whole_run(backend: Backend) {
             .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
     };
     let server: Server = launch.start().await;
+    // The restart below keeps the port and origin (sealed sign-ins are bound to the origin).
+    let launch = launch.at(&server);
     let (mona, lisa, hubot) = (
         sign_in(&server, &github, "mona").await,
         sign_in(&server, &github, "lisa").await,
@@ -96,9 +96,9 @@ async fn whole_run(backend: Backend) {
     let id = created["id"].as_str().expect("a document id").to_owned();
     let url = created["url"].as_str().expect("a document url").to_owned();
     let room = Room {
-        host: format!("127.0.0.1:{port}"),
+        host: server.host(),
         path: format!("/api/documents/{id}/room"),
-        origin,
+        origin: server.origin(),
     };
     let mut a = room.join(&mona).await;
     let mut b = room.join(&lisa).await;

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use chopin_e2e::{free_port, get, sign_in, Launch};
+use chopin_e2e::{get, sign_in, Launch};
 use chopin_fixtures::agent::{connect, Event, Upgrade};
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_fixtures::github::{FakeGitHub, Permission};
@@ -19,11 +19,10 @@ async fn sigterm_closes_every_socket_with_a_close_frame_and_gives_the_lease_back
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let host = format!("127.0.0.1:{port}");
-    let origin = format!("http://{host}");
-    let launch = Launch::hosted(port, &github_url).env("HOME", home.path().to_string_lossy());
+    let launch = Launch::hosted(&github_url).env("HOME", home.path().to_string_lossy());
     let server = launch.start().await;
+    let (host, origin) = (server.host(), server.origin());
+    let launch = launch.at(&server);
     let cookie = sign_in(&server, &github, "mona").await;
     let doc = server
         .create_document(&mona, "octo/plans", "Deploy day")

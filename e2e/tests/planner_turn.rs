@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use chopin_e2e::{free_port, sign_in, Launch};
+use chopin_e2e::{sign_in, Launch};
 use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
 use chopin_fixtures::browser::BrowserSocket;
 use chopin_fixtures::github::{FakeGitHub, Permission};
@@ -52,13 +52,11 @@ async fn an_at_chopin_message_runs_a_turn_that_reads_edits_and_replies() {
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let host = format!("127.0.0.1:{port}");
-    let origin = format!("http://{host}");
-    let server = Launch::hosted(port, &github_url)
+    let server = Launch::hosted(&github_url)
         .env("HOME", home.path().to_string_lossy())
         .start()
         .await;
+    let (host, origin) = (server.host(), server.origin());
     let cookie = sign_in(&server, &github, "mona").await;
     let doc = server
         .create_document(&mona, "octo/plans", "Turn notes")

@@ -3,7 +3,7 @@
 //! and on PostgreSQL. Two writers converge; a crash and restart loses no update the room relayed;
 //! a reader syncs but its update is refused.
 
-use chopin_e2e::{free_port, node_script, sign_in, Launch, Server};
+use chopin_e2e::{node_script, sign_in, Launch, Server};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
 
@@ -27,13 +27,14 @@ async fn run(database: Option<String>) {
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let origin = format!("http://127.0.0.1:{port}");
-    let mut launch = Launch::hosted(port, &github_url).env("HOME", home.path().to_string_lossy());
+    let mut launch = Launch::hosted(&github_url).env("HOME", home.path().to_string_lossy());
     if let Some(url) = &database {
         launch = launch.env("DATABASE_URL", url.clone());
     }
     let mut server: Server = launch.start().await;
+    // The restart below keeps the port and origin (sealed sign-ins are bound to the origin).
+    let launch = launch.at(&server);
+    let (host, origin) = (server.host(), server.origin());
     let cookies = [
         sign_in(&server, &github, "mona").await,
         sign_in(&server, &github, "lisa").await,
@@ -43,7 +44,7 @@ async fn run(database: Option<String>) {
         .create_document(&mona, "octo/plans", "Live notes")
         .await;
     let id = created["id"].as_str().unwrap().to_owned();
-    let url = format!("ws://127.0.0.1:{port}/api/documents/{id}/room");
+    let url = format!("ws://{host}/api/documents/{id}/room");
     let config = |mode: &str, cookies: &[&String]| json!({ "mode": mode, "url": url, "origin": origin, "cookies": cookies, "timeoutMs": 15000 });
 
     // Two writers edit at once and converge, and see each other's awareness.

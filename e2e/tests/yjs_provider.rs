@@ -4,7 +4,7 @@
 //! connected for minutes idle and alone, and a provider the server refuses stops retrying —
 //! with no exception in the client.
 
-use chopin_e2e::{free_port, node_script, sign_in, Launch};
+use chopin_e2e::{node_script, sign_in, Launch};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
 
@@ -25,10 +25,9 @@ async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_tak
     let (mona, hubot) = (github.issue_token("mona"), github.issue_token("hubot"));
     let github_url = github.serve_tcp().await.unwrap();
     let home = tempfile::tempdir().unwrap();
-    let port = free_port();
-    let origin = format!("http://127.0.0.1:{port}");
-    let launch = Launch::hosted(port, &github_url).env("HOME", home.path().to_string_lossy());
+    let launch = Launch::hosted(&github_url).env("HOME", home.path().to_string_lossy());
     let server = launch.start().await;
+    let (host, origin) = (server.host(), server.origin());
     let writer = sign_in(&server, &github, "mona").await;
     let reader = sign_in(&server, &github, "hubot").await;
     let created = server
@@ -38,7 +37,7 @@ async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_tak
     let config = |mode: &str, document: &str, cookies: &[&str]| {
         json!({
             "mode": mode,
-            "server": format!("ws://127.0.0.1:{port}/api/yjs"),
+            "server": format!("ws://{host}/api/yjs"),
             "document": document,
             "origin": origin,
             "cookies": cookies,

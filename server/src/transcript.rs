@@ -55,6 +55,12 @@ pub trait TurnSink: Send + Sync {
 /// Turn replies and notices that may wait to be saved.
 const REPLY_BACKLOG: usize = 256;
 
+/// What the reply queue carries: an entry to save, or a caller waiting for what is before it.
+enum Queued {
+    Entry(Uuid, NewTranscriptEntry),
+    Settled(tokio::sync::oneshot::Sender<()>),
+}
+
 /// A frame the room socket could not read as a Chat request (answered with `error`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Malformed(pub String);
@@ -116,7 +122,7 @@ pub struct Transcript {
     store: Arc<dyn TranscriptStore>,
     clock: SharedClock,
     /// Turn replies and notices waiting to be posted, in the order the turns gave them.
-    replies: mpsc::Sender<(Uuid, NewTranscriptEntry)>,
+    replies: mpsc::Sender<Queued>,
 }
 
 impl Transcript {
@@ -126,7 +132,7 @@ impl Transcript {
         clock: SharedClock,
         shutdown: &Shutdown,
     ) -> Arc<Self> {
-        let (replies, mut queue) = mpsc::channel::<(Uuid, NewTranscriptEntry)>(REPLY_BACKLOG);
+        let (replies, mut queue) = mpsc::channel::<Queued>(REPLY_BACKLOG);
         let transcript = Arc::new(Transcript {
             table: Mutex::default(),
             store,
@@ -148,8 +154,13 @@ impl Transcript {
                         continue;
                     }
                 };
-                let Some((document, entry)) = next else {
-                    return;
+                let (document, entry) = match next {
+                    None => return,
+                    Some(Queued::Settled(told)) => {
+                        let _ = told.send(());
+                        continue;
+                    }
+                    Some(Queued::Entry(document, entry)) => (document, entry),
                 };
                 let Some(transcript) = weak.upgrade() else {
                     return;
@@ -164,6 +175,15 @@ impl Transcript {
 
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Resolves once every reply and notice queued before the call has been saved (or could not
+    /// be): for a caller that must read what a turn said.
+    pub async fn settled(&self) {
+        let (told, heard) = tokio::sync::oneshot::channel();
+        if self.replies.send(Queued::Settled(told)).await.is_ok() {
+            let _ = heard.await;
+        }
     }
 
     /// The document's gate: held while an entry is saved and broadcast.
@@ -246,7 +266,7 @@ impl TurnSink for Transcript {
             body,
             created_at_ms: self.clock.now_ms(),
         };
-        let _ = self.replies.send((document, entry)).await;
+        let _ = self.replies.send(Queued::Entry(document, entry)).await;
     }
 }
 

@@ -113,6 +113,8 @@ pub struct TurnsDeps {
 /// The Planner turns of this process: at most one per document.
 pub struct Turns {
     running: Mutex<BTreeMap<Uuid, Running>>,
+    /// Bumped whenever a turn ends.
+    ended: tokio::sync::watch::Sender<u64>,
     deps: TurnsDeps,
 }
 
@@ -126,12 +128,29 @@ impl Turns {
     pub fn new(deps: TurnsDeps) -> Self {
         Turns {
             running: Mutex::default(),
+            ended: tokio::sync::watch::Sender::new(0),
             deps,
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<Uuid, Running>> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Resolves once `document` has no turn running (at once if it has none).
+    pub async fn until_idle(&self, document: Uuid) {
+        let mut ended = self.ended.subscribe();
+        while self.is_running(document) {
+            if ended.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// A turn of `document` is over: it leaves the table and whoever waits hears of it.
+    fn finish(&self, document: Uuid) {
+        self.lock().remove(&document);
+        self.ended.send_modify(|n| *n += 1);
     }
 
     /// How many turns are running now.
@@ -293,7 +312,7 @@ impl Turns {
         if d.shutdown.is_stopping() {
             // A graceful stop posts no Chat line about the links or the turns (HO-17).
             tracing::info!(document = %document, result = ?report.result, "Planner turn ended by the server's stop");
-            self.lock().remove(&document);
+            self.finish(document);
             return;
         }
         match &report.result {
@@ -312,7 +331,7 @@ impl Turns {
             }
         }
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
-        self.lock().remove(&document);
+        self.finish(document);
     }
 }
 

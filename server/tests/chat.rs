@@ -13,12 +13,30 @@ use chopin_server::runtime::connector::TcpConnector;
 use chopin_server::runtime::entropy::{Entropy, OsEntropy};
 use chopin_server::runtime::lease::LeaseWatch;
 use chopin_server::runtime::Shutdown;
+use chopin_server::store::instrumented::{Call, Hook, Instrumented, Pause};
 use chopin_server::store::{MemoryStore, NewDocument, NewTranscriptEntry, Store, TranscriptEntry};
 use chopin_server::transcript::{self, Bootstrap, FeedEvent, HistoryQuery};
 use chopin_server::Runtime;
 use uuid::Uuid;
 
 const T0: i64 = 1_700_000_000_000;
+
+/// Makes every `append_transcript` yield a few times before it runs.
+struct YieldOnAppend;
+
+impl Hook for YieldOnAppend {
+    fn call(&self, _: Call) {}
+
+    fn before(&self, method: &'static str) -> Option<Pause> {
+        (method == "append_transcript").then(|| {
+            Box::pin(async {
+                for _ in 0..3 {
+                    tokio::task::yield_now().await;
+                }
+            }) as Pause
+        })
+    }
+}
 
 struct World {
     state: App,
@@ -33,6 +51,9 @@ impl World {
         let config = Config::defaults_with_data_dir(dir.path().to_path_buf());
         let clock = Arc::new(ManualClock::new(T0));
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        // Every transcript append yields to the runtime first, so sends made "at once" really
+        // overlap inside the store (the memory store alone never yields).
+        let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, YieldOnAppend));
         let runtime = Runtime {
             clock: clock.clone(),
             entropy: Arc::new(OsEntropy),
@@ -332,18 +353,27 @@ async fn msg_20_the_21st_send_in_flight_is_temporarily_unavailable_and_processed
     w.stop().await;
 }
 
+/// MSG-19, MSG-20: 21 sends at once, really overlapping in the store: 20 are processed (the
+/// room hears them in seq order), the 21st is `temporarily-unavailable` and saves nothing.
 #[tokio::test]
-async fn msg_19_twenty_sends_at_once_are_all_processed_in_seq_order() {
+async fn msg_19_msg_20_twenty_one_sends_at_once_twenty_processed_in_seq_order_one_turned_away() {
     let w = World::new().await;
     let mut feed = w.state.transcript.subscribe(w.place.document);
-    let senders: Vec<(Sender, String)> = (0..20)
+    let senders: Vec<(Sender, String)> = (0..21)
         .map(|i| (writer(&format!("user{i}")), format!("m{i}")))
         .collect();
     let sends = senders.iter().map(|(s, text)| w.send(s, "r", text));
     let replies = futures::future::join_all(sends).await;
-    let mut seqs: Vec<i64> = replies.iter().map(ack_seq).collect();
+    let turned_away: Vec<_> = replies.iter().filter_map(SendReply::code).collect();
+    assert_eq!(turned_away, vec!["temporarily-unavailable"], "{replies:?}");
+    let mut seqs: Vec<i64> = replies
+        .iter()
+        .filter(|r| r.code().is_none())
+        .map(ack_seq)
+        .collect();
     seqs.sort();
     assert_eq!(seqs, (1..=20).collect::<Vec<_>>());
+    assert_eq!(w.transcript().await.len(), 20);
     for expect in 1..=20 {
         let FeedEvent::Message(m) = feed.recv().await else {
             panic!()

@@ -91,17 +91,12 @@ async fn end(client: &mut AgentClient, turn: &str, session: &str) {
     }
 }
 
-/// What the turns posted to the document's Chat (through the chat sink), as (kind, text).
+/// What the turns posted to the document's Chat (through the chat sink), as (kind, text), once
+/// everything queued has been saved.
 async fn posts(s: &Setup) -> Vec<(String, String)> {
-    // Chat posts through its own queue: wait (up to 10 s) for the first entry.
-    for _ in 0..1000 {
-        let entries = s.store.transcript(s.doc, 0, 100).await.unwrap();
-        if !entries.is_empty() {
-            return entries.into_iter().map(|e| (e.kind, e.body)).collect();
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    Vec::new()
+    s.state.transcript.settled().await;
+    let entries = s.store.transcript(s.doc, 0, 100).await.unwrap();
+    entries.into_iter().map(|e| (e.kind, e.body)).collect()
 }
 
 /// mona asks "@chopin go" and the client answers `start`: the session and turn ids.
@@ -115,14 +110,15 @@ async fn go(s: &Setup, client: &mut AgentClient) -> (String, String) {
     (session, turn)
 }
 
+/// Waits (at most 10 s, a guard against a hang, not a measurement) until the document's turn
+/// is over and what it posted is saved.
 async fn settle(s: &Setup) {
-    for _ in 0..200 {
-        if !s.state.turns.is_running(s.doc) {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("the turn did not end");
+    tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        s.state.turns.until_idle(s.doc).await;
+        s.state.transcript.settled().await;
+    })
+    .await
+    .expect("the turn ended");
 }
 
 #[tokio::test]
@@ -313,33 +309,6 @@ async fn a_link_that_closes_mid_turn_ends_the_turn_with_an_error() {
             .iter()
             .any(|(kind, body)| kind == "system" && body.contains("error")),
         "Chat says so: {posts:?}"
-    );
-}
-
-/// RT-09 ruling: "abort waits at most 5 s for turn-end". Stop sends `abort`; a client that never
-/// answers has its turn ended by the server after that wait, and the session destroyed.
-#[tokio::test]
-async fn abort_with_a_client_that_never_answers_ends_the_turn_after_the_wait() {
-    let s = setup().await;
-    let mut client = attached_client(&s, &[]).await;
-    let (session, turn) = go(&s, &mut client).await;
-    let stopped_at = tokio::time::Instant::now();
-    assert!(s.state.turns.stop(s.doc));
-    match next(&mut client).await {
-        ServerMessage::Abort(a) => assert_eq!(a.turn_id, turn),
-        other => panic!("expected abort, got {other:?}"),
-    }
-    // The client says nothing; the server destroys the session after the wait.
-    match next(&mut client).await {
-        ServerMessage::Destroy(d) => assert_eq!(d.session_id, session),
-        other => panic!("expected destroy, got {other:?}"),
-    }
-    assert!(stopped_at.elapsed() >= std::time::Duration::from_millis(4_900));
-    settle(&s).await;
-    let posts = posts(&s).await;
-    assert_eq!(
-        posts,
-        vec![("system".to_owned(), "chopin stopped.".to_owned())]
     );
 }
 

@@ -36,7 +36,16 @@ pub struct Call {
 /// Told of every call, after it returns.
 pub trait Hook: Send + Sync + 'static {
     fn call(&self, call: Call);
+
+    /// Something to wait for before the call runs (none by default). Tests use it to make calls
+    /// really overlap: the memory store itself never yields.
+    fn before(&self, _method: &'static str) -> Option<Pause> {
+        None
+    }
 }
+
+/// What [`Hook::before`] has a call wait for.
+pub type Pause = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 const READ: bool = false;
 const WRITE: bool = true;
@@ -58,6 +67,9 @@ impl<H: Hook> Instrumented<H> {
         write: bool,
         call: impl Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
+        if let Some(pause) = self.hook.before(method) {
+            pause.await;
+        }
         let started = Instant::now();
         let result = call.await;
         self.hook.call(Call {
