@@ -2,10 +2,11 @@
 //! the maintained `prometheus-client` crate.
 //!
 //! Owns: [`Metrics`] — the registry and its instruments: store call latency by method and outcome
-//! (reported by an instrumented store, [`Metrics::store_hook`]), GitHub calls by call and outcome
-//! ([`Metrics::github_call`]), open sockets by kind (an RAII [`SocketGauge`] each transport
-//! holds), and the gauges read from the services at scrape time (attached links, open
-//! documents, Chat sends in flight, turns running: [`Metrics::render`] takes them).
+//! (`ok`, `error`, or `fenced` for a write refused because this process's writer epoch is no
+//! longer current; reported by an instrumented store, [`Metrics::store_hook`]), GitHub calls by
+//! call and outcome ([`Metrics::github_call`]), open sockets by kind (an RAII [`SocketGauge`]
+//! each transport holds), and the gauges read from the services at scrape time (attached links,
+//! open documents, Chat sends in flight, turns running: [`Metrics::render`] takes them).
 //! Does not own: when anything happens (the services and transports report), or who may read
 //! the page (it is public, like `/healthz`; keep it off the Internet at the proxy).
 //!
@@ -227,7 +228,12 @@ pub struct StoreHook(Arc<Metrics>);
 
 impl Hook for StoreHook {
     fn call(&self, call: Call) {
-        let outcome = if call.ok { "ok" } else { "error" };
+        let outcome = match (call.ok, call.fenced) {
+            (true, _) => "ok",
+            // A write refused because this process's writer epoch is no longer current.
+            (false, true) => "fenced",
+            (false, false) => "error",
+        };
         self.0
             .store_calls
             .get_or_create(&StoreLabels {
@@ -250,6 +256,7 @@ mod tests {
             method: "ping",
             write: false,
             ok: true,
+            fenced: false,
             elapsed: std::time::Duration::from_millis(3),
         });
         let room = metrics.socket(SocketKind::Room);

@@ -1,9 +1,10 @@
 //! [`Instrumented`]: any [`Store`] with every call reported to a [`Hook`] — its method, whether
-//! it writes, whether it succeeded and how long it took.
+//! it writes, whether it succeeded (or was refused by its fence) and how long it took.
 //!
-//! Owns: forwarding each method of every part of the interface unchanged, and the report. Used
-//! for the server's store-latency metrics and by the simulator to check that no write lands after
-//! the writer lease is given back.
+//! Owns: forwarding each method of every part of the interface unchanged, and the report; a
+//! fenced handle made from it ([`Store::fenced`]) is the inner store's fenced handle reporting to
+//! the same hook. Used for the server's store-latency metrics and by the simulator to check that
+//! no write lands after the writer lease is given back or taken over.
 //! Does not own: what the hook does with a report (it must be cheap and must not block).
 
 use std::future::Future;
@@ -15,9 +16,9 @@ use uuid::Uuid;
 
 use crate::{
     Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
-    Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry, Ownership, OwnershipStore,
-    PlanCommit, Release, RevisionKind, SignInStore, Store, StoreResult, TranscriptEntry,
-    TranscriptStore, UnixMillis, WriterLease,
+    Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry, Ownership,
+    OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store, StoreError, StoreResult,
+    TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
 };
 
 /// One store call, as reported.
@@ -29,6 +30,9 @@ pub struct Call {
     pub write: bool,
     /// Whether it returned `Ok`.
     pub ok: bool,
+    /// Whether it was refused by its fence ([`StoreError::Fenced`]): a write of a process whose
+    /// writer epoch is no longer current.
+    pub fenced: bool,
     /// How long it took, on the runtime's clock (simulated under turmoil).
     pub elapsed: Duration,
 }
@@ -53,12 +57,16 @@ const WRITE: bool = true;
 /// A store whose every call is reported to `hook`.
 pub struct Instrumented<H> {
     inner: Arc<dyn Store>,
-    hook: H,
+    /// Shared with the fenced handles made from this one.
+    hook: Arc<H>,
 }
 
 impl<H: Hook> Instrumented<H> {
     pub fn new(inner: Arc<dyn Store>, hook: H) -> Self {
-        Instrumented { inner, hook }
+        Instrumented {
+            inner,
+            hook: Arc::new(hook),
+        }
     }
 
     async fn observe<T>(
@@ -76,6 +84,7 @@ impl<H: Hook> Instrumented<H> {
             method,
             write,
             ok: result.is_ok(),
+            fenced: matches!(result, Err(StoreError::Fenced(_))),
             elapsed: started.elapsed(),
         });
         result
@@ -90,6 +99,14 @@ impl<H: Hook> Store for Instrumented<H> {
 
     async fn ping(&self) -> StoreResult<()> {
         self.observe("ping", READ, self.inner.ping()).await
+    }
+
+    /// The inner store's fenced handle, reported to the same hook.
+    fn fenced(&self, fence: Fence) -> Arc<dyn Store> {
+        Arc::new(Instrumented {
+            inner: self.inner.fenced(fence),
+            hook: self.hook.clone(),
+        })
     }
 }
 

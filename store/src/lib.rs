@@ -8,7 +8,9 @@
 //!
 //! Owns: records and the atomic rules on them — the generation-guarded Planner ownership claim,
 //! revisions that only grow (documents', and browser-login credentials', whose sealed bytes are
-//! opaque here: the server's credential sealing makes them), transcript order, the exclusive writer lease, a document's
+//! opaque here: the server's credential sealing makes them), transcript order, the exclusive
+//! writer lease and the fence it puts on writes (a handle from [`Store::fenced`] refuses every
+//! write once its writer epoch is no longer current; module [`fence`]), a document's
 //! durable content (a journal of Yjs v1 updates after its latest checkpoint, numbered gap-free per
 //! document, and the Yjs epoch) and its slugs (the canonical one and former ones kept as aliases,
 //! unique together per repository), and parentage: a child document belongs to one top-level
@@ -23,12 +25,14 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub mod fence;
 pub mod instrumented;
 pub mod memory;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
 
+pub use fence::Fence;
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
@@ -101,6 +105,11 @@ pub enum StoreError {
     /// The backend failed (I/O, connection, constraint we did not expect). Never carries secrets.
     #[error("storage backend error: {0}")]
     Backend(String),
+    /// A write through a fenced handle ([`Store::fenced`]) whose writer epoch is no longer
+    /// current: another process took the writer lease, it was given back, or this process gave
+    /// it up. Nothing changed. The words say which, for a log.
+    #[error("fenced: {0}")]
+    Fenced(String),
 }
 
 pub type StoreResult<T> = Result<T, StoreError>;
@@ -301,6 +310,13 @@ pub trait Store:
 
     /// Cheap round trip proving the store answers (readiness).
     async fn ping(&self) -> StoreResult<()>;
+
+    /// A handle on the same database (sharing this one's connections or memory) whose every
+    /// write is fenced by `fence`: refused with [`StoreError::Fenced`], changing nothing, unless
+    /// this process has not given the fence up and, checked atomically with the write, the
+    /// writer lease still names the fence's epoch and a holder. Reads and the lease methods are
+    /// not fenced. See [`fence`] for why the epoch, and not the expiry, is what is checked.
+    fn fenced(&self, fence: Fence) -> std::sync::Arc<dyn Store>;
 }
 
 /// Accounts, browser logins (cookie sessions) and their sealed GitHub credentials.
@@ -494,20 +510,25 @@ pub trait OwnershipStore: Send + Sync + 'static {
 #[async_trait]
 pub trait LeaseStore: Send + Sync + 'static {
     /// Takes the lease if it is free, expired at `now_ms`, or already `holder`'s (then renewed).
+    /// Every acquisition but the renewal of `holder`'s unexpired lease advances the epoch, which
+    /// refuses every later write fenced under the previous one; it is ordered after the fenced
+    /// writes in flight (see [`fence`]).
     async fn acquire_writer_lease(
         &self,
         holder: &str,
         now_ms: UnixMillis,
         ttl_ms: i64,
     ) -> StoreResult<LeaseAcquire>;
-    /// Extends a lease still held under the same holder and epoch; `None` if it was lost.
+    /// Extends a lease still held under the same holder and epoch; `None` if it was lost. Changes
+    /// only the expiry, which fenced writes do not check.
     async fn renew_writer_lease(
         &self,
         lease: &WriterLease,
         now_ms: UnixMillis,
         ttl_ms: i64,
     ) -> StoreResult<Option<WriterLease>>;
-    /// Gives the lease up if still held under that holder and epoch.
+    /// Gives the lease up if still held under that holder and epoch. The epoch stays, but with no
+    /// holder it admits no fenced write any more.
     async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()>;
 }
 

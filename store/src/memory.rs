@@ -3,7 +3,9 @@
 //! Owns: the records of one simulated database, kept in `BTreeMap`s (deterministic iteration)
 //! behind one `std::sync::Mutex` that is never held across an `.await`. Clones share that state,
 //! so "reopening" the database after a host restart is cloning the handle made outside the host.
-//! Every method takes the lock once, so each is atomic on its own, like the SQL backends.
+//! Every method takes the lock once, so each is atomic on its own, like the SQL backends; a
+//! fenced handle ([`Store::fenced`]) checks the writer-lease row under that same lock before each
+//! write, so an acquisition is either before the write (refused) or after it.
 //! Does not own: durability beyond the process, or time and randomness (no clock is read here;
 //! account ids are derived from the GitHub user id, see [`account_id_for_github_user`]).
 
@@ -15,10 +17,11 @@ use uuid::Uuid;
 
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
-    Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Holder,
+    Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Fence, Holder,
     LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind,
     Store, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
+use crate::fence::FenceCheck;
 use crate::{
     ContentStore, DocumentStore, LeaseStore, OwnershipStore, SignInStore, TranscriptStore,
 };
@@ -27,6 +30,8 @@ use crate::{
 #[derive(Clone, Default)]
 pub struct MemoryStore {
     inner: Arc<Mutex<Inner>>,
+    /// The fence this handle's writes are checked against, if it was fenced.
+    fence: Option<Fence>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -108,6 +113,18 @@ impl MemoryStore {
             .map_err(|_| StoreError::Backend("memory store lock poisoned".into()))?;
         f(&mut inner)
     }
+
+    /// Runs a write under the lock, after the fence (if this handle has one) admitted it against
+    /// the lease row as it is under that same lock, so no acquisition can come in between.
+    fn write<R>(&self, f: impl FnOnce(&mut Inner) -> StoreResult<R>) -> StoreResult<R> {
+        self.fence.check_local()?;
+        self.with(|inner| {
+            let lease = &inner.lease;
+            self.fence
+                .check_lease(Some((lease.epoch, lease.holder.is_some())))?;
+            f(inner)
+        })
+    }
 }
 
 /// The document and its content row, both to be changed under the one lock.
@@ -132,6 +149,13 @@ impl Store for MemoryStore {
     async fn ping(&self) -> StoreResult<()> {
         self.with(|_| Ok(()))
     }
+
+    fn fenced(&self, fence: Fence) -> Arc<dyn Store> {
+        Arc::new(MemoryStore {
+            inner: self.inner.clone(),
+            fence: Some(fence),
+        })
+    }
 }
 
 #[async_trait]
@@ -143,7 +167,7 @@ impl SignInStore for MemoryStore {
         now_ms: UnixMillis,
     ) -> StoreResult<Account> {
         let id = account_id_for_github_user(github_user_id);
-        self.with(|inner| {
+        self.write(|inner| {
             let account = inner.accounts.entry(id).or_insert_with(|| Account {
                 id,
                 github_user_id,
@@ -173,7 +197,7 @@ impl SignInStore for MemoryStore {
     }
 
     async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
-        self.with(|inner| {
+        self.write(|inner| {
             if !inner.accounts.contains_key(&login.account_id) {
                 return Err(StoreError::NotFound("account"));
             }
@@ -192,7 +216,7 @@ impl SignInStore for MemoryStore {
     }
 
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
-        self.with(|inner| match inner.browser_logins.get_mut(&id) {
+        self.write(|inner| match inner.browser_logins.get_mut(&id) {
             Some(login) if login.signed_out_at_ms.is_none() => {
                 login.signed_out_at_ms = Some(now_ms);
                 Ok(true)
@@ -207,7 +231,7 @@ impl SignInStore for MemoryStore {
         expected_revision: i64,
         sealed: &[u8],
     ) -> StoreResult<Option<i64>> {
-        self.with(|inner| {
+        self.write(|inner| {
             let login = inner
                 .browser_logins
                 .get(&login_id)
@@ -245,7 +269,7 @@ impl SignInStore for MemoryStore {
     }
 
     async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool> {
-        self.with(|inner| {
+        self.write(|inner| {
             if !inner.browser_logins.contains_key(&login_id) {
                 return Ok(false);
             }
@@ -262,7 +286,7 @@ impl SignInStore for MemoryStore {
     }
 
     async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64> {
-        self.with(|inner| {
+        self.write(|inner| {
             let dead: Vec<Uuid> = inner
                 .browser_logins
                 .values()
@@ -281,7 +305,7 @@ impl SignInStore for MemoryStore {
 #[async_trait]
 impl DocumentStore for MemoryStore {
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
-        self.with(|inner| {
+        self.write(|inner| {
             let slug_key = (
                 ascii_key(&doc.repo_owner),
                 ascii_key(&doc.repo_name),
@@ -363,7 +387,7 @@ impl DocumentStore for MemoryStore {
     }
 
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
-        self.with(|inner| {
+        self.write(|inner| {
             let doc = inner
                 .documents
                 .get_mut(&id)
@@ -379,7 +403,7 @@ impl DocumentStore for MemoryStore {
         new_slug: &str,
         new_title: &str,
     ) -> StoreResult<Document> {
-        self.with(|inner| {
+        self.write(|inner| {
             let doc = inner
                 .documents
                 .get(&document_id)
@@ -435,7 +459,7 @@ impl DocumentStore for MemoryStore {
         kind: RevisionKind,
         expected: i64,
     ) -> StoreResult<Advance> {
-        self.with(|inner| {
+        self.write(|inner| {
             let doc = inner
                 .documents
                 .get_mut(&id)
@@ -461,7 +485,7 @@ impl ContentStore for MemoryStore {
         update: &[u8],
         _now_ms: UnixMillis,
     ) -> StoreResult<i64> {
-        self.with(|inner| {
+        self.write(|inner| {
             let (doc, content) = document_and_content(inner, document_id)?;
             doc.storage_revision += 1;
             Ok(content.append(update))
@@ -475,7 +499,7 @@ impl ContentStore for MemoryStore {
         update: &[u8],
         _now_ms: UnixMillis,
     ) -> StoreResult<PlanCommit> {
-        self.with(|inner| {
+        self.write(|inner| {
             let (doc, content) = document_and_content(inner, document_id)?;
             if doc.plan_revision != expected_plan_revision {
                 return Ok(PlanCommit::Stale {
@@ -513,7 +537,7 @@ impl ContentStore for MemoryStore {
         upto_seq: i64,
         state: &[u8],
     ) -> StoreResult<()> {
-        self.with(|inner| {
+        self.write(|inner| {
             let (doc, content) = document_and_content(inner, document_id)?;
             if !(0..=content.last_seq).contains(&upto_seq) {
                 return Err(StoreError::Conflict(checkpoint_out_of_range(
@@ -539,7 +563,7 @@ impl ContentStore for MemoryStore {
     }
 
     async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
-        self.with(|inner| {
+        self.write(|inner| {
             let (doc, content) = document_and_content(inner, document_id)?;
             doc.yjs_epoch += 1;
             doc.storage_revision += 1;
@@ -561,7 +585,7 @@ impl TranscriptStore for MemoryStore {
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry> {
-        self.with(|inner| {
+        self.write(|inner| {
             if !inner.documents.contains_key(&document_id) {
                 return Err(StoreError::NotFound("document"));
             }
@@ -629,7 +653,7 @@ impl OwnershipStore for MemoryStore {
         holder: &Holder,
         now_ms: UnixMillis,
     ) -> StoreResult<Claim> {
-        self.with(|inner| {
+        self.write(|inner| {
             let own = inner
                 .ownership
                 .get_mut(&document_id)
@@ -651,7 +675,7 @@ impl OwnershipStore for MemoryStore {
     }
 
     async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release> {
-        self.with(|inner| {
+        self.write(|inner| {
             let own = inner
                 .ownership
                 .get_mut(&document_id)
@@ -668,7 +692,7 @@ impl OwnershipStore for MemoryStore {
     }
 
     async fn clear_all_ownership(&self) -> StoreResult<u64> {
-        self.with(|inner| {
+        self.write(|inner| {
             let mut cleared = 0;
             for own in inner.ownership.values_mut() {
                 if own.holder.take().is_some() {

@@ -1,17 +1,24 @@
 //! [`PgStore`]: the PostgreSQL [`Store`](super::Store) backend through sqlx, for production.
 //!
-//! Owns: connecting (the URL, which may carry a password, never reaches an error or a log),
-//! applying `migrations/postgres`, and PostgreSQL's `Dialect` (in `sql.rs`): native `UUID`
-//! columns, and how the shared statements stay atomic under the default READ COMMITTED
-//! isolation. Each method is one guarded statement, or a transaction that locks the rows it
-//! depends on: a guarded `UPDATE … WHERE` that waited for a concurrent writer re-checks its guard
-//! against the row that writer committed. Slug uniqueness across canonical slugs and aliases
-//! spans two tables, so creations and renames also take a per-repository advisory lock.
+//! Owns: connecting (the URL, which may carry a password, never reaches an error or a log) with
+//! bounded waits — [`ACQUIRE_TIMEOUT`] for a connection, [`STATEMENT_TIMEOUT`] per statement,
+//! [`IDLE_IN_TRANSACTION_TIMEOUT`] for a transaction its client abandoned — so one hung
+//! connection cannot hang the process or hold a lock for good; applying `migrations/postgres`;
+//! and PostgreSQL's `Dialect` (in `sql.rs`): native `UUID` columns, and how the shared statements
+//! stay atomic under the default READ COMMITTED isolation. Each method is one guarded statement,
+//! or a transaction that locks the rows it depends on: a guarded `UPDATE … WHERE` that waited for
+//! a concurrent writer re-checks its guard against the row that writer committed. Slug
+//! uniqueness across canonical slugs and aliases spans two tables, so creations and renames also
+//! take a per-repository advisory lock; fenced writes take a writer-lease advisory lock shared,
+//! and taking over or giving back the lease takes it exclusively (see [`crate::fence`]).
 //! Does not own: the statements (shared with SQLite in `sql.rs`), the rules' meaning (see
 //! [`super::Store`]) or when to call them.
 
-use sqlx::postgres::{PgPoolOptions, PgQueryResult};
-use sqlx::Postgres;
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
+use sqlx::{Executor, Postgres};
 use uuid::Uuid;
 
 use super::sql::{sql_store_impls, sqlx_error, Dialect, SqlStore};
@@ -19,6 +26,23 @@ use super::StoreResult;
 
 /// Connections in the pool.
 const MAX_CONNECTIONS: u32 = 10;
+
+/// The longest a caller waits for a connection from the pool, opening one included (sqlx bounds
+/// the connect by the same deadline): a database that does not answer fails the call instead of
+/// hanging it.
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `statement_timeout` of every connection: PostgreSQL cancels a statement (waiting for a lock
+/// included) that runs longer. Below the writer lease's 15 s, so a write stuck behind a lock
+/// cannot outlast a lease period. Migrations, which may legitimately run longer, lift it for
+/// their own connection.
+pub const STATEMENT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `idle_in_transaction_session_timeout` of every connection: PostgreSQL ends a session whose
+/// transaction sits open and idle this long (its client hung or went away mid-transaction), so
+/// the locks it holds — a fenced write's share of the writer-lease lock among them — cannot keep
+/// the next holder from taking the lease.
+pub const IDLE_IN_TRANSACTION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The PostgreSQL backend. Cheap to clone (a pool handle).
 #[derive(Clone)]
@@ -34,17 +58,43 @@ impl std::fmt::Debug for PgStore {
 }
 
 impl PgStore {
-    /// Connects to the database at `url` and applies the migrations.
+    /// Connects to the database at `url` (with the timeouts above) and applies the migrations.
     pub async fn connect(url: &str) -> StoreResult<Self> {
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| sqlx_error("reading the PostgreSQL URL", e))?
+            .options([
+                (
+                    "statement_timeout",
+                    STATEMENT_TIMEOUT.as_millis().to_string(),
+                ),
+                (
+                    "idle_in_transaction_session_timeout",
+                    IDLE_IN_TRANSACTION_TIMEOUT.as_millis().to_string(),
+                ),
+            ]);
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
-            .connect(url)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
             .await
             .map_err(|e| sqlx_error("connecting to PostgreSQL", e))?;
+        // Migrations on one connection without the statement timeout; RESET puts back the
+        // connection's own setting (the one above) before it returns to the pool.
+        let mut conn = pool
+            .acquire()
+            .await
+            .map_err(|e| sqlx_error("connecting to PostgreSQL", e))?;
+        conn.execute("SET statement_timeout = 0")
+            .await
+            .map_err(|e| sqlx_error("migrating PostgreSQL", e))?;
         sqlx::migrate!("../migrations/postgres")
-            .run(&pool)
+            .run(&mut *conn)
             .await
             .map_err(|e| sqlx_error("migrating PostgreSQL", e.into()))?;
+        conn.execute("RESET statement_timeout")
+            .await
+            .map_err(|e| sqlx_error("migrating PostgreSQL", e))?;
+        drop(conn);
         Ok(Self {
             sql: SqlStore::new(pool),
         })
@@ -78,9 +128,62 @@ impl Dialect for Postgres {
     const LOCK_REPOSITORY_SLUGS: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
 
+    /// A transaction-scoped advisory lock on one fixed key, shared: advisory locks live in the
+    /// lock manager only (no row is written, unlike `FOR SHARE` on the lease row), and the lock
+    /// manager queues a new shared request behind a waiting exclusive one, so a steady stream of
+    /// writes cannot starve a takeover.
+    const LOCK_WRITER_LEASE_SHARED: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock_shared(hashtextextended('chopin:writer-lease', 0))");
+
+    /// The same advisory lock, exclusive.
+    const LOCK_WRITER_LEASE: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(hashtextextended('chopin:writer-lease', 0))");
+
     fn rows_affected(done: &PgQueryResult) -> u64 {
         done.rows_affected()
     }
 }
 
 sql_store_impls!(PgStore);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every connection of the pool carries the statement and idle-in-transaction timeouts, the
+    /// one the migrations ran on included (its `SET statement_timeout = 0` was reset), and the
+    /// pool waits at most [`ACQUIRE_TIMEOUT`] for a connection.
+    #[tokio::test]
+    async fn every_connection_has_the_timeouts() {
+        let server = chopin_fixtures::pg::shared_postgres();
+        let db = server
+            .create_database()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let store = PgStore::connect(&db.url).await.expect("connect");
+        let pool = store.sql.pool();
+        assert_eq!(pool.options().get_acquire_timeout(), ACQUIRE_TIMEOUT);
+        // Hold every connection at once, so each is asked (the migrations' one among them).
+        let mut held = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            held.push(pool.acquire().await.expect("a connection"));
+        }
+        for conn in &mut held {
+            let statement: String = sqlx::query_scalar("SHOW statement_timeout")
+                .fetch_one(&mut **conn)
+                .await
+                .unwrap();
+            let idle: String = sqlx::query_scalar("SHOW idle_in_transaction_session_timeout")
+                .fetch_one(&mut **conn)
+                .await
+                .unwrap();
+            assert_eq!((statement.as_str(), idle.as_str()), ("10s", "10s"));
+        }
+        drop(held);
+        store.close().await;
+        server
+            .drop_database(&db)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+}

@@ -31,11 +31,14 @@
 //! SQL both databases accept; in particular no PostgreSQL `::` cast, which SQLite would read as
 //! part of the parameter's name (`$1::text`). Row locks go through the [`Dialect`] constants.
 //!
-//! Atomicity. Every method is one statement (atomic on both databases; a guarded
-//! `UPDATE … WHERE` that waited on a concurrent writer's row lock in PostgreSQL re-checks its
-//! guard against the row that writer committed), or a transaction begun with
-//! [`Dialect::BEGIN_WRITE`] that takes its locks before its first read, or a read-only one begun
-//! with [`Dialect::BEGIN_SNAPSHOT`] whose reads all see one snapshot.
+//! Atomicity. Every write runs in a transaction begun with [`Dialect::BEGIN_WRITE`] that takes
+//! its locks before its first read (on a fenced handle the writer-lease lock and check come
+//! first of all, so the check holds until commit); a guarded `UPDATE … WHERE` in it that waited
+//! on a concurrent writer's row lock in PostgreSQL re-checks its guard against the row that
+//! writer committed. A read is one statement, or a read-only transaction begun with
+//! [`Dialect::BEGIN_SNAPSHOT`] whose reads all see one snapshot. Taking over and giving back the
+//! writer lease run in a transaction holding [`Dialect::LOCK_WRITER_LEASE`]; renewing it (which
+//! changes only the expiry, never checked by a write) is one statement.
 
 use sqlx::error::ErrorKind;
 use sqlx::{
@@ -43,10 +46,11 @@ use sqlx::{
 };
 use uuid::Uuid;
 
+use super::fence::FenceCheck;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
-    Holder, LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release,
+    Fence, Holder, LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release,
     RevisionKind, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 
@@ -88,6 +92,17 @@ pub(crate) trait Dialect: Database {
     /// the other table to stay true until it commits.
     const LOCK_REPOSITORY_SLUGS: Option<&'static str>;
 
+    /// A statement taking, until commit, the writer-lease lock in shared mode, or `None` if a
+    /// [`Dialect::BEGIN_WRITE`] transaction already excludes every other writer. A fenced write
+    /// takes it before reading the lease row, so that no change of the lease's epoch or holder
+    /// (which takes it exclusively) can commit between that check and the write's commit.
+    /// Renewals take neither: they change only the expiry, which no write checks.
+    const LOCK_WRITER_LEASE_SHARED: Option<&'static str>;
+
+    /// The same lock in exclusive mode, taken by a transaction that may change the lease's epoch
+    /// or holder (taking it over, giving it back): it waits for the fenced writes in flight.
+    const LOCK_WRITER_LEASE: Option<&'static str>;
+
     /// How many rows a statement changed (sqlx has no driver-independent accessor).
     fn rows_affected(done: &Self::QueryResult) -> u64;
 }
@@ -107,12 +122,15 @@ impl<DB: Database, T> SqlValue<DB> for T where
 /// The store methods over one pool of database `DB`. Cheap to clone (a pool handle).
 pub(crate) struct SqlStore<DB: Database> {
     pool: Pool<DB>,
+    /// The fence this handle's writes are checked against, if it was fenced.
+    fence: Option<Fence>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            fence: self.fence.clone(),
         }
     }
 }
@@ -121,6 +139,7 @@ impl<DB: Database> std::fmt::Debug for SqlStore<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlStore")
             .field("pool", &self.pool)
+            .field("fence", &self.fence)
             .finish()
     }
 }
@@ -128,7 +147,21 @@ impl<DB: Database> std::fmt::Debug for SqlStore<DB> {
 impl<DB: Database> SqlStore<DB> {
     /// The store over `pool`, which must be migrated already.
     pub(crate) fn new(pool: Pool<DB>) -> Self {
-        Self { pool }
+        Self { pool, fence: None }
+    }
+
+    /// A handle on the same pool whose writes are fenced by `fence`.
+    pub(crate) fn fenced(&self, fence: Fence) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            fence: Some(fence),
+        }
+    }
+
+    /// The pool, for a backend's own tests.
+    #[cfg(test)]
+    pub(crate) fn pool(&self) -> &Pool<DB> {
+        &self.pool
     }
 
     /// Closes every connection of the pool (waits for those in use to be returned).
@@ -368,11 +401,54 @@ where
     Option<String>: SqlValue<DB>,
     Option<DB::Id>: SqlValue<DB>,
 {
+    /// Begins a write transaction ([`Dialect::BEGIN_WRITE`]). On a fenced handle (see
+    /// [`crate::fence`]) it is refused at once if this process gave the fence up; otherwise it
+    /// takes the writer-lease lock shared ([`Dialect::LOCK_WRITER_LEASE_SHARED`]) and then reads
+    /// the lease row, both inside the transaction, so no change of epoch can commit between
+    /// this check and the write's commit: the write lands before a takeover or is refused.
     async fn begin_write(&self) -> StoreResult<Transaction<'static, DB>> {
-        self.pool
+        self.fence.check_local()?;
+        let mut tx = self
+            .pool
             .begin_with(DB::BEGIN_WRITE)
             .await
-            .map_err(|e| sqlx_error("beginning a transaction", e))
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        if self.fence.is_some() {
+            if let Some(lock) = DB::LOCK_WRITER_LEASE_SHARED {
+                sqlx::query(lock)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("locking the writer lease for a write", e))?;
+            }
+            let lease: Option<(i64, Option<String>)> =
+                sqlx::query_as("SELECT epoch, holder FROM writer_lease WHERE name = $1")
+                    .bind(WRITER_LEASE_NAME)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("reading the writer lease for a write", e))?;
+            self.fence
+                .check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))?;
+        }
+        Ok(tx)
+    }
+
+    /// Begins a transaction that may change the lease's epoch or holder (taking it, giving it
+    /// back): it takes the writer-lease lock exclusively ([`Dialect::LOCK_WRITER_LEASE`]), so it
+    /// waits for every fenced write in flight to commit, and fenced writes after it see what it
+    /// wrote. Never fenced itself.
+    async fn begin_lease_change(&self) -> StoreResult<Transaction<'static, DB>> {
+        let mut tx = self
+            .pool
+            .begin_with(DB::BEGIN_WRITE)
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        if let Some(lock) = DB::LOCK_WRITER_LEASE {
+            sqlx::query(lock)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("locking the writer lease", e))?;
+        }
+        Ok(tx)
     }
 
     async fn begin_snapshot(&self) -> StoreResult<Transaction<'static, DB>> {
@@ -501,16 +577,22 @@ where
         let mut attempts = 0;
         loop {
             attempts += 1;
+            let mut tx = self.begin_write().await?;
             let result: Result<AccountRow<DB::Id>, sqlx::Error> = sqlx::query_as(&sql)
                 .bind(DB::Id::from(account_id_for_github_user(github_user_id)))
                 .bind(github_user_id)
                 .bind(login)
                 .bind(ascii_key(login))
                 .bind(now_ms)
-                .fetch_one(&self.pool)
+                .fetch_one(&mut *tx)
                 .await;
             match result {
-                Ok(row) => return Ok(row.into()),
+                Ok(row) => {
+                    tx.commit()
+                        .await
+                        .map_err(|e| sqlx_error("committing an account", e))?;
+                    return Ok(row.into());
+                }
                 Err(e)
                     if attempts < RACE_RETRIES
                         && sqlx_error_kind(&e) == Some(ErrorKind::UniqueViolation) =>
@@ -546,6 +628,7 @@ where
     }
 
     pub(crate) async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
         sqlx::query(
             "INSERT INTO browser_logins \
              (id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms) \
@@ -557,7 +640,7 @@ where
         .bind(login.created_at_ms)
         .bind(login.expires_at_ms)
         .bind(login.signed_out_at_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| match sqlx_error_kind(&e) {
             Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("account"),
@@ -566,6 +649,9 @@ where
             }
             _ => sqlx_error("creating a browser login", e),
         })?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a browser login", e))?;
         Ok(())
     }
 
@@ -584,15 +670,19 @@ where
         id: Uuid,
         now_ms: UnixMillis,
     ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE browser_logins SET signed_out_at_ms = $2 \
              WHERE id = $1 AND signed_out_at_ms IS NULL",
         )
         .bind(DB::Id::from(id))
         .bind(now_ms)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("signing out a browser login", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a sign-out", e))?;
         Ok(DB::rows_affected(&done) == 1)
     }
 
@@ -865,15 +955,19 @@ where
     }
 
     pub(crate) async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query("UPDATE documents SET archived = $2 WHERE id = $1")
             .bind(DB::Id::from(id))
             .bind(archived)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await
             .map_err(|e| sqlx_error("archiving a document", e))?;
         if DB::rows_affected(&done) == 0 {
             return Err(StoreError::NotFound("document"));
         }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an archive flag", e))?;
         Ok(())
     }
 
@@ -1007,19 +1101,23 @@ where
             "UPDATE documents SET {column} = {column} + 1 \
              WHERE id = $1 AND {column} = $2 RETURNING {column}"
         );
+        let mut tx = self.begin_write().await?;
         let advanced: Option<i64> = sqlx::query_scalar(&sql)
             .bind(DB::Id::from(id))
             .bind(expected)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(|e| sqlx_error("advancing a revision", e))?;
         if let Some(revision) = advanced {
+            tx.commit()
+                .await
+                .map_err(|e| sqlx_error("committing a revision", e))?;
             return Ok(Advance::Advanced(revision));
         }
         let sql = format!("SELECT {column} FROM documents WHERE id = $1");
         let current: Option<i64> = sqlx::query_scalar(&sql)
             .bind(DB::Id::from(id))
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(|e| sqlx_error("reading a revision", e))?;
         match current {
@@ -1311,20 +1409,32 @@ where
              WHERE document_id = $1 AND (holder_account_id IS NULL OR holder_account_id = $2) \
              RETURNING {OWNERSHIP_COLUMNS}"
         );
+        let read =
+            format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1");
         for _ in 0..RACE_RETRIES {
+            let mut tx = self.begin_write().await?;
             let claimed: Option<OwnershipRow<DB::Id>> = sqlx::query_as(&sql)
                 .bind(DB::Id::from(document_id))
                 .bind(DB::Id::from(holder.account_id))
                 .bind(&holder.login)
                 .bind(DB::Id::from(holder.browser_login_id))
                 .bind(now_ms)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| sqlx_error("claiming ownership", e))?;
             if let Some(row) = claimed {
+                tx.commit()
+                    .await
+                    .map_err(|e| sqlx_error("committing a claim", e))?;
                 return Ok(Claim::Claimed(row.into()));
             }
-            let current = self.ownership(document_id).await?;
+            let current: Ownership = sqlx::query_as::<_, OwnershipRow<DB::Id>>(&read)
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading ownership", e))?
+                .map(Into::into)
+                .ok_or(StoreError::NotFound("document"))?;
             match &current.holder {
                 Some(other) if other.account_id != holder.account_id => {
                     return Ok(Claim::HeldByOther(current))
@@ -1343,6 +1453,7 @@ where
         document_id: Uuid,
         generation: i64,
     ) -> StoreResult<Release> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
              holder_browser_login_id = NULL, claimed_at_ms = NULL \
@@ -1350,16 +1461,19 @@ where
         )
         .bind(DB::Id::from(document_id))
         .bind(generation)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("releasing ownership", e))?;
         if DB::rows_affected(&done) == 1 {
+            tx.commit()
+                .await
+                .map_err(|e| sqlx_error("committing a release", e))?;
             return Ok(Release::Released);
         }
         let current: Option<i64> =
             sqlx::query_scalar("SELECT generation FROM planner_ownership WHERE document_id = $1")
                 .bind(DB::Id::from(document_id))
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *tx)
                 .await
                 .map_err(|e| sqlx_error("reading ownership", e))?;
         match current {
@@ -1369,14 +1483,18 @@ where
     }
 
     pub(crate) async fn clear_all_ownership(&self) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
         let done = sqlx::query(
             "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
              holder_browser_login_id = NULL, claimed_at_ms = NULL \
              WHERE holder_account_id IS NOT NULL",
         )
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("clearing ownership", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing cleared ownership", e))?;
         Ok(DB::rows_affected(&done))
     }
 
@@ -1390,6 +1508,8 @@ where
     ) -> StoreResult<LeaseAcquire> {
         let expires_at_ms = now_ms.saturating_add(ttl_ms);
         for _ in 0..RACE_RETRIES {
+            // An acquisition may change the epoch: it waits for fenced writes in flight.
+            let mut tx = self.begin_lease_change().await?;
             // Free, expired or already ours: take it. Only a renewal of our unexpired lease keeps
             // the epoch.
             let taken: Option<LeaseRow> = sqlx::query_as(
@@ -1404,10 +1524,13 @@ where
             .bind(holder)
             .bind(now_ms)
             .bind(expires_at_ms)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(|e| sqlx_error("acquiring the writer lease", e))?;
             if let Some(row) = taken {
+                tx.commit()
+                    .await
+                    .map_err(|e| sqlx_error("committing the writer lease", e))?;
                 return Ok(LeaseAcquire::Acquired(WriterLease {
                     holder: holder.to_owned(),
                     epoch: row.epoch,
@@ -1418,7 +1541,7 @@ where
                 "SELECT holder, epoch, expires_at_ms FROM writer_lease WHERE name = $1",
             )
             .bind(WRITER_LEASE_NAME)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *tx)
             .await
             .map_err(|e| sqlx_error("reading the writer lease", e))?;
             match current {
@@ -1441,9 +1564,12 @@ where
                          VALUES ($1, NULL, 0, 0) ON CONFLICT (name) DO NOTHING",
                     )
                     .bind(WRITER_LEASE_NAME)
-                    .execute(&self.pool)
+                    .execute(&mut *tx)
                     .await
                     .map_err(|e| sqlx_error("seeding the writer lease", e))?;
+                    tx.commit()
+                        .await
+                        .map_err(|e| sqlx_error("committing the writer lease", e))?;
                 }
             }
         }
@@ -1478,6 +1604,8 @@ where
     }
 
     pub(crate) async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
+        // Giving the lease back clears the holder, which fenced writes check: wait for them.
+        let mut tx = self.begin_lease_change().await?;
         sqlx::query(
             "UPDATE writer_lease SET holder = NULL, expires_at_ms = 0 \
              WHERE name = $1 AND holder = $2 AND epoch = $3",
@@ -1485,9 +1613,12 @@ where
         .bind(WRITER_LEASE_NAME)
         .bind(&lease.holder)
         .bind(lease.epoch)
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("releasing the writer lease", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing the writer lease's release", e))?;
         Ok(())
     }
 }
@@ -1504,7 +1635,7 @@ macro_rules! sql_store_impls {
             use $crate::sql::sql_store_impls;
             use $crate::{
                 Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent,
-                DocumentStore, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
+                DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
             };
@@ -1514,6 +1645,12 @@ macro_rules! sql_store_impls {
             } {
                 fn backend(&self) -> &'static str {
                     self.sql.backend()
+                }
+
+                fn fenced(&self, fence: Fence) -> std::sync::Arc<dyn Store> {
+                    std::sync::Arc::new(Self {
+                        sql: self.sql.fenced(fence),
+                    })
                 }
             });
             sql_store_impls!(@forward $store, SignInStore {

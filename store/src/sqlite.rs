@@ -6,7 +6,7 @@
 //! `sql.rs`): UUIDs stored as hyphenated lowercase TEXT, and write transactions begun with
 //! `BEGIN IMMEDIATE`, which takes SQLite's single write lock up front, so every method (one
 //! statement, or one such transaction) is atomic against other connections and other processes
-//! without row locks.
+//! without row locks, a fenced write's check of the writer lease included.
 //! Does not own: the statements (shared with PostgreSQL in `sql.rs`), the rules' meaning (see
 //! [`super::Store`]) or when to call them.
 
@@ -69,7 +69,8 @@ impl SqliteStore {
 
 /// SQLite has one writer at a time, so a write transaction takes the database's write lock
 /// before its first read and holds it to commit; nothing else it read can change meanwhile.
-/// So the row locks are empty here, and no slug lock is needed.
+/// So the row locks are empty here, and no slug or writer-lease lock is needed: a fenced write's
+/// check of the lease row holds until it commits, and a takeover waits for the write lock.
 impl Dialect for Sqlite {
     const BACKEND: &'static str = "sqlite";
 
@@ -90,6 +91,8 @@ impl Dialect for Sqlite {
     const FOR_NO_KEY_UPDATE: &'static str = "";
     const FOR_SHARE: &'static str = "";
     const LOCK_REPOSITORY_SLUGS: Option<&'static str> = None;
+    const LOCK_WRITER_LEASE_SHARED: Option<&'static str> = None;
+    const LOCK_WRITER_LEASE: Option<&'static str> = None;
 
     fn rows_affected(done: &SqliteQueryResult) -> u64 {
         done.rows_affected()

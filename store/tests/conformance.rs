@@ -4,7 +4,9 @@
 //!
 //! Owns: the behaviour every backend must share — the generation-guarded ownership claim and
 //! release, revisions that only grow, transcript order and paging, the writer lease and its
-//! epochs, slugs unique per repository (owner and repository compared without ASCII case),
+//! epochs, writes fenced by the writer epoch (every write method refused under an epoch that is
+//! no longer current or was given up, changing nothing; reads and lease methods never fenced;
+//! writes racing a takeover land before it or not at all), slugs unique per repository (owner and repository compared without ASCII case),
 //! browser-login sign-out, browser-login credentials (revision-guarded writes, deletion that no
 //! older write can undo, startup cleanup of dead logins), document content (the update journal
 //! numbered gap-free per document, the plan-revision-guarded commit, checkpoints that prune and
@@ -27,8 +29,8 @@ use std::sync::Arc;
 
 use chopin_store::{
     account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Document,
-    DocumentContent, Holder, LeaseAcquire, MemoryStore, NewDocument, NewTranscriptEntry, PgStore,
-    PlanCommit, Release, RevisionKind, SqliteStore, Store, StoreError, WriterLease,
+    DocumentContent, Fence, Holder, LeaseAcquire, MemoryStore, NewDocument, NewTranscriptEntry,
+    PgStore, PlanCommit, Release, RevisionKind, SqliteStore, Store, StoreError, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -163,6 +165,9 @@ conformance! {
     writer_lease_renewal_keeps_epoch,
     writer_lease_epoch_grows_across_release,
     writer_lease_race_exactly_one_wins,
+    fenced_writes_need_the_current_writer_epoch,
+    fenced_writes_stop_once_the_lease_is_given_up_or_given_back,
+    fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
     data_survives_reopening_the_store,
     new_document_has_empty_content_at_epoch_zero,
     updates_are_numbered_from_one_and_advance_storage_revision,
@@ -1586,6 +1591,441 @@ async fn writer_lease_race_exactly_one_wins(b: &Backend) {
         refusals.iter().all(|r| *r == winners[0]),
         "refusals name the winner"
     );
+}
+
+// --- writer fencing --------------------------------------------------------------------------
+
+/// What [`every_write`] writes to, prepared through `store`: an account with two live logins
+/// (the first with a credential at revision 1), a document with one journalled update and one
+/// Chat entry claimed by that account at generation 1, and a second claimed document.
+struct FenceFixture {
+    holder: Holder,
+    other_login: Uuid,
+    doc: Uuid,
+    other_doc: Uuid,
+}
+
+async fn fence_fixture(store: &Arc<dyn Store>) -> FenceFixture {
+    let holder = member(store, 71, "fenced-member").await;
+    let other_login = Uuid::from_u128(0xf0_0001);
+    store
+        .create_browser_login(&BrowserLogin {
+            id: other_login,
+            account_id: holder.account_id,
+            verifier_hash: "hash-other".into(),
+            created_at_ms: 1_000,
+            expires_at_ms: 1_000_000,
+            signed_out_at_ms: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .set_login_credential(holder.browser_login_id, 0, b"sealed-1")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    let doc = store
+        .create_document(&new_doc(71, "octo", "fenced", "plan"))
+        .await
+        .unwrap()
+        .id;
+    let other_doc = store
+        .create_document(&new_doc(72, "octo", "fenced", "other"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(store.append_update(doc, b"u-1", 1_000).await.unwrap(), 1);
+    store
+        .append_transcript(doc, &entry(Some("fenced-member"), "member", "hello", 1_000))
+        .await
+        .unwrap();
+    for d in [doc, other_doc] {
+        assert_eq!(
+            claimed(store.claim_ownership(d, &holder, 1_000).await.unwrap()).generation,
+            1
+        );
+    }
+    FenceFixture {
+        holder,
+        other_login,
+        doc,
+        other_doc,
+    }
+}
+
+/// Calls every method that can change stored state once, in an order in which each changes
+/// something on a fresh [`fence_fixture`], and returns each outcome by method name.
+async fn every_write(
+    store: &Arc<dyn Store>,
+    fx: &FenceFixture,
+) -> Vec<(&'static str, Result<(), StoreError>)> {
+    let doc = store.document(fx.doc).await.unwrap().expect("the document");
+    let mut outcomes: Vec<(&'static str, Result<(), StoreError>)> = Vec::new();
+    let mut record = |method, result: Result<(), StoreError>| outcomes.push((method, result));
+    record(
+        "upsert_account",
+        store.upsert_account(72, "newcomer", 5_000).await.map(drop),
+    );
+    record(
+        "create_browser_login",
+        store
+            .create_browser_login(&BrowserLogin {
+                id: Uuid::from_u128(0xf0_0002),
+                account_id: fx.holder.account_id,
+                verifier_hash: "hash-new".into(),
+                created_at_ms: 5_000,
+                expires_at_ms: 1_000_000,
+                signed_out_at_ms: None,
+            })
+            .await,
+    );
+    record(
+        "sign_out_browser_login",
+        store
+            .sign_out_browser_login(fx.other_login, 5_000)
+            .await
+            .map(|changed| assert!(changed)),
+    );
+    record(
+        "set_login_credential",
+        store
+            .set_login_credential(fx.holder.browser_login_id, 1, b"sealed-2")
+            .await
+            .map(|revision| assert_eq!(revision, Some(2))),
+    );
+    record(
+        "delete_login_credential",
+        store
+            .delete_login_credential(fx.holder.browser_login_id)
+            .await
+            .map(|had| assert!(had)),
+    );
+    record(
+        "delete_expired_logins",
+        store
+            .delete_expired_logins(5_000)
+            .await
+            .map(|deleted| assert_eq!(deleted, 1)),
+    );
+    record(
+        "create_document",
+        store
+            .create_document(&new_doc(73, "octo", "fenced", "new"))
+            .await
+            .map(drop),
+    );
+    record("set_archived", store.set_archived(fx.other_doc, true).await);
+    record(
+        "rename_document",
+        store
+            .rename_document(fx.doc, "renamed", "Renamed")
+            .await
+            .map(drop),
+    );
+    record(
+        "advance_revision",
+        store
+            .advance_revision(fx.doc, RevisionKind::Storage, doc.storage_revision)
+            .await
+            .map(|advance| assert!(matches!(advance, Advance::Advanced(_)))),
+    );
+    record(
+        "append_update",
+        store.append_update(fx.doc, b"u-2", 5_000).await.map(drop),
+    );
+    record(
+        "commit_plan_edit",
+        store
+            .commit_plan_edit(fx.doc, doc.plan_revision, b"p-1", 5_000)
+            .await
+            .map(|commit| assert!(matches!(commit, PlanCommit::Committed { .. }))),
+    );
+    record(
+        "write_checkpoint",
+        store.write_checkpoint(fx.doc, 1, b"state-1").await,
+    );
+    record(
+        "reset_content",
+        store.reset_content(fx.doc, b"state-2").await.map(drop),
+    );
+    record(
+        "append_transcript",
+        store
+            .append_transcript(fx.doc, &entry(None, "system", "fenced?", 5_000))
+            .await
+            .map(drop),
+    );
+    record(
+        "claim_ownership",
+        store
+            .claim_ownership(fx.doc, &fx.holder, 5_000)
+            .await
+            .map(|claim| assert!(matches!(claim, Claim::Claimed(_)))),
+    );
+    record(
+        "release_ownership",
+        store
+            .release_ownership(fx.doc, 1)
+            .await
+            .map(|release| assert_eq!(release, Release::Released)),
+    );
+    record(
+        "clear_all_ownership",
+        store
+            .clear_all_ownership()
+            .await
+            .map(|cleared| assert_eq!(cleared, 1)),
+    );
+    outcomes
+}
+
+/// Everything [`every_write`] could change, read through `store`.
+#[derive(Debug, PartialEq)]
+struct FencedState {
+    accounts: Vec<Option<Account>>,
+    logins: Vec<Option<BrowserLogin>>,
+    credential: Option<(i64, Vec<u8>)>,
+    documents: Vec<Option<Document>>,
+    earlier_slugs: Vec<String>,
+    content: DocumentContent,
+    transcript: Vec<chopin_store::TranscriptEntry>,
+    ownership: Vec<chopin_store::Ownership>,
+}
+
+async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
+    let mut accounts = Vec::new();
+    for github_user_id in [71, 72] {
+        accounts.push(
+            store
+                .account(account_id_for_github_user(github_user_id))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut logins = Vec::new();
+    for id in [
+        fx.holder.browser_login_id,
+        fx.other_login,
+        Uuid::from_u128(0xf0_0002),
+    ] {
+        logins.push(store.browser_login(id).await.unwrap());
+    }
+    let mut documents = Vec::new();
+    for id in [
+        fx.doc,
+        fx.other_doc,
+        new_doc(73, "octo", "fenced", "new").id,
+    ] {
+        documents.push(store.document(id).await.unwrap());
+    }
+    FencedState {
+        accounts,
+        logins,
+        credential: store
+            .login_credential(fx.holder.browser_login_id)
+            .await
+            .unwrap(),
+        documents,
+        earlier_slugs: store.earlier_slugs(fx.doc).await.unwrap(),
+        content: store.document_content(fx.doc).await.unwrap(),
+        transcript: store.transcript(fx.doc, 0, 100).await.unwrap(),
+        ownership: vec![
+            store.ownership(fx.doc).await.unwrap(),
+            store.ownership(fx.other_doc).await.unwrap(),
+        ],
+    }
+}
+
+async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
+    let store = b.open().await;
+    let a = acquired(
+        store
+            .acquire_writer_lease("host-a", 1_000, 500)
+            .await
+            .unwrap(),
+    );
+    let as_a = store.fenced(Fence::new(a.epoch));
+    // Writes under the current epoch go through.
+    let fx = fence_fixture(&as_a).await;
+    // The lease has expired (at 1 500) but nobody took it over: the epoch is still current, so
+    // the holder's writes are still admitted (the store reads no clock; the holder stops by its
+    // own deadline).
+    as_a.append_transcript(fx.doc, &entry(None, "system", "late but alone", 1_700))
+        .await
+        .expect("an expired lease nobody took still admits its epoch");
+
+    let b_lease = acquired(
+        store
+            .acquire_writer_lease("host-b", 1_800, 500)
+            .await
+            .unwrap(),
+    );
+    assert!(b_lease.epoch > a.epoch);
+    let before = fenced_state(&store, &fx).await;
+    let outcomes = every_write(&as_a, &fx).await;
+    assert_eq!(outcomes.len(), 18, "every write method is tried");
+    for (method, outcome) in &outcomes {
+        assert!(
+            matches!(outcome, Err(StoreError::Fenced(_))),
+            "{method} under the old epoch: expected Fenced, got {outcome:?}"
+        );
+    }
+    assert_eq!(
+        fenced_state(&store, &fx).await,
+        before,
+        "refused writes changed nothing"
+    );
+    // Reads through the fenced handle are never refused.
+    assert_eq!(fenced_state(&as_a, &fx).await, before);
+    assert_eq!(as_a.last_transcript_seq(fx.doc).await.unwrap(), 2);
+    // Nor are the lease methods: the old holder learns it lost the lease.
+    assert_eq!(
+        held_elsewhere(
+            as_a.acquire_writer_lease("host-a", 1_900, 500)
+                .await
+                .unwrap()
+        ),
+        b_lease
+    );
+    assert_eq!(as_a.renew_writer_lease(&a, 1_900, 500).await.unwrap(), None);
+
+    // The very same writes under the current epoch all go through: the refusals were the
+    // fence's, not the arguments'.
+    let as_b = store.fenced(Fence::new(b_lease.epoch));
+    for (method, outcome) in every_write(&as_b, &fx).await {
+        assert!(
+            outcome.is_ok(),
+            "{method} under the current epoch: {outcome:?}"
+        );
+    }
+    assert_ne!(fenced_state(&store, &fx).await, before);
+}
+
+async fn fenced_writes_stop_once_the_lease_is_given_up_or_given_back(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "octo", "plans", "fenced"))
+        .await
+        .unwrap()
+        .id;
+    let lease = acquired(
+        store
+            .acquire_writer_lease("host-a", 1_000, 10_000)
+            .await
+            .unwrap(),
+    );
+    let fence = Fence::new(lease.epoch);
+    let writer = store.fenced(fence.clone());
+    let say = |body: &str| entry(None, "system", body, 1_000);
+    writer.append_transcript(doc, &say("one")).await.unwrap();
+
+    // Given up by this process: refused at once, through every handle made with the fence.
+    fence.give_up();
+    for handle in [&writer, &store.fenced(fence.clone())] {
+        let refused = handle.append_transcript(doc, &say("after giving up")).await;
+        assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    }
+    assert_eq!(writer.last_transcript_seq(doc).await.unwrap(), 1);
+
+    // The database still names the epoch: a fence that was not given up still writes.
+    let again = store.fenced(Fence::new(lease.epoch));
+    again.append_transcript(doc, &say("two")).await.unwrap();
+
+    // Given back: nobody holds the lease, so its epoch no longer admits writes.
+    store.release_writer_lease(&lease).await.unwrap();
+    let refused = again.append_transcript(doc, &say("after release")).await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    // Taken again, even by the same holder: a new epoch, and the old one stays refused.
+    let next = acquired(
+        store
+            .acquire_writer_lease("host-a", 1_100, 10_000)
+            .await
+            .unwrap(),
+    );
+    assert!(next.epoch > lease.epoch);
+    let refused = again.append_transcript(doc, &say("old epoch")).await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    store
+        .fenced(Fence::new(next.epoch))
+        .append_transcript(doc, &say("three"))
+        .await
+        .unwrap();
+    let bodies: Vec<_> = store
+        .transcript(doc, 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.body)
+        .collect();
+    assert_eq!(bodies, vec!["one", "two", "three"]);
+}
+
+async fn fenced_writes_racing_a_takeover_land_before_it_or_not_at_all(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "octo", "plans", "race"))
+        .await
+        .unwrap()
+        .id;
+    let a = acquired(
+        store
+            .acquire_writer_lease("host-a", 1_000, 500)
+            .await
+            .unwrap(),
+    );
+    let as_a = store.fenced(Fence::new(a.epoch));
+    let barrier = Arc::new(Barrier::new(RACERS + 1));
+    let taken_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut racers = Vec::new();
+    for i in 0..RACERS {
+        let (as_a, barrier, taken_over) = (as_a.clone(), barrier.clone(), taken_over.clone());
+        racers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut written = 0_i64;
+            loop {
+                let after_takeover = taken_over.load(std::sync::atomic::Ordering::SeqCst);
+                let body = format!("racer {i} entry {written}");
+                match as_a
+                    .append_transcript(doc, &entry(None, "system", &body, 1_000))
+                    .await
+                {
+                    Ok(_) if after_takeover => {
+                        panic!("racer {i}: a write begun after the takeover was admitted")
+                    }
+                    Ok(_) => written += 1,
+                    Err(StoreError::Fenced(_)) => return written,
+                    Err(e) => panic!("racer {i}: {e}"),
+                }
+                // The memory store never yields on its own.
+                tokio::task::yield_now().await;
+            }
+        }));
+    }
+    barrier.wait().await;
+    // Let the racers get going, then take the lease over while their writes are in flight.
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let b_lease = acquired(
+        store
+            .acquire_writer_lease("host-b", 1_500, 500)
+            .await
+            .unwrap(),
+    );
+    taken_over.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(b_lease.epoch > a.epoch);
+    let seen_at_takeover = store.last_transcript_seq(doc).await.unwrap();
+    let mut written = 0;
+    for racer in racers {
+        written += racer.await.unwrap();
+    }
+    assert!(written > 0, "some writes landed before the takeover");
+    assert_eq!(
+        store.last_transcript_seq(doc).await.unwrap(),
+        seen_at_takeover,
+        "no write under the old epoch landed after the takeover"
+    );
+    assert_eq!(seen_at_takeover, written, "every admitted write is stored");
 }
 
 // --- durability ------------------------------------------------------------------------------
