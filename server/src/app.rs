@@ -2,15 +2,17 @@
 //! [`Runtime`] seams become an [`App`] (every service, wired with the explicit dependencies each
 //! takes), and [`start`] makes it a serving process.
 //!
-//! Owns: the startup sequence (the credential key, the writer lease, clearing owner references
-//! left by an earlier process, sweeping dead logins), wiring the services ([`App::wire`]) and the
-//! transport's routes ([`App::routes`]), and the graceful stop ([`Running::stop`]: tell every
-//! socket, drain every task, and only then give the writer lease back).
+//! Owns: the startup sequence (the credential key, the writer lease and the store fenced under
+//! its epoch, clearing owner references left by an earlier process, sweeping dead logins),
+//! wiring the services ([`App::wire`]) and the transport's routes ([`App::routes`]), and the
+//! graceful stop ([`Running::stop`]: tell every socket, drain every task, and only then give up
+//! the fence and give the writer lease back).
 //! Does not own: sockets or signals (the binary and the simulator bring a listener and a stop
 //! signal and call [`crate::transport::serve`]), or any behaviour of the services.
 //!
 //! Invariants: no service imports this module; a service reaches another only through the `Arc`
-//! it was given here.
+//! it was given here; every store write of a started process goes through the handle fenced
+//! under its writer epoch.
 
 use std::sync::Arc;
 
@@ -31,7 +33,7 @@ use crate::planner::Planners;
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
 use crate::store::instrumented::Instrumented;
-use crate::store::{Store, StoreError};
+use crate::store::{Fence, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::transport::agent::{AgentDeps, LinkTimers};
 use crate::transport::auth::AuthDeps;
@@ -46,7 +48,8 @@ use crate::turns::{Turns, TurnsDeps};
 #[derive(Clone)]
 pub struct App {
     pub config: Arc<Config>,
-    /// The store every service uses (instrumented for the metrics).
+    /// The store every service uses (instrumented for the metrics; fenced under the writer
+    /// epoch once [`start`] took the lease).
     pub store: Arc<dyn Store>,
     pub metrics: Arc<Metrics>,
     pub runtime: Runtime,
@@ -298,8 +301,10 @@ fn credential_key(config: &Config, runtime: &Runtime) -> Result<CredentialKey, K
     }
 }
 
-/// Takes the writer lease, clears owner references left by an earlier process, sweeps dead
-/// logins, starts renewing the lease, and wires the services.
+/// Takes the writer lease, fences the store under its epoch, clears owner references left by an
+/// earlier process, sweeps dead logins, starts renewing the lease, and wires the services. Every
+/// write of this process from then on goes through the fenced handle: once another process
+/// takes the lease, or this one gives it up, the store refuses them.
 pub async fn start(
     config: Config,
     store: Arc<dyn Store>,
@@ -309,6 +314,9 @@ pub async fn start(
     let holder = format!("chopin-{}", runtime.entropy.token_hex(8));
     let lease = lease::acquire(&*store, &*runtime.clock, &holder).await?;
     tracing::info!(epoch = lease.epoch, holder = %holder, "writer lease acquired");
+    let fence = Fence::new(lease.epoch);
+    let lease_store = store.clone();
+    let store = store.fenced(fence.clone());
     // No Planner link survives a process: startup clears every owner reference.
     let cleared = store.clear_all_ownership().await?;
     if cleared > 0 {
@@ -322,7 +330,7 @@ pub async fn start(
     if swept > 0 {
         tracing::info!(swept, "removed expired or signed-out browser logins");
     }
-    let (watch, keeper) = lease::keep(store.clone(), runtime.clock.clone(), lease);
+    let (watch, keeper) = lease::keep(lease_store, runtime.clock.clone(), lease, fence);
     let app = App::wire(config, store, runtime, key, watch, Shutdown::new());
     Ok(Running { app, keeper })
 }
@@ -357,9 +365,9 @@ impl Running {
 
     /// The graceful stop, after the listener has stopped accepting: begins it (if not yet), waits
     /// at most [`DRAIN_BOUND`] for every tracked task (sockets, turns, timers, queues) to end, and
-    /// only then stops renewing the writer lease and gives it back, so no write of this process
-    /// lands after the release. If a task outlives the bound, the lease is not given back but
-    /// left to expire, for the same reason.
+    /// only then stops renewing the writer lease — giving up its fence, so the store refuses any
+    /// later write of this process — and gives it back. If a task outlives the bound, the lease
+    /// is not given back but left to expire, and that task's writes are refused.
     pub async fn stop(self) -> Stopped {
         self.app.shutdown.begin();
         let drained = self.app.shutdown.drained(DRAIN_BOUND).await;
