@@ -13,7 +13,7 @@ use chopin_server::runtime::connector::TcpConnector;
 use chopin_server::runtime::entropy::{Entropy, OsEntropy};
 use chopin_server::runtime::lease::LeaseWatch;
 use chopin_server::runtime::Shutdown;
-use chopin_server::store::instrumented::{Call, Hook, Instrumented, Pause};
+use chopin_server::store::instrumented::{Call, Hook, Hold, Instrumented};
 use chopin_server::store::{MemoryStore, NewDocument, NewTranscriptEntry, Store, TranscriptEntry};
 use chopin_server::transcript::{self, Bootstrap, FeedEvent, HistoryQuery};
 use chopin_server::Runtime;
@@ -27,13 +27,13 @@ struct YieldOnAppend;
 impl Hook for YieldOnAppend {
     fn call(&self, _: Call) {}
 
-    fn before(&self, method: &'static str) -> Option<Pause> {
+    fn hold(&self, method: &'static str, _write: bool) -> Option<Hold> {
         (method == "append_transcript").then(|| {
             Box::pin(async {
                 for _ in 0..3 {
                     tokio::task::yield_now().await;
                 }
-            }) as Pause
+            }) as Hold
         })
     }
 }

@@ -40,13 +40,18 @@ pub fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
 /// The cast for `seed`; every message takes `fixed_latency_ms` when given (otherwise turmoil
 /// draws latencies from the seed).
 pub fn cast(seed: u64, fixed_latency_ms: Option<u64>) -> Cast {
-    let mut world = World::with_options(
+    cast_with(
         seed,
         WorldOptions {
             fixed_latency_ms,
-            configure: None,
+            ..WorldOptions::default()
         },
-    );
+    )
+}
+
+/// The cast in a world built with `options` (latency, configuration, held store calls).
+pub fn cast_with(seed: u64, options: WorldOptions) -> Cast {
+    let mut world = World::with_options(seed, options);
     let github = world.github().clone();
     github
         .add_user("mona", 1001)

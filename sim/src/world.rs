@@ -2,9 +2,13 @@
 //!
 //! Owns: building a turmoil simulation in which the real server (`chopin_server::app::start` +
 //! `chopin_server::serve`) runs on the host [`SERVER_HOST`] over a [`MemoryStore`] that outlives
-//! the host's restarts; scripted client hosts that issue HTTP requests to it; the [`Scenario`]
-//! language (steps and expectations as serde data, hosts named by strings, time in
-//! milliseconds); and the [`Trace`] of semantic events a run records, with its hash.
+//! the host's restarts (and, for a test of two processes on one database, on further server
+//! hosts over the same store: [`Step::StartServerOn`]); the log of every incarnation's store
+//! writes ([`World::store_writes`]) and a test's holds on its store calls
+//! ([`WorldOptions::hold_store_calls`]: a hung connection, a write held up in flight); scripted
+//! client hosts that issue HTTP requests to it; the [`Scenario`] language (steps and
+//! expectations as serde data, hosts named by strings, time in milliseconds); and the [`Trace`]
+//! of semantic events a run records, with its hash.
 //! Does not own: server behaviour (the server crate), fakes of other systems (`chopin-fixtures`),
 //! or snapshotting traces (tests and the scenario runner do that).
 //!
@@ -22,7 +26,7 @@ use chopin_fixtures::github::FakeGitHub;
 use chopin_server::config::Config;
 use chopin_server::runtime::connector::{self, HttpError};
 use chopin_server::runtime::entropy::SeededEntropy;
-use chopin_server::store::instrumented::Instrumented;
+use chopin_server::store::instrumented::{Hold, Instrumented};
 use chopin_server::store::{MemoryStore, Store};
 use chopin_server::{App, Runtime};
 use serde::{Deserialize, Serialize};
@@ -81,9 +85,15 @@ pub enum Step {
     StartServer,
     /// [`Step::CrashServer`] then [`Step::StartServer`] at the same instant.
     RestartServer,
+    /// Starts a server incarnation on another host `host` (a second machine serving the same
+    /// store), created on first use, while the server host keeps whatever it runs: how a test
+    /// puts two processes on one database. Clients still address the server host.
+    /// [`Step::AwaitServer`] then waits for this incarnation.
+    StartServerOn { host: String },
     /// Stops the server gracefully, as SIGTERM does: it stops accepting, tells every socket,
     /// drains, gives the writer lease back, and its host's software ends. The world runs until
-    /// it has ended (at most `within_ms`). [`Step::StartServer`] starts it again.
+    /// it has ended (at most `within_ms`) — on every server host, if there are several.
+    /// [`Step::StartServer`] starts it again.
     StopServer { within_ms: u64 },
     /// Checks an expectation against what has happened so far.
     Expect(Expectation),
@@ -187,6 +197,9 @@ pub enum Event {
     },
     /// `app::start` or binding failed; the incarnation ends without serving.
     ServerStartFailed { incarnation: u32, error: String },
+    /// The incarnation's writer lease counts as lost (taken over, or not renewed by its
+    /// deadline): it stops writing and begins to stop.
+    WriterLeaseLost { incarnation: u32 },
     /// The world asked the server to stop gracefully.
     ServerStopRequested,
     /// Serving ended (a graceful stop, the writer lease lost, or serving failed), and how the stop
@@ -268,12 +281,16 @@ impl Recorder {
     }
 }
 
-/// Records the server's Planner events in the trace, at the simulated time.
-struct TraceObserver(Recorder);
+/// Records the server's Planner events in the trace, at the simulated time, as the host's.
+struct TraceObserver {
+    recorder: Recorder,
+    host: String,
+}
 
 impl chopin_server::observe::Observer for TraceObserver {
     fn planner_event(&self, _at_ms: i64, event: chopin_server::observe::PlannerEvent) {
-        self.0.record_in_host(SERVER_HOST, Event::Planner(event));
+        self.recorder
+            .record_in_host(&self.host, Event::Planner(event));
     }
 }
 
@@ -365,6 +382,12 @@ type Outcomes = Arc<Mutex<BTreeMap<u64, Completed>>>;
 /// Adjusts the server's configuration before each incarnation starts.
 pub type Configure = Arc<dyn Fn(&mut Config) + Send + Sync>;
 
+/// Asked before each store call of a server incarnation (its number, the method, whether it
+/// writes): a wait the call makes before it runs, or `None`. How a test plays a hung connection
+/// (a renewal that never answers) or a write held up in flight. The call is reported to
+/// [`World::store_writes`] when it returns; one its caller gave up on meanwhile never is.
+pub type HoldStoreCalls = Arc<dyn Fn(u32, &'static str, bool) -> Option<Hold> + Send + Sync>;
+
 /// How to build a [`World`] beyond its seed.
 #[derive(Clone, Default)]
 pub struct WorldOptions {
@@ -372,6 +395,8 @@ pub struct WorldOptions {
     pub fixed_latency_ms: Option<u64>,
     /// Applied to the server's configuration (after the world's own settings).
     pub configure: Option<Configure>,
+    /// Holds store calls of the server's incarnations (faults).
+    pub hold_store_calls: Option<HoldStoreCalls>,
 }
 
 /// The application origin of the server inside the world.
@@ -393,10 +418,14 @@ pub struct World {
     server_incarnations: u32,
     /// The services of the server's current incarnation, once it has started.
     server_state: Arc<Mutex<Option<App>>>,
-    /// Bumped to ask the server's current incarnation to stop gracefully.
+    /// Bumped to ask the server's serving incarnations to stop gracefully.
     stop: Arc<tokio::sync::watch::Sender<u32>>,
     /// Every store write of every incarnation, in the order they returned.
     writes: WriteLog,
+    /// What every server host runs, to install it on another host.
+    software: ServerSoftware,
+    /// The hosts server software was installed on: [`SERVER_HOST`] first.
+    server_hosts: Vec<String>,
 }
 
 /// A store write, as [`World::store_writes`] reports it.
@@ -408,16 +437,21 @@ pub struct StoreWrite {
     pub incarnation: u32,
     /// The store method (`append_transcript`, `release_writer_lease`, …).
     pub method: &'static str,
+    /// It returned `Ok`: the write was made (or its guard refused it without an error).
+    pub ok: bool,
+    /// It was refused by the incarnation's fence: its writer epoch was no longer current.
+    pub fenced: bool,
 }
 
 /// The store writes of every incarnation; the hook of each incarnation's instrumented store.
 #[derive(Clone, Default)]
 struct WriteLog(Arc<Mutex<Vec<StoreWrite>>>);
 
-/// One incarnation's hook into the [`WriteLog`].
+/// One incarnation's hook into the [`WriteLog`], and the test's holds on its calls.
 struct WriteHook {
     log: WriteLog,
     incarnation: u32,
+    hold: Option<HoldStoreCalls>,
 }
 
 impl chopin_server::store::instrumented::Hook for WriteHook {
@@ -431,8 +465,69 @@ impl chopin_server::store::instrumented::Hook for WriteHook {
                     at_ms: host_now_ms(),
                     incarnation: self.incarnation,
                     method: call.method,
+                    ok: call.ok,
+                    fenced: call.fenced,
                 });
         }
+    }
+
+    fn hold(&self, method: &'static str, write: bool) -> Option<Hold> {
+        self.hold
+            .as_ref()
+            .and_then(|hold| hold(self.incarnation, method, write))
+    }
+}
+
+/// What every server host runs: an incarnation of the server over the world's store, numbered
+/// from one counter across hosts and restarts. Cloned into each host's closure.
+#[derive(Clone)]
+struct ServerSoftware {
+    /// Created outside the hosts' closures: shared by every incarnation on every server host.
+    store: MemoryStore,
+    clock: Arc<SimClock>,
+    entropy: Arc<SeededEntropy>,
+    incarnations: Arc<AtomicU32>,
+    recorder: Recorder,
+    configure: Option<Configure>,
+    hold: Option<HoldStoreCalls>,
+    server_state: Arc<Mutex<Option<App>>>,
+    stop: Arc<tokio::sync::watch::Sender<u32>>,
+    writes: WriteLog,
+}
+
+impl ServerSoftware {
+    /// Makes `host` a server host: it boots an incarnation now and at every restart.
+    fn install(&self, sim: &mut turmoil::Sim<'static>, host: &str) {
+        let (software, name) = (self.clone(), host.to_owned());
+        sim.host(host, move || software.boot(name.clone()));
+    }
+
+    /// The next incarnation, on `host`.
+    fn boot(&self, host: String) -> impl std::future::Future<Output = turmoil::Result> {
+        let incarnation = self.incarnations.fetch_add(1, Ordering::SeqCst) + 1;
+        let store = Arc::new(Instrumented::new(
+            Arc::new(self.store.clone()),
+            WriteHook {
+                log: self.writes.clone(),
+                incarnation,
+                hold: self.hold.clone(),
+            },
+        )) as Arc<dyn Store>;
+        let runtime = Runtime {
+            clock: self.clock.clone(),
+            entropy: self.entropy.clone(),
+            connector: Arc::new(TurmoilConnector),
+        };
+        run_server(
+            host,
+            incarnation,
+            store,
+            runtime,
+            self.recorder.clone(),
+            self.configure.clone(),
+            self.server_state.clone(),
+            self.stop.subscribe(),
+        )
     }
 }
 
@@ -459,44 +554,24 @@ impl World {
         let mut sim = builder.build();
         let server_state: Arc<Mutex<Option<App>>> = Arc::default();
         let recorder = Recorder::default();
-        // Created outside the host's closure: shared by every incarnation of the server host.
-        let store = MemoryStore::new();
-        let clock = Arc::new(SimClock::new());
-        // One stream for the machine, continued across restarts, so each incarnation draws a
-        // different holder name (as a restarted process would) yet a seed replays them all.
-        let entropy = Arc::new(SeededEntropy::new(seed));
-        let incarnations = Arc::new(AtomicU32::new(0));
         let stop = Arc::new(tokio::sync::watch::channel(0u32).0);
         let writes = WriteLog::default();
-        {
-            let (store, recorder) = (store.clone(), recorder.clone());
-            let (configure, server_state) = (options.configure.clone(), server_state.clone());
-            let (stop, writes) = (stop.clone(), writes.clone());
-            sim.host(SERVER_HOST, move || {
-                let incarnation = incarnations.fetch_add(1, Ordering::SeqCst) + 1;
-                let store = Arc::new(Instrumented::new(
-                    Arc::new(store.clone()),
-                    WriteHook {
-                        log: writes.clone(),
-                        incarnation,
-                    },
-                )) as Arc<dyn Store>;
-                let runtime = Runtime {
-                    clock: clock.clone(),
-                    entropy: entropy.clone(),
-                    connector: Arc::new(TurmoilConnector),
-                };
-                run_server(
-                    incarnation,
-                    store,
-                    runtime,
-                    recorder.clone(),
-                    configure.clone(),
-                    server_state.clone(),
-                    stop.subscribe(),
-                )
-            });
-        }
+        let software = ServerSoftware {
+            store: MemoryStore::new(),
+            clock: Arc::new(SimClock::new()),
+            // One stream for the machine, continued across restarts, so each incarnation draws a
+            // different holder name (as a restarted process would) yet a seed replays them all.
+            entropy: Arc::new(SeededEntropy::new(seed)),
+            incarnations: Arc::new(AtomicU32::new(0)),
+            recorder: recorder.clone(),
+            configure: options.configure.clone(),
+            hold: options.hold_store_calls.clone(),
+            server_state: server_state.clone(),
+            stop: stop.clone(),
+            writes: writes.clone(),
+        };
+        software.install(&mut sim, SERVER_HOST);
+        let store = software.store.clone();
         // The fake GitHub keeps its scripted state outside its host, like the server's store.
         let github = FakeGitHub::new();
         {
@@ -524,6 +599,8 @@ impl World {
             server_state,
             stop,
             writes,
+            software,
+            server_hosts: vec![SERVER_HOST.to_owned()],
         }
     }
 
@@ -656,6 +733,7 @@ impl World {
                 self.crash_server();
                 self.start_server()
             }
+            Step::StartServerOn { host } => self.start_server_on(host),
             Step::StopServer { within_ms } => self.stop_server(*within_ms),
             Step::Expect(expectation) => self.expect(expectation),
         }
@@ -725,7 +803,11 @@ impl World {
             let stopped = self.recorder.lock().iter().any(|e| {
                 matches!(e.event, Event::ServerStopped { incarnation: i, .. } if i == incarnation)
             });
-            if stopped && !self.sim.is_host_running(SERVER_HOST) {
+            let running = self
+                .server_hosts
+                .iter()
+                .any(|host| self.sim.is_host_running(host.as_str()));
+            if stopped && !running {
                 return Ok(());
             }
             if self.now_ms() >= deadline {
@@ -750,12 +832,45 @@ impl World {
         Ok(())
     }
 
+    fn start_server_on(&mut self, host: &str) -> Result<(), SimError> {
+        if host == SERVER_HOST {
+            return Err(SimError::Scenario(
+                "start-server-on: use start-server for the server host".into(),
+            ));
+        }
+        if host.is_empty()
+            || host == GITHUB_HOST
+            || host == WORLD_HOST
+            || self.clients.contains_key(host)
+        {
+            return Err(SimError::Scenario(format!(
+                "start-server-on: {host:?} cannot name a server host (reserved, empty or a client)"
+            )));
+        }
+        if self.server_hosts.iter().any(|h| h == host) {
+            if self.sim.is_host_running(host) {
+                return Err(SimError::Scenario(format!(
+                    "start-server-on: {host:?} is running a server already"
+                )));
+            }
+            self.sim.bounce(host);
+        } else {
+            self.software.install(&mut self.sim, host);
+            self.server_hosts.push(host.to_owned());
+        }
+        self.server_incarnations += 1;
+        Ok(())
+    }
+
     /// The mailbox of client host `name`, registering the host on first use.
     fn client(&mut self, name: &str) -> Result<Arc<Inbox>, SimError> {
         if let Some(inbox) = self.clients.get(name) {
             return Ok(inbox.clone());
         }
-        if name.is_empty() || name == SERVER_HOST || name == WORLD_HOST {
+        if name.is_empty()
+            || name == WORLD_HOST
+            || self.server_hosts.iter().any(|host| host == name)
+        {
             return Err(SimError::Scenario(format!(
                 "{name:?} cannot name a client host (reserved or empty)"
             )));
@@ -894,9 +1009,11 @@ pub fn run(scenario: &Scenario) -> Result<Trace, SimError> {
 // Host software
 // ---------------------------------------------------------------------------------------------
 
-/// One incarnation of the server host: start (take the lease, clear owner references), listen,
-/// serve until the lease is lost.
+/// One incarnation of a server host: start (take the lease, clear owner references), listen,
+/// serve until the lease is lost or a stop is asked.
+#[allow(clippy::too_many_arguments)]
 async fn run_server(
+    host: String,
     incarnation: u32,
     store: Arc<dyn Store>,
     runtime: Runtime,
@@ -907,7 +1024,7 @@ async fn run_server(
 ) -> turmoil::Result {
     // A stop asked before this incarnation began is not for it.
     stop.borrow_and_update();
-    recorder.record_in_host(SERVER_HOST, Event::ServerBooting { incarnation });
+    recorder.record_in_host(&host, Event::ServerBooting { incarnation });
     // The data dir is unused with the memory store.
     let mut config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
     config.github_api_url = format!("http://{GITHUB_HOST}:{GITHUB_PORT}");
@@ -927,7 +1044,7 @@ async fn run_server(
         Ok(running) => running,
         Err(e) => {
             recorder.record_in_host(
-                SERVER_HOST,
+                &host,
                 Event::ServerStartFailed {
                     incarnation,
                     error: e.to_string(),
@@ -940,7 +1057,7 @@ async fn run_server(
         Ok(listener) => listener,
         Err(e) => {
             recorder.record_in_host(
-                SERVER_HOST,
+                &host,
                 Event::ServerStartFailed {
                     incarnation,
                     error: format!("bind: {e}"),
@@ -951,16 +1068,16 @@ async fn run_server(
         }
     };
     recorder.record_in_host(
-        SERVER_HOST,
+        &host,
         Event::ServerStarted {
             incarnation,
             writer_epoch: running.app().lease.epoch(),
         },
     );
-    running
-        .app()
-        .planners
-        .observe(Arc::new(TraceObserver(recorder.clone())));
+    running.app().planners.observe(Arc::new(TraceObserver {
+        recorder: recorder.clone(),
+        host: host.clone(),
+    }));
     *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.app().clone());
     let lost = running.lease_lost();
     let asked = async move {
@@ -969,9 +1086,13 @@ async fn run_server(
     let reason = Arc::new(Mutex::new(String::new()));
     let why = reason.clone();
     let shutdown = running.app().shutdown.clone();
+    let (told, where_) = (recorder.clone(), host.clone());
     tokio::spawn(async move {
         let because = tokio::select! {
-            () = lost => "writer lease lost",
+            () = lost => {
+                told.record_in_host(&where_, Event::WriterLeaseLost { incarnation });
+                "writer lease lost"
+            }
             () = asked => "graceful stop",
         };
         *why.lock().unwrap_or_else(|e| e.into_inner()) = because.to_owned();
@@ -984,7 +1105,7 @@ async fn run_server(
         Err(e) => format!("serving failed: {e}"),
     };
     recorder.record_in_host(
-        SERVER_HOST,
+        &host,
         Event::ServerStopped {
             incarnation,
             reason,
@@ -1096,6 +1217,9 @@ mod tests {
                 },
                 Step::Advance { ms: 250 },
                 Step::RestartServer,
+                Step::StartServerOn {
+                    host: "server-b".into(),
+                },
                 Step::Expect(Expectation::BodyJson {
                     path: "/readyz".into(),
                     pointer: "/store".into(),
@@ -1108,6 +1232,10 @@ mod tests {
         };
         let text = serde_json::to_string(&scenario).unwrap();
         assert!(text.contains(r#"{"step":"advance","ms":250}"#), "{text}");
+        assert!(
+            text.contains(r#"{"step":"start-server-on","host":"server-b"}"#),
+            "{text}"
+        );
         assert!(
             text.contains(r#"{"step":"expect","expect":"unreachable","path":"/readyz"}"#),
             "{text}"

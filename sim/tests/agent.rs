@@ -633,6 +633,7 @@ fn the_owner_login_expiring_closes_the_link_at_that_instant() {
         WorldOptions {
             fixed_latency_ms: Some(1),
             configure: Some(configure),
+            ..WorldOptions::default()
         },
     );
     let github = world.github().clone();

@@ -5,9 +5,12 @@
 //! fenced handle made from it ([`Store::fenced`]) is the inner store's fenced handle reporting to
 //! the same hook. Used for the server's store-latency metrics and by the simulator to check that
 //! no write lands after the writer lease is given back or taken over.
-//! Does not own: what the hook does with a report (it must be cheap and must not block).
+//! Does not own: what the hook does with a report (it must be cheap and must not block), or
+//! whether it holds a call before it runs ([`Hook::hold`]: the simulator's faults; production
+//! holds nothing).
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -37,19 +40,22 @@ pub struct Call {
     pub elapsed: Duration,
 }
 
+/// A wait a [`Hook`] puts before a call.
+pub type Hold = Pin<Box<dyn Future<Output = ()> + Send>>;
+
 /// Told of every call, after it returns.
 pub trait Hook: Send + Sync + 'static {
     fn call(&self, call: Call);
 
-    /// Something to wait for before the call runs (none by default). Tests use it to make calls
-    /// really overlap: the memory store itself never yields.
-    fn before(&self, _method: &'static str) -> Option<Pause> {
+    /// Asked before each call runs (its method, whether it writes): a wait to finish before the
+    /// call begins, or `None` (the default) to run it at once. The simulator holds calls this
+    /// way to play a hung connection or a write held up in flight, and tests use it to make calls
+    /// really overlap (the memory store itself never yields); a call whose caller gives up
+    /// meanwhile (a timeout) never runs and is never reported.
+    fn hold(&self, _method: &'static str, _write: bool) -> Option<Hold> {
         None
     }
 }
-
-/// What [`Hook::before`] has a call wait for.
-pub type Pause = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 const READ: bool = false;
 const WRITE: bool = true;
@@ -75,10 +81,10 @@ impl<H: Hook> Instrumented<H> {
         write: bool,
         call: impl Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
-        if let Some(pause) = self.hook.before(method) {
-            pause.await;
-        }
         let started = Instant::now();
+        if let Some(hold) = self.hook.hold(method, write) {
+            hold.await;
+        }
         let result = call.await;
         self.hook.call(Call {
             method,

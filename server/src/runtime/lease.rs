@@ -269,7 +269,9 @@ mod tests {
             now_ms: UnixMillis,
             ttl_ms: i64,
         ) -> StoreResult<LeaseAcquire> {
-            self.inner.acquire_writer_lease(holder, now_ms, ttl_ms).await
+            self.inner
+                .acquire_writer_lease(holder, now_ms, ttl_ms)
+                .await
         }
 
         async fn renew_writer_lease(
@@ -310,9 +312,15 @@ mod tests {
         let fence = Fence::new(lease.epoch);
         let (watch, _keeper) = keep(store.clone(), clock.clone(), lease.clone(), fence.clone());
         let deadline_ms = lease.expires_at_ms - WRITER_LEASE_MARGIN_MS;
-        assert_eq!(deadline_ms - clock.now_ms(), WRITER_LEASE_TTL_MS - WRITER_LEASE_MARGIN_MS);
+        assert_eq!(
+            deadline_ms - clock.now_ms(),
+            WRITER_LEASE_TTL_MS - WRITER_LEASE_MARGIN_MS
+        );
 
-        tokio::time::sleep(Duration::from_millis((deadline_ms - 1 - clock.now_ms()) as u64)).await;
+        tokio::time::sleep(Duration::from_millis(
+            (deadline_ms - 1 - clock.now_ms()) as u64,
+        ))
+        .await;
         settle().await;
         assert_eq!(clock.now_ms(), deadline_ms - 1);
         assert!(watch.is_held(), "still held 1 ms before the deadline");
