@@ -292,6 +292,96 @@ mod tests {
         }
     }
 
+    /// A lease store whose first acquisitions fail (`Answer::Fail`, `failing` of them) or never
+    /// answer (`Answer::Hang`, all of them).
+    struct Acquisitions {
+        inner: MemoryStore,
+        answer: Answer,
+        failing: u32,
+        tried: AtomicU32,
+    }
+
+    #[async_trait]
+    impl LeaseStore for Acquisitions {
+        async fn acquire_writer_lease(
+            &self,
+            holder: &str,
+            now_ms: UnixMillis,
+            ttl_ms: i64,
+        ) -> StoreResult<LeaseAcquire> {
+            let tried = self.tried.fetch_add(1, Ordering::SeqCst);
+            match self.answer {
+                Answer::Hang => std::future::pending().await,
+                Answer::Fail if tried < self.failing => Err(StoreError::Backend(
+                    "canceling statement due to statement timeout".into(),
+                )),
+                Answer::Fail => {
+                    self.inner
+                        .acquire_writer_lease(holder, now_ms, ttl_ms)
+                        .await
+                }
+            }
+        }
+
+        async fn renew_writer_lease(
+            &self,
+            lease: &WriterLease,
+            now_ms: UnixMillis,
+            ttl_ms: i64,
+        ) -> StoreResult<Option<WriterLease>> {
+            self.inner.renew_writer_lease(lease, now_ms, ttl_ms).await
+        }
+
+        async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
+            self.inner.release_writer_lease(lease).await
+        }
+    }
+
+    /// A takeover cut off by the database (it waited on a hung holder's write) is tried again
+    /// within the lease period.
+    #[tokio::test(start_paused = true)]
+    async fn taking_the_lease_retries_a_failing_store() {
+        let clock = TokioClock::new(1_700_000_000_000);
+        let store = Acquisitions {
+            inner: MemoryStore::new(),
+            answer: Answer::Fail,
+            failing: 3,
+            tried: AtomicU32::new(0),
+        };
+        let began = Instant::now();
+        let lease = acquire(&store, &clock, "host-a")
+            .await
+            .expect("taken at last");
+        assert_eq!(store.tried.load(Ordering::SeqCst), 4);
+        assert_eq!(
+            began.elapsed(),
+            Duration::from_millis(3 * WRITER_LEASE_RETRY_PAUSE_MS)
+        );
+        assert_eq!(lease.holder, "host-a");
+    }
+
+    /// A store that never answers is not waited for past the lease period (plus a second).
+    #[tokio::test(start_paused = true)]
+    async fn taking_the_lease_gives_up_on_a_store_that_does_not_answer() {
+        let clock = TokioClock::new(1_700_000_000_000);
+        let store = Acquisitions {
+            inner: MemoryStore::new(),
+            answer: Answer::Hang,
+            failing: 0,
+            tried: AtomicU32::new(0),
+        };
+        let began = Instant::now();
+        let refused = acquire(&store, &clock, "host-a").await;
+        assert!(
+            matches!(refused, Err(LeaseError::Unanswered)),
+            "{refused:?}"
+        );
+        assert_eq!(
+            began.elapsed(),
+            Duration::from_millis(WRITER_LEASE_TTL_MS as u64 + 1_000)
+        );
+    }
+
     /// Lets the other tasks of this (paused, single-threaded) runtime run what is due now.
     async fn settle() {
         for _ in 0..10 {
