@@ -1,7 +1,8 @@
 //! Chopin's deterministic simulator: the real server, on a simulated network, replayable by seed.
 //!
 //! Owns: a turmoil world in which `chopin_server`'s own startup, router and `serve` run on a
-//! simulated host over an in-memory store that survives the host's restarts; the simulator's side
+//! simulated host over an in-memory store that survives the host's restarts (and, to put two
+//! processes on one database, on further hosts over that same store); the simulator's side
 //! of the server's seams ([`SimClock`], [`TurmoilListener`], [`TurmoilConnector`]; entropy is the
 //! server's own `SeededEntropy`); the scenario language ([`Scenario`], [`Step`],
 //! [`Expectation`]) and the [`Trace`] of semantic events a run records.
