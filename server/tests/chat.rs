@@ -13,7 +13,7 @@ use chopin_server::runtime::connector::TcpConnector;
 use chopin_server::runtime::entropy::{Entropy, OsEntropy};
 use chopin_server::runtime::lease::LeaseWatch;
 use chopin_server::runtime::Shutdown;
-use chopin_server::store::instrumented::{Call, Hook, Hold, Instrumented};
+use chopin_server::store::instrumented::{Call, Hold, Hook, Instrumented};
 use chopin_server::store::{MemoryStore, NewDocument, NewTranscriptEntry, Store, TranscriptEntry};
 use chopin_server::transcript::{self, Bootstrap, FeedEvent, HistoryQuery};
 use chopin_server::Runtime;
