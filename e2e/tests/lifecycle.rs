@@ -48,6 +48,11 @@ async fn sigterm_closes_every_socket_with_a_close_frame_and_gives_the_lease_back
     )
     .await
     .unwrap();
+    // The room is counted open before it says hello: after the hello, /metrics shows it.
+    match room.recv_json().await.unwrap() {
+        BrowserEvent::Json(m) => assert_eq!(m["type"], "session:hello", "{m}"),
+        other => panic!("expected session:hello, got {other:?}"),
+    }
 
     // The metrics page counts what is open now, and what was asked of GitHub.
     let (status, page) = get(&server.url("/metrics")).await;
