@@ -22,6 +22,7 @@ use crate::config::{AuthMode, Config, Database};
 use crate::content::OpenDocuments;
 use crate::documents::children::Children;
 use crate::documents::Documents;
+use crate::housekeeping;
 use crate::identity::admission::{Admission, AdmissionPolicy};
 use crate::identity::crypto::{CredentialKey, KeyError};
 use crate::identity::device_flow::{DeviceFlowSettings, DeviceFlows};
@@ -189,6 +190,7 @@ impl App {
             harness: config.harness.clone(),
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
+        housekeeping::spawn(&planners, &transcript, clock.clone(), &shutdown);
         App {
             config: Arc::new(config),
             store,
@@ -222,6 +224,8 @@ impl App {
             open: self.open.clone(),
             chat: self.chat.clone(),
             turns: self.turns.clone(),
+            transcript: self.transcript.clone(),
+            sign_ins: self.sign_ins.clone(),
         })
         .merge(transport::auth::routes(AuthDeps {
             access: self.access.clone(),

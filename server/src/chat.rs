@@ -381,8 +381,7 @@ impl Chat {
         let to_planner = mentions_planner(&request.text);
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
-        let gate = self.transcript.gate(place.document);
-        let _held = gate.lock().await;
+        let _held = self.transcript.gate(place.document).await;
         let planner = if to_planner {
             let asked = self
                 .turns

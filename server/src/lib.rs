@@ -9,7 +9,7 @@
 //!   [`access`] (who is calling, the Origin policy, repository checks), [`documents`] (records,
 //!   locators, slugs, children), [`content`] (documents open in this process), [`transcript`]
 //!   and [`chat`], [`planner`] (ownership), [`turns`], [`harness`] (reaching the agent link
-//!   through a port trait).
+//!   through a port trait), [`housekeeping`] (ending expired logins, dropping unused channels).
 //! - below them: [`store`] (the `chopin-store` crate), [`runtime`] (clock, entropy, connector,
 //!   shutdown, writer lease), [`config`], [`observe`], [`metrics`], [`error`].
 
@@ -21,6 +21,7 @@ pub mod content;
 pub mod documents;
 pub mod error;
 pub mod harness;
+pub mod housekeeping;
 pub mod identity;
 pub mod metrics;
 pub mod observe;

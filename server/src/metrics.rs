@@ -6,7 +6,8 @@
 //! longer current; reported by an instrumented store, [`Metrics::store_hook`]), GitHub calls by
 //! call and outcome ([`Metrics::github_call`]), open sockets by kind (an RAII [`SocketGauge`]
 //! each transport holds), and the gauges read from the services at scrape time (attached links,
-//! open documents, Chat sends in flight, turns running: [`Metrics::render`] takes them).
+//! open documents, Chat sends in flight, turns running, and how many entries each per-document
+//! or per-login map holds: [`Metrics::render`] takes them).
 //! Does not own: when anything happens (the services and transports report), or who may read
 //! the page (it is public, like `/healthz`; keep it off the Internet at the proxy).
 //!
@@ -37,6 +38,11 @@ struct GitHubLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    map: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SocketLabels {
     kind: &'static str,
 }
@@ -63,12 +69,14 @@ impl SocketKind {
 }
 
 /// The values read from the services at scrape time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Snapshot {
     pub links_attached: usize,
     pub documents_open: usize,
     pub chat_sends_in_flight: usize,
     pub turns_running: usize,
+    /// Entries of each per-document or per-login map, by the map's fixed name.
+    pub state_entries: Vec<(&'static str, usize)>,
 }
 
 /// The server's instruments and their registry.
@@ -81,6 +89,7 @@ pub struct Metrics {
     documents_open: Gauge,
     chat_sends_in_flight: Gauge,
     turns_running: Gauge,
+    state_entries: Family<StateLabels, Gauge>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -107,6 +116,7 @@ impl Metrics {
             Family::<StoreLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> _);
         let github_calls = Family::<GitHubLabels, Counter>::default();
         let sockets = Family::<SocketLabels, Gauge>::default();
+        let state_entries = Family::<StateLabels, Gauge>::default();
         let (links_attached, documents_open, chat_sends_in_flight, turns_running) = (
             Gauge::default(),
             Gauge::default(),
@@ -148,6 +158,11 @@ impl Metrics {
             "Planner turns running now",
             turns_running.clone(),
         );
+        registry.register(
+            "state_entries",
+            "Entries held now in each per-document or per-login map (they shrink back when idle)",
+            state_entries.clone(),
+        );
         for kind in [SocketKind::Agent, SocketKind::Room, SocketKind::Yjs] {
             let _ = sockets.get_or_create(&SocketLabels { kind: kind.label() });
         }
@@ -160,6 +175,7 @@ impl Metrics {
             documents_open,
             chat_sends_in_flight,
             turns_running,
+            state_entries,
         }
     }
 
@@ -198,6 +214,9 @@ impl Metrics {
         set(&self.documents_open, now.documents_open);
         set(&self.chat_sends_in_flight, now.chat_sends_in_flight);
         set(&self.turns_running, now.turns_running);
+        for (map, n) in now.state_entries {
+            set(&self.state_entries.get_or_create(&StateLabels { map }), n);
+        }
         let mut page = String::new();
         if let Err(e) = prometheus_client::encoding::text::encode(&mut page, &self.registry) {
             tracing::warn!(error = %e, "metrics could not be encoded");
@@ -265,8 +284,10 @@ mod tests {
             documents_open: 3,
             chat_sends_in_flight: 1,
             turns_running: 1,
+            state_entries: vec![("logins", 4)],
         });
         for line in [
+            "chopin_state_entries{map=\"logins\"} 4",
             "chopin_github_calls_total{call=\"user\",outcome=\"ok\"} 1",
             "chopin_sockets_open{kind=\"room\"} 1",
             "chopin_sockets_open{kind=\"agent\"} 0",

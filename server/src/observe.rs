@@ -44,6 +44,9 @@ pub enum PlannerEvent {
     },
     /// The document's Planner ownership was released in storage under `generation`.
     Released { document: Uuid, generation: i64 },
+    /// A browser login of `login` ended (`how`: `signed-out` or `expired`), before its links
+    /// closed.
+    LoginEnded { login: String, how: String },
 }
 
 /// Receives [`PlannerEvent`]s as they happen, with the server's wall-clock time.

@@ -11,9 +11,15 @@
 //!
 //! Every change of a document's ownership (claim, release) happens while holding that
 //! document's *gate*, an async mutex, so an attach, a grace expiry, a reset and a sign-out of
-//! one document never interleave between their storage write and the table. A sign-out, expiry,
-//! reset or archive also bumps the document's *revocation count* before it waits for the gate:
-//! an attach that read an older count before its checks is refused rather than bound (AO-16).
+//! one document never interleave between their storage write and the table. An attach watches
+//! the document's revocations from before its checks until it binds ([`Planners::revocations`]);
+//! a sign-out, expiry, reset or archive counts one for every watch of its document before it
+//! waits for the gate, and a watched attach that saw one is refused rather than bound (AO-16).
+//!
+//! Bounds: the table keeps a document only while something uses it — a slot (attached or in its
+//! grace period), a gate held or waited for, a revocation watch alive, a room listening to its
+//! presence (rooms nobody listens to are dropped by [`Planners::tidy`]) — so it shrinks back to
+//! empty when the process is idle.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
@@ -27,6 +33,7 @@ use crate::harness::port::AgentLinks;
 pub use crate::harness::port::{LinkCommand, LinkHandle};
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
 use crate::observe::{Observer, PlannerEvent};
+use crate::runtime::gates::Gates;
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Claim, Holder, OwnershipStore, StoreError, UnixMillis};
 
@@ -183,10 +190,57 @@ impl Slot {
 #[derive(Default)]
 struct Table {
     slots: BTreeMap<Uuid, Slot>,
-    gates: BTreeMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
-    revocations: BTreeMap<Uuid, u64>,
+    /// Documents with revocation watches alive: how many, and revocations counted since the
+    /// first of them began.
+    watched: BTreeMap<Uuid, Watched>,
     rooms: BTreeMap<Uuid, broadcast::Sender<Presence>>,
     next_id: u64,
+}
+
+#[derive(Default)]
+struct Watched {
+    watches: usize,
+    revocations: u64,
+}
+
+/// An attach's watch of its document's revocations, taken before its checks (see the module
+/// docs). Dropping it forgets the document once no other watch remains.
+pub struct RevocationWatch {
+    table: Arc<Mutex<Table>>,
+    doc: Uuid,
+    seen: u64,
+}
+
+impl RevocationWatch {
+    /// Whether a sign-out, expiry, reset or archive of the document was counted since the watch
+    /// began.
+    fn revoked(&self, table: &Table) -> bool {
+        table
+            .watched
+            .get(&self.doc)
+            .is_none_or(|w| w.revocations != self.seen)
+    }
+}
+
+impl Drop for RevocationWatch {
+    fn drop(&mut self) {
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(watched) = table.watched.get_mut(&self.doc) {
+            watched.watches = watched.watches.saturating_sub(1);
+            if watched.watches == 0 {
+                table.watched.remove(&self.doc);
+            }
+        }
+    }
+}
+
+/// How many entries the table's maps hold now (for `/metrics` and the bounded-state tests).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TableSizes {
+    pub slots: usize,
+    pub gates: usize,
+    pub revocation_watches: usize,
+    pub rooms: usize,
 }
 
 impl Table {
@@ -201,7 +255,8 @@ const ROOM_BACKLOG: usize = 64;
 
 /// The attachment table of this process.
 pub struct Planners {
-    table: Mutex<Table>,
+    table: Arc<Mutex<Table>>,
+    gates: Gates<Uuid>,
     observer: OnceLock<Arc<dyn Observer>>,
     store: Arc<dyn OwnershipStore>,
     clock: SharedClock,
@@ -227,7 +282,8 @@ impl Planners {
         attach_grace_ms: u64,
     ) -> Self {
         Planners {
-            table: Mutex::default(),
+            table: Arc::default(),
+            gates: Gates::default(),
             observer: OnceLock::new(),
             store,
             clock,
@@ -262,17 +318,42 @@ impl Planners {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn gate(&self, doc: Uuid) -> Arc<tokio::sync::Mutex<()>> {
-        self.lock().gates.entry(doc).or_default().clone()
+    /// Watches `doc`'s revocations (see the module docs): take it before checking an attach and
+    /// hand it to [`Planners::attach`].
+    pub fn revocations(&self, doc: Uuid) -> RevocationWatch {
+        let mut table = self.lock();
+        let watched = table.watched.entry(doc).or_default();
+        watched.watches += 1;
+        RevocationWatch {
+            table: self.table.clone(),
+            doc,
+            seen: watched.revocations,
+        }
     }
 
-    /// The document's revocation count (see the module docs). Read it before checking an attach.
-    pub fn revocations(&self, doc: Uuid) -> u64 {
-        self.lock().revocations.get(&doc).copied().unwrap_or(0)
-    }
-
+    /// Counts a revocation of `doc` for every watch of it alive now.
     fn revoke_count(&self, doc: Uuid) {
-        *self.lock().revocations.entry(doc).or_default() += 1;
+        if let Some(watched) = self.lock().watched.get_mut(&doc) {
+            watched.revocations += 1;
+        }
+    }
+
+    /// Drops the presence channels of rooms nobody listens to any more.
+    pub fn tidy(&self) {
+        self.lock()
+            .rooms
+            .retain(|_, room| room.receiver_count() > 0);
+    }
+
+    /// How many entries the table holds now.
+    pub fn sizes(&self) -> TableSizes {
+        let table = self.lock();
+        TableSizes {
+            slots: table.slots.len(),
+            gates: self.gates.len(),
+            revocation_watches: table.watched.len(),
+            rooms: table.rooms.len(),
+        }
     }
 
     /// What the room is told now.
@@ -314,16 +395,15 @@ impl Planners {
     }
 
     /// Binds a link for `live`'s account to `doc`, claiming the Planner ownership in storage.
-    /// `revocations_seen` is [`Planners::revocations`] as read before the caller's checks.
+    /// `revocations` is the [`Planners::revocations`] watch taken before the caller's checks.
     pub async fn attach(
         &self,
         doc: Uuid,
         live: &Arc<LiveLogin>,
-        revocations_seen: u64,
+        revocations: &RevocationWatch,
         handle: LinkHandle,
     ) -> Result<Bound, Refusal> {
-        let gate = self.gate(doc);
-        let _gate = gate.lock().await;
+        let _gate = self.gates.lock(doc).await;
         let holder = Holder {
             account_id: live.account.id,
             login: live.account.login.clone(),
@@ -368,7 +448,7 @@ impl Planners {
         let (closer, closing) = mpsc::channel(1);
         let bound = {
             let mut table = self.lock();
-            let revoked = table.revocations.get(&doc).copied().unwrap_or(0) != revocations_seen;
+            let revoked = revocations.revoked(&table);
             let signed_in = self.sign_ins.get_live(live.id, now).is_some();
             if revoked || !signed_in {
                 None
@@ -433,8 +513,7 @@ impl Planners {
     /// hold remains, the ownership is released now.
     pub async fn drop_hold(&self, hold: GraceHold) {
         let doc = hold.doc;
-        let gate = self.gate(doc);
-        let _gate = gate.lock().await;
+        let _gate = self.gates.lock(doc).await;
         let generation = {
             let mut table = self.lock();
             match table.slots.get_mut(&doc) {
@@ -509,8 +588,7 @@ impl Planners {
     /// A link ended on its own: its ownership is kept for `PLANNER_ATTACH_GRACE_MS` for the
     /// same account, then released under its generation.
     pub async fn link_ended(self: &Arc<Self>, doc: Uuid, link: u64, how: LinkEnd) {
-        let gate = self.gate(doc);
-        let _gate = gate.lock().await;
+        let _gate = self.gates.lock(doc).await;
         let grace_ms = self.attach_grace_ms;
         let until_ms = self.clock.now_ms() + grace_ms as i64;
         {
@@ -571,8 +649,7 @@ impl Planners {
     }
 
     async fn grace_ended(&self, doc: Uuid, timer: u64) {
-        let gate = self.gate(doc);
-        let _gate = gate.lock().await;
+        let _gate = self.gates.lock(doc).await;
         let generation = {
             let mut table = self.lock();
             match table.slots.get_mut(&doc) {
@@ -605,8 +682,7 @@ impl Planners {
     /// Takes `doc`'s slot out if `pick` accepts it, closing an attached link with `closing`,
     /// releases the ownership in storage and tells the room. True if something was held.
     async fn take(&self, doc: Uuid, closing: Closing, pick: impl Fn(&Slot) -> bool) -> bool {
-        let gate = self.gate(doc);
-        let _gate = gate.lock().await;
+        let _gate = self.gates.lock(doc).await;
         let slot = {
             let mut table = self.lock();
             match table.slots.get(&doc) {
@@ -639,9 +715,33 @@ impl Planners {
     /// Ends a login: this process forgets it first (so nothing new binds to it), then every
     /// Planner it owns is closed and freed, then the store records a sign-out.
     pub async fn end_login(&self, live: &LiveLogin, why: LoginEnd) {
-        self.sign_ins.forget_ended(live);
+        if self.sign_ins.forget_ended(live) {
+            self.emit(PlannerEvent::LoginEnded {
+                login: live.account.login.clone(),
+                how: match why {
+                    LoginEnd::SignedOut => "signed-out",
+                    LoginEnd::Expired => "expired",
+                }
+                .to_owned(),
+            });
+        }
         self.login_ended(live.id, why).await;
         self.sign_ins.record_end(live, why).await;
+    }
+
+    /// When the first login this process holds expires.
+    pub fn next_login_expiry(&self) -> Option<UnixMillis> {
+        self.sign_ins.next_expiry()
+    }
+
+    /// Ends every login this process holds whose expiry has passed, as [`Planners::end_login`]
+    /// does (its links close, its sockets hear, its token is forgotten). How many it ended.
+    pub async fn end_expired_logins(&self) -> usize {
+        let expired = self.sign_ins.expired(self.clock.now_ms());
+        for live in &expired {
+            self.end_login(live, LoginEnd::Expired).await;
+        }
+        expired.len()
     }
 
     /// A browser login ended (sign-out or expiry): every Planner it owns is closed and freed.
@@ -693,8 +793,7 @@ impl Planners {
             return Ok(true);
         }
         // Nothing in this process: clear an owner storage may still name.
-        let gate = self.gate(doc);
-        let _gate = gate.lock().await;
+        let _gate = self.gates.lock(doc).await;
         let ownership = self.store.ownership(doc).await?;
         if ownership.holder.is_some() {
             self.store

@@ -21,6 +21,7 @@ use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
+use crate::runtime::gates::{Gate, Gates};
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{NewTranscriptEntry, StoreError, TranscriptEntry, TranscriptStore, UnixMillis};
 
@@ -113,12 +114,12 @@ struct Channel {
 #[derive(Default)]
 struct Table {
     channels: BTreeMap<Uuid, Channel>,
-    gates: BTreeMap<Uuid, Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// The transcripts of this process's documents.
 pub struct Transcript {
     table: Mutex<Table>,
+    gates: Gates<Uuid>,
     store: Arc<dyn TranscriptStore>,
     clock: SharedClock,
     /// Turn replies and notices waiting to be posted, in the order the turns gave them.
@@ -135,6 +136,7 @@ impl Transcript {
         let (replies, mut queue) = mpsc::channel::<Queued>(REPLY_BACKLOG);
         let transcript = Arc::new(Transcript {
             table: Mutex::default(),
+            gates: Gates::default(),
             store,
             clock,
             replies,
@@ -186,9 +188,22 @@ impl Transcript {
         }
     }
 
-    /// The document's gate: held while an entry is saved and broadcast.
-    pub fn gate(&self, doc: Uuid) -> Arc<tokio::sync::Mutex<()>> {
-        self.lock().gates.entry(doc).or_default().clone()
+    /// Waits for the document's gate and holds it until the guard drops: held while an entry is
+    /// saved and broadcast.
+    pub async fn gate(&self, doc: Uuid) -> Gate<'_, Uuid> {
+        self.gates.lock(doc).await
+    }
+
+    /// Drops the channels of documents nobody listens to any more.
+    pub fn tidy(&self) {
+        self.lock()
+            .channels
+            .retain(|_, channel| channel.tx.receiver_count() > 0);
+    }
+
+    /// How many documents have a live channel, and how many a gate held or waited for.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.lock().channels.len(), self.gates.len())
     }
 
     /// The time now on the server's clock.
@@ -244,8 +259,7 @@ impl Transcript {
         document: Uuid,
         entry: &NewTranscriptEntry,
     ) -> Result<TranscriptEntry, StoreError> {
-        let gate = self.gate(document);
-        let _held = gate.lock().await;
+        let _held = self.gate(document).await;
         self.append_gated(document, entry).await
     }
 

@@ -49,14 +49,7 @@ fn names_route(text: &str, method: &str, path: &str) -> bool {
 #[tokio::test]
 async fn every_route_the_router_serves_is_documented_with_its_method() {
     let dir = tempfile::tempdir().unwrap();
-    let app = App::wire(
-        Config::defaults_with_data_dir(dir.path().to_path_buf()),
-        Arc::new(MemoryStore::new()),
-        Runtime::production(),
-        CredentialKey::from_hex(&"0f".repeat(32)).unwrap(),
-        LeaseWatch::fixed(None),
-        Shutdown::new(),
-    );
+    let app = app(&dir);
     let docs = docs();
     let table = app.routes().table();
     assert!(table.len() >= 20, "the router serves more than {table:?}");
@@ -73,6 +66,61 @@ async fn every_route_the_router_serves_is_documented_with_its_method() {
         missing.is_empty(),
         "routes the router serves that no doc names as `METHOD /path` (with {{param}} as in the \
          router): {missing:#?}"
+    );
+}
+
+/// The app every test here reads its routes and pages from.
+fn app(dir: &tempfile::TempDir) -> App {
+    App::wire(
+        Config::defaults_with_data_dir(dir.path().to_path_buf()),
+        Arc::new(MemoryStore::new()),
+        Runtime::production(),
+        CredentialKey::from_hex(&"0f".repeat(32)).unwrap(),
+        LeaseWatch::fixed(None),
+        Shutdown::new(),
+    )
+}
+
+#[tokio::test]
+async fn every_metric_on_the_page_is_documented() {
+    use tower::ServiceExt;
+    let dir = tempfile::tempdir().unwrap();
+    let router = app(&dir).routes().into_router();
+    let answer = router
+        .oneshot(
+            axum::http::Request::get("/metrics")
+                .body(axum::body::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let page = axum::body::to_bytes(answer.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    let page = String::from_utf8(page.to_vec()).unwrap();
+    // Every family (`# TYPE chopin_x …`, named as `chopin_x` or `chopin_x{…}`), and every map
+    // the state gauge counts (`map="…"`).
+    let mut names: Vec<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_owned)
+        .collect();
+    names.extend(
+        page.lines()
+            .filter_map(|l| l.split("map=\"").nth(1))
+            .filter_map(|l| l.split('"').next())
+            .map(|m| format!("`{m}`")),
+    );
+    assert!(names.len() >= 12, "{names:?}\n{page}");
+    let docs = docs();
+    let missing: Vec<&String> = names
+        .iter()
+        .filter(|n| !docs.iter().any(|(_, text)| text.contains(n.as_str())))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "metrics `/metrics` shows that no doc names: {missing:?}"
     );
 }
 

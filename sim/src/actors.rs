@@ -317,6 +317,7 @@ pub struct Heard {
 enum BrowserCommand {
     SendChat { request_id: String, text: String },
     SendBinary { frame: Vec<u8> },
+    Leave,
 }
 
 /// Handle of a browser actor in a room.
@@ -344,6 +345,11 @@ impl Browser {
     /// update or an awareness update.
     pub fn send_binary(&self, frame: Vec<u8>) {
         let _ = self.commands.send(BrowserCommand::SendBinary { frame });
+    }
+
+    /// Leaves the room as a closed tab does (close 1000) at the actor's next turn.
+    pub fn leave(&self) {
+        let _ = self.commands.send(BrowserCommand::Leave);
     }
 
     /// The answers (`chat:ack` or `chat:refused`) heard for `request_id`, in order.
@@ -486,6 +492,13 @@ impl World {
                             if socket.send_binary(frame).await.is_err() {
                                 return Ok(());
                             }
+                        }
+                        Some(BrowserCommand::Leave) => {
+                            recorder.record_in_host(&host, Event::Actor { what: "left".to_owned() });
+                            let _ = socket.close().await;
+                            let (code, reason) = socket.closed().map_or((1006, String::new()), |(c, r)| (c, r.to_owned()));
+                            *closed.lock().unwrap_or_else(|e| e.into_inner()) = Some((now_ms(), code, reason));
+                            return Ok(());
                         }
                     },
                     event = socket.recv_json() => match event {

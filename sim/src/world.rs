@@ -118,6 +118,8 @@ pub enum Expectation {
         pointer: String,
         value: serde_json::Value,
     },
+    /// It was answered with a body holding every line of `lines` (a `/metrics` page, say).
+    BodyLines { path: String, lines: Vec<String> },
     /// It got no answer: the connection was refused (nothing listening) or timed out.
     Unreachable { path: String },
 }
@@ -127,6 +129,7 @@ impl Expectation {
         match self {
             Expectation::Status { path, .. }
             | Expectation::BodyJson { path, .. }
+            | Expectation::BodyLines { path, .. }
             | Expectation::Unreachable { path } => path,
         }
     }
@@ -141,6 +144,9 @@ impl std::fmt::Display for Expectation {
                 pointer,
                 value,
             } => write!(f, "GET {path} answered JSON with {pointer} = {value}"),
+            Expectation::BodyLines { path, lines } => {
+                write!(f, "GET {path} answered a body with the lines {lines:?}")
+            }
             Expectation::Unreachable { path } => write!(f, "GET {path} got no answer"),
         }
     }
@@ -950,9 +956,16 @@ impl World {
                 self.expectation_failed(expectation, format!("no GET {path} has completed"))
             );
         };
-        let seen = match &done.outcome {
-            Outcome::Response { status, body } => format!("answered {status} {body}"),
-            Outcome::Failed(f) => format!("failed: {f:?}"),
+        let seen = match (&done.outcome, expectation) {
+            // A page of lines: only those of the metrics or keys asked about.
+            (Outcome::Response { status, body }, Expectation::BodyLines { lines, .. }) => {
+                let key = |l: &str| l.split([' ', '{']).next().unwrap_or("").to_owned();
+                let keys: Vec<String> = lines.iter().map(|l| key(l)).collect();
+                let related: Vec<&str> = body.lines().filter(|l| keys.contains(&key(l))).collect();
+                format!("answered {status} with, of those names: {related:?}")
+            }
+            (Outcome::Response { status, body }, _) => format!("answered {status} {body}"),
+            (Outcome::Failed(f), _) => format!("failed: {f:?}"),
         };
         let actual = format!(
             "GET {path} (request {request} from {} at {} ms) {seen}",
@@ -967,6 +980,9 @@ impl World {
                     .ok()
                     .and_then(|json| json.pointer(pointer).cloned())
                     .is_some_and(|found| &found == value)
+            }
+            (Expectation::BodyLines { lines, .. }, Outcome::Response { body, .. }) => {
+                lines.iter().all(|line| body.lines().any(|l| l == line))
             }
             (Expectation::Unreachable { .. }, Outcome::Failed(f)) => {
                 matches!(f, Failure::Refused | Failure::TimedOut)
@@ -1176,7 +1192,15 @@ async fn perform(host: String, command: Command, recorder: Recorder, outcomes: O
             request,
             path: path.clone(),
             status: *status,
-            body: body.clone(),
+            body: if path == "/metrics" {
+                // The exporter keeps a family's series in a hash map: their order is not part of
+                // what the page says, so the trace records its lines sorted.
+                let mut lines: Vec<&str> = body.lines().collect();
+                lines.sort_unstable();
+                lines.join("\n")
+            } else {
+                body.clone()
+            },
         },
         Outcome::Failed(failure) => Event::RequestFailed {
             request,

@@ -270,12 +270,33 @@ impl SignIns {
             .cloned()
     }
 
+    /// The logins this process holds that have expired at `now_ms`, in id order.
+    pub fn expired(&self, now_ms: UnixMillis) -> Vec<Arc<LiveLogin>> {
+        self.lock()
+            .values()
+            .filter(|l| now_ms >= l.expires_at_ms)
+            .cloned()
+            .collect()
+    }
+
+    /// When the first login this process holds expires, if it holds any.
+    pub fn next_expiry(&self) -> Option<UnixMillis> {
+        self.lock().values().map(|l| l.expires_at_ms).min()
+    }
+
+    /// How many logins this process holds.
+    pub fn live_count(&self) -> usize {
+        self.lock().len()
+    }
+
     /// The first half of ending a login: this process forgets it at once (so nothing new binds
-    /// to it), sockets opened with it hear of it, and admission forgets its token.
-    pub fn forget_ended(&self, live: &LiveLogin) {
-        self.lock().remove(&live.id);
+    /// to it), sockets opened with it hear of it, and admission forgets its token. False if
+    /// it was already forgotten (another path ended it first).
+    pub fn forget_ended(&self, live: &LiveLogin) -> bool {
+        let held = self.lock().remove(&live.id).is_some();
         let _ = self.ended.send(live.id);
         self.admission.invalidate(live.github_token());
+        held
     }
 
     /// The second half: a sign-out is recorded in the store and the sealed credential deleted

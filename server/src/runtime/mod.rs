@@ -2,8 +2,9 @@
 //! logic, gathered in one place so the simulator can swap each one.
 //!
 //! Owns: [`Runtime`] (the wall clock, the source of randomness, the outbound connector),
-//! [`shutdown::Shutdown`] (the one shutdown signal and the tracker that owns every spawned task)
-//! and [`lease`] (the database-wide writer lease a serving process holds).
+//! [`shutdown::Shutdown`] (the one shutdown signal and the tracker that owns every spawned task),
+//! [`lease`] (the database-wide writer lease a serving process holds) and [`gates::Gates`] (keyed
+//! async locks that are forgotten once nobody holds or waits for them).
 //! Does not own: timers and deadlines, which use `tokio::time` directly (turmoil drives it), or
 //! storage (the `chopin-store` crate).
 //!
@@ -13,6 +14,7 @@
 pub mod clock;
 pub mod connector;
 pub mod entropy;
+pub mod gates;
 pub mod lease;
 pub mod shutdown;
 

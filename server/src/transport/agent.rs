@@ -40,7 +40,9 @@ use crate::identity::github::GitHubError;
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
 use crate::metrics::{Metrics, SocketKind};
 use crate::observe::PlannerEvent;
-use crate::planner::{Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal};
+use crate::planner::{
+    Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal, RevocationWatch,
+};
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Document, OwnershipStore};
 
@@ -279,7 +281,8 @@ impl Link {
             commands,
             features: features.clone(),
         };
-        let bound = planners.attach(doc.id, &live, revocations, handle).await;
+        let bound = planners.attach(doc.id, &live, &revocations, handle).await;
+        drop(revocations);
         if let Some(hold) = self.hold.take() {
             planners.drop_hold(hold).await;
         }
@@ -327,7 +330,7 @@ impl Link {
     async fn check_attach(
         &mut self,
         locator: &str,
-    ) -> Result<(Document, Arc<LiveLogin>, u64), Refusal> {
+    ) -> Result<(Document, Arc<LiveLogin>, RevocationWatch), Refusal> {
         let shown: String = locator.chars().take(120).collect();
         let shown = if shown.len() < locator.len() {
             format!("{shown}…")

@@ -16,10 +16,12 @@ use serde_json::json;
 use super::{Routes, Table};
 use crate::chat::Chat;
 use crate::content::OpenDocuments;
+use crate::identity::sign_ins::SignIns;
 use crate::metrics::{Metrics, Snapshot};
 use crate::planner::Planners;
 use crate::runtime::lease::LeaseWatch;
 use crate::store::Store;
+use crate::transcript::Transcript;
 use crate::turns::Turns;
 
 /// What the probes and the metrics page read.
@@ -32,6 +34,8 @@ pub struct HealthDeps {
     pub open: Arc<OpenDocuments>,
     pub chat: Arc<Chat>,
     pub turns: Arc<Turns>,
+    pub transcript: Arc<Transcript>,
+    pub sign_ins: Arc<SignIns>,
 }
 
 pub fn routes(deps: HealthDeps) -> Routes {
@@ -42,6 +46,21 @@ pub fn routes(deps: HealthDeps) -> Routes {
         .with_state(deps)
 }
 
+/// How many entries each per-document or per-login map holds now.
+fn state_entries(deps: &HealthDeps) -> Vec<(&'static str, usize)> {
+    let planner = deps.planners.sizes();
+    let (chat_channels, chat_gates) = deps.transcript.sizes();
+    vec![
+        ("planner_slots", planner.slots),
+        ("planner_gates", planner.gates),
+        ("planner_revocation_watches", planner.revocation_watches),
+        ("planner_rooms", planner.rooms),
+        ("chat_channels", chat_channels),
+        ("chat_gates", chat_gates),
+        ("logins", deps.sign_ins.live_count()),
+    ]
+}
+
 /// The metrics in Prometheus' text format.
 async fn metrics(State(deps): State<HealthDeps>) -> impl IntoResponse {
     let page = deps.metrics.render(Snapshot {
@@ -49,6 +68,7 @@ async fn metrics(State(deps): State<HealthDeps>) -> impl IntoResponse {
         documents_open: deps.open.count(),
         chat_sends_in_flight: deps.chat.in_flight(),
         turns_running: deps.turns.running_count(),
+        state_entries: state_entries(&deps),
     });
     (
         [(
