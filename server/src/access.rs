@@ -19,7 +19,7 @@ use http::{header, HeaderMap, StatusCode};
 use uuid::Uuid;
 
 use crate::error::ApiError;
-use crate::identity::admission::Admission;
+use crate::identity::admission::{Admission, AdmissionError};
 use crate::identity::github::{GitHubError, RepoAccess};
 use crate::identity::sign_ins::{LiveLogin, SignIns};
 use crate::runtime::SharedClock;
@@ -55,6 +55,21 @@ pub struct Reader {
     pub login: Arc<LiveLogin>,
     pub document: Document,
     pub can_write: bool,
+}
+
+/// What a document socket's periodic recheck found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Recheck {
+    /// Still a reader; `can_write` says whether it may still (or now) write.
+    Reader { can_write: bool },
+    /// GitHub or storage could not answer: nothing changes until the next recheck.
+    Unanswered,
+    /// The document was archived (or is gone).
+    Archived,
+    /// GitHub no longer accepts the sign-in's token.
+    SignInGone,
+    /// Admission or read access is gone; the words say which.
+    Revoked(String),
 }
 
 /// The bearer token of `Authorization: Bearer <token>`, if given.
@@ -265,6 +280,39 @@ impl Access {
             document,
             can_write,
         })
+    }
+}
+
+impl Access {
+    /// A document socket's periodic recheck (on the agent links' cadence, through the same
+    /// caches): the document is still there and not archived, the login still admitted, and
+    /// its repository access now.
+    pub async fn recheck_reader(&self, login: &LiveLogin, document: &Document) -> Recheck {
+        match self.documents.document(document.id).await {
+            Ok(Some(doc)) if !doc.archived => {}
+            Ok(_) => return Recheck::Archived,
+            Err(_) => return Recheck::Unanswered,
+        }
+        let token = login.github_token();
+        match self.admission.check(token).await {
+            Ok(_) | Err(AdmissionError::Unavailable) => {}
+            Err(AdmissionError::BadCredentials) => return Recheck::SignInGone,
+            Err(e) => return Recheck::Revoked(e.to_string()),
+        }
+        match self
+            .repo_access(token, &document.repo_owner, &document.repo_name)
+            .await
+        {
+            Ok(Some(a)) if a.pull || a.can_write() => Recheck::Reader {
+                can_write: a.can_write(),
+            },
+            Ok(_) => Recheck::Revoked(format!(
+                "@{} can no longer read {}/{}, so this document is closed.",
+                login.account.login, document.repo_owner, document.repo_name
+            )),
+            Err(GitHubError::BadCredentials) => Recheck::SignInGone,
+            Err(GitHubError::Unavailable(_)) => Recheck::Unanswered,
+        }
     }
 }
 

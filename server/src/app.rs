@@ -256,6 +256,7 @@ impl App {
             turns: self.turns.clone(),
             shutdown: self.shutdown.clone(),
             metrics: self.metrics.clone(),
+            access_recheck_ms: self.config.access_recheck_ms,
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),
@@ -263,6 +264,7 @@ impl App {
             open: self.open.clone(),
             shutdown: self.shutdown.clone(),
             metrics: self.metrics.clone(),
+            access_recheck_ms: self.config.access_recheck_ms,
         }))
         .merge(transport::agent::routes(AgentDeps {
             access: self.access.clone(),

@@ -444,6 +444,12 @@ impl World {
     /// Starts a browser actor `name` in the room of document `document_id`, signed in with
     /// `cookie`; it records every JSON message it hears.
     pub fn browser(&mut self, name: &str, cookie: &str, document_id: &str) -> Browser {
+        self.browser_at(name, cookie, &format!("/api/documents/{document_id}/room"))
+    }
+
+    /// A browser actor on the socket at `path` (the room, or the y-websocket endpoint
+    /// `/api/yjs/{id}`, whose frames are all binary).
+    pub fn browser_at(&mut self, name: &str, cookie: &str, path: &str) -> Browser {
         let log = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(Mutex::new(None));
         let (commands, mut rx) = mpsc::unbounded_channel();
@@ -453,7 +459,7 @@ impl World {
             closed: closed.clone(),
             commands,
         };
-        let path = format!("/api/documents/{document_id}/room");
+        let path = path.to_owned();
         let (cookie, recorder, host) = (cookie.to_owned(), self.recorder(), name.to_owned());
         self.spawn(name, async move {
             let stream = turmoil::net::TcpStream::connect((SERVER_HOST, SERVER_PORT)).await?;

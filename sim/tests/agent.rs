@@ -336,10 +336,11 @@ fn ac_18_access_revoked_at_github_closes_the_link_at_the_next_recheck() {
         mut world,
         doc,
         mona,
-        mona_cookie,
+        lisa_cookie,
         ..
     } = setup(14);
-    let room = world.browser("room", &mona_cookie, &doc.to_string());
+    // lisa watches the room (mona's own room socket closes at its recheck: she lost read access).
+    let room = world.browser("room", &lisa_cookie, &doc.to_string());
     let from = world.now_ms();
     let (agent, _) = attach(&mut world, "mona-1", &mona, doc);
     let (attached_at, _) =

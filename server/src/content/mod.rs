@@ -120,9 +120,19 @@ pub struct OpenDocument {
     /// The latest awareness state of each Yjs client, by the socket that reported it: a socket
     /// that joins is told everyone present, and a socket that leaves takes its clients along.
     awareness: Mutex<BTreeMap<u64, BTreeMap<ClientID, AwarenessUpdateEntry>>>,
+    /// Set once the document is archived: its sockets close.
+    archived: tokio::sync::watch::Sender<bool>,
 }
 
 impl OpenDocument {
+    /// Resolves once the document has been archived (at once if it already was while open).
+    /// Cancel-safe; use it in `select!`.
+    pub async fn archived(&self) {
+        let mut archived = self.archived.subscribe();
+        // Only an error if the sender is gone, and this copy holds it.
+        let _ = archived.wait_for(|archived| *archived).await;
+    }
+
     /// Frames relayed to this document's sockets from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Relay> {
         self.relay.subscribe()
@@ -485,6 +495,17 @@ impl OpenDocuments {
         self.skipped_entries.load(Ordering::SeqCst)
     }
 
+    /// `document_id` was archived: its sockets are told, if it is open here.
+    pub fn archived(&self, document_id: Uuid) {
+        let open = self
+            .lock()
+            .get(&document_id)
+            .and_then(|s| s.cell.get().cloned());
+        if let Some(open) = open {
+            open.archived.send_replace(true);
+        }
+    }
+
     /// Whether `document_id` is loaded in this process.
     pub fn is_open(&self, document_id: Uuid) -> bool {
         self.lock()
@@ -560,6 +581,7 @@ impl OpenDocuments {
             }),
             relay: broadcast::channel(RELAY_BACKLOG).0,
             awareness: Mutex::default(),
+            archived: tokio::sync::watch::channel(false).0,
         }))
     }
 

@@ -156,7 +156,7 @@ struct SetArchived {
 }
 
 /// `POST /api/documents/{id}/archive` `{archived}`: a writer archives or restores a document.
-/// Archiving ends an attached Planner's link (4404).
+/// Archiving ends an attached Planner's link and closes the document's open sockets (4404).
 async fn archive(
     State(deps): State<DocumentsDeps>,
     Path(id): Path<String>,
@@ -168,6 +168,7 @@ async fn archive(
     let doc = deps.writable(&caller, &id).await?;
     let doc = deps.documents.set_archived(doc.id, input.archived).await?;
     if input.archived {
+        deps.open.archived(doc.id);
         deps.planners.archived(doc.id).await;
     }
     Ok(Json(document_json(&doc)))

@@ -3,7 +3,10 @@
 //! Owns: the socket's life — the upgrade (a live cookie session, this server's Origin, read
 //! access to the document's repository, all checked before it by [`Access::browser_reader`]),
 //! `session:hello`, then `session:planner` right after it and again on every change of the
-//! document's Planner (PRES-01, PRES-02), the Yjs sync and awareness frames, the Chat frames.
+//! document's Planner (PRES-01, PRES-02), the Yjs sync and awareness frames, the Chat frames;
+//! the periodic recheck of the reader's access (`AGENT_ACCESS_RECHECK_MS`, through the admission
+//! caches: read gone closes 4403, push gone makes it a reader's and says `session:access`), and
+//! closing when the sign-in ends (4401) or the document is archived (4404).
 //! Does not own: what the presence says ([`crate::planner::Presence`]), the document's content
 //! ([`crate::content`]), or Chat's rules ([`crate::chat`], [`crate::transcript`]).
 //!
@@ -24,15 +27,15 @@ use futures::StreamExt;
 use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::socket::{self, Due, Liveness, Outbox, SILENCE_BOUND};
+use super::socket::{self, Due, Liveness, Outbox, Rechecks, SILENCE_BOUND};
 use super::yjs;
 use super::{Routes, Table};
-use crate::access::Access;
+use crate::access::{Access, Recheck};
 use crate::chat::{self, Chat};
 use crate::content::{Membership, OpenDocument, OpenDocuments};
 use crate::documents::{self, document_json};
 use crate::error::ApiError;
-use crate::identity::sign_ins::SignIns;
+use crate::identity::sign_ins::{LiveLogin, SignIns};
 use crate::metrics::{Metrics, SocketKind};
 use crate::planner::{Planners, Presence};
 use crate::runtime::Shutdown;
@@ -53,6 +56,8 @@ pub struct RoomDeps {
     /// The process's stop: every room socket is closed 1001.
     pub shutdown: Shutdown,
     pub metrics: Arc<Metrics>,
+    /// How often an open socket's access is checked again (`AGENT_ACCESS_RECHECK_MS`).
+    pub access_recheck_ms: u64,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -60,6 +65,12 @@ pub fn routes(deps: RoomDeps) -> Routes {
         .get("/api/documents/{id}/room", endpoint)
         .with_state(deps)
 }
+
+/// The `error` frame and close reason when the document is archived under an open socket.
+const ARCHIVED: (&str, &str) = (
+    "document-not-found",
+    "This document was archived, which closes it; a writer can restore it.",
+);
 
 /// The close code when the server stops (RFC 6455 "going away").
 const GOING_AWAY: u16 = 1001;
@@ -102,6 +113,7 @@ async fn endpoint(
     let live = reader.login;
     let can_write = reader.can_write;
     let login = live.account.login.clone();
+    let login_id = live.id;
     socket::tune(upgrade, ROOM_FRAME_LIMIT).on_upgrade(move |socket| {
         let shutdown = deps.shutdown.clone();
         shutdown.track(run(
@@ -110,7 +122,8 @@ async fn endpoint(
             doc,
             Member {
                 login,
-                login_id: live.id,
+                login_id,
+                live,
                 can_write,
                 membership,
             },
@@ -130,6 +143,7 @@ fn planner_frame(presence: &Presence) -> WsMessage {
 struct Member {
     login: String,
     login_id: uuid::Uuid,
+    live: Arc<LiveLogin>,
     can_write: bool,
     membership: Membership,
 }
@@ -170,7 +184,7 @@ async fn session(
         document: doc.id,
         url: documents::canonical_url(doc),
     };
-    let sender = chat::Sender {
+    let mut sender = chat::Sender {
         login: member.login.clone(),
         can_write: member.can_write,
     };
@@ -191,6 +205,7 @@ async fn session(
     let stopping = deps.shutdown.stopping();
     let writer_ended = out.ended();
     let mut liveness = Liveness::new();
+    let mut rechecks = Rechecks::every(deps.access_recheck_ms);
     tokio::pin!(stopping, writer_ended);
     loop {
         tokio::select! {
@@ -198,6 +213,34 @@ async fn session(
                 let _ = out.close(GOING_AWAY, "going-away");
                 return;
             }
+            () = room.archived() => {
+                let _ = out.send(error_frame(ARCHIVED.0, ARCHIVED.1));
+                let _ = out.close(4404, ARCHIVED.0);
+                return;
+            }
+            () = rechecks.tick() => match deps.access.recheck_reader(&member.live, doc).await {
+                Recheck::Reader { can_write } if can_write != sender.can_write => {
+                    sender.can_write = can_write;
+                    push!(out, json_frame(&json!({ "type": "session:access", "canWrite": can_write })));
+                }
+                Recheck::Reader { .. } | Recheck::Unanswered => {}
+                Recheck::Archived => {
+                    let _ = out.send(error_frame(ARCHIVED.0, ARCHIVED.1));
+                    let _ = out.close(4404, ARCHIVED.0);
+                    return;
+                }
+                Recheck::SignInGone => {
+                    let _ = out.send(error_frame("sign-in-required", "GitHub no longer accepts your sign-in; sign in again to open this document."));
+                    let _ = out.close(4401, "sign-in-required");
+                    return;
+                }
+                Recheck::Revoked(why) => {
+                    tracing::info!(login = %member.login, document = %doc.id, "a room socket's access is gone; closing it");
+                    let _ = out.send(error_frame("access-revoked", &why));
+                    let _ = out.close(4403, "access-revoked");
+                    return;
+                }
+            },
             // The writer ended: the connection failed, or the browser read nothing for the
             // write bound (a slow consumer).
             () = &mut writer_ended => return,
@@ -269,7 +312,7 @@ async fn session(
                                 },
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
-                            Some("planner:stop") if member.can_write => {
+                            Some("planner:stop") if sender.can_write => {
                                 let stopped = deps.turns.stop(doc.id);
                                 json_frame(&json!({ "type": "planner:stopped", "stopped": stopped }))
                             }
@@ -283,7 +326,7 @@ async fn session(
                         push!(out, reply);
                     }
                     WsMessage::Binary(bytes) => {
-                        match yjs::frame(room, me, member.can_write, &bytes).await {
+                        match yjs::frame(room, me, sender.can_write, &bytes).await {
                             yjs::Answer::None => {}
                             yjs::Answer::Binary(reply) => push!(out, WsMessage::Binary(reply.into())),
                             yjs::Answer::Refused { code, message } => push!(out, error_frame(code, &message)),

@@ -64,6 +64,27 @@ pub const PING_EVERY: Duration = Duration::from_secs(30);
 /// A socket that answers nothing (no frame, no pong) for this long is gone: it is closed.
 pub const SILENCE_BOUND: Duration = Duration::from_secs(90);
 
+/// When an open document socket's access is checked again: every period from the socket's
+/// start (the first check one period after it opened).
+pub struct Rechecks {
+    interval: tokio::time::Interval,
+}
+
+impl Rechecks {
+    pub fn every(ms: u64) -> Self {
+        let period = Duration::from_millis(ms.max(1));
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        interval.reset();
+        Rechecks { interval }
+    }
+
+    /// Resolves when the next check is due. Cancel-safe.
+    pub async fn tick(&mut self) {
+        self.interval.tick().await;
+    }
+}
+
 /// When a socket is pinged, and when it counts as gone: pings every [`PING_EVERY`], gone after
 /// [`SILENCE_BOUND`] without a frame of any kind (pongs included).
 pub struct Liveness {

@@ -11,7 +11,8 @@
 //! answers to an awareness query, a reader's update refused with y-protocols' auth message
 //! (`permission-denied`), and refusals made *after* the upgrade as 44xx close codes, which the
 //! provider takes as final and stops retrying (4401 not signed in, 4403 foreign origin,
-//! 4404 no such document); a passing trouble closes 1013 so it retries.
+//! 4404 no such document); a passing trouble closes 1013 so it retries. An open socket is
+//! rechecked like the room's (4403 access gone, 4401 sign-in gone, 4404 archived).
 //! Does not own: who may read or write (`Access::browser_reader`), the document's content
 //! ([`crate::content`]), or presence and Chat (the JSON room socket, [`super::room`]).
 
@@ -28,9 +29,9 @@ use yrs::sync::{Message, SyncMessage};
 use yrs::updates::decoder::Decode;
 use yrs::updates::encoder::Encode;
 
-use super::socket::{self, Due, Liveness, Outbox};
+use super::socket::{self, Due, Liveness, Outbox, Rechecks};
 use super::{Routes, Table};
-use crate::access::{Access, Reader};
+use crate::access::{Access, Reader, Recheck};
 use crate::content::{
     guard, write_var_uint, OpenDocument, OpenDocuments, UpdateError, AWARENESS_CLIENTS_PER_SOCKET,
 };
@@ -188,6 +189,8 @@ pub struct YjsDeps {
     pub open: Arc<OpenDocuments>,
     pub shutdown: Shutdown,
     pub metrics: Arc<Metrics>,
+    /// How often an open socket's access is checked again (`AGENT_ACCESS_RECHECK_MS`).
+    pub access_recheck_ms: u64,
 }
 
 pub fn routes(deps: YjsDeps) -> Routes {
@@ -260,6 +263,7 @@ async fn run(
     let me = membership.connection;
     let mut relayed = document.subscribe();
     let mut signed_in = deps.sign_ins.watch(reader.login.id);
+    let mut can_write = reader.can_write;
     let mut told_read_only = false;
     for frame in greeting(document).await {
         if out.send(WsMessage::Binary(frame.into())).is_err() {
@@ -269,6 +273,7 @@ async fn run(
     let stopping = deps.shutdown.stopping();
     let writer_ended = out.ended();
     let mut liveness = Liveness::new();
+    let mut rechecks = Rechecks::every(deps.access_recheck_ms);
     tokio::pin!(stopping, writer_ended);
     loop {
         let next = tokio::select! {
@@ -276,6 +281,33 @@ async fn run(
                 let _ = out.close(1001, "going-away");
                 return;
             }
+            () = document.archived() => {
+                let _ = out.close(4404, "document-not-found");
+                return;
+            }
+            () = rechecks.tick() => match deps.access.recheck_reader(&reader.login, &reader.document).await {
+                Recheck::Reader { can_write: now } => {
+                    if now != can_write {
+                        can_write = now;
+                        // A writer again is told again if it loses write access later.
+                        told_read_only = false;
+                    }
+                    None
+                }
+                Recheck::Unanswered => None,
+                Recheck::Archived => {
+                    let _ = out.close(4404, "document-not-found");
+                    return;
+                }
+                Recheck::SignInGone => {
+                    let _ = out.close(4401, "sign-in-required");
+                    return;
+                }
+                Recheck::Revoked(_) => {
+                    let _ = out.close(4403, "access-revoked");
+                    return;
+                }
+            },
             () = &mut writer_ended => return,
             () = liveness.tick() => match liveness.due() {
                 Due::Ping => Some(WsMessage::Ping(Default::default())),
@@ -301,7 +333,7 @@ async fn run(
                 liveness.heard();
                 match message {
                     WsMessage::Binary(bytes) => {
-                        match frame(document, me, reader.can_write, &bytes).await {
+                        match frame(document, me, can_write, &bytes).await {
                             Answer::None => None,
                             Answer::Binary(reply) => Some(WsMessage::Binary(reply.into())),
                             Answer::Refused { code: "read-only", message } if !told_read_only => {
