@@ -6,8 +6,9 @@
 //! actor (connect, attach on command — with features, answer pings while reading, detach, close,
 //! go silent — and play queued [`TurnScript`]s against the server's `start`/`turn` frames, logging
 //! every server frame it receives and every frame it sends); the browser actor (room socket,
-//! every JSON message it hears, `chat:send` on command). Does not own: the wire clients
-//! themselves (`chopin_fixtures::agent`, `chopin_fixtures::browser`) or the server.
+//! every JSON message it hears, `chat:send`, any other JSON or binary frame, and leaving on
+//! command). Does not own: the wire clients themselves (`chopin_fixtures::agent`,
+//! `chopin_fixtures::browser`) or the server.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::pin::Pin;
@@ -317,6 +318,7 @@ pub struct Heard {
 enum BrowserCommand {
     SendChat { request_id: String, text: String },
     SendBinary { frame: Vec<u8> },
+    SendJson { frame: Value },
     Leave,
 }
 
@@ -345,6 +347,14 @@ impl Browser {
     /// update or an awareness update.
     pub fn send_binary(&self, frame: Vec<u8>) {
         let _ = self.commands.send(BrowserCommand::SendBinary { frame });
+    }
+
+    /// Sends `frame` as a JSON text frame on the room socket at the actor's next turn: any room
+    /// message (`chat:history`, `chat:wake`, …), heard back like everything else. The socket
+    /// answers frames in the order they came, so the answer to a request sent after a Yjs
+    /// update also says that update was taken (or refused: the `error` comes first).
+    pub fn send_json(&self, frame: Value) {
+        let _ = self.commands.send(BrowserCommand::SendJson { frame });
     }
 
     /// Leaves the room as a closed tab does (close 1000) at the actor's next turn.
@@ -489,6 +499,12 @@ impl World {
                                     what: format!("sent {frame}"),
                                 },
                             );
+                            if socket.send_json(&frame).await.is_err() {
+                                return Ok(());
+                            }
+                        }
+                        Some(BrowserCommand::SendJson { frame }) => {
+                            recorder.record_in_host(&host, Event::Actor { what: format!("sent {frame}") });
                             if socket.send_json(&frame).await.is_err() {
                                 return Ok(());
                             }
