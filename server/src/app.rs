@@ -254,6 +254,7 @@ impl App {
             transcript: self.transcript.clone(),
             chat: self.chat.clone(),
             turns: self.turns.clone(),
+            children: self.children.clone(),
             shutdown: self.shutdown.clone(),
             metrics: self.metrics.clone(),
             access_recheck_ms: self.config.access_recheck_ms,

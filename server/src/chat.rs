@@ -27,7 +27,7 @@ use crate::runtime::SharedClock;
 use crate::store::{NewTranscriptEntry, UnixMillis};
 pub use crate::transcript::Malformed;
 use crate::transcript::Transcript;
-use crate::turns::{Accepted, PlannerRequest, Refused, Turns};
+use crate::turns::{Accepted, Focus, PlannerRequest, Refused, Turns};
 
 /// The longest Chat message, in characters (Unicode scalar values).
 pub const MESSAGE_MAX_CHARS: usize = 20_000;
@@ -88,7 +88,7 @@ impl SendReply {
         serde_json::to_value(self).unwrap_or(Value::Null)
     }
 
-    fn refused(request_id: &str, code: &str, message: impl Into<String>) -> Self {
+    pub fn refused(request_id: &str, code: &str, message: impl Into<String>) -> Self {
         SendReply::Refused {
             request_id: request_id.to_owned(),
             code: code.to_owned(),
@@ -152,12 +152,15 @@ pub struct Sender {
     pub can_write: bool,
 }
 
-/// The document a message is sent in.
+/// The Chat a message is sent in: a root document's. A child document has no Chat of its own;
+/// its room sends to its root's, with the child as the message's focus (ISO-25).
 #[derive(Debug, Clone)]
 pub struct Place {
     pub document: Uuid,
     /// Its canonical URL (the refusal words name it, UNA-04).
     pub url: String,
+    /// The child document the message was sent from, if any.
+    pub focus: Option<Focus>,
 }
 
 /// Whether `text` mentions `@chopin` as a word, in any case: `@chopin`, `@Chopin,` and
@@ -390,6 +393,7 @@ impl Chat {
                     document_url: place.url.clone(),
                     from_login: sender.login.clone(),
                     text: request.text.clone(),
+                    focus: place.focus.clone(),
                 })
                 .await;
             match asked {
@@ -399,6 +403,21 @@ impl Chat {
         } else {
             None
         };
+        // The root's transcript says which child a message to the Planner came from (ISO-25).
+        if let (Some(_), Some(focus)) = (&planner, &place.focus) {
+            let notice = NewTranscriptEntry {
+                author_login: None,
+                kind: "system".into(),
+                body: format!(
+                    "@{} wrote to chopin from the child document {}.",
+                    sender.login, focus.url
+                ),
+                created_at_ms: self.clock.now_ms(),
+            };
+            if let Err(e) = self.transcript.append_gated(place.document, &notice).await {
+                tracing::error!(error = %e, document = %place.document, "chat: the notice naming a child could not be saved");
+            }
+        }
         let entry = NewTranscriptEntry {
             author_login: Some(sender.login.clone()),
             kind: "member".into(),

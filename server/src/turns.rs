@@ -38,6 +38,31 @@ pub struct PlannerRequest {
     /// GitHub login of the sender.
     pub from_login: String,
     pub text: String,
+    /// Sent from a child document's room (ISO-25): the child, the focus of the message.
+    pub focus: Option<Focus>,
+}
+
+/// The child document a message was sent from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Focus {
+    pub document: Uuid,
+    /// The child's canonical URL (under its root's).
+    pub url: String,
+}
+
+impl PlannerRequest {
+    /// The message as the Planner reads it: `@login: text`, after a line naming the child
+    /// document it came from when it has a focus.
+    fn words(&self) -> String {
+        let said = format!("@{}: {}", self.from_login, self.text);
+        match &self.focus {
+            Some(focus) => format!(
+                "(sent from the child document {}, the focus of this message)\n{said}",
+                focus.url
+            ),
+            None => said,
+        }
+    }
 }
 
 /// What became of an accepted request.
@@ -198,7 +223,7 @@ impl Turns {
             tracing::error!(error = %e, "the configured harness is not in the registry");
             Refused::NotAttached(e.to_string())
         })?;
-        let words = format!("@{}: {}", request.from_login, request.text);
+        let words = request.words();
         let control = {
             let mut running = self.lock();
             if let Some(turn) = running.get(&request.document) {

@@ -87,6 +87,7 @@ impl World {
             place: Place {
                 document: id,
                 url: "/documents/octo/plans/chat".into(),
+                focus: None,
             },
             _dir: dir,
         }
@@ -657,6 +658,7 @@ mod attached {
         let place = Place {
             document: doc,
             url: "/documents/octo/plans/notes".into(),
+            focus: None,
         };
         let mut feed = state.transcript.subscribe(doc);
         let say = |id: &'static str, text: &'static str| {

@@ -30,6 +30,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         document_url: DOC_URL.into(),
         from_login: "mona".into(),
         text: text.into(),
+        focus: None,
     }
 }
 

@@ -91,6 +91,17 @@ impl Children {
         Ok((root, doc))
     }
 
+    /// The root of child `child_id` and the child, both read again now: the child is live and
+    /// still names a live root in its own repository (ISO-25 asks this before every message a
+    /// child's room sends to its root's Chat).
+    pub async fn of_root(&self, child_id: Uuid) -> Result<(Document, Document), ChildError> {
+        let child = self.store.document(child_id).await?;
+        let Some(root_id) = child.and_then(|c| c.parent_id) else {
+            return Err(ChildError::NotAChild(child_id.to_string()));
+        };
+        self.root_and_child(root_id, &child_id.to_string()).await
+    }
+
     /// `list_children`: the root's children that are not archived, oldest first.
     pub async fn list_children(&self, root_id: Uuid) -> Result<Value, ChildError> {
         let root = self.root(root_id).await?;

@@ -33,6 +33,7 @@ use super::{Routes, Table};
 use crate::access::{Access, Recheck};
 use crate::chat::{self, Chat};
 use crate::content::{Membership, OpenDocument, OpenDocuments};
+use crate::documents::children::{child_url, ChildError, Children};
 use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::{LiveLogin, SignIns};
@@ -41,7 +42,7 @@ use crate::planner::{Planners, Presence};
 use crate::runtime::Shutdown;
 use crate::store::Document;
 use crate::transcript::{FeedEvent, HistoryQuery, Transcript};
-use crate::turns::Turns;
+use crate::turns::{Focus, Turns};
 
 /// What the room socket uses.
 #[derive(Clone)]
@@ -53,6 +54,8 @@ pub struct RoomDeps {
     pub transcript: Arc<Transcript>,
     pub chat: Arc<Chat>,
     pub turns: Arc<Turns>,
+    /// A child document's root, asked again before each of its room's messages (ISO-25).
+    pub children: Arc<Children>,
     /// The process's stop: every room socket is closed 1001.
     pub shutdown: Shutdown,
     pub metrics: Arc<Metrics>,
@@ -173,16 +176,27 @@ async fn session(
     doc: &Document,
     member: Member,
 ) {
+    // A child document has no Chat and no Planner of its own: its room speaks its root's
+    // (ISO-25; Planner ownership is the root's).
+    let root_id = doc.parent_id.unwrap_or(doc.id);
+    let url = match doc.parent_id {
+        Some(_) => match deps.children.of_root(doc.id).await {
+            Ok((root, child)) => child_url(&root, &child),
+            Err(_) => documents::canonical_url(doc),
+        },
+        None => documents::canonical_url(doc),
+    };
     // Subscribe before reading the current state, so no change falls between the two.
-    let mut changes = deps.planners.subscribe(doc.id);
+    let mut changes = deps.planners.subscribe(root_id);
     let room: &OpenDocument = &member.membership.document;
     let me = member.membership.connection;
     let mut relayed = room.subscribe();
     let mut signed_in = deps.sign_ins.watch(member.login_id);
-    let mut chat_feed = deps.transcript.subscribe(doc.id);
+    let mut chat_feed = deps.transcript.subscribe(root_id);
     let place = chat::Place {
         document: doc.id,
-        url: documents::canonical_url(doc),
+        url: url.clone(),
+        focus: None,
     };
     let mut sender = chat::Sender {
         login: member.login.clone(),
@@ -191,12 +205,12 @@ async fn session(
     let hello = json!({
         "type": "session:hello",
         "document": document_json(doc),
-        "url": documents::canonical_url(doc),
+        "url": url,
         "login": member.login,
         "canWrite": member.can_write,
     });
     push!(out, WsMessage::Text(hello.to_string().into()));
-    push!(out, planner_frame(&deps.planners.presence(doc.id)));
+    push!(out, planner_frame(&deps.planners.presence(root_id)));
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
     for frame in yjs::greeting(room).await {
@@ -269,7 +283,7 @@ async fn session(
             change = changes.recv() => match change {
                 Ok(presence) => push!(out, planner_frame(&presence)),
                 // Fell behind: the latest state is what matters.
-                Err(RecvError::Lagged(_)) => push!(out, planner_frame(&deps.planners.presence(doc.id))),
+                Err(RecvError::Lagged(_)) => push!(out, planner_frame(&deps.planners.presence(root_id))),
                 Err(RecvError::Closed) => return,
             },
             said = chat_feed.recv() => {
@@ -297,13 +311,19 @@ async fn session(
                         let value = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
                         let kind = value.get("type").and_then(Value::as_str);
                         let reply = match kind {
-                            Some("chat:wake") => planner_frame(&deps.planners.presence(doc.id)),
+                            Some("chat:wake") => planner_frame(&deps.planners.presence(root_id)),
                             Some("chat:send") => match chat::SendRequest::from_frame(&value) {
-                                Ok(request) => json_frame(&deps.chat.send(&place, &sender, request).await.frame()),
+                                Ok(request) => {
+                                    let reply = match chat_place(deps, doc, &place, &request.request_id).await {
+                                        Ok(place) => deps.chat.send(&place, &sender, request).await,
+                                        Err(refused) => refused,
+                                    };
+                                    json_frame(&reply.frame())
+                                }
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
                             Some("chat:history") => match HistoryQuery::from_frame(&value) {
-                                Ok(query) => match deps.transcript.history(doc.id, &query).await {
+                                Ok(query) => match deps.transcript.history(root_id, &query).await {
                                     Ok(page) => json_frame(&page.frame()),
                                     Err(e) => {
                                         tracing::error!(error = %e, "room: Chat history could not be read");
@@ -313,7 +333,7 @@ async fn session(
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
                             Some("planner:stop") if sender.can_write => {
-                                let stopped = deps.turns.stop(doc.id);
+                                let stopped = deps.turns.stop(root_id);
                                 json_frame(&json!({ "type": "planner:stopped", "stopped": stopped }))
                             }
                             Some("planner:stop") => error_frame(
@@ -341,6 +361,40 @@ async fn session(
                 }
             }
         }
+    }
+}
+
+/// Where a `chat:send` from this room goes: a root's own Chat, or — for a child, whose root is
+/// asked again now (ISO-25) — its root's, with the child as the focus. A child that no longer
+/// names a live root in its repository has no Chat to send to: refused, nothing saved.
+async fn chat_place(
+    deps: &RoomDeps,
+    doc: &Document,
+    own: &chat::Place,
+    request_id: &str,
+) -> Result<chat::Place, chat::SendReply> {
+    if doc.parent_id.is_none() {
+        return Ok(own.clone());
+    }
+    match deps.children.of_root(doc.id).await {
+        Ok((root, child)) => Ok(chat::Place {
+            document: root.id,
+            url: documents::canonical_url(&root),
+            focus: Some(Focus {
+                document: child.id,
+                url: child_url(&root, &child),
+            }),
+        }),
+        Err(ChildError::Storage) => Err(chat::SendReply::refused(
+            request_id,
+            "storage-unavailable",
+            "Your message could not be sent just now; send it again in a moment.",
+        )),
+        Err(_) => Err(chat::SendReply::refused(
+            request_id,
+            "document-not-found",
+            "This document no longer belongs to a live root document, whose Chat a child's messages go to, so your message wasn't sent.",
+        )),
     }
 }
 
