@@ -5,7 +5,11 @@
 //! a browser's session cookie), the `Origin` policy (a present Origin must be this server's; a
 //! browser's state-changing request must carry it), and the repository checks (read = pull,
 //! write = push or admin, asked of GitHub through the admission caches). A document the caller
-//! cannot read answers exactly like a missing one.
+//! cannot read answers exactly like a missing one. Where a request names the repository
+//! (`/…/{owner}/{repo}/…/{slug}`, a `/documents/<owner>/<repo>/<slug>` locator), access to it is
+//! decided from those names *before* the store is read ([`Access::repository_readable`]), so a
+//! caller who cannot read the repository gets the same answer, after the same GitHub call,
+//! whether or not the slug exists.
 //! Does not own: sign-in itself ([`crate::identity`]), what a document is
 //! ([`crate::documents`]), or the wire form of a refusal (the transport renders an
 //! [`ApiError`]).
@@ -210,6 +214,21 @@ impl Access {
             .await
             .map_err(ApiError::github)
     }
+    /// What the caller may do on `owner/repo`, which it must be able to read: decided from the
+    /// names a request gives, before anything of the repository's documents is read, so an
+    /// unreadable repository answers "not found" whatever slug was asked.
+    pub async fn repository_readable(
+        &self,
+        caller: &Caller,
+        owner: &str,
+        repo: &str,
+    ) -> Result<RepoAccess, ApiError> {
+        match self.caller_access(caller, owner, repo).await? {
+            Some(a) if a.pull || a.can_write() => Ok(a),
+            _ => Err(ApiError::not_found()),
+        }
+    }
+
 
     /// The document, if the caller can read its repository; missing and unreadable look alike.
     pub async fn readable(

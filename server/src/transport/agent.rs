@@ -345,6 +345,15 @@ impl Link {
         }
         };
         let locator_parsed = Locator::parse(locator).ok_or_else(not_found)?;
+        if let Locator::Path { owner, repo, .. } = &locator_parsed {
+            // A URL names its repository: access to it is decided before the store is read, so
+            // an account that cannot read the repository learns nothing of which slugs exist.
+            match self.deps.access.repo_access(&self.token, owner, repo).await {
+                Ok(Some(a)) if a.pull || a.can_write() => {}
+                Ok(_) => return Err(not_found()),
+                Err(e) => return Err(github_refusal(e)),
+            }
+        }
         let doc = self
             .deps
             .documents
@@ -386,20 +395,7 @@ impl Link {
             }
             // Unreadable looks like missing.
             Ok(_) => return Err(not_found()),
-            Err(GitHubError::BadCredentials) => {
-                return Err(Refusal {
-                    reason: RefusalReason::AccessRevoked,
-                    message: "GitHub no longer accepts this token.".into(),
-                    holder: None,
-                })
-            }
-            Err(GitHubError::Unavailable(_)) => {
-                return Err(Refusal {
-                    reason: RefusalReason::Unavailable,
-                    message: "GitHub is unavailable, so write access cannot be checked; attach again shortly.".into(),
-                    holder: None,
-                })
-            }
+            Err(e) => return Err(github_refusal(e)),
         }
         let now = self.deps.clock.now_ms();
         let live = self.deps.sign_ins.live_login_of(account_id, now).ok_or_else(|| Refusal {
@@ -702,4 +698,22 @@ enum Incoming {
     Message(ClientMessage),
     Fault(Fault),
     Gone,
+}
+
+/// An attach refused because GitHub could not answer for the attaching token.
+fn github_refusal(error: GitHubError) -> Refusal {
+    match error {
+        GitHubError::BadCredentials => Refusal {
+            reason: RefusalReason::AccessRevoked,
+            message: "GitHub no longer accepts this token.".into(),
+            holder: None,
+        },
+        GitHubError::Unavailable(_) => Refusal {
+            reason: RefusalReason::Unavailable,
+            message:
+                "GitHub is unavailable, so write access cannot be checked; attach again shortly."
+                    .into(),
+            holder: None,
+        },
+    }
 }

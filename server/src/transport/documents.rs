@@ -126,15 +126,23 @@ async fn create(
     Ok((StatusCode::CREATED, Json(document_json(&doc))).into_response())
 }
 
-/// `GET /api/repositories/{owner}/{repo}/documents/{slug}`.
+/// `GET /api/repositories/{owner}/{repo}/documents/{slug}`. Read access to `owner/repo` is
+/// decided before the slug is looked up, so without it a taken slug and a free one answer
+/// alike.
 async fn get_by_slug(
     State(deps): State<DocumentsDeps>,
     Path((owner, repo, slug)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.access.caller(&headers, false).await?;
-    let doc = deps.documents.by_slug(&owner, &repo, &slug).await?;
-    let (doc, _) = deps.access.readable(&caller, doc).await?;
+    deps.access
+        .repository_readable(&caller, &owner, &repo)
+        .await?;
+    let doc = deps
+        .documents
+        .by_slug(&owner, &repo, &slug)
+        .await?
+        .ok_or_else(ApiError::not_found)?;
     Ok(Json(document_json(&doc)))
 }
 
