@@ -202,6 +202,19 @@ impl Access {
     ) -> Result<Option<RepoAccess>, GitHubError> {
         self.admission.repo_access_cached(token, owner, repo).await
     }
+    /// Whether this server's GitHub App installation on `owner` covers `owner/repo` for
+    /// `token`'s account (PERM-06), cached briefly like repository access.
+    pub async fn installation_covers(
+        &self,
+        token: &str,
+        owner: &str,
+        repo: &str,
+    ) -> Result<bool, GitHubError> {
+        self.admission
+            .installation_covers_cached(token, owner, repo)
+            .await
+    }
+
 
     /// What the caller may do on a repository; `None` when it cannot even read it.
     pub async fn caller_access(
@@ -213,6 +226,7 @@ impl Access {
         self.repo_access(caller.token(), owner, repo)
             .await
             .map_err(ApiError::github)
+
     }
     /// What the caller may do on `owner/repo`, which it must be able to read: decided from the
     /// names a request gives, before anything of the repository's documents is read, so an
@@ -228,7 +242,6 @@ impl Access {
             _ => Err(ApiError::not_found()),
         }
     }
-
 
     /// The document, if the caller can read its repository; missing and unreadable look alike.
     pub async fn readable(

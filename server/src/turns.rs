@@ -486,11 +486,11 @@ struct PlannerHost {
 }
 
 impl PlannerHost {
-    /// The rechecks made before every host tool ("Permission checks"): the owner's sign-in is
-    /// still live in this process (not signed out, not expired) at the credential revision the
-    /// turn started with, storage still names the owner at the turn's ownership generation, the
-    /// account is admitted and can still push. (An App installation check comes with GitHub App
-    /// installations.) `Err` with the words of the denial.
+    /// The rechecks made before every host tool ("Permission checks", PERM-01…PERM-06): the
+    /// owner's sign-in is still live in this process (not signed out, not expired) at the
+    /// credential revision the turn started with, storage still names the owner at the turn's
+    /// ownership generation, the account is admitted, can still push, and the GitHub App's
+    /// installation still covers the repository. `Err` with the words of the denial.
     async fn recheck(&self) -> Result<(), String> {
         let d = &self.turns.deps;
         let now = d.clock.now_ms();
@@ -520,12 +520,29 @@ impl PlannerHost {
             .repo_access_cached(token, &doc.repo_owner, &doc.repo_name)
             .await
         {
-            Ok(Some(a)) if a.can_write() => Ok(()),
-            Ok(_) => Err(format!(
-                "@{} can no longer push to {}/{}",
-                self.holder.login, doc.repo_owner, doc.repo_name
+            Ok(Some(a)) if a.can_write() => {}
+            Ok(_) => {
+                return Err(format!(
+                    "@{} can no longer push to {}/{}",
+                    self.holder.login, doc.repo_owner, doc.repo_name
+                ))
+            }
+            Err(e) => return Err(format!("repository access could not be checked: {e}")),
+        }
+        // PERM-06: the GitHub App's installation still covers the repository.
+        match d
+            .admission
+            .installation_covers_cached(token, &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(format!(
+                "this server's GitHub App is no longer installed on {}/{} for @{}",
+                doc.repo_owner, doc.repo_name, self.holder.login
             )),
-            Err(e) => Err(format!("repository access could not be checked: {e}")),
+            Err(e) => Err(format!(
+                "the GitHub App installation's repository access could not be checked: {e}"
+            )),
         }
     }
 }

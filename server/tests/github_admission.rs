@@ -525,3 +525,98 @@ async fn a_401_on_a_repository_recheck_drops_the_cached_admission() {
     );
     assert_eq!(user_lookups(&w.fake), 2);
 }
+
+#[tokio::test]
+async fn perm_06_the_app_installation_covers_a_repository_all_selected_paged_or_not_at_all() {
+    let w = World::new().await;
+    let token = w.user("mona", 1);
+    let other = w.user("hubot", 2);
+    w.fake.add_repo("Acme", "Plans");
+    w.fake.grant("Acme", "Plans", "mona", Permission::Write);
+    // Installed on all of Acme's repositories: one listing of installations, none of
+    // repositories.
+    assert_eq!(
+        w.github.installation_covers(&token, "acme", "PLANS").await,
+        Ok(true)
+    );
+    assert_eq!(w.fake.request_count("/user/installations"), 1);
+    // Someone with no grant there reaches no installation of Acme's.
+    assert_eq!(
+        w.github.installation_covers(&other, "Acme", "Plans").await,
+        Ok(false)
+    );
+
+    // Selected repositories, ours on the third page of 50.
+    // Listed in name order: "Plans" comes after all 120 of these.
+    let mut names: Vec<String> = (0..120).map(|i| format!("a{i:03}")).collect();
+    for name in &names {
+        w.fake.add_repo("Acme", name);
+        w.fake.grant("Acme", name, "mona", Permission::Read);
+    }
+    names.push("Plans".to_owned());
+    let selected: Vec<&str> = names.iter().map(String::as_str).collect();
+    w.fake.select_repositories("Acme", &selected);
+    let before = w.fake.request_count("/user/installations/");
+    assert_eq!(
+        w.github.installation_covers(&token, "Acme", "Plans").await,
+        Ok(true)
+    );
+    assert_eq!(
+        w.fake.request_count("/user/installations/") - before,
+        3,
+        "read page by page until found"
+    );
+    // Not selected, or not installed: not covered; names GitHub could not hold ask nothing.
+    w.fake.select_repositories("Acme", &["a000"]);
+    assert_eq!(
+        w.github.installation_covers(&token, "Acme", "Plans").await,
+        Ok(false)
+    );
+    w.fake.uninstall_app("Acme");
+    assert_eq!(
+        w.github.installation_covers(&token, "Acme", "Plans").await,
+        Ok(false)
+    );
+    let asked = w.fake.requests().len();
+    assert_eq!(
+        w.github.installation_covers(&token, "Acme", "a/b").await,
+        Ok(false)
+    );
+    assert_eq!(w.fake.requests().len(), asked);
+
+    // Cached 30 s per token and repository like the other answers; outages are not cached.
+    w.fake.install_app("Acme");
+    let admission = w.admission(&[], &[]);
+    assert_eq!(
+        admission
+            .installation_covers_cached(&token, "Acme", "Plans")
+            .await,
+        Ok(true)
+    );
+    let asked = w.fake.request_count("/user/installations");
+    w.fake.uninstall_app("Acme");
+    assert_eq!(
+        admission
+            .installation_covers_cached(&token, "acme", "plans")
+            .await,
+        Ok(true)
+    );
+    assert_eq!(w.fake.request_count("/user/installations"), asked);
+    w.clock
+        .advance(chopin_server::identity::admission::INSTALLATION_CACHE_TTL_MS);
+    assert_eq!(
+        admission
+            .installation_covers_cached(&token, "Acme", "Plans")
+            .await,
+        Ok(false)
+    );
+    w.clock
+        .advance(chopin_server::identity::admission::INSTALLATION_CACHE_TTL_MS);
+    w.fake.set_outage(true);
+    let down = admission
+        .installation_covers_cached(&token, "Acme", "Plans")
+        .await
+        .unwrap_err();
+    assert!(matches!(down, GitHubError::Unavailable(_)));
+    assert_hides(&token, &down);
+}

@@ -297,6 +297,105 @@ async fn access_revoked_between_two_host_tool_calls_refuses_the_second() {
     );
 }
 
+/// Forgets the admission caches of mona's browser sign-in token, so the next recheck asks GitHub.
+fn forget_cached_answers(s: &Setup) {
+    use chopin_server::runtime::clock::Clock;
+    let owner = s
+        .state
+        .sign_ins
+        .live_login_of(
+            chopin_server::store::account_id_for_github_user(1001),
+            SystemClock.now_ms(),
+        )
+        .expect("mona's sign-in");
+    s.state.admission.invalidate(owner.github_token());
+}
+
+#[tokio::test]
+async fn perm_06_an_attach_needs_the_app_installation_to_cover_the_repository() {
+    use chopin_fixtures::agent::{connect, Upgrade};
+    let s = setup().await;
+    let try_attach = || async {
+        let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
+        let mut client = connect(stream, &Upgrade::new(s.host.clone(), Some(&s.mona)))
+            .await
+            .unwrap();
+        client.attach(&s.doc.to_string(), &[]).await.unwrap()
+    };
+    // mona can push to octo/plans, but the App's installation on octo covers another
+    // repository only: the Planner could not use octo/plans with her sign-in's token.
+    s.github.select_repositories("octo", &["other"]);
+    let ServerMessage::Refused(refused) = try_attach().await else {
+        panic!("an attach outside the installation must be refused");
+    };
+    assert_eq!(refused.reason.as_str(), "no-write-access", "{refused:?}");
+    assert!(
+        refused
+            .message
+            .contains("GitHub App is not installed on octo/plans"),
+        "{refused:?}"
+    );
+    // Not installed at all: refused the same way.
+    s.github.uninstall_app("octo");
+    forget_cached_answers(&s);
+    assert!(matches!(try_attach().await, ServerMessage::Refused(_)));
+    // Installed with the repository selected: the attach binds.
+    s.github.select_repositories("octo", &["other", "plans"]);
+    forget_cached_answers(&s);
+    let answer = try_attach().await;
+    assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+}
+
+#[tokio::test]
+async fn perm_06_the_app_installation_is_rechecked_before_each_host_tool() {
+    let s = setup().await;
+    let mut client = attached_client(&s, &[]).await;
+    let (session, turn) = go(&s, &mut client).await;
+    let first = call(&mut client, &turn, "c1", "read_plan", json!({})).await;
+    assert_eq!(first["isError"], false, "{first}");
+    assert!(
+        s.github.request_count("/user/installations") > 0,
+        "the installation was asked of GitHub"
+    );
+    // The App's installation on octo now covers another repository only; mona can still push
+    // to octo/plans (PERM-05 holds), but the App may no longer act there.
+    s.github.select_repositories("octo", &["other"]);
+    forget_cached_answers(&s);
+    let second = call(&mut client, &turn, "c2", "read_plan", json!({})).await;
+    assert_eq!(second["isError"], true, "{second}");
+    assert!(
+        second["output"]
+            .as_str()
+            .unwrap()
+            .contains("permission denied"),
+        "{second}"
+    );
+    // Selected again: the next tool runs.
+    s.github.select_repositories("octo", &["other", "plans"]);
+    forget_cached_answers(&s);
+    let third = call(&mut client, &turn, "c3", "read_plan", json!({})).await;
+    assert_eq!(third["isError"], false, "{third}");
+    // Uninstalled altogether.
+    s.github.uninstall_app("octo");
+    forget_cached_answers(&s);
+    let fourth = call(&mut client, &turn, "c4", "read_plan", json!({})).await;
+    assert_eq!(fourth["isError"], true, "{fourth}");
+    end(&mut client, &turn, &session).await;
+    settle(&s).await;
+    let posts = posts(&s).await;
+    let denials: Vec<_> = posts
+        .iter()
+        .filter(|(kind, body)| kind == "system" && body.contains("not allowed to use read_plan"))
+        .collect();
+    assert_eq!(denials.len(), 2, "{posts:?}");
+    assert!(
+        denials
+            .iter()
+            .all(|(_, body)| body.contains("GitHub App is no longer installed on octo/plans")),
+        "Chat names the installation: {denials:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_link_that_closes_mid_turn_ends_the_turn_with_an_error() {
     let s = setup().await;

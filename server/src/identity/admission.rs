@@ -2,9 +2,10 @@
 //! cache of what GitHub said.
 //!
 //! Owns: the admission policy (`GITHUB_ALLOWED_USERS`, `GITHUB_ALLOWED_ORGANIZATIONS`), its
-//! verdicts ([`Admitted`] or an [`AdmissionError`] with its HTTP status), and two bounded caches
-//! keyed by the SHA-256 of the token: admission verdicts and repository access, each kept for
-//! 30 s of [`Clock`] time.
+//! verdicts ([`Admitted`] or an [`AdmissionError`] with its HTTP status), and three bounded
+//! caches keyed by the SHA-256 of the token: admission verdicts, repository access, and whether
+//! the GitHub App's installation covers a repository (PERM-06), each kept for 30 s of [`Clock`]
+//! time.
 //! Does not own: talking to GitHub ([`crate::identity::github`]), sessions, `Origin` checks, deciding what a
 //! lost admission revokes (the callers recheck and act), or repository policy beyond reporting
 //! access (`push` or `admin` is a writer: [`RepoAccess::can_write`]).
@@ -38,7 +39,10 @@ use crate::store::UnixMillis;
 pub const ADMISSION_CACHE_TTL_MS: i64 = 30_000;
 /// "Repository access is read from GitHub (push or admin = writer) and cached briefly."
 pub const REPO_ACCESS_CACHE_TTL_MS: i64 = 30_000;
-/// The most entries either cache keeps; beyond it the oldest go first.
+/// "Installation, repository-selection, and revocation changes are observed through
+/// request-time checks with a cache no longer than the one-minute open-socket recheck interval."
+pub const INSTALLATION_CACHE_TTL_MS: i64 = 30_000;
+/// The most entries any cache keeps; beyond it the oldest go first.
 pub const CACHE_MAX_ENTRIES: usize = 10_000;
 
 /// Who may use this server: the allow-lists, lower-cased.
@@ -156,6 +160,8 @@ struct Caches {
     admission: TtlCache<TokenDigest, Result<Admitted, AdmissionError>>,
     /// Definitive answers only: access, or none.
     repos: TtlCache<RepoKey, Option<RepoAccess>>,
+    /// Definitive answers only: whether the App's installation covers the repository.
+    installations: TtlCache<RepoKey, bool>,
     /// Bumped by every invalidation; a lookup that began under an older value does not store
     /// its answer.
     generation: u64,
@@ -170,6 +176,7 @@ impl Admission {
             caches: Mutex::new(Caches {
                 admission: TtlCache::new(ADMISSION_CACHE_TTL_MS, CACHE_MAX_ENTRIES),
                 repos: TtlCache::new(REPO_ACCESS_CACHE_TTL_MS, CACHE_MAX_ENTRIES),
+                installations: TtlCache::new(INSTALLATION_CACHE_TTL_MS, CACHE_MAX_ENTRIES),
                 generation: 0,
             }),
         }
@@ -241,6 +248,40 @@ impl Admission {
         answer
     }
 
+    /// Whether the GitHub App's installation on `owner` covers `owner/repo` for `token`'s
+    /// account (PERM-06), from the cache when an answer younger than
+    /// [`INSTALLATION_CACHE_TTL_MS`] is there, otherwise from GitHub. Outages are not cached.
+    pub async fn installation_covers_cached(
+        &self,
+        token: &str,
+        owner: &str,
+        repo: &str,
+    ) -> Result<bool, GitHubError> {
+        if !is_github_name(owner) || !is_github_name(repo) {
+            return Ok(false);
+        }
+        let digest = TokenDigest::of(token);
+        let key = (digest, owner.to_lowercase(), repo.to_lowercase());
+        let generation = {
+            let mut caches = self.lock();
+            if let Some(covered) = caches.installations.get(&key, self.clock.now_ms()) {
+                return Ok(covered);
+            }
+            caches.generation
+        };
+        let answer = self.github.installation_covers(token, owner, repo).await;
+        let mut caches = self.lock();
+        match &answer {
+            Ok(covered) if caches.generation == generation => {
+                let now = self.clock.now_ms();
+                caches.installations.insert(key, *covered, now);
+            }
+            Ok(_) | Err(GitHubError::Unavailable(_)) => {}
+            Err(GitHubError::BadCredentials) => caches.admission.remove(&digest),
+        }
+        answer
+    }
+
     /// Forgets everything cached for `token` (as at sign-out); the next check asks GitHub.
     pub fn invalidate(&self, token: &str) {
         let digest = TokenDigest::of(token);
@@ -248,6 +289,7 @@ impl Admission {
         caches.generation += 1;
         caches.admission.remove(&digest);
         caches.repos.remove_where(|(d, _, _)| *d == digest);
+        caches.installations.remove_where(|(d, _, _)| *d == digest);
     }
 
     /// Asks GitHub and applies the policy.

@@ -1,8 +1,10 @@
 //! The server's GitHub REST client: who a token belongs to, what it may do on a repository, and
 //! whether its account is an active member of an organization.
 //!
-//! Owns: the three REST calls instance admission and the repository recheck need (`GET /user`,
-//! `GET /repos/{owner}/{repo}`, `GET /user/memberships/orgs/{org}`), the headers GitHub asks for,
+//! Owns: the REST calls instance admission and the repository rechecks need (`GET /user`,
+//! `GET /repos/{owner}/{repo}`, `GET /user/memberships/orgs/{org}`, and for the App installation
+//! check `GET /user/installations` and `GET /user/installations/{id}/repositories`, paged and
+//! bounded by [`INSTALLATION_MAX_PAGES`]), the headers GitHub asks for,
 //! turning GitHub's status codes into [`GitHubError`]s, and the bounds on its calls: how long
 //! one may take ([`GITHUB_REQUEST_TIMEOUT_MS`], waiting for a turn included), how much of an
 //! answer is read ([`GITHUB_MAX_BODY_BYTES`]), how many run at once
@@ -67,6 +69,14 @@ pub const RATE_LIMIT_MIN_WAIT_MS: i64 = 1_000;
 pub const RATE_LIMIT_MAX_WAIT_MS: i64 = 3_600_000;
 /// The most tokens held by a rate limit at once.
 pub const RATE_LIMIT_MAX_TOKENS: usize = 10_000;
+/// The most pages of one installation listing read (`/user/installations`, or one
+/// installation's repositories) before the answer counts as unavailable rather than guessed.
+pub const INSTALLATION_MAX_PAGES: u32 = 30;
+/// Installations asked per page (GitHub's maximum is 100).
+const INSTALLATIONS_PER_PAGE: u32 = 100;
+/// Repositories asked per page: a repository's JSON is a few KiB, so 50 stay well inside
+/// [`GITHUB_MAX_BODY_BYTES`].
+const INSTALLATION_REPOS_PER_PAGE: u32 = 50;
 /// GitHub's longest owner, repository or organization name is 100 characters.
 const MAX_NAME_CHARS: usize = 100;
 
@@ -182,6 +192,36 @@ struct MembershipBody {
     state: String,
 }
 
+#[derive(Deserialize)]
+struct InstallationsBody {
+    #[serde(default)]
+    installations: Vec<InstallationBody>,
+}
+
+#[derive(Deserialize)]
+struct InstallationBody {
+    id: i64,
+    account: Option<AccountBody>,
+    #[serde(default)]
+    repository_selection: String,
+}
+
+#[derive(Deserialize)]
+struct AccountBody {
+    login: String,
+}
+
+#[derive(Deserialize)]
+struct InstallationReposBody {
+    #[serde(default)]
+    repositories: Vec<InstallationRepoBody>,
+}
+
+#[derive(Deserialize)]
+struct InstallationRepoBody {
+    full_name: String,
+}
+
 impl GitHub {
     /// `api_base` is a base URL without a trailing slash, such as `https://api.github.com` or
     /// the fake's `http://127.0.0.1:PORT` (a trailing slash is tolerated). `clock` tells when a
@@ -288,6 +328,91 @@ impl GitHub {
         }
     }
 
+    /// Whether this GitHub App's installation on `owner` covers `owner/repo` for `token`'s
+    /// account (PERM-06). A GitHub App user token reaches only what both its user and the App's
+    /// installations can see, so the App must be installed on the owner with the repository
+    /// selected. Asked with the user's own token (no App key): `GET /user/installations` for
+    /// the installation on `owner`, then, unless it covers all of the owner's repositories,
+    /// `GET /user/installations/{id}/repositories` until the repository is found. Both are read
+    /// page by page, at most [`INSTALLATION_MAX_PAGES`] each; a listing longer than that is
+    /// [`GitHubError::Unavailable`], never a guess. A 403 (a token GitHub did not issue to a
+    /// GitHub App: this server is registered as an OAuth App) is `false`: no installation
+    /// covers anything for it.
+    pub async fn installation_covers(
+        &self,
+        token: &str,
+        owner: &str,
+        repo: &str,
+    ) -> Result<bool, GitHubError> {
+        if !is_github_name(owner) || !is_github_name(repo) {
+            return Ok(false);
+        }
+        let mut found = None;
+        'pages: for page in 1..=INSTALLATION_MAX_PAGES {
+            let path = format!("/user/installations?per_page={INSTALLATIONS_PER_PAGE}&page={page}");
+            let response = self.get(token, &path).await?;
+            let body: InstallationsBody = match response.status.as_u16() {
+                200 => parse(&response.body)?,
+                403 if !is_rate_limit(&response) => return Ok(false),
+                _ => return Err(unexpected(&response)),
+            };
+            let last = body.installations.len() < INSTALLATIONS_PER_PAGE as usize;
+            for installation in body.installations {
+                let on_owner = installation
+                    .account
+                    .as_ref()
+                    .is_some_and(|a| a.login.eq_ignore_ascii_case(owner));
+                if on_owner {
+                    found = Some(installation);
+                    break 'pages;
+                }
+            }
+            if last {
+                return Ok(false);
+            }
+            if page == INSTALLATION_MAX_PAGES {
+                return Err(GitHubError::Unavailable(format!(
+                    "more than {INSTALLATION_MAX_PAGES} pages of GitHub App installations"
+                )));
+            }
+        }
+        let Some(installation) = found else {
+            return Ok(false);
+        };
+        if installation.repository_selection == "all" {
+            return Ok(true);
+        }
+        for page in 1..=INSTALLATION_MAX_PAGES {
+            let path = format!(
+                "/user/installations/{}/repositories?per_page={INSTALLATION_REPOS_PER_PAGE}&page={page}",
+                installation.id
+            );
+            let response = self.get(token, &path).await?;
+            let body: InstallationReposBody = match response.status.as_u16() {
+                200 => parse(&response.body)?,
+                // The installation went away between the two calls.
+                403 if !is_rate_limit(&response) => return Ok(false),
+                404 => return Ok(false),
+                _ => return Err(unexpected(&response)),
+            };
+            let last = body.repositories.len() < INSTALLATION_REPOS_PER_PAGE as usize;
+            let covered = body.repositories.iter().any(|r| {
+                r.full_name.split_once('/').is_some_and(|(o, n)| {
+                    o.eq_ignore_ascii_case(owner) && n.eq_ignore_ascii_case(repo)
+                })
+            });
+            if covered {
+                return Ok(true);
+            }
+            if last {
+                return Ok(false);
+            }
+        }
+        Err(GitHubError::Unavailable(format!(
+            "more than {INSTALLATION_MAX_PAGES} pages of the installation's repositories"
+        )))
+    }
+
     /// `GET {api_base}{path}` with the token, bounded by the request timeout. A 401
     /// is [`GitHubError::BadCredentials`] here, and a rate limit [`GitHubError::Unavailable`],
     /// for every endpoint.
@@ -296,6 +421,8 @@ impl GitHub {
         if let Some(metrics) = &self.metrics {
             let call = if path.starts_with("/user/memberships/") {
                 "membership"
+            } else if path.starts_with("/user/installations") {
+                "installation"
             } else if path.starts_with("/repos/") {
                 "repository"
             } else {

@@ -403,6 +403,31 @@ impl Link {
             message: format!("@{} has no live browser sign-in on this server since it started; sign in at {} in a browser, then attach again.", self.login, self.deps.access.app_origin()),
             holder: None,
         })?;
+        // PERM-06 at admission: the Planner's repository tools run with the owner login's
+        // GitHub App token, so the App's installation must cover the repository for it.
+        match self
+            .deps
+            .access
+            .installation_covers(live.github_token(), &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(Refusal {
+                    reason: RefusalReason::NoWriteAccess,
+                    message: format!("This server's GitHub App is not installed on {}/{} for @{}, so the Planner could not use the repository; install it there (or add the repository to its installation), then attach again.", doc.repo_owner, doc.repo_name, self.login),
+                    holder: None,
+                })
+            }
+            Err(GitHubError::BadCredentials) => {
+                return Err(Refusal {
+                    reason: RefusalReason::SignInRequired,
+                    message: format!("GitHub no longer accepts @{}'s browser sign-in on this server; sign in again at {} in a browser, then attach again.", self.login, self.deps.access.app_origin()),
+                    holder: None,
+                })
+            }
+            Err(e @ GitHubError::Unavailable(_)) => return Err(github_refusal(e)),
+        }
         Ok((doc, live, revocations))
     }
 
