@@ -202,6 +202,7 @@ impl Access {
     ) -> Result<Option<RepoAccess>, GitHubError> {
         self.admission.repo_access_cached(token, owner, repo).await
     }
+
     /// Whether this server's GitHub App installation on `owner` covers `owner/repo` for
     /// `token`'s account (PERM-06), cached briefly like repository access.
     pub async fn installation_covers(
@@ -215,7 +216,6 @@ impl Access {
             .await
     }
 
-
     /// What the caller may do on a repository; `None` when it cannot even read it.
     pub async fn caller_access(
         &self,
@@ -226,8 +226,8 @@ impl Access {
         self.repo_access(caller.token(), owner, repo)
             .await
             .map_err(ApiError::github)
-
     }
+
     /// What the caller may do on `owner/repo`, which it must be able to read: decided from the
     /// names a request gives, before anything of the repository's documents is read, so an
     /// unreadable repository answers "not found" whatever slug was asked.
@@ -317,15 +317,21 @@ impl Access {
 
 impl Access {
     /// A document socket's periodic recheck (on the agent links' cadence, through the same
-    /// caches): the document is still there and not archived, the login still admitted, and
-    /// its repository access now.
+    /// caches): the document is still there and not archived, the login still held and
+    /// admitted, and its repository access now — asked with the login's current GitHub
+    /// credential, which a renewal replaces while the socket stays open.
     pub async fn recheck_reader(&self, login: &LiveLogin, document: &Document) -> Recheck {
         match self.documents.document(document.id).await {
             Ok(Some(doc)) if !doc.archived => {}
             Ok(_) => return Recheck::Archived,
             Err(_) => return Recheck::Unanswered,
         }
-        let token = login.github_token();
+        // The login's current credential: a renewal may have moved it on since the socket
+        // opened (the token it opened with no longer works), and a login that ended is gone.
+        let Some(current) = self.sign_ins.get_live(login.id, self.clock.now_ms()) else {
+            return Recheck::SignInGone;
+        };
+        let token = current.github_token();
         match self.admission.check(token).await {
             Ok(_) | Err(AdmissionError::Unavailable) => {}
             Err(AdmissionError::BadCredentials) => return Recheck::SignInGone,
