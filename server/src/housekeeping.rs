@@ -1,10 +1,13 @@
 //! What the process lets go of on its own: logins past their expiry, and the broadcast channels
-//! of documents nobody listens to any more.
+//! of documents nobody listens to any more; and what it keeps trying: sign-outs the store has
+//! not recorded yet.
 //!
-//! Owns: the one housekeeping task ([`spawn`]) — it wakes at the first login's expiry, or
-//! after [`TIDY_EVERY`] at the latest, ends the expired logins through
-//! [`Planners::end_expired_logins`] (their Planner links close with `sign-in-required`, their
-//! sockets hear it, their tokens are forgotten) and tidies the presence and Chat channels.
+//! Owns: the one housekeeping task ([`spawn`]) — it wakes at the first login's expiry or the
+//! first credential due for renewal, or after [`TIDY_EVERY`] at the latest, ends the expired
+//! logins through [`Planners::end_expired_logins`] (their Planner links close with
+//! `sign-in-required`, their sockets hear it, their tokens are forgotten), renews the due
+//! GitHub credentials ([`Renewal::renew_due`], their Planner sessions ended first), tries again to record every unrecorded
+//! sign-out ([`SignIns::retry_pending_sign_outs`]) and tidies the presence and Chat channels.
 //! Does not own: the maps themselves (the planner table, the transcript, sign-in), or the
 //! stored logins, which startup sweeps.
 //!
@@ -14,7 +17,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::identity::sign_ins::SignIns;
 use crate::planner::Planners;
+use crate::renewal::Renewal;
 use crate::runtime::{SharedClock, Shutdown};
 use crate::transcript::Transcript;
 
@@ -25,34 +30,57 @@ pub const TIDY_EVERY: Duration = Duration::from_secs(60);
 pub fn spawn(
     planners: &Arc<Planners>,
     transcript: &Arc<Transcript>,
+    sign_ins: &Arc<SignIns>,
+    renewal: &Arc<Renewal>,
     clock: SharedClock,
     shutdown: &Shutdown,
 ) {
     let planners = Arc::downgrade(planners);
     let transcript = Arc::downgrade(transcript);
+    let sign_ins = Arc::downgrade(sign_ins);
+    let renewal = Arc::downgrade(renewal);
     let stopping = shutdown.stopping();
     shutdown.spawn(async move {
         tokio::pin!(stopping);
         loop {
-            let Some(wait) = planners.upgrade().map(|p| {
-                let now = clock.now_ms();
-                p.next_login_expiry()
-                    .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)))
-                    .map_or(TIDY_EVERY, |until| until.min(TIDY_EVERY))
-            }) else {
+            let (Some(p), Some(r)) = (planners.upgrade(), renewal.upgrade()) else {
                 return;
             };
+            let now = clock.now_ms();
+            let wait = [p.next_login_expiry(), r.next_due()]
+                .into_iter()
+                .flatten()
+                .map(|at| Duration::from_millis(u64::try_from(at - now).unwrap_or(0)))
+                .fold(TIDY_EVERY, Duration::min);
+            drop((p, r));
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
                 () = &mut stopping => return,
             }
-            let (Some(planners), Some(transcript)) = (planners.upgrade(), transcript.upgrade())
-            else {
+            let (Some(planners), Some(transcript), Some(sign_ins), Some(renewal)) = (
+                planners.upgrade(),
+                transcript.upgrade(),
+                sign_ins.upgrade(),
+                renewal.upgrade(),
+            ) else {
                 return;
             };
             let ended = planners.end_expired_logins().await;
             if ended > 0 {
                 tracing::debug!(ended, "expired browser logins ended");
+            }
+            let renewed = renewal.renew_due().await;
+            if renewed > 0 {
+                tracing::debug!(renewed, "GitHub credentials renewed");
+            }
+            if sign_ins.pending_sign_out_count() > 0 {
+                let left = sign_ins.retry_pending_sign_outs().await;
+                if left > 0 {
+                    tracing::warn!(
+                        left,
+                        "sign-outs still not recorded; retrying at the next round"
+                    );
+                }
             }
             planners.tidy();
             transcript.tidy();

@@ -9,7 +9,9 @@
 //!   [`access`] (who is calling, the Origin policy, repository checks), [`documents`] (records,
 //!   locators, slugs, children), [`content`] (documents open in this process), [`transcript`]
 //!   and [`chat`], [`planner`] (ownership), [`turns`], [`harness`] (reaching the agent link
-//!   through a port trait), [`housekeeping`] (ending expired logins, dropping unused channels).
+//!   through a port trait), [`renewal`] (renewing expiring GitHub credentials, sessions ended
+//!   first), [`housekeeping`] (ending expired logins, renewals, retrying unrecorded sign-outs,
+//!   dropping unused channels).
 //! - below them: [`store`] (the `chopin-store` crate), [`runtime`] (clock, entropy, connector,
 //!   shutdown, writer lease), [`config`], [`observe`], [`metrics`], [`error`].
 
@@ -26,6 +28,7 @@ pub mod identity;
 pub mod metrics;
 pub mod observe;
 pub mod planner;
+pub mod renewal;
 pub mod runtime;
 pub mod transcript;
 pub mod transport;

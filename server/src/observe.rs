@@ -44,9 +44,12 @@ pub enum PlannerEvent {
     },
     /// The document's Planner ownership was released in storage under `generation`.
     Released { document: Uuid, generation: i64 },
-    /// A browser login of `login` ended (`how`: `signed-out` or `expired`), before its links
-    /// closed.
+    /// A browser login of `login` ended (`how`: `signed-out`, `expired` or
+    /// `credential-revoked`), before its links closed.
     LoginEnded { login: String, how: String },
+    /// A browser login of `login` had its GitHub credential renewed: it is now at credential
+    /// `revision` (its Planner sessions on the older revision were ended before).
+    CredentialRenewed { login: String, revision: i64 },
 }
 
 /// Receives [`PlannerEvent`]s as they happen, with the server's wall-clock time.

@@ -31,7 +31,7 @@ use uuid::Uuid;
 
 use crate::harness::port::AgentLinks;
 pub use crate::harness::port::{LinkCommand, LinkHandle};
-use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
+use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns, SignOutNotRecorded};
 use crate::observe::{Observer, PlannerEvent};
 use crate::runtime::gates::Gates;
 use crate::runtime::{SharedClock, Shutdown};
@@ -712,21 +712,23 @@ impl Planners {
         true
     }
 
-    /// Ends a login: this process forgets it first (so nothing new binds to it), then every
-    /// Planner it owns is closed and freed, then the store records a sign-out.
-    pub async fn end_login(&self, live: &LiveLogin, why: LoginEnd) {
-        if self.sign_ins.forget_ended(live) {
+    /// Ends a login: this process forgets it first (so nothing new binds to it, and a sign-out
+    /// leaves its tombstone), then every Planner it owns is closed and freed, then the store
+    /// records a sign-out. `Err` when that record failed: the login is ended in this process all
+    /// the same and its cookie restores nothing; the write is retried.
+    pub async fn end_login(
+        &self,
+        live: &LiveLogin,
+        why: LoginEnd,
+    ) -> Result<(), SignOutNotRecorded> {
+        if self.sign_ins.forget_ended(live, why) {
             self.emit(PlannerEvent::LoginEnded {
                 login: live.account.login.clone(),
-                how: match why {
-                    LoginEnd::SignedOut => "signed-out",
-                    LoginEnd::Expired => "expired",
-                }
-                .to_owned(),
+                how: why.word().to_owned(),
             });
         }
         self.login_ended(live.id, why).await;
-        self.sign_ins.record_end(live, why).await;
+        self.sign_ins.record_end(live, why).await
     }
 
     /// When the first login this process holds expires.
@@ -739,7 +741,8 @@ impl Planners {
     pub async fn end_expired_logins(&self) -> usize {
         let expired = self.sign_ins.expired(self.clock.now_ms());
         for live in &expired {
-            self.end_login(live, LoginEnd::Expired).await;
+            // An expiry writes nothing, so it cannot fail to be recorded.
+            let _ = self.end_login(live, LoginEnd::Expired).await;
         }
         expired.len()
     }
@@ -760,6 +763,7 @@ impl Planners {
             let message = match why {
                 LoginEnd::SignedOut => "The owner's browser signed out, which ends this Planner link; sign in again and reattach.",
                 LoginEnd::Expired => "The owner's browser sign-in expired, which ends this Planner link; sign in again and reattach.",
+                LoginEnd::CredentialRevoked => "GitHub no longer renews the owner's browser sign-in, which ends this Planner link; sign in again and reattach.",
             };
             self.take(
                 doc,

@@ -5,7 +5,7 @@
 //! Does not own: the transcript (Chat saves a message only when this accepts it) or the harness
 //! (`crate::harness`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
@@ -114,6 +114,18 @@ enum Phase {
 struct Running {
     phase: Phase,
     control: TurnControl,
+    /// The browser login the turn runs under (its holder's).
+    login: Uuid,
+    /// Why the server stopped the turn, said in Chat instead of "chopin stopped.".
+    stopped_because: Option<String>,
+}
+
+#[derive(Default)]
+struct Table {
+    turns: BTreeMap<Uuid, Running>,
+    /// Browser logins whose GitHub credential is being renewed: no turn of theirs starts
+    /// meanwhile (PERM-10).
+    renewing: BTreeSet<Uuid>,
 }
 
 /// What turns reach: who holds the Planner, sign-ins and admission for the rechecks, the
@@ -137,7 +149,7 @@ pub struct TurnsDeps {
 
 /// The Planner turns of this process: at most one per document.
 pub struct Turns {
-    running: Mutex<BTreeMap<Uuid, Running>>,
+    running: Mutex<Table>,
     /// Bumped whenever a turn ends.
     ended: tokio::sync::watch::Sender<u64>,
     deps: TurnsDeps,
@@ -158,7 +170,7 @@ impl Turns {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<Uuid, Running>> {
+    fn lock(&self) -> MutexGuard<'_, Table> {
         self.running.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -174,29 +186,62 @@ impl Turns {
 
     /// A turn of `document` is over: it leaves the table and whoever waits hears of it.
     fn finish(&self, document: Uuid) {
-        self.lock().remove(&document);
+        self.lock().turns.remove(&document);
         self.ended.send_modify(|n| *n += 1);
     }
 
     /// How many turns are running now.
     pub fn running_count(&self) -> usize {
-        self.lock().len()
+        self.lock().turns.len()
     }
 
     /// Whether `document` has a turn running now.
     pub fn is_running(&self, document: Uuid) -> bool {
-        self.lock().contains_key(&document)
+        self.lock().turns.contains_key(&document)
     }
 
     /// Stops `document`'s running turn, if any (Stop). True if there was one.
     pub fn stop(&self, document: Uuid) -> bool {
-        match self.lock().get(&document) {
+        match self.lock().turns.get(&document) {
             Some(running) => {
                 running.control.cancel();
                 true
             }
             None => false,
         }
+    }
+
+    /// Before `login`'s GitHub credential is renewed (PERM-10): every turn running under it is
+    /// stopped (its session aborted, then destroyed as every turn's is) and waited for, and no
+    /// turn of it starts until the returned guard is dropped, after the renewal. A later turn
+    /// starts a fresh session bound to the new credential revision. `why` is what Chat says of
+    /// a stopped turn.
+    pub async fn end_sessions_of(self: &Arc<Self>, login: Uuid, why: &str) -> RenewalGuard {
+        let mut ended = self.ended.subscribe();
+        let stopped = {
+            let mut table = self.lock();
+            table.renewing.insert(login);
+            let mut stopped = 0;
+            for running in table.turns.values_mut().filter(|r| r.login == login) {
+                running.stopped_because = Some(why.to_owned());
+                running.control.cancel();
+                stopped += 1;
+            }
+            stopped
+        };
+        if stopped > 0 {
+            tracing::info!(login_id = %login, stopped, "Planner sessions ended before a credential renewal");
+        }
+        let guard = RenewalGuard {
+            turns: self.clone(),
+            login,
+        };
+        while self.lock().turns.values().any(|r| r.login == login) {
+            if ended.changed().await.is_err() {
+                break;
+            }
+        }
+        guard
     }
 
     /// Decides a person's message to the Planner (see the module docs). The attached link is
@@ -225,7 +270,12 @@ impl Turns {
         })?;
         let words = request.words();
         let control = {
-            let mut running = self.lock();
+            let mut table = self.lock();
+            if table.renewing.contains(&holder.browser_login_id) {
+                // The owner's credential is being renewed; its sessions were just ended.
+                return Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()));
+            }
+            let running = &mut table.turns;
             if let Some(turn) = running.get(&request.document) {
                 return match turn.phase {
                     Phase::Starting | Phase::Ending => {
@@ -252,6 +302,8 @@ impl Turns {
                 Running {
                     phase: Phase::Starting,
                     control,
+                    login: holder.browser_login_id,
+                    stopped_because: None,
                 },
             );
             (cancel, inbox)
@@ -325,9 +377,13 @@ impl Turns {
                 running.await
             }
         };
-        if let Some(running) = self.lock().get_mut(&document) {
-            running.phase = Phase::Ending;
-        }
+        let stopped_because = match self.lock().turns.get_mut(&document) {
+            Some(running) => {
+                running.phase = Phase::Ending;
+                running.stopped_because.take()
+            }
+            None => None,
+        };
         let reply = std::mem::take(&mut *host.reply.lock().unwrap_or_else(PoisonError::into_inner));
         let sink: &dyn TurnSink = &*d.transcript;
         let reply = reply.trim().to_owned();
@@ -343,8 +399,11 @@ impl Turns {
         match &report.result {
             TurnResult::Completed { .. } => {}
             TurnResult::Aborted => {
-                sink.post(document, "system", "chopin stopped.".to_owned())
-                    .await
+                let words = match stopped_because {
+                    Some(why) => format!("chopin stopped: {why}"),
+                    None => "chopin stopped.".to_owned(),
+                };
+                sink.post(document, "system", words).await
             }
             TurnResult::Failed(failure) => {
                 sink.post(
@@ -357,6 +416,19 @@ impl Turns {
         }
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
         self.finish(document);
+    }
+}
+
+/// Held while a login's credential is renewed (see [`Turns::end_sessions_of`]): its turns may
+/// start again once this is dropped.
+pub struct RenewalGuard {
+    turns: Arc<Turns>,
+    login: Uuid,
+}
+
+impl Drop for RenewalGuard {
+    fn drop(&mut self) {
+        self.turns.lock().renewing.remove(&self.login);
     }
 }
 
@@ -729,7 +801,7 @@ impl Harness for Started {
         request: SessionRequest,
     ) -> Result<Box<dyn crate::harness::HarnessSession>, crate::harness::HarnessError> {
         let session = self.inner.start_session(request).await?;
-        if let Some(running) = self.turns.lock().get_mut(&self.document) {
+        if let Some(running) = self.turns.lock().turns.get_mut(&self.document) {
             running.phase = Phase::Running;
         }
         Ok(session)

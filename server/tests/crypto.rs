@@ -191,6 +191,7 @@ async fn sealed_credential_survives_a_restart_and_stays_bound_to_its_login() {
         access_token: "ghu_access".into(),
         refresh_token: Some("ghr_refresh".into()),
         access_expires_at_ms: Some(28_801_000),
+        refresh_expires_at_ms: None,
     };
     let sealed = key.seal_credential(entropy.as_ref(), &aad(&login, 1), &credential);
     assert_eq!(

@@ -7,7 +7,7 @@
 //! no write lands after the writer lease is given back or taken over.
 //! Does not own: what the hook does with a report (it must be cheap and must not block), or
 //! whether it holds a call before it runs ([`Hook::hold`]: the simulator's faults; production
-//! holds nothing).
+//! holds nothing) or fails it without running it ([`Hook::fail`]: tests' faults).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -55,6 +55,14 @@ pub trait Hook: Send + Sync + 'static {
     fn hold(&self, _method: &'static str, _write: bool) -> Option<Hold> {
         None
     }
+
+    /// Asked before each call runs, after any [`Hook::hold`]: an error the call returns instead
+    /// of running, or `None` (the default) to run it. Tests use it to play a store that fails one
+    /// kind of write (a sign-out that cannot be recorded); the call is reported as failed and the
+    /// inner store never sees it.
+    fn fail(&self, _method: &'static str, _write: bool) -> Option<StoreError> {
+        None
+    }
 }
 
 const READ: bool = false;
@@ -85,7 +93,10 @@ impl<H: Hook> Instrumented<H> {
         if let Some(hold) = self.hook.hold(method, write) {
             hold.await;
         }
-        let result = call.await;
+        let result = match self.hook.fail(method, write) {
+            Some(error) => Err(error),
+            None => call.await,
+        };
         self.hook.call(Call {
             method,
             write,

@@ -268,6 +268,10 @@ pub struct StoredCredential {
     pub refresh_token: Option<String>,
     /// When the access token expires, if GitHub said.
     pub access_expires_at_ms: Option<i64>,
+    /// When the refresh token expires, if GitHub said. (Absent in credentials sealed before
+    /// token refresh existed.)
+    #[serde(default)]
+    pub refresh_expires_at_ms: Option<i64>,
 }
 
 impl fmt::Debug for StoredCredential {
@@ -279,6 +283,7 @@ impl fmt::Debug for StoredCredential {
                 &self.refresh_token.as_ref().map(|_| "<redacted>"),
             )
             .field("access_expires_at_ms", &self.access_expires_at_ms)
+            .field("refresh_expires_at_ms", &self.refresh_expires_at_ms)
             .finish()
     }
 }
@@ -576,6 +581,7 @@ mod tests {
             access_token: "ghu_access".into(),
             refresh_token: Some("ghr_refresh".into()),
             access_expires_at_ms: Some(28_800_000),
+            refresh_expires_at_ms: None,
         };
         let sealed = k.seal_credential(&entropy, &aad(), &credential);
         assert_eq!(k.open_credential(&aad(), &sealed).unwrap(), credential);

@@ -34,6 +34,7 @@ use uuid::Uuid;
 
 use super::admission::AdmissionError;
 use super::sign_ins::LiveLogin;
+use super::tokens::{TokenAnswer, UserToken};
 use super::web_flow::{sign_in, SignInDeps, SignInFailure};
 use crate::config::Secret;
 use crate::runtime::connector::{self, SharedConnector};
@@ -79,7 +80,7 @@ impl DeviceStatus {
 enum Grant {
     Pending,
     /// GitHub issued this user access token; `complete` takes it.
-    Approved(Secret),
+    Approved(UserToken),
     /// `complete` holds the token while it checks admission and signs in.
     Completing,
     /// The user (or GitHub) refused; the words say why.
@@ -293,18 +294,11 @@ enum PollAnswer {
     SlowDown {
         interval_secs: Option<u64>,
     },
-    Token(Secret),
+    Token(UserToken),
     Denied(String),
     Expired,
     /// GitHub could not be asked; the attempt stays pending.
     Unavailable,
-}
-
-#[derive(Deserialize)]
-struct TokenAnswer {
-    access_token: Option<String>,
-    error: Option<String>,
-    interval: Option<u64>,
 }
 
 async fn poll_github(flows: &DeviceFlows, client_id: &str, device_code: &Secret) -> PollAnswer {
@@ -325,8 +319,8 @@ async fn poll_github(flows: &DeviceFlows, client_id: &str, device_code: &Secret)
             return PollAnswer::Unavailable;
         }
     };
-    match (answer.access_token, answer.error.as_deref()) {
-        (Some(token), _) if !token.is_empty() => PollAnswer::Token(Secret::new(token)),
+    match (answer.token(), answer.error.as_deref()) {
+        (Some(token), _) => PollAnswer::Token(token),
         (_, Some("authorization_pending")) => PollAnswer::Pending,
         (_, Some("slow_down")) => PollAnswer::SlowDown {
             interval_secs: answer.interval,
@@ -586,7 +580,10 @@ impl DeviceFlows {
     }
 
     /// Admission, the single-account rule, then the login.
-    async fn sign_in_as_owner(&self, token: Secret) -> Result<(Arc<LiveLogin>, String), Failure> {
+    async fn sign_in_as_owner(
+        &self,
+        token: UserToken,
+    ) -> Result<(Arc<LiveLogin>, String), Failure> {
         let store_unavailable = || {
             Failure::Retry(DeviceRefusal::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -706,7 +703,10 @@ mod tests {
     #[test]
     fn an_attempt_expires_at_expires_in_and_drops_its_token() {
         let mut a = attempt("a");
-        a.apply(PollAnswer::Token(Secret::new("gho_x")), T0);
+        a.apply(
+            PollAnswer::Token(UserToken::lasting(Secret::new("gho_x"))),
+            T0,
+        );
         a.expire_if_due(T0 + 899_999);
         assert_eq!(a.status(), DeviceStatus::Approved);
         a.expire_if_due(T0 + 900_000);

@@ -17,8 +17,20 @@
 //! here and is not live for a Planner claim (AO-03, "no live browser sign-in since the server
 //! started").
 //!
+//! A sign-out is never undone. Ending a login by sign-out leaves a *tombstone* in this process
+//! ([`PendingSignOut`]) until the store has recorded it: while it stands, the login's cookie
+//! restores nothing, even though the stored login still looks live. [`SignIns::record_end`]
+//! reports a write that failed ([`SignOutNotRecorded`], which the sign-out route answers `503`),
+//! the same cookie may ask again ([`SignIns::pending_sign_out`], [`SignIns::retry_sign_out`]),
+//! and the housekeeping round retries every tombstone ([`SignIns::retry_pending_sign_outs`]).
+//! A tombstone goes only once the store says signed out, or at the login's expiry (after which
+//! the stored login restores nothing either). A restore that read the store before a sign-out
+//! or a tombstone's removal landed starts again rather than publish what it read (the table's
+//! `ends` counter).
+//!
 //! Invariants: a token is never logged, stored in clear, or shown in `Debug`; ending a login
-//! forgets it in memory before anything else happens, so nothing new binds to it.
+//! forgets it in memory before anything else happens, so nothing new binds to it; a signed-out
+//! login's cookie never proves a login again, whatever the store answered.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,6 +42,7 @@ use uuid::Uuid;
 
 use super::admission::Admission;
 use super::crypto::{CredentialAad, CredentialKey, StoredCredential};
+use super::tokens::{RefreshError, TokenRefresher, UserToken};
 use crate::config::Secret;
 use crate::runtime::{SharedClock, SharedEntropy};
 use crate::store::{Account, BrowserLogin, SignInStore, StoreError, UnixMillis};
@@ -37,14 +50,69 @@ use crate::store::{Account, BrowserLogin, SignInStore, StoreError, UnixMillis};
 /// The session cookie's name.
 pub const SESSION_COOKIE: &str = "chopin_session";
 
-/// A browser login this process holds, with the GitHub credential it signed in with.
+/// How long before its access token expires a login's credential is renewed ("Chopin refreshes
+/// five minutes early").
+pub const TOKEN_REFRESH_MARGIN_MS: i64 = 300_000;
+/// How long a renewal that GitHub could not answer waits before it is tried again.
+pub const TOKEN_REFRESH_RETRY_MS: i64 = 60_000;
+
+/// A login's GitHub credential as this process holds it: the access token, and for a GitHub App
+/// that expires user tokens, when it expires and the refresh token that renews it.
+struct Credential {
+    token: Secret,
+    access_expires_at_ms: Option<UnixMillis>,
+    refresh_token: Option<Secret>,
+    refresh_expires_at_ms: Option<UnixMillis>,
+}
+
+impl Credential {
+    /// What GitHub granted at `now_ms`, with its lifetimes made times.
+    fn granted(token: UserToken, now_ms: UnixMillis) -> Self {
+        let at = |secs: Option<u64>| {
+            secs.map(|s| now_ms.saturating_add(i64::try_from(s).unwrap_or(i64::MAX / 2000) * 1000))
+        };
+        Credential {
+            access_expires_at_ms: at(token.expires_in_secs),
+            refresh_expires_at_ms: at(token.refresh_expires_in_secs),
+            token: token.access_token,
+            refresh_token: token.refresh_token,
+        }
+    }
+
+    fn opened(stored: StoredCredential) -> Self {
+        Credential {
+            token: Secret::new(stored.access_token),
+            access_expires_at_ms: stored.access_expires_at_ms,
+            refresh_token: stored.refresh_token.map(Secret::new),
+            refresh_expires_at_ms: stored.refresh_expires_at_ms,
+        }
+    }
+
+    fn to_stored(&self) -> StoredCredential {
+        StoredCredential {
+            access_token: self.token.expose().to_owned(),
+            refresh_token: self.refresh_token.as_ref().map(|t| t.expose().to_owned()),
+            access_expires_at_ms: self.access_expires_at_ms,
+            refresh_expires_at_ms: self.refresh_expires_at_ms,
+        }
+    }
+
+    /// When the access token is due for renewal, if it expires and can be renewed.
+    fn renew_at_ms(&self) -> Option<UnixMillis> {
+        self.refresh_token.as_ref()?;
+        Some(self.access_expires_at_ms? - TOKEN_REFRESH_MARGIN_MS)
+    }
+}
+
+/// A browser login this process holds, with the GitHub credential it signed in with (or the one
+/// a renewal gave it: each renewal is a new `LiveLogin` at the next credential revision).
 pub struct LiveLogin {
     pub id: Uuid,
     pub account: Account,
     pub created_at_ms: UnixMillis,
     pub expires_at_ms: UnixMillis,
     verifier_hash: String,
-    token: Secret,
+    credential: Credential,
     /// The revision the sealed credential is stored at.
     pub credential_revision: i64,
 }
@@ -52,7 +120,18 @@ pub struct LiveLogin {
 impl LiveLogin {
     /// The GitHub user access token. Never log it or send it to a harness.
     pub fn github_token(&self) -> &str {
-        self.token.expose()
+        self.credential.token.expose()
+    }
+
+    /// When the GitHub access token expires, if it does.
+    pub fn access_expires_at_ms(&self) -> Option<UnixMillis> {
+        self.credential.access_expires_at_ms
+    }
+
+    /// When the credential is due for renewal ([`TOKEN_REFRESH_MARGIN_MS`] before its access
+    /// token expires), if it expires and has a refresh token.
+    pub fn renew_at_ms(&self) -> Option<UnixMillis> {
+        self.credential.renew_at_ms()
     }
 }
 
@@ -71,6 +150,47 @@ impl std::fmt::Debug for LiveLogin {
 pub enum LoginEnd {
     SignedOut,
     Expired,
+    /// GitHub refused to renew its credential (or the renewed one could not be saved): it ends
+    /// as a sign-out does, recorded and its credential deleted.
+    CredentialRevoked,
+}
+
+impl LoginEnd {
+    /// Whether the end is written to the store (a sign-out's record, with a tombstone until
+    /// then); an expiry needs no write.
+    pub fn is_recorded(self) -> bool {
+        matches!(self, LoginEnd::SignedOut | LoginEnd::CredentialRevoked)
+    }
+
+    /// The word events and logs use.
+    pub fn word(self) -> &'static str {
+        match self {
+            LoginEnd::SignedOut => "signed-out",
+            LoginEnd::Expired => "expired",
+            LoginEnd::CredentialRevoked => "credential-revoked",
+        }
+    }
+}
+
+/// Why [`SignIns::renew`] gave no new credential.
+#[derive(Debug, thiserror::Error)]
+pub enum RenewFailure {
+    /// The credential does not expire or has no refresh token.
+    #[error("the credential cannot be renewed")]
+    NotRenewable,
+    /// The login ended, or another renewal moved its credential on, meanwhile: nothing to do.
+    #[error("the login ended or was renewed meanwhile")]
+    Superseded,
+    /// GitHub refused the refresh token: the login must end.
+    #[error("{0}")]
+    Rejected(RefreshError),
+    /// GitHub could not be asked: tried again after [`TOKEN_REFRESH_RETRY_MS`].
+    #[error("{0}")]
+    Unavailable(RefreshError),
+    /// GitHub renewed it, but the store could not save it: the refresh token GitHub consumed is
+    /// lost, so the login must end rather than keep one that no longer works.
+    #[error("the renewed credential could not be saved: {0}")]
+    NotSaved(StoreError),
 }
 
 /// What a sealed credential is bound to besides the login: this deployment.
@@ -84,9 +204,43 @@ pub struct SignInSettings {
     pub session_max_age_ms: u64,
 }
 
+/// A sign-out the store has not recorded yet: the login's cookie must not restore it meanwhile.
+#[derive(Debug, Clone)]
+pub struct PendingSignOut {
+    pub id: Uuid,
+    /// The account's login (for the log).
+    pub login: String,
+    verifier_hash: String,
+    expires_at_ms: UnixMillis,
+}
+
+/// The store did not record a sign-out. The login is ended in this process all the same (its
+/// cookie proves nothing here); the write is retried.
+#[derive(Debug, thiserror::Error)]
+#[error("the sign-out of login {login_id} could not be recorded: {error}")]
+pub struct SignOutNotRecorded {
+    pub login_id: Uuid,
+    pub error: StoreError,
+}
+
+#[derive(Default)]
+struct Table {
+    live: BTreeMap<Uuid, Arc<LiveLogin>>,
+    /// Logins whose renewal GitHub could not answer: not tried again before this time.
+    renew_not_before: BTreeMap<Uuid, UnixMillis>,
+    /// Sign-outs not yet recorded in the store, by login id.
+    pending: BTreeMap<Uuid, PendingSignOut>,
+    /// Bumped whenever a login ends or a tombstone goes: a restore that began under an older
+    /// value looks again before it publishes.
+    ends: u64,
+}
+
+/// How many times a restore starts again because logins ended while it read the store.
+const RESTORE_ATTEMPTS: usize = 3;
+
 /// The live logins of this process, by login id.
 pub struct SignIns {
-    live: Mutex<BTreeMap<Uuid, Arc<LiveLogin>>>,
+    table: Mutex<Table>,
     /// Every login that ends (sign-out, expiry), so sockets opened with it can close.
     ended: tokio::sync::broadcast::Sender<Uuid>,
     store: Arc<dyn SignInStore>,
@@ -95,6 +249,8 @@ pub struct SignIns {
     key: Arc<CredentialKey>,
     admission: Arc<Admission>,
     settings: SignInSettings,
+    /// Renews expiring GitHub user tokens; `None` where nothing renews them (tests).
+    refresher: Option<Arc<TokenRefresher>>,
 }
 
 impl SignIns {
@@ -107,7 +263,7 @@ impl SignIns {
         settings: SignInSettings,
     ) -> Self {
         SignIns {
-            live: Mutex::default(),
+            table: Mutex::default(),
             ended: tokio::sync::broadcast::channel(256).0,
             store,
             clock,
@@ -115,7 +271,14 @@ impl SignIns {
             key,
             admission,
             settings,
+            refresher: None,
         }
+    }
+
+    /// The same table, renewing expiring GitHub user tokens with `refresher`.
+    pub fn with_refresher(mut self, refresher: Arc<TokenRefresher>) -> Self {
+        self.refresher = Some(refresher);
+        self
     }
 
     /// Watches one login, for a socket opened with it: [`LoginWatch::ended`] resolves when it
@@ -133,16 +296,16 @@ impl SignIns {
         self.clock.now_ms()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, Arc<LiveLogin>>> {
-        self.live.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Records a new login for `account` (store first, then memory) and returns it with the
-    /// cookie value that proves it.
+    /// Records a new login for `account` (store first, then memory) with the user token GitHub
+    /// granted, and returns it with the cookie value that proves it.
     pub async fn create(
         &self,
         account: Account,
-        token: Secret,
+        token: UserToken,
     ) -> Result<(Arc<LiveLogin>, String), StoreError> {
         let now = self.clock.now_ms();
         let id = self.entropy.uuid();
@@ -160,16 +323,11 @@ impl SignIns {
             })
             .await?;
         // The credential is kept sealed, so a restart can restore the login from its cookie.
+        let credential = Credential::granted(token, now);
         let aad = self.aad(id, account.id, now, expires_at_ms, &verifier_hash, 1);
-        let sealed = self.key.seal_credential(
-            &*self.entropy,
-            &aad,
-            &StoredCredential {
-                access_token: token.expose().to_owned(),
-                refresh_token: None,
-                access_expires_at_ms: None,
-            },
-        );
+        let sealed = self
+            .key
+            .seal_credential(&*self.entropy, &aad, &credential.to_stored());
         match self.store.set_login_credential(id, 0, &sealed).await? {
             Some(1) => {}
             other => {
@@ -184,16 +342,17 @@ impl SignIns {
             created_at_ms: now,
             expires_at_ms,
             verifier_hash,
-            token,
+            credential,
             credential_revision: 1,
         });
-        self.lock().insert(id, live.clone());
+        self.lock().live.insert(id, live.clone());
         Ok((live, format!("{id}.{verifier}")))
     }
 
     /// The live login a request's session cookie proves, if any. A login this process does not
     /// hold (it signed in before a restart) is restored from storage: its sealed credential is
     /// opened and GitHub must still know the token as the login's own account, admitted here.
+    /// A signed-out login whose sign-out the store has not recorded yet proves nothing.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Option<Arc<LiveLogin>> {
         let now_ms = self.clock.now_ms();
         let value = cookie_value(headers, SESSION_COOKIE)?;
@@ -204,11 +363,31 @@ impl SignIns {
         if let Some(live) = self.get_live(id, now_ms) {
             return (hash == live.verifier_hash).then_some(live);
         }
-        let restored = self.restore(id, &hash, now_ms).await;
-        if let Some(live) = &restored {
+        for _ in 0..RESTORE_ATTEMPTS {
+            let ends = {
+                let table = self.lock();
+                if table.pending.contains_key(&id) {
+                    return None;
+                }
+                table.ends
+            };
+            let live = self.restore(id, &hash, now_ms).await?;
+            let mut table = self.lock();
+            if table.pending.contains_key(&id) {
+                return None;
+            }
+            if table.ends != ends {
+                // A login ended (or a sign-out was recorded) while the store was read: what it
+                // said may be older than the sign-out, so read it again.
+                continue;
+            }
+            // Another request may have restored it meanwhile: keep the first.
+            let live = table.live.entry(id).or_insert(live).clone();
+            drop(table);
             tracing::info!(login = %live.account.login, login_id = %id, "browser login restored from storage");
+            return Some(live);
         }
-        restored
+        None
     }
 
     async fn restore(
@@ -232,38 +411,53 @@ impl SignIns {
             revision,
         );
         let credential = match self.key.open_credential(&aad, &sealed) {
-            Ok(c) => c,
+            Ok(c) => Credential::opened(c),
             Err(e) => {
                 tracing::warn!(login_id = %id, error = %e, "a stored sign-in credential does not open with this key; the browser must sign in again");
                 return None;
             }
         };
-        match self.admission.check(&credential.access_token).await {
-            Ok(admitted) if admitted.user.id == account.github_user_id => {}
-            _ => return None,
-        }
-        let live = Arc::new(LiveLogin {
+        let mut live = LiveLogin {
             id,
             account,
             created_at_ms: login.created_at_ms,
             expires_at_ms: login.expires_at_ms,
             verifier_hash: login.verifier_hash,
-            token: Secret::new(credential.access_token),
+            credential,
             credential_revision: revision,
-        });
-        // Another request may have restored it meanwhile: keep the first.
-        Some(self.lock().entry(id).or_insert(live).clone())
+        };
+        // A credential due for renewal is renewed first (a login this process did not hold has
+        // no Planner session to end). If GitHub cannot renew it now, a token still valid is used.
+        if live.renew_at_ms().is_some_and(|at| now_ms >= at) {
+            if let Some(refresher) = self.refresher.as_deref() {
+                match self.renewed(&live, refresher).await {
+                    Ok(renewed) => live = renewed,
+                    Err(e) => {
+                        tracing::info!(login_id = %id, error = %e, "a restored sign-in's credential could not be renewed");
+                        if live.access_expires_at_ms().is_some_and(|at| now_ms >= at) {
+                            return None;
+                        }
+                    }
+                }
+            }
+        }
+        match self.admission.check(live.github_token()).await {
+            Ok(admitted) if admitted.user.id == live.account.github_user_id => {}
+            _ => return None,
+        }
+        Some(Arc::new(live))
     }
 
     /// The login if this process holds it and it has not expired at `now_ms`.
     pub fn get_live(&self, id: Uuid, now_ms: UnixMillis) -> Option<Arc<LiveLogin>> {
-        let live = self.lock().get(&id).cloned()?;
+        let live = self.lock().live.get(&id).cloned()?;
         (now_ms < live.expires_at_ms).then_some(live)
     }
 
     /// The newest live login of `account_id` this process holds.
     pub fn live_login_of(&self, account_id: Uuid, now_ms: UnixMillis) -> Option<Arc<LiveLogin>> {
         self.lock()
+            .live
             .values()
             .filter(|l| l.account.id == account_id && now_ms < l.expires_at_ms)
             .max_by_key(|l| (l.created_at_ms, l.id))
@@ -273,6 +467,7 @@ impl SignIns {
     /// The logins this process holds that have expired at `now_ms`, in id order.
     pub fn expired(&self, now_ms: UnixMillis) -> Vec<Arc<LiveLogin>> {
         self.lock()
+            .live
             .values()
             .filter(|l| now_ms >= l.expires_at_ms)
             .cloned()
@@ -281,37 +476,261 @@ impl SignIns {
 
     /// When the first login this process holds expires, if it holds any.
     pub fn next_expiry(&self) -> Option<UnixMillis> {
-        self.lock().values().map(|l| l.expires_at_ms).min()
+        self.lock().live.values().map(|l| l.expires_at_ms).min()
     }
 
     /// How many logins this process holds.
     pub fn live_count(&self) -> usize {
-        self.lock().len()
+        self.lock().live.len()
+    }
+
+    /// How many sign-outs the store has not recorded yet.
+    pub fn pending_sign_out_count(&self) -> usize {
+        self.lock().pending.len()
     }
 
     /// The first half of ending a login: this process forgets it at once (so nothing new binds
-    /// to it), sockets opened with it hear of it, and admission forgets its token. False if
-    /// it was already forgotten (another path ended it first).
-    pub fn forget_ended(&self, live: &LiveLogin) -> bool {
-        let held = self.lock().remove(&live.id).is_some();
+    /// to it), sockets opened with it hear of it, and admission forgets its token. A sign-out
+    /// also leaves its tombstone, so the login's cookie restores nothing until the store has
+    /// recorded it. False if it was already forgotten (another path ended it first).
+    pub fn forget_ended(&self, live: &LiveLogin, why: LoginEnd) -> bool {
+        let (held, current) = {
+            let mut table = self.lock();
+            let current = table.live.remove(&live.id);
+            table.renew_not_before.remove(&live.id);
+            if why.is_recorded() {
+                table.pending.insert(
+                    live.id,
+                    PendingSignOut {
+                        id: live.id,
+                        login: live.account.login.clone(),
+                        verifier_hash: live.verifier_hash.clone(),
+                        expires_at_ms: live.expires_at_ms,
+                    },
+                );
+            }
+            table.ends += 1;
+            (current.is_some(), current)
+        };
         let _ = self.ended.send(live.id);
         self.admission.invalidate(live.github_token());
+        // The login may have been renewed since `live` was read: its newer token goes too.
+        if let Some(current) = current.filter(|c| c.credential_revision != live.credential_revision)
+        {
+            self.admission.invalidate(current.github_token());
+        }
         held
     }
 
     /// The second half: a sign-out is recorded in the store and the sealed credential deleted
-    /// (an expiry needs no write: the stored login carries its expiry).
-    pub async fn record_end(&self, live: &LiveLogin, why: LoginEnd) {
-        if why == LoginEnd::SignedOut {
-            let now = self.clock.now_ms();
-            if let Err(e) = self.store.sign_out_browser_login(live.id, now).await {
-                tracing::error!(error = %e, login_id = %live.id, "sign-out could not be recorded; the login is ended in this process");
-            }
-            if let Err(e) = self.store.delete_login_credential(live.id).await {
-                tracing::error!(error = %e, login_id = %live.id, "the signed-out login's sealed credential could not be deleted");
-            }
+    /// (an expiry needs no write: the stored login carries its expiry). `Err` when the store
+    /// did not record the sign-out: the login stays ended in this process (its tombstone
+    /// stands) and the write is retried ([`SignIns::retry_pending_sign_outs`]).
+    pub async fn record_end(
+        &self,
+        live: &LiveLogin,
+        why: LoginEnd,
+    ) -> Result<(), SignOutNotRecorded> {
+        if why.is_recorded() {
+            self.record_sign_out(live.id).await?;
         }
         tracing::info!(login = %live.account.login, login_id = %live.id, ?why, "browser login ended");
+        Ok(())
+    }
+
+    /// Writes a sign-out: the stored login marked signed out (then its tombstone goes), and its
+    /// sealed credential deleted (a failure there is only logged: a signed-out login restores
+    /// nothing, and startup deletes it with its credential).
+    async fn record_sign_out(&self, id: Uuid) -> Result<(), SignOutNotRecorded> {
+        let now = self.clock.now_ms();
+        if let Err(error) = self.store.sign_out_browser_login(id, now).await {
+            tracing::error!(%error, login_id = %id, "sign-out could not be recorded; the login stays ended in this process and the write is retried");
+            return Err(SignOutNotRecorded {
+                login_id: id,
+                error,
+            });
+        }
+        {
+            let mut table = self.lock();
+            if table.pending.remove(&id).is_some() {
+                table.ends += 1;
+            }
+        }
+        if let Err(e) = self.store.delete_login_credential(id).await {
+            tracing::error!(error = %e, login_id = %id, "the signed-out login's sealed credential could not be deleted; startup deletes it");
+        }
+        Ok(())
+    }
+
+    /// The unrecorded sign-out a request's session cookie names, if any (a browser asking to
+    /// sign out again after the store failed the first time).
+    pub fn pending_sign_out(&self, headers: &HeaderMap) -> Option<PendingSignOut> {
+        let value = cookie_value(headers, SESSION_COOKIE)?;
+        let (id, verifier) = value.split_once('.')?;
+        let id = Uuid::parse_str(id).ok()?;
+        let hash = sha256_hex(verifier);
+        let table = self.lock();
+        let pending = table.pending.get(&id)?;
+        (pending.verifier_hash == hash).then(|| pending.clone())
+    }
+
+    /// Tries again to record one unrecorded sign-out.
+    pub async fn retry_sign_out(&self, pending: &PendingSignOut) -> Result<(), SignOutNotRecorded> {
+        self.record_sign_out(pending.id).await?;
+        tracing::info!(login = %pending.login, login_id = %pending.id, "sign-out recorded on retry");
+        Ok(())
+    }
+
+    /// The housekeeping round: every unrecorded sign-out is tried again, and a tombstone whose
+    /// login has expired goes (the stored login restores nothing past its expiry). How many
+    /// remain unrecorded.
+    pub async fn retry_pending_sign_outs(&self) -> usize {
+        let now = self.clock.now_ms();
+        let pending: Vec<PendingSignOut> = {
+            let mut table = self.lock();
+            let before = table.pending.len();
+            table.pending.retain(|_, p| now < p.expires_at_ms);
+            if table.pending.len() != before {
+                table.ends += 1;
+            }
+            table.pending.values().cloned().collect()
+        };
+        for p in &pending {
+            let _ = self.retry_sign_out(p).await;
+        }
+        self.pending_sign_out_count()
+    }
+
+    /// The logins whose credential is due for renewal at `now_ms` (and not put off after a
+    /// renewal GitHub could not answer), in id order.
+    pub fn due_for_renewal(&self, now_ms: UnixMillis) -> Vec<Arc<LiveLogin>> {
+        let table = self.lock();
+        table
+            .live
+            .values()
+            .filter(|l| now_ms < l.expires_at_ms)
+            .filter(|l| l.renew_at_ms().is_some_and(|at| now_ms >= at))
+            .filter(|l| {
+                table
+                    .renew_not_before
+                    .get(&l.id)
+                    .is_none_or(|&t| now_ms >= t)
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// When the first credential this process holds is due for renewal, if any is renewable.
+    pub fn next_renewal(&self) -> Option<UnixMillis> {
+        let table = self.lock();
+        table
+            .live
+            .values()
+            .filter_map(|l| {
+                let at = l.renew_at_ms()?;
+                Some(table.renew_not_before.get(&l.id).map_or(at, |&t| at.max(t)))
+            })
+            .min()
+    }
+
+    /// Renews `live`'s GitHub credential with its refresh token: GitHub gives a new access
+    /// token and refresh token (the old ones stop working at once), the new credential is
+    /// sealed at the next credential revision and stored under a revision check, and only then
+    /// does this process hold it — as a new [`LiveLogin`] at that revision, which every later
+    /// lookup sees. The caller ends every Planner session bound to `live`'s revision *before*
+    /// calling this (PERM-10): the old token dies with the refresh.
+    pub async fn renew(&self, live: &LiveLogin) -> Result<Arc<LiveLogin>, RenewFailure> {
+        let Some(refresher) = self.refresher.clone() else {
+            return Err(RenewFailure::NotRenewable);
+        };
+        let now = self.clock.now_ms();
+        match self.get_live(live.id, now) {
+            Some(current) if current.credential_revision == live.credential_revision => {}
+            _ => return Err(RenewFailure::Superseded),
+        }
+        let renewed = match self.renewed(live, &refresher).await {
+            Ok(renewed) => Arc::new(renewed),
+            Err(RenewFailure::Unavailable(e)) => {
+                // A minute after this attempt began.
+                let retry_at = now.saturating_add(TOKEN_REFRESH_RETRY_MS);
+                self.lock().renew_not_before.insert(live.id, retry_at);
+                return Err(RenewFailure::Unavailable(e));
+            }
+            Err(e) => return Err(e),
+        };
+        {
+            let mut table = self.lock();
+            match table.live.get(&live.id) {
+                Some(current) if current.credential_revision == live.credential_revision => {
+                    table.live.insert(live.id, renewed.clone());
+                    table.renew_not_before.remove(&live.id);
+                }
+                // Ended while GitHub was asked: it stays ended (its tombstone, if a sign-out,
+                // keeps the stored credential from restoring it).
+                _ => return Err(RenewFailure::Superseded),
+            }
+        }
+        self.admission.invalidate(live.github_token());
+        tracing::info!(login = %live.account.login, login_id = %live.id, revision = renewed.credential_revision, "GitHub credential renewed");
+        Ok(renewed)
+    }
+
+    /// GitHub's renewal of `live`'s credential, sealed and stored at the next revision.
+    async fn renewed(
+        &self,
+        live: &LiveLogin,
+        refresher: &TokenRefresher,
+    ) -> Result<LiveLogin, RenewFailure> {
+        let now = self.clock.now_ms();
+        let Some(refresh_token) = live.credential.refresh_token.as_ref() else {
+            return Err(RenewFailure::NotRenewable);
+        };
+        if live
+            .credential
+            .refresh_expires_at_ms
+            .is_some_and(|at| now >= at)
+        {
+            return Err(RenewFailure::Rejected(RefreshError::Rejected(
+                "the refresh token has expired".to_owned(),
+            )));
+        }
+        let token = match refresher.refresh(refresh_token).await {
+            Ok(token) => token,
+            Err(e @ RefreshError::Rejected(_)) => return Err(RenewFailure::Rejected(e)),
+            Err(e @ RefreshError::Unavailable(_)) => return Err(RenewFailure::Unavailable(e)),
+        };
+        let granted_at = self.clock.now_ms();
+        let credential = Credential::granted(token, granted_at);
+        let revision = live.credential_revision + 1;
+        let aad = self.aad(
+            live.id,
+            live.account.id,
+            live.created_at_ms,
+            live.expires_at_ms,
+            &live.verifier_hash,
+            revision,
+        );
+        let sealed = self
+            .key
+            .seal_credential(&*self.entropy, &aad, &credential.to_stored());
+        match self
+            .store
+            .set_login_credential(live.id, live.credential_revision, &sealed)
+            .await
+        {
+            Ok(Some(stored)) if stored == revision => {}
+            Ok(_) => return Err(RenewFailure::Superseded),
+            Err(e) => return Err(RenewFailure::NotSaved(e)),
+        }
+        Ok(LiveLogin {
+            id: live.id,
+            account: live.account.clone(),
+            created_at_ms: live.created_at_ms,
+            expires_at_ms: live.expires_at_ms,
+            verifier_hash: live.verifier_hash.clone(),
+            credential,
+            credential_revision: revision,
+        })
     }
 
     /// What a login's sealed credential is bound to: this server, the login, and the revision.

@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use http::{header, StatusCode};
 use hyper::body::Bytes;
-use serde::Deserialize;
 
 use super::admission::{Admission, AdmissionError};
 use super::sign_ins::{LiveLogin, SignIns};
+use super::tokens::{TokenAnswer, UserToken};
 use crate::config::Secret;
 use crate::runtime::connector::{self, SharedConnector};
 use crate::runtime::{SharedClock, SharedEntropy};
@@ -118,8 +118,9 @@ impl WebFlow {
         })
     }
 
-    /// Trades an OAuth code for a user access token.
-    pub async fn exchange_code(&self, code: &str) -> Result<Secret, FlowRefusal> {
+    /// Trades an OAuth code for a user token (with its refresh token, when the App expires
+    /// user tokens).
+    pub async fn exchange_code(&self, code: &str) -> Result<UserToken, FlowRefusal> {
         let unavailable = |why: String| {
             tracing::warn!(%why, "sign-in: GitHub token exchange failed");
             FlowRefusal::new(
@@ -156,15 +157,10 @@ impl WebFlow {
         if !response.status.is_success() {
             return Err(unavailable(format!("HTTP {}", response.status)));
         }
-        #[derive(Deserialize)]
-        struct Answer {
-            access_token: Option<String>,
-            error: Option<String>,
-        }
-        let answer: Answer =
+        let answer: TokenAnswer =
             serde_json::from_slice(&response.body).map_err(|e| unavailable(e.to_string()))?;
-        match (answer.access_token, answer.error) {
-            (Some(token), _) if !token.is_empty() => Ok(Secret::new(token)),
+        match (answer.token(), answer.error) {
+            (Some(token), _) => Ok(token),
             (_, Some(error)) => Err(FlowRefusal::new(
                 StatusCode::FORBIDDEN,
                 format!(
@@ -199,12 +195,12 @@ pub struct SignInDeps {
 /// device flow's single-account rule); its refusal is returned as is.
 pub async fn sign_in<E>(
     deps: &SignInDeps,
-    token: Secret,
+    token: UserToken,
     before_login: impl FnOnce(&crate::store::Account) -> Result<(), E>,
 ) -> Result<Result<(Arc<LiveLogin>, String), E>, SignInFailure> {
     let admitted = deps
         .admission
-        .check(token.expose())
+        .check(token.access_token.expose())
         .await
         .map_err(SignInFailure::Admission)?;
     let account = deps

@@ -548,7 +548,7 @@ impl Link {
                 }
                 _ = &mut expiry, if !expired => {
                     expired = true;
-                    self.deps.planners.end_login(live, LoginEnd::Expired).await;
+                    let _ = self.deps.planners.end_login(live, LoginEnd::Expired).await;
                     // As above: `end_login` queued the close for this link.
                 }
             }

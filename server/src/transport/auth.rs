@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use super::{Routes, Table};
 use crate::access::Access;
 use crate::identity::device_flow::{DeviceFlows, DeviceRefusal, DeviceStatus};
-use crate::identity::sign_ins::{cookie_value, LiveLogin, LoginEnd, SESSION_COOKIE};
+use crate::identity::sign_ins::{cookie_value, LiveLogin, LoginEnd, SignIns, SESSION_COOKIE};
 use crate::identity::web_flow::{sign_in, FlowRefusal, SignInDeps, SignInFailure, WebFlow};
 use crate::planner::Planners;
 
@@ -44,6 +44,8 @@ pub struct AuthDeps {
     pub device_flows: Arc<DeviceFlows>,
     pub sign_in: SignInDeps,
     pub planners: Arc<Planners>,
+    /// Unrecorded sign-outs, asked again through `/auth/logout`.
+    pub sign_ins: Arc<SignIns>,
     /// `AUTH_MODE=local`: the web flow answers 404 and the device flow serves.
     pub local: bool,
 }
@@ -189,15 +191,32 @@ async fn github_callback(
         .into_response()
 }
 
-/// `POST /auth/logout`: ends this browser's login at once, everywhere it is used.
+/// `POST /auth/logout`: ends this browser's login at once, everywhere it is used. The sign-out
+/// is final only once the store has recorded it: when that write fails the answer is `503`
+/// `sign-out-not-recorded` and the cookie is kept, so the browser can ask again; the login is
+/// ended in this process all the same and its cookie proves nothing meanwhile.
 async fn logout(State(deps): State<AuthDeps>, headers: HeaderMap) -> Response {
     if !deps.access.is_own_origin(&headers) {
         return refusal(StatusCode::FORBIDDEN, "This request did not come from this server's own pages (its Origin header is missing or foreign).");
     }
-    let Some(live) = deps.access.browser(&headers).await else {
-        return refusal(StatusCode::UNAUTHORIZED, "You are not signed in.");
+    let recorded = match deps.access.browser(&headers).await {
+        Some(live) => deps.planners.end_login(&live, LoginEnd::SignedOut).await,
+        // A sign-out asked again after the store failed to record it.
+        None => match deps.sign_ins.pending_sign_out(&headers) {
+            Some(pending) => deps.sign_ins.retry_sign_out(&pending).await,
+            None => return refusal(StatusCode::UNAUTHORIZED, "You are not signed in."),
+        },
     };
-    deps.planners.end_login(&live, LoginEnd::SignedOut).await;
+    if recorded.is_err() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({
+                "error": "sign-out-not-recorded",
+                "message": "Your sign-out could not be saved just now. This browser is signed out on this server already, but sign out again to make it final; the server also keeps trying.",
+            })),
+        )
+            .into_response();
+    }
     let clear = Cookie::build((SESSION_COOKIE, ""))
         .path("/")
         .max_age(cookie::time::Duration::ZERO)

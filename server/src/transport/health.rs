@@ -58,6 +58,7 @@ fn state_entries(deps: &HealthDeps) -> Vec<(&'static str, usize)> {
         ("chat_channels", chat_channels),
         ("chat_gates", chat_gates),
         ("logins", deps.sign_ins.live_count()),
+        ("sign_outs_pending", deps.sign_ins.pending_sign_out_count()),
     ]
 }
 

@@ -64,6 +64,11 @@ fn location(response: &connector::HttpResponse) -> String {
 
 /// Starts everything; mona is signed in (her account has a live browser sign-in).
 pub async fn served() -> Served {
+    served_over(Arc::new(MemoryStore::new())).await
+}
+
+/// [`served`] over `store` (a memory store wrapped to fail or hold some calls, say).
+pub async fn served_over(store: Arc<dyn Store>) -> Served {
     let github = FakeGitHub::new();
     github.add_user("mona", 1001).add_repo("octo", "plans");
     github.grant("octo", "plans", "mona", Permission::Write);
@@ -79,7 +84,6 @@ pub async fn served() -> Served {
     config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
     config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
     config.app_origin = format!("http://{host}");
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let running = app::start(
         config,
         store.clone(),
