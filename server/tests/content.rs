@@ -13,8 +13,8 @@ use chopin_server::runtime::entropy::{Entropy, OsEntropy};
 use chopin_server::runtime::Shutdown;
 use chopin_server::store::prelude::*;
 use chopin_server::store::{
-    Advance, Document, DocumentContent, MemoryStore, NewDocument, PlanCommit, RevisionKind,
-    StoreResult, UnixMillis,
+    Advance, Document, DocumentContent, MemoryStore, NewDocument, OwnerGuard, PlanCommit,
+    RevisionKind, StoreResult, UnixMillis,
 };
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
@@ -143,11 +143,14 @@ impl ContentStore for Yielding {
         &self,
         id: Uuid,
         expected: i64,
+        owner: Option<&OwnerGuard>,
         update: &[u8],
         now: UnixMillis,
     ) -> StoreResult<PlanCommit> {
         pause().await;
-        self.0.commit_plan_edit(id, expected, update, now).await
+        self.0
+            .commit_plan_edit(id, expected, owner, update, now)
+            .await
     }
     async fn document_content(&self, id: Uuid) -> StoreResult<DocumentContent> {
         pause().await;

@@ -19,9 +19,9 @@ use uuid::Uuid;
 
 use crate::{
     Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
-    Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry, Ownership,
-    OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store, StoreError, StoreResult,
-    TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
+    Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry, OwnerGuard,
+    Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store, StoreError,
+    StoreResult, TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
 };
 
 /// One store call, as reported.
@@ -308,6 +308,7 @@ impl<H: Hook> ContentStore for Instrumented<H> {
         &self,
         document_id: Uuid,
         expected_plan_revision: i64,
+        owner: Option<&OwnerGuard>,
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<PlanCommit> {
@@ -315,7 +316,7 @@ impl<H: Hook> ContentStore for Instrumented<H> {
             "commit_plan_edit",
             WRITE,
             self.inner
-                .commit_plan_edit(document_id, expected_plan_revision, update, now_ms),
+                .commit_plan_edit(document_id, expected_plan_revision, owner, update, now_ms),
         )
         .await
     }

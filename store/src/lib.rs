@@ -203,6 +203,20 @@ pub enum PlanCommit {
     Committed { plan_revision: i64, seq: i64 },
     /// The plan revision is no longer the one expected; nothing changed.
     Stale { current: i64 },
+    /// The commit was made under an [`OwnerGuard`] that storage no longer matches (the Planner
+    /// was released, or claimed anew); nothing changed.
+    NotOwner,
+}
+
+/// The Planner ownership a write is made under (a Planner turn's): the write lands only while
+/// storage names `account_id` as the holder of `document_id`'s Planner at `generation`, checked
+/// in the same atomic step as the write. For a child document's edit, `document_id` is its
+/// root's: a child's Planner ownership is its root's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnerGuard {
+    pub document_id: Uuid,
+    pub generation: i64,
+    pub account_id: Uuid,
 }
 
 /// A complete encoded Yjs state (v1) covering every journalled update up to `upto_seq`.
@@ -433,14 +447,18 @@ pub trait ContentStore: Send + Sync + 'static {
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<i64>;
-    /// Only if the plan revision still equals `expected_plan_revision`: journals the update (as
-    /// [`ContentStore::append_update`]) and advances the plan and storage revisions by one, atomically.
-    /// Otherwise `Stale` and nothing changes. Concurrent commits at one expected revision: exactly
-    /// one commits. `NotFound("document")` for an unknown document.
+    /// Only if the plan revision still equals `expected_plan_revision` — and, with an `owner`
+    /// guard, only while storage still names that owner at that generation — journals the
+    /// update (as [`ContentStore::append_update`]) and advances the plan and storage revisions
+    /// by one, atomically. Otherwise `NotOwner` (checked first) or `Stale`, and nothing changes.
+    /// A release or claim of the guarding ownership is ordered before or after the commit as a
+    /// whole, never between its check and its write. Concurrent commits at one expected
+    /// revision: exactly one commits. `NotFound("document")` for an unknown document.
     async fn commit_plan_edit(
         &self,
         document_id: Uuid,
         expected_plan_revision: i64,
+        owner: Option<&OwnerGuard>,
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<PlanCommit>;

@@ -18,8 +18,8 @@ use uuid::Uuid;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
     Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Fence, Holder,
-    LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release, RevisionKind,
-    Store, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    LeaseAcquire, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit, Release,
+    RevisionKind, Store, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
@@ -496,10 +496,23 @@ impl ContentStore for MemoryStore {
         &self,
         document_id: Uuid,
         expected_plan_revision: i64,
+        owner: Option<&OwnerGuard>,
         update: &[u8],
         _now_ms: UnixMillis,
     ) -> StoreResult<PlanCommit> {
         self.write(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            if let Some(guard) = owner {
+                let holds = inner.ownership.get(&guard.document_id).is_some_and(|o| {
+                    o.generation == guard.generation
+                        && o.holder.as_ref().map(|h| h.account_id) == Some(guard.account_id)
+                });
+                if !holds {
+                    return Ok(PlanCommit::NotOwner);
+                }
+            }
             let (doc, content) = document_and_content(inner, document_id)?;
             if doc.plan_revision != expected_plan_revision {
                 return Ok(PlanCommit::Stale {

@@ -50,8 +50,9 @@ use super::fence::FenceCheck;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
-    Fence, Holder, LeaseAcquire, NewDocument, NewTranscriptEntry, Ownership, PlanCommit, Release,
-    RevisionKind, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    Fence, Holder, LeaseAcquire, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
+    PlanCommit, Release, RevisionKind, StoreError, StoreResult, TranscriptEntry, UnixMillis,
+    WriterLease,
 };
 
 /// What differs between the SQL databases, for one sqlx [`Database`]. Implemented by `sqlite.rs`
@@ -1158,10 +1159,39 @@ where
         &self,
         document_id: Uuid,
         expected_plan_revision: i64,
+        owner: Option<&OwnerGuard>,
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<PlanCommit> {
         let mut tx = self.begin_write().await?;
+        if let Some(guard) = owner {
+            // The guard as a write that changes nothing: it takes the ownership row's lock
+            // (PostgreSQL; SQLite's one write lock is held already) until this commit, so a
+            // release or claim waits for it, and one committed before it fails the guard.
+            let held: Option<i64> = sqlx::query_scalar(
+                "UPDATE planner_ownership SET generation = generation \
+                 WHERE document_id = $1 AND generation = $2 AND holder_account_id = $3 \
+                 RETURNING generation",
+            )
+            .bind(DB::Id::from(guard.document_id))
+            .bind(guard.generation)
+            .bind(DB::Id::from(guard.account_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("checking the Planner owner of an edit", e))?;
+            if held.is_none() {
+                let known: Option<i64> =
+                    sqlx::query_scalar("SELECT plan_revision FROM documents WHERE id = $1")
+                        .bind(DB::Id::from(document_id))
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(|e| sqlx_error("reading a plan revision", e))?;
+                return match known {
+                    Some(_) => Ok(PlanCommit::NotOwner),
+                    None => Err(StoreError::NotFound("document")),
+                };
+            }
+        }
         // The guard is in the WHERE clause: a committer that waited on a concurrent winner's row
         // lock re-checks it against the winner's row and matches nothing.
         let committed: Option<(i64, i64)> = sqlx::query_as(
@@ -1636,7 +1666,7 @@ macro_rules! sql_store_impls {
             use $crate::{
                 Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent,
                 DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
-                Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
+                OwnerGuard, Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
             };
 
@@ -1683,6 +1713,7 @@ macro_rules! sql_store_impls {
                 fn commit_plan_edit(
                     document_id: Uuid,
                     expected_plan_revision: i64,
+                    owner: Option<&OwnerGuard>,
                     update: &[u8],
                     now_ms: UnixMillis,
                 ) -> PlanCommit;

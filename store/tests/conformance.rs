@@ -30,7 +30,8 @@ use std::sync::Arc;
 use chopin_store::{
     account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Document,
     DocumentContent, Fence, Holder, LeaseAcquire, MemoryStore, NewDocument, NewTranscriptEntry,
-    PgStore, PlanCommit, Release, RevisionKind, SqliteStore, Store, StoreError, WriterLease,
+    OwnerGuard, PgStore, PlanCommit, Release, RevisionKind, SqliteStore, Store, StoreError,
+    WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -174,6 +175,8 @@ conformance! {
     update_concurrent_appends_are_gap_free,
     plan_edit_commits_only_at_the_expected_revision,
     plan_edit_race_exactly_one_commits,
+    plan_edit_under_an_owner_guard_lands_only_while_storage_names_that_owner,
+    plan_edit_racing_a_release_lands_before_it_or_not_at_all,
     checkpoint_prunes_the_journal_and_seqs_keep_growing,
     stale_checkpoint_is_ignored,
     checkpoint_outside_the_journal_conflicts,
@@ -924,7 +927,7 @@ async fn unknown_document_is_not_found(b: &Backend) {
     assert!(is_not_found(store.release_ownership(unknown, 0).await));
     assert!(is_not_found(store.append_update(unknown, b"u", 1).await));
     assert!(is_not_found(
-        store.commit_plan_edit(unknown, 0, b"u", 1).await
+        store.commit_plan_edit(unknown, 0, None, b"u", 1).await
     ));
     assert!(is_not_found(store.document_content(unknown).await));
     assert!(is_not_found(store.write_checkpoint(unknown, 0, b"s").await));
@@ -1738,7 +1741,7 @@ async fn every_write(
     record(
         "commit_plan_edit",
         store
-            .commit_plan_edit(fx.doc, doc.plan_revision, b"p-1", 5_000)
+            .commit_plan_edit(fx.doc, doc.plan_revision, None, b"p-1", 5_000)
             .await
             .map(|commit| assert!(matches!(commit, PlanCommit::Committed { .. }))),
     );
@@ -2187,6 +2190,7 @@ fn committed(commit: PlanCommit) -> (i64, i64) {
     match commit {
         PlanCommit::Committed { plan_revision, seq } => (plan_revision, seq),
         PlanCommit::Stale { current } => panic!("expected Committed, got Stale at {current}"),
+        PlanCommit::NotOwner => panic!("expected Committed, got NotOwner"),
     }
 }
 
@@ -2327,7 +2331,7 @@ async fn plan_edit_commits_only_at_the_expected_revision(b: &Backend) {
     assert_eq!(
         committed(
             store
-                .commit_plan_edit(doc.id, 0, b"plan-1", 10)
+                .commit_plan_edit(doc.id, 0, None, b"plan-1", 10)
                 .await
                 .unwrap()
         ),
@@ -2341,7 +2345,7 @@ async fn plan_edit_commits_only_at_the_expected_revision(b: &Backend) {
     for stale_at in [0, 2, 7] {
         assert_eq!(
             store
-                .commit_plan_edit(doc.id, stale_at, b"late", 12)
+                .commit_plan_edit(doc.id, stale_at, None, b"late", 12)
                 .await
                 .unwrap(),
             PlanCommit::Stale { current: 1 },
@@ -2356,7 +2360,7 @@ async fn plan_edit_commits_only_at_the_expected_revision(b: &Backend) {
     assert_eq!(
         committed(
             store
-                .commit_plan_edit(doc.id, 1, b"plan-2", 13)
+                .commit_plan_edit(doc.id, 1, None, b"plan-2", 13)
                 .await
                 .unwrap()
         ),
@@ -2382,11 +2386,194 @@ async fn plan_edit_commits_only_at_the_expected_revision(b: &Backend) {
     );
     assert_eq!(
         store
-            .commit_plan_edit(doc.id, 2, b"late", 14)
+            .commit_plan_edit(doc.id, 2, None, b"late", 14)
             .await
             .unwrap(),
         PlanCommit::Stale { current: 3 }
     );
+}
+
+/// A Planner turn's edit is made under the ownership it started with (issue 16: "`commit_plan_edit`
+/// under the turn's generation"): it lands only while storage names that account at that
+/// generation — for a child's edit, the root's ownership (ISO-30) — and otherwise changes nothing.
+async fn plan_edit_under_an_owner_guard_lands_only_while_storage_names_that_owner(b: &Backend) {
+    let store = b.open().await;
+    let root = store
+        .create_document(&new_doc(1, "o", "r", "root"))
+        .await
+        .unwrap();
+    let child = store
+        .create_document(&child_doc(2, "o", "r", "child", root.id))
+        .await
+        .unwrap();
+    let alice = member(&store, 1, "alice").await;
+    let bob = member(&store, 2, "bob").await;
+    let guard = |generation: i64, holder: &Holder| OwnerGuard {
+        document_id: root.id,
+        generation,
+        account_id: holder.account_id,
+    };
+    // Nobody holds the root yet.
+    assert_eq!(
+        store
+            .commit_plan_edit(root.id, 0, Some(&guard(0, &alice)), b"none", 1)
+            .await
+            .unwrap(),
+        PlanCommit::NotOwner
+    );
+    claimed(store.claim_ownership(root.id, &alice, 2).await.unwrap());
+    assert_eq!(
+        committed(
+            store
+                .commit_plan_edit(root.id, 0, Some(&guard(1, &alice)), b"root-1", 3)
+                .await
+                .unwrap()
+        ),
+        (1, 1)
+    );
+    // A child's edit is guarded by its root's ownership.
+    assert_eq!(
+        committed(
+            store
+                .commit_plan_edit(child.id, 0, Some(&guard(1, &alice)), b"child-1", 4)
+                .await
+                .unwrap()
+        ),
+        (1, 1)
+    );
+    for (wrong, why) in [
+        (guard(2, &alice), "a generation storage has not reached"),
+        (guard(0, &alice), "an older generation"),
+        (guard(1, &bob), "another account"),
+    ] {
+        assert_eq!(
+            store
+                .commit_plan_edit(root.id, 1, Some(&wrong), b"wrong", 5)
+                .await
+                .unwrap(),
+            PlanCommit::NotOwner,
+            "{why}"
+        );
+    }
+    // The owner is checked before the revision.
+    assert_eq!(
+        store
+            .commit_plan_edit(root.id, 0, Some(&guard(1, &bob)), b"stale", 5)
+            .await
+            .unwrap(),
+        PlanCommit::NotOwner
+    );
+    assert_eq!(
+        counters(&store, root.id).await,
+        (1, 1, 0),
+        "nothing changed"
+    );
+    // Released: the turn's guard no longer holds, even for the same account claiming again.
+    store.release_ownership(root.id, 1).await.unwrap();
+    assert_eq!(
+        store
+            .commit_plan_edit(root.id, 1, Some(&guard(1, &alice)), b"released", 6)
+            .await
+            .unwrap(),
+        PlanCommit::NotOwner
+    );
+    claimed(store.claim_ownership(root.id, &alice, 7).await.unwrap());
+    assert_eq!(
+        store
+            .commit_plan_edit(root.id, 1, Some(&guard(1, &alice)), b"old-turn", 8)
+            .await
+            .unwrap(),
+        PlanCommit::NotOwner
+    );
+    assert_eq!(
+        committed(
+            store
+                .commit_plan_edit(root.id, 1, Some(&guard(2, &alice)), b"root-2", 9)
+                .await
+                .unwrap()
+        ),
+        (2, 2)
+    );
+    assert_eq!(
+        store.document_content(root.id).await.unwrap().updates,
+        vec![(1, b"root-1".to_vec()), (2, b"root-2".to_vec())],
+        "no refused edit was journalled"
+    );
+    assert!(is_not_found(
+        store
+            .commit_plan_edit(
+                Uuid::from_u128(0xdead),
+                0,
+                Some(&guard(2, &alice)),
+                b"u",
+                10
+            )
+            .await
+    ));
+}
+
+/// The guard is atomic with the edit: an edit racing a release of its ownership (followed at
+/// once by another account's claim and write) lands before the release or not at all — never
+/// after the new owner's write.
+async fn plan_edit_racing_a_release_lands_before_it_or_not_at_all(b: &Backend) {
+    const ROUNDS: i64 = 12;
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    let alice = member(&store, 1, "alice").await;
+    let bob = member(&store, 2, "bob").await;
+    let (mut landed, mut refused) = (0, 0);
+    for round in 0..ROUNDS {
+        let owner = if round % 2 == 0 { &alice } else { &bob };
+        let next = if round % 2 == 0 { &bob } else { &alice };
+        let own = claimed(store.claim_ownership(doc.id, owner, 1).await.unwrap());
+        let revision = store.document(doc.id).await.unwrap().unwrap().plan_revision;
+        let guard = OwnerGuard {
+            document_id: doc.id,
+            generation: own.generation,
+            account_id: owner.account_id,
+        };
+        let barrier = Arc::new(Barrier::new(2));
+        let edit = {
+            let (store, barrier) = (store.clone(), barrier.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .commit_plan_edit(doc.id, revision, Some(&guard), b"guarded", 2)
+                    .await
+                    .unwrap()
+            })
+        };
+        let handover = {
+            let (store, barrier, next) = (store.clone(), barrier.clone(), next.clone());
+            tokio::spawn(async move {
+                barrier.wait().await;
+                store
+                    .release_ownership(doc.id, own.generation)
+                    .await
+                    .unwrap();
+                claimed(store.claim_ownership(doc.id, &next, 3).await.unwrap());
+                store.append_update(doc.id, b"new-owner", 4).await.unwrap()
+            })
+        };
+        let (edit, marker) = (edit.await.unwrap(), handover.await.unwrap());
+        match edit {
+            PlanCommit::Committed { seq, .. } => {
+                assert!(seq < marker, "round {round}: the edit (seq {seq}) landed after the new owner's write (seq {marker})");
+                landed += 1;
+            }
+            PlanCommit::NotOwner => refused += 1,
+            PlanCommit::Stale { current } => panic!("round {round}: stale at {current}"),
+        }
+        let own = store.ownership(doc.id).await.unwrap();
+        store
+            .release_ownership(doc.id, own.generation)
+            .await
+            .unwrap();
+    }
+    assert_eq!(landed + refused, ROUNDS);
 }
 
 async fn plan_edit_race_exactly_one_commits(b: &Backend) {
@@ -2406,7 +2593,7 @@ async fn plan_edit_race_exactly_one_commits(b: &Backend) {
                 let bytes = format!("round-{expected}-committer-{c}").into_bytes();
                 barrier.wait().await;
                 let outcome = store
-                    .commit_plan_edit(doc.id, expected, &bytes, 1)
+                    .commit_plan_edit(doc.id, expected, None, &bytes, 1)
                     .await
                     .unwrap();
                 (outcome, bytes)
@@ -2420,6 +2607,7 @@ async fn plan_edit_race_exactly_one_commits(b: &Backend) {
                     round_winners.push((seq, bytes));
                 }
                 (PlanCommit::Stale { current }, _) => assert_eq!(current, expected + 1),
+                (PlanCommit::NotOwner, _) => panic!("no guard was given"),
             }
         }
         assert_eq!(
@@ -2486,7 +2674,7 @@ async fn checkpoint_prunes_the_journal_and_seqs_keep_growing(b: &Backend) {
     assert_eq!(
         committed(
             store
-                .commit_plan_edit(doc.id, 0, &update(8), 8)
+                .commit_plan_edit(doc.id, 0, None, &update(8), 8)
                 .await
                 .unwrap()
         ),
@@ -2572,7 +2760,7 @@ async fn reset_content_bumps_epoch_and_replaces_content(b: &Backend) {
         .unwrap();
     committed(
         store
-            .commit_plan_edit(doc.id, 0, &update(1), 1)
+            .commit_plan_edit(doc.id, 0, None, &update(1), 1)
             .await
             .unwrap(),
     );
@@ -2650,7 +2838,7 @@ async fn content_survives_reopening_the_store(b: &Backend) {
     store.write_checkpoint(doc.id, 2, b"state-2").await.unwrap();
     committed(
         store
-            .commit_plan_edit(doc.id, 0, &update(5), 5)
+            .commit_plan_edit(doc.id, 0, None, &update(5), 5)
             .await
             .unwrap(),
     );
@@ -2724,7 +2912,7 @@ async fn content_survives_reopening_the_store(b: &Backend) {
     );
     assert_eq!(
         reopened
-            .commit_plan_edit(doc.id, 0, b"late", 7)
+            .commit_plan_edit(doc.id, 0, None, b"late", 7)
             .await
             .unwrap(),
         PlanCommit::Stale { current: 1 }
@@ -2966,7 +3154,7 @@ async fn archive_restore_and_rename_change_no_counter(b: &Backend) {
         .unwrap();
     committed(
         store
-            .commit_plan_edit(doc.id, 0, &update(1), 1)
+            .commit_plan_edit(doc.id, 0, None, &update(1), 1)
             .await
             .unwrap(),
     );
