@@ -276,7 +276,7 @@ impl TurnHost for SuiteHost {
         HostToolResult::ok(output)
     }
 
-    fn part(&self, part: &Part) {
+    async fn part(&self, part: &Part) {
         lock(&self.parts).push(part.clone());
         if let Part::Text(TextPart { text }) = part {
             let fire = {
@@ -667,7 +667,9 @@ async fn cancellation(subject: &Subject) -> CheckResult {
     ];
     let (report, host) = drive(subject, Drive::planner(script), |host, control| {
         let control = control.clone();
-        host.on_text("waiting", move || control.cancel());
+        host.on_text("waiting", move || {
+            control.cancel("the contract suite stopped the turn")
+        });
     })
     .await;
     let seen = last_turn(subject).await?;

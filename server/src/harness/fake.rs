@@ -284,14 +284,15 @@ impl FakeModel {
             }
             let call_id = format!("{session_id}-call-{n}");
             match step {
-                Step::Text { text } => io.emit(Part::Text(TextPart { text })),
-                Step::Reasoning { text } => io.emit(Part::Reasoning(TextPart { text })),
+                Step::Text { text } => io.emit(Part::Text(TextPart { text })).await,
+                Step::Reasoning { text } => io.emit(Part::Reasoning(TextPart { text })).await,
                 Step::CallHostTool { name, input } => {
                     io.emit(Part::ToolInput(ToolInputPart {
                         tool_call_id: call_id,
                         tool_name: name.clone(),
                         delta: input.to_string(),
-                    }));
+                    }))
+                    .await;
                     let result = io.call_host_tool(&name, input).await;
                     self.update(index, |t| {
                         t.tool_results.push(ToolResultSeen {
@@ -307,14 +308,16 @@ impl FakeModel {
                             tool_call_id: call_id.clone(),
                             tool_name: name.clone(),
                             input,
-                        }));
+                        }))
+                        .await;
                         let result = json!({ "builtin": name, "ran": true });
                         io.emit(Part::ToolResult(ToolResultPart {
                             tool_call_id: call_id,
                             tool_name: name.clone(),
                             output: result.clone(),
                             is_error: false,
-                        }));
+                        }))
+                        .await;
                         self.update(index, |t| {
                             t.builtin_runs.push(name.clone());
                             t.tool_results.push(ToolResultSeen {
@@ -348,14 +351,16 @@ impl FakeModel {
                         self.update(index, |t| t.steers.push(text.clone()));
                         io.emit(Part::Text(TextPart {
                             text: format!("steered: {text}"),
-                        }));
+                        }))
+                        .await;
                     }
                 }
                 Step::AwaitSteer => {}
                 Step::Fail { message } => {
                     io.emit(Part::Error(super::ErrorPart {
                         message: message.clone(),
-                    }));
+                    }))
+                    .await;
                     return TurnOutcome::failed(message);
                 }
             }
@@ -366,7 +371,8 @@ impl FakeModel {
         io.emit(Part::Finish(FinishPart {
             finish_reason: FinishReason::Stop,
             usage: None,
-        }));
+        }))
+        .await;
         TurnOutcome {
             status: TurnStatus::Completed,
             output,

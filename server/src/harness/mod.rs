@@ -71,34 +71,43 @@ pub const ABORT_WAIT_MS: u64 = 5_000;
 // ---------------------------------------------------------------------------------------------
 
 /// The sending side of a turn's cancellation: whoever may stop a turn (the active owner's
-/// signal, RFC-43/RFC-54; a Stop; shutdown) holds one. Cancelling is idempotent.
+/// signal, RFC-43/RFC-54; a Stop; shutdown; a tool boundary failure) holds one. Cancelling is
+/// idempotent: the first reason given is the one every signal reports.
 #[derive(Debug, Clone)]
 pub struct CancelHandle {
-    tx: Arc<watch::Sender<bool>>,
+    tx: Arc<watch::Sender<Option<String>>>,
 }
 
 /// The receiving side of a turn's cancellation, given to adapters in [`TurnRequest::cancel`].
-/// Cheap to clone; every clone sees the same cancellation.
+/// Cheap to clone; every clone sees the same cancellation and its reason.
 #[derive(Debug, Clone)]
 pub struct CancelSignal {
-    rx: watch::Receiver<bool>,
+    rx: watch::Receiver<Option<String>>,
 }
 
 /// A fresh, uncancelled pair.
 pub fn cancel_pair() -> (CancelHandle, CancelSignal) {
-    let (tx, rx) = watch::channel(false);
+    let (tx, rx) = watch::channel(None);
     (CancelHandle { tx: Arc::new(tx) }, CancelSignal { rx })
 }
 
 impl CancelHandle {
-    /// Cancel: every [`CancelSignal`] of this pair reports it from now on.
-    pub fn cancel(&self) {
-        self.tx.send_replace(true);
+    /// Cancel, saying why (words for the adapter's log, e.g. the remote client's `abort`): every
+    /// [`CancelSignal`] of this pair reports it from now on. A second cancel changes nothing.
+    pub fn cancel(&self, reason: impl Into<String>) {
+        let reason = reason.into();
+        self.tx.send_if_modified(|slot| match slot {
+            Some(_) => false,
+            None => {
+                *slot = Some(reason);
+                true
+            }
+        });
     }
 
     /// Whether [`CancelHandle::cancel`] was called.
     pub fn is_cancelled(&self) -> bool {
-        *self.tx.borrow()
+        self.tx.borrow().is_some()
     }
 
     /// Another receiving side of this pair.
@@ -117,13 +126,18 @@ impl CancelSignal {
 
     /// Whether the turn was cancelled.
     pub fn is_cancelled(&self) -> bool {
-        *self.rx.borrow()
+        self.rx.borrow().is_some()
+    }
+
+    /// Why the turn was cancelled, once it was.
+    pub fn reason(&self) -> Option<String> {
+        self.rx.borrow().clone()
     }
 
     /// Resolves once the turn is cancelled; never resolves if every handle is dropped uncancelled.
     pub async fn cancelled(&self) {
         let mut rx = self.rx.clone();
-        if rx.wait_for(|cancelled| *cancelled).await.is_err() {
+        if rx.wait_for(Option::is_some).await.is_err() {
             std::future::pending::<()>().await;
         }
     }
@@ -270,7 +284,15 @@ pub enum HarnessError {
         /// Why, in the runtime's words.
         message: String,
     },
-    /// No runtime to start it on right now (remote: no client attached).
+    /// The attached account lost its admission or its write access (AC-18): the session was
+    /// not started, and the link is closed `access-revoked`.
+    #[error("access-revoked: {message}")]
+    AccessRevoked {
+        /// Which, in words for the document's people.
+        message: String,
+    },
+    /// No runtime to start it on right now (remote: no client attached, or GitHub could not be
+    /// asked whether its account may start one).
     #[error("the harness is unavailable: {message}")]
     Unavailable {
         /// Why.
@@ -339,8 +361,10 @@ pub trait TurnHost: Send + Sync {
     /// future is dropped if the turn is cancelled while it runs.
     async fn execute(&self, name: &str, input: Value, cancel: CancelSignal) -> HostToolResult;
 
-    /// One stream part the adapter produced, already checked against the turn's tools.
-    fn part(&self, part: &Part);
+    /// One stream part the adapter produced, already checked against the turn's tools. May wait
+    /// (the host publishing what a step said), which slows the adapter down rather than making
+    /// anything queue without bound.
+    async fn part(&self, part: &Part);
 }
 
 /// The host's side of a running turn's controls: cancel it and steer it.
@@ -404,9 +428,9 @@ impl TurnControl {
         self.cancel.signal()
     }
 
-    /// Stop the turn.
-    pub fn cancel(&self) {
-        self.cancel.cancel();
+    /// Stop the turn, saying why.
+    pub fn cancel(&self, reason: impl Into<String>) {
+        self.cancel.cancel(reason);
     }
 
     /// A person's message for the running turn (`@handle: text`), read at its next step.
@@ -476,6 +500,10 @@ pub struct TurnReport {
     pub result: TurnResult,
     /// Who ended it.
     pub ended_by: TurnEnder,
+    /// Steer messages the turn was given but never read (it ended first), in the order given.
+    /// The caller decides what becomes of them (MSG-17); none can be added once the report
+    /// exists.
+    pub unread_steers: Vec<String>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -490,6 +518,27 @@ struct IoShared {
     cancel: CancelHandle,
     steer: tokio::sync::Mutex<SteerInbox>,
     ended: std::sync::atomic::AtomicBool,
+}
+
+impl IoShared {
+    /// Closes the turn's steer inbox (a later steer is refused as [`SteerError::TurnEnded`])
+    /// and takes what is still in it: messages given to the turn that it never read.
+    fn unread_steers(&self) -> Vec<String> {
+        let Ok(mut inbox) = self.steer.try_lock() else {
+            // Only an adapter still waiting in `next_steer` holds it, and the turn is over.
+            tracing::warn!("the turn's steer inbox is still held as the turn ends");
+            return Vec::new();
+        };
+        let Some(rx) = inbox.rx.as_mut() else {
+            return Vec::new();
+        };
+        rx.close();
+        let mut unread = Vec::new();
+        while let Ok(text) = rx.try_recv() {
+            unread.push(text);
+        }
+        unread
+    }
 }
 
 /// The adapter's handle on the host for one turn. Cheap to clone; inert once the turn is over.
@@ -512,18 +561,19 @@ impl TurnIo {
 
     fn fail(&self, boundary: ToolBoundary) {
         tracing::warn!(%boundary, "harness tool boundary failure; aborting the turn");
+        let words = boundary.to_string();
         let mut slot = lock(&self.shared.boundary);
         if slot.is_none() {
             *slot = Some(boundary);
         }
         drop(slot);
-        self.shared.cancel.cancel();
+        self.shared.cancel.cancel(words);
     }
 
     /// Stream one part to the host. A tool part naming a tool outside the turn's host tools and
     /// declared own tools fails the turn as a boundary failure (and is not forwarded). Parts
     /// after the turn is over are dropped.
-    pub fn emit(&self, part: Part) {
+    pub async fn emit(&self, part: Part) {
         if self.is_over() {
             return;
         }
@@ -546,7 +596,7 @@ impl TurnIo {
             }
         };
         match check {
-            Ok(()) => self.shared.host.part(&part),
+            Ok(()) => self.shared.host.part(&part).await,
             Err(boundary) => self.fail(boundary),
         }
     }
@@ -629,6 +679,7 @@ pub async fn run_turn(
         session_id: None,
         result: TurnResult::Failed(TurnFailure::Start(error)),
         ended_by: TurnEnder::NotStarted,
+        unread_steers: Vec::new(),
     };
     if let Err(error) = check_builtins(harness) {
         return not_started(error);
@@ -664,7 +715,7 @@ pub async fn run_turn(
         let run = started.run_turn(adapter_turn, io);
         let link_cancel = async {
             caller_cancel.cancelled().await;
-            inner_cancel.cancel();
+            inner_cancel.cancel(caller_cancel.reason().unwrap_or_default());
             std::future::pending::<()>().await;
         };
         let abort_wait = async {
@@ -685,6 +736,7 @@ pub async fn run_turn(
     shared
         .ended
         .store(true, std::sync::atomic::Ordering::SeqCst);
+    let unread_steers = shared.unread_steers();
     started.destroy().instrument(span).await;
 
     let boundary = lock(&shared.boundary).clone();
@@ -700,6 +752,7 @@ pub async fn run_turn(
         session_id: Some(session_id),
         result,
         ended_by,
+        unread_steers,
     }
 }
 

@@ -1,12 +1,16 @@
 //! The harness's way to an attached client, as a port the Planner's link table implements.
 //!
 //! Owns: [`AgentLinks`] (find the link attached to a document), [`LinkHandle`] (commands to that
-//! link's task and the features it accepted) and [`LinkCommand`] (send a frame; route a session's
-//! or turn's frames here; stop routing).
+//! link's task, the features it accepted and its [`LinkAccess`] check), [`LinkCommand`] (send a
+//! frame; route a session's or turn's frames here; stop routing) and [`LinkAccess`] (the attached
+//! account's admission and write access, asked before every session and turn, AC-18).
 //! Does not own: the link itself (the agent socket, in the transport layer) or who holds a
 //! document (the planner table, which implements [`AgentLinks`]). This module imports nothing above the
 //! harness layer, so the remote adapter never reaches into the Planner table.
 
+use std::sync::Arc;
+
+use async_trait::async_trait;
 use chopin_protocol::agent::{ClientMessage, Feature, ServerMessage};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -32,12 +36,43 @@ pub enum LinkCommand {
     Unroute { key: String },
 }
 
-/// The harness's way to an attached client: commands to its link's task, and the features the
-/// link accepted.
-#[derive(Debug, Clone)]
+/// The harness's way to an attached client: commands to its link's task, the features the link
+/// accepted, and the check of its account's access.
+#[derive(Clone)]
 pub struct LinkHandle {
     pub commands: mpsc::Sender<LinkCommand>,
     pub features: Vec<Feature>,
+    /// Asked before every session and every turn the link starts (AC-18).
+    pub access: Arc<dyn LinkAccess>,
+}
+
+impl std::fmt::Debug for LinkHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkHandle")
+            .field("features", &self.features)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why the attached account may not start a session or turn now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AccessDenied {
+    /// Its instance admission or its write access to the repository is gone (or GitHub no
+    /// longer accepts its token): the check has already told the link to close
+    /// `access-revoked`, and the document is free. The words say which.
+    Revoked(String),
+    /// GitHub could not be asked, so nothing was decided; the link stays.
+    Unknown(String),
+}
+
+/// The check of an attached link's account, made before every session and every turn the link
+/// starts (AC-18): instance admission and push or administration access to the document's
+/// repository, asked of GitHub afresh. Implemented beside the link itself, which holds the
+/// account's token; the harness never sees it.
+#[async_trait]
+pub trait LinkAccess: Send + Sync {
+    /// `Ok` while the account may hold the Planner. A loss also closes the link.
+    async fn recheck(&self) -> Result<(), AccessDenied>;
 }
 
 impl LinkHandle {

@@ -2,12 +2,16 @@
 //! the document as `start`, each turn as `turn`, and the client's frames come back as the turn's
 //! parts, host tool calls and end.
 //!
-//! Owns: the mapping of [`Harness`]/[`HarnessSession`] onto the agent connection — `start` and
-//! its answer (`started`, `start-failed`, or nothing within [`START_TIMEOUT_MS`], after which the
-//! session is destroyed), `turn`, the client's `tools` declaration, `part`, `host-tool-call` →
-//! host tool → `host-tool-result`, `abort` on cancellation, `steer` (only to a client that
-//! accepted `steer-turn`), `turn-end`, and `destroy` (once). A link that closes mid-turn ends the
-//! turn with an error; nothing is replayed. Does not own: which tools are allowed (the turn
+//! Owns: the mapping of [`Harness`]/[`HarnessSession`] onto the agent connection — the link's
+//! access check before every `start` and every `turn` (AC-18: a loss fails that session or turn,
+//! and the check closes the link), `start` and its answer (`started`, `start-failed`, or nothing
+//! within [`START_TIMEOUT_MS`], after which the session is destroyed), `turn`, the client's
+//! `tools` declaration, `part`, `host-tool-call` → host tool → `host-tool-result` (a result too
+//! large for one frame is answered with an error instead), `abort` with the cancellation's
+//! reason, `steer` (only to a client that accepted `steer-turn`), `turn-end`, and `destroy`
+//! (once). A frame the client already sent is taken before a steer waiting beside it, so a steer
+//! that comes after the client's `turn-end` is left unread for the host (MSG-17). A link that
+//! closes mid-turn ends the turn with an error; nothing is replayed. Does not own: which tools are allowed (the turn
 //! driver, [`super::run_turn`]), the link itself (the agent socket, reached through
 //! [`super::port`]).
 //!
@@ -20,12 +24,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chopin_protocol::agent::{
-    self as wire, ClientMessage, Feature, ServerMessage, SessionMode, TurnStatus,
+    self as wire, ClientMessage, Feature, ServerMessage, SessionMode, TurnStatus, MAX_FRAME_BYTES,
 };
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::port::{AgentLinks, LinkCommand, LinkHandle, ROUTE_BACKLOG};
+use super::port::{AccessDenied, AgentLinks, LinkCommand, LinkHandle, ROUTE_BACKLOG};
 use super::{
     Capabilities, Harness, HarnessError, HarnessSession, SessionRequest, TurnIo, TurnOutcome,
     TurnRequest,
@@ -87,6 +91,16 @@ impl Harness for RemoteHarness {
         let link = self.link().ok_or_else(|| HarnessError::Unavailable {
             message: "no Planner client is attached to this document".to_owned(),
         })?;
+        // AC-18: the account may still hold the Planner, asked now.
+        match link.access.recheck().await {
+            Ok(()) => {}
+            Err(AccessDenied::Revoked(message)) => {
+                return Err(HarnessError::AccessRevoked { message })
+            }
+            Err(AccessDenied::Unknown(message)) => {
+                return Err(HarnessError::Unavailable { message })
+            }
+        }
         let session_id = format!("s-{}", self.entropy.token_hex(8));
         let (to, mut answers) = mpsc::channel(ROUTE_BACKLOG);
         let key = format!("session:{session_id}");
@@ -162,6 +176,27 @@ impl RemoteSession {
     }
 }
 
+/// `result` as it is when its frame fits the agent connection's limit ([`MAX_FRAME_BYTES`]);
+/// otherwise an error result saying so, which always fits.
+fn within_a_frame(result: wire::HostToolResult, tool: &str) -> wire::HostToolResult {
+    let size = wire::encode(&ServerMessage::HostToolResult(result.clone())).len();
+    if size <= MAX_FRAME_BYTES {
+        return result;
+    }
+    tracing::warn!(
+        tool,
+        size,
+        "a host tool result is too large for one frame; answering with an error"
+    );
+    wire::HostToolResult {
+        output: serde_json::Value::String(format!(
+            "The result of {tool} is {size} bytes, more than one frame of the agent connection carries ({MAX_FRAME_BYTES}); ask for less."
+        )),
+        is_error: true,
+        ..result
+    }
+}
+
 #[async_trait]
 impl HarnessSession for RemoteSession {
     fn id(&self) -> &str {
@@ -173,6 +208,14 @@ impl HarnessSession for RemoteSession {
         let key = format!("turn:{turn_id}");
         let (to, mut frames) = mpsc::channel(ROUTE_BACKLOG);
         let closed = || TurnOutcome::failed("the Planner's connection closed mid-turn");
+        // AC-18: the account may still hold the Planner, asked again before every turn.
+        match self.link.access.recheck().await {
+            Ok(()) => {}
+            Err(AccessDenied::Revoked(why)) => {
+                return TurnOutcome::failed(format!("access-revoked: {why}"))
+            }
+            Err(AccessDenied::Unknown(why)) => return TurnOutcome::failed(why),
+        }
         if !self.link.command(LinkCommand::Route {
             key: key.clone(),
             to,
@@ -197,21 +240,25 @@ impl HarnessSession for RemoteSession {
         let mut aborted = false;
         let outcome = loop {
             tokio::select! {
+                // What the client already sent comes first: after its `turn-end`, nothing more
+                // goes to the turn.
+                biased;
                 frame = frames.recv() => match frame {
                     None => break closed(),
                     Some(ClientMessage::Tools(t)) => {
                         // A boundary failure is recorded by the driver, which then cancels.
                         let _ = io.declare_tools(t.tools);
                     }
-                    Some(ClientMessage::Part(p)) => io.emit(p.part),
+                    Some(ClientMessage::Part(p)) => io.emit(p.part).await,
                     Some(ClientMessage::HostToolCall(call)) => {
                         let result = io.call_host_tool(&call.name, call.input).await;
-                        if !self.send(ServerMessage::HostToolResult(wire::HostToolResult {
+                        let answer = within_a_frame(wire::HostToolResult {
                             turn_id: turn_id.clone(),
                             call_id: call.call_id,
                             output: result.output,
                             is_error: result.is_error,
-                        })) {
+                        }, &call.name);
+                        if !self.send(ServerMessage::HostToolResult(answer)) {
                             break closed();
                         }
                     }
@@ -227,7 +274,7 @@ impl HarnessSession for RemoteSession {
                     // The driver waits briefly for turn-end, then ends the turn itself.
                     if !self.send(ServerMessage::Abort(wire::Abort {
                         turn_id: turn_id.clone(),
-                        message: None,
+                        message: turn.cancel.reason().filter(|r| !r.is_empty()),
                     })) {
                         break TurnOutcome { status: TurnStatus::Aborted, output: None, message: None };
                     }
@@ -255,5 +302,34 @@ impl HarnessSession for RemoteSession {
                 session_id: self.id.clone(),
             }));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(output: serde_json::Value) -> wire::HostToolResult {
+        wire::HostToolResult {
+            turn_id: "t-1".into(),
+            call_id: "c-1".into(),
+            output,
+            is_error: false,
+        }
+    }
+
+    #[test]
+    fn a_host_tool_result_too_large_for_one_frame_is_answered_with_an_error_that_fits() {
+        let small = result(serde_json::json!("fine"));
+        assert_eq!(within_a_frame(small.clone(), "read_plan"), small);
+        let big = result(serde_json::Value::String("x".repeat(MAX_FRAME_BYTES)));
+        let answer = within_a_frame(big, "read_child");
+        assert!(answer.is_error);
+        assert_eq!(answer.call_id, "c-1");
+        let words = answer.output.as_str().unwrap();
+        assert!(words.starts_with("The result of read_child is "), "{words}");
+        assert!(
+            wire::encode(&ServerMessage::HostToolResult(answer.clone())).len() <= MAX_FRAME_BYTES
+        );
     }
 }
