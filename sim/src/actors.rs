@@ -19,8 +19,8 @@ use axum::body::Bytes;
 use chopin_fixtures::agent::{self, AgentClient, Event as WireEvent, Upgrade};
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_protocol::agent::{
-    ClientMessage, Feature, HostToolCall, OfferedFeature, Part, PartMessage, ServerMessage,
-    Started, TextPart, TurnEnd, TurnStatus,
+    ClientMessage, Feature, FinishPart, FinishReason, HostToolCall, OfferedFeature, Part,
+    PartMessage, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
 };
 use chopin_server::runtime::connector;
 use serde::{Deserialize, Serialize};
@@ -99,8 +99,13 @@ pub enum TurnStep {
     AwaitTurn,
     /// Send `host-tool-call` and wait for its `host-tool-result` (logged as a `Frame`).
     HostToolCall { name: String, input: Value },
+    /// Send `host-tool-call` and go on at once, without waiting for its result (which is still
+    /// logged when it comes).
+    HostToolCallNoWait { name: String, input: Value },
     /// Send a text `part`.
     Text { text: String },
+    /// Send a `finish-step` part (finish reason `stop`): the model's step ended.
+    FinishStep,
     /// Wait until `count` more `steer` frames have arrived (each is logged as it arrives).
     AwaitSteers { count: usize },
     /// Send `turn-end` with `status`.
@@ -141,6 +146,19 @@ impl TurnScript {
             name: name.to_owned(),
             input,
         });
+        self
+    }
+
+    pub fn host_tool_call_no_wait(mut self, name: &str, input: Value) -> Self {
+        self.steps.push(TurnStep::HostToolCallNoWait {
+            name: name.to_owned(),
+            input,
+        });
+        self
+    }
+
+    pub fn finish_step(mut self) -> Self {
+        self.steps.push(TurnStep::FinishStep);
         self
     }
 
@@ -186,6 +204,10 @@ enum AgentCommand {
     Close,
     /// Stop reading (so no pong is sent) without closing.
     Silence,
+    /// Send a text frame exactly as given.
+    SendText(String),
+    /// Write raw bytes past the WebSocket layer (see `chopin_fixtures::agent::masked_frame`).
+    SendRaw(Vec<u8>),
 }
 
 /// Handle of an agent actor.
@@ -280,6 +302,18 @@ impl Agent {
     /// Stops reading: pings go unanswered, nothing is closed.
     pub fn silence(&self) {
         let _ = self.commands.send(AgentCommand::Silence);
+    }
+
+    /// Sends a text frame exactly as given (well-formed or not), logged as `Sent` with kind
+    /// `text`.
+    pub fn send_text(&self, text: &str) {
+        let _ = self.commands.send(AgentCommand::SendText(text.to_owned()));
+    }
+
+    /// Writes raw bytes to the connection past the WebSocket layer, logged as `Sent` with kind
+    /// `raw`.
+    pub fn send_raw(&self, bytes: Vec<u8>) {
+        let _ = self.commands.send(AgentCommand::SendRaw(bytes));
     }
 
     /// The close the actor received, if any.
@@ -622,14 +656,17 @@ fn clip(text: &str) -> String {
 /// What an [`AgentEvent::Frame`] says about a server frame: `start` / `destroy` → the session id;
 /// `turn` → `<turnId> <prompt>`; `steer` → its text; `host-tool-result` →
 /// `<callId> isError=<bool> <output>` (a string output unquoted, at most 300 characters);
-/// `abort` → the turn id; anything else → its JSON.
+/// `abort` → the turn id, then its message if it carries one; anything else → its JSON.
 pub fn frame_detail(message: &ServerMessage) -> String {
     match message {
         ServerMessage::Start(s) => s.session_id.clone(),
         ServerMessage::Destroy(d) => d.session_id.clone(),
         ServerMessage::Turn(t) => format!("{} {}", t.turn_id, t.prompt),
         ServerMessage::Steer(s) => s.text.clone(),
-        ServerMessage::Abort(a) => a.turn_id.clone(),
+        ServerMessage::Abort(a) => match &a.message {
+            Some(message) => format!("{} {message}", a.turn_id),
+            None => a.turn_id.clone(),
+        },
         ServerMessage::HostToolResult(r) => {
             let output = match &r.output {
                 Value::String(s) => s.clone(),
@@ -791,7 +828,11 @@ impl AgentActor {
             let s = &mut self.scripts;
             let needs_turn = matches!(
                 step,
-                TurnStep::HostToolCall { .. } | TurnStep::Text { .. } | TurnStep::End { .. }
+                TurnStep::HostToolCall { .. }
+                    | TurnStep::HostToolCallNoWait { .. }
+                    | TurnStep::Text { .. }
+                    | TurnStep::FinishStep
+                    | TurnStep::End { .. }
             ) && s.awaiting_call.is_none();
             let turn = s.current_turn();
             if needs_turn && turn.is_none() {
@@ -831,6 +872,27 @@ impl AgentActor {
                     Some(call_id) if s.results.contains(&call_id) => s.awaiting_call = None,
                     Some(_) => return Pumped::Blocked,
                 },
+                TurnStep::HostToolCallNoWait { name, input } => {
+                    s.calls += 1;
+                    let call_id = format!("call-{}", s.calls);
+                    let call = ClientMessage::HostToolCall(HostToolCall {
+                        turn_id: turn,
+                        call_id: call_id.clone(),
+                        name: name.clone(),
+                        input,
+                    });
+                    self.send(client, call, format!("{call_id} {name}")).await;
+                }
+                TurnStep::FinishStep => {
+                    let part = ClientMessage::Part(PartMessage {
+                        turn_id: turn,
+                        part: Part::FinishStep(FinishPart {
+                            finish_reason: FinishReason::Stop,
+                            usage: None,
+                        }),
+                    });
+                    self.send(client, part, "finish-step".to_owned()).await;
+                }
                 TurnStep::Text { text } => {
                     let part = ClientMessage::Part(PartMessage {
                         turn_id: turn,
@@ -967,6 +1029,20 @@ async fn run_agent(
                     return;
                 }
                 Some(AgentCommand::Silence) => reading = false,
+                Some(AgentCommand::SendText(text)) => {
+                    let detail = text.chars().take(200).collect::<String>();
+                    match client.send_text(text).await {
+                        Ok(()) => actor.note(AgentEvent::Sent { at_ms: now_ms(), kind: "text".to_owned(), detail }),
+                        Err(e) => actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send text: {e}") }),
+                    }
+                }
+                Some(AgentCommand::SendRaw(bytes)) => {
+                    let detail = format!("{} bytes", bytes.len());
+                    match client.send_raw(&bytes).await {
+                        Ok(()) => actor.note(AgentEvent::Sent { at_ms: now_ms(), kind: "raw".to_owned(), detail }),
+                        Err(e) => actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send raw: {e}") }),
+                    }
+                }
             },
             () = sleeping(&mut actor.scripts.sleep), if actor.scripts.sleep.is_some() => {
                 actor.scripts.sleep = None;

@@ -652,6 +652,17 @@ impl World {
         self.sim.repair(a, b);
     }
 
+    /// Holds every message between hosts `a` and `b` from now on (nothing is lost): a call in
+    /// flight between them waits, as behind a slow network, until [`World::release`].
+    pub fn hold(&mut self, a: &str, b: &str) {
+        self.sim.hold(a, b);
+    }
+
+    /// Delivers what [`World::hold`] held, in order, and lets messages through again.
+    pub fn release(&mut self, a: &str, b: &str) {
+        self.sim.release(a, b);
+    }
+
     /// Advances until `done` holds (checked after every tick), at most `within_ms`.
     pub fn advance_until(
         &mut self,

@@ -684,3 +684,102 @@ fn the_owner_login_expiring_closes_the_link_at_that_instant() {
     let (_, code, reason) = wait_closed(&mut world, &agent, 1_000);
     assert_eq!((code, reason.as_str()), (4401, "sign-in-required"));
 }
+
+fn heard_error(agent: &Agent, code: &str) -> bool {
+    agent
+        .log()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::Error { code: c, .. } if c == code))
+}
+
+/// AC-06 ruling: "1009 for an oversized message … The error frame before the close names the
+/// fault." A first frame whose header declares 16 MiB — far past what the server reads at all —
+/// is answered with `error` `frame-too-large` and close 1009, not dropped without a close.
+#[test]
+fn ac_06_a_frame_past_what_the_server_reads_is_answered_1009() {
+    use chopin_fixtures::agent::masked_frame;
+    let Setup {
+        mut world, mona, ..
+    } = setup(70);
+    let agent = world.agent("mona-1", &mona);
+    wait_connected(&mut world, &agent);
+    agent.send_raw(masked_frame(
+        0x1,
+        br#"{"type":"attach""#,
+        Some(16 * 1024 * 1024),
+    ));
+    let (_, code, reason) = wait_closed(&mut world, &agent, 5_000);
+    assert_eq!((code, reason.as_str()), (1009, "frame-too-large"));
+    assert!(heard_error(&agent, "frame-too-large"), "{:?}", agent.log());
+}
+
+/// AC-06 ruling: "1008 for every other protocol fault": a text frame that is not UTF-8, sent by
+/// an attached client, is answered with `error` `malformed-json` and close 1008, and the account
+/// keeps its grace period like after any other fault.
+#[test]
+fn ac_06_a_text_frame_that_is_not_utf8_is_answered_1008() {
+    use chopin_fixtures::agent::masked_frame;
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        ..
+    } = setup(71);
+    let (agent, _) = attach(&mut world, "mona-1", &mona, doc);
+    agent.send_raw(masked_frame(0x1, &[b'{', 0xff, 0xfe, b'}'], None));
+    let (_, code, reason) = wait_closed(&mut world, &agent, 5_000);
+    assert_eq!((code, reason.as_str()), (1008, "malformed-json"));
+    assert!(heard_error(&agent, "malformed-json"), "{:?}", agent.log());
+    world.advance(5).unwrap();
+    assert_eq!(presence(&world, doc).0, PresenceState::Detached);
+}
+
+/// ISO-30: "A child document's Planner ownership is its root's." An attach naming a child — by
+/// its id or by its URL nested under the parent's — holds the root's Planner: the root's
+/// ownership is claimed and shown, the child's stays untouched, and another account naming the
+/// root (or the child) is refused `planner-attached`, naming mona.
+#[test]
+fn iso_30_an_attach_naming_a_child_holds_its_roots_planner() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        lisa,
+        ..
+    } = setup(72);
+    let child = Uuid::from_u128(0xc41d);
+    block_on(world.store().create_document(&NewDocument {
+        id: child,
+        repo_owner: "octo".into(),
+        repo_name: "plans".into(),
+        slug: "chapter-one".into(),
+        title: "Chapter one".into(),
+        created_at_ms: SIM_EPOCH_MS,
+        parent_id: Some(doc),
+    }))
+    .unwrap();
+    let (mona_agent, _) = attach(&mut world, "mona-1", &mona, child);
+    assert_eq!(mona_agent.answer(), Some(Ok(1)));
+    assert_eq!(
+        presence(&world, doc),
+        (PresenceState::Attached, Some("mona".to_owned()))
+    );
+    assert_eq!(stored_holder(&world, doc), (1, Some("mona".to_owned())));
+    assert_eq!(stored_holder(&world, child), (0, None));
+    for (name, locator) in [
+        (
+            "lisa-1",
+            "/documents/octo/plans/field-notes/chapter-one".to_owned(),
+        ),
+        ("lisa-2", doc.to_string()),
+    ] {
+        let agent = world.agent(name, &lisa);
+        wait_connected(&mut world, &agent);
+        agent.attach(&locator);
+        assert_eq!(
+            wait_answer(&mut world, &agent),
+            Err(("planner-attached".to_owned(), Some("mona".to_owned()))),
+            "{locator}"
+        );
+    }
+}

@@ -64,6 +64,12 @@ pub enum Fault {
     #[error("frame too large: {bytes} bytes > {max} (2 MiB, the limit of one frame)", max = MAX_FRAME_BYTES)]
     TooLarge { bytes: usize },
 
+    /// A text frame whose bytes are not UTF-8 (so not JSON either).
+    #[error(
+        "a text frame that is not valid UTF-8 ({detail}); every message is JSON text in UTF-8"
+    )]
+    NotUtf8 { detail: String },
+
     /// Not JSON at all.
     #[error("malformed JSON at line {line}, column {column}: {detail}")]
     MalformedJson {
@@ -136,7 +142,9 @@ impl Fault {
         match self {
             Fault::Binary { .. } => ErrorCode::BinaryFrame,
             Fault::TooLarge { .. } => ErrorCode::FrameTooLarge,
-            Fault::MalformedJson { .. } | Fault::NotAMessage { .. } => ErrorCode::MalformedJson,
+            Fault::MalformedJson { .. } | Fault::NotAMessage { .. } | Fault::NotUtf8 { .. } => {
+                ErrorCode::MalformedJson
+            }
             Fault::UnknownType { .. } => ErrorCode::UnknownType,
             Fault::UnknownField { .. } => ErrorCode::UnknownField,
             Fault::MissingField { .. } => ErrorCode::MissingField,

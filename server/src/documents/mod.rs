@@ -53,10 +53,18 @@ pub enum Locator {
         repo: String,
         slug: String,
     },
+    /// A child's URL, nested under its parent's: `/documents/<owner>/<repo>/<parent>/<child>`.
+    ChildPath {
+        owner: String,
+        repo: String,
+        parent: String,
+        slug: String,
+    },
 }
 
 impl Locator {
-    /// A UUID, or a canonical URL — absolute (any origin; only its path counts) or a path.
+    /// A UUID, or a canonical URL — absolute (any origin; only its path counts) or a path; a
+    /// child's URL nests under its parent's.
     pub fn parse(text: &str) -> Option<Locator> {
         let text = text.trim();
         if let Ok(id) = Uuid::parse_str(text) {
@@ -75,6 +83,19 @@ impl Locator {
                 Some(Locator::Path {
                     owner: decode(owner)?,
                     repo: decode(repo)?,
+                    slug: decode(slug)?,
+                })
+            }
+            ["", "documents", owner, repo, parent, slug]
+                if !owner.is_empty()
+                    && !repo.is_empty()
+                    && !parent.is_empty()
+                    && !slug.is_empty() =>
+            {
+                Some(Locator::ChildPath {
+                    owner: decode(owner)?,
+                    repo: decode(repo)?,
+                    parent: decode(parent)?,
                     slug: decode(slug)?,
                 })
             }
@@ -177,6 +198,19 @@ impl Documents {
             Locator::Id(id) => self.store.document(*id).await,
             Locator::Path { owner, repo, slug } => {
                 self.store.document_by_slug(owner, repo, slug).await
+            }
+            Locator::ChildPath {
+                owner,
+                repo,
+                parent,
+                slug,
+            } => {
+                // Both by their slugs (or former ones); the child must be that parent's.
+                let Some(parent) = self.store.document_by_slug(owner, repo, parent).await? else {
+                    return Ok(None);
+                };
+                let child = self.store.document_by_slug(owner, repo, slug).await?;
+                Ok(child.filter(|c| c.parent_id == Some(parent.id)))
             }
         }
     }

@@ -1,19 +1,24 @@
 //! The agent connection endpoint, `/api/v1/agent` (`chopin.agent.v1`).
 //!
 //! Owns: the checks before the upgrade (subprotocol 426; foreign Origin 403; bearer through
-//! admission 401/403/503), the first frame (`attach` v1), the checks of an attach (document,
-//! write access, a live browser sign-in), answering `attached` or `refused` + close, strict frame
-//! handling (1008 / 1009 after an `error` frame naming the fault), liveness (pings; a link that
-//! answers nothing for `AGENT_CONNECTION_TIMEOUT_MS` is closed as dropped), the periodic access
-//! recheck, the owner login's expiry, and closing when [`Planners`] says so; routing the harness's
-//! session and turn frames ([`LinkCommand`]).
+//! admission 401/403/503), the first frame (`attach` v1), the checks of an attach (document —
+//! a child's attach goes to its root's Planner, ISO-30 — write access, a live browser sign-in),
+//! answering `attached` or `refused` + close, strict frame handling (1008 / 1009 after an
+//! `error` frame naming the fault, whether the frame was read whole or refused by the WebSocket
+//! layer as too large or not UTF-8), liveness (pings; a link that answers nothing for
+//! `AGENT_CONNECTION_TIMEOUT_MS` is closed as dropped), the account's access (asked at GitHub
+//! afresh by the periodic recheck and, through [`LinkAccess`], before every session and turn),
+//! the owner login's expiry, and closing when [`Planners`] says so; routing the harness's
+//! session and turn frames ([`LinkCommand`]), and refusing as `out-of-order` a frame that names
+//! a session or turn this link never opened.
 //! Does not own: the attachment table and its timers ([`Planners`]), or what sessions and turns
 //! do (the remote adapter, [`crate::harness::remote`]).
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -33,7 +38,7 @@ use super::socket::{self, Outbox};
 use super::{Routes, Table};
 use crate::access::{bearer, Access};
 use crate::documents::{self, Documents, Locator};
-use crate::harness::port::{COMMAND_BACKLOG, ROUTE_BACKLOG};
+use crate::harness::port::{AccessDenied, LinkAccess, COMMAND_BACKLOG, ROUTE_BACKLOG};
 use crate::harness::remote::START_TIMEOUT_MS;
 use crate::identity::admission::{Admission, AdmissionError};
 use crate::identity::github::GitHubError;
@@ -78,9 +83,13 @@ pub fn routes(deps: AgentDeps) -> Routes {
 }
 
 /// Largest frame the WebSocket layer reads at all. Frames between [`MAX_FRAME_BYTES`] and this
-/// are read whole so the client is told `frame-too-large` (1009) precisely; anything bigger is
-/// cut off by the layer itself, which bounds memory per connection.
+/// are read whole, so the client's close handshake completes after `frame-too-large` (1009);
+/// the layer refuses anything bigger by its header, without reading it (which bounds memory per
+/// connection), and the link answers that `frame-too-large` too (see [`read_fault`]).
 const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
+/// How many sessions and turns a link remembers having opened after they ended, so a frame for
+/// one of them is taken as stale (crossed on the wire) rather than `out-of-order`.
+const OPENED_MEMORY: usize = 1024;
 /// Longest wait for the first frame after the upgrade.
 const ATTACH_WAIT: Duration = Duration::from_secs(30);
 /// Pings go out at most this far apart.
@@ -182,6 +191,8 @@ async fn endpoint(
                     hold: None,
                     attaching: None,
                     end_on_close: None,
+                    opened: Opened::default(),
+                    reader_broken: false,
                 };
                 link.run().await;
             })
@@ -211,6 +222,36 @@ struct Link {
     end_on_close: Option<LinkEnd>,
     /// The document the attach resolved to, once it has.
     attaching: Option<uuid::Uuid>,
+    /// The sessions and turns this link opened (`start`, `turn` sent).
+    opened: Opened,
+    /// The WebSocket layer refused a frame it could not read (too large, not UTF-8): nothing more
+    /// can be read, and what the client still sends is never read.
+    reader_broken: bool,
+}
+
+/// The sessions and turns a link opened, as `session:<id>` / `turn:<id>`: every one still open,
+/// and the last [`OPENED_MEMORY`] that ended.
+#[derive(Default)]
+struct Opened {
+    keys: BTreeSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Opened {
+    fn open(&mut self, key: String) {
+        if self.keys.insert(key.clone()) {
+            self.order.push_back(key);
+        }
+        while self.order.len() > OPENED_MEMORY {
+            if let Some(oldest) = self.order.pop_front() {
+                self.keys.remove(&oldest);
+            }
+        }
+    }
+
+    fn contains(&self, key: &str) -> bool {
+        self.keys.contains(key)
+    }
 }
 
 /// What ended the attached phase.
@@ -277,9 +318,22 @@ impl Link {
             .filter(|f| SUPPORTED_FEATURES.contains(f))
             .collect();
         let (commands, mut command_rx) = mpsc::channel(COMMAND_BACKLOG);
+        let check = Arc::new(AccountCheck {
+            admission: self.deps.admission.clone(),
+            ownership: self.deps.ownership.clone(),
+            planners: planners.clone(),
+            token: self.token.clone(),
+            account_id: crate::store::account_id_for_github_user(self.github_user_id),
+            login: self.login.clone(),
+            document: doc.id,
+            repo_owner: doc.repo_owner.clone(),
+            repo_name: doc.repo_name.clone(),
+            bound: OnceLock::new(),
+        });
         let handle = LinkHandle {
             commands,
             features: features.clone(),
+            access: check.clone(),
         };
         let bound = planners.attach(doc.id, &live, &revocations, handle).await;
         drop(revocations);
@@ -291,6 +345,7 @@ impl Link {
             Err(refusal) => return self.refuse(refusal).await,
         };
         self.bound = Some((doc.id, bound.link));
+        let _ = check.bound.set((bound.link, bound.generation));
         let attached = wire::Attached {
             document_id: doc.id.to_string(),
             document_url: documents::canonical_url(&doc),
@@ -307,7 +362,10 @@ impl Link {
             return;
         }
         let link = bound.link;
-        match self.attached(&doc, &live, bound, &mut command_rx).await {
+        match self
+            .attached(&doc, &live, bound, &check, &mut command_rx)
+            .await
+        {
             Ended::OnItsOwn(how) => planners.link_ended(doc.id, link, how).await,
             Ended::Done => {}
         }
@@ -354,7 +412,7 @@ impl Link {
                 Err(e) => return Err(github_refusal(e)),
             }
         }
-        let doc = self
+        let named = self
             .deps
             .documents
             .resolve(&locator_parsed)
@@ -362,6 +420,24 @@ impl Link {
             .map_err(Refusal::storage)?
             .filter(|d| !d.archived)
             .ok_or_else(not_found)?;
+        // ISO-30: a child's Planner is its root's, so an attach naming a child holds the root's
+        // (a live root, in the same repository).
+        let doc = match named.parent_id {
+            None => named,
+            Some(root_id) => self
+                .deps
+                .documents
+                .resolve(&Locator::Id(root_id))
+                .await
+                .map_err(Refusal::storage)?
+                .filter(|root| {
+                    !root.archived
+                        && root.parent_id.is_none()
+                        && root.repo_owner.eq_ignore_ascii_case(&named.repo_owner)
+                        && root.repo_name.eq_ignore_ascii_case(&named.repo_name)
+                })
+                .ok_or_else(not_found)?,
+        };
         let revocations = self.deps.planners.revocations(doc.id);
         let account_id = crate::store::account_id_for_github_user(self.github_user_id);
         // The attach arrived now: a grace period of this account stays open while it is checked.
@@ -437,6 +513,7 @@ impl Link {
         doc: &Document,
         live: &Arc<LiveLogin>,
         mut bound: Bound,
+        check: &AccountCheck,
         commands: &mut mpsc::Receiver<LinkCommand>,
     ) -> Ended {
         // The harness's sessions and turns, by `session:<id>` / `turn:<id>`. Dropped with the
@@ -482,10 +559,25 @@ impl Link {
                         return Ended::Done;
                     }
                     Incoming::Message(other) => {
-                        let key = other
-                            .turn_id()
-                            .map(|t| format!("turn:{t}"))
-                            .or_else(|| other.session_id().map(|s| format!("session:{s}")));
+                        let turn = other.turn_id().map(|t| format!("turn:{t}"));
+                        let session = other.session_id().map(|s| format!("session:{s}"));
+                        // Order rule 20: a frame naming a session or turn this link never
+                        // opened is a fault; one naming one that has ended is stale.
+                        if let Some(never) = [&turn, &session]
+                            .into_iter()
+                            .flatten()
+                            .find(|k| !self.opened.contains(k))
+                        {
+                            let (kind, id) = never.split_once(':').unwrap_or(("", never));
+                            let fault = Fault::OutOfOrder {
+                                message_type: other.type_name().to_owned(),
+                                rule: format!("it names {kind} \"{id}\", which the server never opened on this connection"),
+                            };
+                            self.end_on_close = Some(LinkEnd::Dropped);
+                            self.fail(&fault).await;
+                            return Ended::Done;
+                        }
+                        let key = turn.or(session);
                         match key.and_then(|k| routes.get(&k)) {
                             Some(to) => {
                                 if let Err(mpsc::error::TrySendError::Full(flooded)) = to.try_send(other) {
@@ -540,11 +632,9 @@ impl Link {
                     }
                 }
                 _ = recheck.tick() => {
-                    if let Some(why) = self.recheck(doc, bound.generation).await {
-                        tracing::info!(document = %doc.id, login = %self.login, %why, "Planner link lost access");
-                        self.deps.planners.revoke_link(doc.id, bound.link, why).await;
-                        // The closing order is now queued; the next turn of the loop sends it.
-                    }
+                    // An outage (of storage or GitHub) changes nothing; a loss closes the link
+                    // (the closing order is queued, and the next turn of the loop sends it).
+                    check.recheck_and_revoke().await;
                 }
                 _ = &mut expiry, if !expired => {
                     expired = true;
@@ -555,48 +645,21 @@ impl Link {
         }
     }
 
-    /// The periodic recheck: storage still names this link's account at its generation, and the
-    /// account's admission and write access, now, at GitHub. `Some` with the words to close with
-    /// if any is gone; an outage (of storage or GitHub) changes nothing.
-    async fn recheck(&mut self, doc: &Document, generation: i64) -> Option<String> {
-        let account_id = crate::store::account_id_for_github_user(self.github_user_id);
-        if let Ok(o) = self.deps.ownership.ownership(doc.id).await {
-            let ours = o.generation == generation
-                && o.holder.as_ref().map(|h| h.account_id) == Some(account_id);
-            if !ours {
-                return Some(
-                    "Storage no longer names this link's account as the document's Planner owner."
-                        .to_owned(),
-                );
-            }
-        }
-        let admission = &self.deps.admission;
-        admission.invalidate(&self.token);
-        match admission.check(&self.token).await {
-            Ok(_) | Err(AdmissionError::Unavailable) => {}
-            Err(e) => return Some(e.to_string()),
-        }
-        match admission
-            .repo_access_cached(&self.token, &doc.repo_owner, &doc.repo_name)
-            .await
-        {
-            Ok(Some(a)) if a.can_write() => None,
-            Ok(_) => Some(format!(
-                "@{} can no longer push to {}/{}; a Planner needs push or administration access.",
-                self.login, doc.repo_owner, doc.repo_name
-            )),
-            Err(GitHubError::BadCredentials) => {
-                Some("GitHub no longer accepts this link's token.".to_owned())
-            }
-            Err(GitHubError::Unavailable(_)) => None,
-        }
-    }
-
     /// The next data frame, decoded and order-checked. Control frames count as heard.
     async fn next_message(&mut self) -> Incoming {
         loop {
-            let Some(Ok(message)) = self.reader.next().await else {
-                return Incoming::Gone;
+            let message = match self.reader.next().await {
+                Some(Ok(message)) => message,
+                Some(Err(error)) => {
+                    return match read_fault(error) {
+                        Some(fault) => {
+                            self.reader_broken = true;
+                            Incoming::Fault(fault)
+                        }
+                        None => Incoming::Gone,
+                    }
+                }
+                None => return Incoming::Gone,
             };
             self.last_heard = Instant::now();
             if let Some((doc, link)) = self.bound {
@@ -623,6 +686,30 @@ impl Link {
             return false;
         }
         let text = wire::encode(message);
+        if let Err(fault) = wire::check_frame_size(text.len()) {
+            // Nothing the server sends may pass the limit either: a bug, told as `internal`.
+            tracing::error!(message = message.type_name(), %fault, "the server made a frame larger than the agent connection allows; closing the link");
+            let internal = ServerMessage::Error(ErrorFrame {
+                code: ErrorCode::Internal,
+                message: format!("The server failed: its \"{}\" frame would have been {} bytes, more than one frame carries. Attach again.", message.type_name(), text.len()),
+                retry_after_ms: None,
+                handover_ms: None,
+            });
+            let _ = self.order.check_server(&internal);
+            let _ = self.out.send(Message::Text(wire::encode(&internal).into()));
+            let _ = self.out.close(
+                ErrorCode::Internal.close_code(),
+                ErrorCode::Internal.as_str(),
+            );
+            return false;
+        }
+        match message {
+            ServerMessage::Start(start) => {
+                self.opened.open(format!("session:{}", start.session_id))
+            }
+            ServerMessage::Turn(turn) => self.opened.open(format!("turn:{}", turn.turn_id)),
+            _ => {}
+        }
         match self.out.send(Message::Text(text.into())) {
             Ok(()) => true,
             Err(why) => {
@@ -637,6 +724,18 @@ impl Link {
         if let (Some(how), Some((doc, link))) = (self.end_on_close.take(), self.bound) {
             let planners = self.deps.planners.clone();
             planners.link_ended(doc, link, how).await;
+        }
+        if self.reader_broken {
+            // What the client sent after the refused frame is unread, and a connection closed
+            // with unread data is reset, which can overtake the frames just sent: keep it open
+            // until the close is out, and a moment more for the client to read it.
+            let stopping = self.deps.shutdown.stopping();
+            let _ = tokio::time::timeout(Duration::from_secs(5), self.out.ended()).await;
+            tokio::select! {
+                () = tokio::time::sleep(socket::LINGER) => {}
+                () = stopping => {}
+            }
+            return;
         }
         // Let the client's close answer arrive, briefly; the connection ends either way.
         let _ = tokio::time::timeout(Duration::from_secs(5), async {
@@ -711,6 +810,119 @@ impl Link {
         self.send(&frame).await;
         self.close(refusal.reason.close_code(), refusal.reason.as_str())
             .await;
+    }
+}
+
+/// The fault of a frame the WebSocket layer refused to read: one larger than it reads at all
+/// (refused by its header), or a text frame that is not UTF-8. `None` for anything else (the
+/// connection failed).
+fn read_fault(error: axum::Error) -> Option<Fault> {
+    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+    let error = error.into_inner().downcast::<WsError>().ok()?;
+    match *error {
+        WsError::Capacity(CapacityError::MessageTooLong { size, .. }) => {
+            Some(Fault::TooLarge { bytes: size })
+        }
+        WsError::Utf8(detail) => Some(Fault::NotUtf8 { detail }),
+        _ => None,
+    }
+}
+
+/// The attached account's right to hold the Planner, asked at GitHub afresh (its cached
+/// verdicts dropped first): storage still names the account at the link's generation, the
+/// account is admitted, and it can push to the repository. The periodic recheck asks it, and so
+/// does the harness before every session and turn (AC-18, as [`LinkAccess`]). Holds the link's
+/// bearer token, which goes only to GitHub.
+struct AccountCheck {
+    admission: Arc<Admission>,
+    ownership: Arc<dyn OwnershipStore>,
+    planners: Arc<Planners>,
+    token: String,
+    account_id: uuid::Uuid,
+    login: String,
+    document: uuid::Uuid,
+    repo_owner: String,
+    repo_name: String,
+    /// The link's id and generation, once bound.
+    bound: OnceLock<(u64, i64)>,
+}
+
+/// What [`AccountCheck::verdict`] found.
+enum Verdict {
+    Holds,
+    /// Gone, and why.
+    Lost(String),
+    /// GitHub could not be asked.
+    Unknown(String),
+}
+
+impl AccountCheck {
+    async fn verdict(&self) -> Verdict {
+        if let Some((_, generation)) = self.bound.get() {
+            // A storage outage decides nothing.
+            if let Ok(o) = self.ownership.ownership(self.document).await {
+                let ours = o.generation == *generation
+                    && o.holder.as_ref().map(|h| h.account_id) == Some(self.account_id);
+                if !ours {
+                    return Verdict::Lost(
+                        "Storage no longer names this link's account as the document's Planner owner."
+                            .to_owned(),
+                    );
+                }
+            }
+        }
+        let admission = &self.admission;
+        admission.invalidate(&self.token);
+        match admission.check(&self.token).await {
+            Ok(_) => {}
+            Err(AdmissionError::Unavailable) => {
+                return Verdict::Unknown(AdmissionError::Unavailable.to_string())
+            }
+            Err(e) => return Verdict::Lost(e.to_string()),
+        }
+        match admission
+            .repo_access_cached(&self.token, &self.repo_owner, &self.repo_name)
+            .await
+        {
+            Ok(Some(a)) if a.can_write() => Verdict::Holds,
+            Ok(_) => Verdict::Lost(format!(
+                "@{} can no longer push to {}/{}; a Planner needs push or administration access.",
+                self.login, self.repo_owner, self.repo_name
+            )),
+            Err(GitHubError::BadCredentials) => {
+                Verdict::Lost("GitHub no longer accepts this link's token.".to_owned())
+            }
+            Err(GitHubError::Unavailable(_)) => Verdict::Unknown(
+                "GitHub is unavailable, so this Planner's access cannot be checked; try again shortly."
+                    .to_owned(),
+            ),
+        }
+    }
+
+    /// The verdict, with a loss acted on: the link is told to close `access-revoked` and the
+    /// document is freed.
+    async fn recheck_and_revoke(&self) -> Verdict {
+        let verdict = self.verdict().await;
+        if let Verdict::Lost(why) = &verdict {
+            tracing::info!(document = %self.document, login = %self.login, %why, "Planner link lost access");
+            if let Some((link, _)) = self.bound.get() {
+                self.planners
+                    .revoke_link(self.document, *link, why.clone())
+                    .await;
+            }
+        }
+        verdict
+    }
+}
+
+#[async_trait]
+impl LinkAccess for AccountCheck {
+    async fn recheck(&self) -> Result<(), AccessDenied> {
+        match self.recheck_and_revoke().await {
+            Verdict::Holds => Ok(()),
+            Verdict::Lost(why) => Err(AccessDenied::Revoked(why)),
+            Verdict::Unknown(why) => Err(AccessDenied::Unknown(why)),
+        }
     }
 }
 
