@@ -205,6 +205,7 @@ impl App {
             clock: clock.clone(),
             shutdown: shutdown.clone(),
             harness: config.harness.clone(),
+            agent_enabled: config.agent_enabled,
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
         let renewal = Arc::new(Renewal::new(

@@ -29,8 +29,7 @@ pub use crate::transcript::Malformed;
 use crate::transcript::Transcript;
 use crate::turns::{Accepted, Focus, PlannerRequest, Refused, Turns};
 
-/// The longest Chat message, in characters (Unicode scalar values).
-pub const MESSAGE_MAX_CHARS: usize = 20_000;
+pub use crate::transcript::MESSAGE_MAX_CHARS;
 /// The longest request id a browser may give a send, in characters.
 pub const REQUEST_ID_MAX_CHARS: usize = 100;
 /// How long a request id's outcome is remembered (MSG-16: 10 minutes).
@@ -81,11 +80,19 @@ pub enum SendReply {
         code: String,
         message: String,
     },
+    /// Not saved, and not answered at all: the process is stopping (MSG-18), so the browser
+    /// sends the message again to the next process.
+    #[serde(skip)]
+    Unanswered { request_id: String },
 }
 
 impl SendReply {
-    pub fn frame(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
+    /// The frame the sender is sent, if any ([`SendReply::Unanswered`] sends none).
+    pub fn frame(&self) -> Option<Value> {
+        match self {
+            SendReply::Unanswered { .. } => None,
+            _ => Some(serde_json::to_value(self).unwrap_or(Value::Null)),
+        }
     }
 
     pub fn refused(request_id: &str, code: &str, message: impl Into<String>) -> Self {
@@ -100,7 +107,7 @@ impl SendReply {
     pub fn code(&self) -> Option<&str> {
         match self {
             SendReply::Refused { code, .. } => Some(code),
-            SendReply::Ack { .. } => None,
+            SendReply::Ack { .. } | SendReply::Unanswered { .. } => None,
         }
     }
 
@@ -108,6 +115,7 @@ impl SendReply {
     /// the browser sends again with the same id and which must then be processed.
     fn remembered(&self) -> bool {
         self.code() != Some("temporarily-unavailable")
+            && !matches!(self, SendReply::Unanswered { .. })
     }
 }
 
@@ -398,6 +406,11 @@ impl Chat {
                 .await;
             match asked {
                 Ok(accepted) => Some(PlannerTook::from(accepted)),
+                Err(Refused::Stopping) => {
+                    return SendReply::Unanswered {
+                        request_id: id.to_owned(),
+                    }
+                }
                 Err(refused) => return refusal(id, &refused),
             }
         } else {

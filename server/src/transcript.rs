@@ -38,6 +38,9 @@ pub const BACKSCROLL_MAX_ENTRIES: usize = 40;
 /// … and normally at most this many characters; the newest message is kept whole even when it
 /// alone is longer (CTX-04).
 pub const BACKSCROLL_MAX_CHARS: usize = 8_000;
+/// The longest Chat message, in characters (Unicode scalar values): a person's (longer ones are
+/// refused) and the Planner's (longer replies are split into several messages).
+pub const MESSAGE_MAX_CHARS: usize = 20_000;
 /// How many new entries a slow socket may fall behind before it catches up from storage.
 const FEED_BACKLOG: usize = 256;
 /// Page size when a lagging socket catches up from storage.

@@ -15,8 +15,8 @@ use chopin_protocol::agent::{Part, SessionMode, ToolSpec};
 use serde_json::Value;
 use uuid::Uuid;
 
-use crate::content::OpenDocuments;
-use crate::documents::children::Children;
+use crate::content::{EditRefused, OpenDocuments};
+use crate::documents::children::{ChildError, Children};
 use crate::documents::Documents;
 use crate::harness::{
     run_turn, CancelSignal, Harness, HarnessDeps, HostToolResult, RemoteDeps, SessionRequest,
@@ -26,8 +26,8 @@ use crate::identity::admission::Admission;
 use crate::identity::sign_ins::SignIns;
 use crate::planner::Planners;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
-use crate::store::{DocumentStore, Holder, OwnershipStore};
-use crate::transcript::{Transcript, TurnSink};
+use crate::store::{DocumentStore, Holder, OwnerGuard, OwnershipStore};
+use crate::transcript::{Transcript, TurnSink, MESSAGE_MAX_CHARS};
 
 /// A person's message to the Planner.
 #[derive(Debug, Clone)]
@@ -56,14 +56,14 @@ impl PlannerRequest {
     fn words(&self) -> String {
         let said = format!("@{}: {}", self.from_login, self.text);
         match &self.focus {
-            Some(focus) => format!(
-                "(sent from the child document {}, the focus of this message)\n{said}",
-                focus.url
-            ),
+            Some(focus) => format!("{FOCUS_LINE}{})\n{said}", focus.url),
             None => said,
         }
     }
 }
+
+/// How the line naming a message's child document begins.
+const FOCUS_LINE: &str = "(sent from the child document ";
 
 /// What became of an accepted request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,6 +87,13 @@ pub enum Refused {
     /// (`temporarily-unavailable`).
     #[error("{0}")]
     TemporarilyUnavailable(String),
+    /// `AGENT=off`: this server runs no Planner turns (SES-30, `planner-unavailable`).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The process is stopping (MSG-18): no turn starts, and the sender is told nothing, so its
+    /// browser sends the message again to the next process.
+    #[error("the server is stopping")]
+    Stopping,
 }
 
 impl Refused {
@@ -96,6 +103,8 @@ impl Refused {
             Refused::NotAttached(_) => "planner-not-attached",
             Refused::Busy(_) => "planner-busy",
             Refused::TemporarilyUnavailable(_) => "temporarily-unavailable",
+            Refused::Unavailable(_) => "planner-unavailable",
+            Refused::Stopping => "stopping",
         }
     }
 }
@@ -145,6 +154,8 @@ pub struct TurnsDeps {
     pub shutdown: Shutdown,
     /// `HARNESS`: the adapter's name in the registry.
     pub harness: String,
+    /// `AGENT`: false (`off`) refuses every message to the Planner (SES-30).
+    pub agent_enabled: bool,
 }
 
 /// The Planner turns of this process: at most one per document.
@@ -160,6 +171,13 @@ pub const BUSY_WORDS: &str =
     "chopin can't take messages while it works on this machine. Stop it to ask now.";
 /// The words for a message that arrived while a turn was starting or ending.
 pub const PASSING_WORDS: &str = "chopin is between steps just now; send it again in a moment.";
+/// The words for a message to the Planner under `AGENT=off` (SES-30).
+pub const AGENT_OFF_WORDS: &str =
+    "chopin is turned off on this server, so this message wasn't sent.";
+/// What a Stop tells the turn (the remote client reads it in `abort`).
+pub const STOP_REASON: &str = "A person stopped chopin.";
+/// What the process's stop tells a running turn.
+pub const SHUTDOWN_REASON: &str = "The server is stopping.";
 
 impl Turns {
     pub fn new(deps: TurnsDeps) -> Self {
@@ -200,11 +218,12 @@ impl Turns {
         self.lock().turns.contains_key(&document)
     }
 
-    /// Stops `document`'s running turn, if any (Stop). True if there was one.
-    pub fn stop(&self, document: Uuid) -> bool {
+    /// Stops `document`'s running turn, if any, saying why (the `abort` a remote client is
+    /// sent carries `reason`). True if there was one.
+    pub fn stop(&self, document: Uuid, reason: &str) -> bool {
         match self.lock().turns.get(&document) {
             Some(running) => {
-                running.control.cancel();
+                running.control.cancel(reason);
                 true
             }
             None => false,
@@ -215,7 +234,7 @@ impl Turns {
     /// stopped (its session aborted, then destroyed as every turn's is) and waited for, and no
     /// turn of it starts until the returned guard is dropped, after the renewal. A later turn
     /// starts a fresh session bound to the new credential revision. `why` is what Chat says of
-    /// a stopped turn.
+    /// a stopped turn, and what the turn is told.
     pub async fn end_sessions_of(self: &Arc<Self>, login: Uuid, why: &str) -> RenewalGuard {
         let mut ended = self.ended.subscribe();
         let stopped = {
@@ -224,7 +243,7 @@ impl Turns {
             let mut stopped = 0;
             for running in table.turns.values_mut().filter(|r| r.login == login) {
                 running.stopped_because = Some(why.to_owned());
-                running.control.cancel();
+                running.control.cancel(why);
                 stopped += 1;
             }
             stopped
@@ -248,6 +267,12 @@ impl Turns {
     /// rechecked first, as the periodic recheck would (UNA-03).
     pub async fn request(self: &Arc<Self>, request: PlannerRequest) -> Result<Accepted, Refused> {
         let d = &self.deps;
+        if d.shutdown.is_stopping() {
+            return Err(Refused::Stopping);
+        }
+        if !d.agent_enabled {
+            return Err(Refused::Unavailable(AGENT_OFF_WORDS.to_owned()));
+        }
         let holder = d
             .planners
             .attached_for_request(request.document)
@@ -255,28 +280,15 @@ impl Turns {
             .map_err(|not_attached| {
                 Refused::NotAttached(not_attached.words(&request.document_url))
             })?;
-        // The configured adapter, from the code-owned registry.
-        let deps = HarnessDeps {
-            remote: Some(RemoteDeps {
-                links: d.planners.clone(),
-                document: request.document,
-                entropy: d.entropy.clone(),
-            }),
-            ..HarnessDeps::default()
-        };
-        let harness = crate::harness::adapter(&d.harness, &deps).map_err(|e| {
-            tracing::error!(error = %e, "the configured harness is not in the registry");
-            Refused::NotAttached(e.to_string())
-        })?;
+        let harness = self.harness(request.document)?;
         let words = request.words();
-        let control = {
+        {
             let mut table = self.lock();
             if table.renewing.contains(&holder.browser_login_id) {
                 // The owner's credential is being renewed; its sessions were just ended.
                 return Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()));
             }
-            let running = &mut table.turns;
-            if let Some(turn) = running.get(&request.document) {
+            if let Some(turn) = table.turns.get(&request.document) {
                 return match turn.phase {
                     Phase::Starting | Phase::Ending => {
                         Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()))
@@ -295,27 +307,104 @@ impl Turns {
                     },
                 };
             }
-            let (control, inbox) = TurnControl::new(&*harness);
-            let cancel = control.cancel_signal();
-            running.insert(
-                request.document,
-                Running {
-                    phase: Phase::Starting,
-                    control,
-                    login: holder.browser_login_id,
-                    stopped_because: None,
-                },
-            );
-            (cancel, inbox)
+            self.begin(&mut table, harness, request, holder, words);
+        }
+        Ok(Accepted::Started)
+    }
+
+    /// The configured adapter, from the code-owned registry, for `document`'s turns.
+    fn harness(&self, document: Uuid) -> Result<Arc<dyn Harness>, Refused> {
+        let d = &self.deps;
+        let deps = HarnessDeps {
+            remote: Some(RemoteDeps {
+                links: d.planners.clone(),
+                document,
+                entropy: d.entropy.clone(),
+            }),
+            ..HarnessDeps::default()
         };
-        let (cancel, inbox) = control;
+        crate::harness::adapter(&d.harness, &deps).map_err(|e| {
+            tracing::error!(error = %e, "the configured harness is not in the registry");
+            Refused::NotAttached(e.to_string())
+        })
+    }
+
+    /// Puts a new turn for `request` in the table (in place of any ended one) and runs it.
+    fn begin(
+        self: &Arc<Self>,
+        table: &mut Table,
+        harness: Arc<dyn Harness>,
+        request: PlannerRequest,
+        holder: Holder,
+        words: String,
+    ) {
+        let (control, inbox) = TurnControl::new(&*harness);
+        let cancel = control.cancel_signal();
+        table.turns.insert(
+            request.document,
+            Running {
+                phase: Phase::Starting,
+                control,
+                login: holder.browser_login_id,
+                stopped_because: None,
+            },
+        );
         let turns = self.clone();
-        d.shutdown.spawn(async move {
+        self.deps.shutdown.spawn(async move {
             turns
                 .run(harness, request, holder, words, cancel, inbox)
                 .await;
         });
-        Ok(Accepted::Started)
+    }
+
+    /// MSG-17: messages given to a turn that ended before reading them (each was told
+    /// `steered`). If the Planner can take a turn now, the next turn starts for them, in place
+    /// of the ended one, so nothing else starts first; otherwise Chat says chopin did not read
+    /// them, and they are not sent again. Returns whether a turn started.
+    async fn after_unread(
+        self: &Arc<Self>,
+        document: Uuid,
+        document_url: &str,
+        unread: Vec<String>,
+    ) -> bool {
+        let d = &self.deps;
+        let first = unread.first().map(|w| split_words(w)).unwrap_or_default();
+        let started = if d.shutdown.is_stopping() {
+            None
+        } else {
+            match d.planners.attached_for_request(document).await {
+                Ok(holder) => match self.harness(document) {
+                    Ok(harness) => Some((holder, harness)),
+                    Err(_) => None,
+                },
+                Err(_) => None,
+            }
+        };
+        if let Some((holder, harness)) = started {
+            let request = PlannerRequest {
+                document,
+                document_url: document_url.to_owned(),
+                from_login: first.0,
+                text: unread
+                    .iter()
+                    .map(|w| split_words(w).1)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                focus: None,
+            };
+            let words = unread.join("\n");
+            tracing::info!(document = %document, messages = unread.len(), "a turn starts for messages the ended turn did not read");
+            let mut table = self.lock();
+            self.begin(&mut table, harness, request, holder, words);
+            return true;
+        }
+        let sink: &dyn TurnSink = &*d.transcript;
+        for words in &unread {
+            let (login, text) = split_words(words);
+            sink.post(document, "system", did_not_read(&login, &text))
+                .await;
+        }
+        false
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -347,7 +436,7 @@ impl Turns {
             holder,
             generation,
             credential_revision,
-            reply: Mutex::new(String::new()),
+            step: Mutex::new(String::new()),
         });
         let prompt = with_context(&d.transcript, document, &request, prompt).await;
         let turn = TurnRequest {
@@ -373,7 +462,7 @@ impl Turns {
             report = &mut running => report,
             // The process is stopping: the turn is stopped as a Stop would, and ends.
             () = d.shutdown.stopping() => {
-                self.stop(document);
+                self.stop(document, SHUTDOWN_REASON);
                 running.await
             }
         };
@@ -384,15 +473,17 @@ impl Turns {
             }
             None => None,
         };
-        let reply = std::mem::take(&mut *host.reply.lock().unwrap_or_else(PoisonError::into_inner));
+        // What the last step said, though no `finish-step` ended it.
+        host.publish_step().await;
         let sink: &dyn TurnSink = &*d.transcript;
-        let reply = reply.trim().to_owned();
-        if !reply.is_empty() {
-            sink.post(document, "planner", reply).await;
-        }
         if d.shutdown.is_stopping() {
             // A graceful stop posts no Chat line about the links or the turns (HO-17).
             tracing::info!(document = %document, result = ?report.result, "Planner turn ended by the server's stop");
+            for words in &report.unread_steers {
+                let (login, text) = split_words(words);
+                sink.post(document, "system", did_not_read(&login, &text))
+                    .await;
+            }
             self.finish(document);
             return;
         }
@@ -415,6 +506,15 @@ impl Turns {
             }
         }
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
+        if !report.unread_steers.is_empty()
+            && self
+                .after_unread(document, &request.document_url, report.unread_steers)
+                .await
+        {
+            // The next turn took this one's place in the table.
+            self.ended.send_modify(|n| *n += 1);
+            return;
+        }
         self.finish(document);
     }
 }
@@ -430,6 +530,41 @@ impl Drop for RenewalGuard {
     fn drop(&mut self) {
         self.turns.lock().renewing.remove(&self.login);
     }
+}
+
+/// A steer's words, `@login: text` (after the line naming its child, if it has one), split into
+/// the login and the text.
+fn split_words(words: &str) -> (String, String) {
+    let words = match words.strip_prefix(FOCUS_LINE) {
+        Some(rest) => rest.split_once('\n').map_or(rest, |(_, said)| said),
+        None => words,
+    };
+    match words.strip_prefix('@').and_then(|w| w.split_once(": ")) {
+        Some((login, text)) => (login.to_owned(), text.to_owned()),
+        None => (String::new(), words.to_owned()),
+    }
+}
+
+/// The Chat notice for a message a turn was given but ended without reading (MSG-17).
+fn did_not_read(login: &str, text: &str) -> String {
+    const SHOWN_CHARS: usize = 200;
+    let mut shown: String = text.chars().take(SHOWN_CHARS).collect();
+    if text.chars().count() > SHOWN_CHARS {
+        shown.push('…');
+    }
+    format!(
+        "chopin did not read @{login}'s message before its turn ended, and it will not be sent again on its own: \"{shown}\""
+    )
+}
+
+/// `text` as Chat messages of at most [`MESSAGE_MAX_CHARS`] characters each, in order: split,
+/// never cut.
+fn chat_messages(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars
+        .chunks(MESSAGE_MAX_CHARS)
+        .map(|c| c.iter().collect())
+        .collect()
 }
 
 /// The prompt of a new session: the bounded Chat before the message (CTX-04, CTX-05), then the
@@ -554,31 +689,42 @@ struct PlannerHost {
     /// started: a turn is bound to both.
     generation: i64,
     credential_revision: i64,
-    reply: Mutex<String>,
+    /// The text of the step being written; published as its own Chat message when the step ends.
+    step: Mutex<String>,
 }
 
 impl PlannerHost {
-    /// The rechecks made before every host tool ("Permission checks", PERM-01…PERM-06): the
-    /// owner's sign-in is still live in this process (not signed out, not expired) at the
-    /// credential revision the turn started with, storage still names the owner at the turn's
-    /// ownership generation, the account is admitted, can still push, and the GitHub App's
-    /// installation still covers the repository. `Err` with the words of the denial.
+    /// Publishes the text of the step that just ended as the Planner's Chat message (several,
+    /// if it is longer than one message may be), and starts the next step empty.
+    async fn publish_step(&self) {
+        let text = std::mem::take(&mut *self.step.lock().unwrap_or_else(PoisonError::into_inner));
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        let sink: &dyn TurnSink = &*self.turns.deps.transcript;
+        for message in chat_messages(text) {
+            sink.post(self.document, "planner", message).await;
+        }
+    }
+
+    /// The rechecks made before every host tool ("Permission checks"), GitHub's first and the
+    /// local ones last, right before the tool runs, so nothing GitHub takes its time over can
+    /// slip between them and the tool: the account is admitted and can still push (asked with
+    /// the owner login's token); then the owner's sign-in is still live in this process (not
+    /// signed out, not expired) at the credential revision the turn started with, and storage
+    /// still names the owner at the turn's ownership generation. The App installation must
+    /// still cover the repository (PERM-06). An edit is also made under that ownership, so a
+    /// change after these checks still stops it ([`PlannerHost::owner_guard`]). `Err` with the
+    /// words of the denial.
     async fn recheck(&self) -> Result<(), String> {
         let d = &self.turns.deps;
-        let now = d.clock.now_ms();
-        let Some(login) = d.sign_ins.get_live(self.holder.browser_login_id, now) else {
+        let Some(login) = d
+            .sign_ins
+            .get_live(self.holder.browser_login_id, d.clock.now_ms())
+        else {
             return Err("the Planner owner's sign-in has ended".to_owned());
         };
-        if login.credential_revision != self.credential_revision {
-            return Err("the Planner owner's GitHub credential changed during the turn".to_owned());
-        }
-        match d.ownership.ownership(self.document).await {
-            Ok(o)
-                if o.generation == self.generation
-                    && o.holder.as_ref().map(|h| h.account_id) == Some(self.holder.account_id) => {}
-            Ok(_) => return Err("the document's Planner owner has changed".to_owned()),
-            Err(_) => return Err("the Planner's ownership could not be checked".to_owned()),
-        }
         let token = login.github_token();
         if let Err(e) = d.admission.check(token).await {
             return Err(format!("@{} is not admitted: {e}", self.holder.login));
@@ -607,14 +753,60 @@ impl PlannerHost {
             .installation_covers_cached(token, &doc.repo_owner, &doc.repo_name)
             .await
         {
-            Ok(true) => Ok(()),
-            Ok(false) => Err(format!(
-                "this server's GitHub App is no longer installed on {}/{} for @{}",
-                doc.repo_owner, doc.repo_name, self.holder.login
-            )),
-            Err(e) => Err(format!(
-                "the GitHub App installation's repository access could not be checked: {e}"
-            )),
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(format!(
+                    "this server's GitHub App is no longer installed on {}/{} for @{}",
+                    doc.repo_owner, doc.repo_name, self.holder.login
+                ))
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the GitHub App installation's repository access could not be checked: {e}"
+                ))
+            }
+        }
+        // The local checks, as they are now that GitHub has answered.
+        let Some(login) = d
+            .sign_ins
+            .get_live(self.holder.browser_login_id, d.clock.now_ms())
+        else {
+            return Err("the Planner owner's sign-in has ended".to_owned());
+        };
+        if login.credential_revision != self.credential_revision {
+            return Err("the Planner owner's GitHub credential changed during the turn".to_owned());
+        }
+        match d.ownership.ownership(self.document).await {
+            Ok(o)
+                if o.generation == self.generation
+                    && o.holder.as_ref().map(|h| h.account_id) == Some(self.holder.account_id) => {}
+            Ok(_) => return Err("the document's Planner owner has changed".to_owned()),
+            Err(_) => return Err("the Planner's ownership could not be checked".to_owned()),
+        }
+        Ok(())
+    }
+
+    /// A host tool refused for permission: Chat shows the denial (PERM-08), and the model is
+    /// told.
+    async fn deny(&self, tool: &str, why: &str) -> HostToolResult {
+        let sink: &dyn TurnSink = &*self.turns.deps.transcript;
+        sink.post(
+            self.document,
+            "system",
+            format!("chopin was not allowed to use {tool}: {why}."),
+        )
+        .await;
+        HostToolResult::error(format!("permission denied: {why}"))
+    }
+
+    /// The ownership this turn's edits are made under: the document's Planner (a child's edit
+    /// is guarded by its root's, which is this document's) held by the turn's owner at the
+    /// turn's generation.
+    fn owner_guard(&self) -> OwnerGuard {
+        OwnerGuard {
+            document_id: self.document,
+            generation: self.generation,
+            account_id: self.holder.account_id,
         }
     }
 }
@@ -622,16 +814,11 @@ impl PlannerHost {
 #[async_trait]
 impl TurnHost for PlannerHost {
     async fn execute(&self, name: &str, input: Value, _cancel: CancelSignal) -> HostToolResult {
+        // Text before a tool call is its step's; what comes after is the next step's.
+        self.publish_step().await;
         if let Err(why) = self.recheck().await {
-            // Decided before execution: no tool runs, and Chat shows the denial.
-            let sink: &dyn TurnSink = &*self.turns.deps.transcript;
-            sink.post(
-                self.document,
-                "system",
-                format!("chopin was not allowed to use {name}: {why}."),
-            )
-            .await;
-            return HostToolResult::error(format!("permission denied: {why}"));
+            // Decided before execution: no tool runs.
+            return self.deny(name, &why).await;
         }
         match name {
             "read_plan" => self.read_plan(input).await,
@@ -646,12 +833,16 @@ impl TurnHost for PlannerHost {
         }
     }
 
-    fn part(&self, part: &Part) {
-        if let Part::Text(text) = part {
-            self.reply
+    async fn part(&self, part: &Part) {
+        match part {
+            Part::Text(text) => self
+                .step
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .push_str(&text.text);
+                .push_str(&text.text),
+            // The step ended, or the model moved on to a tool: what it said is published now.
+            Part::FinishStep(_) | Part::Finish(_) | Part::ToolCall(_) => self.publish_step().await,
+            _ => {}
         }
     }
 }
@@ -704,13 +895,14 @@ impl PlannerHost {
             .turns
             .deps
             .children
-            .edit_child(self.document, &child, &batch)
+            .edit_child(self.document, &child, &batch, Some(&self.owner_guard()))
             .await
         {
             Ok(result) => match serde_json::to_value(&result) {
                 Ok(v) => HostToolResult::ok(v),
                 Err(e) => HostToolResult::error(e.to_string()),
             },
+            Err(ChildError::NotOwner(why)) => self.deny("edit_child", &why).await,
             Err(e) => HostToolResult::error(e.to_string()),
         }
     }
@@ -765,12 +957,20 @@ impl PlannerHost {
             id: doc.id.to_string(),
             url: self.document_url.clone(),
         };
-        match open.edit_plan(reference, &earlier, &batch).await {
+        match open
+            .edit_plan(reference, &earlier, &batch, Some(&self.owner_guard()))
+            .await
+        {
             Ok(result) => match serde_json::to_value(&result) {
                 Ok(v) => HostToolResult::ok(v),
                 Err(e) => HostToolResult::error(e.to_string()),
             },
-            Err(_) => HostToolResult::error("the document could not be edited just now"),
+            Err(refused @ EditRefused::NotOwner) => {
+                self.deny("edit_plan", &refused.to_string()).await
+            }
+            Err(EditRefused::Store(_)) => {
+                HostToolResult::error("the document could not be edited just now")
+            }
         }
     }
 }

@@ -149,7 +149,9 @@ async fn una_06_a_room_message_is_saved_acked_and_broadcast() {
     );
     assert_eq!(
         reply.frame(),
-        serde_json::json!({ "type": "chat:ack", "requestId": "r-1", "seq": 1, "planner": null })
+        Some(
+            serde_json::json!({ "type": "chat:ack", "requestId": "r-1", "seq": 1, "planner": null })
+        )
     );
     let FeedEvent::Message(heard) = feed.recv().await else {
         panic!("the room hears the message");
@@ -680,7 +682,9 @@ mod attached {
         let started = say("r-1", "@chopin add a heading").await;
         assert_eq!(
             started.frame(),
-            serde_json::json!({ "type": "chat:ack", "requestId": "r-1", "seq": 1, "planner": "started" })
+            Some(
+                serde_json::json!({ "type": "chat:ack", "requestId": "r-1", "seq": 1, "planner": "started" })
+            )
         );
         assert_eq!(heard(&mut feed).await.text, "@chopin add a heading");
         // The session is not started yet: passing trouble, nothing saved, not remembered.

@@ -76,7 +76,7 @@ async fn child_tools_work_on_the_roots_own_children() {
 
     let applied = w
         .children
-        .edit_child(root, &child.to_string(), &insert(0, "# Child\n"))
+        .edit_child(root, &child.to_string(), &insert(0, "# Child\n"), None)
         .await
         .unwrap();
     assert!(
@@ -98,7 +98,7 @@ async fn child_tools_work_on_the_roots_own_children() {
         .map(|n| format!("line {n} of a long child\n"))
         .collect();
     w.children
-        .edit_child(root, &child.to_string(), &insert(1, &long))
+        .edit_child(root, &child.to_string(), &insert(1, &long), None)
         .await
         .unwrap();
     let first = w
@@ -145,7 +145,7 @@ async fn every_call_rechecks_parentage_repository_and_archive_state() {
     w.store.set_archived(child, true).await.unwrap();
     let refused = w
         .children
-        .edit_child(root, &child.to_string(), &insert(0, "x\n"))
+        .edit_child(root, &child.to_string(), &insert(0, "x\n"), None)
         .await;
     assert!(
         matches!(refused, Err(ChildError::NotAChild(_))),

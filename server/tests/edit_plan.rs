@@ -51,7 +51,10 @@ async fn race_on(store: Arc<dyn Store>) {
             content: "# Race\n\nFirst paragraph.\n".into(),
         }],
     };
-    let seeded = room.edit_plan(document.clone(), &[], &seed).await.unwrap();
+    let seeded = room
+        .edit_plan(document.clone(), &[], &seed, None)
+        .await
+        .unwrap();
     assert!(
         matches!(seeded.outcome, EditOutcome::Applied { revision: 1, .. }),
         "{seeded:?}"
@@ -67,8 +70,8 @@ async fn race_on(store: Arc<dyn Store>) {
     };
     let (a, b) = (batch("From A."), batch("From B."));
     let (ra, rb) = tokio::join!(
-        room.edit_plan(document.clone(), &[], &a),
-        room.edit_plan(document.clone(), &[], &b)
+        room.edit_plan(document.clone(), &[], &a, None),
+        room.edit_plan(document.clone(), &[], &b, None)
     );
     let outcomes = [ra.unwrap().outcome, rb.unwrap().outcome];
     let applied = outcomes
@@ -166,7 +169,7 @@ async fn an_idle_room_is_checkpointed_and_unloaded() {
     };
     member
         .document
-        .edit_plan(document, &[], &batch)
+        .edit_plan(document, &[], &batch, None)
         .await
         .unwrap();
     assert!(store

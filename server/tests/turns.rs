@@ -526,3 +526,42 @@ async fn a_writer_stops_the_running_turn_from_the_room() {
         .unwrap();
     settle(&s).await;
 }
+
+/// MSG-18: "A process that is stopping starts no turn and says nothing (the browser re-sends to
+/// the next process)." Once the stop has begun, a message to the Planner starts no turn, saves
+/// nothing and gets no answer at all — neither an ack nor a refusal — while a message between
+/// people is still saved.
+#[tokio::test]
+async fn msg_18_a_stopping_process_starts_no_turn_and_says_nothing() {
+    use chopin_server::chat::{Place, SendRequest, Sender};
+    let s = setup().await;
+    let _client = attached_client(&s, &[]).await;
+    s.state.shutdown.begin();
+    let place = Place {
+        document: s.doc,
+        url: DOC_URL.into(),
+        focus: None,
+    };
+    let mona = Sender {
+        login: "mona".into(),
+        can_write: true,
+    };
+    let reply = s
+        .state
+        .chat
+        .send(
+            &place,
+            &mona,
+            SendRequest {
+                request_id: "m-1".into(),
+                text: "@chopin go".into(),
+            },
+        )
+        .await;
+    assert!(!s.state.turns.is_running(s.doc), "no turn started");
+    assert_eq!(reply.frame(), None, "no answer: {reply:?}");
+    assert!(posts(&s).await.is_empty(), "nothing saved");
+    let direct = s.state.turns.request(request(&s, "@chopin go")).await;
+    assert!(direct.is_err(), "{direct:?}");
+    assert!(!s.state.turns.is_running(s.doc));
+}

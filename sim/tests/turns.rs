@@ -473,13 +473,17 @@ fn rt_09_abort_with_a_silent_client_destroys_the_session_exactly_5_s_later() {
     let out = stopped.clone();
     world
         .run_client("stop", async move {
-            *out.lock().unwrap() = Some(state.turns.stop(doc));
+            *out.lock().unwrap() = Some(state.turns.stop(doc, "@mona stopped chopin."));
             Ok(())
         })
         .unwrap();
     assert_eq!(*stopped.lock().unwrap(), Some(true), "a turn was running");
     let (abort_at, aborted) = wait_frame(&mut world, &agent, "abort", 0, 1_000);
-    assert_eq!(aborted, turn_id);
+    assert_eq!(
+        aborted,
+        format!("{turn_id} @mona stopped chopin."),
+        "the abort says why"
+    );
     let sent_before_abort = agent.sent().len();
 
     // The server sent the abort one latency before the client heard it, and still waits for
@@ -581,5 +585,663 @@ fn a_client_that_stops_reading_is_closed_on_time_while_its_frames_pile_up() {
     assert!(
         matches!(&closed[0].1, PlannerEvent::Closed { code: 4408, reason, .. } if reason == "connection-timeout"),
         "{closed:?}"
+    );
+}
+
+/// The document's system notices, in order.
+fn system_notices(world: &World, doc: Uuid) -> Vec<String> {
+    transcript(world, doc)
+        .into_iter()
+        .filter(|(kind, _, _)| kind == "system")
+        .map(|(_, _, body)| body)
+        .collect()
+}
+
+/// The Planner's Chat messages in the document, in order.
+fn planner_messages(world: &World, doc: Uuid) -> Vec<String> {
+    transcript(world, doc)
+        .into_iter()
+        .filter(|(kind, _, _)| kind == "planner")
+        .map(|(_, _, body)| body)
+        .collect()
+}
+
+fn wait_closed(world: &mut World, agent: &Agent, within_ms: u64) -> (u64, u16, String) {
+    let a = agent.clone();
+    until(world, within_ms, "the link closed", move || {
+        a.closed().is_some()
+    });
+    agent.closed().unwrap()
+}
+
+fn heard_error(agent: &Agent, code: &str) -> bool {
+    agent
+        .log()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::Error { code: c, .. } if c == code))
+}
+
+/// AC-18: "Account and repository access are checked again before every session and every turn
+/// the connection starts …; losing either fails that session or turn and closes the connection
+/// with `access-revoked`." mona's push access is revoked at GitHub while her client is attached:
+/// her next `@chopin` message is taken, but no `start` reaches the client — the link closes 4403
+/// `access-revoked` after an `error` frame, the document is freed, and Chat says the turn failed.
+#[test]
+fn ac_18_access_lost_before_a_session_fails_it_and_closes_the_link_access_revoked() {
+    use chopin_server::planner::PresenceState;
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(51);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(TurnScript::new().started().end(TurnStatus::Completed));
+    world.github().revoke("octo", "plans", "mona");
+    ack(&say(&mut world, &room, "m-1", "@chopin go"), "started");
+    let (_, code, reason) = wait_closed(&mut world, &agent, 5_000);
+    assert_eq!((code, reason.as_str()), (4403, "access-revoked"));
+    assert!(heard_error(&agent, "access-revoked"), "{:?}", agent.log());
+    assert!(
+        agent.frames_of("start").is_empty(),
+        "no session was opened: {:?}",
+        agent.frames()
+    );
+    wait_turn_over(&mut world, doc, 5_000);
+    world.advance(50).unwrap();
+    let notices = system_notices(&world, doc);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0].starts_with("chopin's turn ended with an error: ")
+            && notices[0].contains("access-revoked")
+            && notices[0].contains("@mona can no longer push to octo/plans"),
+        "{notices:?}"
+    );
+    let app = world.server_app().unwrap();
+    assert_eq!(app.planners.presence(doc).state, PresenceState::None);
+}
+
+/// AC-18, the turn's half: the session was started while mona's token still worked; GitHub stops
+/// accepting it (admission fails) before the client answers `start`. The turn is never sent: the
+/// link closes 4403 `access-revoked` and Chat says the turn failed.
+#[test]
+fn ac_18_access_lost_before_a_turn_fails_it_and_closes_the_link_access_revoked() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(52);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    ack(&say(&mut world, &room, "m-1", "@chopin go"), "started");
+    wait_frame(&mut world, &agent, "start", 0, 5_000);
+    world.github().expire_token(&mona);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .end(TurnStatus::Completed),
+    );
+    let (_, code, reason) = wait_closed(&mut world, &agent, 5_000);
+    assert_eq!((code, reason.as_str()), (4403, "access-revoked"));
+    assert!(heard_error(&agent, "access-revoked"));
+    assert!(
+        agent.frames_of("turn").is_empty(),
+        "no turn was sent: {:?}",
+        agent.frames()
+    );
+    wait_turn_over(&mut world, doc, 5_000);
+    world.advance(50).unwrap();
+    let notices = system_notices(&world, doc);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert!(
+        notices[0].starts_with("chopin's turn ended with an error: ")
+            && notices[0].contains("access-revoked"),
+        "{notices:?}"
+    );
+}
+
+/// Order rule 20 (docs/agent-connection.md §3) and the AC-06 ruling: "A frame naming a session
+/// or turn the server never opened on this connection is `out-of-order`": an `error` frame, then
+/// close 1008 — for every kind of frame that names one.
+#[test]
+fn ac_06_a_frame_naming_a_session_or_turn_never_opened_is_out_of_order() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        ..
+    } = setup(53);
+    let frames = [
+        r#"{"type":"turn-end","turnId":"t-never","status":"completed"}"#,
+        r#"{"type":"started","sessionId":"s-never"}"#,
+        r#"{"type":"start-failed","sessionId":"s-never","message":"no"}"#,
+        r#"{"type":"host-tool-call","turnId":"t-never","callId":"c-1","name":"read_plan","input":{}}"#,
+        r#"{"type":"part","turnId":"t-never","part":{"type":"text","text":"hello"}}"#,
+        r#"{"type":"tools","turnId":"t-never","tools":[]}"#,
+        r#"{"type":"runs","sessionId":"s-never","runs":[]}"#,
+    ];
+    for (i, frame) in frames.iter().enumerate() {
+        let agent = attach(&mut world, &format!("mona-{i}"), &mona, doc, &[]);
+        agent.send_text(frame);
+        let (_, code, reason) = wait_closed(&mut world, &agent, 5_000);
+        assert_eq!((code, reason.as_str()), (1008, "out-of-order"), "{frame}");
+        assert!(heard_error(&agent, "out-of-order"), "{frame}");
+    }
+}
+
+/// Order rule 20's other half: a frame naming a session or turn the server has already ended is
+/// ignored (the two sides may cross), not a fault.
+#[test]
+fn ac_06_frames_of_a_session_and_turn_the_server_has_ended_are_ignored() {
+    use chopin_server::planner::PresenceState;
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(54);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .text("Done.")
+            .end(TurnStatus::Completed),
+    );
+    ack(&say(&mut world, &room, "m-1", "@chopin go"), "started");
+    let (_, session) = wait_frame(&mut world, &agent, "start", 0, 5_000);
+    let (_, turn) = wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    let turn_id = turn.split(' ').next().unwrap().to_owned();
+    wait_frame(&mut world, &agent, "destroy", 0, 5_000);
+    wait_turn_over(&mut world, doc, 1_000);
+    agent.send_text(&format!(
+        r#"{{"type":"turn-end","turnId":"{turn_id}","status":"completed"}}"#
+    ));
+    agent.send_text(&format!(
+        r#"{{"type":"part","turnId":"{turn_id}","part":{{"type":"text","text":"late"}}}}"#
+    ));
+    agent.send_text(&format!(r#"{{"type":"started","sessionId":"{session}"}}"#));
+    world.advance(1_000).unwrap();
+    assert!(agent.closed().is_none(), "{:?}", agent.log());
+    let app = world.server_app().unwrap();
+    assert_eq!(app.planners.presence(doc).state, PresenceState::Attached);
+    assert_eq!(planner_messages(&world, doc), vec!["Done."]);
+}
+
+/// docs/agent-connection.md §4 (`part`): "Consecutive `text` parts of one step are one Chat
+/// message" — and each step's text is its own message, published when its step ends (issue 16:
+/// today's server glued them into "Step one.Step two." at the end of the turn). A step ends at
+/// `finish-step`; text after a tool call is a new step even from a client that sends no
+/// `finish-step`.
+#[test]
+fn each_steps_text_is_its_own_chat_message_published_when_its_step_ends() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(55);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .text("Step one.")
+            .finish_step()
+            .sleep(1_000)
+            .text("Step ")
+            .text("two.")
+            .finish_step()
+            .text("Before a tool,")
+            .host_tool_call("read_plan", json!({}))
+            .text(" after it.")
+            .end(TurnStatus::Completed),
+    );
+    ack(&say(&mut world, &room, "m-1", "@chopin go"), "started");
+    let r = room.clone();
+    until(&mut world, 5_000, "the room heard step one", move || {
+        heard_messages(&r).contains(&("planner".to_owned(), "Step one.".to_owned()))
+    });
+    assert!(
+        !agent.sent().iter().any(|(_, _, detail)| detail == "Step "),
+        "heard while the next step had not begun: {:?}",
+        agent.sent()
+    );
+    wait_turn_over(&mut world, doc, 10_000);
+    world.advance(50).unwrap();
+    assert_eq!(
+        planner_messages(&world, doc),
+        vec!["Step one.", "Step two.", "Before a tool,", "after it."]
+    );
+}
+
+/// A Planner message is bounded like anyone's (20,000 characters): a step's text longer than
+/// that becomes several messages, in order, none longer, and nothing is cut.
+#[test]
+fn a_planner_reply_longer_than_one_chat_message_is_split_never_cut() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(56);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    let long: String = (0..25_000)
+        .map(|i| char::from(b'a' + (i % 26) as u8))
+        .collect();
+    agent.script(
+        TurnScript::new()
+            .started()
+            .text(&long)
+            .end(TurnStatus::Completed),
+    );
+    ack(&say(&mut world, &room, "m-1", "@chopin go"), "started");
+    wait_turn_over(&mut world, doc, 10_000);
+    world.advance(50).unwrap();
+    let messages = planner_messages(&world, doc);
+    assert_eq!(
+        messages
+            .iter()
+            .map(|m| m.chars().count())
+            .collect::<Vec<_>>(),
+        vec![20_000, 5_000]
+    );
+    assert_eq!(messages.concat(), long);
+}
+
+/// Order rule 11 (docs/agent-connection.md §3): a tool boundary failure "fails that turn (the
+/// server sends `abort` saying why)". A call of a host tool the turn did not offer: the `abort`
+/// names it.
+#[test]
+fn an_abort_for_a_tool_boundary_failure_says_why() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(57);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .host_tool_call("deploy", json!({}))
+            .end(TurnStatus::Completed),
+    );
+    ack(&say(&mut world, &room, "m-1", "@chopin go"), "started");
+    let (_, turn) = wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    let turn_id = turn.split(' ').next().unwrap().to_owned();
+    let (_, abort) = wait_frame(&mut world, &agent, "abort", 0, 5_000);
+    assert_eq!(
+        abort,
+        format!(
+            "{turn_id} \"host-tool-call\" names \"deploy\", which is not one of this turn's host tools"
+        )
+    );
+}
+
+/// SES-30: "`AGENT=off` prevents Planner turns". A message to the Planner is refused
+/// `planner-unavailable` (the code the earlier docs give for a disabled Planner) with words
+/// saying so, and nothing is saved or sent to the attached client; Chat between people goes on.
+#[test]
+fn ses_30_agent_off_refuses_messages_to_the_planner_and_keeps_chat() {
+    use chopin_sim::{Configure, WorldOptions};
+    let configure: Configure = std::sync::Arc::new(|c| c.agent_enabled = false);
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = chopin_sim::cast::cast_with(
+        58,
+        WorldOptions {
+            fixed_latency_ms: Some(LATENCY_MS),
+            configure: Some(configure),
+            ..WorldOptions::default()
+        },
+    );
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(TurnScript::new().started().end(TurnStatus::Completed));
+    let refused = say(&mut world, &room, "m-1", "@chopin go");
+    assert_eq!(
+        refused,
+        json!({
+            "type": "chat:refused",
+            "requestId": "m-1",
+            "code": "planner-unavailable",
+            "message": "chopin is turned off on this server, so this message wasn't sent.",
+        })
+    );
+    let lunch = say(&mut world, &room, "m-2", "lunch?");
+    assert_eq!(lunch["type"], "chat:ack", "{lunch}");
+    assert!(lunch["planner"].is_null(), "{lunch}");
+    world.advance(1_000).unwrap();
+    assert!(agent.frames().is_empty(), "{:?}", agent.frames());
+    assert_eq!(
+        transcript(&world, doc),
+        vec![(
+            "member".to_owned(),
+            Some("mona".to_owned()),
+            "lunch?".to_owned()
+        )]
+    );
+}
+
+/// Steps shared by the MSG-17 scenarios: mona's client is attached with `steer-turn`; GitHub is
+/// held while her turn's `read_plan` asks it (the caches of her sign-in went cold first), so the
+/// turn cannot read anything meanwhile; lisa's message arrives then and is told `steered`. The
+/// first script then ends the turn (or drops the link) before the tool comes back.
+fn steered_while_the_turn_cannot_read(
+    seed: u64,
+    first: TurnScript,
+) -> (World, Uuid, String, Agent, Browser) {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        lisa_cookie,
+        ..
+    } = setup(seed);
+    let mona_room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let lisa_room = join(&mut world, "lisa-room", &lisa_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &["steer-turn"]);
+    world.advance(REPO_ACCESS_CACHE_MS + 1_000).unwrap();
+    agent.script(first);
+    ack(
+        &say(&mut world, &mona_room, "m-1", "@chopin read it"),
+        "started",
+    );
+    wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    world.hold(chopin_sim::SERVER_HOST, chopin_sim::GITHUB_HOST);
+    let a = agent.clone();
+    until(
+        &mut world,
+        5_000,
+        "the client called read_plan",
+        move || a.sent().iter().any(|(_, kind, _)| kind == "host-tool-call"),
+    );
+    world.advance(100).unwrap();
+    ack(
+        &say(
+            &mut world,
+            &lisa_room,
+            "l-1",
+            "@chopin also check the intro",
+        ),
+        "steered",
+    );
+    (world, doc, mona, agent, lisa_room)
+}
+
+/// MSG-17: "If a turn ends between a message being posted and the turn reading it, an idle Chat
+/// starts a turn for the message". lisa's message was told `steered`, but the turn ended (its
+/// client sent `turn-end`) before it read it: no `steer` is ever sent, and the next turn starts
+/// for her message.
+#[test]
+fn msg_17_a_message_the_ended_turn_never_read_starts_the_next_turn() {
+    let first = TurnScript::new()
+        .started()
+        .await_turn()
+        .sleep(100)
+        .host_tool_call_no_wait("read_plan", json!({}))
+        .sleep(2_000)
+        .end(TurnStatus::Completed);
+    let (mut world, doc, _, agent, _) = steered_while_the_turn_cannot_read(59, first);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .text("Checked the intro.")
+            .end(TurnStatus::Completed),
+    );
+    let a = agent.clone();
+    until(&mut world, 5_000, "the first turn ended", move || {
+        a.sent().iter().any(|(_, kind, _)| kind == "turn-end")
+    });
+    world.advance(100).unwrap();
+    world.release(chopin_sim::SERVER_HOST, chopin_sim::GITHUB_HOST);
+    let (_, second) = wait_frame(&mut world, &agent, "turn", 1, 15_000);
+    assert!(
+        second.ends_with("\n@lisa: @chopin also check the intro"),
+        "{second}"
+    );
+    assert!(
+        agent.frames_of("steer").is_empty(),
+        "{:?}",
+        agent.frames_of("steer")
+    );
+    wait_frame(&mut world, &agent, "destroy", 1, 5_000);
+    wait_turn_over(&mut world, doc, 5_000);
+    world.advance(50).unwrap();
+    assert_eq!(planner_messages(&world, doc), vec!["Checked the intro."]);
+    assert!(
+        system_notices(&world, doc).is_empty(),
+        "{:?}",
+        system_notices(&world, doc)
+    );
+}
+
+/// MSG-17, otherwise: "Chat says that Chopin did not read it, and it is not sent again on its
+/// own." The link drops while lisa's steered message is unread: Chat says chopin did not read
+/// it, and when mona's client comes back nothing is sent to it.
+#[test]
+fn msg_17_a_message_the_ended_turn_never_read_is_reported_when_no_turn_can_start() {
+    let first = TurnScript::new()
+        .started()
+        .await_turn()
+        .sleep(100)
+        .host_tool_call_no_wait("read_plan", json!({}))
+        .sleep(2_000)
+        .drop_link();
+    let (mut world, doc, mona, agent, lisa_room) = steered_while_the_turn_cannot_read(60, first);
+    let a = agent.clone();
+    until(&mut world, 5_000, "the link dropped", move || {
+        a.log()
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Dropped { .. }))
+    });
+    world.advance(100).unwrap();
+    world.release(chopin_sim::SERVER_HOST, chopin_sim::GITHUB_HOST);
+    wait_turn_over(&mut world, doc, 15_000);
+    world.advance(50).unwrap();
+    let notices = system_notices(&world, doc);
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("chopin did not read @lisa's message")),
+        "{notices:?}"
+    );
+    assert!(
+        heard_messages(&lisa_room)
+            .iter()
+            .any(|(kind, text)| kind == "system"
+                && text.starts_with("chopin did not read @lisa's message")),
+        "the room heard it"
+    );
+    let again = attach(&mut world, "mona-again", &mona, doc, &["steer-turn"]);
+    world.advance(10_000).unwrap();
+    assert!(
+        again.frames().is_empty(),
+        "nothing re-sent: {:?}",
+        again.frames()
+    );
+    assert!(!world.server_app().unwrap().turns.is_running(doc));
+}
+
+/// PERM-05, and the order of the checks (issue 16): a host tool's GitHub checks come first and
+/// the local ones (sign-in, ownership generation and holder, credential revision) right before
+/// the tool runs. A writer resets the Planner while GitHub is being asked for mona's `tool`
+/// call: the tool is refused (Chat says so) and, for an edit, the document does not change.
+fn reset_while_github_is_asked(seed: u64, tool: &str, input: Value) {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = setup(seed);
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    world.advance(REPO_ACCESS_CACHE_MS + 1_000).unwrap();
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .sleep(100)
+            .host_tool_call_no_wait(tool, input)
+            .sleep(60_000),
+    );
+    ack(
+        &say(&mut world, &room, "m-1", "@chopin add a heading"),
+        "started",
+    );
+    wait_frame(&mut world, &agent, "turn", 0, 5_000);
+    world.hold(chopin_sim::SERVER_HOST, chopin_sim::GITHUB_HOST);
+    let a = agent.clone();
+    until(&mut world, 5_000, "the client called the tool", move || {
+        a.sent().iter().any(|(_, kind, _)| kind == "host-tool-call")
+    });
+    world.advance(100).unwrap();
+    let app = world.server_app().unwrap();
+    world
+        .run_client("reset", async move {
+            app.planners.reset(doc).await.map_err(|e| e.to_string())?;
+            Ok(())
+        })
+        .unwrap();
+    let (_, code, _) = wait_closed(&mut world, &agent, 5_000);
+    assert_eq!(code, 4410);
+    world.release(chopin_sim::SERVER_HOST, chopin_sim::GITHUB_HOST);
+    wait_turn_over(&mut world, doc, 15_000);
+    world.advance(50).unwrap();
+    let stored = block_on(world.store().document(doc)).unwrap().unwrap();
+    assert_eq!(stored.plan_revision, 0, "no edit landed");
+    let notices = system_notices(&world, doc);
+    assert!(
+        notices.iter().any(|n| n.starts_with(&format!(
+            "chopin was not allowed to use {tool}: the document's Planner owner has changed"
+        ))),
+        "{notices:?}"
+    );
+}
+
+/// An edit_plan whose GitHub checks were under way when the Planner was reset is refused.
+#[test]
+fn perm_05_a_reset_while_github_is_asked_denies_the_tool() {
+    reset_while_github_is_asked(
+        61,
+        "edit_plan",
+        json!({ "revision": 0, "ops": [{ "op": "insert", "after": null, "content": "# Added\n" }] }),
+    );
+}
+
+/// A read_plan too: no tool runs once the local checks, made after GitHub answered, fail (with
+/// the local checks made first, the reset would slip between them and the tool).
+#[test]
+fn perm_05_a_reset_while_github_is_asked_denies_a_read_too() {
+    reset_while_github_is_asked(62, "read_plan", json!({}));
+}
+
+/// PERM-03 (the ownership generation), to the last moment: a turn's edit is committed under the
+/// ownership the turn began with, in the same step as the write. mona's `edit_plan` has passed
+/// every recheck and its commit is held in the store while a writer resets the Planner; when the
+/// commit goes on, storage no longer names mona at that generation, so the edit is not made and
+/// Chat says why.
+#[test]
+fn perm_03_an_edit_whose_ownership_ended_before_its_commit_is_not_made() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::time::Duration;
+
+    use chopin_server::store::instrumented::Hold;
+    use chopin_sim::{HoldStoreCalls, WorldOptions};
+
+    use std::sync::Arc;
+    let (held, released) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let hold: HoldStoreCalls = {
+        let (held, released) = (held.clone(), released.clone());
+        Arc::new(move |_, method, _| {
+            if method != "commit_plan_edit" {
+                return None;
+            }
+            held.store(true, SeqCst);
+            let released = released.clone();
+            Some(Box::pin(async move {
+                while !released.load(SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }) as Hold)
+        })
+    };
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = chopin_sim::cast::cast_with(
+        63,
+        WorldOptions {
+            fixed_latency_ms: Some(LATENCY_MS),
+            hold_store_calls: Some(hold),
+            ..WorldOptions::default()
+        },
+    );
+    let room = join(&mut world, "mona-room", &mona_cookie, doc);
+    let agent = attach(&mut world, "mona-agent", &mona, doc, &[]);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .sleep(100)
+            .host_tool_call_no_wait(
+                "edit_plan",
+                json!({ "revision": 0, "ops": [{ "op": "insert", "after": null, "content": "# Added\n" }] }),
+            )
+            .sleep(60_000),
+    );
+    ack(
+        &say(&mut world, &room, "m-1", "@chopin add a heading"),
+        "started",
+    );
+    let h = held.clone();
+    until(&mut world, 5_000, "the edit's commit is held", move || {
+        h.load(SeqCst)
+    });
+    let app = world.server_app().unwrap();
+    world
+        .run_client("reset", async move {
+            app.planners.reset(doc).await.map_err(|e| e.to_string())?;
+            Ok(())
+        })
+        .unwrap();
+    let (_, code, _) = wait_closed(&mut world, &agent, 5_000);
+    assert_eq!(code, 4410);
+    released.store(true, SeqCst);
+    wait_turn_over(&mut world, doc, 15_000);
+    world.advance(50).unwrap();
+    let stored = block_on(world.store().document(doc)).unwrap().unwrap();
+    assert_eq!(stored.plan_revision, 0, "the edit was not made");
+    let notices = system_notices(&world, doc);
+    assert!(
+        notices.iter().any(|n| n.starts_with(
+            "chopin was not allowed to use edit_plan: the document's Planner owner changed during the turn"
+        )),
+        "{notices:?}"
     );
 }

@@ -36,8 +36,20 @@ use yrs::updates::encoder::Encode;
 use yrs::{ClientID, Doc, ReadTxn, StateVector, Transact};
 
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
-use crate::store::{ContentStore, DocumentStore, PlanCommit, StoreError, StoreResult};
+use crate::store::{ContentStore, DocumentStore, OwnerGuard, PlanCommit, StoreError, StoreResult};
 use guard::{Refusal, Shadow};
+
+/// Why [`OpenDocument::edit_plan`] made no change and has no [`EditResult`] to show for it.
+#[derive(Debug, thiserror::Error)]
+pub enum EditRefused {
+    /// The edit was made under a Planner ownership storage no longer names (released, reset or
+    /// claimed anew since the turn began).
+    #[error("the document's Planner owner changed during the turn, so the edit was not made")]
+    NotOwner,
+    /// Storage failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
 
 /// A document nobody uses is unloaded after this long.
 pub const IDLE_UNLOAD: Duration = Duration::from_secs(30);
@@ -200,13 +212,16 @@ impl OpenDocument {
     /// `edit_plan` against this document: the batch is checked against the source and the document's
     /// plan revision, turned into one yrs change, committed to the store under that revision
     /// (so of two batches made from the same revision exactly one applies), and only then applied
-    /// to the open document and relayed to its sockets.
+    /// to the open document and relayed to its sockets. With an `owner` guard (a Planner turn's
+    /// ownership) the commit lands only while storage still names that owner; otherwise the
+    /// batch is refused as [`EditRefused::NotOwner`] and nothing changes.
     pub async fn edit_plan(
         &self,
         document: DocumentRef,
         earlier_urls: &[String],
         batch: &EditBatch,
-    ) -> StoreResult<EditResult> {
+        owner: Option<&OwnerGuard>,
+    ) -> Result<EditResult, EditRefused> {
         let mut content = self.content.lock().await;
         let content = &mut *content;
         let current = self
@@ -240,7 +255,7 @@ impl OpenDocument {
         match self
             .deps
             .content
-            .commit_plan_edit(self.document_id, current.plan_revision, &update, now)
+            .commit_plan_edit(self.document_id, current.plan_revision, owner, &update, now)
             .await?
         {
             PlanCommit::Committed { plan_revision, seq } => {
@@ -268,6 +283,7 @@ impl OpenDocument {
                     ),
                 },
             }),
+            PlanCommit::NotOwner => Err(EditRefused::NotOwner),
         }
     }
 

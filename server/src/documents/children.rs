@@ -21,8 +21,8 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use super::canonical_url;
-use crate::content::OpenDocuments;
-use crate::store::{Document, DocumentStore, StoreError};
+use crate::content::{EditRefused, OpenDocuments};
+use crate::store::{Document, DocumentStore, OwnerGuard, StoreError};
 
 /// Why a child tool refused. Display is what the model is shown.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -33,6 +33,9 @@ pub enum ChildError {
     NotAChild(String),
     #[error("{0}")]
     Read(String),
+    /// The edit was made under a Planner ownership storage no longer names.
+    #[error("{0}")]
+    NotOwner(String),
     /// A storage failure: the model is told only that, never the backend's words.
     #[error("the documents could not be reached just now; try again")]
     Storage,
@@ -152,12 +155,14 @@ impl Children {
         reader::read_text(&input, args).map_err(|e| ChildError::Read(e.to_string()))
     }
 
-    /// `edit_child`: `edit_plan` on the child, against the revision the caller read.
+    /// `edit_child`: `edit_plan` on the child, against the revision the caller read, under the
+    /// root's Planner ownership when `owner` names it (a child's Planner is its root's).
     pub async fn edit_child(
         &self,
         root_id: Uuid,
         child: &str,
         batch: &EditBatch,
+        owner: Option<&OwnerGuard>,
     ) -> Result<EditResult, ChildError> {
         let (root, doc) = self.root_and_child(root_id, child).await?;
         let open = self.open.open(doc.id).await?;
@@ -165,7 +170,13 @@ impl Children {
             id: doc.id.to_string(),
             url: child_url(&root, &doc),
         };
-        Ok(open.edit_plan(reference, &[], batch).await?)
+        match open.edit_plan(reference, &[], batch, owner).await {
+            Ok(result) => Ok(result),
+            Err(EditRefused::NotOwner) => {
+                Err(ChildError::NotOwner(EditRefused::NotOwner.to_string()))
+            }
+            Err(EditRefused::Store(e)) => Err(e.into()),
+        }
     }
 
     /// `anchor_child`: relates a Decision (or one of its answers) of the child to a block of it.

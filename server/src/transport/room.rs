@@ -313,12 +313,16 @@ async fn session(
                         let reply = match kind {
                             Some("chat:wake") => planner_frame(&deps.planners.presence(root_id)),
                             Some("chat:send") => match chat::SendRequest::from_frame(&value) {
+                                // MSG-18: a stopping process says nothing to a message for the Planner.
                                 Ok(request) => {
                                     let reply = match chat_place(deps, doc, &place, &request.request_id).await {
                                         Ok(place) => deps.chat.send(&place, &sender, request).await,
                                         Err(refused) => refused,
                                     };
-                                    json_frame(&reply.frame())
+                                    match reply.frame() {
+                                        Some(frame) => json_frame(&frame),
+                                        None => continue,
+                                    }
                                 }
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
@@ -333,7 +337,7 @@ async fn session(
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
                             Some("planner:stop") if sender.can_write => {
-                                let stopped = deps.turns.stop(root_id);
+                                let stopped = deps.turns.stop(root_id, &format!("@{} stopped chopin.", sender.login));
                                 json_frame(&json!({ "type": "planner:stopped", "stopped": stopped }))
                             }
                             Some("planner:stop") => error_frame(
