@@ -184,12 +184,14 @@ pub struct Args {
     #[arg(long, env = "HARNESS", value_name = "NAME")]
     pub harness: Option<String>,
 
-    /// Model-access mode given to the harness: auto, direct, ai-gateway, openai, anthropic or
-    /// custom. `auto` may fall back to a host login and needs a loopback-only bind.
+    /// Not acted on yet: checked, then unused (the `remote` harness takes its model from the
+    /// client). Model-access mode for an in-process harness: auto, direct, ai-gateway, openai,
+    /// anthropic or custom; `auto` needs a loopback-only bind.
     #[arg(long, env = "HARNESS_AUTH", value_name = "MODE")]
     pub harness_auth: Option<String>,
 
-    /// `on` (default) or `off`: off prevents Planner turns.
+    /// `on` (default) or `off`: off refuses every message to the Planner (no turns run); Chat
+    /// between people is unchanged.
     #[arg(long, env = "AGENT", value_name = "on|off")]
     pub agent: Option<String>,
 
@@ -202,12 +204,13 @@ pub struct Args {
     #[arg(long, env = "AGENT_CONNECTION_TIMEOUT_MS", value_name = "MS")]
     pub agent_connection_timeout_ms: Option<String>,
 
-    /// Time a Planner cut off by a deploy has to come back, counted from the writer lease's
-    /// release, in ms. Default 60000.
+    /// Not acted on yet: checked, then unused. Meant as the time a Planner cut off by a deploy
+    /// has to come back, counted from the writer lease's release, in ms. Default 60000.
     #[arg(long, env = "HANDOVER_PLANNER_WINDOW_MS", value_name = "MS")]
     pub handover_planner_window_ms: Option<String>,
 
-    /// How long a machine asked to run a Planner has to attach before it is reported, in ms.
+    /// Not acted on yet: checked, then unused (no paired machines in this build). Meant as how
+    /// long a machine asked to run a Planner has to attach before it is reported, in ms.
     /// Default 120000.
     #[arg(long, env = "PLANNER_PATIENCE_MS", value_name = "MS")]
     pub planner_patience_ms: Option<String>,
@@ -234,16 +237,18 @@ pub struct Args {
     #[arg(long, env = "AGENT_ACCESS_RECHECK_MS", value_name = "MS")]
     pub agent_access_recheck_ms: Option<String>,
 
-    /// Largest Chat attachment, in bytes. Default 1048576 (1 MiB).
+    /// Not acted on yet: checked, then unused (no Chat files in this build). Largest Chat
+    /// attachment, in bytes. Default 1048576 (1 MiB).
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_BYTES", value_name = "BYTES")]
     pub chat_attachment_max_bytes: Option<String>,
 
-    /// Most files on one Chat message; 0 turns attachments off. Default 5.
+    /// Not acted on yet: checked, then unused. Most files on one Chat message; 0 turns
+    /// attachments off. Default 5.
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_COUNT", value_name = "N")]
     pub chat_attachment_max_count: Option<String>,
 
-    /// Largest total of one message's attachments, in bytes. Default 4194304 (4 MiB); under
-    /// HARNESS=remote both byte caps are at most 1 MiB.
+    /// Not acted on yet: checked, then unused. Largest total of one message's attachments, in
+    /// bytes. Default 4194304 (4 MiB); under HARNESS=remote both byte caps are at most 1 MiB.
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_TOTAL_BYTES", value_name = "BYTES")]
     pub chat_attachment_max_total_bytes: Option<String>,
 

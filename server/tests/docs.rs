@@ -166,3 +166,58 @@ fn a_route_named_as_the_start_of_a_longer_one_does_not_count() {
         "/auth/device"
     ));
 }
+
+/// Settings this build reads and checks but does not act on yet: their `--help` text and their
+/// row in docs/self-hosting.md both say so, so nobody sets one expecting it to work. `AGENT`,
+/// which the server now acts on, says no such thing.
+#[test]
+fn settings_not_acted_on_yet_say_so_in_help_and_docs() {
+    const NOT_YET: &[&str] = &[
+        "HARNESS_AUTH",
+        "PLANNER_PATIENCE_MS",
+        "HANDOVER_PLANNER_WINDOW_MS",
+        "CHAT_ATTACHMENT_MAX_BYTES",
+        "CHAT_ATTACHMENT_MAX_COUNT",
+        "CHAT_ATTACHMENT_MAX_TOTAL_BYTES",
+    ];
+    const ACTED_ON: &[&str] = &["AGENT"];
+    let command = Args::command();
+    let help = |name: &str| -> String {
+        command
+            .get_arguments()
+            .find(|a| a.get_env().is_some_and(|e| e == name))
+            .and_then(|a| a.get_help())
+            .map(|h| h.to_string())
+            .unwrap_or_else(|| panic!("{name} has help"))
+    };
+    let page = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/self-hosting.md"),
+    )
+    .unwrap();
+    let row = |name: &str| -> String {
+        page.lines()
+            .find(|l| l.starts_with(&format!("| `{name}`")))
+            .unwrap_or_else(|| panic!("docs/self-hosting.md has a row for {name}"))
+            .to_owned()
+    };
+    for name in NOT_YET {
+        assert!(
+            help(name).contains("Not acted on yet"),
+            "{name}: {}",
+            help(name)
+        );
+        assert!(
+            row(name).contains("**Not acted on yet**"),
+            "{name}: {}",
+            row(name)
+        );
+    }
+    for name in ACTED_ON {
+        assert!(
+            !help(name).contains("Not acted on"),
+            "{name}: {}",
+            help(name)
+        );
+        assert!(!row(name).contains("Not acted on"), "{name}: {}", row(name));
+    }
+}
