@@ -15,6 +15,7 @@
 //! - [`clock`]: simulated wall-clock time (a fixed epoch plus simulated elapsed time).
 //! - [`world`]: the world, its steps and expectations, and the trace.
 //! - [`cast`]: the standard cast of a scenario (server, signed-in writers, a reader, a document).
+//! - [`scenario`]: scenario files (TOML) played against the cast, and the readable timeline.
 //! - [`actors`]: scripted browsers (sign-in, room presence, Chat sends) and agent clients (attach,
 //!   turn scripts) on their own hosts.
 //!
@@ -26,6 +27,7 @@ pub mod actors;
 pub mod cast;
 pub mod clock;
 pub mod net;
+pub mod scenario;
 pub mod world;
 
 pub use actors::{frame_detail, Agent, AgentEvent, Browser, Heard, TurnScript, TurnStep};

@@ -1,0 +1,916 @@
+//! Scenario files: a reconnect edge case written as data, played against the standard cast.
+//!
+//! Owns: the file format ([`ScenarioFile`], one TOML file per scenario, its [`Action`]s one per
+//! line), playing a file in a [`World`] ([`play`]), the readable timeline of a trace
+//! ([`timeline`]), and how a file's run is judged and reported ([`Verdict`]).
+//! Does not own: the world, its actors and the trace ([`crate::world`], [`crate::actors`]), the
+//! standard cast ([`crate::cast`]), or the command that runs files (`chopin-sim`).
+//!
+//! Times in a file are simulated milliseconds since the world began, written as a number, a mark
+//! (`"detached"`), or a mark plus or minus a number (`"detached + 119999"`). A mark is set by an
+//! `until` step (the simulated millisecond of the event it waited for) or a `mark` step. Events
+//! are matched on their timeline line: a host (optional) and a piece of text the line contains,
+//! searched from the start of the last action (or from `since`).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+use chopin_fixtures::github::Permission;
+use chopin_server::planner::PresenceState;
+use chopin_server::store::prelude::*;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::actors::{Agent, Browser, TurnScript, TurnStep};
+use crate::cast::{block_on, cast_with, Cast};
+use crate::world::{
+    Event, Expectation, SimError, Step, Trace, TraceEvent, World, WorldOptions, SERVER_ORIGIN,
+};
+
+/// How long a step that waits for something may take by default (simulated ms).
+const DEFAULT_WAIT_MS: u64 = 10_000;
+
+/// One scenario file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScenarioFile {
+    /// What the scenario shows, in a sentence (the rule's id first, by convention).
+    pub name: String,
+    /// The seed it runs with unless one is given.
+    #[serde(default)]
+    pub seed: u64,
+    /// Every message takes exactly this long; otherwise turmoil draws latencies from the seed.
+    #[serde(default)]
+    pub latency_ms: Option<u64>,
+    /// Server settings other than the defaults.
+    #[serde(default)]
+    pub settings: Settings,
+    /// The steps, in order.
+    pub steps: Vec<Action>,
+}
+
+impl ScenarioFile {
+    pub fn parse(text: &str) -> Result<ScenarioFile, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    pub fn read(path: &Path) -> Result<ScenarioFile, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("{}: {e}", path.display()))
+    }
+}
+
+/// The server settings a scenario may set (simulated milliseconds), as the environment
+/// variables of the same names would.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// `PLANNER_ATTACH_GRACE_MS`.
+    pub planner_attach_grace_ms: Option<u64>,
+    /// `AGENT_CONNECTION_TIMEOUT_MS`.
+    pub agent_connection_timeout_ms: Option<u64>,
+    /// `AGENT_ACCESS_RECHECK_MS`.
+    pub agent_access_recheck_ms: Option<u64>,
+    /// `SESSION_MAX_AGE_MS`: how long a browser sign-in lasts.
+    pub session_max_age_ms: Option<u64>,
+}
+
+impl Settings {
+    fn configure(&self) -> Option<crate::world::Configure> {
+        let s = self.clone();
+        if s.planner_attach_grace_ms.is_none()
+            && s.agent_connection_timeout_ms.is_none()
+            && s.agent_access_recheck_ms.is_none()
+            && s.session_max_age_ms.is_none()
+        {
+            return None;
+        }
+        Some(std::sync::Arc::new(move |c| {
+            if let Some(ms) = s.planner_attach_grace_ms {
+                c.planner_attach_grace_ms = ms;
+            }
+            if let Some(ms) = s.agent_connection_timeout_ms {
+                c.agent_connection_timeout_ms = ms;
+            }
+            if let Some(ms) = s.agent_access_recheck_ms {
+                c.access_recheck_ms = ms;
+            }
+            if let Some(ms) = s.session_max_age_ms {
+                c.session_max_age_ms = ms;
+            }
+        }))
+    }
+}
+
+/// Which events a step looks for: those of `host` (any host if absent) whose timeline line
+/// contains `text`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    #[serde(default)]
+    pub host: Option<String>,
+    pub text: String,
+}
+
+/// One step of a scenario file: `do` names it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(tag = "do", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Action {
+    // --- the cast ---------------------------------------------------------------------------
+    /// An agent client `name` of `as` (a login of the cast) connects; waits until it has.
+    Agent {
+        name: String,
+        #[serde(rename = "as")]
+        login: String,
+    },
+    /// The agent attaches to the cast's document (with `features`); waits for the answer.
+    Attach {
+        agent: String,
+        #[serde(default)]
+        features: Vec<String>,
+        #[serde(default = "yes")]
+        wait: bool,
+    },
+    /// The agent detaches (close 1000 after `detach`).
+    Detach {
+        agent: String,
+    },
+    /// The agent closes its link without detaching.
+    Close {
+        agent: String,
+    },
+    /// The agent stops reading and answering: its link goes silent.
+    Silence {
+        agent: String,
+    },
+    /// The agent plays this turn script when the server asks for a turn (steps as in
+    /// `TurnStep`: `{ step = "started" }`, `{ step = "host-tool-call", name, input }`,
+    /// `{ step = "text", text }`, `{ step = "await-steers", count }`, `{ step = "sleep", ms }`,
+    /// `{ step = "ignore-abort" }`, `{ step = "end", status }`, `{ step = "drop" }`).
+    Turn {
+        agent: String,
+        script: Vec<TurnStep>,
+    },
+    /// A browser `name` signed in as `as` opens the document's room; waits for its first message.
+    Browser {
+        name: String,
+        #[serde(rename = "as")]
+        login: String,
+    },
+    /// The browser sends `chat:send`.
+    Chat {
+        browser: String,
+        id: String,
+        text: String,
+    },
+    /// The browser sends any JSON message (`{ type = "planner:stop" }`, say).
+    Send {
+        browser: String,
+        json: Value,
+    },
+    /// The browser leaves (close 1000).
+    Leave {
+        browser: String,
+    },
+    /// `as` signs out through the real route (the browser sign-in ends).
+    SignOut {
+        #[serde(rename = "as")]
+        login: String,
+    },
+    /// `as` resets the document's Planner through the HTTP route (bearer token): whoever holds
+    /// it is let go at once.
+    Reset {
+        #[serde(rename = "as")]
+        login: String,
+    },
+    // --- GitHub -------------------------------------------------------------------------------
+    /// GitHub gives `login` this role on the cast's repository (`read`, `write`, `admin`), or
+    /// takes every role away (`none`).
+    GithubRole {
+        login: String,
+        role: String,
+    },
+    /// GitHub revokes every token of `login`.
+    GithubRevokeTokens {
+        login: String,
+    },
+    /// GitHub answers nothing but errors (`on = true`) or is back (`on = false`).
+    GithubOutage {
+        on: bool,
+    },
+    // --- the network and the server -----------------------------------------------------------
+    /// Messages between hosts `a` and `b` are lost until `repair`.
+    Partition {
+        a: String,
+        b: String,
+    },
+    Repair {
+        a: String,
+        b: String,
+    },
+    /// The server host crashes (no graceful stop).
+    Crash,
+    /// The crashed server host starts again.
+    Start,
+    /// Crash then start, at one instant.
+    Restart,
+    /// The server stops gracefully, as on SIGTERM; waits until it has (at most `within_ms`).
+    Stop {
+        #[serde(default = "default_wait")]
+        within_ms: u64,
+    },
+    /// Waits until the server's current incarnation is serving.
+    AwaitServer {
+        #[serde(default = "default_wait")]
+        within_ms: u64,
+    },
+    /// A client host sends `GET path`; checked with `expect`.
+    Get {
+        host: String,
+        path: String,
+    },
+    // --- time ---------------------------------------------------------------------------------
+    /// Simulated time passes.
+    Advance {
+        ms: u64,
+    },
+    /// Simulated time passes until `at`.
+    AdvanceTo {
+        at: String,
+    },
+    /// Time passes until an event matches (at most `within_ms`); `mark` names its millisecond.
+    Until {
+        #[serde(flatten)]
+        event: Match,
+        #[serde(default)]
+        mark: Option<String>,
+        #[serde(default = "default_wait")]
+        within_ms: u64,
+        #[serde(default)]
+        since: Option<String>,
+    },
+    /// Names a millisecond: `at` (default now).
+    Mark {
+        name: String,
+        #[serde(default)]
+        at: Option<String>,
+    },
+    // --- expectations -------------------------------------------------------------------------
+    /// An event matches: the first from `since`, at exactly `at`, or within `within` (both
+    /// ends included), or anywhere from `since` if neither is given.
+    ExpectEvent {
+        #[serde(flatten)]
+        event: Match,
+        #[serde(default)]
+        at: Option<String>,
+        #[serde(default)]
+        within: Option<[String; 2]>,
+        #[serde(default)]
+        since: Option<String>,
+    },
+    /// No event matches from `since` until before `before` (default: up to now).
+    ExpectNoEvent {
+        #[serde(flatten)]
+        event: Match,
+        #[serde(default)]
+        since: Option<String>,
+        #[serde(default)]
+        before: Option<String>,
+    },
+    /// The server's presence for the document: `attached`, `detached` or `none`, and whose.
+    ExpectPresence {
+        state: String,
+        #[serde(default)]
+        login: Option<String>,
+    },
+    /// The stored owner of the document: its generation and holder (none when absent).
+    ExpectHolder {
+        generation: i64,
+        #[serde(default)]
+        login: Option<String>,
+    },
+    /// An expectation on the latest answer to a `get` (`{ expect = "status", path, status }`,
+    /// `body-json`, `body-lines`, `unreachable`).
+    Expect {
+        check: Expectation,
+    },
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn default_wait() -> u64 {
+    DEFAULT_WAIT_MS
+}
+
+impl Action {
+    /// Whether the step does something (rather than wait, mark or check): searches for events
+    /// start where the last such step began.
+    fn acts(&self) -> bool {
+        !matches!(
+            self,
+            Action::Advance { .. }
+                | Action::AdvanceTo { .. }
+                | Action::Until { .. }
+                | Action::Mark { .. }
+                | Action::ExpectEvent { .. }
+                | Action::ExpectNoEvent { .. }
+                | Action::ExpectPresence { .. }
+                | Action::ExpectHolder { .. }
+                | Action::Expect { .. }
+        )
+    }
+}
+
+/// How a run of a file ended.
+#[derive(Debug)]
+pub struct Verdict {
+    pub seed: u64,
+    /// The trace, complete or up to the failure.
+    pub trace: Trace,
+    /// `None` when every step held; otherwise the step (1-based) and why it failed.
+    pub failure: Option<(usize, String)>,
+    /// The simulated millisecond the run ended at.
+    pub ended_ms: u64,
+}
+
+impl Verdict {
+    pub fn passed(&self) -> bool {
+        self.failure.is_none()
+    }
+}
+
+/// Plays `file` with `seed` (the file's own when `None`).
+pub fn play(file: &ScenarioFile, seed: Option<u64>) -> Verdict {
+    let seed = seed.unwrap_or(file.seed);
+    let Cast {
+        world,
+        mona,
+        lisa,
+        mona_cookie,
+        lisa_cookie,
+        doc,
+    } = cast_with(
+        seed,
+        WorldOptions {
+            fixed_latency_ms: file.latency_ms,
+            configure: file.settings.configure(),
+            ..WorldOptions::default()
+        },
+    );
+    let mut run = Run {
+        world,
+        doc,
+        tokens: BTreeMap::from([("mona".to_owned(), mona), ("lisa".to_owned(), lisa)]),
+        cookies: BTreeMap::from([
+            ("mona".to_owned(), mona_cookie),
+            ("lisa".to_owned(), lisa_cookie),
+        ]),
+        agents: BTreeMap::new(),
+        browsers: BTreeMap::new(),
+        marks: BTreeMap::new(),
+        acted_at: 0,
+    };
+    let mut failure = None;
+    for (i, action) in file.steps.iter().enumerate() {
+        if action.acts() {
+            run.acted_at = run.world.now_ms();
+        }
+        if let Err(why) = run.step(action) {
+            failure = Some((i + 1, why));
+            break;
+        }
+    }
+    Verdict {
+        seed,
+        ended_ms: run.world.now_ms(),
+        trace: run.world.trace(),
+        failure,
+    }
+}
+
+struct Run {
+    world: World,
+    doc: uuid::Uuid,
+    tokens: BTreeMap<String, String>,
+    cookies: BTreeMap<String, String>,
+    agents: BTreeMap<String, Agent>,
+    browsers: BTreeMap<String, Browser>,
+    marks: BTreeMap<String, u64>,
+    acted_at: u64,
+}
+
+fn sim(e: SimError) -> String {
+    match e {
+        SimError::Scenario(why) => why,
+        SimError::Host { at_ms, error, .. } => format!("a host failed at {at_ms} ms: {error}"),
+        SimError::Expectation {
+            expected, actual, ..
+        } => format!("expected {expected}, but {actual}"),
+        SimError::Timeout { what, .. } => what,
+    }
+}
+
+impl Run {
+    fn step(&mut self, action: &Action) -> Result<(), String> {
+        let doc = self.doc.to_string();
+        match action {
+            Action::Agent { name, login } => {
+                let token = self.token(login)?;
+                let agent = self.world.agent(name, &token);
+                let a = agent.clone();
+                self.agents.insert(name.clone(), agent);
+                self.world
+                    .advance_until(
+                        DEFAULT_WAIT_MS,
+                        &format!("agent {name} connected"),
+                        move |_| {
+                            a.log()
+                                .iter()
+                                .any(|e| matches!(e, crate::AgentEvent::Connected { .. }))
+                        },
+                    )
+                    .map_err(sim)
+            }
+            Action::Attach {
+                agent,
+                features,
+                wait,
+            } => {
+                let a = self.agent(agent)?;
+                let features: Vec<&str> = features.iter().map(String::as_str).collect();
+                a.attach_with_features(&doc, &features);
+                if *wait {
+                    let answered = a.clone();
+                    self.world
+                        .advance_until(
+                            DEFAULT_WAIT_MS,
+                            &format!("{agent}'s attach answered"),
+                            move |_| answered.answer().is_some(),
+                        )
+                        .map_err(sim)?;
+                }
+                Ok(())
+            }
+            Action::Detach { agent } => {
+                self.agent(agent)?.detach();
+                Ok(())
+            }
+            Action::Close { agent } => {
+                self.agent(agent)?.close();
+                Ok(())
+            }
+            Action::Silence { agent } => {
+                self.agent(agent)?.silence();
+                Ok(())
+            }
+            Action::Turn { agent, script } => {
+                self.agent(agent)?.script(TurnScript {
+                    steps: script.clone(),
+                });
+                Ok(())
+            }
+            Action::Browser { name, login } => {
+                let cookie = self
+                    .cookies
+                    .get(login)
+                    .ok_or_else(|| {
+                        format!("{login} has no browser sign-in in the cast (mona, lisa)")
+                    })?
+                    .clone();
+                let browser = self.world.browser(name, &cookie, &doc);
+                let b = browser.clone();
+                self.browsers.insert(name.clone(), browser);
+                self.world
+                    .advance_until(
+                        DEFAULT_WAIT_MS,
+                        &format!("browser {name} joined"),
+                        move |_| !b.heard().is_empty() || b.closed().is_some(),
+                    )
+                    .map_err(sim)
+            }
+            Action::Chat { browser, id, text } => {
+                self.browser(browser)?.send_chat(id, text);
+                Ok(())
+            }
+            Action::Send { browser, json } => {
+                self.browser(browser)?.send_json(json.clone());
+                Ok(())
+            }
+            Action::Leave { browser } => {
+                self.browser(browser)?.leave();
+                Ok(())
+            }
+            Action::SignOut { login } => self.sign_out(login),
+            Action::Reset { login } => {
+                let token = self.token(login)?;
+                let path = format!("/api/documents/{doc}/planner/reset");
+                let request = http::Request::post(format!("{SERVER_ORIGIN}{path}"))
+                    .header("authorization", format!("Bearer {token}"))
+                    .body(axum::body::Bytes::new())
+                    .map_err(|e| e.to_string())?;
+                match self.send(&format!("reset-{login}"), request)? {
+                    Some(200) => Ok(()),
+                    other => Err(format!("the reset answered {other:?}")),
+                }
+            }
+            Action::GithubRole { login, role } => {
+                let github = self.world.github();
+                match role.as_str() {
+                    "none" => {
+                        github.revoke("octo", "plans", login);
+                    }
+                    other => {
+                        let permission = match other {
+                            "read" => Permission::Read,
+                            "write" => Permission::Write,
+                            "admin" => Permission::Admin,
+                            _ => {
+                                return Err(format!(
+                                    "unknown role {other:?} (read, write, admin, none)"
+                                ))
+                            }
+                        };
+                        github.grant("octo", "plans", login, permission);
+                    }
+                }
+                Ok(())
+            }
+            Action::GithubRevokeTokens { login } => {
+                self.world.github().revoke_tokens_of(login);
+                Ok(())
+            }
+            Action::GithubOutage { on } => {
+                self.world.github().set_outage(*on);
+                Ok(())
+            }
+            Action::Partition { a, b } => {
+                self.world.partition(a, b);
+                Ok(())
+            }
+            Action::Repair { a, b } => {
+                self.world.repair(a, b);
+                Ok(())
+            }
+            Action::Crash => self.world.apply(&Step::CrashServer).map_err(sim),
+            Action::Start => self.world.apply(&Step::StartServer).map_err(sim),
+            Action::Restart => self.world.apply(&Step::RestartServer).map_err(sim),
+            Action::Stop { within_ms } => self
+                .world
+                .apply(&Step::StopServer {
+                    within_ms: *within_ms,
+                })
+                .map_err(sim),
+            Action::AwaitServer { within_ms } => self
+                .world
+                .apply(&Step::AwaitServer {
+                    within_ms: *within_ms,
+                })
+                .map_err(sim),
+            Action::Get { host, path } => self
+                .world
+                .apply(&Step::Get {
+                    host: host.clone(),
+                    path: path.clone(),
+                })
+                .map_err(sim),
+            Action::Advance { ms } => self.world.advance(*ms).map_err(sim),
+            Action::AdvanceTo { at } => {
+                let at = self.time(at)?;
+                let now = self.world.now_ms();
+                if at < now {
+                    return Err(format!("advance-to {at} ms, but it is already {now} ms"));
+                }
+                self.world.advance(at - now).map_err(sim)
+            }
+            Action::Until {
+                event,
+                mark,
+                within_ms,
+                since,
+            } => {
+                let since = self.since(since)?;
+                let (host, text) = (event.host.clone(), event.text.clone());
+                self.world
+                    .advance_until(
+                        *within_ms,
+                        &format!("an event {}", describe(event)),
+                        move |w| find(&w.trace(), host.as_deref(), &text, since).is_some(),
+                    )
+                    .map_err(sim)?;
+                if let Some(mark) = mark {
+                    let at = find(
+                        &self.world.trace(),
+                        event.host.as_deref(),
+                        &event.text,
+                        since,
+                    )
+                    .map(|e| e.at_ms)
+                    .unwrap_or_default();
+                    self.marks.insert(mark.clone(), at);
+                }
+                Ok(())
+            }
+            Action::Mark { name, at } => {
+                let at = match at {
+                    Some(at) => self.time(at)?,
+                    None => self.world.now_ms(),
+                };
+                self.marks.insert(name.clone(), at);
+                Ok(())
+            }
+            Action::ExpectEvent {
+                event,
+                at,
+                within,
+                since,
+            } => {
+                let since = self.since(since)?;
+                let trace = self.world.trace();
+                let found = find(&trace, event.host.as_deref(), &event.text, since);
+                let Some(found) = found else {
+                    return Err(format!(
+                        "expected an event {} from {since} ms, but there was none",
+                        describe(event)
+                    ));
+                };
+                let window = match (at, within) {
+                    (Some(at), _) => {
+                        let at = self.time(at)?;
+                        Some((at, at))
+                    }
+                    (None, Some([from, to])) => Some((self.time(from)?, self.time(to)?)),
+                    (None, None) => None,
+                };
+                if let Some((from, to)) = window {
+                    if found.at_ms < from || found.at_ms > to {
+                        let when = if from == to {
+                            format!("at {from} ms")
+                        } else {
+                            format!("within {from}..={to} ms")
+                        };
+                        return Err(format!(
+                            "expected an event {} {when}, but the first from {since} ms was at {} ms: {}",
+                            describe(event),
+                            found.at_ms,
+                            line(found)
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Action::ExpectNoEvent {
+                event,
+                since,
+                before,
+            } => {
+                let since = self.since(since)?;
+                let before = match before {
+                    Some(b) => self.time(b)?,
+                    None => u64::MAX,
+                };
+                let trace = self.world.trace();
+                match find(&trace, event.host.as_deref(), &event.text, since) {
+                    Some(found) if found.at_ms < before => Err(format!(
+                        "expected no event {} from {since} ms{}, but at {} ms: {}",
+                        describe(event),
+                        if before == u64::MAX {
+                            String::new()
+                        } else {
+                            format!(" before {before} ms")
+                        },
+                        found.at_ms,
+                        line(found)
+                    )),
+                    _ => Ok(()),
+                }
+            }
+            Action::ExpectPresence { state, login } => {
+                let app = self.world.server_app().ok_or("the server is not running")?;
+                let presence = app.planners.presence(self.doc);
+                let actual = match presence.state {
+                    PresenceState::Attached => "attached",
+                    PresenceState::Detached => "detached",
+                    PresenceState::None => "none",
+                };
+                if actual != state || presence.login != *login {
+                    return Err(format!(
+                        "expected presence {state} {login:?}, but it is {actual} {:?}",
+                        presence.login
+                    ));
+                }
+                Ok(())
+            }
+            Action::ExpectHolder { generation, login } => {
+                let ownership =
+                    block_on(self.world.store().ownership(self.doc)).map_err(|e| e.to_string())?;
+                let holder = ownership.holder.map(|h| h.login);
+                if ownership.generation != *generation || holder != *login {
+                    return Err(format!(
+                        "expected the stored owner generation {generation} {login:?}, but it is {} {holder:?}",
+                        ownership.generation
+                    ));
+                }
+                Ok(())
+            }
+            Action::Expect { check } => self.world.apply(&Step::Expect(check.clone())).map_err(sim),
+        }
+    }
+
+    fn token(&mut self, login: &str) -> Result<String, String> {
+        if let Some(token) = self.tokens.get(login) {
+            return Ok(token.clone());
+        }
+        if !["hubot"].contains(&login) {
+            return Err(format!("{login} is not in the cast (mona, lisa, hubot)"));
+        }
+        let token = self.world.github().issue_token(login);
+        self.tokens.insert(login.to_owned(), token.clone());
+        Ok(token)
+    }
+
+    fn agent(&self, name: &str) -> Result<&Agent, String> {
+        self.agents
+            .get(name)
+            .ok_or_else(|| format!("no agent {name:?} (an `agent` step makes one)"))
+    }
+
+    fn browser(&self, name: &str) -> Result<&Browser, String> {
+        self.browsers
+            .get(name)
+            .ok_or_else(|| format!("no browser {name:?} (a `browser` step makes one)"))
+    }
+
+    fn since(&self, since: &Option<String>) -> Result<u64, String> {
+        match since {
+            Some(s) => self.time(s),
+            None => Ok(self.acted_at),
+        }
+    }
+
+    /// `123`, `mark`, `mark + 123` or `mark - 123` (the operator between spaces, as a mark's
+    /// name may hold a `-`).
+    fn time(&self, expr: &str) -> Result<u64, String> {
+        let expr = expr.trim();
+        let split = [(" + ", 1i64), (" - ", -1)]
+            .into_iter()
+            .find_map(|(op, sign)| expr.split_once(op).map(|(b, n)| (b, n, sign)));
+        let (base, offset) = match split {
+            Some((base, n, sign)) => {
+                let n: i64 = n.trim().parse().map_err(|_| {
+                    format!("{expr:?}: not a time (ms, mark, mark + ms or mark - ms)")
+                })?;
+                (base.trim(), sign * n)
+            }
+            None => (expr, 0),
+        };
+        let base = match base.parse::<u64>() {
+            Ok(ms) => ms,
+            Err(_) if base == "now" => self.world.now_ms(),
+            Err(_) => *self
+                .marks
+                .get(base)
+                .ok_or_else(|| format!("{expr:?}: no mark {base:?} yet"))?,
+        };
+        base.checked_add_signed(offset)
+            .ok_or_else(|| format!("{expr:?} is before the world began"))
+    }
+
+    fn sign_out(&mut self, login: &str) -> Result<(), String> {
+        let cookie = self
+            .cookies
+            .get(login)
+            .ok_or_else(|| format!("{login} has no browser sign-in in the cast"))?
+            .clone();
+        let request = http::Request::post(format!("{SERVER_ORIGIN}/auth/logout"))
+            .header("cookie", cookie)
+            .header("origin", SERVER_ORIGIN)
+            .body(axum::body::Bytes::new())
+            .map_err(|e| e.to_string())?;
+        match self.send(&format!("sign-out-{login}"), request)? {
+            Some(204) => Ok(()),
+            other => Err(format!("sign-out answered {other:?}")),
+        }
+    }
+
+    /// Sends `request` from a one-off client host `host` and waits for its status.
+    fn send(
+        &mut self,
+        host: &str,
+        request: http::Request<axum::body::Bytes>,
+    ) -> Result<Option<u16>, String> {
+        let status = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let out = status.clone();
+        self.world
+            .run_client(host, async move {
+                let response =
+                    chopin_server::runtime::connector::send(&crate::TurmoilConnector, request)
+                        .await?;
+                *out.lock().unwrap_or_else(|e| e.into_inner()) = Some(response.status.as_u16());
+                Ok(())
+            })
+            .map_err(sim)?;
+        let status = *status.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(status)
+    }
+}
+
+fn describe(m: &Match) -> String {
+    match &m.host {
+        Some(host) => format!("on {host} containing {:?}", m.text),
+        None => format!("containing {:?}", m.text),
+    }
+}
+
+/// The first event at or after `since` on `host` whose line contains `text`.
+fn find<'t>(
+    trace: &'t Trace,
+    host: Option<&str>,
+    text: &str,
+    since: u64,
+) -> Option<&'t TraceEvent> {
+    trace
+        .events
+        .iter()
+        .find(|e| e.at_ms >= since && host.is_none_or(|h| h == e.host) && line(e).contains(text))
+}
+
+/// One event as a timeline line: the simulated millisecond, the host, and what happened.
+pub fn line(e: &TraceEvent) -> String {
+    format!("{:>9} ms  {:<16} {}", e.at_ms, e.host, what(&e.event))
+}
+
+fn what(event: &Event) -> String {
+    match event {
+        Event::Actor { what } => what.clone(),
+        Event::Planner(p) => {
+            let mut v = serde_json::to_value(p).unwrap_or(Value::Null);
+            // A deadline reads as the simulated millisecond it falls on.
+            if let Some(until) = v.get_mut("until_ms") {
+                if let Some(ms) = until.as_i64() {
+                    *until = Value::from(ms - crate::clock::SIM_EPOCH_MS);
+                }
+            }
+            compact(&v)
+        }
+        other => compact(&serde_json::to_value(other).unwrap_or(Value::Null)),
+    }
+}
+
+/// `kind field=value …` from a tagged JSON object.
+fn compact(v: &Value) -> String {
+    let Value::Object(map) = v else {
+        return v.to_string();
+    };
+    let mut out = String::new();
+    const TAGS: [&str; 4] = ["kind", "planner", "expect", "failure"];
+    if let Some(kind) = TAGS.iter().find_map(|t| map.get(*t)) {
+        out.push_str(kind.as_str().unwrap_or_default());
+    }
+    for (k, v) in map {
+        if TAGS.contains(&k.as_str()) {
+            continue;
+        }
+        let v = match v {
+            Value::String(s) => s.clone(),
+            Value::Object(_) => compact(v),
+            other => other.to_string(),
+        };
+        let _ = write!(out, " {k}={v}");
+    }
+    out
+}
+
+/// The whole trace as a readable timeline, one event per line, after its seed and hash.
+pub fn timeline(trace: &Trace) -> String {
+    let mut out = format!("seed {}  trace {}\n", trace.seed, &trace.hash()[..16]);
+    for e in &trace.events {
+        out.push_str(&line(e));
+        out.push('\n');
+    }
+    out
+}
+
+/// The last `lines` lines of the timeline: what led up to the end of a run.
+pub fn timeline_tail(trace: &Trace, lines: usize) -> String {
+    let skip = trace.events.len().saturating_sub(lines);
+    trace.events[skip..]
+        .iter()
+        .map(|e| line(e) + "\n")
+        .collect()
+}
+
+/// A snapshot file holding `timeline`, in the layout insta reads and writes (a header, then
+/// the body), so `cargo insta` and `chopin-sim check --bless` keep the same files.
+pub fn snapshot_file(timeline: &str) -> String {
+    format!("---\nsource: sim/tests/scenarios.rs\nexpression: timeline\n---\n{timeline}")
+}
+
+/// The body of a snapshot file (everything after its header).
+pub fn snapshot_body(file: &str) -> &str {
+    file.strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---\n"))
+        .map_or(file, |(_, body)| body)
+}
