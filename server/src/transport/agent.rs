@@ -813,19 +813,12 @@ impl Link {
     }
 }
 
-/// The fault of a frame the WebSocket layer refused to read: one larger than it reads at all
-/// (refused by its header), or a text frame that is not UTF-8. `None` for anything else (the
-/// connection failed).
+/// The fault of a frame the WebSocket layer refused to read (see [`socket::Unreadable`]).
 fn read_fault(error: axum::Error) -> Option<Fault> {
-    use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
-    let error = error.into_inner().downcast::<WsError>().ok()?;
-    match *error {
-        WsError::Capacity(CapacityError::MessageTooLong { size, .. }) => {
-            Some(Fault::TooLarge { bytes: size })
-        }
-        WsError::Utf8(detail) => Some(Fault::NotUtf8 { detail }),
-        _ => None,
-    }
+    Some(match socket::Unreadable::of(error)? {
+        socket::Unreadable::TooLarge { bytes } => Fault::TooLarge { bytes },
+        socket::Unreadable::NotUtf8 { detail } => Fault::NotUtf8 { detail },
+    })
 }
 
 /// The attached account's right to hold the Planner, asked at GitHub afresh (its cached

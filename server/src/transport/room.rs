@@ -304,7 +304,23 @@ async fn session(
                 }
             },
             incoming = reader.next() => {
-                let Some(Ok(message)) = incoming else { return };
+                let message = match incoming {
+                    Some(Ok(message)) => message,
+                    Some(Err(error)) => {
+                        // A frame the socket will not read: say which, then close with its code.
+                        if let Some(unreadable) = socket::Unreadable::of(error) {
+                            let (code, words) = match &unreadable {
+                                socket::Unreadable::TooLarge { bytes } => ("frame-too-large", format!("A room frame is at most {ROOM_FRAME_LIMIT} bytes; this one declared {bytes}.")),
+                                socket::Unreadable::NotUtf8 { .. } => ("malformed", "A text frame must be UTF-8.".to_owned()),
+                            };
+                            tracing::info!(login = %member.login, code, "room: a frame it will not read; closing");
+                            let _ = out.send(error_frame(code, &words));
+                            let _ = out.close(unreadable.close_code(), code);
+                        }
+                        return;
+                    }
+                    None => return,
+                };
                 liveness.heard();
                 match message {
                     WsMessage::Text(text) => {

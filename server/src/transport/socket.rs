@@ -310,3 +310,35 @@ mod tests {
         assert_eq!(out.close(1000, "bye"), Err(Refused::Gone));
     }
 }
+
+/// A frame the WebSocket layer refused to read: larger than the socket reads at all (refused by
+/// its header, before anything is buffered), or a text frame that is not UTF-8. Either ends the
+/// socket, after an `error` frame saying which, with the close code RFC 6455 gives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unreadable {
+    TooLarge { bytes: usize },
+    NotUtf8 { detail: String },
+}
+
+impl Unreadable {
+    /// What a read error was; `None` for anything else (the connection failed).
+    pub fn of(error: axum::Error) -> Option<Unreadable> {
+        use tokio_tungstenite::tungstenite::error::{CapacityError, Error as WsError};
+        let error = error.into_inner().downcast::<WsError>().ok()?;
+        match *error {
+            WsError::Capacity(CapacityError::MessageTooLong { size, .. }) => {
+                Some(Unreadable::TooLarge { bytes: size })
+            }
+            WsError::Utf8(detail) => Some(Unreadable::NotUtf8 { detail }),
+            _ => None,
+        }
+    }
+
+    /// 1009 (message too big) or 1008 (policy violation).
+    pub fn close_code(&self) -> u16 {
+        match self {
+            Unreadable::TooLarge { .. } => 1009,
+            Unreadable::NotUtf8 { .. } => 1008,
+        }
+    }
+}
