@@ -190,6 +190,7 @@ impl App {
             sign_ins.clone(),
             shutdown.clone(),
             config.planner_attach_grace_ms,
+            config.planted,
         ));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),

@@ -66,6 +66,14 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// Bugs the simulator may plant (see [`Config::planted`]); all off by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Planted {
+    /// An attach arriving in its account's grace period does not hold the period open while it
+    /// is checked, so the period can end under it (the AO-09 rule broken).
+    pub grace_hold_off: bool,
+}
+
 /// The typed configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -90,6 +98,9 @@ pub struct Config {
     pub credential_key_file: PathBuf,
     /// How often an attached link's account admission and repository access are checked again.
     pub access_recheck_ms: u64,
+    /// Known bugs planted on purpose, for the simulator to prove its exploration finds them.
+    /// Nothing sets them from flags or the environment: in the binary they are always off.
+    pub planted: Planted,
     pub chat_attachment_max_bytes: u64,
     pub chat_attachment_max_count: u32,
     pub chat_attachment_max_total_bytes: u64,
@@ -719,6 +730,7 @@ impl Config {
                 &args.agent_access_recheck_ms,
                 300_000,
             )?,
+            planted: Planted::default(),
             github_allowed_organizations: parse_name_list(&args.github_allowed_organizations),
             app_origin,
             github_app_client_id: given(&args.github_app_client_id).map(str::to_string),

@@ -29,6 +29,7 @@ use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
 use uuid::Uuid;
 
+use crate::config::Planted;
 use crate::harness::port::AgentLinks;
 pub use crate::harness::port::{LinkCommand, LinkHandle};
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns, SignOutNotRecorded};
@@ -264,6 +265,8 @@ pub struct Planners {
     shutdown: Shutdown,
     /// `PLANNER_ATTACH_GRACE_MS`.
     attach_grace_ms: u64,
+    /// Bugs the simulator planted, to show it finds them (always off outside it).
+    planted: Planted,
 }
 
 /// The attached links, for the harness: the remote adapter reaches a document's client here.
@@ -280,8 +283,10 @@ impl Planners {
         sign_ins: Arc<SignIns>,
         shutdown: Shutdown,
         attach_grace_ms: u64,
+        planted: Planted,
     ) -> Self {
         Planners {
+            planted,
             table: Arc::default(),
             gates: Gates::default(),
             observer: OnceLock::new(),
@@ -494,6 +499,9 @@ impl Planners {
     /// the period is held open until [`Planners::drop_hold`], so an attach that arrived in time
     /// keeps its generation however long its checks take.
     pub fn hold_grace(&self, doc: Uuid, account_id: Uuid) -> Option<GraceHold> {
+        if self.planted.grace_hold_off {
+            return None;
+        }
         let mut table = self.lock();
         match table.slots.get_mut(&doc) {
             Some(Slot::Grace {

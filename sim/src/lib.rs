@@ -16,6 +16,9 @@
 //! - [`world`]: the world, its steps and expectations, and the trace.
 //! - [`cast`]: the standard cast of a scenario (server, signed-in writers, a reader, a document).
 //! - [`scenario`]: scenario files (TOML) played against the cast, and the readable timeline.
+//! - [`invariants`]: what must hold after every step of every run.
+//! - [`explore`]: random fault schedules over a scenario, and shrinking one that breaks an
+//!   invariant to a short scenario file.
 //! - [`actors`]: scripted browsers (sign-in, room presence, Chat sends) and agent clients (attach,
 //!   turn scripts) on their own hosts.
 //!
@@ -26,6 +29,8 @@
 pub mod actors;
 pub mod cast;
 pub mod clock;
+pub mod explore;
+pub mod invariants;
 pub mod net;
 pub mod scenario;
 pub mod world;

@@ -19,11 +19,12 @@ use std::path::Path;
 use chopin_fixtures::github::Permission;
 use chopin_server::planner::PresenceState;
 use chopin_server::store::prelude::*;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::actors::{Agent, Browser, TurnScript, TurnStep};
 use crate::cast::{block_on, cast_with, Cast};
+use crate::invariants::{Invariants, Sends};
 use crate::world::{
     Event, Expectation, SimError, Step, Trace, TraceEvent, World, WorldOptions, SERVER_ORIGIN,
 };
@@ -32,7 +33,7 @@ use crate::world::{
 const DEFAULT_WAIT_MS: u64 = 10_000;
 
 /// One scenario file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScenarioFile {
     /// What the scenario shows, in a sentence (the rule's id first, by convention).
@@ -46,6 +47,13 @@ pub struct ScenarioFile {
     /// Server settings other than the defaults.
     #[serde(default)]
     pub settings: Settings,
+    /// Known bugs to plant in the server (`grace-hold-off`), to show the invariants catch
+    /// them. Empty in every scenario of `scenarios/`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plant: Vec<String>,
+    /// Played as exploration plays (see [`Mode::Explore`]): what `explore` writes.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lenient: bool,
     /// The steps, in order.
     pub steps: Vec<Action>,
 }
@@ -53,6 +61,11 @@ pub struct ScenarioFile {
 impl ScenarioFile {
     pub fn parse(text: &str) -> Result<ScenarioFile, String> {
         toml::from_str(text).map_err(|e| e.to_string())
+    }
+
+    /// The file as TOML text.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).unwrap_or_else(|e| format!("# could not be written: {e}\n"))
     }
 
     pub fn read(path: &Path) -> Result<ScenarioFile, String> {
@@ -63,7 +76,7 @@ impl ScenarioFile {
 
 /// The server settings a scenario may set (simulated milliseconds), as the environment
 /// variables of the same names would.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
     /// `PLANNER_ATTACH_GRACE_MS`.
@@ -77,9 +90,11 @@ pub struct Settings {
 }
 
 impl Settings {
-    fn configure(&self) -> Option<crate::world::Configure> {
+    fn configure(&self, plant: &[String]) -> Option<crate::world::Configure> {
         let s = self.clone();
-        if s.planner_attach_grace_ms.is_none()
+        let grace_hold_off = plant.iter().any(|p| p == "grace-hold-off");
+        if !grace_hold_off
+            && s.planner_attach_grace_ms.is_none()
             && s.agent_connection_timeout_ms.is_none()
             && s.agent_access_recheck_ms.is_none()
             && s.session_max_age_ms.is_none()
@@ -87,6 +102,7 @@ impl Settings {
             return None;
         }
         Some(std::sync::Arc::new(move |c| {
+            c.planted.grace_hold_off = grace_hold_off;
             if let Some(ms) = s.planner_attach_grace_ms {
                 c.planner_attach_grace_ms = ms;
             }
@@ -105,7 +121,7 @@ impl Settings {
 
 /// Which events a step looks for: those of `host` (any host if absent) whose timeline line
 /// contains `text`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Match {
     #[serde(default)]
@@ -114,7 +130,7 @@ pub struct Match {
 }
 
 /// One step of a scenario file: `do` names it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "do", rename_all = "kebab-case", deny_unknown_fields)]
 pub enum Action {
     // --- the cast ---------------------------------------------------------------------------
@@ -306,6 +322,18 @@ fn default_wait() -> u64 {
 }
 
 impl Action {
+    /// Whether the step checks rather than acts or waits.
+    pub fn expects(&self) -> bool {
+        matches!(
+            self,
+            Action::ExpectEvent { .. }
+                | Action::ExpectNoEvent { .. }
+                | Action::ExpectPresence { .. }
+                | Action::ExpectHolder { .. }
+                | Action::Expect { .. }
+        )
+    }
+
     /// Whether the step does something (rather than wait, mark or check): searches for events
     /// start where the last such step began.
     fn acts(&self) -> bool {
@@ -332,6 +360,8 @@ pub struct Verdict {
     pub trace: Trace,
     /// `None` when every step held; otherwise the step (1-based) and why it failed.
     pub failure: Option<(usize, String)>,
+    /// Whether the failure is an invariant broken (rather than a step or an expectation).
+    pub violation: bool,
     /// The simulated millisecond the run ended at.
     pub ended_ms: u64,
 }
@@ -344,6 +374,26 @@ impl Verdict {
 
 /// Plays `file` with `seed` (the file's own when `None`).
 pub fn play(file: &ScenarioFile, seed: Option<u64>) -> Verdict {
+    let mode = if file.lenient {
+        Mode::Explore
+    } else {
+        Mode::Strict
+    };
+    play_as(file, seed, mode)
+}
+
+/// How a file is played.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every step must succeed and every expectation hold (`run`, `check`).
+    Strict,
+    /// Under explored faults: expectations are skipped and a step that cannot do what it says
+    /// (a wait that times out, a time already past) is passed over; only the invariants judge.
+    Explore,
+}
+
+/// Plays `file` in `mode`; the invariants ([`crate::invariants`]) are checked after every step.
+pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
     let seed = seed.unwrap_or(file.seed);
     let Cast {
         world,
@@ -356,7 +406,7 @@ pub fn play(file: &ScenarioFile, seed: Option<u64>) -> Verdict {
         seed,
         WorldOptions {
             fixed_latency_ms: file.latency_ms,
-            configure: file.settings.configure(),
+            configure: file.settings.configure(&file.plant),
             ..WorldOptions::default()
         },
     );
@@ -372,15 +422,31 @@ pub fn play(file: &ScenarioFile, seed: Option<u64>) -> Verdict {
         browsers: BTreeMap::new(),
         marks: BTreeMap::new(),
         acted_at: 0,
+        sends: Sends::new(),
     };
+    let mut invariants = Invariants::default();
     let mut failure = None;
+    let mut violation = false;
     for (i, action) in file.steps.iter().enumerate() {
+        if mode == Mode::Explore && action.expects() {
+            continue;
+        }
         if action.acts() {
             run.acted_at = run.world.now_ms();
         }
-        if let Err(why) = run.step(action) {
-            failure = Some((i + 1, why));
+        let stepped = run.step(action);
+        if let Err(why) =
+            invariants.check(&run.world, run.doc, &run.agents, &run.browsers, &run.sends)
+        {
+            failure = Some((i + 1, format!("invariant broken — {why}")));
+            violation = true;
             break;
+        }
+        if let Err(why) = stepped {
+            if mode == Mode::Strict {
+                failure = Some((i + 1, why));
+                break;
+            }
         }
     }
     Verdict {
@@ -388,6 +454,7 @@ pub fn play(file: &ScenarioFile, seed: Option<u64>) -> Verdict {
         ended_ms: run.world.now_ms(),
         trace: run.world.trace(),
         failure,
+        violation,
     }
 }
 
@@ -400,6 +467,7 @@ struct Run {
     browsers: BTreeMap<String, Browser>,
     marks: BTreeMap<String, u64>,
     acted_at: u64,
+    sends: Sends,
 }
 
 fn sim(e: SimError) -> String {
@@ -493,6 +561,8 @@ impl Run {
             }
             Action::Chat { browser, id, text } => {
                 self.browser(browser)?.send_chat(id, text);
+                self.sends
+                    .insert(id.clone(), (browser.clone(), text.clone()));
                 Ok(())
             }
             Action::Send { browser, json } => {

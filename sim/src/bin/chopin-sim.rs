@@ -37,6 +37,34 @@ enum Command {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Plays FILE under random fault schedules, one per seed, with the invariants checked after
+    /// every step; the first schedule that breaks one is shrunk and written as a scenario file.
+    Explore {
+        /// The scenario to explore.
+        file: PathBuf,
+        /// How many seeds to try.
+        #[arg(long, default_value_t = 200)]
+        seeds: u64,
+        /// The first seed.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Fault classes, comma-separated: partitions, crashes, github-outage, revocations.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "partitions,crashes,github-outage,revocations"
+        )]
+        faults: Vec<String>,
+        /// Stop after this much wall time (`90s`, `5m`), even with seeds left.
+        #[arg(long, default_value = "60s")]
+        budget: String,
+        /// Where a shrunk failing scenario is written.
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+        /// A known bug to plant in the server first (`grace-hold-off`), to see it found.
+        #[arg(long)]
+        plant: Vec<String>,
+    },
     /// Plays every *.toml in DIR twice: fails if a file fails, if its two runs differ, or if
     /// its timeline differs from its snapshot (DIR/snapshots/NAME.snap).
     Check {
@@ -75,6 +103,22 @@ fn main() -> ExitCode {
             }
         }
         Command::Check { dir, bless } => check(&dir, bless),
+        Command::Explore {
+            file,
+            seeds,
+            from,
+            faults,
+            budget,
+            out,
+            plant,
+        } => explore(
+            &file,
+            from..from.saturating_add(seeds),
+            &faults,
+            &budget,
+            &out,
+            plant,
+        ),
     }
 }
 
@@ -225,4 +269,90 @@ fn first_difference(a: &str, b: &str) -> String {
             }
         }
     }
+}
+
+fn budget(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let (n, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len()),
+    );
+    let n: u64 = n.parse().map_err(|_| {
+        format!("--budget {text:?}: a number of seconds or minutes, like 90s or 5m")
+    })?;
+    match unit {
+        "" | "s" => Ok(std::time::Duration::from_secs(n)),
+        "m" => Ok(std::time::Duration::from_secs(n * 60)),
+        _ => Err(format!(
+            "--budget {text:?}: a number of seconds or minutes, like 90s or 5m"
+        )),
+    }
+}
+
+fn explore(
+    path: &Path,
+    seeds: std::ops::Range<u64>,
+    faults: &[String],
+    budget_text: &str,
+    out: &Path,
+    plant: Vec<String>,
+) -> ExitCode {
+    use chopin_sim::explore::{explore, FaultClass};
+    let classes: Result<Vec<FaultClass>, String> =
+        faults.iter().map(|f| FaultClass::parse(f)).collect();
+    let (classes, budget, file) = match (classes, budget(budget_text), ScenarioFile::read(path)) {
+        (Ok(c), Ok(b), Ok(f)) => (c, b, f),
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let file = ScenarioFile {
+        plant: [file.plant.clone(), plant].concat(),
+        ..file
+    };
+    let explored = explore(&file, seeds, &classes, budget);
+    let per_minute = explored.seeds_run as f64 / explored.elapsed.as_secs_f64().max(0.001) * 60.0;
+    let Some(found) = explored.found else {
+        println!(
+            "explored {} seeds of {} in {:.1} s ({per_minute:.0} seeds a minute): every invariant held",
+            explored.seeds_run,
+            path.display(),
+            explored.elapsed.as_secs_f64()
+        );
+        return ExitCode::SUCCESS;
+    };
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let written = out.join(format!("{stem}-explored-seed-{}.toml", found.seed));
+    let why = found
+        .verdict
+        .failure
+        .as_ref()
+        .map(|(step, why)| format!("step {step}: {why}"))
+        .unwrap_or_else(|| "(the shrunk schedule no longer breaks it)".to_owned());
+    println!(
+        "FOUND after {} seeds ({:.1} s): seed {} breaks an invariant\n  {why}\n  schedule: {} faults, shrunk to {}",
+        explored.seeds_run,
+        explored.elapsed.as_secs_f64(),
+        found.seed,
+        found.faults.len(),
+        found.shrunk.len()
+    );
+    println!("  the timeline up to it:");
+    for line in timeline_tail(&found.verdict.trace, 15).lines() {
+        println!("    {line}");
+    }
+    match std::fs::write(&written, found.scenario.to_toml()) {
+        Ok(()) => println!(
+            "  wrote {}\n  replay: cargo run -q -p chopin-sim --bin chopin-sim -- run {} --seed {}",
+            written.display(),
+            written.display(),
+            found.seed
+        ),
+        Err(e) => println!("  could not write {}: {e}", written.display()),
+    }
+    ExitCode::FAILURE
 }

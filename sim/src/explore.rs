@@ -1,0 +1,302 @@
+//! Fault exploration: a scenario played again and again under random faults, judged by the
+//! invariants alone, and a schedule that breaks one shrunk to a short scenario file.
+//!
+//! Owns: the fault classes ([`FaultClass`]), a seed's fault schedule ([`schedule`]), the
+//! exploring loop ([`explore`]) and the shrinking of a failing schedule ([`shrink`]).
+//! Does not own: playing a file or the invariants ([`crate::scenario`], [`crate::invariants`]).
+//!
+//! A schedule is a few faults, each a short block of scenario steps inserted before one of the
+//! file's own steps (a partition and its repair after a while, a crash and restart, a GitHub
+//! outage, access taken away and given back). The file's expectations are left out, since the
+//! faults change what happens; its actions and waits stay. The same file, seed and classes
+//! always give the same schedule, and the same schedule the same trace.
+
+use std::time::{Duration, Instant};
+
+use chopin_server::runtime::lease::WRITER_LEASE_TTL_MS;
+
+use crate::scenario::{play_as, Action, Mode, ScenarioFile, Verdict};
+
+/// The kinds of fault a schedule draws from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FaultClass {
+    /// The network between a client and the server is cut, then repaired.
+    Partitions,
+    /// The server host crashes and starts again (once its writer lease has lapsed).
+    Crashes,
+    /// GitHub answers only errors for a while.
+    GithubOutage,
+    /// A cast member's access to the repository is taken away at GitHub, then given back.
+    Revocations,
+}
+
+impl FaultClass {
+    pub const ALL: [FaultClass; 4] = [
+        FaultClass::Partitions,
+        FaultClass::Crashes,
+        FaultClass::GithubOutage,
+        FaultClass::Revocations,
+    ];
+
+    pub fn parse(name: &str) -> Result<FaultClass, String> {
+        match name.trim() {
+            "partitions" => Ok(FaultClass::Partitions),
+            "crashes" => Ok(FaultClass::Crashes),
+            "github-outage" => Ok(FaultClass::GithubOutage),
+            "revocations" => Ok(FaultClass::Revocations),
+            other => Err(format!(
+                "unknown fault class {other:?} (partitions, crashes, github-outage, revocations)"
+            )),
+        }
+    }
+}
+
+/// One fault: `steps` inserted before the file's step `before` (0-based; the file's length puts
+/// it at the end).
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub before: usize,
+    pub steps: Vec<Action>,
+}
+
+/// splitmix64, the schedule's draws.
+struct Draws(u64);
+
+impl Draws {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+/// The client hosts `file` has made by the time its step `before` runs.
+fn hosts_before(file: &ScenarioFile, before: usize) -> Vec<String> {
+    file.steps[..before]
+        .iter()
+        .filter_map(|a| match a {
+            Action::Agent { name, .. } | Action::Browser { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The fault schedule of `seed` over `file`, drawing from `classes`: one to three faults.
+pub fn schedule(file: &ScenarioFile, seed: u64, classes: &[FaultClass]) -> Vec<Fault> {
+    let mut draws = Draws(seed ^ 0x5ca1_ab1e);
+    let count = 1 + draws.below(3) as usize;
+    let mut faults = Vec::new();
+    for _ in 0..count {
+        if classes.is_empty() {
+            break;
+        }
+        let class = classes[draws.below(classes.len() as u64) as usize];
+        let before = draws.below(file.steps.len() as u64 + 1) as usize;
+        let steps = match class {
+            FaultClass::Partitions => {
+                let hosts = hosts_before(file, before);
+                if hosts.is_empty() {
+                    continue;
+                }
+                let host = hosts[draws.below(hosts.len() as u64) as usize].clone();
+                vec![
+                    Action::Partition {
+                        a: host.clone(),
+                        b: crate::SERVER_HOST.to_owned(),
+                    },
+                    Action::Advance {
+                        ms: draws.below(150_000),
+                    },
+                    Action::Repair {
+                        a: host,
+                        b: crate::SERVER_HOST.to_owned(),
+                    },
+                ]
+            }
+            FaultClass::Crashes => vec![
+                Action::Restart,
+                Action::AwaitServer {
+                    within_ms: WRITER_LEASE_TTL_MS as u64 + 10_000,
+                },
+            ],
+            FaultClass::GithubOutage => vec![
+                Action::GithubOutage { on: true },
+                Action::Advance {
+                    ms: draws.below(60_000),
+                },
+                Action::GithubOutage { on: false },
+            ],
+            FaultClass::Revocations => {
+                let (login, role) = if draws.below(2) == 0 {
+                    ("mona", "write")
+                } else {
+                    ("lisa", "admin")
+                };
+                vec![
+                    Action::GithubRole {
+                        login: login.to_owned(),
+                        role: "none".to_owned(),
+                    },
+                    Action::Advance {
+                        ms: draws.below(400_000),
+                    },
+                    Action::GithubRole {
+                        login: login.to_owned(),
+                        role: role.to_owned(),
+                    },
+                ]
+            }
+        };
+        faults.push(Fault { before, steps });
+    }
+    faults.sort_by_key(|f| f.before);
+    faults
+}
+
+/// `file` with `faults` inserted and its expectations left out: the scenario a schedule plays.
+pub fn with_faults(file: &ScenarioFile, faults: &[Fault], note: &str) -> ScenarioFile {
+    let mut steps = Vec::new();
+    for (i, step) in file.steps.iter().enumerate() {
+        for fault in faults.iter().filter(|f| f.before == i) {
+            steps.extend(fault.steps.iter().cloned());
+        }
+        if !step.expects() {
+            steps.push(step.clone());
+        }
+    }
+    for fault in faults.iter().filter(|f| f.before >= file.steps.len()) {
+        steps.extend(fault.steps.iter().cloned());
+    }
+    ScenarioFile {
+        name: format!("{} — {note}", file.name),
+        steps,
+        ..file.clone()
+    }
+}
+
+/// A schedule that broke an invariant: the seed, the schedule as found and as shrunk, and the
+/// shrunk scenario's run.
+pub struct Found {
+    pub seed: u64,
+    pub faults: Vec<Fault>,
+    pub shrunk: Vec<Fault>,
+    pub scenario: ScenarioFile,
+    pub verdict: Verdict,
+}
+
+/// What an exploration did.
+pub struct Explored {
+    pub seeds_run: u64,
+    pub elapsed: Duration,
+    pub found: Option<Found>,
+}
+
+/// Plays `file` under the schedules of `seeds` (in order, each with its own seed for the
+/// world too) until an invariant breaks or `budget` is spent; a breaking schedule is shrunk.
+pub fn explore(
+    file: &ScenarioFile,
+    seeds: std::ops::Range<u64>,
+    classes: &[FaultClass],
+    budget: Duration,
+) -> Explored {
+    let started = Instant::now();
+    let mut seeds_run = 0;
+    for seed in seeds {
+        if started.elapsed() > budget {
+            break;
+        }
+        seeds_run += 1;
+        let faults = schedule(file, seed, classes);
+        let played = with_faults(file, &faults, &format!("explored, seed {seed}"));
+        let verdict = play_as(&played, Some(seed), Mode::Explore);
+        if verdict.violation {
+            let shrunk = shrink(file, seed, &faults, &verdict);
+            let scenario = with_faults(
+                file,
+                &shrunk,
+                &format!("found by explore (seed {seed}), shrunk"),
+            );
+            let scenario = ScenarioFile {
+                seed,
+                lenient: true,
+                ..scenario
+            };
+            let verdict = play_as(&scenario, Some(seed), Mode::Explore);
+            return Explored {
+                seeds_run,
+                elapsed: started.elapsed(),
+                found: Some(Found {
+                    seed,
+                    faults,
+                    shrunk,
+                    scenario,
+                    verdict,
+                }),
+            };
+        }
+    }
+    Explored {
+        seeds_run,
+        elapsed: started.elapsed(),
+        found: None,
+    }
+}
+
+/// The invariant a verdict broke: its name, the words before the first colon.
+fn broken(verdict: &Verdict) -> Option<String> {
+    let (_, why) = verdict.failure.as_ref()?;
+    let rule = why.strip_prefix("invariant broken — ")?;
+    Some(rule.split(':').next().unwrap_or(rule).to_owned())
+}
+
+/// The smallest schedule found that still breaks the same invariant with the same seed: whole
+/// faults taken out one at a time while it still breaks, then each wait inside the remaining
+/// faults halved while it still breaks.
+pub fn shrink(file: &ScenarioFile, seed: u64, faults: &[Fault], first: &Verdict) -> Vec<Fault> {
+    let Some(rule) = broken(first) else {
+        return faults.to_vec();
+    };
+    let still_breaks = |candidate: &[Fault]| {
+        let played = with_faults(file, candidate, "shrinking");
+        let verdict = play_as(&played, Some(seed), Mode::Explore);
+        verdict.violation && broken(&verdict).as_deref() == Some(rule.as_str())
+    };
+    let mut current = faults.to_vec();
+    let mut i = 0;
+    while i < current.len() {
+        let mut candidate = current.clone();
+        candidate.remove(i);
+        if still_breaks(&candidate) {
+            current = candidate;
+        } else {
+            i += 1;
+        }
+    }
+    for f in 0..current.len() {
+        for s in 0..current[f].steps.len() {
+            while let Action::Advance { ms } = current[f].steps[s] {
+                if ms == 0 {
+                    break;
+                }
+                let mut candidate = current.clone();
+                candidate[f].steps[s] = Action::Advance { ms: ms / 2 };
+                if still_breaks(&candidate) {
+                    current = candidate;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    current
+}

@@ -1,0 +1,234 @@
+//! What must hold after every step of every run, whatever faults it met.
+//!
+//! Owns: [`Invariants`], checked by a scenario's play after each step, from what the world shows
+//! from outside the server — the trace of its Planner events, the store, its presence, and what
+//! the actors heard. Does not own: playing steps ([`crate::scenario`]) or choosing faults
+//! ([`crate::explore`]).
+//!
+//! The rules:
+//! - **one holder**: while the server shows a document's Planner attached to a login, storage
+//!   names that login as its holder;
+//! - **generations only grow**: the stored ownership generation never goes down, across crashes;
+//! - **no old release**: no release is made under a generation older than the newest attach;
+//! - **grace honoured**: an attach of the grace period's own account that reached the server
+//!   before the period ended (and before anything released it) keeps the period's generation;
+//! - **acks are kept**: every message acknowledged to a browser is in storage under its `seq`;
+//! - **refusals save nothing**: a refused message is not in storage (unless the same words were
+//!   acknowledged in another send);
+//! - **no turn replayed**: no turn id reaches agent clients twice.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chopin_server::observe::PlannerEvent;
+use chopin_server::planner::PresenceState;
+use chopin_server::store::prelude::*;
+use uuid::Uuid;
+
+use crate::actors::{Agent, Browser};
+use crate::cast::block_on;
+use crate::world::{Event, World};
+
+/// Sends made by a scenario: request id → (browser, text).
+pub type Sends = BTreeMap<String, (String, String)>;
+
+/// The state the invariants carry from step to step.
+#[derive(Debug, Default)]
+pub struct Invariants {
+    highest_generation: BTreeMap<Uuid, i64>,
+}
+
+impl Invariants {
+    /// Checks every rule now; `Err` names the rule broken and how.
+    pub fn check(
+        &mut self,
+        world: &World,
+        doc: Uuid,
+        agents: &BTreeMap<String, Agent>,
+        browsers: &BTreeMap<String, Browser>,
+        sends: &Sends,
+    ) -> Result<(), String> {
+        let ownership = block_on(world.store().ownership(doc))
+            .map_err(|e| format!("the store could not be read: {e}"))?;
+        // one holder
+        if let Some(app) = world.server_app() {
+            let presence = app.planners.presence(doc);
+            if presence.state == PresenceState::Attached {
+                let stored = ownership.holder.as_ref().map(|h| h.login.clone());
+                if stored != presence.login {
+                    return Err(format!(
+                        "one holder: the server shows the Planner attached to {:?} but storage names {stored:?}",
+                        presence.login
+                    ));
+                }
+            }
+        }
+        // generations only grow
+        let highest = self.highest_generation.entry(doc).or_insert(0);
+        if ownership.generation < *highest {
+            return Err(format!(
+                "generations only grow: the stored generation went from {highest} down to {}",
+                ownership.generation
+            ));
+        }
+        *highest = ownership.generation;
+        planner_events(world)?;
+        chat(world, doc, browsers, sends)?;
+        turns(agents)
+    }
+}
+
+/// The rules read from the server's Planner events in the trace.
+fn planner_events(world: &World) -> Result<(), String> {
+    struct Grace {
+        login: String,
+        generation: i64,
+        until_ms: i64,
+    }
+    let mut newest: BTreeMap<Uuid, i64> = BTreeMap::new();
+    let mut holder: BTreeMap<Uuid, (String, i64)> = BTreeMap::new();
+    let mut grace: BTreeMap<Uuid, Grace> = BTreeMap::new();
+    // An attach that arrived inside its own account's grace period: its generation is owed.
+    let mut owed: BTreeMap<(Uuid, String), (i64, u64, i64)> = BTreeMap::new();
+    for e in world.trace().events {
+        let Event::Planner(p) = e.event else { continue };
+        let now_wall = e.at_ms as i64 + crate::clock::SIM_EPOCH_MS;
+        match p {
+            PlannerEvent::Attached {
+                document,
+                login,
+                generation,
+            } => {
+                if let Some((owed_generation, at, _)) = owed.remove(&(document, login.clone())) {
+                    if generation != owed_generation {
+                        return Err(format!(
+                            "grace honoured: {login}'s attach reached the server at {at} ms, inside its grace period, but got generation {generation} instead of {owed_generation}"
+                        ));
+                    }
+                }
+                newest.insert(document, generation);
+                holder.insert(document, (login, generation));
+                grace.remove(&document);
+            }
+            PlannerEvent::GraceStarted {
+                document,
+                login,
+                until_ms,
+                ..
+            } => {
+                if let Some((_, generation)) = holder.get(&document) {
+                    grace.insert(
+                        document,
+                        Grace {
+                            login,
+                            generation: *generation,
+                            until_ms,
+                        },
+                    );
+                }
+            }
+            PlannerEvent::AttachReceived { document, login } => {
+                if let Some(g) = grace.get(&document) {
+                    if g.login == login && now_wall < g.until_ms {
+                        owed.insert((document, login), (g.generation, e.at_ms, g.until_ms));
+                    }
+                }
+            }
+            PlannerEvent::Released {
+                document,
+                generation,
+            } => {
+                if let Some(n) = newest.get(&document) {
+                    if generation < *n {
+                        return Err(format!(
+                            "no old release: generation {generation} was released at {} ms after generation {n} attached",
+                            e.at_ms
+                        ));
+                    }
+                }
+                // The period's own end may not release under an attach that arrived in it; a
+                // release before the end (a reset, a sign-out) decides the attach instead.
+                if let Some(((_, login), (_, at, _))) = owed
+                    .iter()
+                    .find(|((d, _), (_, _, until))| *d == document && now_wall >= *until)
+                {
+                    return Err(format!(
+                        "grace honoured: the grace period ended at {} ms and released generation {generation} while {login}'s attach, which reached the server at {at} ms inside it, was still being checked",
+                        e.at_ms
+                    ));
+                }
+                grace.remove(&document);
+                holder.remove(&document);
+                owed.retain(|(d, _), _| *d != document);
+            }
+            PlannerEvent::AttachRefused {
+                document: Some(document),
+                login,
+                ..
+            } => {
+                owed.remove(&(document, login));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// acks are kept; refusals save nothing.
+fn chat(
+    world: &World,
+    doc: Uuid,
+    browsers: &BTreeMap<String, Browser>,
+    sends: &Sends,
+) -> Result<(), String> {
+    if sends.is_empty() {
+        return Ok(());
+    }
+    let stored = block_on(world.store().transcript(doc, 0, 10_000))
+        .map_err(|e| format!("the transcript could not be read: {e}"))?;
+    let mut acked_texts = BTreeSet::new();
+    let mut refused = Vec::new();
+    for (id, (name, text)) in sends {
+        let Some(browser) = browsers.get(name) else {
+            continue;
+        };
+        for reply in browser.replies(id) {
+            match reply.message["type"].as_str() {
+                Some("chat:ack") => {
+                    let seq = reply.message["seq"].as_i64().unwrap_or(-1);
+                    if !stored.iter().any(|e| e.seq == seq && e.body == *text) {
+                        return Err(format!(
+                            "acks are kept: {name}'s {id:?} was acknowledged as seq {seq}, which storage does not hold with its text"
+                        ));
+                    }
+                    acked_texts.insert(text.clone());
+                }
+                Some("chat:refused") => refused.push((name, id, text)),
+                _ => {}
+            }
+        }
+    }
+    for (name, id, text) in refused {
+        if !acked_texts.contains(text) && stored.iter().any(|e| e.body == *text) {
+            return Err(format!(
+                "refusals save nothing: {name}'s {id:?} was refused, yet storage holds its text"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// no turn replayed.
+fn turns(agents: &BTreeMap<String, Agent>) -> Result<(), String> {
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    for (name, agent) in agents {
+        for (_, detail) in agent.frames_of("turn") {
+            let id = detail.split(' ').next().unwrap_or_default().to_owned();
+            if let Some(first) = seen.insert(id.clone(), name.clone()) {
+                return Err(format!(
+                    "no turn replayed: turn {id} reached {first} and then {name}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
