@@ -28,14 +28,20 @@ pub enum FaultClass {
     GithubOutage,
     /// A cast member's access to the repository is taken away at GitHub, then given back.
     Revocations,
+    /// A client's messages to and from the server take up to 5 s, for a while.
+    Latency,
+    /// A client's messages to and from the server are lost at random, for a while.
+    Drops,
 }
 
 impl FaultClass {
-    pub const ALL: [FaultClass; 4] = [
+    pub const ALL: [FaultClass; 6] = [
         FaultClass::Partitions,
         FaultClass::Crashes,
         FaultClass::GithubOutage,
         FaultClass::Revocations,
+        FaultClass::Latency,
+        FaultClass::Drops,
     ];
 
     pub fn parse(name: &str) -> Result<FaultClass, String> {
@@ -44,8 +50,10 @@ impl FaultClass {
             "crashes" => Ok(FaultClass::Crashes),
             "github-outage" => Ok(FaultClass::GithubOutage),
             "revocations" => Ok(FaultClass::Revocations),
+            "latency" => Ok(FaultClass::Latency),
+            "drops" => Ok(FaultClass::Drops),
             other => Err(format!(
-                "unknown fault class {other:?} (partitions, crashes, github-outage, revocations)"
+                "unknown fault class {other:?} (partitions, crashes, github-outage, revocations, latency, drops)"
             )),
         }
     }
@@ -121,6 +129,48 @@ pub fn schedule(file: &ScenarioFile, seed: u64, classes: &[FaultClass]) -> Vec<F
                         a: host,
                         b: crate::SERVER_HOST.to_owned(),
                     },
+                ]
+            }
+            FaultClass::Latency | FaultClass::Drops => {
+                let hosts = hosts_before(file, before);
+                if hosts.is_empty() {
+                    continue;
+                }
+                let host = hosts[draws.below(hosts.len() as u64) as usize].clone();
+                let server = crate::SERVER_HOST.to_owned();
+                let (on, off) = if class == FaultClass::Latency {
+                    (
+                        Action::Latency {
+                            a: host.clone(),
+                            b: server.clone(),
+                            ms: Some(1 + draws.below(5_000)),
+                        },
+                        Action::Latency {
+                            a: host,
+                            b: server,
+                            ms: None,
+                        },
+                    )
+                } else {
+                    (
+                        Action::Drops {
+                            a: host.clone(),
+                            b: server.clone(),
+                            rate: (1 + draws.below(30)) as f64 / 100.0,
+                        },
+                        Action::Drops {
+                            a: host,
+                            b: server,
+                            rate: 0.0,
+                        },
+                    )
+                };
+                vec![
+                    on,
+                    Action::Advance {
+                        ms: draws.below(60_000),
+                    },
+                    off,
                 ]
             }
             FaultClass::Crashes => vec![

@@ -225,6 +225,20 @@ pub enum Action {
         a: String,
         b: String,
     },
+    /// Every message between `a` and `b` takes `ms` from now on (absent: the world's own
+    /// latency again).
+    Latency {
+        a: String,
+        b: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ms: Option<u64>,
+    },
+    /// Messages between `a` and `b` are lost with probability `rate` (0 ends it).
+    Drops {
+        a: String,
+        b: String,
+        rate: f64,
+    },
     /// The server host crashes (no graceful stop).
     Crash,
     /// The crashed server host starts again.
@@ -622,6 +636,17 @@ impl Run {
             }
             Action::Repair { a, b } => {
                 self.world.repair(a, b);
+                Ok(())
+            }
+            Action::Latency { a, b, ms } => {
+                self.world.set_link_latency(a, b, *ms);
+                Ok(())
+            }
+            Action::Drops { a, b, rate } => {
+                if !(0.0..=1.0).contains(rate) {
+                    return Err(format!("drops rate {rate}: a probability from 0 to 1"));
+                }
+                self.world.set_link_drops(a, b, *rate);
                 Ok(())
             }
             Action::Crash => self.world.apply(&Step::CrashServer).map_err(sim),

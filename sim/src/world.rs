@@ -411,6 +411,8 @@ pub const SERVER_ORIGIN: &str = "http://server:8787";
 /// A turmoil simulation with the real server on [`SERVER_HOST`] and client hosts made on demand.
 pub struct World {
     seed: u64,
+    /// The latency every message takes, when fixed (else turmoil's default spread).
+    fixed_latency_ms: Option<u64>,
     sim: turmoil::Sim<'static>,
     recorder: Recorder,
     store: MemoryStore,
@@ -545,6 +547,7 @@ impl World {
 
     /// A world for `seed` built with `options`.
     pub fn with_options(seed: u64, options: WorldOptions) -> Self {
+        let fixed_latency_ms = options.fixed_latency_ms;
         let mut builder = turmoil::Builder::new();
         builder
             .rng_seed(seed)
@@ -593,6 +596,7 @@ impl World {
         }
         Self {
             seed,
+            fixed_latency_ms,
             sim,
             recorder,
             store,
@@ -645,6 +649,29 @@ impl World {
     /// Drops every message between hosts `a` and `b` from now on, silently.
     pub fn partition(&mut self, a: &str, b: &str) {
         self.sim.partition(a, b);
+    }
+
+    /// Every message between hosts `a` and `b` takes `ms` from now on; `None` puts the link
+    /// back to the world's own latency.
+    pub fn set_link_latency(&mut self, a: &str, b: &str, ms: Option<u64>) {
+        match ms.or(self.fixed_latency_ms) {
+            Some(ms) => self.sim.set_link_latency(a, b, Duration::from_millis(ms)),
+            None => {
+                // turmoil's own spread: 0 to 100 ms.
+                self.sim.set_link_latency(a, b, Duration::ZERO);
+                self.sim
+                    .set_link_max_message_latency(a, b, Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// Messages between hosts `a` and `b` are lost with probability `rate` (turmoil fails the
+    /// link at that rate; 0 stops it, and the link is repaired).
+    pub fn set_link_drops(&mut self, a: &str, b: &str, rate: f64) {
+        self.sim.set_link_fail_rate(a, b, rate);
+        if rate == 0.0 {
+            self.sim.repair(a, b);
+        }
     }
 
     /// Undoes [`World::partition`].

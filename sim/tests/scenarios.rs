@@ -141,3 +141,13 @@ steps = [ { do = "advance-to", at = "nowhere + 5" } ]
     assert_eq!(step, 1);
     assert!(why.contains("no mark \"nowhere\""), "{why}");
 }
+
+#[test]
+fn the_bench_scenarios_parse_and_the_short_one_passes() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches");
+    ScenarioFile::read(&dir.join("reconnect-10-min.toml")).unwrap();
+    let one = ScenarioFile::read(&dir.join("reconnect-1-min.toml")).unwrap();
+    let verdict = play(&one, None);
+    assert!(verdict.passed(), "{:?}", verdict.failure);
+    assert!(verdict.ended_ms >= 60_000);
+}

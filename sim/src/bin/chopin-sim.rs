@@ -48,11 +48,12 @@ enum Command {
         /// The first seed.
         #[arg(long, default_value_t = 0)]
         from: u64,
-        /// Fault classes, comma-separated: partitions, crashes, github-outage, revocations.
+        /// Fault classes, comma-separated: partitions, crashes, github-outage, revocations,
+        /// latency, drops.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "partitions,crashes,github-outage,revocations"
+            default_value = "partitions,crashes,github-outage,revocations,latency,drops"
         )]
         faults: Vec<String>,
         /// Stop after this much wall time (`90s`, `5m`), even with seeds left.
