@@ -182,6 +182,7 @@ impl App {
             entropy.clone(),
             shutdown.clone(),
         ));
+        open.plant(config.planted);
         let children = Arc::new(Children::new(store.clone(), open.clone()));
         let transcript = Transcript::new(store.clone(), clock.clone(), &shutdown);
         let planners = Arc::new(Planners::new(

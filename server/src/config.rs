@@ -72,6 +72,9 @@ pub struct Planted {
     /// An attach arriving in its account's grace period does not hold the period open while it
     /// is checked, so the period can end under it (the AO-09 rule broken).
     pub grace_hold_off: bool,
+    /// A writer's Yjs update is relayed to the document's other sockets before it is
+    /// journalled (and journalled 50 ms later), so a relayed update may not be durable.
+    pub journal_after_relay: bool,
 }
 
 /// The typed configuration.

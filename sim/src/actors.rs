@@ -365,9 +365,19 @@ pub struct Browser {
     /// connection went away without a close frame.
     closed: Arc<Mutex<Option<(u64, u16, String)>>>,
     commands: mpsc::UnboundedSender<BrowserCommand>,
+    /// Every binary frame heard, in order.
+    binary: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 impl Browser {
+    /// The binary (y-protocols) frames heard so far, in order.
+    pub fn binary_heard(&self) -> Vec<Vec<u8>> {
+        self.binary
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Sends `{"type":"chat:send","requestId","text"}` on the room socket at the actor's next
     /// turn; the answer (`chat:ack` / `chat:refused`) is heard like everything else.
     pub fn send_chat(&self, request_id: &str, text: &str) {
@@ -497,11 +507,13 @@ impl World {
         let log = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(Mutex::new(None));
         let (commands, mut rx) = mpsc::unbounded_channel();
+        let binary = Arc::new(Mutex::new(Vec::new()));
         let browser = Browser {
             name: name.to_owned(),
             log: log.clone(),
             closed: closed.clone(),
             commands,
+            binary: binary.clone(),
         };
         let path = path.to_owned();
         let (cookie, recorder, host) = (cookie.to_owned(), self.recorder(), name.to_owned());
@@ -572,6 +584,7 @@ impl World {
                         }
                         Ok(BrowserEvent::Binary(bytes)) => {
                             recorder.record_in_host(&host, Event::Actor { what: format!("heard binary {}", digest(&bytes)) });
+                            binary.lock().unwrap_or_else(|e| e.into_inner()).push(bytes);
                         }
                         Ok(BrowserEvent::Closed { code, reason }) => {
                             recorder.record_in_host(&host, Event::Actor { what: format!("closed {code} {reason}") });

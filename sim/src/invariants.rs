@@ -31,6 +31,9 @@ use crate::world::{Event, World};
 /// Sends made by a scenario: request id → (browser, text).
 pub type Sends = BTreeMap<String, (String, String)>;
 
+/// Text typed by a scenario's browsers: (browser, text), in order.
+pub type Typed = Vec<(String, String)>;
+
 /// The state the invariants carry from step to step.
 #[derive(Debug, Default)]
 pub struct Invariants {
@@ -46,6 +49,7 @@ impl Invariants {
         agents: &BTreeMap<String, Agent>,
         browsers: &BTreeMap<String, Browser>,
         sends: &Sends,
+        typed: &Typed,
     ) -> Result<(), String> {
         let ownership = block_on(world.store().ownership(doc))
             .map_err(|e| format!("the store could not be read: {e}"))?;
@@ -73,6 +77,7 @@ impl Invariants {
         *highest = ownership.generation;
         planner_events(world)?;
         chat(world, doc, browsers, sends)?;
+        relayed(world, doc, browsers, typed)?;
         turns(agents)
     }
 }
@@ -215,6 +220,86 @@ fn chat(
         }
     }
     Ok(())
+}
+
+/// relayed edits are durable: text one browser typed that another received from the server is
+/// in storage (journal and checkpoint) already — what a crash now would keep.
+fn relayed(
+    world: &World,
+    doc: Uuid,
+    browsers: &BTreeMap<String, Browser>,
+    typed: &Typed,
+) -> Result<(), String> {
+    if typed.is_empty() {
+        return Ok(());
+    }
+    let mut stored = None;
+    for (name, browser) in browsers {
+        let received = received_text(&browser.binary_heard());
+        for (typist, text) in typed {
+            if typist == name || !received.contains(text.as_str()) {
+                continue;
+            }
+            let stored = match &stored {
+                Some(s) => s,
+                None => stored.insert(stored_text(world, doc)?),
+            };
+            if !stored.contains(text.as_str()) {
+                return Err(format!(
+                    "relayed edits are durable: {name} received {typist}'s {text:?}, which storage does not hold"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The text of the sync updates among `frames` (step 2 and update), applied in order.
+fn received_text(frames: &[Vec<u8>]) -> String {
+    let doc = chopin_document::ydoc::empty_doc(1);
+    for frame in frames {
+        if let Some(update) = sync_payload(frame) {
+            let _ = chopin_document::ydoc::apply_update(&doc, update);
+        }
+    }
+    chopin_document::ydoc::read_source(&doc)
+}
+
+/// The update a y-protocols sync step 2 or update frame carries.
+fn sync_payload(frame: &[u8]) -> Option<&[u8]> {
+    let (&[0, kind], rest) = frame.split_first_chunk::<2>()? else {
+        return None;
+    };
+    if kind != 1 && kind != 2 {
+        return None;
+    }
+    let (mut len, mut shift, mut at) = (0usize, 0, 0);
+    loop {
+        let byte = *rest.get(at)?;
+        len |= usize::from(byte & 0x7f) << shift;
+        at += 1;
+        if byte < 0x80 {
+            break;
+        }
+        shift += 7;
+        if shift > 28 {
+            return None;
+        }
+    }
+    rest.get(at..at + len)
+}
+
+/// The document's text as storage holds it: its checkpoint, then its journal.
+fn stored_text(world: &World, doc: Uuid) -> Result<String, String> {
+    let content = block_on(world.store().document_content(doc))
+        .map_err(|e| format!("the document's content could not be read: {e}"))?;
+    let mut entries: Vec<(i64, &[u8])> = Vec::new();
+    if let Some(checkpoint) = &content.checkpoint {
+        entries.push((0, &checkpoint.state));
+    }
+    entries.extend(content.updates.iter().map(|(seq, u)| (*seq, u.as_slice())));
+    let rebuilt = chopin_server::content::guard::rebuild(1, &entries);
+    Ok(chopin_document::ydoc::read_source(&rebuilt.doc))
 }
 
 /// no turn replayed.

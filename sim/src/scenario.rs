@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::actors::{Agent, Browser, TurnScript, TurnStep};
 use crate::cast::{block_on, cast_with, Cast};
-use crate::invariants::{Invariants, Sends};
+use crate::invariants::{Invariants, Sends, Typed};
 use crate::world::{
     Event, Expectation, SimError, Step, Trace, TraceEvent, World, WorldOptions, SERVER_ORIGIN,
 };
@@ -47,8 +47,8 @@ pub struct ScenarioFile {
     /// Server settings other than the defaults.
     #[serde(default)]
     pub settings: Settings,
-    /// Known bugs to plant in the server (`grace-hold-off`), to show the invariants catch
-    /// them. Empty in every scenario of `scenarios/`.
+    /// Known bugs to plant in the server (`grace-hold-off`, `journal-after-relay`), to show
+    /// the invariants catch them. Empty in every scenario of `scenarios/`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plant: Vec<String>,
     /// Played as exploration plays (see [`Mode::Explore`]): what `explore` writes.
@@ -93,7 +93,9 @@ impl Settings {
     fn configure(&self, plant: &[String]) -> Option<crate::world::Configure> {
         let s = self.clone();
         let grace_hold_off = plant.iter().any(|p| p == "grace-hold-off");
+        let journal_after_relay = plant.iter().any(|p| p == "journal-after-relay");
         if !grace_hold_off
+            && !journal_after_relay
             && s.planner_attach_grace_ms.is_none()
             && s.agent_connection_timeout_ms.is_none()
             && s.agent_access_recheck_ms.is_none()
@@ -103,6 +105,7 @@ impl Settings {
         }
         Some(std::sync::Arc::new(move |c| {
             c.planted.grace_hold_off = grace_hold_off;
+            c.planted.journal_after_relay = journal_after_relay;
             if let Some(ms) = s.planner_attach_grace_ms {
                 c.planner_attach_grace_ms = ms;
             }
@@ -178,6 +181,12 @@ pub enum Action {
     Chat {
         browser: String,
         id: String,
+        text: String,
+    },
+    /// The browser types `text` at the end of the document as it knows it (its own edits), sent
+    /// as a Yjs sync update.
+    Type {
+        browser: String,
         text: String,
     },
     /// The browser sends any JSON message (`{ type = "planner:stop" }`, say).
@@ -437,6 +446,8 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         marks: BTreeMap::new(),
         acted_at: 0,
         sends: Sends::new(),
+        typists: BTreeMap::new(),
+        typed: Typed::new(),
     };
     let mut invariants = Invariants::default();
     let mut failure = None;
@@ -449,9 +460,14 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
             run.acted_at = run.world.now_ms();
         }
         let stepped = run.step(action);
-        if let Err(why) =
-            invariants.check(&run.world, run.doc, &run.agents, &run.browsers, &run.sends)
-        {
+        if let Err(why) = invariants.check(
+            &run.world,
+            run.doc,
+            &run.agents,
+            &run.browsers,
+            &run.sends,
+            &run.typed,
+        ) {
             failure = Some((i + 1, format!("invariant broken — {why}")));
             violation = true;
             break;
@@ -482,6 +498,26 @@ struct Run {
     marks: BTreeMap<String, u64>,
     acted_at: u64,
     sends: Sends,
+    /// Each typing browser's own copy of the document (its client id fixed at its first `type`).
+    typists: BTreeMap<String, yrs::Doc>,
+    /// What each `type` step typed, and by whom.
+    typed: Typed,
+}
+
+/// A y-protocols sync `update` frame carrying `update`.
+fn sync_update(update: &[u8]) -> Vec<u8> {
+    let mut frame = vec![0u8, 2];
+    let mut n = update.len();
+    loop {
+        if n < 0x80 {
+            frame.push(n as u8);
+            break;
+        }
+        frame.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    frame.extend_from_slice(update);
+    frame
 }
 
 fn sim(e: SimError) -> String {
@@ -577,6 +613,19 @@ impl Run {
                 self.browser(browser)?.send_chat(id, text);
                 self.sends
                     .insert(id.clone(), (browser.clone(), text.clone()));
+                Ok(())
+            }
+            Action::Type { browser, text } => {
+                let b = self.browser(browser)?.clone();
+                let client = 1_000 + self.typists.len() as u64;
+                let doc = self
+                    .typists
+                    .entry(browser.clone())
+                    .or_insert_with(|| chopin_document::ydoc::empty_doc(client));
+                let source = chopin_document::ydoc::read_source(doc) + text;
+                let update = chopin_document::ydoc::replace_source(doc, &source);
+                b.send_binary(sync_update(&update));
+                self.typed.push((browser.clone(), text.clone()));
                 Ok(())
             }
             Action::Send { browser, json } => {

@@ -1,8 +1,10 @@
-//! Fault exploration finds a planted bug and shrinks it: with the grace hold planted off (an
+//! Fault exploration finds planted bugs and shrinks them. With the grace hold planted off (an
 //! attach arriving in its account's grace period no longer holds the period open while it is
 //! checked), exploring the AO-09 scenario under every fault class breaks "grace honoured" within
 //! 10 seeds; the schedule shrinks to at most one fault; the scenario written from it breaks the
 //! same invariant when played again, from its own seed. Without the plant, the same seeds hold.
+//! With journal-after-relay planted (a writer's update relayed before it is journalled), the
+//! two-writer edit scenario breaks "relayed edits are durable" the same way.
 
 use std::path::Path;
 use std::time::Duration;
@@ -69,4 +71,31 @@ fn a_seed_gives_the_same_schedule_and_trace_every_time() {
     let first = play(&ScenarioFile::parse(&a).unwrap(), Some(7));
     let second = play(&ScenarioFile::parse(&b).unwrap(), Some(7));
     assert_eq!(first.trace.hash(), second.trace.hash());
+}
+
+#[test]
+fn explore_finds_journal_after_relay_planted_and_shrinks_it_to_a_replayable_file() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/edits-relayed-between-writers-survive-a-crash.toml");
+    let file = ScenarioFile {
+        plant: vec!["journal-after-relay".to_owned()],
+        ..ScenarioFile::read(&path).unwrap()
+    };
+    // Without the plant, the file passes (the scenarios test holds it to its snapshot).
+    let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
+    let found = explored.found.expect("found within 10 seeds");
+    let (_, why) = found
+        .verdict
+        .failure
+        .clone()
+        .expect("the shrunk run breaks it");
+    assert!(
+        why.starts_with("invariant broken — relayed edits are durable"),
+        "{why}"
+    );
+    assert!(found.shrunk.len() <= 1, "{:?}", found.shrunk);
+    let again = ScenarioFile::parse(&found.scenario.to_toml()).unwrap();
+    let replayed = play(&again, None);
+    assert!(replayed.violation, "{:?}", replayed.failure);
+    assert_eq!(replayed.trace.hash(), found.verdict.trace.hash());
 }

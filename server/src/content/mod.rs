@@ -23,7 +23,7 @@ pub mod guard;
 
 use std::collections::BTreeMap;
 use std::ops::Deref;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -35,6 +35,7 @@ use yrs::sync::awareness::{AwarenessUpdate, AwarenessUpdateEntry};
 use yrs::updates::encoder::Encode;
 use yrs::{ClientID, Doc, ReadTxn, StateVector, Transact};
 
+use crate::config::Planted;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{ContentStore, DocumentStore, OwnerGuard, PlanCommit, StoreError, StoreResult};
 use guard::{Refusal, Shadow};
@@ -121,6 +122,9 @@ struct Deps {
     content: Arc<dyn ContentStore>,
     documents: Arc<dyn DocumentStore>,
     clock: SharedClock,
+    /// A bug planted by the simulator (see [`Planted::journal_after_relay`]); always off
+    /// outside it.
+    journal_after_relay: AtomicBool,
 }
 
 /// One open document.
@@ -180,6 +184,16 @@ impl OpenDocument {
         let Some(change) = content.shadow.try_update(&content.doc, update)? else {
             return Ok(false);
         };
+        let planted = self.deps.journal_after_relay.load(Ordering::SeqCst);
+        if planted {
+            // The planted bug: relayed first, journalled a moment later.
+            let _ = self.relay.send(Relay {
+                from,
+                frame: Arc::new(sync_update_frame(&change)),
+                awareness: false,
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         let now = self.deps.clock.now_ms();
         let seq = match self
             .deps
@@ -201,11 +215,13 @@ impl OpenDocument {
         if content.since_checkpoint >= CHECKPOINT_EVERY {
             self.checkpoint(content).await;
         }
-        let _ = self.relay.send(Relay {
-            from,
-            frame: Arc::new(sync_update_frame(&change)),
-            awareness: false,
-        });
+        if !planted {
+            let _ = self.relay.send(Relay {
+                from,
+                frame: Arc::new(sync_update_frame(&change)),
+                awareness: false,
+            });
+        }
         Ok(true)
     }
 
@@ -491,10 +507,18 @@ impl OpenDocuments {
                 content,
                 documents,
                 clock,
+                journal_after_relay: AtomicBool::new(false),
             }),
             entropy,
             shutdown,
         }
+    }
+
+    /// Plants the bugs of `planted` that live here (the simulator's, to show it finds them).
+    pub fn plant(&self, planted: Planted) {
+        self.deps
+            .journal_after_relay
+            .store(planted.journal_after_relay, Ordering::SeqCst);
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<Uuid, Slot>> {
