@@ -254,6 +254,12 @@ pub enum Action {
     Start,
     /// Crash then start, at one instant.
     Restart,
+    /// A further server incarnation starts on host `host` over the same store (a second
+    /// process on one database), while the server host keeps running; `await-server` waits
+    /// for it.
+    StartOn {
+        host: String,
+    },
     /// The server stops gracefully, as on SIGTERM; waits until it has (at most `within_ms`).
     Stop {
         #[serde(default = "default_wait")]
@@ -701,6 +707,10 @@ impl Run {
             Action::Crash => self.world.apply(&Step::CrashServer).map_err(sim),
             Action::Start => self.world.apply(&Step::StartServer).map_err(sim),
             Action::Restart => self.world.apply(&Step::RestartServer).map_err(sim),
+            Action::StartOn { host } => self
+                .world
+                .apply(&Step::StartServerOn { host: host.clone() })
+                .map_err(sim),
             Action::Stop { within_ms } => self
                 .world
                 .apply(&Step::StopServer {
