@@ -5,9 +5,9 @@
 //! exploring loop ([`explore`]) and the shrinking of a failing schedule ([`shrink`]).
 //! Does not own: playing a file or the invariants ([`crate::scenario`], [`crate::invariants`]).
 //!
-//! A schedule is a few faults, each a short block of scenario steps inserted before one of the
-//! file's own steps (a partition and its repair after a while, a crash and restart, a GitHub
-//! outage, access taken away and given back). The file's expectations are left out, since the
+//! A schedule is a few faults, each switched on before one of the file's own steps and off
+//! before a later one (a partition and its repair, slow or lossy messages, a GitHub outage,
+//! access taken away and given back) or a crash and restart; shrinking may drop either end. The file's expectations are left out, since the
 //! faults change what happens; its actions and waits stay. The same file, seed and classes
 //! always give the same schedule, and the same schedule the same trace.
 
@@ -99,116 +99,117 @@ fn hosts_before(file: &ScenarioFile, before: usize) -> Vec<String> {
         .collect()
 }
 
-/// The fault schedule of `seed` over `file`, drawing from `classes`: one to three faults.
+/// The fault schedule of `seed` over `file`, drawing from `classes`: one to three faults. A
+/// fault is switched on before one of the file's steps and off before a later one (or left on
+/// to the end), so it spans part of the scenario without adding time of its own; a crash is one
+/// restart.
 pub fn schedule(file: &ScenarioFile, seed: u64, classes: &[FaultClass]) -> Vec<Fault> {
     let mut draws = Draws(seed ^ 0x5ca1_ab1e);
     let count = 1 + draws.below(3) as usize;
+    let steps = file.steps.len();
     let mut faults = Vec::new();
     for _ in 0..count {
         if classes.is_empty() {
             break;
         }
         let class = classes[draws.below(classes.len() as u64) as usize];
-        let before = draws.below(file.steps.len() as u64 + 1) as usize;
-        let steps = match class {
+        let on = draws.below(steps as u64 + 1) as usize;
+        let off = (on + 1 + draws.below((steps - on.min(steps)) as u64 + 1) as usize).min(steps);
+        let server = crate::SERVER_HOST.to_owned();
+        let client = |draws: &mut Draws| {
+            let hosts = hosts_before(file, on);
+            (!hosts.is_empty()).then(|| hosts[draws.below(hosts.len() as u64) as usize].clone())
+        };
+        let (start, end): (Vec<Action>, Vec<Action>) = match class {
             FaultClass::Partitions => {
-                let hosts = hosts_before(file, before);
-                if hosts.is_empty() {
+                let Some(host) = client(&mut draws) else {
                     continue;
-                }
-                let host = hosts[draws.below(hosts.len() as u64) as usize].clone();
-                vec![
-                    Action::Partition {
-                        a: host.clone(),
-                        b: crate::SERVER_HOST.to_owned(),
-                    },
-                    Action::Advance {
-                        ms: draws.below(150_000),
-                    },
-                    Action::Repair {
-                        a: host,
-                        b: crate::SERVER_HOST.to_owned(),
-                    },
-                ]
-            }
-            FaultClass::Latency | FaultClass::Drops => {
-                let hosts = hosts_before(file, before);
-                if hosts.is_empty() {
-                    continue;
-                }
-                let host = hosts[draws.below(hosts.len() as u64) as usize].clone();
-                let server = crate::SERVER_HOST.to_owned();
-                let (on, off) = if class == FaultClass::Latency {
-                    (
-                        Action::Latency {
-                            a: host.clone(),
-                            b: server.clone(),
-                            ms: Some(1 + draws.below(5_000)),
-                        },
-                        Action::Latency {
-                            a: host,
-                            b: server,
-                            ms: None,
-                        },
-                    )
-                } else {
-                    (
-                        Action::Drops {
-                            a: host.clone(),
-                            b: server.clone(),
-                            rate: (1 + draws.below(30)) as f64 / 100.0,
-                        },
-                        Action::Drops {
-                            a: host,
-                            b: server,
-                            rate: 0.0,
-                        },
-                    )
                 };
-                vec![
-                    on,
-                    Action::Advance {
-                        ms: draws.below(60_000),
-                    },
-                    off,
-                ]
+                (
+                    vec![Action::Partition {
+                        a: host.clone(),
+                        b: server.clone(),
+                    }],
+                    vec![Action::Repair { a: host, b: server }],
+                )
             }
-            FaultClass::Crashes => vec![
-                Action::Restart,
-                Action::AwaitServer {
-                    within_ms: WRITER_LEASE_TTL_MS as u64 + 10_000,
-                },
-            ],
-            FaultClass::GithubOutage => vec![
-                Action::GithubOutage { on: true },
-                Action::Advance {
-                    ms: draws.below(60_000),
-                },
-                Action::GithubOutage { on: false },
-            ],
+            FaultClass::Latency => {
+                let Some(host) = client(&mut draws) else {
+                    continue;
+                };
+                (
+                    vec![Action::Latency {
+                        a: host.clone(),
+                        b: server.clone(),
+                        ms: Some(1 + draws.below(5_000)),
+                    }],
+                    vec![Action::Latency {
+                        a: host,
+                        b: server,
+                        ms: None,
+                    }],
+                )
+            }
+            FaultClass::Drops => {
+                let Some(host) = client(&mut draws) else {
+                    continue;
+                };
+                (
+                    vec![Action::Drops {
+                        a: host.clone(),
+                        b: server.clone(),
+                        rate: (1 + draws.below(30)) as f64 / 100.0,
+                    }],
+                    vec![Action::Drops {
+                        a: host,
+                        b: server,
+                        rate: 0.0,
+                    }],
+                )
+            }
+            FaultClass::Crashes => (
+                vec![
+                    Action::Restart,
+                    Action::AwaitServer {
+                        within_ms: WRITER_LEASE_TTL_MS as u64 + 10_000,
+                    },
+                ],
+                Vec::new(),
+            ),
+            FaultClass::GithubOutage => (
+                vec![Action::GithubOutage { on: true }],
+                vec![Action::GithubOutage { on: false }],
+            ),
             FaultClass::Revocations => {
                 let (login, role) = if draws.below(2) == 0 {
                     ("mona", "write")
                 } else {
                     ("lisa", "admin")
                 };
-                vec![
-                    Action::GithubRole {
+                (
+                    vec![Action::GithubRole {
                         login: login.to_owned(),
                         role: "none".to_owned(),
-                    },
-                    Action::Advance {
-                        ms: draws.below(400_000),
-                    },
-                    Action::GithubRole {
+                    }],
+                    vec![Action::GithubRole {
                         login: login.to_owned(),
                         role: role.to_owned(),
-                    },
-                ]
+                    }],
+                )
             }
         };
-        faults.push(Fault { before, steps });
+        faults.push(Fault {
+            before: on,
+            steps: start,
+        });
+        if !end.is_empty() {
+            faults.push(Fault {
+                before: off,
+                steps: end,
+            });
+        }
     }
+    // Stable: a fault switched on and off before the same step stays in that order.
     faults.sort_by_key(|f| f.before);
     faults
 }

@@ -11,7 +11,8 @@
 //! - **generations only grow**: the stored ownership generation never goes down, across crashes;
 //! - **no old release**: no release is made under a generation older than the newest attach;
 //! - **grace honoured**: an attach of the grace period's own account that reached the server
-//!   before the period ended (and before anything released it) keeps the period's generation;
+//!   before the period ended (and before anything else released it) binds, if it binds at all,
+//!   under the period's generation;
 //! - **acks are kept**: every message acknowledged to a browser is in storage under its `seq`;
 //! - **refusals save nothing**: a refused message is not in storage (unless the same words were
 //!   acknowledged in another send);
@@ -150,20 +151,12 @@ fn planner_events(world: &World) -> Result<(), String> {
                         ));
                     }
                 }
-                // The period's own end may not release under an attach that arrived in it; a
+                // A release at the period's end leaves an attach that arrived in it owed its
+                // generation (it is judged when it binds, or forgotten when it is refused); a
                 // release before the end (a reset, a sign-out) decides the attach instead.
-                if let Some(((_, login), (_, at, _))) = owed
-                    .iter()
-                    .find(|((d, _), (_, _, until))| *d == document && now_wall >= *until)
-                {
-                    return Err(format!(
-                        "grace honoured: the grace period ended at {} ms and released generation {generation} while {login}'s attach, which reached the server at {at} ms inside it, was still being checked",
-                        e.at_ms
-                    ));
-                }
+                owed.retain(|(d, _), (_, _, until)| *d != document || now_wall >= *until);
                 grace.remove(&document);
                 holder.remove(&document);
-                owed.retain(|(d, _), _| *d != document);
             }
             PlannerEvent::AttachRefused {
                 document: Some(document),
