@@ -1087,3 +1087,15 @@ async fn run_agent(
         }
     }
 }
+
+/// A y-protocols sync `update` frame, as a browser sends a Yjs edit (yrs's own encoding).
+pub fn sync_update_frame(update: &[u8]) -> Vec<u8> {
+    chopin_server::content::sync_update_frame(update)
+}
+
+/// The sync `update` frame of Yjs client `client` typing `text` into an empty document: an
+/// insertion only, so it never takes anything else out.
+pub fn typed(client: u64, text: &str) -> Vec<u8> {
+    let doc = chopin_document::ydoc::empty_doc(client);
+    sync_update_frame(&chopin_document::ydoc::replace_source(&doc, text))
+}

@@ -510,22 +510,6 @@ struct Run {
     typed: Typed,
 }
 
-/// A y-protocols sync `update` frame carrying `update`.
-fn sync_update(update: &[u8]) -> Vec<u8> {
-    let mut frame = vec![0u8, 2];
-    let mut n = update.len();
-    loop {
-        if n < 0x80 {
-            frame.push(n as u8);
-            break;
-        }
-        frame.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
-    frame.extend_from_slice(update);
-    frame
-}
-
 fn sim(e: SimError) -> String {
     match e {
         SimError::Scenario(why) => why,
@@ -630,7 +614,7 @@ impl Run {
                     .or_insert_with(|| chopin_document::ydoc::empty_doc(client));
                 let source = chopin_document::ydoc::read_source(doc) + text;
                 let update = chopin_document::ydoc::replace_source(doc, &source);
-                b.send_binary(sync_update(&update));
+                b.send_binary(crate::actors::sync_update_frame(&update));
                 self.typed.push((browser.clone(), text.clone()));
                 Ok(())
             }

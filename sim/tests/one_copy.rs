@@ -21,13 +21,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
-use chopin_document::ydoc;
 use chopin_protocol::agent::TurnStatus;
 use chopin_server::content::IDLE_UNLOAD;
 use chopin_server::runtime::connector;
 use chopin_server::runtime::lease::WRITER_LEASE_TTL_MS;
 use chopin_server::store::instrumented::Hold;
 use chopin_server::store::prelude::*;
+use chopin_sim::actors::typed;
 use chopin_sim::cast::{block_on, cast_with, Cast};
 use chopin_sim::{
     AgentEvent, Browser, HoldStoreCalls, Step, TurmoilConnector, TurnScript, World, WorldOptions,
@@ -94,24 +94,6 @@ fn content_delays(seed: u64, loads: Arc<AtomicU64>) -> HoldStoreCalls {
         state.store(s, Ordering::SeqCst);
         (ms > 0).then(|| Box::pin(tokio::time::sleep(Duration::from_millis(ms))) as Hold)
     })
-}
-
-/// A sync `update` frame adding `text` as Yjs client `client` would type it into an empty
-/// document: an insertion only, so it can never take anything else out.
-fn typed(client: u64, text: &str) -> Vec<u8> {
-    let update = ydoc::replace_source(&ydoc::empty_doc(client), text);
-    let mut frame = vec![0u8, 2];
-    let mut n = update.len();
-    loop {
-        if n < 0x80 {
-            frame.push(n as u8);
-            break;
-        }
-        frame.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
-    frame.extend_from_slice(&update);
-    frame
 }
 
 /// The answer to a `GET /source`: its status and JSON body, or why there was none.

@@ -3,9 +3,9 @@
 //! the same trace hash twice, another seed another. Anything whose order can reach the trace
 //! (broadcasts, closes, awareness frames, ids) must come from the seed, not from the process.
 
-use chopin_document::ydoc;
 use chopin_server::store::prelude::*;
 use chopin_server::store::NewDocument;
+use chopin_sim::actors::typed;
 use chopin_sim::cast::{block_on, cast, Cast};
 use chopin_sim::{Agent, AgentEvent, World, SERVER_ORIGIN, SIM_EPOCH_MS};
 use uuid::Uuid;
@@ -34,23 +34,6 @@ fn awareness(client: u64, name: &str) -> Vec<u8> {
     let mut update = vec![1u8, client as u8, 1, json.len() as u8];
     update.extend_from_slice(json.as_bytes());
     let mut frame = vec![1u8, update.len() as u8];
-    frame.extend_from_slice(&update);
-    frame
-}
-
-/// A sync update frame that sets the text to `text`.
-fn typed(client: u64, text: &str) -> Vec<u8> {
-    let update = ydoc::replace_source(&ydoc::empty_doc(client), text);
-    let mut frame = vec![0u8, 2];
-    let mut n = update.len();
-    loop {
-        if n < 0x80 {
-            frame.push(n as u8);
-            break;
-        }
-        frame.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
     frame.extend_from_slice(&update);
     frame
 }

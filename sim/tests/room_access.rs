@@ -7,9 +7,9 @@
 //! y-websocket endpoint's sockets are held to the same, with close codes only.
 
 use axum::body::Bytes;
-use chopin_document::ydoc;
 use chopin_fixtures::github::Permission;
 use chopin_server::runtime::connector;
+use chopin_sim::actors::typed;
 use chopin_sim::cast::{cast, cast_with, Cast};
 use chopin_sim::{Browser, Configure, TurmoilConnector, World, WorldOptions, SERVER_ORIGIN};
 use serde_json::Value;
@@ -50,23 +50,6 @@ fn frames_of(browser: &Browser, kind: &str) -> Vec<(u64, Value)> {
         .filter(|h| h.message["type"] == kind)
         .map(|h| (h.at_ms, h.message))
         .collect()
-}
-
-/// A sync update frame from a client of its own that sets the text to `text`.
-fn typed(client: u64, text: &str) -> Vec<u8> {
-    let update = ydoc::replace_source(&ydoc::empty_doc(client), text);
-    let mut frame = vec![0u8, 2];
-    let mut n = update.len();
-    loop {
-        if n < 0x80 {
-            frame.push(n as u8);
-            break;
-        }
-        frame.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
-    }
-    frame.extend_from_slice(&update);
-    frame
 }
 
 fn hubot(world: &mut World) -> String {
