@@ -208,6 +208,7 @@ impl App {
             shutdown: shutdown.clone(),
             harness: config.harness.clone(),
             agent_enabled: config.agent_enabled,
+            planted: config.planted,
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
         let renewal = Arc::new(Renewal::new(

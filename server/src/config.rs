@@ -75,6 +75,9 @@ pub struct Planted {
     /// A writer's Yjs update is relayed to the document's other sockets before it is
     /// journalled (and journalled 50 ms later), so a relayed update may not be durable.
     pub journal_after_relay: bool,
+    /// A host tool's permission rechecks skip the ownership check (generation and holder), so
+    /// a tool can run after the turn's owner changed.
+    pub ownership_recheck_off: bool,
 }
 
 /// The typed configuration.

@@ -47,6 +47,15 @@ pub enum PlannerEvent {
     /// A browser login of `login` ended (`how`: `signed-out`, `expired` or
     /// `credential-revoked`), before its links closed.
     LoginEnded { login: String, how: String },
+    /// A Planner turn's host tool call was decided: `ran` when the permission rechecks passed
+    /// and the tool runs (the turn's owner `login` at ownership `generation`).
+    HostTool {
+        document: Uuid,
+        tool: String,
+        login: String,
+        generation: i64,
+        ran: bool,
+    },
     /// A browser login of `login` had its GitHub credential renewed: it is now at credential
     /// `revision` (its Planner sessions on the older revision were ended before).
     CredentialRenewed { login: String, revision: i64 },

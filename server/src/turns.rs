@@ -15,6 +15,7 @@ use chopin_protocol::agent::{Part, SessionMode, ToolSpec};
 use serde_json::Value;
 use uuid::Uuid;
 
+use crate::config::Planted;
 use crate::content::{EditRefused, OpenDocuments};
 use crate::documents::children::{ChildError, Children};
 use crate::documents::Documents;
@@ -24,6 +25,7 @@ use crate::harness::{
 };
 use crate::identity::admission::Admission;
 use crate::identity::sign_ins::SignIns;
+use crate::observe::PlannerEvent;
 use crate::planner::Planners;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{DocumentStore, Holder, OwnerGuard, OwnershipStore};
@@ -156,6 +158,8 @@ pub struct TurnsDeps {
     pub harness: String,
     /// `AGENT`: false (`off`) refuses every message to the Planner (SES-30).
     pub agent_enabled: bool,
+    /// Bugs the simulator planted (always off outside it).
+    pub planted: Planted,
 }
 
 /// The Planner turns of this process: at most one per document.
@@ -777,6 +781,8 @@ impl PlannerHost {
             return Err("the Planner owner's GitHub credential changed during the turn".to_owned());
         }
         match d.ownership.ownership(self.document).await {
+            // The simulator's planted bug: the ownership is not looked at.
+            _ if d.planted.ownership_recheck_off => {}
             Ok(o)
                 if o.generation == self.generation
                     && o.holder.as_ref().map(|h| h.account_id) == Some(self.holder.account_id) => {}
@@ -816,7 +822,15 @@ impl TurnHost for PlannerHost {
     async fn execute(&self, name: &str, input: Value, _cancel: CancelSignal) -> HostToolResult {
         // Text before a tool call is its step's; what comes after is the next step's.
         self.publish_step().await;
-        if let Err(why) = self.recheck().await {
+        let rechecked = self.recheck().await;
+        self.turns.deps.planners.emit(PlannerEvent::HostTool {
+            document: self.document,
+            tool: name.to_owned(),
+            login: self.holder.login.clone(),
+            generation: self.generation,
+            ran: rechecked.is_ok(),
+        });
+        if let Err(why) = rechecked {
             // Decided before execution: no tool runs.
             return self.deny(name, &why).await;
         }

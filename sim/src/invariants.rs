@@ -16,7 +16,10 @@
 //! - **acks are kept**: every message acknowledged to a browser is in storage under its `seq`;
 //! - **refusals save nothing**: a refused message is not in storage (unless the same words were
 //!   acknowledged in another send);
-//! - **no turn replayed**: no turn id reaches agent clients twice.
+//! - **no turn replayed**: no turn id reaches agent clients twice;
+//! - **tools run under their owner**: a host tool runs (its rechecks passed) only while the
+//!   turn's owner still holds the Planner at the turn's generation;
+//! - **relayed edits are durable**: text one browser received from another is in storage.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -157,6 +160,28 @@ fn planner_events(world: &World) -> Result<(), String> {
                 owed.retain(|(d, _), (_, _, until)| *d != document || now_wall >= *until);
                 grace.remove(&document);
                 holder.remove(&document);
+            }
+            PlannerEvent::LoginEnded { login, .. } => {
+                holder.retain(|_, (l, _)| *l != login);
+            }
+            PlannerEvent::HostTool {
+                document,
+                tool,
+                login,
+                generation,
+                ran: true,
+            } => {
+                let owner = holder.get(&document);
+                if owner != Some(&(login.clone(), generation)) {
+                    return Err(format!(
+                        "tools run under their owner: {tool} ran at {} ms for {login}'s turn at generation {generation}, when the Planner was {}",
+                        e.at_ms,
+                        match owner {
+                            Some((l, g)) => format!("{l}'s at generation {g}"),
+                            None => "nobody's".to_owned(),
+                        }
+                    ));
+                }
             }
             PlannerEvent::AttachRefused {
                 document: Some(document),

@@ -47,8 +47,8 @@ pub struct ScenarioFile {
     /// Server settings other than the defaults.
     #[serde(default)]
     pub settings: Settings,
-    /// Known bugs to plant in the server (`grace-hold-off`, `journal-after-relay`), to show
-    /// the invariants catch them. Empty in every scenario of `scenarios/`.
+    /// Known bugs to plant in the server (`grace-hold-off`, `journal-after-relay`,
+    /// `ownership-recheck-off`), to show the invariants catch them. Empty in every scenario of `scenarios/`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plant: Vec<String>,
     /// Played as exploration plays (see [`Mode::Explore`]): what `explore` writes.
@@ -94,8 +94,10 @@ impl Settings {
         let s = self.clone();
         let grace_hold_off = plant.iter().any(|p| p == "grace-hold-off");
         let journal_after_relay = plant.iter().any(|p| p == "journal-after-relay");
+        let ownership_recheck_off = plant.iter().any(|p| p == "ownership-recheck-off");
         if !grace_hold_off
             && !journal_after_relay
+            && !ownership_recheck_off
             && s.planner_attach_grace_ms.is_none()
             && s.agent_connection_timeout_ms.is_none()
             && s.agent_access_recheck_ms.is_none()
@@ -106,6 +108,7 @@ impl Settings {
         Some(std::sync::Arc::new(move |c| {
             c.planted.grace_hold_off = grace_hold_off;
             c.planted.journal_after_relay = journal_after_relay;
+            c.planted.ownership_recheck_off = ownership_recheck_off;
             if let Some(ms) = s.planner_attach_grace_ms {
                 c.planner_attach_grace_ms = ms;
             }

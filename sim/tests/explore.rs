@@ -4,7 +4,9 @@
 //! 10 seeds; the schedule shrinks to at most one fault; the scenario written from it breaks the
 //! same invariant when played again, from its own seed. Without the plant, the same seeds hold.
 //! With journal-after-relay planted (a writer's update relayed before it is journalled), the
-//! two-writer edit scenario breaks "relayed edits are durable" the same way.
+//! two-writer edit scenario breaks "relayed edits are durable" the same way; with the tool
+//! recheck's ownership check planted off, a reset during a slow recheck breaks "tools run under
+//! their owner".
 
 use std::path::Path;
 use std::time::Duration;
@@ -98,4 +100,29 @@ fn explore_finds_journal_after_relay_planted_and_shrinks_it_to_a_replayable_file
     let replayed = play(&again, None);
     assert!(replayed.violation, "{:?}", replayed.failure);
     assert_eq!(replayed.trace.hash(), found.verdict.trace.hash());
+}
+
+#[test]
+fn explore_finds_the_ownership_recheck_planted_off_and_shrinks_it_to_a_replayable_file() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/perm-a-reset-during-a-tools-recheck-denies-the-tool.toml");
+    let file = ScenarioFile {
+        plant: vec!["ownership-recheck-off".to_owned()],
+        ..ScenarioFile::read(&path).unwrap()
+    };
+    let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
+    let found = explored.found.expect("found within 10 seeds");
+    let (_, why) = found
+        .verdict
+        .failure
+        .clone()
+        .expect("the shrunk run breaks it");
+    assert!(
+        why.starts_with("invariant broken — tools run under their owner"),
+        "{why}"
+    );
+    assert!(found.shrunk.len() <= 1, "{:?}", found.shrunk);
+    let again = ScenarioFile::parse(&found.scenario.to_toml()).unwrap();
+    let replayed = play(&again, None);
+    assert!(replayed.violation, "{:?}", replayed.failure);
 }
