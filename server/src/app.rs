@@ -211,6 +211,7 @@ impl App {
             planted: config.planted,
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
+        chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
             sign_ins.clone(),
             planners.clone(),

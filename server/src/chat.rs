@@ -15,7 +15,7 @@
 //! - Every time is the server clock's; nothing here draws randomness.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +23,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use crate::config::Planted;
 use crate::runtime::SharedClock;
 use crate::store::{NewTranscriptEntry, UnixMillis};
 pub use crate::transcript::Malformed;
@@ -197,6 +198,12 @@ pub fn mentions_planner(text: &str) -> bool {
 pub struct Chat {
     sent: Mutex<Sent>,
     in_flight: Arc<AtomicUsize>,
+    /// Sends being processed now, counted apart from the admission above, and the most ever
+    /// at once: what the simulator holds to the cap.
+    processing: AtomicUsize,
+    most_processing: AtomicUsize,
+    /// A bug the simulator planted (see [`Planted::sends_cap_off`]).
+    sends_cap_off: AtomicBool,
     transcript: Arc<Transcript>,
     turns: Arc<Turns>,
     clock: SharedClock,
@@ -245,6 +252,15 @@ impl Drop for InFlight {
     }
 }
 
+/// One send under way, counted in [`Chat::most_processing_at_once`] until dropped.
+struct Processing<'a>(&'a AtomicUsize);
+
+impl Drop for Processing<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Clears a send's pending mark if it ends without an outcome (its task was dropped).
 struct Pending<'a> {
     chat: &'a Chat,
@@ -266,6 +282,9 @@ impl Chat {
         Chat {
             sent: Mutex::default(),
             in_flight: Arc::default(),
+            processing: AtomicUsize::new(0),
+            most_processing: AtomicUsize::new(0),
+            sends_cap_off: AtomicBool::new(false),
             transcript,
             turns,
             clock,
@@ -278,6 +297,10 @@ impl Chat {
 
     /// Takes one of the [`SENDS_IN_FLIGHT_MAX`] places, or `None` when all are taken.
     pub fn try_admit(&self) -> Option<InFlight> {
+        if self.sends_cap_off.load(Ordering::SeqCst) {
+            self.in_flight.fetch_add(1, Ordering::SeqCst);
+            return Some(InFlight(self.in_flight.clone()));
+        }
         self.in_flight
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
                 (n < SENDS_IN_FLIGHT_MAX).then_some(n + 1)
@@ -289,6 +312,18 @@ impl Chat {
     /// Sends being processed now.
     pub fn in_flight(&self) -> usize {
         self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// The most sends this process has had under way at once (counted around their processing,
+    /// apart from the admission that caps them).
+    pub fn most_processing_at_once(&self) -> usize {
+        self.most_processing.load(Ordering::SeqCst)
+    }
+
+    /// Plants the bugs of `planted` that live here (the simulator's, to show it finds them).
+    pub fn plant(&self, planted: Planted) {
+        self.sends_cap_off
+            .store(planted.sends_cap_off, Ordering::SeqCst);
     }
 }
 
@@ -373,7 +408,11 @@ impl Chat {
             }
             // The first send ended without an outcome: look again (it may be processed here).
         };
+        let now = self.processing.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_processing.fetch_max(now, Ordering::SeqCst);
+        let processing = Processing(&self.processing);
         let reply = self.process(place, sender, request).await;
+        drop(processing);
         {
             let now = self.clock.now_ms();
             let mut table = self.lock();

@@ -78,6 +78,8 @@ pub struct Planted {
     /// A host tool's permission rechecks skip the ownership check (generation and holder), so
     /// a tool can run after the turn's owner changed.
     pub ownership_recheck_off: bool,
+    /// Chat admits every send, with no cap on how many are processed at once.
+    pub sends_cap_off: bool,
 }
 
 /// The typed configuration.

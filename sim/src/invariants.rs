@@ -19,7 +19,8 @@
 //! - **no turn replayed**: no turn id reaches agent clients twice;
 //! - **tools run under their owner**: a host tool runs (its rechecks passed) only while the
 //!   turn's owner still holds the Planner at the turn's generation;
-//! - **relayed edits are durable**: text one browser received from another is in storage.
+//! - **relayed edits are durable**: text one browser received from another is in storage;
+//! - **at most 20 sends at once**: the server never has more Chat sends under way at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -60,6 +61,13 @@ impl Invariants {
         // one holder
         if let Some(app) = world.server_app() {
             let presence = app.planners.presence(doc);
+            let most = app.chat.most_processing_at_once();
+            if most > chopin_server::chat::SENDS_IN_FLIGHT_MAX {
+                return Err(format!(
+                    "at most {} sends at once: {most} Chat sends were under way at once",
+                    chopin_server::chat::SENDS_IN_FLIGHT_MAX
+                ));
+            }
             if presence.state == PresenceState::Attached {
                 let stored = ownership.holder.as_ref().map(|h| h.login.clone());
                 if stored != presence.login {

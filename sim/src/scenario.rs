@@ -48,9 +48,13 @@ pub struct ScenarioFile {
     #[serde(default)]
     pub settings: Settings,
     /// Known bugs to plant in the server (`grace-hold-off`, `journal-after-relay`,
-    /// `ownership-recheck-off`), to show the invariants catch them. Empty in every scenario of `scenarios/`.
+    /// `ownership-recheck-off`, `sends-cap-off`), to show the invariants catch them. Empty in every scenario of `scenarios/`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plant: Vec<String>,
+    /// Store calls held this many simulated ms each, by method (`append_transcript = 50`):
+    /// slow storage, so that requests overlap.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub slow_store: BTreeMap<String, u64>,
     /// Played as exploration plays (see [`Mode::Explore`]): what `explore` writes.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lenient: bool,
@@ -95,7 +99,9 @@ impl Settings {
         let grace_hold_off = plant.iter().any(|p| p == "grace-hold-off");
         let journal_after_relay = plant.iter().any(|p| p == "journal-after-relay");
         let ownership_recheck_off = plant.iter().any(|p| p == "ownership-recheck-off");
-        if !grace_hold_off
+        let sends_cap_off = plant.iter().any(|p| p == "sends-cap-off");
+        if !sends_cap_off
+            && !grace_hold_off
             && !journal_after_relay
             && !ownership_recheck_off
             && s.planner_attach_grace_ms.is_none()
@@ -109,6 +115,7 @@ impl Settings {
             c.planted.grace_hold_off = grace_hold_off;
             c.planted.journal_after_relay = journal_after_relay;
             c.planted.ownership_recheck_off = ownership_recheck_off;
+            c.planted.sends_cap_off = sends_cap_off;
             if let Some(ms) = s.planner_attach_grace_ms {
                 c.planner_attach_grace_ms = ms;
             }
@@ -414,6 +421,21 @@ pub fn play(file: &ScenarioFile, seed: Option<u64>) -> Verdict {
     play_as(file, seed, mode)
 }
 
+/// Holds each store call named in `slow` for its ms.
+fn slow_store(slow: &BTreeMap<String, u64>) -> Option<crate::world::HoldStoreCalls> {
+    if slow.is_empty() {
+        return None;
+    }
+    let slow = slow.clone();
+    Some(std::sync::Arc::new(move |_incarnation, method, _write| {
+        let ms = *slow.get(method)?;
+        Some(
+            Box::pin(tokio::time::sleep(std::time::Duration::from_millis(ms)))
+                as chopin_server::store::instrumented::Hold,
+        )
+    }))
+}
+
 /// How a file is played.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -439,7 +461,7 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         WorldOptions {
             fixed_latency_ms: file.latency_ms,
             configure: file.settings.configure(&file.plant),
-            ..WorldOptions::default()
+            hold_store_calls: slow_store(&file.slow_store),
         },
     );
     let mut run = Run {

@@ -6,7 +6,8 @@
 //! With journal-after-relay planted (a writer's update relayed before it is journalled), the
 //! two-writer edit scenario breaks "relayed edits are durable" the same way; with the tool
 //! recheck's ownership check planted off, a reset during a slow recheck breaks "tools run under
-//! their owner".
+//! their owner"; with Chat's cap on sends planted off, twenty-one senders break "at most 20
+//! sends at once".
 
 use std::path::Path;
 use std::time::Duration;
@@ -125,4 +126,26 @@ fn explore_finds_the_ownership_recheck_planted_off_and_shrinks_it_to_a_replayabl
     let again = ScenarioFile::parse(&found.scenario.to_toml()).unwrap();
     let replayed = play(&again, None);
     assert!(replayed.violation, "{:?}", replayed.failure);
+}
+
+#[test]
+fn explore_finds_the_sends_cap_planted_off() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../scenarios/msg-20-twenty-one-senders-at-once.toml");
+    let file = ScenarioFile {
+        plant: vec!["sends-cap-off".to_owned()],
+        ..ScenarioFile::read(&path).unwrap()
+    };
+    let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
+    let found = explored.found.expect("found within 10 seeds");
+    let (_, why) = found
+        .verdict
+        .failure
+        .clone()
+        .expect("the shrunk run breaks it");
+    assert!(
+        why.starts_with("invariant broken — at most 20 sends at once"),
+        "{why}"
+    );
+    assert!(found.shrunk.len() <= 1, "{:?}", found.shrunk);
 }
