@@ -208,6 +208,12 @@ pub enum Action {
     Leave {
         browser: String,
     },
+    /// `as` (mona, lisa or hubot) signs in through the real OAuth routes: a browser sign-in of
+    /// theirs, for `browser` steps (mona and lisa are signed in from the start).
+    SignIn {
+        #[serde(rename = "as")]
+        login: String,
+    },
     /// `as` signs out through the real route (the browser sign-in ends).
     SignOut {
         #[serde(rename = "as")]
@@ -610,7 +616,7 @@ impl Run {
                     .cookies
                     .get(login)
                     .ok_or_else(|| {
-                        format!("{login} has no browser sign-in in the cast (mona, lisa)")
+                        format!("{login} has no browser sign-in (mona and lisa have one from the start; a sign-in step makes one)")
                     })?
                     .clone();
                 let browser = self.world.browser(name, &cookie, &doc);
@@ -652,6 +658,14 @@ impl Run {
                 Ok(())
             }
             Action::SignOut { login } => self.sign_out(login),
+            Action::SignIn { login } => {
+                if !["mona", "lisa", "hubot"].contains(&login.as_str()) {
+                    return Err(format!("{login} is not in the cast (mona, lisa, hubot)"));
+                }
+                let cookie = self.world.sign_in(login).map_err(sim)?;
+                self.cookies.insert(login.clone(), cookie);
+                Ok(())
+            }
             Action::Reset { login } => {
                 let token = self.token(login)?;
                 let path = format!("/api/documents/{doc}/planner/reset");
