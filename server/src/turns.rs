@@ -58,7 +58,10 @@ impl PlannerRequest {
     fn words(&self) -> String {
         let said = format!("@{}: {}", self.from_login, self.text);
         match &self.focus {
-            Some(focus) => format!("{FOCUS_LINE}{})\n{said}", focus.url),
+            Some(focus) => format!(
+                "{FOCUS_LINE}{}, the focus of this message)\n{said}",
+                focus.url
+            ),
             None => said,
         }
     }

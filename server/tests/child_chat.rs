@@ -151,7 +151,9 @@ async fn iso_25_a_message_from_a_child_room_goes_to_the_roots_chat_with_the_chil
     assert_eq!(ack["planner"], "started", "{ack}");
     let (session, turn, prompt) = started(&mut client).await;
     assert!(
-        prompt.contains(CHILD_URL) && prompt.contains("@mona: @chopin tidy this list"),
+        prompt.contains(&format!(
+            "(sent from the child document {CHILD_URL}, the focus of this message)\n@mona: @chopin tidy this list"
+        )),
         "the turn's prompt names the child as its focus: {prompt}"
     );
 

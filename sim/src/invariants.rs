@@ -22,6 +22,7 @@
 //! - **relayed edits are durable**: text one browser received from another is in storage;
 //! - **at most 20 sends at once**: the server never has more Chat sends under way at once.
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
 
 use chopin_server::observe::PlannerEvent;
@@ -46,21 +47,21 @@ pub struct Invariants {
 }
 
 impl Invariants {
-    /// Checks every rule now; `Err` names the rule broken and how.
+    /// Checks every rule now; `Err` names the rule broken and how. `docs` are the documents
+    /// the scenario uses; `rooms`, the document each browser's room is on.
+    #[allow(clippy::too_many_arguments)]
     pub fn check(
         &mut self,
         world: &World,
-        doc: Uuid,
+        docs: &[Uuid],
+        rooms: &BTreeMap<String, Uuid>,
         agents: &BTreeMap<String, Agent>,
         browsers: &BTreeMap<String, Browser>,
         sends: &Sends,
         typed: &Typed,
     ) -> Result<(), String> {
-        let ownership = block_on(world.store().ownership(doc))
-            .map_err(|e| format!("the store could not be read: {e}"))?;
-        // one holder
-        if let Some(app) = world.server_app() {
-            let presence = app.planners.presence(doc);
+        let app = world.server_app();
+        if let Some(app) = &app {
             let most = app.chat.most_processing_at_once();
             if most > chopin_server::chat::SENDS_IN_FLIGHT_MAX {
                 return Err(format!(
@@ -68,28 +69,36 @@ impl Invariants {
                     chopin_server::chat::SENDS_IN_FLIGHT_MAX
                 ));
             }
-            if presence.state == PresenceState::Attached {
-                let stored = ownership.holder.as_ref().map(|h| h.login.clone());
-                if stored != presence.login {
-                    return Err(format!(
-                        "one holder: the server shows the Planner attached to {:?} but storage names {stored:?}",
-                        presence.login
-                    ));
+        }
+        for &doc in docs {
+            let ownership = block_on(world.store().ownership(doc))
+                .map_err(|e| format!("the store could not be read: {e}"))?;
+            // one holder
+            if let Some(app) = &app {
+                let presence = app.planners.presence(doc);
+                if presence.state == PresenceState::Attached {
+                    let stored = ownership.holder.as_ref().map(|h| h.login.clone());
+                    if stored != presence.login {
+                        return Err(format!(
+                            "one holder: the server shows the Planner of {doc} attached to {:?} but storage names {stored:?}",
+                            presence.login
+                        ));
+                    }
                 }
             }
+            // generations only grow
+            let highest = self.highest_generation.entry(doc).or_insert(0);
+            if ownership.generation < *highest {
+                return Err(format!(
+                    "generations only grow: the stored generation of {doc} went from {highest} down to {}",
+                    ownership.generation
+                ));
+            }
+            *highest = ownership.generation;
         }
-        // generations only grow
-        let highest = self.highest_generation.entry(doc).or_insert(0);
-        if ownership.generation < *highest {
-            return Err(format!(
-                "generations only grow: the stored generation went from {highest} down to {}",
-                ownership.generation
-            ));
-        }
-        *highest = ownership.generation;
         planner_events(world)?;
-        chat(world, doc, browsers, sends)?;
-        relayed(world, doc, browsers, typed)?;
+        chat(world, rooms, browsers, sends)?;
+        relayed(world, rooms, browsers, typed)?;
         turns(agents)
     }
 }
@@ -204,42 +213,60 @@ fn planner_events(world: &World) -> Result<(), String> {
     Ok(())
 }
 
+/// The document whose Chat a room on `doc` speaks: a child's root's (ISO-25), else its own.
+fn chat_document(world: &World, doc: Uuid) -> Uuid {
+    block_on(world.store().document(doc))
+        .ok()
+        .flatten()
+        .and_then(|d| d.parent_id)
+        .unwrap_or(doc)
+}
+
 /// acks are kept; refusals save nothing.
 fn chat(
     world: &World,
-    doc: Uuid,
+    rooms: &BTreeMap<String, Uuid>,
     browsers: &BTreeMap<String, Browser>,
     sends: &Sends,
 ) -> Result<(), String> {
     if sends.is_empty() {
         return Ok(());
     }
-    let stored = block_on(world.store().transcript(doc, 0, 10_000))
-        .map_err(|e| format!("the transcript could not be read: {e}"))?;
+    let mut stored: BTreeMap<Uuid, Vec<_>> = BTreeMap::new();
     let mut acked_texts = BTreeSet::new();
     let mut refused = Vec::new();
     for (id, (name, text)) in sends {
-        let Some(browser) = browsers.get(name) else {
+        let (Some(browser), Some(room)) = (browsers.get(name), rooms.get(name)) else {
             continue;
+        };
+        let chat_doc = chat_document(world, *room);
+        let entries = match stored.entry(chat_doc) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(new) => new.insert(
+                block_on(world.store().transcript(chat_doc, 0, 10_000))
+                    .map_err(|e| format!("the transcript could not be read: {e}"))?,
+            ),
         };
         for reply in browser.replies(id) {
             match reply.message["type"].as_str() {
                 Some("chat:ack") => {
                     let seq = reply.message["seq"].as_i64().unwrap_or(-1);
-                    if !stored.iter().any(|e| e.seq == seq && e.body == *text) {
+                    if !entries.iter().any(|e| e.seq == seq && e.body == *text) {
                         return Err(format!(
                             "acks are kept: {name}'s {id:?} was acknowledged as seq {seq}, which storage does not hold with its text"
                         ));
                     }
-                    acked_texts.insert(text.clone());
+                    acked_texts.insert((chat_doc, text.clone()));
                 }
-                Some("chat:refused") => refused.push((name, id, text)),
+                Some("chat:refused") => refused.push((name, id, text, chat_doc)),
                 _ => {}
             }
         }
     }
-    for (name, id, text) in refused {
-        if !acked_texts.contains(text) && stored.iter().any(|e| e.body == *text) {
+    for (name, id, text, chat_doc) in refused {
+        if !acked_texts.contains(&(chat_doc, text.clone()))
+            && stored[&chat_doc].iter().any(|e| e.body == *text)
+        {
             return Err(format!(
                 "refusals save nothing: {name}'s {id:?} was refused, yet storage holds its text"
             ));
@@ -252,25 +279,31 @@ fn chat(
 /// in storage (journal and checkpoint) already — what a crash now would keep.
 fn relayed(
     world: &World,
-    doc: Uuid,
+    rooms: &BTreeMap<String, Uuid>,
     browsers: &BTreeMap<String, Browser>,
     typed: &Typed,
 ) -> Result<(), String> {
     if typed.is_empty() {
         return Ok(());
     }
-    let mut stored = None;
+    let mut stored: BTreeMap<Uuid, String> = BTreeMap::new();
     for (name, browser) in browsers {
+        let Some(room) = rooms.get(name) else {
+            continue;
+        };
         let received = received_text(&browser.binary_heard());
         for (typist, text) in typed {
-            if typist == name || !received.contains(text.as_str()) {
+            if typist == name
+                || rooms.get(typist) != Some(room)
+                || !received.contains(text.as_str())
+            {
                 continue;
             }
-            let stored = match &stored {
-                Some(s) => s,
-                None => stored.insert(stored_text(world, doc)?),
+            let held = match stored.entry(*room) {
+                Entry::Occupied(known) => known.into_mut(),
+                Entry::Vacant(new) => new.insert(stored_text(world, *room)?),
             };
-            if !stored.contains(text.as_str()) {
+            if !held.contains(text.as_str()) {
                 return Err(format!(
                     "relayed edits are durable: {name} received {typist}'s {text:?}, which storage does not hold"
                 ));

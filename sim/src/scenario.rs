@@ -160,6 +160,9 @@ pub enum Action {
         features: Vec<String>,
         #[serde(default = "yes")]
         wait: bool,
+        /// The document's slug (default: the cast's `field-notes`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        document: Option<String>,
     },
     /// The agent detaches (close 1000 after `detach`).
     Detach {
@@ -186,6 +189,16 @@ pub enum Action {
         name: String,
         #[serde(rename = "as")]
         login: String,
+        /// The document's slug (default: the cast's `field-notes`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        document: Option<String>,
+    },
+    /// A document of `octo/plans` is created in storage, as the documents API would: `slug`,
+    /// and `parent` (a slug) for a child.
+    CreateDocument {
+        slug: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        parent: Option<String>,
     },
     /// The browser sends `chat:send`.
     Chat {
@@ -482,6 +495,8 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         browsers: BTreeMap::new(),
         marks: BTreeMap::new(),
         acted_at: 0,
+        docs: BTreeMap::from([("field-notes".to_owned(), doc)]),
+        rooms: BTreeMap::new(),
         sends: Sends::new(),
         typists: BTreeMap::new(),
         typed: Typed::new(),
@@ -497,9 +512,11 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
             run.acted_at = run.world.now_ms();
         }
         let stepped = run.step(action);
+        let docs: Vec<uuid::Uuid> = run.docs.values().copied().collect();
         if let Err(why) = invariants.check(
             &run.world,
-            run.doc,
+            &docs,
+            &run.rooms,
             &run.agents,
             &run.browsers,
             &run.sends,
@@ -534,6 +551,10 @@ struct Run {
     browsers: BTreeMap<String, Browser>,
     marks: BTreeMap<String, u64>,
     acted_at: u64,
+    /// Documents by slug: the cast's and those the file created.
+    docs: BTreeMap<String, uuid::Uuid>,
+    /// The document each browser's room is on.
+    rooms: BTreeMap<String, uuid::Uuid>,
     sends: Sends,
     /// Each typing browser's own copy of the document (its client id fixed at its first `type`).
     typists: BTreeMap<String, yrs::Doc>,
@@ -577,7 +598,9 @@ impl Run {
                 agent,
                 features,
                 wait,
+                document,
             } => {
+                let doc = self.document(document)?.to_string();
                 let a = self.agent(agent)?;
                 let features: Vec<&str> = features.iter().map(String::as_str).collect();
                 a.attach_with_features(&doc, &features);
@@ -611,7 +634,40 @@ impl Run {
                 });
                 Ok(())
             }
-            Action::Browser { name, login } => {
+            Action::CreateDocument { slug, parent } => {
+                if self.docs.contains_key(slug) {
+                    return Err(format!("a document {slug:?} exists already"));
+                }
+                let parent_id = match parent {
+                    Some(p) => Some(self.document(&Some(p.clone()))?),
+                    None => None,
+                };
+                let id = uuid::Uuid::from_u128(0x5eed + self.docs.len() as u128);
+                block_on(
+                    self.world
+                        .store()
+                        .create_document(&chopin_server::store::NewDocument {
+                            id,
+                            repo_owner: "octo".into(),
+                            repo_name: "plans".into(),
+                            slug: slug.clone(),
+                            title: slug.clone(),
+                            created_at_ms: crate::clock::SIM_EPOCH_MS + self.world.now_ms() as i64,
+                            parent_id,
+                        }),
+                )
+                .map_err(|e| e.to_string())?;
+                self.docs.insert(slug.clone(), id);
+                Ok(())
+            }
+            Action::Browser {
+                name,
+                login,
+                document,
+            } => {
+                let room = self.document(document)?;
+                let doc = room.to_string();
+                self.rooms.insert(name.clone(), room);
                 let cookie = self
                     .cookies
                     .get(login)
@@ -906,6 +962,16 @@ impl Run {
         let token = self.world.github().issue_token(login);
         self.tokens.insert(login.to_owned(), token.clone());
         Ok(token)
+    }
+
+    /// The id of the document `slug` names (the cast's when `None`).
+    fn document(&self, slug: &Option<String>) -> Result<uuid::Uuid, String> {
+        match slug {
+            None => Ok(self.doc),
+            Some(slug) => self.docs.get(slug).copied().ok_or_else(|| {
+                format!("no document {slug:?} (field-notes, or one a create-document step made)")
+            }),
+        }
     }
 
     fn agent(&self, name: &str) -> Result<&Agent, String> {
