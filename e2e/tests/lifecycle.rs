@@ -98,6 +98,11 @@ async fn sigterm_closes_every_socket_with_a_close_frame_and_gives_the_lease_back
     let (status, log) = server.stop().await;
     assert!(status.success(), "{log}");
     assert!(log.contains("writer lease released"), "{log}");
+    // Written to a pipe, not a terminal: plain text, no colour codes.
+    assert!(
+        !log.contains('\u{1b}'),
+        "escape codes in a piped log: {log:?}"
+    );
 
     let (heard, closed) = tokio::time::timeout(Duration::from_secs(10), agent_heard)
         .await
