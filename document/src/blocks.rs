@@ -5,7 +5,7 @@
 //! index, a kind, an inclusive line range and a digest. Blank lines between blocks belong to no
 //! block. Lines that hold something but produce no Markdown event (link reference definitions)
 //! become a `definition` block, so every non-blank line lies in exactly one block.
-//! Does not own: what a Decision block says (see [`crate::decision`]).
+//! Does not own: what a Decision block says (the `decision` module reads it).
 //!
 //! Blocks are a pure function of the source and are recomputed whenever they are needed; they
 //! are never stored, so they cannot drift from the text.

@@ -4,7 +4,7 @@
 //! newline does not start another line, so an empty source has no lines and `"a\n"` has one.
 //! A `\r` before the `\n` stays part of the line's text, so CRLF sources come back verbatim.
 //! Columns are 1-based Unicode code points over a line's characters and then its newline.
-//! Does not own: Markdown structure (see [`crate::blocks`]).
+//! Does not own: Markdown structure (the `blocks` module, which counts with these lines).
 
 use std::ops::Range;
 
