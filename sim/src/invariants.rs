@@ -44,6 +44,7 @@ pub type Typed = Vec<(String, String)>;
 #[derive(Debug, Default)]
 pub struct Invariants {
     highest_generation: BTreeMap<Uuid, i64>,
+    planner: PlannerSeen,
 }
 
 impl Invariants {
@@ -96,27 +97,57 @@ impl Invariants {
             }
             *highest = ownership.generation;
         }
-        planner_events(world)?;
+        self.planner.check(world)?;
         chat(world, rooms, browsers, sends)?;
         relayed(world, rooms, browsers, typed)?;
         turns(agents)
     }
 }
 
-/// The rules read from the server's Planner events in the trace.
-fn planner_events(world: &World) -> Result<(), String> {
-    struct Grace {
-        login: String,
-        generation: i64,
-        until_ms: i64,
+/// What the Planner-event rules remember of the trace read so far.
+#[derive(Debug, Default)]
+struct PlannerSeen {
+    /// Trace events already read.
+    read: usize,
+    /// The newest generation attached, per document.
+    newest: BTreeMap<Uuid, i64>,
+    /// Who holds each document's Planner, at which generation.
+    holder: BTreeMap<Uuid, (String, i64)>,
+    grace: BTreeMap<Uuid, Grace>,
+    /// An attach that arrived inside its own account's grace period: its generation is owed
+    /// (generation, when it arrived, the period's end).
+    owed: BTreeMap<(Uuid, String), (i64, u64, i64)>,
+}
+
+#[derive(Debug)]
+struct Grace {
+    login: String,
+    generation: i64,
+    until_ms: i64,
+}
+
+impl PlannerSeen {
+    /// The rules read from the server's Planner events, over the events recorded since the
+    /// last check.
+    fn check(&mut self, world: &World) -> Result<(), String> {
+        world.with_events(self.read, |events| {
+            self.read += events.len();
+            events.iter().try_for_each(|e| self.event(e))
+        })
     }
-    let mut newest: BTreeMap<Uuid, i64> = BTreeMap::new();
-    let mut holder: BTreeMap<Uuid, (String, i64)> = BTreeMap::new();
-    let mut grace: BTreeMap<Uuid, Grace> = BTreeMap::new();
-    // An attach that arrived inside its own account's grace period: its generation is owed.
-    let mut owed: BTreeMap<(Uuid, String), (i64, u64, i64)> = BTreeMap::new();
-    for e in world.trace().events {
-        let Event::Planner(p) = e.event else { continue };
+
+    fn event(&mut self, e: &crate::world::TraceEvent) -> Result<(), String> {
+        let PlannerSeen {
+            newest,
+            holder,
+            grace,
+            owed,
+            ..
+        } = self;
+        let Event::Planner(p) = &e.event else {
+            return Ok(());
+        };
+        let p = p.clone();
         let now_wall = e.at_ms as i64 + crate::clock::SIM_EPOCH_MS;
         match p {
             PlannerEvent::Attached {
@@ -209,8 +240,8 @@ fn planner_events(world: &World) -> Result<(), String> {
             }
             _ => {}
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The document whose Chat a room on `doc` speaks: a child's root's (ISO-25), else its own.

@@ -94,24 +94,15 @@ pub struct Settings {
 }
 
 impl Settings {
-    fn configure(&self, plant: &[String]) -> Option<crate::world::Configure> {
+    /// The server configuration these settings and `plant` change (none set, nothing changed).
+    fn configure(&self, plant: &[String]) -> crate::world::Configure {
         let s = self.clone();
-        let grace_hold_off = plant.iter().any(|p| p == "grace-hold-off");
-        let journal_after_relay = plant.iter().any(|p| p == "journal-after-relay");
-        let ownership_recheck_off = plant.iter().any(|p| p == "ownership-recheck-off");
-        let sends_cap_off = plant.iter().any(|p| p == "sends-cap-off");
-        if !sends_cap_off
-            && !grace_hold_off
-            && !journal_after_relay
-            && !ownership_recheck_off
-            && s.planner_attach_grace_ms.is_none()
-            && s.agent_connection_timeout_ms.is_none()
-            && s.agent_access_recheck_ms.is_none()
-            && s.session_max_age_ms.is_none()
-        {
-            return None;
-        }
-        Some(std::sync::Arc::new(move |c| {
+        let planted = |name: &str| plant.iter().any(|p| p == name);
+        let grace_hold_off = planted("grace-hold-off");
+        let journal_after_relay = planted("journal-after-relay");
+        let ownership_recheck_off = planted("ownership-recheck-off");
+        let sends_cap_off = planted("sends-cap-off");
+        std::sync::Arc::new(move |c| {
             c.planted.grace_hold_off = grace_hold_off;
             c.planted.journal_after_relay = journal_after_relay;
             c.planted.ownership_recheck_off = ownership_recheck_off;
@@ -128,7 +119,7 @@ impl Settings {
             if let Some(ms) = s.session_max_age_ms {
                 c.session_max_age_ms = ms;
             }
-        }))
+        })
     }
 }
 
@@ -395,18 +386,14 @@ impl Action {
     /// Whether the step does something (rather than wait, mark or check): searches for events
     /// start where the last such step began.
     fn acts(&self) -> bool {
-        !matches!(
-            self,
-            Action::Advance { .. }
-                | Action::AdvanceTo { .. }
-                | Action::Until { .. }
-                | Action::Mark { .. }
-                | Action::ExpectEvent { .. }
-                | Action::ExpectNoEvent { .. }
-                | Action::ExpectPresence { .. }
-                | Action::ExpectHolder { .. }
-                | Action::Expect { .. }
-        )
+        !self.expects()
+            && !matches!(
+                self,
+                Action::Advance { .. }
+                    | Action::AdvanceTo { .. }
+                    | Action::Until { .. }
+                    | Action::Mark { .. }
+            )
     }
 }
 
@@ -479,7 +466,7 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         seed,
         WorldOptions {
             fixed_latency_ms: file.latency_ms,
-            configure: file.settings.configure(&file.plant),
+            configure: Some(file.settings.configure(&file.plant)),
             hold_store_calls: slow_store(&file.slow_store),
         },
     );
@@ -826,22 +813,25 @@ impl Run {
             } => {
                 let since = self.since(since)?;
                 let (host, text) = (event.host.clone(), event.text.clone());
+                // Each tick looks only at the events recorded since the last one.
+                let mut checked = 0;
                 self.world
                     .advance_until(
                         *within_ms,
                         &format!("an event {}", describe(event)),
-                        move |w| find(&w.trace(), host.as_deref(), &text, since).is_some(),
+                        move |w| {
+                            w.with_events(checked, |new| {
+                                checked += new.len();
+                                find(new, host.as_deref(), &text, since).is_some()
+                            })
+                        },
                     )
                     .map_err(sim)?;
                 if let Some(mark) = mark {
-                    let at = find(
-                        &self.world.trace(),
-                        event.host.as_deref(),
-                        &event.text,
-                        since,
-                    )
-                    .map(|e| e.at_ms)
-                    .unwrap_or_default();
+                    let at = self.world.with_events(0, |events| {
+                        find(events, event.host.as_deref(), &event.text, since)
+                            .map_or(0, |e| e.at_ms)
+                    });
                     self.marks.insert(mark.clone(), at);
                 }
                 Ok(())
@@ -861,8 +851,9 @@ impl Run {
                 since,
             } => {
                 let since = self.since(since)?;
-                let trace = self.world.trace();
-                let found = find(&trace, event.host.as_deref(), &event.text, since);
+                let found = self.world.with_events(0, |events| {
+                    find(events, event.host.as_deref(), &event.text, since).cloned()
+                });
                 let Some(found) = found else {
                     return Err(format!(
                         "expected an event {} from {since} ms, but there was none",
@@ -888,7 +879,7 @@ impl Run {
                             "expected an event {} {when}, but the first from {since} ms was at {} ms: {}",
                             describe(event),
                             found.at_ms,
-                            line(found)
+                            line(&found)
                         ));
                     }
                 }
@@ -904,8 +895,10 @@ impl Run {
                     Some(b) => self.time(b)?,
                     None => u64::MAX,
                 };
-                let trace = self.world.trace();
-                match find(&trace, event.host.as_deref(), &event.text, since) {
+                let found = self.world.with_events(0, |events| {
+                    find(events, event.host.as_deref(), &event.text, since).cloned()
+                });
+                match found {
                     Some(found) if found.at_ms < before => Err(format!(
                         "expected no event {} from {since} ms{}, but at {} ms: {}",
                         describe(event),
@@ -915,7 +908,7 @@ impl Run {
                             format!(" before {before} ms")
                         },
                         found.at_ms,
-                        line(found)
+                        line(&found)
                     )),
                     _ => Ok(()),
                 }
@@ -1067,15 +1060,14 @@ fn describe(m: &Match) -> String {
     }
 }
 
-/// The first event at or after `since` on `host` whose line contains `text`.
+/// The first of `events` at or after `since` on `host` whose line contains `text`.
 fn find<'t>(
-    trace: &'t Trace,
+    events: &'t [TraceEvent],
     host: Option<&str>,
     text: &str,
     since: u64,
 ) -> Option<&'t TraceEvent> {
-    trace
-        .events
+    events
         .iter()
         .find(|e| e.at_ms >= since && host.is_none_or(|h| h == e.host) && line(e).contains(text))
 }

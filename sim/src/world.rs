@@ -758,6 +758,13 @@ impl World {
         }
     }
 
+    /// Runs `f` over the trace's events from index `from` on, without copying them (a check
+    /// made after every tick or step).
+    pub fn with_events<R>(&self, from: usize, f: impl FnOnce(&[TraceEvent]) -> R) -> R {
+        let events = self.recorder.lock();
+        f(events.get(from..).unwrap_or_default())
+    }
+
     /// Takes one step of a scenario.
     pub fn apply(&mut self, step: &Step) -> Result<(), SimError> {
         match step {
