@@ -310,9 +310,8 @@ fn broken(verdict: &Verdict) -> Option<String> {
     Some(rule.split(':').next().unwrap_or(rule).to_owned())
 }
 
-/// The smallest schedule found that still breaks the same invariant with the same seed: whole
-/// faults taken out one at a time while it still breaks, then each wait inside the remaining
-/// faults halved while it still breaks.
+/// The smallest schedule found that still breaks the same invariant with the same seed: the
+/// switchings taken out one at a time while it still breaks.
 pub fn shrink(file: &ScenarioFile, seed: u64, faults: &[Fault], first: &Verdict) -> Vec<Fault> {
     let Some(rule) = broken(first) else {
         return faults.to_vec();
@@ -331,22 +330,6 @@ pub fn shrink(file: &ScenarioFile, seed: u64, faults: &[Fault], first: &Verdict)
             current = candidate;
         } else {
             i += 1;
-        }
-    }
-    for f in 0..current.len() {
-        for s in 0..current[f].steps.len() {
-            while let Action::Advance { ms } = current[f].steps[s] {
-                if ms == 0 {
-                    break;
-                }
-                let mut candidate = current.clone();
-                candidate[f].steps[s] = Action::Advance { ms: ms / 2 };
-                if still_breaks(&candidate) {
-                    current = candidate;
-                } else {
-                    break;
-                }
-            }
         }
     }
     current

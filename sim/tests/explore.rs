@@ -12,24 +12,30 @@
 use std::path::Path;
 use std::time::Duration;
 
-use chopin_sim::explore::{explore, schedule, with_faults, FaultClass};
+use chopin_sim::explore::{explore, schedule, with_faults, FaultClass, Found};
 use chopin_sim::scenario::{play, play_as, Mode, ScenarioFile};
 
-fn ao_09() -> ScenarioFile {
+/// The scenario file `scenarios/NAME.toml`.
+fn scenario(name: &str) -> ScenarioFile {
     ScenarioFile::read(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../scenarios/ao-09-reattach-1ms-before-grace-end.toml"),
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../scenarios/{name}.toml")),
     )
     .unwrap()
 }
 
+fn ao_09() -> ScenarioFile {
+    scenario("ao-09-reattach-1ms-before-grace-end")
+}
+
 const BUDGET: Duration = Duration::from_secs(600);
 
-#[test]
-fn explore_finds_the_grace_hold_planted_off_and_shrinks_it_to_a_replayable_file() {
+/// Explores scenario `name` with `plant` planted over seeds 0..10: a schedule breaks
+/// `invariant`, shrinks to at most one fault, and the scenario written from it, read back,
+/// breaks it again when replayed from its own seed, to the same trace.
+fn found_by_explore(name: &str, plant: &str, invariant: &str) -> Found {
     let file = ScenarioFile {
-        plant: vec!["grace-hold-off".to_owned()],
-        ..ao_09()
+        plant: vec![plant.to_owned()],
+        ..scenario(name)
     };
     let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
     let found = explored.found.expect("found within 10 seeds");
@@ -39,18 +45,28 @@ fn explore_finds_the_grace_hold_planted_off_and_shrinks_it_to_a_replayable_file(
         .clone()
         .expect("the shrunk run breaks it");
     assert!(
-        why.starts_with("invariant broken — grace honoured"),
+        why.starts_with(&format!("invariant broken — {invariant}")),
         "{why}"
     );
     assert!(found.shrunk.len() <= 1, "{:?}", found.shrunk);
-    assert!(found.shrunk.len() <= found.faults.len());
-    // Written and read back, it replays to the same break from its own seed.
-    let text = found.scenario.to_toml();
-    let again = ScenarioFile::parse(&text).unwrap();
-    assert!(again.lenient && again.plant == ["grace-hold-off"], "{text}");
+    let again = ScenarioFile::parse(&found.scenario.to_toml()).unwrap();
     let replayed = play(&again, None);
     assert!(replayed.violation, "{:?}", replayed.failure);
     assert_eq!(replayed.trace.hash(), found.verdict.trace.hash());
+    found
+}
+
+#[test]
+fn explore_finds_the_grace_hold_planted_off_and_shrinks_it_to_a_replayable_file() {
+    let found = found_by_explore(
+        "ao-09-reattach-1ms-before-grace-end",
+        "grace-hold-off",
+        "grace honoured",
+    );
+    assert!(found.shrunk.len() <= found.faults.len());
+    let text = found.scenario.to_toml();
+    let again = ScenarioFile::parse(&text).unwrap();
+    assert!(again.lenient && again.plant == ["grace-hold-off"], "{text}");
 }
 
 #[test]
@@ -78,74 +94,28 @@ fn a_seed_gives_the_same_schedule_and_trace_every_time() {
 
 #[test]
 fn explore_finds_journal_after_relay_planted_and_shrinks_it_to_a_replayable_file() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios/edits-relayed-between-writers-survive-a-crash.toml");
-    let file = ScenarioFile {
-        plant: vec!["journal-after-relay".to_owned()],
-        ..ScenarioFile::read(&path).unwrap()
-    };
     // Without the plant, the file passes (the scenarios test holds it to its snapshot).
-    let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
-    let found = explored.found.expect("found within 10 seeds");
-    let (_, why) = found
-        .verdict
-        .failure
-        .clone()
-        .expect("the shrunk run breaks it");
-    assert!(
-        why.starts_with("invariant broken — relayed edits are durable"),
-        "{why}"
+    found_by_explore(
+        "edits-relayed-between-writers-survive-a-crash",
+        "journal-after-relay",
+        "relayed edits are durable",
     );
-    assert!(found.shrunk.len() <= 1, "{:?}", found.shrunk);
-    let again = ScenarioFile::parse(&found.scenario.to_toml()).unwrap();
-    let replayed = play(&again, None);
-    assert!(replayed.violation, "{:?}", replayed.failure);
-    assert_eq!(replayed.trace.hash(), found.verdict.trace.hash());
 }
 
 #[test]
 fn explore_finds_the_ownership_recheck_planted_off_and_shrinks_it_to_a_replayable_file() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios/perm-a-reset-during-a-tools-recheck-denies-the-tool.toml");
-    let file = ScenarioFile {
-        plant: vec!["ownership-recheck-off".to_owned()],
-        ..ScenarioFile::read(&path).unwrap()
-    };
-    let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
-    let found = explored.found.expect("found within 10 seeds");
-    let (_, why) = found
-        .verdict
-        .failure
-        .clone()
-        .expect("the shrunk run breaks it");
-    assert!(
-        why.starts_with("invariant broken — tools run under their owner"),
-        "{why}"
+    found_by_explore(
+        "perm-a-reset-during-a-tools-recheck-denies-the-tool",
+        "ownership-recheck-off",
+        "tools run under their owner",
     );
-    assert!(found.shrunk.len() <= 1, "{:?}", found.shrunk);
-    let again = ScenarioFile::parse(&found.scenario.to_toml()).unwrap();
-    let replayed = play(&again, None);
-    assert!(replayed.violation, "{:?}", replayed.failure);
 }
 
 #[test]
 fn explore_finds_the_sends_cap_planted_off() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../scenarios/msg-20-twenty-one-senders-at-once.toml");
-    let file = ScenarioFile {
-        plant: vec!["sends-cap-off".to_owned()],
-        ..ScenarioFile::read(&path).unwrap()
-    };
-    let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
-    let found = explored.found.expect("found within 10 seeds");
-    let (_, why) = found
-        .verdict
-        .failure
-        .clone()
-        .expect("the shrunk run breaks it");
-    assert!(
-        why.starts_with("invariant broken — at most 20 sends at once"),
-        "{why}"
+    found_by_explore(
+        "msg-20-twenty-one-senders-at-once",
+        "sends-cap-off",
+        "at most 20 sends at once",
     );
-    assert!(found.shrunk.len() <= 1, "{:?}", found.shrunk);
 }

@@ -187,11 +187,7 @@ impl OpenDocument {
         let planted = self.deps.journal_after_relay.load(Ordering::SeqCst);
         if planted {
             // The planted bug: relayed first, journalled a moment later.
-            let _ = self.relay.send(Relay {
-                from,
-                frame: Arc::new(sync_update_frame(&change)),
-                awareness: false,
-            });
+            self.relay_update(from, &change);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let now = self.deps.clock.now_ms();
@@ -216,13 +212,19 @@ impl OpenDocument {
             self.checkpoint(content).await;
         }
         if !planted {
-            let _ = self.relay.send(Relay {
-                from,
-                frame: Arc::new(sync_update_frame(&change)),
-                awareness: false,
-            });
+            self.relay_update(from, &change);
         }
         Ok(true)
+    }
+
+    /// Relays `change` as a sync `update` frame to the document's sockets other than `from` (0:
+    /// from no socket, a Planner's edit).
+    fn relay_update(&self, from: u64, change: &[u8]) {
+        let _ = self.relay.send(Relay {
+            from,
+            frame: Arc::new(sync_update_frame(change)),
+            awareness: false,
+        });
     }
 
     /// `edit_plan` against this document: the batch is checked against the source and the document's
@@ -278,11 +280,7 @@ impl OpenDocument {
                 guard::apply_checked(&content.doc, &update);
                 content.shadow.follow(&content.doc, &update);
                 content.applied(self.document_id, seq);
-                let _ = self.relay.send(Relay {
-                    from: 0,
-                    frame: Arc::new(sync_update_frame(&update)),
-                    awareness: false,
-                });
+                self.relay_update(0, &update);
                 if let EditOutcome::Applied { revision, .. } = &mut result.outcome {
                     *revision = plan_revision as u64;
                 }
