@@ -34,6 +34,9 @@ pub const OPTIONS_MAX: usize = 20;
 pub const ANSWERS_MAX: usize = 100;
 /// Most characters of a GitHub login.
 pub const LOGIN_MAX_CHARS: usize = 39;
+/// Every key a Decision block may hold, as errors list them.
+pub const KEYS: &str =
+    "id, state, header, question, about, multi, hint, prefill, option, detail, preview, answer, chose";
 
 /// Where a Decision stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,11 +70,57 @@ impl DecisionState {
     }
 }
 
-/// One person's answer: `answer: @login: text`.
+/// One person's answer: `answer: @login: text` (written), or `chose: @login: label` (one of the
+/// Decision's options, by its label).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Answer {
     pub login: String,
+    /// The written text, or the label of the option chosen. Written text may be empty.
     pub text: String,
+    /// True for `chose:` — the text is an option's label, not something written.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub chose: bool,
+}
+
+impl Answer {
+    /// A written answer.
+    pub fn written(login: &str, text: &str) -> Self {
+        Answer {
+            login: login.to_owned(),
+            text: text.to_owned(),
+            chose: false,
+        }
+    }
+
+    /// The option labelled `label`, chosen.
+    pub fn chose(login: &str, label: &str) -> Self {
+        Answer {
+            login: login.to_owned(),
+            text: label.to_owned(),
+            chose: true,
+        }
+    }
+}
+
+/// One choice a Decision offers: `option:`, optionally followed by its `detail:` (a line that
+/// describes it) and its `preview:` (Markdown shown under it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DecisionOption {
+    pub label: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preview: Option<String>,
+}
+
+impl DecisionOption {
+    pub fn new(label: &str) -> Self {
+        DecisionOption {
+            label: label.to_owned(),
+            detail: None,
+            preview: None,
+        }
+    }
 }
 
 /// A valid Decision block, read.
@@ -80,8 +129,121 @@ pub struct Decision {
     pub id: String,
     pub state: DecisionState,
     pub question: String,
-    pub options: Vec<String>,
+    /// A short label shown above the question.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    pub options: Vec<DecisionOption>,
+    /// Whether one person may choose several options (`multi: yes`).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub multi: bool,
+    /// Words that help answer it (a placeholder, a confirmation's message), verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+    /// The text a written answer starts from (an editor's initial text), verbatim.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefill: Option<String>,
+    /// The digest (`sha256:…`) of the block the Decision is about, when it is linked to one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub about: Option<String>,
     pub answers: Vec<Answer>,
+}
+
+impl Decision {
+    /// An open Decision with only its question.
+    pub fn open(id: &str, question: &str) -> Self {
+        Decision {
+            id: id.to_owned(),
+            state: DecisionState::Open,
+            question: question.to_owned(),
+            header: None,
+            options: Vec::new(),
+            multi: false,
+            hint: None,
+            prefill: None,
+            about: None,
+            answers: Vec::new(),
+        }
+    }
+
+    /// The index of the option labelled `label`.
+    pub fn option_index(&self, label: &str) -> Option<usize> {
+        self.options.iter().position(|o| o.label == label)
+    }
+
+    /// The block's text, fences included and ending in a newline, in the canonical order of
+    /// keys. A value that a plain line would not keep (empty, several lines, space at either
+    /// end, or starting with `"`) is written as a JSON string.
+    pub fn render(&self) -> String {
+        let mut out = String::from("```decision\n");
+        let mut line = |key: &str, value: &str| {
+            out.push_str(key);
+            out.push_str(": ");
+            out.push_str(&line_value(value));
+            out.push('\n');
+        };
+        line("id", &self.id);
+        line("state", self.state.name());
+        if let Some(header) = &self.header {
+            line("header", header);
+        }
+        line("question", &self.question);
+        if let Some(about) = &self.about {
+            line("about", about);
+        }
+        if self.multi {
+            line("multi", "yes");
+        }
+        if let Some(hint) = &self.hint {
+            line("hint", hint);
+        }
+        if let Some(prefill) = &self.prefill {
+            line("prefill", prefill);
+        }
+        for option in &self.options {
+            line("option", &option.label);
+            if let Some(detail) = &option.detail {
+                line("detail", detail);
+            }
+            if let Some(preview) = &option.preview {
+                line("preview", preview);
+            }
+        }
+        for answer in &self.answers {
+            let key = if answer.chose { "chose" } else { "answer" };
+            out.push_str(&format!(
+                "{key}: @{}: {}\n",
+                answer.login,
+                line_value(&answer.text)
+            ));
+        }
+        out.push_str("```\n");
+        out
+    }
+}
+
+/// `value` as one line of a Decision block: as it is, or as a JSON string when a plain line
+/// would not keep it.
+fn line_value(value: &str) -> String {
+    let plain = !value.is_empty()
+        && !value.starts_with('"')
+        && value.trim() == value
+        && !value.contains(['\n', '\r']);
+    if plain {
+        value.to_owned()
+    } else {
+        serde_json::Value::String(value.to_owned()).to_string()
+    }
+}
+
+/// A value read from a Decision line: a JSON string (`"…"`, which may hold line breaks or be
+/// empty) is decoded; anything else is the text as written.
+fn read_value(value: &str) -> String {
+    if value.starts_with('"') {
+        if let Ok(decoded) = serde_json::from_str::<String>(value) {
+            return decoded;
+        }
+    }
+    value.to_owned()
 }
 
 /// A Decision as the document's list shows it.
@@ -124,10 +286,16 @@ pub enum DecisionProblem {
     InfoString(String),
     #[error("the fence is not closed")]
     NotClosed,
-    #[error("expected `key: value` (keys: id, state, question, option, answer)")]
+    #[error("expected `key: value` (keys: {KEYS})")]
     NotKeyValue,
-    #[error("unknown key `{0}` (keys: id, state, question, option, answer)")]
+    #[error("unknown key `{0}` (keys: {KEYS})")]
     UnknownKey(String),
+    #[error("`{0}` describes the option before it, so it must follow an `option:` line (once)")]
+    OptionNote(&'static str),
+    #[error("`multi` is `yes` or `no`, not `{0}`")]
+    BadMulti(String),
+    #[error("`chose: @{login}: {label}` names no option of this Decision")]
+    NoSuchOption { login: String, label: String },
     #[error("`{0}` appears more than once")]
     Repeated(&'static str),
     #[error("`{0}` is empty")]
@@ -138,7 +306,7 @@ pub enum DecisionProblem {
     BadId,
     #[error("unknown state `{0}` (states: open, answered, resolved, expired)")]
     BadState(String),
-    #[error("an answer is `answer: @login: text`")]
+    #[error("an answer is `answer: @login: text` or `chose: @login: option`")]
     BadAnswer,
     #[error("`{0}` is not a GitHub login")]
     BadLogin(String),
@@ -203,7 +371,12 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
     let mut id = None;
     let mut state: Option<(DecisionState, usize)> = None;
     let mut question = None;
-    let mut options: Vec<String> = Vec::new();
+    let mut header = None;
+    let mut about = None;
+    let mut multi = None;
+    let mut hint = None;
+    let mut prefill = None;
+    let mut options: Vec<DecisionOption> = Vec::new();
     let mut answers = Vec::new();
     for (number, raw) in body.iter().enumerate() {
         let line = Some(number + 1);
@@ -241,10 +414,44 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
             }
             "question" => {
                 once(&question, "question", line)?;
-                question = Some(non_empty(value, "question", TEXT_MAX_CHARS, line)?.to_string());
+                question = Some(non_empty(
+                    &read_value(value),
+                    "question",
+                    TEXT_MAX_CHARS,
+                    line,
+                )?);
+            }
+            "header" => {
+                once(&header, "header", line)?;
+                header = Some(non_empty(
+                    &read_value(value),
+                    "header",
+                    TEXT_MAX_CHARS,
+                    line,
+                )?);
+            }
+            "about" => {
+                once(&about, "about", line)?;
+                about = Some(non_empty(value, "about", TEXT_MAX_CHARS, line)?);
+            }
+            "hint" => {
+                once(&hint, "hint", line)?;
+                hint = Some(read_value(value));
+            }
+            "prefill" => {
+                once(&prefill, "prefill", line)?;
+                prefill = Some(read_value(value));
+            }
+            "multi" => {
+                once(&multi, "multi", line)?;
+                multi = Some(match value {
+                    "yes" => true,
+                    "no" => false,
+                    other => return Err(error(line, DecisionProblem::BadMulti(other.into()))),
+                });
             }
             "option" => {
-                let value = non_empty(value, "option", TEXT_MAX_CHARS, line)?;
+                let value = non_empty(&read_value(value), "option", TEXT_MAX_CHARS, line)?;
                 if options.len() == OPTIONS_MAX {
                     let problem = DecisionProblem::TooMany {
                         key: "option",
@@ -252,12 +459,26 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
                     };
                     return Err(error(line, problem));
                 }
-                if options.iter().any(|o| o == value) {
-                    return Err(error(line, DecisionProblem::DuplicateOption(value.into())));
+                if options.iter().any(|o| o.label == value) {
+                    return Err(error(line, DecisionProblem::DuplicateOption(value)));
                 }
-                options.push(value.to_string());
+                options.push(DecisionOption::new(&value));
             }
-            "answer" => {
+            key @ ("detail" | "preview") => {
+                let key = if key == "detail" { "detail" } else { "preview" };
+                let note = options.last_mut().map(|o| {
+                    if key == "detail" {
+                        &mut o.detail
+                    } else {
+                        &mut o.preview
+                    }
+                });
+                match note {
+                    Some(slot @ None) => *slot = Some(read_value(value)),
+                    _ => return Err(error(line, DecisionProblem::OptionNote(key))),
+                }
+            }
+            key @ ("answer" | "chose") => {
                 if answers.len() == ANSWERS_MAX {
                     let problem = DecisionProblem::TooMany {
                         key: "answer",
@@ -265,7 +486,8 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
                     };
                     return Err(error(line, problem));
                 }
-                answers.push(parse_answer(value, line)?);
+                let answer = parse_answer(value, key == "chose", line)?;
+                answers.push((answer, line));
             }
             other => return Err(error(line, DecisionProblem::UnknownKey(other.to_string()))),
         }
@@ -280,12 +502,26 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
             DecisionProblem::NeedsAnswer(state.name()),
         ));
     }
+    for (answer, line) in &answers {
+        if answer.chose && !options.iter().any(|o| o.label == answer.text) {
+            let problem = DecisionProblem::NoSuchOption {
+                login: answer.login.clone(),
+                label: answer.text.clone(),
+            };
+            return Err(error(*line, problem));
+        }
+    }
     Ok(Decision {
         id,
         state,
         question,
+        header,
         options,
-        answers,
+        multi: multi.unwrap_or(false),
+        hint,
+        prefill,
+        about,
+        answers: answers.into_iter().map(|(a, _)| a).collect(),
     })
 }
 
@@ -296,22 +532,31 @@ fn once<T>(seen: &Option<T>, key: &'static str, line: Option<usize>) -> Result<(
     }
 }
 
-fn non_empty<'v>(
-    value: &'v str,
+fn non_empty(
+    value: &str,
     key: &'static str,
     max: usize,
     line: Option<usize>,
-) -> Result<&'v str, DecisionError> {
+) -> Result<String, DecisionError> {
     if value.is_empty() {
         return Err(error(line, DecisionProblem::Empty(key)));
     }
+    within(value, key, max, line)
+}
+
+fn within(
+    value: &str,
+    key: &'static str,
+    max: usize,
+    line: Option<usize>,
+) -> Result<String, DecisionError> {
     if value.chars().count() > max {
         return Err(error(line, DecisionProblem::TooLong { key, max }));
     }
-    Ok(value)
+    Ok(value.to_owned())
 }
 
-fn parse_answer(value: &str, line: Option<usize>) -> Result<Answer, DecisionError> {
+fn parse_answer(value: &str, chose: bool, line: Option<usize>) -> Result<Answer, DecisionError> {
     let rest = value
         .strip_prefix('@')
         .ok_or_else(|| error(line, DecisionProblem::BadAnswer))?;
@@ -325,10 +570,17 @@ fn parse_answer(value: &str, line: Option<usize>) -> Result<Answer, DecisionErro
     if !valid_login {
         return Err(error(line, DecisionProblem::BadLogin(login.to_string())));
     }
-    let text = non_empty(text.trim(), "answer", TEXT_MAX_CHARS, line)?;
+    // Written text may be empty only as `""`, which says so explicitly.
+    let raw = text.trim();
+    let text = if raw.starts_with('"') {
+        within(&read_value(raw), "answer", TEXT_MAX_CHARS, line)?
+    } else {
+        non_empty(raw, "answer", TEXT_MAX_CHARS, line)?
+    };
     Ok(Answer {
         login: login.to_string(),
-        text: text.to_string(),
+        text,
+        chose,
     })
 }
 
@@ -372,13 +624,11 @@ mod tests {
         assert_eq!(decision.id, "harbour-quay");
         assert_eq!(decision.state, DecisionState::Answered);
         assert_eq!(decision.question, "Which quay?");
-        assert_eq!(decision.options, vec!["North", "South"]);
+        let labels: Vec<_> = decision.options.iter().map(|o| o.label.as_str()).collect();
+        assert_eq!(labels, vec!["North", "South"]);
         assert_eq!(
             decision.answers,
-            vec![Answer {
-                login: "mona".into(),
-                text: "North, the crane is there.".into()
-            }]
+            vec![Answer::written("mona", "North, the crane is there.")]
         );
     }
 
@@ -441,5 +691,96 @@ mod tests {
         assert_eq!(ids, vec![("harbour-quay", 1), ("second", 3)]);
         assert_eq!(list[1].title, "When?");
         assert_eq!(list[1].state, DecisionState::Open);
+    }
+
+    fn card() -> Decision {
+        let mut d = Decision::open("q-1", "Which region goes first?\nSay why.");
+        d.header = Some("Rollout".into());
+        d.about = Some("sha256:00ff".into());
+        d.multi = true;
+        d.hint = Some("  leading space kept".into());
+        d.prefill = Some("line one\nline two".into());
+        d.options = vec![
+            DecisionOption {
+                label: "eu-west".into(),
+                detail: Some("Smallest traffic".into()),
+                preview: None,
+            },
+            DecisionOption {
+                label: "us-east".into(),
+                detail: None,
+                preview: Some("| region | share |\n|---|---|\n| us-east | 61% |".into()),
+            },
+        ];
+        d
+    }
+
+    #[test]
+    fn atm_24_a_rendered_card_reads_back_whole_previews_as_their_own_field() {
+        let mut d = card();
+        assert_eq!(parse_decision(&d.render()), Ok(d.clone()));
+        d.state = DecisionState::Answered;
+        d.answers = vec![
+            Answer::chose("mona", "us-east"),
+            Answer::written("hubot", ""),
+            Answer::written("mona", "\"quoted\" and\nsplit"),
+        ];
+        let text = d.render();
+        assert!(text.contains("chose: @mona: us-east\n"), "{text}");
+        assert!(text.contains("answer: @hubot: \"\"\n"), "{text}");
+        assert_eq!(parse_decision(&text), Ok(d));
+    }
+
+    #[test]
+    fn atm_26_explicitly_empty_written_text_is_an_answer_but_a_bare_empty_one_is_not() {
+        let d = parse_decision(
+            "```decision\nid: a\nstate: answered\nquestion: Q\nanswer: @mona: \"\"\n```\n",
+        )
+        .unwrap();
+        assert_eq!(d.answers, vec![Answer::written("mona", "")]);
+        let e = problem("```decision\nid: a\nstate: answered\nquestion: Q\nanswer: @mona:\n```\n");
+        assert_eq!(e.problem, DecisionProblem::Empty("answer"));
+    }
+
+    #[test]
+    fn option_notes_and_choices_are_checked() {
+        let e = problem("```decision\nid: a\nstate: open\nquestion: Q\ndetail: d\n```\n");
+        assert_eq!(
+            (e.line, e.problem),
+            (Some(4), DecisionProblem::OptionNote("detail"))
+        );
+        let e = problem("```decision\nid: a\nstate: open\nquestion: Q\noption: x\npreview: p\npreview: q\n```\n");
+        assert_eq!(
+            (e.line, e.problem),
+            (Some(6), DecisionProblem::OptionNote("preview"))
+        );
+        let e = problem(
+            "```decision\nid: a\nstate: answered\nquestion: Q\noption: x\nchose: @mona: y\n```\n",
+        );
+        assert_eq!(e.line, Some(5));
+        assert_eq!(
+            e.to_string(),
+            "Decision block line 5: `chose: @mona: y` names no option of this Decision"
+        );
+        let e = problem("```decision\nid: a\nstate: open\nquestion: Q\nmulti: maybe\n```\n");
+        assert_eq!(e.problem, DecisionProblem::BadMulti("maybe".into()));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_card_text_survives_rendering(
+            question in "[^\u{0}]{1,80}",
+            hint in proptest::option::of("[^\u{0}]{0,80}"),
+            label in "[a-z][a-z ]{0,20}[a-z]",
+            answer in "[^\u{0}]{0,80}",
+        ) {
+            let question = if question.trim().is_empty() { "q".to_owned() } else { question };
+            let mut d = Decision::open("p-1", &question);
+            d.hint = hint;
+            d.options = vec![DecisionOption::new(&label)];
+            d.state = DecisionState::Answered;
+            d.answers = vec![Answer::written("mona", &answer), Answer::chose("hubot", &label)];
+            proptest::prop_assert_eq!(parse_decision(&d.render()), Ok(d));
+        }
     }
 }

@@ -32,6 +32,7 @@ use crate::identity::tokens::{RefresherSettings, TokenRefresher};
 use crate::identity::web_flow::{SignInDeps, WebFlow, WebFlowSettings};
 use crate::metrics::Metrics;
 use crate::planner::Planners;
+use crate::questions::{Questions, QuestionsDeps};
 use crate::renewal::Renewal;
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
@@ -71,6 +72,7 @@ pub struct App {
     pub turns: Arc<Turns>,
     pub chat: Arc<Chat>,
     pub renewal: Arc<Renewal>,
+    pub questions: Arc<Questions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -211,6 +213,12 @@ impl App {
             planted: config.planted,
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
+        let questions = Arc::new(Questions::new(QuestionsDeps {
+            open: open.clone(),
+            records: store.clone(),
+            transcript: transcript.clone(),
+            entropy: entropy.clone(),
+        }));
         chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
             sign_ins.clone(),
@@ -246,6 +254,7 @@ impl App {
             turns,
             chat,
             renewal,
+            questions,
         }
     }
 
@@ -282,6 +291,7 @@ impl App {
             documents: self.documents.clone(),
             open: self.open.clone(),
             planners: self.planners.clone(),
+            questions: self.questions.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),
@@ -295,6 +305,7 @@ impl App {
             shutdown: self.shutdown.clone(),
             metrics: self.metrics.clone(),
             access_recheck_ms: self.config.access_recheck_ms,
+            questions: self.questions.clone(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),
@@ -319,6 +330,7 @@ impl App {
             },
             shutdown: self.shutdown.clone(),
             metrics: self.metrics.clone(),
+            questions: self.questions.clone(),
         }))
     }
 }

@@ -28,6 +28,7 @@ pub mod identity;
 pub mod metrics;
 pub mod observe;
 pub mod planner;
+pub mod questions;
 pub mod renewal;
 pub mod runtime;
 pub mod transcript;

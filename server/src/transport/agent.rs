@@ -48,6 +48,7 @@ use crate::observe::PlannerEvent;
 use crate::planner::{
     Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal, RevocationWatch,
 };
+use crate::questions::{Asking, Questions, Scope};
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Document, OwnershipStore};
 
@@ -76,6 +77,8 @@ pub struct AgentDeps {
     /// The process's stop: every link is told `going-away` and closed 1001.
     pub shutdown: Shutdown,
     pub metrics: Arc<Metrics>,
+    /// Where a link's `input-request`s become Decisions.
+    pub questions: Arc<Questions>,
 }
 
 pub fn routes(deps: AgentDeps) -> Routes {
@@ -362,10 +365,22 @@ impl Link {
             return;
         }
         let link = bound.link;
-        match self
+        let ended = self
             .attached(&doc, &live, bound, &check, &mut command_rx)
-            .await
-        {
+            .await;
+        if self.deps.shutdown.is_stopping() {
+            // A stopping server withdraws nothing: the cards stay open for the next process.
+            self.deps.questions.forget_link(link);
+        } else {
+            // The link closed for good: what it asked is withdrawn (RT-11).
+            let url = documents::canonical_url(&doc);
+            let why = "The Planner's connection closed.";
+            self.deps
+                .questions
+                .withdraw(doc.id, &url, Scope::Link(link), why)
+                .await;
+        }
+        match ended {
             Ended::OnItsOwn(how) => planners.link_ended(doc.id, link, how).await,
             Ended::Done => {}
         }
@@ -558,6 +573,9 @@ impl Link {
                         self.close(wire::close::NORMAL, "detached").await;
                         return Ended::Done;
                     }
+                    Incoming::Message(ClientMessage::InputCancel(cancel)) => {
+                        self.withdraw_later(doc, Scope::Request(bound.link, cancel.request_id), "The Planner cancelled the question.".to_owned());
+                    }
                     Incoming::Message(other) => {
                         let turn = other.turn_id().map(|t| format!("turn:{t}"));
                         let session = other.session_id().map(|s| format!("session:{s}"));
@@ -576,6 +594,10 @@ impl Link {
                             self.end_on_close = Some(LinkEnd::Dropped);
                             self.fail(&fault).await;
                             return Ended::Done;
+                        }
+                        if let ClientMessage::InputRequest(request) = other {
+                            self.ask_later(doc, bound.link, request);
+                            continue;
                         }
                         let key = turn.or(session);
                         match key.and_then(|k| routes.get(&k)) {
@@ -598,6 +620,18 @@ impl Link {
                 },
                 command = commands.recv(), if commands_open => match command {
                     Some(LinkCommand::Send(message)) => {
+                        // An aborted turn, or a session let go, takes its questions along.
+                        match &message {
+                            ServerMessage::Abort(abort) => {
+                                let why = abort.message.clone().unwrap_or_else(|| "The Planner's turn was stopped.".to_owned());
+                                self.withdraw_later(doc, Scope::Turn(bound.link, abort.turn_id.clone()), why);
+                            }
+                            ServerMessage::Destroy(destroy) => {
+                                let why = "The Planner's session ended.".to_owned();
+                                self.withdraw_later(doc, Scope::Session(bound.link, destroy.session_id.clone()), why);
+                            }
+                            _ => {}
+                        }
                         if !self.send(&message).await {
                             return Ended::OnItsOwn(LinkEnd::Dropped);
                         }
@@ -749,6 +783,36 @@ impl Link {
     }
 
     /// The process is stopping: `going-away`, then the close 1001 (AO, HO-17: no Chat line).
+    /// Hands an `input-request` to the questions, which answer through the link's commands.
+    fn ask_later(&self, doc: &Document, link: u64, request: wire::InputRequest) {
+        let Some(reply) = self.deps.planners.link_for(doc.id) else {
+            return;
+        };
+        let questions = self.deps.questions.clone();
+        let asking = Asking {
+            document: doc.id,
+            document_url: documents::canonical_url(doc),
+            link,
+            request,
+            reply,
+        };
+        // Taken in now, so an `input-cancel` or abort that follows at once finds it.
+        if let Some(placing) = questions.register(asking) {
+            self.deps
+                .shutdown
+                .spawn(async move { questions.place(placing).await });
+        }
+    }
+
+    /// Withdraws the questions `scope` takes, without holding up the link.
+    fn withdraw_later(&self, doc: &Document, scope: Scope, why: String) {
+        let questions = self.deps.questions.clone();
+        let (id, url) = (doc.id, documents::canonical_url(doc));
+        self.deps.shutdown.spawn(async move {
+            questions.withdraw(id, &url, scope, &why).await;
+        });
+    }
+
     async fn going_away(&mut self) {
         tracing::info!(login = %self.login, "the server is stopping; telling the link going-away");
         self.close_with(

@@ -25,6 +25,7 @@ use crate::documents::{self, document_json, Documents};
 use crate::error::ApiError;
 use crate::identity::github::RepoAccess;
 use crate::planner::Planners;
+use crate::questions::{Questions, Scope};
 use crate::store::Document;
 
 /// What the document routes use.
@@ -34,6 +35,7 @@ pub struct DocumentsDeps {
     pub documents: Arc<Documents>,
     pub open: Arc<OpenDocuments>,
     pub planners: Arc<Planners>,
+    pub questions: Arc<Questions>,
 }
 
 impl DocumentsDeps {
@@ -176,6 +178,16 @@ async fn archive(
     let doc = deps.writable(&caller, &id).await?;
     let doc = deps.documents.set_archived(doc.id, input.archived).await?;
     if input.archived {
+        // Archiving withdraws the Planner's questions (ATM-31).
+        let why = "The document was archived.";
+        deps.questions
+            .withdraw(
+                doc.id,
+                &documents::canonical_url(&doc),
+                Scope::Document,
+                why,
+            )
+            .await;
         deps.open.archived(doc.id);
         deps.planners.archived(doc.id).await;
     }

@@ -39,6 +39,7 @@ use crate::error::ApiError;
 use crate::identity::sign_ins::{LiveLogin, SignIns};
 use crate::metrics::{Metrics, SocketKind};
 use crate::planner::{Planners, Presence};
+use crate::questions::{Given, Questions, Scope};
 use crate::runtime::Shutdown;
 use crate::store::Document;
 use crate::transcript::{FeedEvent, HistoryQuery, Transcript};
@@ -61,6 +62,8 @@ pub struct RoomDeps {
     pub metrics: Arc<Metrics>,
     /// How often an open socket's access is checked again (`AGENT_ACCESS_RECHECK_MS`).
     pub access_recheck_ms: u64,
+    /// Decisions the Planner's questions opened, answered and cancelled from the room.
+    pub questions: Arc<Questions>,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -354,7 +357,14 @@ async fn session(
                             },
                             Some("planner:stop") if sender.can_write => {
                                 let stopped = deps.turns.stop(root_id, &format!("@{} stopped chopin.", sender.login));
-                                json_frame(&json!({ "type": "planner:stopped", "stopped": stopped }))
+                                // A Planner that waits on a question is stopped by withdrawing it (ATM-36).
+                                let why = format!("@{} stopped the Planner.", sender.login);
+                                let url = documents::canonical_url(doc);
+                                let withdrawn = deps.questions.withdraw(root_id, &url, Scope::Document, &why).await;
+                                json_frame(&json!({ "type": "planner:stopped", "stopped": stopped || withdrawn > 0 }))
+                            }
+                            Some(kind @ ("decision:answer" | "decision:cancel")) => {
+                                decision_frame(deps, doc, &sender, kind, &value).await
                             }
                             Some("planner:stop") => error_frame(
                                 "read-only",
@@ -415,6 +425,66 @@ async fn chat_place(
             "document-not-found",
             "This document no longer belongs to a live root document, whose Chat a child's messages go to, so your message wasn't sent.",
         )),
+    }
+}
+
+/// `decision:answer` and `decision:cancel`: a writer answers a Decision of this document, or
+/// cancels the Planner's question it belongs to. Answered with `decision:answered` /
+/// `decision:cancelled`, or `decision:refused` with a code.
+async fn decision_frame(
+    deps: &RoomDeps,
+    doc: &Document,
+    sender: &chat::Sender,
+    kind: &str,
+    value: &Value,
+) -> WsMessage {
+    let request_id = value.get("requestId").and_then(Value::as_str);
+    let decision = value.get("decision").and_then(Value::as_str);
+    let (Some(request_id), Some(decision)) = (request_id, decision) else {
+        return error_frame(
+            "malformed",
+            &format!("{kind} needs a string \"requestId\" and a string \"decision\""),
+        );
+    };
+    let refused = |code: &str, message: &str| {
+        json_frame(
+            &json!({ "type": "decision:refused", "requestId": request_id, "decision": decision, "code": code, "message": message }),
+        )
+    };
+    if !sender.can_write {
+        return refused(
+            "read-only",
+            "Answering a Decision needs push access to this document's repository.",
+        );
+    }
+    let reference = chopin_document::DocumentRef {
+        id: doc.id.to_string(),
+        url: documents::canonical_url(doc),
+    };
+    let outcome = if kind == "decision:cancel" {
+        deps.questions
+            .cancel(&reference, doc.id, decision, &sender.login)
+            .await
+            .map(|()| "decision:cancelled")
+    } else {
+        let given = match (value.get("options"), value.get("text")) {
+            (Some(options), None) => match serde_json::from_value::<Vec<usize>>(options.clone()) {
+                Ok(options) => Given::Options(options),
+                Err(_) => return refused("invalid-answer", "\"options\" is a list of option indices, counted from 0."),
+            },
+            (None, Some(Value::String(text))) => Given::Text(text.clone()),
+            _ => return refused("invalid-answer", "An answer carries either \"options\" (indices, counted from 0) or \"text\" (a string, which may be empty)."),
+        };
+        deps.questions
+            .answer(&reference, doc.id, decision, &sender.login, given)
+            .await
+            .map(|()| "decision:answered")
+    };
+    match outcome {
+        Ok(kind) => {
+            json_frame(&json!({ "type": kind, "requestId": request_id, "decision": decision }))
+        }
+        Err(e) => refused(e.code(), &e.to_string()),
     }
 }
 

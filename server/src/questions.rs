@@ -1,0 +1,818 @@
+//! Questions: a Planner client's `input-request` becomes Decisions in its document, people
+//! answer them from the room, and the client hears the outcome once, as `input-result`.
+//!
+//! Owns: the cards of each question asked (one Decision per questionnaire question, one for
+//! every other kind), where they go (right after the block the request names, as one adjacent
+//! batch, when that block is unchanged; otherwise at the end of the document, unlinked), the
+//! answers and cancellations people give from the room, and withdrawal (the client's own
+//! `input-cancel`, the turn's abort, the session's end, the link closing, the document archived,
+//! a Stop while the Planner only waits on a question). A withdrawn card leaves the document; an
+//! answered one stays. Every change to the cards is one `edit_plan` batch against the
+//! revision read, retried when the document moved meanwhile, so a card is answered at most
+//! once and a withdrawn card can never be answered. A question has no time limit (RULINGS
+//! ATM-32): it waits until it is answered or withdrawn.
+//!
+//! Does not own: the link (the agent socket hands requests in and delivers the results through
+//! the link's [`LinkHandle`]), who may answer (the room decides: writers answer, readers see),
+//! or the Decision block's syntax (`chopin_document::decision`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use chopin_document::blocks::blocks;
+use chopin_document::decision::{decisions, Answer, Decision, DecisionOption, DecisionState};
+use chopin_document::edit::{EditBatch, EditOp, EditOutcome};
+use chopin_document::DocumentRef;
+use chopin_protocol::agent::{
+    AnswerKind, ChosenOption, ConfirmAnswer, HostInput, InputAnswer, InputRequest, InputResult,
+    InputStatus, QuestionAnswer, QuestionnaireAnswer, SelectAnswer, ServerMessage, TextAnswer,
+};
+use uuid::Uuid;
+
+use crate::content::{EditRefused, OpenDocuments};
+use crate::harness::port::{LinkCommand, LinkHandle};
+use crate::runtime::entropy::SharedEntropy;
+use crate::runtime::gates::Gates;
+use crate::store::DocumentStore;
+use crate::transcript::TurnSink;
+
+/// The largest a document's source may grow to; a question whose cards would pass it fails
+/// before any card appears.
+pub const SOURCE_MAX_BYTES: usize = 256 * 1024;
+/// How many times a change to the cards is tried again when the document moved meanwhile.
+const EDIT_TRIES: usize = 8;
+/// The options of a confirmation card; only the first approves.
+pub const CONFIRM_OPTIONS: [&str; 2] = ["Yes", "No"];
+
+/// What questions reach: the open documents (to place and change cards), the document records
+/// (for the revision), the transcript (Chat lines), and entropy (card ids).
+pub struct QuestionsDeps {
+    pub open: Arc<OpenDocuments>,
+    pub records: Arc<dyn DocumentStore>,
+    pub transcript: Arc<dyn TurnSink>,
+    pub entropy: SharedEntropy,
+}
+
+/// Every question this process waits on.
+pub struct Questions {
+    deps: QuestionsDeps,
+    table: Mutex<Table>,
+    /// One change to a document's cards at a time.
+    gates: Gates<Uuid>,
+}
+
+#[derive(Default)]
+struct Table {
+    asked: BTreeMap<u64, Asked>,
+    next: u64,
+}
+
+/// One question a link asked.
+struct Asked {
+    document: Uuid,
+    link: u64,
+    request_id: String,
+    session_id: String,
+    turn_id: Option<String>,
+    input: HostInput,
+    /// The Decision ids of its cards, in question order (empty until they are placed).
+    cards: Vec<String>,
+    /// The answer to each card, by position, once given.
+    answers: BTreeMap<usize, Vec<Answer>>,
+    reply: LinkHandle,
+    /// Withdrawn while its cards were being placed: they are taken away once they are.
+    withdrawn: Option<String>,
+}
+
+/// What a link asked, as the agent socket hands it in.
+pub struct Asking {
+    pub document: Uuid,
+    pub document_url: String,
+    pub link: u64,
+    pub request: InputRequest,
+    pub reply: LinkHandle,
+}
+
+/// A question taken in, whose cards are still to be placed.
+pub struct Placing {
+    key: u64,
+    document: Uuid,
+    document_url: String,
+    request: InputRequest,
+    reply: LinkHandle,
+}
+
+/// Which of a document's questions a withdrawal takes.
+#[derive(Debug, Clone)]
+pub enum Scope {
+    /// Every question of the document.
+    Document,
+    /// Every question one link asked.
+    Link(u64),
+    /// The questions a link asked within one turn.
+    Turn(u64, String),
+    /// The questions a link asked within one session.
+    Session(u64, String),
+    /// One request, by its id on its link.
+    Request(u64, String),
+}
+
+impl Scope {
+    fn takes(&self, asked: &Asked) -> bool {
+        match self {
+            Scope::Document => true,
+            Scope::Link(link) => asked.link == *link,
+            Scope::Turn(link, turn) => {
+                asked.link == *link && asked.turn_id.as_deref() == Some(turn.as_str())
+            }
+            Scope::Session(link, session) => asked.link == *link && asked.session_id == *session,
+            Scope::Request(link, request) => asked.link == *link && asked.request_id == *request,
+        }
+    }
+}
+
+/// A person's answer to one card, from the room.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Given {
+    /// Options chosen, by 0-based index.
+    Options(Vec<usize>),
+    /// Written text (empty text is an answer).
+    Text(String),
+}
+
+/// Why an answer or cancellation from the room was not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AnswerRefused {
+    #[error("There is no Decision {0:?} in this document (it may have been withdrawn).")]
+    NotFound(String),
+    #[error("This Decision is {0} and takes no more answers.")]
+    Closed(&'static str),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("Only a question the Planner is waiting on can be cancelled.")]
+    NotAsked,
+    #[error("The document could not be changed just now; try again.")]
+    Unavailable,
+}
+
+impl AnswerRefused {
+    /// The code the room's refusal carries.
+    pub fn code(&self) -> &'static str {
+        match self {
+            AnswerRefused::NotFound(_) => "decision-not-found",
+            AnswerRefused::Closed(_) => "decision-closed",
+            AnswerRefused::Invalid(_) => "invalid-answer",
+            AnswerRefused::NotAsked => "not-a-question",
+            AnswerRefused::Unavailable => "temporarily-unavailable",
+        }
+    }
+}
+
+/// The Decision cards for one question, in order; their ids are `prefix-1`, `prefix-2`, ….
+pub fn cards_for(input: &HostInput, prefix: &str) -> Vec<Decision> {
+    let card = |n: usize, question: &str| Decision::open(&format!("{prefix}-{n}"), question);
+    match input {
+        HostInput::Questionnaire(q) => q
+            .questions
+            .iter()
+            .enumerate()
+            .map(|(i, question)| {
+                let mut d = card(i + 1, &question.question);
+                d.header = question.header.clone();
+                d.multi = question.multi_select;
+                d.options = question
+                    .options
+                    .iter()
+                    .map(|o| DecisionOption {
+                        label: o.label.clone(),
+                        detail: o.description.clone(),
+                        preview: o.preview.clone(),
+                    })
+                    .collect();
+                d
+            })
+            .collect(),
+        HostInput::Confirm(c) => {
+            let mut d = card(1, &c.title);
+            d.hint = c.message.clone();
+            d.options = CONFIRM_OPTIONS
+                .iter()
+                .map(|o| DecisionOption::new(o))
+                .collect();
+            vec![d]
+        }
+        HostInput::Select(s) => {
+            let mut d = card(1, &s.title);
+            d.options = s.options.iter().map(|o| DecisionOption::new(o)).collect();
+            vec![d]
+        }
+        HostInput::Input(t) => {
+            let mut d = card(1, &t.title);
+            d.hint = t.placeholder.clone();
+            vec![d]
+        }
+        HostInput::Editor(e) => {
+            let mut d = card(1, &e.title);
+            d.prefill = e.prefill.clone();
+            vec![d]
+        }
+    }
+}
+
+/// Checks one person's answer to `card` (of a question of `kind`, or of no question) and gives
+/// the answer lines it adds.
+pub fn answer_lines(
+    kind: Option<&HostInput>,
+    card: &Decision,
+    login: &str,
+    given: &Given,
+) -> Result<Vec<Answer>, AnswerRefused> {
+    match given {
+        Given::Options(chosen) => {
+            if chosen.is_empty() {
+                return Err(AnswerRefused::Invalid("Choose at least one option.".into()));
+            }
+            if chosen.len() > 1 && !card.multi {
+                return Err(AnswerRefused::Invalid(
+                    "This question takes one option.".into(),
+                ));
+            }
+            let mut seen = Vec::new();
+            for &index in chosen {
+                let option = card.options.get(index).ok_or_else(|| {
+                    AnswerRefused::Invalid(format!(
+                        "This question has {} options; there is no option {index}.",
+                        card.options.len()
+                    ))
+                })?;
+                if seen.contains(&index) {
+                    return Err(AnswerRefused::Invalid(format!(
+                        "Option {index} is chosen twice."
+                    )));
+                }
+                seen.push(index);
+                let _ = option;
+            }
+            Ok(seen
+                .into_iter()
+                .map(|i| Answer::chose(login, &card.options[i].label))
+                .collect())
+        }
+        Given::Text(text) => {
+            // Select returns only a supplied choice (ATM-26).
+            if matches!(kind, Some(HostInput::Select(_))) {
+                return Err(AnswerRefused::Invalid(
+                    "This question takes one of its options.".into(),
+                ));
+            }
+            Ok(vec![Answer::written(login, text)])
+        }
+    }
+}
+
+/// What the client receives for a question whose cards all have answers: the answers as the
+/// question's kind returns them (ATM-23, ATM-25, ATM-26). `cards` are the answered cards in
+/// question order.
+pub fn input_answer(input: &HostInput, cards: &[(usize, Vec<Answer>)]) -> InputAnswer {
+    match input {
+        HostInput::Questionnaire(q) => InputAnswer::Questionnaire(QuestionnaireAnswer {
+            answers: cards
+                .iter()
+                .filter_map(|(index, lines)| {
+                    let question = q.questions.get(*index)?;
+                    let chosen: Vec<ChosenOption> = lines
+                        .iter()
+                        .filter(|a| a.chose)
+                        .filter_map(|a| {
+                            let i = question.options.iter().position(|o| o.label == a.text)?;
+                            Some(ChosenOption {
+                                index: i as u32,
+                                label: a.text.clone(),
+                                preview: question.options[i].preview.clone(),
+                            })
+                        })
+                        .collect();
+                    let written = lines.iter().find(|a| !a.chose).map(|a| a.text.clone());
+                    // Typed text stands as the answer only where Atomic's dialog takes typed
+                    // text: a single-select question without previews. Otherwise it is a
+                    // request to keep talking, never a choice.
+                    let takes_text = !question.multi_select
+                        && question.options.iter().all(|o| o.preview.is_none());
+                    Some(match written {
+                        Some(text) => QuestionAnswer {
+                            question_index: *index as u32,
+                            kind: if takes_text {
+                                AnswerKind::Custom
+                            } else {
+                                AnswerKind::Chat
+                            },
+                            options: Vec::new(),
+                            text: Some(text),
+                        },
+                        None => QuestionAnswer {
+                            question_index: *index as u32,
+                            kind: AnswerKind::Option,
+                            options: chosen,
+                            text: None,
+                        },
+                    })
+                })
+                .collect(),
+        }),
+        HostInput::Confirm(_) => InputAnswer::Confirm(ConfirmAnswer {
+            // Only choosing Yes approves; written text never does.
+            confirmed: first(cards).is_some_and(|a| a.chose && a.text == CONFIRM_OPTIONS[0]),
+        }),
+        HostInput::Select(_) => InputAnswer::Select(SelectAnswer {
+            choice: first(cards).map(|a| a.text.clone()).unwrap_or_default(),
+        }),
+        HostInput::Input(_) => InputAnswer::Input(TextAnswer {
+            text: first(cards).map(|a| a.text.clone()).unwrap_or_default(),
+        }),
+        HostInput::Editor(_) => InputAnswer::Editor(TextAnswer {
+            text: first(cards).map(|a| a.text.clone()).unwrap_or_default(),
+        }),
+    }
+}
+
+fn first(cards: &[(usize, Vec<Answer>)]) -> Option<&Answer> {
+    cards.first().and_then(|(_, lines)| lines.first())
+}
+
+/// One change to a document's cards, decided on the source as it is now.
+enum Change {
+    /// Insert the text after this block (`None`: the start).
+    Insert(Option<usize>, String),
+    /// Replace each block (index, digest) by its text.
+    Replace(Vec<(usize, String, String)>),
+    /// Delete each block (index, digest).
+    Delete(Vec<(usize, String)>),
+    /// Nothing to do.
+    Nothing,
+}
+
+impl Questions {
+    pub fn new(deps: QuestionsDeps) -> Self {
+        Questions {
+            deps,
+            table: Mutex::default(),
+            gates: Gates::default(),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many questions wait now.
+    pub fn waiting(&self) -> usize {
+        self.lock().asked.len()
+    }
+
+    /// Whether `link` waits on a question in `session`.
+    pub fn session_waits(&self, link: u64, session: &str) -> bool {
+        self.lock()
+            .asked
+            .values()
+            .any(|a| a.link == link && a.session_id == session)
+    }
+
+    /// Takes a link's `input-request` in (at once, so a cancellation that follows finds it);
+    /// [`Questions::place`] then puts its cards in the document. The client hears
+    /// `input-result` once the question is answered, withdrawn, or could not be asked.
+    pub fn register(&self, asking: Asking) -> Option<Placing> {
+        let Asking {
+            document,
+            document_url,
+            link,
+            request,
+            reply,
+        } = asking;
+        let request_id = request.request_id.clone();
+        let key = {
+            let mut table = self.lock();
+            if table
+                .asked
+                .values()
+                .any(|a| a.link == link && a.request_id == request_id)
+            {
+                drop(table);
+                let why = format!("requestId {request_id:?} already names a question this connection is waiting on.");
+                send_result(&reply, failed(&request_id, why));
+                return None;
+            }
+            table.next += 1;
+            let key = table.next;
+            table.asked.insert(
+                key,
+                Asked {
+                    document,
+                    link,
+                    request_id: request_id.clone(),
+                    session_id: request.session_id.clone(),
+                    turn_id: request.turn_id.clone(),
+                    input: request.input.clone(),
+                    cards: Vec::new(),
+                    answers: BTreeMap::new(),
+                    reply: reply.clone(),
+                    withdrawn: None,
+                },
+            );
+            key
+        };
+        Some(Placing {
+            key,
+            document,
+            document_url,
+            request,
+            reply,
+        })
+    }
+
+    /// Places a registered question's cards in its document.
+    pub async fn place(&self, placing: Placing) {
+        let Placing {
+            key,
+            document,
+            document_url,
+            request,
+            reply,
+        } = placing;
+        let request_id = request.request_id.clone();
+        let prefix = format!("q-{}", self.deps.entropy.token_hex(4));
+        let cards = cards_for(&request.input, &prefix);
+        if cards.is_empty() {
+            self.lock().asked.remove(&key);
+            send_result(
+                &reply,
+                failed(&request_id, "The question has no questions to ask.".into()),
+            );
+            return;
+        }
+        let reference = DocumentRef {
+            id: document.to_string(),
+            url: document_url,
+        };
+        let block = request.block.clone();
+        let placed = {
+            let _gate = self.gates.lock(document).await;
+            self.change(document, &reference, |source| {
+                let all = blocks(source);
+                let after = match block.as_deref().and_then(|b| all.iter().find(|x| x.digest == b)) {
+                    Some(named) => (Some(named.index), Some(named.digest.clone())),
+                    None => (all.last().map(|b| b.index), None),
+                };
+                let text: Vec<String> = cards
+                    .iter()
+                    .map(|c| {
+                        let mut c = c.clone();
+                        c.about = after.1.clone();
+                        c.render()
+                    })
+                    .collect();
+                let text = text.join("\n");
+                if source.len() + text.len() + 2 > SOURCE_MAX_BYTES {
+                    return Err(format!(
+                        "The question's cards would take the document past its {} KiB limit, so it was not asked.",
+                        SOURCE_MAX_BYTES / 1024
+                    ));
+                }
+                Ok(Change::Insert(after.0, text))
+            })
+            .await
+        };
+        if let Err(why) = placed {
+            self.lock().asked.remove(&key);
+            tracing::info!(%document, request = %request_id, why, "a question could not be asked");
+            send_result(&reply, failed(&request_id, why));
+            return;
+        }
+        let withdrawn = {
+            let mut table = self.lock();
+            match table.asked.get_mut(&key) {
+                Some(asked) => {
+                    asked.cards = cards.iter().map(|c| c.id.clone()).collect();
+                    asked.withdrawn.clone()
+                }
+                None => None,
+            }
+        };
+        tracing::info!(%document, request = %request_id, cards = cards.len(), "a question's cards are in the document");
+        if let Some(why) = withdrawn {
+            self.withdraw_keys(document, &reference, vec![key], &why)
+                .await;
+        }
+    }
+
+    /// A person's answer to a card. Closes the card; once every card of the question it belongs
+    /// to is answered, the client hears `input-result` `answered`.
+    pub async fn answer(
+        &self,
+        reference: &DocumentRef,
+        document: Uuid,
+        decision: &str,
+        login: &str,
+        given: Given,
+    ) -> Result<(), AnswerRefused> {
+        let _gate = self.gates.lock(document).await;
+        let (key, position, kind) = match self.card_of(document, decision) {
+            Some((key, position, input)) => (Some(key), position, Some(input)),
+            None => (None, 0, None),
+        };
+        let mut refused = None;
+        let mut added = Vec::new();
+        let changed = self
+            .change(document, reference, |source| {
+                let all = blocks(source);
+                let Some((index, mut card)) = decisions(source, &all)
+                    .into_iter()
+                    .find(|(_, d)| d.id == decision)
+                else {
+                    refused = Some(AnswerRefused::NotFound(decision.to_owned()));
+                    return Ok(Change::Nothing);
+                };
+                if card.state != DecisionState::Open {
+                    refused = Some(AnswerRefused::Closed(card.state.name()));
+                    return Ok(Change::Nothing);
+                }
+                match answer_lines(kind.as_ref(), &card, login, &given) {
+                    Ok(lines) => {
+                        added = lines.clone();
+                        card.answers.extend(lines);
+                        card.state = DecisionState::Answered;
+                    }
+                    Err(e) => {
+                        refused = Some(e);
+                        return Ok(Change::Nothing);
+                    }
+                }
+                let digest = all[index].digest.clone();
+                Ok(Change::Replace(vec![(index, digest, card.render())]))
+            })
+            .await;
+        if let Some(refused) = refused {
+            return Err(refused);
+        }
+        changed.map_err(|_| AnswerRefused::Unavailable)?;
+        tracing::info!(%document, decision, login, "a Decision was answered");
+        let Some(key) = key else { return Ok(()) };
+        let done = {
+            let mut table = self.lock();
+            let complete = match table.asked.get_mut(&key) {
+                Some(asked) => {
+                    asked.answers.insert(position, added);
+                    asked.answers.len() == asked.cards.len()
+                }
+                None => false,
+            };
+            if complete {
+                table.asked.remove(&key)
+            } else {
+                None
+            }
+        };
+        if let Some(asked) = done {
+            let cards: Vec<(usize, Vec<Answer>)> = asked.answers.into_iter().collect();
+            let answer = input_answer(&asked.input, &cards);
+            send_result(
+                &asked.reply,
+                InputResult {
+                    request_id: asked.request_id,
+                    status: InputStatus::Answered,
+                    answer: Some(answer),
+                    message: None,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// A person cancels the question a card belongs to: its still-open cards leave the
+    /// document, answers already given stay, and the client hears `cancelled` (ATM-30).
+    pub async fn cancel(
+        &self,
+        reference: &DocumentRef,
+        document: Uuid,
+        decision: &str,
+        login: &str,
+    ) -> Result<(), AnswerRefused> {
+        let Some((key, _, _)) = self.card_of(document, decision) else {
+            return Err(AnswerRefused::NotAsked);
+        };
+        let why = format!("@{login} cancelled the question.");
+        self.withdraw_keys(document, reference, vec![key], &why)
+            .await;
+        Ok(())
+    }
+
+    /// Withdraws the questions of `document` that `scope` takes, saying `why` to the client
+    /// and in Chat. Returns how many there were.
+    pub async fn withdraw(
+        &self,
+        document: Uuid,
+        document_url: &str,
+        scope: Scope,
+        why: &str,
+    ) -> usize {
+        let keys: Vec<u64> = self
+            .lock()
+            .asked
+            .iter()
+            .filter(|(_, a)| a.document == document && scope.takes(a))
+            .map(|(k, _)| *k)
+            .collect();
+        if keys.is_empty() {
+            return 0;
+        }
+        let reference = DocumentRef {
+            id: document.to_string(),
+            url: document_url.to_owned(),
+        };
+        let count = keys.len();
+        self.withdraw_keys(document, &reference, keys, why).await;
+        count
+    }
+
+    /// Forgets a link's questions without touching the document or telling anyone: the server
+    /// is stopping, and its cards stay open for whoever comes next.
+    pub fn forget_link(&self, link: u64) {
+        self.lock().asked.retain(|_, a| a.link != link);
+    }
+
+    /// The question a card belongs to: its key, the card's position, and the question.
+    fn card_of(&self, document: Uuid, decision: &str) -> Option<(u64, usize, HostInput)> {
+        self.lock().asked.iter().find_map(|(key, a)| {
+            if a.document != document {
+                return None;
+            }
+            let position = a.cards.iter().position(|c| c == decision)?;
+            Some((*key, position, a.input.clone()))
+        })
+    }
+
+    async fn withdraw_keys(
+        &self,
+        document: Uuid,
+        reference: &DocumentRef,
+        keys: Vec<u64>,
+        why: &str,
+    ) {
+        let _gate = self.gates.lock(document).await;
+        let mut taken = Vec::new();
+        {
+            let mut table = self.lock();
+            for key in keys {
+                let placed = table.asked.get(&key).is_some_and(|a| !a.cards.is_empty());
+                if placed {
+                    taken.extend(table.asked.remove(&key));
+                } else if let Some(asked) = table.asked.get_mut(&key) {
+                    // Still being placed: withdrawn once its cards are in.
+                    asked.withdrawn = Some(why.to_owned());
+                }
+            }
+        }
+        if taken.is_empty() {
+            return;
+        }
+        let ids: Vec<String> = taken.iter().flat_map(|a| a.cards.clone()).collect();
+        let removed = self
+            .change(document, reference, |source| {
+                let all = blocks(source);
+                let open: Vec<(usize, String)> = decisions(source, &all)
+                    .into_iter()
+                    .filter(|(_, d)| d.state == DecisionState::Open && ids.contains(&d.id))
+                    .map(|(index, _)| (index, all[index].digest.clone()))
+                    .collect();
+                Ok(if open.is_empty() {
+                    Change::Nothing
+                } else {
+                    Change::Delete(open)
+                })
+            })
+            .await;
+        if let Err(e) = removed {
+            tracing::warn!(%document, error = %e, "withdrawn cards could not be taken out of the document");
+        }
+        for asked in taken {
+            tracing::info!(%document, request = %asked.request_id, why, "a question was withdrawn");
+            let title = match &asked.input {
+                HostInput::Questionnaire(q) => q
+                    .questions
+                    .first()
+                    .map(|q| q.question.clone())
+                    .unwrap_or_default(),
+                HostInput::Confirm(c) => c.title.clone(),
+                HostInput::Select(s) => s.title.clone(),
+                HostInput::Input(t) => t.title.clone(),
+                HostInput::Editor(e) => e.title.clone(),
+            };
+            self.deps
+                .transcript
+                .post(
+                    document,
+                    "system",
+                    format!(
+                        "@chopin withdrew the question \u{201c}{}\u{201d}: {why}",
+                        one_line(&title)
+                    ),
+                )
+                .await;
+            send_result(
+                &asked.reply,
+                InputResult {
+                    request_id: asked.request_id,
+                    status: InputStatus::Cancelled,
+                    answer: None,
+                    message: Some(why.to_owned()),
+                },
+            );
+        }
+    }
+
+    /// Makes the change `decide` picks on the document's source as it is now, as one
+    /// `edit_plan` batch against its revision; tried again when the document moved meanwhile.
+    async fn change(
+        &self,
+        document: Uuid,
+        reference: &DocumentRef,
+        mut decide: impl FnMut(&str) -> Result<Change, String>,
+    ) -> Result<(), String> {
+        let unavailable = || "The document could not be changed just now.".to_owned();
+        let open = self
+            .deps
+            .open
+            .open(document)
+            .await
+            .map_err(|_| unavailable())?;
+        for _ in 0..EDIT_TRIES {
+            let record = self
+                .deps
+                .records
+                .document(document)
+                .await
+                .map_err(|_| unavailable())?
+                .ok_or_else(|| "The document no longer exists.".to_owned())?;
+            let source = open.source().await;
+            let ops = match decide(&source)? {
+                Change::Nothing => return Ok(()),
+                Change::Insert(after, content) => vec![EditOp::Insert { after, content }],
+                Change::Replace(blocks) => blocks
+                    .into_iter()
+                    .map(|(index, digest, content)| EditOp::Replace {
+                        index,
+                        digest,
+                        content,
+                    })
+                    .collect(),
+                Change::Delete(blocks) => blocks
+                    .into_iter()
+                    .map(|(index, digest)| EditOp::Delete { index, digest })
+                    .collect(),
+            };
+            let batch = EditBatch {
+                revision: record.plan_revision as u64,
+                ops,
+            };
+            let result = match open.edit_plan(reference.clone(), &[], &batch, None).await {
+                Ok(result) => result,
+                Err(EditRefused::Store(_)) | Err(EditRefused::NotOwner) => {
+                    return Err(unavailable())
+                }
+            };
+            match result.outcome {
+                EditOutcome::Applied { .. } => return Ok(()),
+                // The document moved between the read and the commit: decide again.
+                EditOutcome::Stale { .. } => continue,
+                EditOutcome::Invalid { message, .. } | EditOutcome::Locked { message, .. } => {
+                    return Err(message)
+                }
+            }
+        }
+        Err(unavailable())
+    }
+}
+
+fn one_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    let short: String = line.chars().take(120).collect();
+    if short.len() < text.len() {
+        format!("{short}…")
+    } else {
+        short
+    }
+}
+
+fn failed(request_id: &str, why: String) -> InputResult {
+    InputResult {
+        request_id: request_id.to_owned(),
+        status: InputStatus::Failed,
+        answer: None,
+        message: Some(why),
+    }
+}
+
+fn send_result(reply: &LinkHandle, result: InputResult) {
+    if !reply.command(LinkCommand::Send(ServerMessage::InputResult(result))) {
+        tracing::info!("a question's outcome could not be told: its link is gone");
+    }
+}

@@ -1,0 +1,484 @@
+//! Questions over real sockets: a scripted Planner client sends `input-request`, the cards
+//! appear in the document as Decisions, mona answers or cancels them from the room, and the
+//! client hears `input-result` once.
+//!
+//! RQ-01: "An `input-request` carries one Atomic HostInput call (questionnaire, confirm,
+//! select, input or editor) and becomes Decisions through the same path as the full Atomic
+//! Planner: verbatim text, […] and cancellation (`input-cancel`) withdrawing open cards."
+//! (RULINGS ATM-32: no expiry.)
+
+use std::time::Duration;
+
+use chopin_document::blocks::blocks;
+use chopin_document::decision::{decisions, Decision, DecisionState};
+use chopin_document::edit::{EditBatch, EditOp};
+use chopin_document::DocumentRef;
+use chopin_fixtures::agent::AgentClient;
+use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
+use chopin_protocol::agent::{
+    AnswerKind, ClientMessage, HostInput, InputAnswer, InputCancel, InputRequest, InputResult,
+    InputStatus, ServerMessage, Started,
+};
+use serde_json::{json, Value};
+
+mod support;
+
+use support::{next, served, Served, DOC_URL};
+
+const PLAN: &str = "# Rollout\n\nWe ship the billing service region by region.\n\n## Risks\n\nWebhooks may double-fire.\n";
+
+async fn seed(s: &Served, text: &str) {
+    let open = s.state.open.open(s.doc).await.unwrap();
+    let reference = DocumentRef {
+        id: s.doc.to_string(),
+        url: DOC_URL.into(),
+    };
+    let batch = EditBatch {
+        revision: 0,
+        ops: vec![EditOp::Insert {
+            after: None,
+            content: text.into(),
+        }],
+    };
+    open.edit_plan(reference, &[], &batch, None).await.unwrap();
+}
+
+async fn source(s: &Served) -> String {
+    s.state.open.open(s.doc).await.unwrap().source().await
+}
+
+async fn cards(s: &Served) -> Vec<(usize, Decision)> {
+    let text = source(s).await;
+    decisions(&text, &blocks(&text))
+}
+
+async fn room(s: &Served) -> BrowserSocket {
+    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
+    let mut room = BrowserSocket::connect(
+        stream,
+        &s.host,
+        &format!("/api/documents/{}/room", s.doc),
+        Some(&s.mona_cookie),
+        Some(&format!("http://{}", s.host)),
+    )
+    .await
+    .unwrap();
+    room.next_of_type("session:planner").await.unwrap();
+    room
+}
+
+/// Sends `frame` and returns the answer that names its `requestId`.
+async fn ask_room(room: &mut BrowserSocket, frame: Value) -> Value {
+    let id = frame["requestId"].clone();
+    room.send_json(&frame).await.unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), room.recv_json())
+            .await
+            .expect("an answer within 10 s")
+            .unwrap()
+        {
+            BrowserEvent::Json(v) if v["requestId"] == id => return v,
+            BrowserEvent::Closed { code, reason } => panic!("closed {code} {reason}"),
+            _ => {}
+        }
+    }
+}
+
+async fn answer(room: &mut BrowserSocket, id: &str, decision: &str, body: Value) -> Value {
+    let mut frame = json!({ "type": "decision:answer", "requestId": id, "decision": decision });
+    frame
+        .as_object_mut()
+        .unwrap()
+        .extend(body.as_object().unwrap().clone());
+    ask_room(room, frame).await
+}
+
+/// mona's message starts a turn; the client answers `start`. The session and turn ids.
+async fn turn(s: &Served, client: &mut AgentClient, room: &mut BrowserSocket) -> (String, String) {
+    let ack = ask_room(
+        room,
+        json!({ "type": "chat:send", "requestId": "go", "text": "@chopin plan the rollout" }),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let _ = s;
+    let session = match next(client).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    client
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    match next(client).await {
+        ServerMessage::Turn(t) => (session, t.turn_id),
+        other => panic!("expected turn, got {other:?}"),
+    }
+}
+
+fn request(
+    session: &str,
+    turn: &str,
+    id: &str,
+    block: Option<String>,
+    input: Value,
+) -> ClientMessage {
+    ClientMessage::InputRequest(InputRequest {
+        session_id: session.into(),
+        request_id: id.into(),
+        turn_id: Some(turn.into()),
+        run_id: None,
+        block,
+        input: serde_json::from_value::<HostInput>(input).unwrap(),
+    })
+}
+
+/// The next `input-result` the client hears (other frames are skipped).
+async fn result(client: &mut AgentClient) -> InputResult {
+    loop {
+        if let ServerMessage::InputResult(r) = next(client).await {
+            return r;
+        }
+    }
+}
+
+/// Waits until the document holds `n` Decisions.
+async fn until_cards(s: &Served, n: usize) -> Vec<(usize, Decision)> {
+    for _ in 0..500 {
+        let now = cards(s).await;
+        if now.len() == n {
+            return now;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!(
+        "the document never held {n} Decisions:\n{}",
+        source(s).await
+    );
+}
+
+fn questionnaire() -> Value {
+    json!({
+        "kind": "questionnaire",
+        "questions": [
+            {
+                "question": "Which region goes first in the rollout?",
+                "header": "Rollout",
+                "options": [
+                    {"label": "eu-west", "description": "Smallest traffic"},
+                    {"label": "us-east", "preview": "| region | share |\n|---|---|\n| us-east | 61% |"}
+                ]
+            },
+            {"question": "Anything else the canary must cover?"}
+        ]
+    })
+}
+
+#[tokio::test]
+async fn rq_01_atm_28_a_questionnaire_lands_after_its_block_and_its_answers_reach_the_client_once()
+{
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let text = source(&s).await;
+    let prose = blocks(&text)[1].clone();
+    client
+        .send(&request(
+            &session,
+            &turn_id,
+            "q-3",
+            Some(prose.digest.clone()),
+            questionnaire(),
+        ))
+        .await
+        .unwrap();
+
+    // ATM-28: one adjacent batch directly after the named block, linked to it.
+    let placed = until_cards(&s, 2).await;
+    assert_eq!(placed[0].0, 2, "right after block 1:\n{}", source(&s).await);
+    assert_eq!(placed[1].0, 3, "adjacent:\n{}", source(&s).await);
+    let (first, second) = (&placed[0].1, &placed[1].1);
+    // ATM-23 / ATM-24: verbatim text, order, previews as their own field.
+    assert_eq!(first.question, "Which region goes first in the rollout?");
+    assert_eq!(first.header.as_deref(), Some("Rollout"));
+    assert_eq!(first.about.as_deref(), Some(prose.digest.as_str()));
+    assert_eq!(first.options[0].label, "eu-west");
+    assert_eq!(first.options[0].detail.as_deref(), Some("Smallest traffic"));
+    assert_eq!(
+        first.options[1].preview.as_deref(),
+        Some("| region | share |\n|---|---|\n| us-east | 61% |")
+    );
+    assert_eq!(second.question, "Anything else the canary must cover?");
+    assert!(source(&s).await.starts_with("# Rollout\n\nWe ship"));
+
+    // One card answered: the client hears nothing yet.
+    let a = answer(&mut room, "a1", &first.id, json!({ "options": [1] })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    let again = answer(&mut room, "a2", &first.id, json!({ "options": [0] })).await;
+    assert_eq!(again["type"], "decision:refused", "{again}");
+    assert_eq!(again["code"], "decision-closed", "{again}");
+    let b = answer(
+        &mut room,
+        "a3",
+        &second.id,
+        json!({ "text": "The billing webhooks." }),
+    )
+    .await;
+    assert_eq!(b["type"], "decision:answered", "{b}");
+
+    let r = result(&mut client).await;
+    assert_eq!(r.request_id, "q-3");
+    assert_eq!(r.status, InputStatus::Answered);
+    let Some(InputAnswer::Questionnaire(q)) = r.answer else {
+        panic!("{r:?}")
+    };
+    assert_eq!(q.answers.len(), 2);
+    assert_eq!(q.answers[0].question_index, 0);
+    assert_eq!(q.answers[0].kind, AnswerKind::Option);
+    assert_eq!(q.answers[0].options[0].index, 1);
+    assert_eq!(q.answers[0].options[0].label, "us-east");
+    assert!(
+        q.answers[0].options[0].preview.is_some(),
+        "ATM-24: the preview comes back"
+    );
+    // ATM-25: typed text on a single-select question without previews stands as `custom`.
+    assert_eq!(q.answers[1].kind, AnswerKind::Custom);
+    assert_eq!(q.answers[1].text.as_deref(), Some("The billing webhooks."));
+
+    // The cards stay, answered, in the document.
+    let after = cards(&s).await;
+    assert!(after
+        .iter()
+        .all(|(_, d)| d.state == DecisionState::Answered));
+    assert_eq!(after[0].1.answers[0].text, "us-east");
+    assert!(after[0].1.answers[0].chose);
+    assert_eq!(s.state.questions.waiting(), 0);
+}
+
+#[tokio::test]
+async fn atm_28_a_block_that_changed_since_puts_the_cards_at_the_end_unlinked() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let stale = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    let confirm = json!({ "kind": "confirm", "title": "Deploy the canary to eu-west?", "message": "It takes\ntwo minutes." });
+    client
+        .send(&request(
+            &session,
+            &turn_id,
+            "q-4",
+            Some(stale.into()),
+            confirm,
+        ))
+        .await
+        .unwrap();
+    let placed = until_cards(&s, 1).await;
+    let text = source(&s).await;
+    assert_eq!(placed[0].0, blocks(&text).len() - 1, "at the end:\n{text}");
+    assert_eq!(placed[0].1.about, None, "not linked");
+    assert_eq!(placed[0].1.hint.as_deref(), Some("It takes\ntwo minutes."));
+    let labels: Vec<_> = placed[0]
+        .1
+        .options
+        .iter()
+        .map(|o| o.label.as_str())
+        .collect();
+    assert_eq!(labels, ["Yes", "No"]);
+
+    // ATM-26: only Yes approves; a written answer never does.
+    let a = answer(
+        &mut room,
+        "a1",
+        &placed[0].1.id,
+        json!({ "text": "yes, go" }),
+    )
+    .await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    let r = result(&mut client).await;
+    assert_eq!(r.status, InputStatus::Answered);
+    assert!(
+        matches!(r.answer, Some(InputAnswer::Confirm(c)) if !c.confirmed),
+        "written text is not a Yes"
+    );
+}
+
+#[tokio::test]
+async fn atm_26_select_returns_only_a_supplied_choice_and_an_editor_takes_empty_text() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let select = json!({ "kind": "select", "title": "Which queue?", "options": ["fast", "cheap"] });
+    client
+        .send(&request(&session, &turn_id, "q-5", None, select))
+        .await
+        .unwrap();
+    let card = until_cards(&s, 1).await[0].1.clone();
+    let written = answer(&mut room, "a1", &card.id, json!({ "text": "neither" })).await;
+    assert_eq!(written["code"], "invalid-answer", "{written}");
+    let two = answer(&mut room, "a2", &card.id, json!({ "options": [0, 1] })).await;
+    assert_eq!(two["code"], "invalid-answer", "{two}");
+    let ok = answer(&mut room, "a3", &card.id, json!({ "options": [1] })).await;
+    assert_eq!(ok["type"], "decision:answered", "{ok}");
+    let r = result(&mut client).await;
+    assert!(
+        matches!(r.answer, Some(InputAnswer::Select(ref c)) if c.choice == "cheap"),
+        "{r:?}"
+    );
+
+    let editor =
+        json!({ "kind": "editor", "title": "Release notes", "prefill": "## Changes\n\n- " });
+    client
+        .send(&request(&session, &turn_id, "q-6", None, editor))
+        .await
+        .unwrap();
+    let card = until_cards(&s, 2).await[1].1.clone();
+    assert_eq!(
+        card.prefill.as_deref(),
+        Some("## Changes\n\n- "),
+        "verbatim"
+    );
+    let empty = answer(&mut room, "a4", &card.id, json!({ "text": "" })).await;
+    assert_eq!(empty["type"], "decision:answered", "{empty}");
+    let r = result(&mut client).await;
+    assert_eq!(
+        r.status,
+        InputStatus::Answered,
+        "explicitly empty text is an answer"
+    );
+    assert!(
+        matches!(r.answer, Some(InputAnswer::Editor(ref t)) if t.text.is_empty()),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn atm_29_a_stop_withdraws_open_cards_and_a_late_answer_cannot_approve_them() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    client
+        .send(&request(&session, &turn_id, "q-7", None, questionnaire()))
+        .await
+        .unwrap();
+    let placed = until_cards(&s, 2).await;
+    room.send_json(&json!({ "type": "planner:stop" }))
+        .await
+        .unwrap();
+    let stopped = room.next_of_type("planner:stopped").await.unwrap();
+    assert_eq!(stopped["stopped"], true);
+    let r = result(&mut client).await;
+    assert_eq!(r.request_id, "q-7");
+    assert_eq!(r.status, InputStatus::Cancelled);
+    until_cards(&s, 0).await;
+    assert_eq!(
+        source(&s).await,
+        PLAN,
+        "the cards' nodes are gone, nothing else changed"
+    );
+    let late = answer(
+        &mut room,
+        "late",
+        &placed[0].1.id,
+        json!({ "options": [0] }),
+    )
+    .await;
+    assert_eq!(late["code"], "decision-not-found", "{late}");
+    // Chat records the withdrawal by @chopin.
+    s.state.transcript.settled().await;
+    let chat = s.store.transcript(s.doc, 0, 100).await.unwrap();
+    assert!(
+        chat.iter()
+            .any(|e| e.kind == "system" && e.body.starts_with("@chopin withdrew the question")),
+        "{chat:?}"
+    );
+}
+
+#[tokio::test]
+async fn atm_30_a_member_cancellation_keeps_the_answers_already_given() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    client
+        .send(&request(&session, &turn_id, "q-8", None, questionnaire()))
+        .await
+        .unwrap();
+    let placed = until_cards(&s, 2).await;
+    let a = answer(&mut room, "a1", &placed[0].1.id, json!({ "options": [0] })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    let c = ask_room(
+        &mut room,
+        json!({ "type": "decision:cancel", "requestId": "c1", "decision": placed[1].1.id }),
+    )
+    .await;
+    assert_eq!(c["type"], "decision:cancelled", "{c}");
+    let r = result(&mut client).await;
+    assert_eq!(r.status, InputStatus::Cancelled);
+    assert_eq!(r.message.as_deref(), Some("@mona cancelled the question."));
+    let left = until_cards(&s, 1).await;
+    assert_eq!(left[0].1.id, placed[0].1.id);
+    assert_eq!(left[0].1.state, DecisionState::Answered);
+}
+
+#[tokio::test]
+async fn rq_01_input_cancel_and_the_link_closing_withdraw_the_cards() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let input = json!({ "kind": "input", "title": "Which ticket?", "placeholder": "BILL-123" });
+    client
+        .send(&request(&session, &turn_id, "q-9", None, input.clone()))
+        .await
+        .unwrap();
+    let placed = until_cards(&s, 1).await;
+    assert_eq!(placed[0].1.hint.as_deref(), Some("BILL-123"));
+    client
+        .send(&ClientMessage::InputCancel(InputCancel {
+            request_id: "q-9".into(),
+        }))
+        .await
+        .unwrap();
+    let r = result(&mut client).await;
+    assert_eq!(r.status, InputStatus::Cancelled);
+    until_cards(&s, 0).await;
+
+    client
+        .send(&request(&session, &turn_id, "q-10", None, input))
+        .await
+        .unwrap();
+    until_cards(&s, 1).await;
+    drop(client);
+    until_cards(&s, 0).await;
+    assert_eq!(s.state.questions.waiting(), 0);
+}
+
+#[tokio::test]
+async fn a_question_whose_cards_would_pass_the_source_limit_fails_before_any_card_appears() {
+    let s = served().await;
+    seed(&s, &format!("{}\n", "x".repeat(255 * 1024))).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let input = json!({ "kind": "editor", "title": "Notes", "prefill": "y".repeat(2 * 1024) });
+    client
+        .send(&request(&session, &turn_id, "q-11", None, input))
+        .await
+        .unwrap();
+    let r = result(&mut client).await;
+    assert_eq!(r.status, InputStatus::Failed);
+    assert!(r.message.unwrap().contains("256 KiB"));
+    assert!(cards(&s).await.is_empty());
+}
