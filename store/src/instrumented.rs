@@ -20,8 +20,9 @@ use uuid::Uuid;
 use crate::{
     Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
     Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry, OwnerGuard,
-    Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store, StoreError,
-    StoreResult, TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
+    Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, RunRecord, RunStore, SignInStore,
+    StagePage, StageRecord, Store, StoreError, StoreResult, TranscriptEntry, TranscriptStore,
+    UnixMillis, WriterLease,
 };
 
 /// One store call, as reported.
@@ -470,5 +471,52 @@ impl<H: Hook> LeaseStore for Instrumented<H> {
             self.inner.release_writer_lease(lease),
         )
         .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> RunStore for Instrumented<H> {
+    async fn save_run(
+        &self,
+        run: &RunRecord,
+        stages: &[StageRecord],
+        replace: bool,
+    ) -> StoreResult<()> {
+        self.observe("save_run", WRITE, self.inner.save_run(run, stages, replace))
+            .await
+    }
+
+    async fn runs(&self, document_id: Uuid) -> StoreResult<Vec<RunRecord>> {
+        self.observe("runs", READ, self.inner.runs(document_id))
+            .await
+    }
+
+    async fn run_stages(
+        &self,
+        document_id: Uuid,
+        run_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> StoreResult<Option<StagePage>> {
+        self.observe(
+            "run_stages",
+            READ,
+            self.inner.run_stages(document_id, run_id, offset, limit),
+        )
+        .await
+    }
+
+    async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64> {
+        self.observe(
+            "delete_ended_runs",
+            WRITE,
+            self.inner.delete_ended_runs(document_id),
+        )
+        .await
+    }
+
+    async fn stop_live_runs(&self) -> StoreResult<u64> {
+        self.observe("stop_live_runs", WRITE, self.inner.stop_live_runs())
+            .await
     }
 }

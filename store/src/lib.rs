@@ -317,7 +317,13 @@ pub enum LeaseAcquire {
 /// (an `Arc<dyn TranscriptStore>`, say); an `Arc<dyn Store>` coerces to any of them.
 #[async_trait]
 pub trait Store:
-    SignInStore + DocumentStore + ContentStore + TranscriptStore + OwnershipStore + LeaseStore
+    SignInStore
+    + DocumentStore
+    + ContentStore
+    + TranscriptStore
+    + OwnershipStore
+    + LeaseStore
+    + RunStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -548,6 +554,81 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Gives the lease up if still held under that holder and epoch. The epoch stays, but with no
     /// holder it admits no fenced write any more.
     async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()>;
+}
+
+/// A workflow run a Planner client reported, as its card shows it. Statuses are the agent
+/// connection's words (`running`, `waiting`, `paused` are live; `completed`, `blocked`, `failed`,
+/// `stopped` have ended).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub document_id: Uuid,
+    pub run_id: String,
+    /// The session that reported it.
+    pub session_id: String,
+    pub name: String,
+    pub status: String,
+    pub root_run_id: Option<String>,
+    pub elapsed_ms: Option<i64>,
+    /// Earlier stages the client left out of its reports (never stored).
+    pub omitted_stages: i64,
+    pub reported_at_ms: UnixMillis,
+}
+
+/// The statuses of a run that has not ended.
+pub const LIVE_RUN_STATUSES: [&str; 3] = ["running", "waiting", "paused"];
+
+impl RunRecord {
+    /// Whether the run has not ended.
+    pub fn is_live(&self) -> bool {
+        LIVE_RUN_STATUSES.contains(&self.status.as_str())
+    }
+}
+
+/// One stage of a run, in the order it was first reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageRecord {
+    pub stage_id: String,
+    pub name: String,
+    pub status: String,
+    pub parent_stage_id: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+/// A page of a run's stored stages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StagePage {
+    pub stages: Vec<StageRecord>,
+    /// How many stages are stored for the run.
+    pub total: i64,
+}
+
+/// Workflow runs and their stages (`workflow_runs`, `workflow_run_stages`), kept with the
+/// document so a reload or a restart shows them.
+#[async_trait]
+pub trait RunStore: Send + Sync + 'static {
+    /// Saves a report of one run: its card replaces the stored one; `stages` are merged by
+    /// `stage_id` (a stage already stored changes in place, a new one goes after the others)
+    /// or, with `replace`, take the place of every stored stage. No count limit.
+    async fn save_run(
+        &self,
+        run: &RunRecord,
+        stages: &[StageRecord],
+        replace: bool,
+    ) -> StoreResult<()>;
+    /// The document's runs, in the order they were first reported.
+    async fn runs(&self, document_id: Uuid) -> StoreResult<Vec<RunRecord>>;
+    /// Stages `offset..offset + limit` of a run in reported order; `None` if there is no such run.
+    async fn run_stages(
+        &self,
+        document_id: Uuid,
+        run_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> StoreResult<Option<StagePage>>;
+    /// Deletes the document's ended runs and their stages (a new workflow starts). The count.
+    async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64>;
+    /// Marks every live run of every document `stopped` (at startup: nothing runs them now).
+    async fn stop_live_runs(&self) -> StoreResult<u64>;
 }
 
 // --- helpers shared by the backends ---

@@ -19,11 +19,12 @@ use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
     Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Fence, Holder,
     LeaseAcquire, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit, Release,
-    RevisionKind, Store, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult,
+    TranscriptEntry, UnixMillis, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
-    ContentStore, DocumentStore, LeaseStore, OwnershipStore, SignInStore, TranscriptStore,
+    ContentStore, DocumentStore, LeaseStore, OwnershipStore, RunStore, SignInStore, TranscriptStore,
 };
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
@@ -96,6 +97,8 @@ struct Inner {
     transcripts: BTreeMap<Uuid, Vec<TranscriptEntry>>,
     ownership: BTreeMap<Uuid, Ownership>,
     lease: LeaseRow,
+    /// Document id → its runs in first-reported order, each with its stages in reported order.
+    runs: BTreeMap<Uuid, Vec<(RunRecord, Vec<StageRecord>)>>,
 }
 
 impl MemoryStore {
@@ -783,6 +786,103 @@ impl LeaseStore for MemoryStore {
                 row.expires_at_ms = 0;
             }
             Ok(())
+        })
+    }
+}
+
+#[async_trait]
+impl RunStore for MemoryStore {
+    async fn save_run(
+        &self,
+        run: &RunRecord,
+        stages: &[StageRecord],
+        replace: bool,
+    ) -> StoreResult<()> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&run.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let runs = inner.runs.entry(run.document_id).or_default();
+            let at = match runs.iter().position(|(r, _)| r.run_id == run.run_id) {
+                Some(at) => at,
+                None => {
+                    runs.push((run.clone(), Vec::new()));
+                    runs.len() - 1
+                }
+            };
+            let (card, stored) = &mut runs[at];
+            *card = run.clone();
+            if replace {
+                stored.clear();
+            }
+            for stage in stages {
+                match stored.iter_mut().find(|s| s.stage_id == stage.stage_id) {
+                    Some(old) => *old = stage.clone(),
+                    None => stored.push(stage.clone()),
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn runs(&self, document_id: Uuid) -> StoreResult<Vec<RunRecord>> {
+        self.with(|inner| {
+            Ok(inner
+                .runs
+                .get(&document_id)
+                .map(|runs| runs.iter().map(|(r, _)| r.clone()).collect())
+                .unwrap_or_default())
+        })
+    }
+
+    async fn run_stages(
+        &self,
+        document_id: Uuid,
+        run_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> StoreResult<Option<StagePage>> {
+        self.with(|inner| {
+            let Some((_, stages)) = inner
+                .runs
+                .get(&document_id)
+                .and_then(|runs| runs.iter().find(|(r, _)| r.run_id == run_id))
+            else {
+                return Ok(None);
+            };
+            Ok(Some(StagePage {
+                stages: stages
+                    .iter()
+                    .skip(offset.max(0) as usize)
+                    .take(limit.max(0) as usize)
+                    .cloned()
+                    .collect(),
+                total: stages.len() as i64,
+            }))
+        })
+    }
+
+    async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64> {
+        self.write(|inner| {
+            let Some(runs) = inner.runs.get_mut(&document_id) else {
+                return Ok(0);
+            };
+            let before = runs.len();
+            runs.retain(|(r, _)| r.is_live());
+            Ok((before - runs.len()) as u64)
+        })
+    }
+
+    async fn stop_live_runs(&self) -> StoreResult<u64> {
+        self.write(|inner| {
+            let mut stopped = 0;
+            for (run, _) in inner.runs.values_mut().flatten() {
+                if run.is_live() {
+                    run.status = "stopped".to_owned();
+                    stopped += 1;
+                }
+            }
+            Ok(stopped)
         })
     }
 }

@@ -51,8 +51,8 @@ use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
     Fence, Holder, LeaseAcquire, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
-    PlanCommit, Release, RevisionKind, StoreError, StoreResult, TranscriptEntry, UnixMillis,
-    WriterLease,
+    PlanCommit, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult,
+    TranscriptEntry, UnixMillis, WriterLease,
 };
 
 /// What differs between the SQL databases, for one sqlx [`Database`]. Implemented by `sqlite.rs`
@@ -327,6 +327,56 @@ impl<Id: Into<Uuid>> From<TranscriptRow<Id>> for TranscriptEntry {
             kind: row.kind,
             body: row.body,
             created_at_ms: row.created_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct RunRow<Id> {
+    document_id: Id,
+    run_id: String,
+    session_id: String,
+    name: String,
+    status: String,
+    root_run_id: Option<String>,
+    elapsed_ms: Option<i64>,
+    omitted_stages: i64,
+    reported_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> From<RunRow<Id>> for RunRecord {
+    fn from(row: RunRow<Id>) -> Self {
+        RunRecord {
+            document_id: row.document_id.into(),
+            run_id: row.run_id,
+            session_id: row.session_id,
+            name: row.name,
+            status: row.status,
+            root_run_id: row.root_run_id,
+            elapsed_ms: row.elapsed_ms,
+            omitted_stages: row.omitted_stages,
+            reported_at_ms: row.reported_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct StageRow {
+    stage_id: String,
+    name: String,
+    status: String,
+    parent_stage_id: Option<String>,
+    duration_ms: Option<i64>,
+}
+
+impl From<StageRow> for StageRecord {
+    fn from(row: StageRow) -> Self {
+        StageRecord {
+            stage_id: row.stage_id,
+            name: row.name,
+            status: row.status,
+            parent_stage_id: row.parent_stage_id,
+            duration_ms: row.duration_ms,
         }
     }
 }
@@ -1528,6 +1578,175 @@ where
         Ok(DB::rows_affected(&done))
     }
 
+    // --- RunStore ---
+
+    pub(crate) async fn save_run(
+        &self,
+        run: &RunRecord,
+        stages: &[StageRecord],
+        replace: bool,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        // Reports of one document's runs queue on its row lock (in SQLite, the write lock), so
+        // positions count up from the last committed one.
+        if !Self::document_exists(&mut tx, run.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let document_id = run.document_id;
+        sqlx::query(
+            "INSERT INTO workflow_runs (document_id, run_id, position, session_id, name, status, \
+             root_run_id, elapsed_ms, omitted_stages, reported_at_ms) \
+             SELECT $1, $2, COALESCE(MAX(position), -1) + 1, $3, $4, $5, $6, $7, $8, $9 \
+             FROM workflow_runs WHERE document_id = $1 \
+             ON CONFLICT (document_id, run_id) DO UPDATE SET session_id = excluded.session_id, \
+             name = excluded.name, status = excluded.status, root_run_id = excluded.root_run_id, \
+             elapsed_ms = excluded.elapsed_ms, omitted_stages = excluded.omitted_stages, \
+             reported_at_ms = excluded.reported_at_ms",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(&run.run_id)
+        .bind(&run.session_id)
+        .bind(&run.name)
+        .bind(&run.status)
+        .bind(&run.root_run_id)
+        .bind(run.elapsed_ms)
+        .bind(run.omitted_stages)
+        .bind(run.reported_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("saving a run", e))?;
+        if replace {
+            sqlx::query("DELETE FROM workflow_run_stages WHERE document_id = $1 AND run_id = $2")
+                .bind(DB::Id::from(document_id))
+                .bind(&run.run_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("replacing a run's stages", e))?;
+        }
+        for stage in stages {
+            sqlx::query(
+                "INSERT INTO workflow_run_stages (document_id, run_id, stage_id, position, name, \
+                 status, parent_stage_id, duration_ms) \
+                 SELECT $1, $2, $3, COALESCE(MAX(position), -1) + 1, $4, $5, $6, $7 \
+                 FROM workflow_run_stages WHERE document_id = $1 AND run_id = $2 \
+                 ON CONFLICT (document_id, run_id, stage_id) DO UPDATE SET name = excluded.name, \
+                 status = excluded.status, parent_stage_id = excluded.parent_stage_id, \
+                 duration_ms = excluded.duration_ms",
+            )
+            .bind(DB::Id::from(document_id))
+            .bind(&run.run_id)
+            .bind(&stage.stage_id)
+            .bind(&stage.name)
+            .bind(&stage.status)
+            .bind(&stage.parent_stage_id)
+            .bind(stage.duration_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("saving a run's stage", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a run report", e))
+    }
+
+    pub(crate) async fn runs(&self, document_id: Uuid) -> StoreResult<Vec<RunRecord>> {
+        let rows: Vec<RunRow<DB::Id>> = sqlx::query_as(
+            "SELECT document_id, run_id, session_id, name, status, root_run_id, elapsed_ms, \
+             omitted_stages, reported_at_ms FROM workflow_runs WHERE document_id = $1 \
+             ORDER BY position, run_id",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading runs", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    pub(crate) async fn run_stages(
+        &self,
+        document_id: Uuid,
+        run_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> StoreResult<Option<StagePage>> {
+        let mut tx = self.begin_snapshot().await?;
+        let found =
+            sqlx::query("SELECT 1 FROM workflow_runs WHERE document_id = $1 AND run_id = $2")
+                .bind(DB::Id::from(document_id))
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a run", e))?;
+        if found.is_none() {
+            return Ok(None);
+        }
+        let total: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM workflow_run_stages WHERE document_id = $1 AND run_id = $2",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(run_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("counting a run's stages", e))?;
+        let rows: Vec<StageRow> = sqlx::query_as(
+            "SELECT stage_id, name, status, parent_stage_id, duration_ms FROM workflow_run_stages \
+             WHERE document_id = $1 AND run_id = $2 ORDER BY position LIMIT $3 OFFSET $4",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(run_id)
+        .bind(limit.max(0))
+        .bind(offset.max(0))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a run's stages", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("ending a read", e))?;
+        Ok(Some(StagePage {
+            stages: rows.into_iter().map(Into::into).collect(),
+            total,
+        }))
+    }
+
+    pub(crate) async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let ended = "status NOT IN ('running', 'waiting', 'paused')";
+        sqlx::query(&format!(
+            "DELETE FROM workflow_run_stages WHERE document_id = $1 AND run_id IN \
+             (SELECT run_id FROM workflow_runs WHERE document_id = $1 AND {ended})"
+        ))
+        .bind(DB::Id::from(document_id))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting ended runs' stages", e))?;
+        let done = sqlx::query(&format!(
+            "DELETE FROM workflow_runs WHERE document_id = $1 AND {ended}"
+        ))
+        .bind(DB::Id::from(document_id))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting ended runs", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing deleted runs", e))?;
+        Ok(DB::rows_affected(&done))
+    }
+
+    pub(crate) async fn stop_live_runs(&self) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE workflow_runs SET status = 'stopped' \
+             WHERE status IN ('running', 'waiting', 'paused')",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("stopping live runs", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing stopped runs", e))?;
+        Ok(DB::rows_affected(&done))
+    }
+
     // --- LeaseStore ---
 
     pub(crate) async fn acquire_writer_lease(
@@ -1667,7 +1886,7 @@ macro_rules! sql_store_impls {
                 Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent,
                 DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 OwnerGuard, Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
-                TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
+                TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -1734,6 +1953,14 @@ macro_rules! sql_store_impls {
                     -> Claim;
                 fn release_ownership(document_id: Uuid, generation: i64) -> Release;
                 fn clear_all_ownership() -> u64;
+            } {});
+            sql_store_impls!(@forward $store, RunStore {
+                fn save_run(run: &RunRecord, stages: &[StageRecord], replace: bool) -> ();
+                fn runs(document_id: Uuid) -> Vec<RunRecord>;
+                fn run_stages(document_id: Uuid, run_id: &str, offset: i64, limit: i64)
+                    -> Option<StagePage>;
+                fn delete_ended_runs(document_id: Uuid) -> u64;
+                fn stop_live_runs() -> u64;
             } {});
             sql_store_impls!(@forward $store, LeaseStore {
                 fn acquire_writer_lease(holder: &str, now_ms: UnixMillis, ttl_ms: i64)

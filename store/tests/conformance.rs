@@ -30,8 +30,8 @@ use std::sync::Arc;
 use chopin_store::{
     account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Document,
     DocumentContent, Fence, Holder, LeaseAcquire, MemoryStore, NewDocument, NewTranscriptEntry,
-    OwnerGuard, PgStore, PlanCommit, Release, RevisionKind, SqliteStore, Store, StoreError,
-    WriterLease,
+    OwnerGuard, PgStore, PlanCommit, Release, RevisionKind, RunRecord, SqliteStore, StageRecord,
+    Store, StoreError, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -197,6 +197,9 @@ conformance! {
     archiving_a_parent_keeps_its_children,
     parentage_survives_rename_and_reopen,
     child_creation_racing_archive_and_rename_is_all_or_nothing,
+    ses_09_run_stages_merge_by_stage_id_with_no_count_limit,
+    ses_13_runs_survive_reopening_and_live_ones_come_back_stopped,
+    ses_14_ended_runs_go_when_the_next_workflow_starts,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -3724,4 +3727,164 @@ async fn child_creation_racing_archive_and_rename_is_all_or_nothing(b: &Backend)
             .await,
     );
     assert!(words.contains("archived"), "{words}");
+}
+
+fn run(doc: Uuid, id: &str, status: &str) -> RunRecord {
+    RunRecord {
+        document_id: doc,
+        run_id: id.into(),
+        session_id: "s-1".into(),
+        name: format!("workflow {id}"),
+        status: status.into(),
+        root_run_id: None,
+        elapsed_ms: Some(1_000),
+        omitted_stages: 0,
+        reported_at_ms: 5,
+    }
+}
+
+fn stage(id: usize, status: &str) -> StageRecord {
+    StageRecord {
+        stage_id: format!("st-{id}"),
+        name: format!("stage {id}"),
+        status: status.into(),
+        parent_stage_id: (id > 0).then(|| "st-0".to_owned()),
+        duration_ms: None,
+    }
+}
+
+/// SES-09: "Every stage of a run is stored, with no count limit, in table
+/// `workflow_run_stages`." RR-04: deltas are merged by stage id.
+async fn ses_09_run_stages_merge_by_stage_id_with_no_count_limit(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    // 1,200 stages in deltas of 300: each delta only the new stages.
+    for batch in 0..4 {
+        let stages: Vec<_> = (batch * 300..(batch + 1) * 300)
+            .map(|i| stage(i, "running"))
+            .collect();
+        store
+            .save_run(&run(doc.id, "run-1", "running"), &stages, false)
+            .await
+            .unwrap();
+    }
+    // A changed stage keeps its place.
+    store
+        .save_run(
+            &run(doc.id, "run-1", "running"),
+            &[stage(7, "completed")],
+            false,
+        )
+        .await
+        .unwrap();
+    let page = store
+        .run_stages(doc.id, "run-1", 0, 500)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.total, 1_200);
+    assert_eq!(page.stages.len(), 500);
+    assert_eq!(page.stages[7], stage(7, "completed"));
+    assert_eq!(page.stages[0].stage_id, "st-0");
+    let last = store
+        .run_stages(doc.id, "run-1", 1_100, 500)
+        .await
+        .unwrap()
+        .unwrap();
+    let ids: Vec<_> = last.stages.iter().map(|s| s.stage_id.clone()).collect();
+    let wanted: Vec<_> = (1_100..1_200).map(|i| format!("st-{i}")).collect();
+    assert_eq!(ids, wanted, "in the order first reported");
+    assert_eq!(store.run_stages(doc.id, "nope", 0, 10).await.unwrap(), None);
+
+    // A whole report (no deltas) replaces what was stored.
+    store
+        .save_run(
+            &run(doc.id, "run-1", "completed"),
+            &[stage(0, "completed")],
+            true,
+        )
+        .await
+        .unwrap();
+    let page = store
+        .run_stages(doc.id, "run-1", 0, 500)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((page.total, page.stages.len()), (1, 1));
+    let runs = store.runs(doc.id).await.unwrap();
+    assert_eq!(runs, vec![run(doc.id, "run-1", "completed")]);
+}
+
+/// SES-13: "The run stack and every stage are stored with the document, so reload and restart
+/// keep them (finished runs too); a run live when the server stopped comes back stopped."
+async fn ses_13_runs_survive_reopening_and_live_ones_come_back_stopped(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    for (id, status) in [("a", "completed"), ("b", "running"), ("c", "paused")] {
+        store
+            .save_run(&run(doc.id, id, status), &[stage(0, status)], false)
+            .await
+            .unwrap();
+    }
+    drop(store);
+    let store = b.open().await;
+    assert_eq!(store.stop_live_runs().await.unwrap(), 2);
+    let runs = store.runs(doc.id).await.unwrap();
+    let seen: Vec<_> = runs
+        .iter()
+        .map(|r| (r.run_id.as_str(), r.status.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [("a", "completed"), ("b", "stopped"), ("c", "stopped")],
+        "first-reported order"
+    );
+    let page = store.run_stages(doc.id, "b", 0, 10).await.unwrap().unwrap();
+    assert_eq!(page.total, 1);
+}
+
+/// SES-14: "ended rows stay until the next workflow starts in the document."
+async fn ses_14_ended_runs_go_when_the_next_workflow_starts(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    let other = store
+        .create_document(&new_doc(2, "o", "r", "t"))
+        .await
+        .unwrap();
+    store
+        .save_run(&run(doc.id, "old", "failed"), &[stage(0, "failed")], false)
+        .await
+        .unwrap();
+    store
+        .save_run(&run(doc.id, "live", "running"), &[], false)
+        .await
+        .unwrap();
+    store
+        .save_run(&run(other.id, "old", "completed"), &[], false)
+        .await
+        .unwrap();
+    assert_eq!(store.delete_ended_runs(doc.id).await.unwrap(), 1);
+    let left: Vec<_> = store
+        .runs(doc.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(left, ["live"]);
+    assert_eq!(store.run_stages(doc.id, "old", 0, 10).await.unwrap(), None);
+    assert_eq!(
+        store.runs(other.id).await.unwrap().len(),
+        1,
+        "each document on its own"
+    );
 }
