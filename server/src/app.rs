@@ -34,6 +34,7 @@ use crate::metrics::Metrics;
 use crate::planner::Planners;
 use crate::questions::{Questions, QuestionsDeps};
 use crate::renewal::Renewal;
+use crate::runs::{Runs, RunsDeps};
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
 use crate::store::instrumented::Instrumented;
@@ -73,6 +74,7 @@ pub struct App {
     pub chat: Arc<Chat>,
     pub renewal: Arc<Renewal>,
     pub questions: Arc<Questions>,
+    pub runs: Arc<Runs>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -219,6 +221,13 @@ impl App {
             transcript: transcript.clone(),
             entropy: entropy.clone(),
         }));
+        let runs = Arc::new(Runs::new(RunsDeps {
+            store: store.clone(),
+            transcript: transcript.clone(),
+            links: planners.clone(),
+            clock: clock.clone(),
+            entropy: entropy.clone(),
+        }));
         chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
             sign_ins.clone(),
@@ -255,6 +264,7 @@ impl App {
             chat,
             renewal,
             questions,
+            runs,
         }
     }
 
@@ -292,6 +302,7 @@ impl App {
             open: self.open.clone(),
             planners: self.planners.clone(),
             questions: self.questions.clone(),
+            runs: self.runs.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),
@@ -306,6 +317,7 @@ impl App {
             metrics: self.metrics.clone(),
             access_recheck_ms: self.config.access_recheck_ms,
             questions: self.questions.clone(),
+            runs: self.runs.clone(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),
@@ -331,6 +343,7 @@ impl App {
             shutdown: self.shutdown.clone(),
             metrics: self.metrics.clone(),
             questions: self.questions.clone(),
+            runs: self.runs.clone(),
         }))
     }
 }
@@ -375,6 +388,15 @@ pub async fn start(
     let store = store.fenced(fence.clone());
     // No Planner link survives a process: startup clears every owner reference.
     let cleared = store.clear_all_ownership().await?;
+    // Nothing runs a workflow the last process was told about: its live runs come back stopped
+    // (SES-13).
+    let stopped = store.stop_live_runs().await?;
+    if stopped > 0 {
+        tracing::info!(
+            stopped,
+            "workflow runs left live by an earlier process are shown stopped"
+        );
+    }
     if cleared > 0 {
         tracing::info!(
             cleared,

@@ -30,6 +30,7 @@ pub mod observe;
 pub mod planner;
 pub mod questions;
 pub mod renewal;
+pub mod runs;
 pub mod runtime;
 pub mod transcript;
 pub mod transport;

@@ -49,6 +49,7 @@ use crate::planner::{
     Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal, RevocationWatch,
 };
 use crate::questions::{Asking, Questions, Scope};
+use crate::runs::Runs;
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Document, OwnershipStore};
 
@@ -79,6 +80,8 @@ pub struct AgentDeps {
     pub metrics: Arc<Metrics>,
     /// Where a link's `input-request`s become Decisions.
     pub questions: Arc<Questions>,
+    /// Where a link's `runs` reports and `control-result`s go.
+    pub runs: Arc<Runs>,
 }
 
 pub fn routes(deps: AgentDeps) -> Routes {
@@ -98,9 +101,11 @@ const ATTACH_WAIT: Duration = Duration::from_secs(30);
 /// Pings go out at most this far apart.
 const MAX_PING_INTERVAL_MS: u64 = 30_000;
 /// The features this server implements and accepts when offered.
-pub const SUPPORTED_FEATURES: &[Feature] = &[Feature::SteerTurn];
+pub const SUPPORTED_FEATURES: &[Feature] = &[Feature::SteerTurn, Feature::RunStageDeltas];
 /// How long `abort` waits for `turn-end` (RT-09 ruling), told in `attached`.
 pub const ABORT_WAIT_MS: u64 = 5_000;
+/// `runs` reports of one link that may wait to be saved.
+const REPORT_BACKLOG: usize = 64;
 
 fn http_refusal(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     let mut response = (
@@ -196,6 +201,7 @@ async fn endpoint(
                     end_on_close: None,
                     opened: Opened::default(),
                     reader_broken: false,
+                    features: Vec::new(),
                 };
                 link.run().await;
             })
@@ -230,6 +236,8 @@ struct Link {
     /// The WebSocket layer refused a frame it could not read (too large, not UTF-8): nothing more
     /// can be read, and what the client still sends is never read.
     reader_broken: bool,
+    /// The features accepted in `attached`.
+    features: Vec<Feature>,
 }
 
 /// The sessions and turns a link opened, as `session:<id>` / `turn:<id>`: every one still open,
@@ -320,6 +328,7 @@ impl Link {
             .into_iter()
             .filter(|f| SUPPORTED_FEATURES.contains(f))
             .collect();
+        self.features = features.clone();
         let (commands, mut command_rx) = mpsc::channel(COMMAND_BACKLOG);
         let check = Arc::new(AccountCheck {
             admission: self.deps.admission.clone(),
@@ -534,6 +543,7 @@ impl Link {
         // The harness's sessions and turns, by `session:<id>` / `turn:<id>`. Dropped with the
         // link, which tells each that the client is gone.
         let mut routes: BTreeMap<String, mpsc::Sender<ClientMessage>> = BTreeMap::new();
+        let reports = self.runs_worker(doc.id);
         let mut commands_open = true;
         let c = self.deps.timers;
         let timeout = Duration::from_millis(c.connection_timeout_ms);
@@ -573,6 +583,9 @@ impl Link {
                         self.close(wire::close::NORMAL, "detached").await;
                         return Ended::Done;
                     }
+                    Incoming::Message(ClientMessage::ControlResult(result)) => {
+                        self.deps.runs.control_result(result);
+                    }
                     Incoming::Message(ClientMessage::InputCancel(cancel)) => {
                         self.withdraw_later(doc, Scope::Request(bound.link, cancel.request_id), "The Planner cancelled the question.".to_owned());
                     }
@@ -597,6 +610,21 @@ impl Link {
                         }
                         if let ClientMessage::InputRequest(request) = other {
                             self.ask_later(doc, bound.link, request);
+                            continue;
+                        }
+                        if let ClientMessage::Runs(report) = other {
+                            // Saved one after another, in the order they came, without holding
+                            // up the link; a client that reports faster than storage takes them
+                            // is at fault.
+                            if let Err(mpsc::error::TrySendError::Full(_)) = reports.try_send(report) {
+                                let fault = Fault::OutOfOrder {
+                                    message_type: "runs".to_owned(),
+                                    rule: format!("at most {REPORT_BACKLOG} runs reports may wait for the server to save them"),
+                                };
+                                self.end_on_close = Some(LinkEnd::Dropped);
+                                self.fail(&fault).await;
+                                return Ended::Done;
+                            }
                             continue;
                         }
                         let key = turn.or(session);
@@ -783,6 +811,20 @@ impl Link {
     }
 
     /// The process is stopping: `going-away`, then the close 1001 (AO, HO-17: no Chat line).
+    /// The queue of this link's `runs` reports, saved in order by a task of their own that
+    /// ends with the link.
+    fn runs_worker(&self, document: uuid::Uuid) -> mpsc::Sender<wire::Runs> {
+        let (reports, mut queued) = mpsc::channel::<wire::Runs>(REPORT_BACKLOG);
+        let runs = self.deps.runs.clone();
+        let deltas = self.features.contains(&Feature::RunStageDeltas);
+        self.deps.shutdown.spawn(async move {
+            while let Some(report) = queued.recv().await {
+                runs.report(document, report, deltas).await;
+            }
+        });
+        reports
+    }
+
     /// Hands an `input-request` to the questions, which answer through the link's commands.
     fn ask_later(&self, doc: &Document, link: u64, request: wire::InputRequest) {
         let Some(reply) = self.deps.planners.link_for(doc.id) else {

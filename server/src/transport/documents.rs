@@ -26,6 +26,7 @@ use crate::error::ApiError;
 use crate::identity::github::RepoAccess;
 use crate::planner::Planners;
 use crate::questions::{Questions, Scope};
+use crate::runs::{Runs, STAGES_PAGE_MAX};
 use crate::store::Document;
 
 /// What the document routes use.
@@ -36,6 +37,7 @@ pub struct DocumentsDeps {
     pub open: Arc<OpenDocuments>,
     pub planners: Arc<Planners>,
     pub questions: Arc<Questions>,
+    pub runs: Arc<Runs>,
 }
 
 impl DocumentsDeps {
@@ -71,6 +73,8 @@ pub fn routes(deps: DocumentsDeps) -> Routes {
         .get("/api/documents/{id}/source", source)
         .post("/api/documents/{id}/children", create_child)
         .post("/api/documents/{id}/planner/reset", reset_planner)
+        .get("/api/documents/{id}/runs", list_runs)
+        .get("/api/documents/{id}/runs/{run}/stages", run_stages)
         .with_state(deps)
 }
 
@@ -83,6 +87,71 @@ fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result
             format!("expected {shape}: {e}"),
         )
     })
+}
+
+/// `GET /api/documents/{id}/runs`: every run card of the document, for anyone who can read it.
+async fn list_runs(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let (doc, _) = deps.readable(&caller, &id).await?;
+    let runs = deps.runs.cards(doc.id).await.map_err(ApiError::store)?;
+    Ok(Json(json!({ "runs": runs })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StagesQuery {
+    offset: Option<i64>,
+    limit: Option<i64>,
+}
+
+/// `GET /api/documents/{id}/runs/{run}/stages?offset=&limit=`: a run's stored stages in the
+/// order they were first reported, at most [`STAGES_PAGE_MAX`] a page (200 unless asked), for
+/// anyone who can read the document (SES-11). `unreportedStages` counts earlier stages the
+/// client never sent.
+async fn run_stages(
+    State(deps): State<DocumentsDeps>,
+    Path((id, run)): Path<(String, String)>,
+    Query(query): Query<StagesQuery>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let (doc, _) = deps.readable(&caller, &id).await?;
+    let offset = query.offset.unwrap_or(0);
+    let limit = query.limit.unwrap_or(200);
+    if offset < 0 || !(1..=STAGES_PAGE_MAX).contains(&limit) {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            format!("offset is 0 or more and limit is 1 to {STAGES_PAGE_MAX}"),
+        ));
+    }
+    let found = deps.runs.stages(doc.id, &run, offset, limit).await;
+    let Some((record, page)) = found.map_err(ApiError::store)? else {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "run-not-found",
+            format!("This document has no run {run:?}."),
+        ));
+    };
+    let next = offset + page.stages.len() as i64;
+    Ok(Json(json!({
+        "runId": record.run_id,
+        "offset": offset,
+        "stages": page.stages.iter().map(|s| json!({
+            "stageId": s.stage_id,
+            "name": s.name,
+            "status": s.status,
+            "parentStageId": s.parent_stage_id,
+            "durationMs": s.duration_ms,
+        })).collect::<Vec<_>>(),
+        "total": page.total,
+        "more": next < page.total,
+        "unreportedStages": record.omitted_stages,
+    })))
 }
 
 #[derive(Debug, Deserialize)]

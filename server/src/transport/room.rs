@@ -40,6 +40,7 @@ use crate::identity::sign_ins::{LiveLogin, SignIns};
 use crate::metrics::{Metrics, SocketKind};
 use crate::planner::{Planners, Presence};
 use crate::questions::{Given, Questions, Scope};
+use crate::runs::{Control, Runs};
 use crate::runtime::Shutdown;
 use crate::store::Document;
 use crate::transcript::{FeedEvent, HistoryQuery, Transcript};
@@ -64,6 +65,8 @@ pub struct RoomDeps {
     pub access_recheck_ms: u64,
     /// Decisions the Planner's questions opened, answered and cancelled from the room.
     pub questions: Arc<Questions>,
+    /// Run cards, and Stop and Resume for runs.
+    pub runs: Arc<Runs>,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -196,6 +199,7 @@ async fn session(
     let mut relayed = room.subscribe();
     let mut signed_in = deps.sign_ins.watch(member.login_id);
     let mut chat_feed = deps.transcript.subscribe(root_id);
+    let mut cards = deps.runs.subscribe();
     let place = chat::Place {
         document: doc.id,
         url: url.clone(),
@@ -214,6 +218,7 @@ async fn session(
     });
     push!(out, WsMessage::Text(hello.to_string().into()));
     push!(out, planner_frame(&deps.planners.presence(root_id)));
+    push!(out, runs_frame(deps, root_id).await);
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
     for frame in yjs::greeting(room).await {
@@ -281,6 +286,15 @@ async fn session(
                     let _ = out.send(error_frame("resync", "This connection fell behind; reconnect to sync again."));
                     return;
                 }
+                Err(RecvError::Closed) => return,
+            },
+            changed = cards.recv() => match changed {
+                Ok(changed) if changed.document == root_id => {
+                    push!(out, json_frame(&json!({ "type": "run:card", "run": changed.card })));
+                }
+                Ok(_) => {}
+                // Fell behind: every card again.
+                Err(RecvError::Lagged(_)) => push!(out, runs_frame(deps, root_id).await),
                 Err(RecvError::Closed) => return,
             },
             change = changes.recv() => match change {
@@ -355,20 +369,32 @@ async fn session(
                                 },
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
+                            Some("planner:resume") if sender.can_write => {
+                                let run = value.get("runId").and_then(Value::as_str);
+                                let resumed = deps.runs.control(root_id, run, Control::Resume, &sender.login).await;
+                                json_frame(&json!({ "type": "planner:resumed", "resumed": resumed }))
+                            }
                             Some("planner:stop") if sender.can_write => {
-                                let stopped = deps.turns.stop(root_id, &format!("@{} stopped chopin.", sender.login));
+                                let run = value.get("runId").and_then(Value::as_str);
+                                let stopped = run.is_none() && deps.turns.stop(root_id, &format!("@{} stopped chopin.", sender.login));
+                                // Stop Planner also pauses the live runs (or the one named), resumably (SES-04).
+                                let paused = deps.runs.control(root_id, run, Control::Stop, &sender.login).await;
                                 // A Planner that waits on a question is stopped by withdrawing it (ATM-36).
-                                let why = format!("@{} stopped the Planner.", sender.login);
-                                let url = documents::canonical_url(doc);
-                                let withdrawn = deps.questions.withdraw(root_id, &url, Scope::Document, &why).await;
-                                json_frame(&json!({ "type": "planner:stopped", "stopped": stopped || withdrawn > 0 }))
+                                let withdrawn = if run.is_none() {
+                                    let why = format!("@{} stopped the Planner.", sender.login);
+                                    let url = documents::canonical_url(doc);
+                                    deps.questions.withdraw(root_id, &url, Scope::Document, &why).await
+                                } else {
+                                    0
+                                };
+                                json_frame(&json!({ "type": "planner:stopped", "stopped": stopped || paused > 0 || withdrawn > 0 }))
                             }
                             Some(kind @ ("decision:answer" | "decision:cancel")) => {
                                 decision_frame(deps, doc, &sender, kind, &value).await
                             }
-                            Some("planner:stop") => error_frame(
+                            Some("planner:stop" | "planner:resume") => error_frame(
                                 "read-only",
-                                "Stopping chopin needs push access to this document's repository.",
+                                "Stopping or resuming chopin needs push access to this document's repository.",
                             ),
                             Some(other) => error_frame("unknown-type", &format!("unknown message type {other:?}")),
                             None => error_frame("malformed", "a room message is a JSON object with a string \"type\""),
@@ -486,6 +512,15 @@ async fn decision_frame(
         }
         Err(e) => refused(e.code(), &e.to_string()),
     }
+}
+
+/// `runs:list`: every run card of the document.
+async fn runs_frame(deps: &RoomDeps, document: uuid::Uuid) -> WsMessage {
+    let runs = deps.runs.cards(document).await.unwrap_or_else(|e| {
+        tracing::warn!(%document, error = %e, "run cards could not be read");
+        Vec::new()
+    });
+    json_frame(&json!({ "type": "runs:list", "runs": runs }))
 }
 
 fn json_frame(value: &Value) -> WsMessage {

@@ -1,0 +1,396 @@
+//! Workflow runs a Planner client reports: their cards in the room, their stages in storage,
+//! the Chat line when one ends, and Stop and Resume for them.
+//!
+//! Owns: taking a `runs` report (each run's card replaces the stored one; stages replace the
+//! stored ones, or with `run-stage-deltas` merge into them by stage id, with no count limit),
+//! the card the room shows (the latest [`CARD_STAGES`] stages, an unfinished stage of an ended
+//! run shown stopped), the Chat line saying how a run ended and how long it took (SES-15; a
+//! run that ends blocked or failed between turns gets only that line, never a turn, RR-03),
+//! ended runs cleared when the next workflow starts in the document (SES-14), and the Stop and
+//! Resume Planner controls: `stop`/`resume` to the client, each waited on for its
+//! `control-result`, with Chat saying who did what.
+//!
+//! Does not own: the link (the agent socket hands reports and control results in; commands go
+//! out through [`AgentLinks`]), who may press Stop or Resume (the room: writers), or storage
+//! (the [`RunStore`]).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use chopin_protocol::agent::{self as wire, ControlResult, ServerMessage};
+use serde::Serialize;
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, oneshot};
+use uuid::Uuid;
+
+use crate::harness::port::{AgentLinks, LinkCommand};
+use crate::runtime::clock::SharedClock;
+use crate::runtime::entropy::SharedEntropy;
+use crate::store::{RunRecord, RunStore, StagePage, StageRecord, StoreError};
+use crate::transcript::TurnSink;
+
+/// How many of a run's latest stages its card carries (SES-10).
+pub const CARD_STAGES: i64 = 12;
+/// The most stages one page of the stages route serves (SES-11).
+pub const STAGES_PAGE_MAX: i64 = 500;
+/// How long Stop or Resume waits for the client's `control-result`.
+pub const CONTROL_WAIT_MS: u64 = 10_000;
+/// Cards told to the rooms that may wait for a slow room before it must read them afresh.
+const CARD_BACKLOG: usize = 1024;
+
+/// What runs reach.
+pub struct RunsDeps {
+    pub store: Arc<dyn RunStore>,
+    pub transcript: Arc<dyn TurnSink>,
+    pub links: Arc<dyn AgentLinks>,
+    pub clock: SharedClock,
+    pub entropy: SharedEntropy,
+}
+
+/// A run's card changed: the document, and the card.
+#[derive(Debug, Clone)]
+pub struct CardChanged {
+    pub document: Uuid,
+    pub card: Value,
+}
+
+/// Every reported run of this process's documents, through storage.
+pub struct Runs {
+    deps: RunsDeps,
+    cards: broadcast::Sender<CardChanged>,
+    /// `stop`/`resume` sent and not answered yet, by request id.
+    pending: Mutex<BTreeMap<String, oneshot::Sender<ControlResult>>>,
+}
+
+/// Stop or Resume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    Stop,
+    Resume,
+}
+
+fn word<T: Serialize>(value: T) -> String {
+    match serde_json::to_value(value) {
+        Ok(Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+const ENDED_STAGE: [&str; 5] = ["completed", "blocked", "failed", "stopped", "skipped"];
+
+/// The card of `run` with its latest stages (oldest first) and how many stages came before them.
+pub fn card(run: &RunRecord, latest: &[StageRecord], earlier: i64) -> Value {
+    let ended = !run.is_live();
+    let statuses: BTreeMap<&str, &str> = latest
+        .iter()
+        .map(|s| (s.stage_id.as_str(), s.status.as_str()))
+        .collect();
+    let stages: Vec<Value> = latest
+        .iter()
+        .map(|s| {
+            let unfinished = !ENDED_STAGE.contains(&s.status.as_str());
+            // An unfinished stage under an ended ancestor (the run itself, or a parent stage
+            // on the card) is already stopped (SES-10).
+            let parent_ended = s
+                .parent_stage_id
+                .as_deref()
+                .and_then(|p| statuses.get(p))
+                .is_some_and(|p| ENDED_STAGE.contains(p));
+            let status = if unfinished && (ended || parent_ended) {
+                "stopped"
+            } else {
+                s.status.as_str()
+            };
+            json!({
+                "stageId": s.stage_id,
+                "name": s.name,
+                "status": status,
+                "parentStageId": s.parent_stage_id,
+                "durationMs": s.duration_ms,
+            })
+        })
+        .collect();
+    json!({
+        "runId": run.run_id,
+        "name": run.name,
+        "status": run.status,
+        "rootRunId": run.root_run_id,
+        "elapsedMs": run.elapsed_ms,
+        "stages": stages,
+        "earlierStages": earlier,
+        "unreportedStages": run.omitted_stages,
+    })
+}
+
+/// "1m 35s", "42s", "2h 5m".
+pub fn took(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m {s}s"),
+        (h, m, _) => format!("{h}h {m}m"),
+    }
+}
+
+impl Runs {
+    pub fn new(deps: RunsDeps) -> Self {
+        Runs {
+            deps,
+            cards: broadcast::Sender::new(CARD_BACKLOG),
+            pending: Mutex::default(),
+        }
+    }
+
+    fn pending(&self) -> MutexGuard<'_, BTreeMap<String, oneshot::Sender<ControlResult>>> {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Cards as they change, for every document (a room keeps its own).
+    pub fn subscribe(&self) -> broadcast::Receiver<CardChanged> {
+        self.cards.subscribe()
+    }
+
+    /// Every run card of `document`, in first-reported order.
+    pub async fn cards(&self, document: Uuid) -> Result<Vec<Value>, StoreError> {
+        let mut out = Vec::new();
+        for run in self.deps.store.runs(document).await? {
+            out.push(self.card_of(&run).await?);
+        }
+        Ok(out)
+    }
+
+    async fn card_of(&self, run: &RunRecord) -> Result<Value, StoreError> {
+        let total = self
+            .deps
+            .store
+            .run_stages(run.document_id, &run.run_id, 0, 0)
+            .await?
+            .map_or(0, |p| p.total);
+        let from = (total - CARD_STAGES).max(0);
+        let latest = self
+            .deps
+            .store
+            .run_stages(run.document_id, &run.run_id, from, CARD_STAGES)
+            .await?
+            .map(|p| p.stages)
+            .unwrap_or_default();
+        Ok(card(run, &latest, from))
+    }
+
+    /// A run's record and a page of its stored stages; `None` if the document has no such run.
+    pub async fn stages(
+        &self,
+        document: Uuid,
+        run: &str,
+        offset: i64,
+        limit: i64,
+    ) -> Result<Option<(RunRecord, StagePage)>, StoreError> {
+        let Some(record) = self
+            .deps
+            .store
+            .runs(document)
+            .await?
+            .into_iter()
+            .find(|r| r.run_id == run)
+        else {
+            return Ok(None);
+        };
+        let page = self
+            .deps
+            .store
+            .run_stages(document, run, offset, limit)
+            .await?
+            .unwrap_or(StagePage {
+                stages: Vec::new(),
+                total: 0,
+            });
+        Ok(Some((record, page)))
+    }
+
+    /// Whether `document` has a run that has not ended.
+    pub async fn any_live(&self, document: Uuid) -> bool {
+        self.deps
+            .store
+            .runs(document)
+            .await
+            .is_ok_and(|runs| runs.iter().any(RunRecord::is_live))
+    }
+
+    /// Takes a `runs` report from the client attached to `document`. `deltas`: the link
+    /// accepted `run-stage-deltas`, so `stages` are only new or changed ones.
+    pub async fn report(&self, document: Uuid, report: wire::Runs, deltas: bool) {
+        let before: BTreeMap<String, RunRecord> = match self.deps.store.runs(document).await {
+            Ok(runs) => runs.into_iter().map(|r| (r.run_id.clone(), r)).collect(),
+            Err(e) => {
+                tracing::warn!(%document, error = %e, "a runs report could not be read against storage; dropped");
+                return;
+            }
+        };
+        // A new workflow starts: the ended runs of the last one go (SES-14).
+        let starts = report.runs.iter().any(|r| !before.contains_key(&r.run_id))
+            && !before.values().any(RunRecord::is_live);
+        if starts && !before.is_empty() {
+            if let Err(e) = self.deps.store.delete_ended_runs(document).await {
+                tracing::warn!(%document, error = %e, "ended runs could not be cleared");
+            }
+        }
+        for run in report.runs {
+            let record = RunRecord {
+                document_id: document,
+                run_id: run.run_id.clone(),
+                session_id: report.session_id.clone(),
+                name: run.name.clone(),
+                status: word(run.status),
+                root_run_id: run.root_run_id.clone(),
+                elapsed_ms: run.elapsed_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
+                omitted_stages: if deltas {
+                    0
+                } else {
+                    run.omitted_stages.unwrap_or(0).min(i64::MAX as u64) as i64
+                },
+                reported_at_ms: self.deps.clock.now_ms(),
+            };
+            let stages: Vec<StageRecord> = run
+                .stages
+                .iter()
+                .map(|s| StageRecord {
+                    stage_id: s.stage_id.clone(),
+                    name: s.name.clone(),
+                    status: word(s.status),
+                    parent_stage_id: s.parent_stage_id.clone(),
+                    duration_ms: s.duration_ms.map(|ms| ms.min(i64::MAX as u64) as i64),
+                })
+                .collect();
+            // Without deltas an empty list keeps the stored stages (nothing was said of them).
+            let replace = !deltas && !stages.is_empty();
+            if let Err(e) = self.deps.store.save_run(&record, &stages, replace).await {
+                tracing::warn!(%document, run = %record.run_id, error = %e, "a run report could not be saved");
+                continue;
+            }
+            let was_live = before.get(&record.run_id).is_none_or(RunRecord::is_live);
+            if was_live && !record.is_live() {
+                // SES-15; RR-03: a run that ends blocked or failed gets this line and no turn.
+                let how = match record.status.as_str() {
+                    "completed" => "completed",
+                    "blocked" => "ended blocked",
+                    "failed" => "failed",
+                    _ => "stopped",
+                };
+                let line = match record.elapsed_ms {
+                    Some(ms) => format!(
+                        "Run \u{201c}{}\u{201d} {how} after {}.",
+                        record.name,
+                        took(ms)
+                    ),
+                    None => format!("Run \u{201c}{}\u{201d} {how}.", record.name),
+                };
+                tracing::info!(%document, run = %record.run_id, status = %record.status, "a workflow run ended");
+                self.deps.transcript.post(document, "system", line).await;
+            }
+            match self.card_of(&record).await {
+                Ok(card) => {
+                    let _ = self.cards.send(CardChanged { document, card });
+                }
+                Err(e) => {
+                    tracing::warn!(%document, error = %e, "a run card could not be read back")
+                }
+            }
+        }
+    }
+
+    /// A `control-result` from a link: the Stop or Resume waiting on it hears it.
+    pub fn control_result(&self, result: ControlResult) {
+        match self.pending().remove(&result.request_id) {
+            Some(waiting) => {
+                let _ = waiting.send(result);
+            }
+            None => {
+                tracing::debug!(request = %result.request_id, "a control-result nobody waits on; ignored")
+            }
+        }
+    }
+
+    /// Stop or Resume Planner for `document`'s live runs (or the one named), pressed by `login`:
+    /// each session owning such runs is sent `stop` or `resume` and waited on for its
+    /// `control-result`. Chat records who did what. How many runs were asked.
+    pub async fn control(
+        &self,
+        document: Uuid,
+        run: Option<&str>,
+        control: Control,
+        login: &str,
+    ) -> usize {
+        let Ok(runs) = self.deps.store.runs(document).await else {
+            return 0;
+        };
+        let wanted = |r: &RunRecord| match control {
+            Control::Stop => matches!(r.status.as_str(), "running" | "waiting"),
+            Control::Resume => r.status == "paused",
+        };
+        let chosen: Vec<RunRecord> = runs
+            .into_iter()
+            .filter(|r| run.is_none_or(|id| r.run_id == id))
+            .filter(wanted)
+            .collect();
+        if chosen.is_empty() {
+            return 0;
+        }
+        let Some(link) = self.deps.links.link_for(document) else {
+            return 0;
+        };
+        let mut sessions: BTreeMap<String, Vec<RunRecord>> = BTreeMap::new();
+        for r in chosen {
+            sessions.entry(r.session_id.clone()).or_default().push(r);
+        }
+        let mut asked = 0;
+        for (session, runs) in sessions {
+            let request_id = format!("c-{}", self.deps.entropy.token_hex(6));
+            let (told, heard) = oneshot::channel();
+            self.pending().insert(request_id.clone(), told);
+            let run_id = run.map(str::to_owned);
+            let frame = match control {
+                Control::Stop => ServerMessage::Stop(wire::Stop {
+                    request_id: request_id.clone(),
+                    session_id: session.clone(),
+                    run_id,
+                }),
+                Control::Resume => ServerMessage::Resume(wire::ServerResume {
+                    request_id: request_id.clone(),
+                    session_id: session.clone(),
+                    run_id,
+                }),
+            };
+            if !link.command(LinkCommand::Send(frame)) {
+                self.pending().remove(&request_id);
+                continue;
+            }
+            let answer = tokio::time::timeout(Duration::from_millis(CONTROL_WAIT_MS), heard).await;
+            self.pending().remove(&request_id);
+            let names = runs
+                .iter()
+                .map(|r| format!("\u{201c}{}\u{201d}", r.name))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let (did, failed) = match control {
+                Control::Stop => ("paused", "pause"),
+                Control::Resume => ("resumed", "resume"),
+            };
+            let line = match answer {
+                Ok(Ok(result)) if result.ok => {
+                    asked += runs.len();
+                    format!("@{login} {did} {names}.")
+                }
+                Ok(Ok(result)) => format!(
+                    "@{login} asked to {failed} {names}; the Planner could not: {}",
+                    result
+                        .message
+                        .unwrap_or_else(|| "no reason given".to_owned())
+                ),
+                _ => format!("@{login} asked to {failed} {names}; the Planner did not answer."),
+            };
+            self.deps.transcript.post(document, "system", line).await;
+        }
+        asked
+    }
+}

@@ -1,0 +1,366 @@
+//! Workflow runs over real sockets: a scripted Planner client reports `runs`, the room shows the
+//! cards, the stages route pages every stored stage, a run's end gets its Chat line (and never a
+//! turn), and Stop and Resume Planner reach the client as `stop`/`resume`.
+
+use std::time::Duration;
+
+use chopin_fixtures::agent::AgentClient;
+use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
+use chopin_protocol::agent::{
+    ClientMessage, ControlResult, Run, RunStatus, Runs, ServerMessage, Stage, StageStatus, Started,
+    TurnEnd, TurnStatus,
+};
+use serde_json::{json, Value};
+
+mod support;
+
+use support::{next, served, Served};
+
+async fn room(s: &Served) -> BrowserSocket {
+    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
+    let mut room = BrowserSocket::connect(
+        stream,
+        &s.host,
+        &format!("/api/documents/{}/room", s.doc),
+        Some(&s.mona_cookie),
+        Some(&format!("http://{}", s.host)),
+    )
+    .await
+    .unwrap();
+    let list = room.next_of_type("runs:list").await.unwrap();
+    assert_eq!(list["runs"], json!([]), "{list}");
+    room
+}
+
+/// The next JSON frame of `kind` (others skipped).
+async fn next_of(room: &mut BrowserSocket, kind: &str) -> Value {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), room.recv_json())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} within 10 s"))
+            .unwrap()
+        {
+            BrowserEvent::Json(v) if v["type"] == kind => return v,
+            BrowserEvent::Closed { code, reason } => panic!("closed {code} {reason}"),
+            _ => {}
+        }
+    }
+}
+
+/// mona's message starts a turn; the client answers `start`. The session and turn ids.
+async fn turn(client: &mut AgentClient, room: &mut BrowserSocket) -> (String, String) {
+    room.send_json(
+        &json!({ "type": "chat:send", "requestId": "go", "text": "@chopin run the rollout" }),
+    )
+    .await
+    .unwrap();
+    let session = match next(client).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    client
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    match next(client).await {
+        ServerMessage::Turn(t) => (session, t.turn_id),
+        other => panic!("expected turn, got {other:?}"),
+    }
+}
+
+fn stage(i: usize, status: StageStatus) -> Stage {
+    Stage {
+        stage_id: format!("st-{i}"),
+        name: format!("stage {i}"),
+        status,
+        parent_stage_id: None,
+        duration_ms: None,
+    }
+}
+
+fn run(status: RunStatus, stages: Vec<Stage>) -> Run {
+    Run {
+        run_id: "run-12".into(),
+        name: "canary-rollout".into(),
+        status,
+        root_run_id: None,
+        elapsed_ms: Some(95_000),
+        stages,
+        omitted_stages: None,
+    }
+}
+
+async fn report(client: &mut AgentClient, session: &str, runs: Vec<Run>) {
+    client
+        .send(&ClientMessage::Runs(Runs {
+            session_id: session.into(),
+            runs,
+        }))
+        .await
+        .unwrap();
+}
+
+async fn get(s: &Served, path: &str) -> (u16, Value) {
+    let request = http::Request::get(format!("http://{}{path}", s.host))
+        .header("cookie", &s.mona_cookie)
+        .body(axum::body::Bytes::new())
+        .unwrap();
+    let answer = chopin_server::runtime::connector::send(
+        &chopin_server::runtime::connector::TcpConnector,
+        request,
+    )
+    .await
+    .unwrap();
+    let body = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+    (answer.status.as_u16(), body)
+}
+
+async fn chat(s: &Served) -> Vec<String> {
+    s.state.transcript.settled().await;
+    s.store
+        .transcript(s.doc, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.kind == "system")
+        .map(|e| e.body)
+        .collect()
+}
+
+#[tokio::test]
+async fn rr_01_ses_10_a_reported_run_is_a_card_with_its_latest_12_stages() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, _) = turn(&mut client, &mut room).await;
+    let stages: Vec<Stage> = (0..15)
+        .map(|i| {
+            stage(
+                i,
+                if i < 14 {
+                    StageStatus::Completed
+                } else {
+                    StageStatus::Running
+                },
+            )
+        })
+        .collect();
+    report(&mut client, &session, vec![run(RunStatus::Running, stages)]).await;
+    let card = next_of(&mut room, "run:card").await["run"].clone();
+    assert_eq!(card["runId"], "run-12");
+    assert_eq!(card["name"], "canary-rollout");
+    assert_eq!(card["status"], "running");
+    assert_eq!(card["elapsedMs"], 95_000);
+    let shown = card["stages"].as_array().unwrap();
+    assert_eq!(shown.len(), 12, "SES-10: only the latest 12 stages");
+    assert_eq!(shown[0]["stageId"], "st-3");
+    assert_eq!(shown[11]["status"], "running");
+    assert_eq!(card["earlierStages"], 3);
+
+    // The run ends failed while a stage is unfinished: that stage is shown stopped.
+    report(&mut client, &session, vec![run(RunStatus::Failed, vec![])]).await;
+    let card = next_of(&mut room, "run:card").await["run"].clone();
+    assert_eq!(card["status"], "failed");
+    assert_eq!(card["stages"][11]["status"], "stopped", "{card}");
+    // SES-15: Chat says how it ended and how long it took.
+    let lines = chat(&s).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l == "Run \u{201c}canary-rollout\u{201d} failed after 1m 35s."),
+        "{lines:?}"
+    );
+    // A room opened now lists the card.
+    let mut later = BrowserSocket::connect(
+        tokio::net::TcpStream::connect(&s.host).await.unwrap(),
+        &s.host,
+        &format!("/api/documents/{}/room", s.doc),
+        Some(&s.mona_cookie),
+        Some(&format!("http://{}", s.host)),
+    )
+    .await
+    .unwrap();
+    let list = later.next_of_type("runs:list").await.unwrap();
+    assert_eq!(list["runs"][0]["status"], "failed", "{list}");
+}
+
+#[tokio::test]
+async fn rr_04_ses_09_ses_11_deltas_merge_into_every_stored_stage_served_500_a_page() {
+    let s = served().await;
+    let mut client = s.attach(&["run-stage-deltas"]).await;
+    let mut room = room(&s).await;
+    let (session, _) = turn(&mut client, &mut room).await;
+    for batch in 0..3 {
+        let stages = (batch * 400..(batch + 1) * 400)
+            .map(|i| stage(i, StageStatus::Completed))
+            .collect();
+        report(&mut client, &session, vec![run(RunStatus::Running, stages)]).await;
+        next_of(&mut room, "run:card").await;
+    }
+    // Only a changed stage: merged in place.
+    report(
+        &mut client,
+        &session,
+        vec![run(RunStatus::Running, vec![stage(5, StageStatus::Failed)])],
+    )
+    .await;
+    let card = next_of(&mut room, "run:card").await["run"].clone();
+    assert_eq!(card["earlierStages"], 1_188, "{card}");
+
+    let base = format!("/api/documents/{}/runs/run-12/stages", s.doc);
+    let (status, first) = get(&s, &format!("{base}?offset=0&limit=500")).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["total"], 1_200);
+    assert_eq!(first["stages"].as_array().unwrap().len(), 500);
+    assert_eq!(first["stages"][5]["status"], "failed");
+    assert_eq!(first["more"], true);
+    let (_, last) = get(&s, &format!("{base}?offset=1000&limit=500")).await;
+    assert_eq!(last["stages"].as_array().unwrap().len(), 200);
+    assert_eq!(last["stages"][199]["stageId"], "st-1199");
+    assert_eq!(last["more"], false);
+    let (status, refused) = get(&s, &format!("{base}?limit=501")).await;
+    assert_eq!(status, 400, "{refused}");
+    let (status, _) = get(&s, &format!("/api/documents/{}/runs/nope/stages", s.doc)).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn rr_03_a_run_that_fails_between_turns_gets_only_its_chat_notice() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
+    next_of(&mut room, "run:card").await;
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id,
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    s.state.turns.until_idle(s.doc).await;
+    report(&mut client, &session, vec![run(RunStatus::Blocked, vec![])]).await;
+    next_of(&mut room, "run:card").await;
+    let lines = chat(&s).await;
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Run \u{201c}canary-rollout\u{201d} ended blocked")),
+        "{lines:?}"
+    );
+    // No turn starts for it: the client hears nothing but the session's destroy.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!s.state.turns.is_running(s.doc));
+    loop {
+        match tokio::time::timeout(Duration::from_millis(100), client.recv()).await {
+            Err(_) => break,
+            Ok(Ok(chopin_fixtures::agent::Event::Message(ServerMessage::Start(_)))) => {
+                panic!("a turn started for a client-reported run end")
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn rr_02_ses_04_ses_12_stop_pauses_the_live_runs_and_resume_resumes_them() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
+    next_of(&mut room, "run:card").await;
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id,
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    s.state.turns.until_idle(s.doc).await;
+
+    room.send_json(&json!({ "type": "planner:stop", "runId": "run-12" }))
+        .await
+        .unwrap();
+    let stop = loop {
+        if let ServerMessage::Stop(stop) = next(&mut client).await {
+            break stop;
+        }
+    };
+    assert_eq!(stop.session_id, session);
+    assert_eq!(stop.run_id.as_deref(), Some("run-12"));
+    report(&mut client, &session, vec![run(RunStatus::Paused, vec![])]).await;
+    client
+        .send(&ClientMessage::ControlResult(ControlResult {
+            request_id: stop.request_id,
+            ok: true,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    let stopped = next_of(&mut room, "planner:stopped").await;
+    assert_eq!(stopped["stopped"], true);
+
+    room.send_json(&json!({ "type": "planner:resume" }))
+        .await
+        .unwrap();
+    let resume = loop {
+        if let ServerMessage::Resume(resume) = next(&mut client).await {
+            break resume;
+        }
+    };
+    assert_eq!(resume.session_id, session);
+    client
+        .send(&ClientMessage::ControlResult(ControlResult {
+            request_id: resume.request_id,
+            ok: false,
+            message: Some("the workflow's checkout is gone".into()),
+        }))
+        .await
+        .unwrap();
+    let resumed = next_of(&mut room, "planner:resumed").await;
+    assert_eq!(resumed["resumed"], 0);
+    let lines = chat(&s).await;
+    assert!(
+        lines.contains(&"@mona paused \u{201c}canary-rollout\u{201d}.".to_owned()),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&"@mona asked to resume \u{201c}canary-rollout\u{201d}; the Planner could not: the workflow's checkout is gone".to_owned()),
+        "{lines:?}"
+    );
+}
+
+#[tokio::test]
+async fn ses_14_the_next_workflow_clears_the_ended_runs() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, _) = turn(&mut client, &mut room).await;
+    report(
+        &mut client,
+        &session,
+        vec![run(RunStatus::Completed, vec![])],
+    )
+    .await;
+    next_of(&mut room, "run:card").await;
+    let mut next_run = run(RunStatus::Running, vec![]);
+    next_run.run_id = "run-13".into();
+    report(&mut client, &session, vec![next_run]).await;
+    next_of(&mut room, "run:card").await;
+    let (_, list) = get(&s, &format!("/api/documents/{}/runs", s.doc)).await;
+    let ids: Vec<_> = list["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].clone())
+        .collect();
+    assert_eq!(ids, [json!("run-13")], "{list}");
+}
