@@ -197,6 +197,19 @@ impl App {
             config.planner_attach_grace_ms,
             config.planted,
         ));
+        let questions = Arc::new(Questions::new(QuestionsDeps {
+            open: open.clone(),
+            records: store.clone(),
+            transcript: transcript.clone(),
+            entropy: entropy.clone(),
+        }));
+        let runs = Arc::new(Runs::new(RunsDeps {
+            store: store.clone(),
+            transcript: transcript.clone(),
+            links: planners.clone(),
+            clock: clock.clone(),
+            entropy: entropy.clone(),
+        }));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -213,21 +226,10 @@ impl App {
             harness: config.harness.clone(),
             agent_enabled: config.agent_enabled,
             planted: config.planted,
+            runs: runs.clone(),
+            questions: questions.clone(),
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
-        let questions = Arc::new(Questions::new(QuestionsDeps {
-            open: open.clone(),
-            records: store.clone(),
-            transcript: transcript.clone(),
-            entropy: entropy.clone(),
-        }));
-        let runs = Arc::new(Runs::new(RunsDeps {
-            store: store.clone(),
-            transcript: transcript.clone(),
-            links: planners.clone(),
-            clock: clock.clone(),
-            entropy: entropy.clone(),
-        }));
         chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
             sign_ins.clone(),
@@ -344,6 +346,7 @@ impl App {
             metrics: self.metrics.clone(),
             questions: self.questions.clone(),
             runs: self.runs.clone(),
+            turns: self.turns.clone(),
         }))
     }
 }

@@ -369,12 +369,12 @@ impl Questions {
         self.lock().asked.len()
     }
 
-    /// Whether `link` waits on a question in `session`.
-    pub fn session_waits(&self, link: u64, session: &str) -> bool {
+    /// Whether a question asked in `session` of `document` waits.
+    pub fn session_waits_in(&self, document: Uuid, session: &str) -> bool {
         self.lock()
             .asked
             .values()
-            .any(|a| a.link == link && a.session_id == session)
+            .any(|a| a.document == document && a.session_id == session)
     }
 
     /// Takes a link's `input-request` in (at once, so a cancellation that follows finds it);

@@ -208,13 +208,13 @@ impl Runs {
         Ok(Some((record, page)))
     }
 
-    /// Whether `document` has a run that has not ended.
-    pub async fn any_live(&self, document: Uuid) -> bool {
-        self.deps
-            .store
-            .runs(document)
-            .await
-            .is_ok_and(|runs| runs.iter().any(RunRecord::is_live))
+    /// Whether `session` of `document` owns a run that has not ended. A storage failure
+    /// counts as yes: a session is kept rather than lost.
+    pub async fn session_has_live(&self, document: Uuid, session: &str) -> bool {
+        match self.deps.store.runs(document).await {
+            Ok(runs) => runs.iter().any(|r| r.session_id == session && r.is_live()),
+            Err(_) => true,
+        }
     }
 
     /// Takes a `runs` report from the client attached to `document`. `deltas`: the link

@@ -20,13 +20,15 @@ use crate::content::{EditRefused, OpenDocuments};
 use crate::documents::children::{ChildError, Children};
 use crate::documents::Documents;
 use crate::harness::{
-    run_turn, CancelSignal, Harness, HarnessDeps, HostToolResult, RemoteDeps, SessionRequest,
-    SteerError, SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
+    run_turn, CancelSignal, Harness, HarnessDeps, HarnessSession, HostToolResult, RemoteDeps,
+    SessionRequest, SteerError, SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
 };
 use crate::identity::admission::Admission;
 use crate::identity::sign_ins::SignIns;
 use crate::observe::PlannerEvent;
 use crate::planner::Planners;
+use crate::questions::Questions;
+use crate::runs::Runs;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{DocumentStore, Holder, OwnerGuard, OwnershipStore};
 use crate::transcript::{Transcript, TurnSink, MESSAGE_MAX_CHARS};
@@ -134,9 +136,18 @@ struct Running {
     stopped_because: Option<String>,
 }
 
+/// A session kept after its turn because it owns live runs or waits on a question (RR-01,
+/// SES-02): the next turn of its document reuses it while the same login holds the Planner.
+struct KeptSession {
+    session: Arc<dyn HarnessSession>,
+    login: Uuid,
+}
+
 #[derive(Default)]
 struct Table {
     turns: BTreeMap<Uuid, Running>,
+    /// Sessions kept after their turn, by document.
+    kept: BTreeMap<Uuid, KeptSession>,
     /// Browser logins whose GitHub credential is being renewed: no turn of theirs starts
     /// meanwhile (PERM-10).
     renewing: BTreeSet<Uuid>,
@@ -163,6 +174,10 @@ pub struct TurnsDeps {
     pub agent_enabled: bool,
     /// Bugs the simulator planted (always off outside it).
     pub planted: Planted,
+    /// Live runs keep the session that owns them.
+    pub runs: Arc<Runs>,
+    /// A waiting question keeps the session that asked it.
+    pub questions: Arc<Questions>,
 }
 
 /// The Planner turns of this process: at most one per document.
@@ -268,6 +283,50 @@ impl Turns {
             }
         }
         guard
+    }
+
+    /// Whether `session` of `document` must outlive its turn: it owns a live run or waits on a
+    /// question (RR-01, SES-02, RULINGS RFC-13/44).
+    async fn needs_keeping(&self, document: Uuid, session: &str) -> bool {
+        self.deps.questions.session_waits_in(document, session)
+            || self.deps.runs.session_has_live(document, session).await
+    }
+
+    /// Lets go of `document`'s kept session once nothing keeps it any more (its runs ended,
+    /// its questions settled) and no turn uses it.
+    pub async fn release_idle_kept(&self, document: Uuid) {
+        let Some(id) = self
+            .lock()
+            .kept
+            .get(&document)
+            .map(|k| k.session.id().to_owned())
+        else {
+            return;
+        };
+        if self.needs_keeping(document, &id).await {
+            return;
+        }
+        let gone = {
+            let mut table = self.lock();
+            match table.kept.get(&document) {
+                Some(k) if k.session.id() == id && !table.turns.contains_key(&document) => {
+                    table.kept.remove(&document)
+                }
+                _ => None,
+            }
+        };
+        if let Some(kept) = gone {
+            tracing::info!(%document, session = %id, "a kept session is let go: nothing keeps it any more");
+            kept.session.destroy().await;
+        }
+    }
+
+    /// The id of `document`'s kept session, if one is kept.
+    pub fn kept_session(&self, document: Uuid) -> Option<String> {
+        self.lock()
+            .kept
+            .get(&document)
+            .map(|k| k.session.id().to_owned())
     }
 
     /// Decides a person's message to the Planner (see the module docs). The attached link is
@@ -436,6 +495,7 @@ impl Turns {
             .sign_ins
             .get_live(holder.browser_login_id, d.clock.now_ms())
             .map_or(-1, |l| l.credential_revision);
+        let holder_login = holder.browser_login_id;
         let host = Arc::new(PlannerHost {
             turns: self.clone(),
             document,
@@ -462,6 +522,7 @@ impl Turns {
             inner: harness,
             turns: self.clone(),
             document,
+            login: holder_login,
         };
         let running = run_turn(&watched, session, turn, inbox, host.clone());
         tokio::pin!(running);
@@ -997,6 +1058,54 @@ struct Started {
     inner: Arc<dyn Harness>,
     turns: Arc<Turns>,
     document: Uuid,
+    /// The owner's browser login the turn runs under.
+    login: Uuid,
+}
+
+/// A turn's session: after the turn it is kept for the next turn while it owns live runs or
+/// waits on a question, and destroyed otherwise.
+struct Keeping {
+    inner: Arc<dyn HarnessSession>,
+    turns: Arc<Turns>,
+    document: Uuid,
+    login: Uuid,
+}
+
+#[async_trait]
+impl HarnessSession for Keeping {
+    fn id(&self) -> &str {
+        self.inner.id()
+    }
+
+    async fn run_turn(
+        &self,
+        turn: TurnRequest,
+        io: crate::harness::TurnIo,
+    ) -> crate::harness::TurnOutcome {
+        self.inner.run_turn(turn, io).await
+    }
+
+    async fn destroy(&self) {
+        if self.inner.is_usable() && self.turns.needs_keeping(self.document, self.id()).await {
+            tracing::info!(document = %self.document, session = self.id(), "session kept after its turn: it owns live runs or waits on a question");
+            let kept = KeptSession {
+                session: self.inner.clone(),
+                login: self.login,
+            };
+            let earlier = self.turns.lock().kept.insert(self.document, kept);
+            if let Some(earlier) = earlier {
+                if earlier.session.id() != self.id() {
+                    earlier.session.destroy().await;
+                }
+            }
+            return;
+        }
+        self.inner.destroy().await;
+    }
+
+    fn is_usable(&self) -> bool {
+        self.inner.is_usable()
+    }
 }
 
 #[async_trait]
@@ -1017,10 +1126,32 @@ impl Harness for Started {
         &self,
         request: SessionRequest,
     ) -> Result<Box<dyn crate::harness::HarnessSession>, crate::harness::HarnessError> {
-        let session = self.inner.start_session(request).await?;
+        // A kept session of the same owner is reused (SES-02); one that can no longer take a
+        // turn, or that another owner kept, is let go.
+        let kept = self.turns.lock().kept.remove(&self.document);
+        let reused = match kept {
+            Some(kept) if kept.login == self.login && kept.session.is_usable() => {
+                tracing::info!(document = %self.document, session = kept.session.id(), "the turn reuses the session kept for its runs or questions");
+                Some(kept.session)
+            }
+            Some(kept) => {
+                kept.session.destroy().await;
+                None
+            }
+            None => None,
+        };
+        let session: Arc<dyn HarnessSession> = match reused {
+            Some(session) => session,
+            None => Arc::from(self.inner.start_session(request).await?),
+        };
         if let Some(running) = self.turns.lock().turns.get_mut(&self.document) {
             running.phase = Phase::Running;
         }
-        Ok(session)
+        Ok(Box::new(Keeping {
+            inner: session,
+            turns: self.turns.clone(),
+            document: self.document,
+            login: self.login,
+        }))
     }
 }

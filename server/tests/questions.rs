@@ -482,3 +482,47 @@ async fn a_question_whose_cards_would_pass_the_source_limit_fails_before_any_car
     assert!(r.message.unwrap().contains("256 KiB"));
     assert!(cards(&s).await.is_empty());
 }
+
+#[tokio::test]
+async fn rr_01_a_session_waiting_on_a_question_outlives_its_turn_until_the_answer() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let input = json!({ "kind": "input", "title": "Which ticket?" });
+    client
+        .send(&request(&session, &turn_id, "q-12", None, input))
+        .await
+        .unwrap();
+    let card = until_cards(&s, 1).await[0].1.clone();
+    client
+        .send(&ClientMessage::TurnEnd(chopin_protocol::agent::TurnEnd {
+            turn_id,
+            status: chopin_protocol::agent::TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    s.state.turns.until_idle(s.doc).await;
+    assert_eq!(
+        s.state.turns.kept_session(s.doc).as_deref(),
+        Some(session.as_str())
+    );
+    assert_eq!(cards(&s).await.len(), 1, "the question still waits");
+
+    let a = answer(&mut room, "a1", &card.id, json!({ "text": "BILL-7" })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    let r = result(&mut client).await;
+    assert_eq!(r.status, InputStatus::Answered);
+    let destroyed = loop {
+        if let ServerMessage::Destroy(d) = next(&mut client).await {
+            break d;
+        }
+    };
+    assert_eq!(
+        destroyed.session_id, session,
+        "let go once nothing keeps it"
+    );
+}

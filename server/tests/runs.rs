@@ -364,3 +364,98 @@ async fn ses_14_the_next_workflow_clears_the_ended_runs() {
         .collect();
     assert_eq!(ids, [json!("run-13")], "{list}");
 }
+
+async fn end_turn(s: &Served, client: &mut AgentClient, turn_id: String) {
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id,
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    s.state.turns.until_idle(s.doc).await;
+}
+
+/// The client's frames within `ms`, none awaited past it.
+async fn heard_within(client: &mut AgentClient, ms: u64) -> Vec<ServerMessage> {
+    let mut heard = Vec::new();
+    while let Ok(Ok(chopin_fixtures::agent::Event::Message(m))) =
+        tokio::time::timeout(Duration::from_millis(ms), client.recv()).await
+    {
+        heard.push(m);
+    }
+    heard
+}
+
+#[tokio::test]
+async fn rr_01_ses_02_a_session_with_a_live_run_is_kept_and_the_next_turn_reuses_it() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
+    next_of(&mut room, "run:card").await;
+    end_turn(&s, &mut client, turn_id).await;
+    let heard = heard_within(&mut client, 200).await;
+    assert!(
+        !heard.iter().any(|m| matches!(m, ServerMessage::Destroy(_))),
+        "a session owning a live run is not destroyed: {heard:?}"
+    );
+    assert_eq!(
+        s.state.turns.kept_session(s.doc).as_deref(),
+        Some(session.as_str())
+    );
+
+    // The next turn runs on the same session: no start, straight to turn.
+    room.send_json(
+        &json!({ "type": "chat:send", "requestId": "again", "text": "@chopin how is it going?" }),
+    )
+    .await
+    .unwrap();
+    let next_turn = match next(&mut client).await {
+        ServerMessage::Turn(t) => t,
+        other => panic!("expected the kept session's turn, got {other:?}"),
+    };
+    assert_eq!(next_turn.session_id, session);
+    end_turn(&s, &mut client, next_turn.turn_id).await;
+
+    // The run ends: nothing keeps the session, which is let go.
+    report(
+        &mut client,
+        &session,
+        vec![run(RunStatus::Completed, vec![])],
+    )
+    .await;
+    let destroyed = loop {
+        if let ServerMessage::Destroy(d) = next(&mut client).await {
+            break d;
+        }
+    };
+    assert_eq!(destroyed.session_id, session);
+    assert_eq!(s.state.turns.kept_session(s.doc), None);
+}
+
+#[tokio::test]
+async fn ses_01_a_session_with_nothing_live_is_destroyed_after_its_turn() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    report(
+        &mut client,
+        &session,
+        vec![run(RunStatus::Completed, vec![])],
+    )
+    .await;
+    next_of(&mut room, "run:card").await;
+    end_turn(&s, &mut client, turn_id).await;
+    let destroyed = loop {
+        if let ServerMessage::Destroy(d) = next(&mut client).await {
+            break d;
+        }
+    };
+    assert_eq!(destroyed.session_id, session);
+    assert_eq!(s.state.turns.kept_session(s.doc), None);
+}

@@ -346,6 +346,12 @@ pub trait HarnessSession: Send + Sync {
 
     /// Tear the session down. Idempotent: a second call does nothing.
     async fn destroy(&self);
+
+    /// Whether the session can still take a turn (a remote session's link is still there).
+    /// A session kept after its turn is reused only while it can.
+    fn is_usable(&self) -> bool {
+        true
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -296,6 +296,10 @@ impl HarnessSession for RemoteSession {
         outcome
     }
 
+    fn is_usable(&self) -> bool {
+        !self.destroyed.load(Ordering::SeqCst) && !self.link.commands.is_closed()
+    }
+
     async fn destroy(&self) {
         if !self.destroyed.swap(true, Ordering::SeqCst) {
             self.send(ServerMessage::Destroy(wire::Destroy {

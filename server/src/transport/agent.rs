@@ -52,6 +52,7 @@ use crate::questions::{Asking, Questions, Scope};
 use crate::runs::Runs;
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Document, OwnershipStore};
+use crate::turns::Turns;
 
 /// The settings an attached link is told and kept to.
 #[derive(Debug, Clone, Copy)]
@@ -82,6 +83,8 @@ pub struct AgentDeps {
     pub questions: Arc<Questions>,
     /// Where a link's `runs` reports and `control-result`s go.
     pub runs: Arc<Runs>,
+    /// A session kept for its runs is let go once a report says they all ended.
+    pub turns: Arc<Turns>,
 }
 
 pub fn routes(deps: AgentDeps) -> Routes {
@@ -816,10 +819,12 @@ impl Link {
     fn runs_worker(&self, document: uuid::Uuid) -> mpsc::Sender<wire::Runs> {
         let (reports, mut queued) = mpsc::channel::<wire::Runs>(REPORT_BACKLOG);
         let runs = self.deps.runs.clone();
+        let turns = self.deps.turns.clone();
         let deltas = self.features.contains(&Feature::RunStageDeltas);
         self.deps.shutdown.spawn(async move {
             while let Some(report) = queued.recv().await {
                 runs.report(document, report, deltas).await;
+                turns.release_idle_kept(document).await;
             }
         });
         reports

@@ -506,6 +506,8 @@ async fn decision_frame(
             .await
             .map(|()| "decision:answered")
     };
+    // A session kept only for the question just settled is let go.
+    deps.turns.release_idle_kept(doc.id).await;
     match outcome {
         Ok(kind) => {
             json_frame(&json!({ "type": kind, "requestId": request_id, "decision": decision }))
