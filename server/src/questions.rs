@@ -27,6 +27,7 @@ use chopin_protocol::agent::{
     AnswerKind, ChosenOption, ConfirmAnswer, HostInput, InputAnswer, InputRequest, InputResult,
     InputStatus, QuestionAnswer, QuestionnaireAnswer, SelectAnswer, ServerMessage, TextAnswer,
 };
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::content::{EditRefused, OpenDocuments};
@@ -79,7 +80,7 @@ struct Asked {
     cards: Vec<String>,
     /// The answer to each card, by position, once given.
     answers: BTreeMap<usize, Vec<Answer>>,
-    reply: LinkHandle,
+    reply: Reply,
     /// Withdrawn while its cards were being placed: they are taken away once they are.
     withdrawn: Option<String>,
 }
@@ -90,8 +91,20 @@ pub struct Asking {
     pub document_url: String,
     pub link: u64,
     pub request: InputRequest,
-    pub reply: LinkHandle,
+    pub reply: Reply,
 }
+
+/// Where a question's outcome goes.
+#[derive(Clone)]
+pub enum Reply {
+    /// A client's link: `input-result`.
+    Link(LinkHandle),
+    /// A host tool waiting in the server (the Planner's `ask`).
+    Waiter(Arc<Mutex<Option<oneshot::Sender<InputResult>>>>),
+}
+
+/// The link id questions asked by the server's own host tools are filed under.
+pub const HOST_LINK: u64 = 0;
 
 /// A question taken in, whose cards are still to be placed.
 pub struct Placing {
@@ -99,7 +112,7 @@ pub struct Placing {
     document: Uuid,
     document_url: String,
     request: InputRequest,
-    reply: LinkHandle,
+    reply: Reply,
 }
 
 /// Which of a document's questions a withdrawal takes.
@@ -453,34 +466,9 @@ impl Questions {
             id: document.to_string(),
             url: document_url,
         };
-        let block = request.block.clone();
-        let placed = {
-            let _gate = self.gates.lock(document).await;
-            self.change(document, &reference, |source| {
-                let all = blocks(source);
-                let after = match block.as_deref().and_then(|b| all.iter().find(|x| x.digest == b)) {
-                    Some(named) => (Some(named.index), Some(named.digest.clone())),
-                    None => (all.last().map(|b| b.index), None),
-                };
-                let text: Vec<String> = cards
-                    .iter()
-                    .map(|c| {
-                        let mut c = c.clone();
-                        c.about = after.1.clone();
-                        c.render()
-                    })
-                    .collect();
-                let text = text.join("\n");
-                if source.len() + text.len() + 2 > SOURCE_MAX_BYTES {
-                    return Err(format!(
-                        "The question's cards would take the document past its {} KiB limit, so it was not asked.",
-                        SOURCE_MAX_BYTES / 1024
-                    ));
-                }
-                Ok(Change::Insert(after.0, text))
-            })
-            .await
-        };
+        let placed = self
+            .place_cards(document, &reference, &cards, request.block.as_deref())
+            .await;
         if let Err(why) = placed {
             self.lock().asked.remove(&key);
             tracing::info!(%document, request = %request_id, why, "a question could not be asked");
@@ -502,6 +490,113 @@ impl Questions {
             self.withdraw_keys(document, &reference, vec![key], &why)
                 .await;
         }
+    }
+
+    /// Puts `cards` in the document as one adjacent batch: right after the block whose digest
+    /// is `block` (linked to it) when the document still has it, else at the end, unlinked
+    /// (ATM-28). Fails, placing nothing, when they would take the source past
+    /// [`SOURCE_MAX_BYTES`] or the Decision format cannot hold them.
+    pub async fn place_cards(
+        &self,
+        document: Uuid,
+        reference: &DocumentRef,
+        cards: &[Decision],
+        block: Option<&str>,
+    ) -> Result<(), String> {
+        let _gate = self.gates.lock(document).await;
+        self.change(document, reference, |source| {
+            let all = blocks(source);
+            let after = match block.and_then(|b| all.iter().find(|x| x.digest == b)) {
+                Some(named) => (Some(named.index), Some(named.digest.clone())),
+                None => (all.last().map(|b| b.index), None),
+            };
+            let text: Vec<String> = cards
+                .iter()
+                .map(|c| {
+                    let mut c = c.clone();
+                    c.about = after.1.clone();
+                    c.render()
+                })
+                .collect();
+            let text = text.join("\n");
+            if source.len() + text.len() + 2 > SOURCE_MAX_BYTES {
+                return Err(format!(
+                    "The cards would take the document past its {} KiB limit, so nothing was asked.",
+                    SOURCE_MAX_BYTES / 1024
+                ));
+            }
+            Ok(Change::Insert(after.0, text))
+        })
+        .await
+    }
+
+    /// A new prefix for card ids (`q-<hex>`): a question's cards are `<prefix>-1`, ….
+    pub fn new_prefix(&self) -> String {
+        format!("q-{}", self.deps.entropy.token_hex(4))
+    }
+
+    /// The Planner's blocking `ask` (COA-23): the question's cards go in the document and this
+    /// waits until they are all answered or the question is withdrawn. Dropped (the turn
+    /// ended while it waited), the question is withdrawn and its cards leave the document
+    /// (RT-10), by the task `withdraw` spawns.
+    pub async fn ask_and_wait(
+        self: &Arc<Self>,
+        document: Uuid,
+        document_url: String,
+        input: chopin_protocol::agent::HostInput,
+        block: Option<String>,
+        spawn: impl FnOnce(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+    ) -> InputResult {
+        let request_id = format!("ask-{}", self.deps.entropy.token_hex(6));
+        let (told, heard) = oneshot::channel();
+        let asking = Asking {
+            document,
+            document_url: document_url.clone(),
+            link: HOST_LINK,
+            request: InputRequest {
+                session_id: "host".to_owned(),
+                request_id: request_id.clone(),
+                turn_id: None,
+                run_id: None,
+                block,
+                input,
+            },
+            reply: Reply::Waiter(Arc::new(Mutex::new(Some(told)))),
+        };
+        let Some(placing) = self.register(asking) else {
+            return failed(&request_id, "the question could not be asked".into());
+        };
+        struct WithdrawOnDrop<F: FnOnce()> {
+            armed: Option<F>,
+        }
+        impl<F: FnOnce()> Drop for WithdrawOnDrop<F> {
+            fn drop(&mut self) {
+                if let Some(f) = self.armed.take() {
+                    f();
+                }
+            }
+        }
+        let questions = self.clone();
+        let scope = Scope::Request(HOST_LINK, request_id.clone());
+        let mut guard = WithdrawOnDrop {
+            armed: Some(move || {
+                spawn(Box::pin(async move {
+                    let why = "The turn that asked it ended.";
+                    questions
+                        .withdraw(document, &document_url, scope, why)
+                        .await;
+                }))
+            }),
+        };
+        self.place(placing).await;
+        let result = heard.await.unwrap_or_else(|_| InputResult {
+            request_id,
+            status: InputStatus::Cancelled,
+            answer: None,
+            message: Some("The question was withdrawn.".into()),
+        });
+        guard.armed = None;
+        result
     }
 
     /// A person's answer to a card. Closes the card; once every card of the question it belongs
@@ -811,8 +906,18 @@ fn failed(request_id: &str, why: String) -> InputResult {
     }
 }
 
-fn send_result(reply: &LinkHandle, result: InputResult) {
-    if !reply.command(LinkCommand::Send(ServerMessage::InputResult(result))) {
-        tracing::info!("a question's outcome could not be told: its link is gone");
+fn send_result(reply: &Reply, result: InputResult) {
+    match reply {
+        Reply::Link(link) => {
+            if !link.command(LinkCommand::Send(ServerMessage::InputResult(result))) {
+                tracing::info!("a question's outcome could not be told: its link is gone");
+            }
+        }
+        Reply::Waiter(waiter) => {
+            let taken = waiter.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(waiter) = taken {
+                let _ = waiter.send(result);
+            }
+        }
     }
 }

@@ -743,7 +743,66 @@ fn host_tools() -> Vec<ToolSpec> {
                 "additionalProperties": false
             }),
         },
+        ToolSpec {
+            name: "ask".to_owned(),
+            description: "Ask the document's people and wait for their answers: each question becomes a Decision card (after the block whose digest you give as block, when it is unchanged, else at the end). Returns the answers, or an error if the question was withdrawn. Use open_decisions instead when you need not wait.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "questions": { "type": "array", "minItems": 1, "items": question_schema() },
+                    "block": { "type": "string" }
+                },
+                "required": ["questions"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSpec {
+            name: "open_decision".to_owned(),
+            description: "Open one Decision card for the document's people without waiting for the answer.".to_owned(),
+            input_schema: {
+                let mut schema = question_schema();
+                schema["properties"]["block"] = serde_json::json!({ "type": "string" });
+                schema
+            },
+        },
+        ToolSpec {
+            name: "open_decisions".to_owned(),
+            description: format!("Open up to {OPEN_DECISIONS_MAX} independent Decision cards at once, without waiting for answers."),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "decisions": { "type": "array", "minItems": 1, "maxItems": OPEN_DECISIONS_MAX, "items": question_schema() },
+                    "block": { "type": "string" }
+                },
+                "required": ["decisions"],
+                "additionalProperties": false
+            }),
+        },
     ]
+}
+
+/// The schema of one question of `ask` and the `open_decision` tools.
+fn question_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "question": { "type": "string" },
+            "header": { "type": "string" },
+            "options": { "type": "array", "items": {
+                "type": "object",
+                "properties": {
+                    "label": { "type": "string" },
+                    "description": { "type": "string" },
+                    "preview": { "type": "string", "description": "Markdown shown under the option" }
+                },
+                "required": ["label"],
+                "additionalProperties": false
+            }},
+            "multiSelect": { "type": "boolean" }
+        },
+        "required": ["question"],
+        "additionalProperties": false
+    })
 }
 
 /// The host side of a Planner turn: runs host tools against the room after the permission
@@ -907,6 +966,9 @@ impl TurnHost for PlannerHost {
             },
             "read_child" => self.read_child(input).await,
             "edit_child" => self.edit_child(input).await,
+            "ask" => self.ask(input).await,
+            "open_decision" => self.open_decisions(input, false).await,
+            "open_decisions" => self.open_decisions(input, true).await,
             other => HostToolResult::error(format!("unknown host tool {other:?}")),
         }
     }
@@ -938,7 +1000,128 @@ fn child_and_rest(mut input: Value) -> Result<(String, Value), String> {
     Ok((child, input))
 }
 
+/// The most cards one `open_decisions` call opens (COA-03).
+pub const OPEN_DECISIONS_MAX: usize = 10;
+
+/// `ask` arguments: questions asked together, answered before the turn goes on.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AskArgs {
+    questions: Vec<chopin_protocol::agent::Question>,
+    #[serde(default)]
+    block: Option<String>,
+}
+
+/// `open_decisions` arguments: up to ten cards (`open_decision` takes one question's fields
+/// and `block`).
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpenArgs {
+    decisions: Vec<chopin_protocol::agent::Question>,
+    #[serde(default)]
+    block: Option<String>,
+}
+
 impl PlannerHost {
+    /// `ask` (COA-23): the questions become Decision cards, and the tool waits until people
+    /// have answered every one, or the question is withdrawn. The result is the answers as
+    /// `input-result` gives a questionnaire's. A turn that ends while it waits withdraws its
+    /// cards (RT-10).
+    async fn ask(&self, input: Value) -> HostToolResult {
+        let args: AskArgs = match serde_json::from_value(input) {
+            Ok(a) => a,
+            Err(e) => return HostToolResult::error(format!("invalid ask arguments: {e}")),
+        };
+        if args.questions.is_empty() {
+            return HostToolResult::error("ask needs at least one question");
+        }
+        let questions = self.turns.deps.questions.clone();
+        let shutdown = self.turns.deps.shutdown.clone();
+        let input = chopin_protocol::agent::HostInput::Questionnaire(
+            chopin_protocol::agent::Questionnaire {
+                questions: args.questions,
+            },
+        );
+        let result = questions
+            .ask_and_wait(
+                self.document,
+                self.document_url.clone(),
+                input,
+                args.block,
+                move |withdraw| {
+                    shutdown.spawn(withdraw);
+                },
+            )
+            .await;
+        match result.status {
+            chopin_protocol::agent::InputStatus::Answered => {
+                HostToolResult::ok(serde_json::to_value(&result.answer).unwrap_or(Value::Null))
+            }
+            _ => HostToolResult::error(format!(
+                "the question was not answered: {}",
+                result
+                    .message
+                    .unwrap_or_else(|| "it was withdrawn".to_owned())
+            )),
+        }
+    }
+
+    /// `open_decision` / `open_decisions` (COA-02): independent cards, one per question, placed
+    /// together (after `block` when it is unchanged); the tool does not wait for answers.
+    async fn open_decisions(&self, input: Value, several: bool) -> HostToolResult {
+        let tool = if several {
+            "open_decisions"
+        } else {
+            "open_decision"
+        };
+        let args = if several {
+            serde_json::from_value::<OpenArgs>(input)
+        } else {
+            let mut input = input;
+            let block = input
+                .as_object_mut()
+                .and_then(|o| o.remove("block"))
+                .and_then(|b| b.as_str().map(str::to_owned));
+            serde_json::from_value(input).map(|one| OpenArgs {
+                decisions: vec![one],
+                block,
+            })
+        };
+        let args = match args {
+            Ok(a) => a,
+            Err(e) => return HostToolResult::error(format!("invalid {tool} arguments: {e}")),
+        };
+        let asked = args.decisions;
+        if asked.is_empty() {
+            return HostToolResult::error(format!("{tool} needs at least one question"));
+        }
+        if asked.len() > OPEN_DECISIONS_MAX {
+            return HostToolResult::error(format!(
+                "open_decisions opens at most {OPEN_DECISIONS_MAX} cards at once, not {}",
+                asked.len()
+            ));
+        }
+        let questions = &self.turns.deps.questions;
+        let prefix = questions.new_prefix();
+        let input = chopin_protocol::agent::HostInput::Questionnaire(
+            chopin_protocol::agent::Questionnaire { questions: asked },
+        );
+        let cards = crate::questions::cards_for(&input, &prefix);
+        let reference = DocumentRef {
+            id: self.document.to_string(),
+            url: self.document_url.clone(),
+        };
+        match questions
+            .place_cards(self.document, &reference, &cards, args.block.as_deref())
+            .await
+        {
+            Ok(()) => HostToolResult::ok(serde_json::json!({
+                "decisions": cards.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
+            })),
+            Err(why) => HostToolResult::error(why),
+        }
+    }
+
     async fn read_child(&self, input: Value) -> HostToolResult {
         let (child, rest) = match child_and_rest(input) {
             Ok(v) => v,

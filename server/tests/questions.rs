@@ -526,3 +526,194 @@ async fn rr_01_a_session_waiting_on_a_question_outlives_its_turn_until_the_answe
         "let go once nothing keeps it"
     );
 }
+
+async fn call(client: &mut AgentClient, turn: &str, id: &str, name: &str, input: Value) {
+    client
+        .send(&ClientMessage::HostToolCall(
+            chopin_protocol::agent::HostToolCall {
+                turn_id: turn.into(),
+                call_id: id.into(),
+                name: name.into(),
+                input,
+            },
+        ))
+        .await
+        .unwrap();
+}
+
+/// The next `host-tool-result` the client hears.
+async fn tool_result(client: &mut AgentClient) -> chopin_protocol::agent::HostToolResult {
+    loop {
+        if let ServerMessage::HostToolResult(r) = next(client).await {
+            return r;
+        }
+    }
+}
+
+#[tokio::test]
+async fn coa_23_ask_waits_for_every_answer_and_returns_them() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    let text = source(&s).await;
+    let risks = blocks(&text)[2].digest.clone();
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "ask",
+        json!({ "block": risks, "questions": [
+            { "question": "Which region first?", "options": [
+                {"label": "eu-west"}, {"label": "us-east", "preview": "| a | b |\n|---|---|"}
+            ]},
+            { "question": "Who signs off?" }
+        ]}),
+    )
+    .await;
+    let placed = until_cards(&s, 2).await;
+    assert_eq!(placed[0].0, 3, "ATM-28: right after the block named");
+    answer(&mut room, "a1", &placed[0].1.id, json!({ "options": [1] })).await;
+    // Still waiting with one card unanswered.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(100), tool_result(&mut client))
+            .await
+            .is_err(),
+        "ask returned before every card was answered"
+    );
+    answer(&mut room, "a2", &placed[1].1.id, json!({ "text": "@lisa" })).await;
+    let r = tool_result(&mut client).await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.call_id, "c1");
+    assert_eq!(
+        r.output["answers"][0]["options"][0]["label"], "us-east",
+        "{:?}",
+        r.output
+    );
+    assert_eq!(
+        r.output["answers"][0]["options"][0]["preview"],
+        "| a | b |\n|---|---|"
+    );
+    assert_eq!(r.output["answers"][1]["text"], "@lisa");
+}
+
+#[tokio::test]
+async fn rt_10_a_turn_that_ends_while_ask_waits_withdraws_its_cards() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "ask",
+        json!({ "questions": [{ "question": "Ship it?" }] }),
+    )
+    .await;
+    until_cards(&s, 1).await;
+    // The connection closes mid-turn: the turn ends with an error, and the ask it was waiting
+    // in is stopped and its card withdrawn.
+    drop(client);
+    s.state.turns.until_idle(s.doc).await;
+    until_cards(&s, 0).await;
+    assert_eq!(source(&s).await, PLAN);
+    assert_eq!(s.state.questions.waiting(), 0);
+}
+
+#[tokio::test]
+async fn atm_36_a_stop_while_ask_waits_withdraws_the_question_and_chat_says_so() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "ask",
+        json!({ "questions": [{ "question": "Ship it?" }] }),
+    )
+    .await;
+    until_cards(&s, 1).await;
+    room.send_json(&json!({ "type": "planner:stop" }))
+        .await
+        .unwrap();
+    let r = tool_result(&mut client).await;
+    assert!(r.is_error, "{r:?}");
+    until_cards(&s, 0).await;
+    s.state.transcript.settled().await;
+    let chat = s.store.transcript(s.doc, 0, 100).await.unwrap();
+    assert!(
+        chat.iter()
+            .any(|e| e.body.contains("Ship it?") && e.body.contains("@mona stopped")),
+        "{chat:?}"
+    );
+}
+
+#[tokio::test]
+async fn coa_02_coa_03_open_decisions_opens_up_to_ten_independent_cards_without_waiting() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    let eleven: Vec<Value> = (0..11)
+        .map(|i| json!({ "question": format!("Q{i}?") }))
+        .collect();
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "open_decisions",
+        json!({ "decisions": eleven }),
+    )
+    .await;
+    let r = tool_result(&mut client).await;
+    assert!(r.is_error, "COA-03: more than ten is refused: {r:?}");
+    assert!(cards(&s).await.is_empty(), "nothing placed");
+
+    let three: Vec<Value> = vec![
+        json!({ "question": "Budget?", "options": [{"label": "low"}, {"label": "high"}] }),
+        json!({ "question": "Deadline?" }),
+        json!({ "question": "Owner?", "multiSelect": true, "options": [{"label": "a"}, {"label": "b"}] }),
+    ];
+    call(
+        &mut client,
+        &turn_id,
+        "c2",
+        "open_decisions",
+        json!({ "decisions": three }),
+    )
+    .await;
+    let r = tool_result(&mut client).await;
+    assert!(!r.is_error, "{r:?}");
+    let ids = r.output["decisions"].as_array().unwrap().clone();
+    assert_eq!(ids.len(), 3);
+    let placed = cards(&s).await;
+    assert_eq!(placed.len(), 3);
+    assert!(placed[2].1.multi);
+    call(
+        &mut client,
+        &turn_id,
+        "c3",
+        "open_decision",
+        json!({ "question": "One more?" }),
+    )
+    .await;
+    let r = tool_result(&mut client).await;
+    assert!(!r.is_error, "{r:?}");
+    // Answered later, from the room, each on its own.
+    let a = answer(
+        &mut room,
+        "a1",
+        ids[2].as_str().unwrap(),
+        json!({ "options": [0, 1] }),
+    )
+    .await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    assert_eq!(cards(&s).await[2].1.state, DecisionState::Answered);
+}

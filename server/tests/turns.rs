@@ -147,7 +147,10 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
             "edit_plan",
             "list_children",
             "read_child",
-            "edit_child"
+            "edit_child",
+            "ask",
+            "open_decision",
+            "open_decisions"
         ],
         "only host tools are offered"
     );

@@ -48,7 +48,7 @@ use crate::observe::PlannerEvent;
 use crate::planner::{
     Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal, RevocationWatch,
 };
-use crate::questions::{Asking, Questions, Scope};
+use crate::questions::{Asking, Questions, Reply, Scope};
 use crate::runs::Runs;
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Document, OwnershipStore};
@@ -841,7 +841,7 @@ impl Link {
             document_url: documents::canonical_url(doc),
             link,
             request,
-            reply,
+            reply: Reply::Link(reply),
         };
         // Taken in now, so an `input-cancel` or abort that follows at once finds it.
         if let Some(placing) = questions.register(asking) {
