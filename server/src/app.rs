@@ -205,6 +205,7 @@ impl App {
         }));
         let runs = Arc::new(Runs::new(RunsDeps {
             store: store.clone(),
+            questions: questions.clone(),
             transcript: transcript.clone(),
             links: planners.clone(),
             clock: clock.clone(),

@@ -16,7 +16,7 @@
 //! the link's [`LinkHandle`]), who may answer (the room decides: writers answer, readers see),
 //! or the Decision block's syntax (`chopin_document::decision`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chopin_document::blocks::blocks;
@@ -66,6 +66,12 @@ pub struct Questions {
 struct Table {
     asked: BTreeMap<u64, Asked>,
     next: u64,
+    /// Each reported workflow run's root run, by (document, run).
+    roots: BTreeMap<(Uuid, String), String>,
+    /// Root runs the client reports paused, by (document, root).
+    paused: BTreeSet<(Uuid, String)>,
+    /// Outcomes held while their run's root is paused (RQ-02), by (document, root).
+    held: BTreeMap<(Uuid, String), Vec<(Reply, InputResult)>>,
 }
 
 /// One question a link asked.
@@ -75,6 +81,8 @@ struct Asked {
     request_id: String,
     session_id: String,
     turn_id: Option<String>,
+    /// The workflow run that asked, if one did.
+    run_id: Option<String>,
     input: HostInput,
     /// The Decision ids of its cards, in question order (empty until they are placed).
     cards: Vec<String>,
@@ -424,6 +432,7 @@ impl Questions {
                     request_id: request_id.clone(),
                     session_id: request.session_id.clone(),
                     turn_id: request.turn_id.clone(),
+                    run_id: request.run_id.clone(),
                     input: request.input.clone(),
                     cards: Vec::new(),
                     answers: BTreeMap::new(),
@@ -669,17 +678,70 @@ impl Questions {
         if let Some(asked) = done {
             let cards: Vec<(usize, Vec<Answer>)> = asked.answers.into_iter().collect();
             let answer = input_answer(&asked.input, &cards);
-            send_result(
-                &asked.reply,
-                InputResult {
-                    request_id: asked.request_id,
-                    status: InputStatus::Answered,
-                    answer: Some(answer),
-                    message: None,
-                },
-            );
+            let result = InputResult {
+                request_id: asked.request_id,
+                status: InputStatus::Answered,
+                answer: Some(answer),
+                message: None,
+            };
+            // RQ-02: an answer to a workflow question waits while that run's root is paused.
+            let held = asked.run_id.and_then(|run| {
+                let mut table = self.lock();
+                let root = table
+                    .roots
+                    .get(&(document, run.clone()))
+                    .cloned()
+                    .unwrap_or(run);
+                let key = (document, root);
+                if table.paused.contains(&key) {
+                    table
+                        .held
+                        .entry(key)
+                        .or_default()
+                        .push((asked.reply.clone(), result.clone()));
+                    Some(())
+                } else {
+                    None
+                }
+            });
+            match held {
+                Some(()) => tracing::info!(%document, "an answer is held until its run is resumed"),
+                None => send_result(&asked.reply, result),
+            }
         }
         Ok(())
+    }
+
+    /// A workflow run's report: its root, and whether it is paused. Only a root's own report
+    /// pauses or resumes it; answers held for a root no longer paused are delivered now, in
+    /// the order they were given.
+    pub fn run_reported(&self, document: Uuid, run: &str, root: Option<&str>, paused: bool) {
+        let released = {
+            let mut table = self.lock();
+            let root = root.unwrap_or(run).to_owned();
+            table.roots.insert((document, run.to_owned()), root.clone());
+            if root != run {
+                return;
+            }
+            let key = (document, root);
+            if paused {
+                table.paused.insert(key);
+                return;
+            }
+            table.paused.remove(&key);
+            table.held.remove(&key).unwrap_or_default()
+        };
+        for (reply, result) in released {
+            send_result(&reply, result);
+        }
+    }
+
+    /// Forgets the runs of `document` (its link is gone): nothing is held for them any more.
+    pub fn forget_runs(&self, document: Uuid) {
+        let mut table = self.lock();
+        table.roots.retain(|(d, _), _| *d != document);
+        table.paused.retain(|(d, _)| *d != document);
+        table.held.retain(|(d, _), _| *d != document);
     }
 
     /// A person cancels the question a card belongs to: its still-open cards leave the

@@ -25,6 +25,7 @@ use tokio::sync::{broadcast, oneshot};
 use uuid::Uuid;
 
 use crate::harness::port::{AgentLinks, LinkCommand};
+use crate::questions::Questions;
 use crate::runtime::clock::SharedClock;
 use crate::runtime::entropy::SharedEntropy;
 use crate::store::{RunRecord, RunStore, StagePage, StageRecord, StoreError};
@@ -42,6 +43,8 @@ const CARD_BACKLOG: usize = 1024;
 /// What runs reach.
 pub struct RunsDeps {
     pub store: Arc<dyn RunStore>,
+    /// Answers to a run's questions wait while its root is paused.
+    pub questions: Arc<Questions>,
     pub transcript: Arc<dyn TurnSink>,
     pub links: Arc<dyn AgentLinks>,
     pub clock: SharedClock,
@@ -268,6 +271,12 @@ impl Runs {
                 tracing::warn!(%document, run = %record.run_id, error = %e, "a run report could not be saved");
                 continue;
             }
+            self.deps.questions.run_reported(
+                document,
+                &record.run_id,
+                record.root_run_id.as_deref(),
+                record.status == "paused",
+            );
             let was_live = before.get(&record.run_id).is_none_or(RunRecord::is_live);
             if was_live && !record.is_live() {
                 // SES-15; RR-03: a run that ends blocked or failed gets this line and no turn.

@@ -717,3 +717,53 @@ async fn coa_02_coa_03_open_decisions_opens_up_to_ten_independent_cards_without_
     assert_eq!(a["type"], "decision:answered", "{a}");
     assert_eq!(cards(&s).await[2].1.state, DecisionState::Answered);
 }
+
+#[tokio::test]
+async fn rq_02_atm_27_an_answer_to_a_workflow_question_waits_while_its_root_run_is_paused() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let report = |status: &str| {
+        ClientMessage::Runs(serde_json::from_value(json!({
+            "sessionId": session,
+            "runs": [
+                {"runId": "run-12", "name": "canary", "status": status},
+                {"runId": "run-13", "name": "canary/approve", "status": "waiting", "rootRunId": "run-12"}
+            ]
+        })).unwrap())
+    };
+    client.send(&report("paused")).await.unwrap();
+    let mut asked = request(
+        &session,
+        &turn_id,
+        "q-20",
+        None,
+        json!({ "kind": "confirm", "title": "Approve the canary?" }),
+    );
+    if let ClientMessage::InputRequest(r) = &mut asked {
+        r.run_id = Some("run-13".into());
+    }
+    client.send(&asked).await.unwrap();
+    let card = until_cards(&s, 1).await[0].1.clone();
+    // ATM-27: the question exactly as asked, no run or stage ids.
+    assert_eq!(card.question, "Approve the canary?");
+    assert!(!source(&s).await.contains("run-1"), "{}", source(&s).await);
+
+    let a = answer(&mut room, "a1", &card.id, json!({ "options": [0] })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), result(&mut client))
+            .await
+            .is_err(),
+        "held while the root run is paused"
+    );
+    client.send(&report("running")).await.unwrap();
+    let r = result(&mut client).await;
+    assert_eq!(r.request_id, "q-20");
+    assert!(
+        matches!(r.answer, Some(InputAnswer::Confirm(ref c)) if c.confirmed),
+        "{r:?}"
+    );
+}

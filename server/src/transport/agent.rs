@@ -391,6 +391,7 @@ impl Link {
                 .questions
                 .withdraw(doc.id, &url, Scope::Link(link), why)
                 .await;
+            self.deps.questions.forget_runs(doc.id);
         }
         match ended {
             Ended::OnItsOwn(how) => planners.link_ended(doc.id, link, how).await,
