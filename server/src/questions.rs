@@ -983,3 +983,47 @@ fn send_result(reply: &Reply, result: InputResult) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chopin_protocol::agent::{Question, QuestionOption, Questionnaire};
+
+    fn question(multi: bool, preview: bool) -> Question {
+        Question {
+            question: "Which?".into(),
+            header: None,
+            options: vec![QuestionOption {
+                label: "a".into(),
+                description: None,
+                preview: preview.then(|| "| x |".to_owned()),
+            }],
+            multi_select: multi,
+        }
+    }
+
+    /// ATM-25: written text is `custom` only on a single-select question without previews;
+    /// otherwise it is `chat`, never a choice.
+    #[test]
+    fn atm_25_written_text_is_custom_only_where_the_dialog_takes_typed_text() {
+        let input = HostInput::Questionnaire(Questionnaire {
+            questions: vec![
+                question(false, false),
+                question(true, false),
+                question(false, true),
+            ],
+        });
+        let written = |i: usize| (i, vec![Answer::written("mona", "talk first")]);
+        let InputAnswer::Questionnaire(q) =
+            input_answer(&input, &[written(0), written(1), written(2)])
+        else {
+            panic!("a questionnaire's answer")
+        };
+        let kinds: Vec<AnswerKind> = q.answers.iter().map(|a| a.kind).collect();
+        assert_eq!(
+            kinds,
+            [AnswerKind::Custom, AnswerKind::Chat, AnswerKind::Chat]
+        );
+        assert!(q.answers.iter().all(|a| a.options.is_empty()));
+    }
+}

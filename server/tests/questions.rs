@@ -767,3 +767,53 @@ async fn rq_02_atm_27_an_answer_to_a_workflow_question_waits_while_its_root_run_
         "{r:?}"
     );
 }
+
+#[tokio::test]
+async fn atm_38_an_expired_card_cannot_be_answered() {
+    let s = served().await;
+    let expired =
+        "```decision\nid: old-1\nstate: expired\nquestion: Which quay first?\noption: North\n```\n";
+    seed(&s, &format!("{PLAN}\n{expired}")).await;
+    let mut room = room(&s).await;
+    let a = answer(&mut room, "a1", "old-1", json!({ "options": [0] })).await;
+    assert_eq!(a["code"], "decision-closed", "{a}");
+    assert!(a["message"].as_str().unwrap().contains("expired"), "{a}");
+    assert_eq!(cards(&s).await[0].1.state, DecisionState::Expired);
+}
+
+#[tokio::test]
+async fn atm_31_archiving_the_document_withdraws_its_questions() {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    client
+        .send(&request(&session, &turn_id, "q-30", None, questionnaire()))
+        .await
+        .unwrap();
+    until_cards(&s, 2).await;
+    let archive = http::Request::post(format!("http://{}/api/documents/{}/archive", s.host, s.doc))
+        .header("authorization", format!("Bearer {}", s.mona))
+        .header("content-type", "application/json")
+        .body(axum::body::Bytes::from_static(br#"{"archived": true}"#))
+        .unwrap();
+    let answer = chopin_server::runtime::connector::send(
+        &chopin_server::runtime::connector::TcpConnector,
+        archive,
+    )
+    .await
+    .unwrap();
+    assert_eq!(answer.status, 200);
+    let r = loop {
+        match tokio::time::timeout(Duration::from_secs(10), client.recv()).await {
+            Ok(Ok(chopin_fixtures::agent::Event::Message(ServerMessage::InputResult(r)))) => {
+                break r
+            }
+            Ok(Ok(chopin_fixtures::agent::Event::Message(_))) => {}
+            other => panic!("no input-result before the link ended: {other:?}"),
+        }
+    };
+    assert_eq!(r.status, InputStatus::Cancelled);
+    assert_eq!(r.message.as_deref(), Some("The document was archived."));
+}
