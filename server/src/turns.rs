@@ -1042,17 +1042,29 @@ impl PlannerHost {
                 questions: args.questions,
             },
         );
-        let result = questions
-            .ask_and_wait(
-                self.document,
-                self.document_url.clone(),
-                input,
-                args.block,
-                move |withdraw| {
-                    shutdown.spawn(withdraw);
-                },
-            )
-            .await;
+        // The Planner's link closing ends the wait (and so the turn): nobody is left to take
+        // the answer.
+        let link = self.turns.deps.planners.link_for(self.document);
+        let link_gone = async move {
+            if let Some(link) = link {
+                link.commands.closed().await;
+            }
+        };
+        let waiting = questions.ask_and_wait(
+            self.document,
+            self.document_url.clone(),
+            input,
+            args.block,
+            move |withdraw| {
+                shutdown.spawn(withdraw);
+            },
+        );
+        let result = tokio::select! {
+            result = waiting => result,
+            () = link_gone => {
+                return HostToolResult::error("the Planner's connection closed while ask waited")
+            }
+        };
         match result.status {
             chopin_protocol::agent::InputStatus::Answered => {
                 HostToolResult::ok(serde_json::to_value(&result.answer).unwrap_or(Value::Null))

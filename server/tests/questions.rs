@@ -118,6 +118,17 @@ async fn turn(s: &Served, client: &mut AgentClient, room: &mut BrowserSocket) ->
     }
 }
 
+/// The plan seeded, mona's client attached, her room open and a turn begun: the session and
+/// turn ids.
+async fn begun() -> (Served, AgentClient, BrowserSocket, String, String) {
+    let s = served().await;
+    seed(&s, PLAN).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    (s, client, room, session, turn_id)
+}
+
 fn request(
     session: &str,
     turn: &str,
@@ -179,11 +190,7 @@ fn questionnaire() -> Value {
 #[tokio::test]
 async fn rq_01_atm_28_a_questionnaire_lands_after_its_block_and_its_answers_reach_the_client_once()
 {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, session, turn_id) = begun().await;
     let text = source(&s).await;
     let prose = blocks(&text)[1].clone();
     client
@@ -261,11 +268,7 @@ async fn rq_01_atm_28_a_questionnaire_lands_after_its_block_and_its_answers_reac
 
 #[tokio::test]
 async fn atm_28_a_block_that_changed_since_puts_the_cards_at_the_end_unlinked() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, session, turn_id) = begun().await;
     let stale = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
     let confirm = json!({ "kind": "confirm", "title": "Deploy the canary to eu-west?", "message": "It takes\ntwo minutes." });
     client
@@ -310,11 +313,7 @@ async fn atm_28_a_block_that_changed_since_puts_the_cards_at_the_end_unlinked() 
 
 #[tokio::test]
 async fn atm_26_select_returns_only_a_supplied_choice_and_an_editor_takes_empty_text() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, session, turn_id) = begun().await;
     let select = json!({ "kind": "select", "title": "Which queue?", "options": ["fast", "cheap"] });
     client
         .send(&request(&session, &turn_id, "q-5", None, select))
@@ -361,11 +360,7 @@ async fn atm_26_select_returns_only_a_supplied_choice_and_an_editor_takes_empty_
 
 #[tokio::test]
 async fn atm_29_a_stop_withdraws_open_cards_and_a_late_answer_cannot_approve_them() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, session, turn_id) = begun().await;
     client
         .send(&request(&session, &turn_id, "q-7", None, questionnaire()))
         .await
@@ -405,11 +400,7 @@ async fn atm_29_a_stop_withdraws_open_cards_and_a_late_answer_cannot_approve_the
 
 #[tokio::test]
 async fn atm_30_a_member_cancellation_keeps_the_answers_already_given() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, session, turn_id) = begun().await;
     client
         .send(&request(&session, &turn_id, "q-8", None, questionnaire()))
         .await
@@ -433,11 +424,7 @@ async fn atm_30_a_member_cancellation_keeps_the_answers_already_given() {
 
 #[tokio::test]
 async fn rq_01_input_cancel_and_the_link_closing_withdraw_the_cards() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, _room, session, turn_id) = begun().await;
     let input = json!({ "kind": "input", "title": "Which ticket?", "placeholder": "BILL-123" });
     client
         .send(&request(&session, &turn_id, "q-9", None, input.clone()))
@@ -485,11 +472,7 @@ async fn a_question_whose_cards_would_pass_the_source_limit_fails_before_any_car
 
 #[tokio::test]
 async fn rr_01_a_session_waiting_on_a_question_outlives_its_turn_until_the_answer() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, session, turn_id) = begun().await;
     let input = json!({ "kind": "input", "title": "Which ticket?" });
     client
         .send(&request(&session, &turn_id, "q-12", None, input))
@@ -552,11 +535,7 @@ async fn tool_result(client: &mut AgentClient) -> chopin_protocol::agent::HostTo
 
 #[tokio::test]
 async fn coa_23_ask_waits_for_every_answer_and_returns_them() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, _, turn_id) = begun().await;
     let text = source(&s).await;
     let risks = blocks(&text)[2].digest.clone();
     call(
@@ -600,11 +579,7 @@ async fn coa_23_ask_waits_for_every_answer_and_returns_them() {
 
 #[tokio::test]
 async fn rt_10_a_turn_that_ends_while_ask_waits_withdraws_its_cards() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, _room, _, turn_id) = begun().await;
     call(
         &mut client,
         &turn_id,
@@ -625,11 +600,7 @@ async fn rt_10_a_turn_that_ends_while_ask_waits_withdraws_its_cards() {
 
 #[tokio::test]
 async fn atm_36_a_stop_while_ask_waits_withdraws_the_question_and_chat_says_so() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, _, turn_id) = begun().await;
     call(
         &mut client,
         &turn_id,
@@ -656,11 +627,7 @@ async fn atm_36_a_stop_while_ask_waits_withdraws_the_question_and_chat_says_so()
 
 #[tokio::test]
 async fn coa_02_coa_03_open_decisions_opens_up_to_ten_independent_cards_without_waiting() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, _, turn_id) = begun().await;
     let eleven: Vec<Value> = (0..11)
         .map(|i| json!({ "question": format!("Q{i}?") }))
         .collect();
@@ -720,11 +687,7 @@ async fn coa_02_coa_03_open_decisions_opens_up_to_ten_independent_cards_without_
 
 #[tokio::test]
 async fn rq_02_atm_27_an_answer_to_a_workflow_question_waits_while_its_root_run_is_paused() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, mut room, session, turn_id) = begun().await;
     let report = |status: &str| {
         ClientMessage::Runs(serde_json::from_value(json!({
             "sessionId": session,
@@ -783,11 +746,7 @@ async fn atm_38_an_expired_card_cannot_be_answered() {
 
 #[tokio::test]
 async fn atm_31_archiving_the_document_withdraws_its_questions() {
-    let s = served().await;
-    seed(&s, PLAN).await;
-    let mut client = s.attach(&[]).await;
-    let mut room = room(&s).await;
-    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let (s, mut client, _room, session, turn_id) = begun().await;
     client
         .send(&request(&session, &turn_id, "q-30", None, questionnaire()))
         .await

@@ -234,16 +234,7 @@ async fn rr_03_a_run_that_fails_between_turns_gets_only_its_chat_notice() {
     let (session, turn_id) = turn(&mut client, &mut room).await;
     report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
     next_of(&mut room, "run:card").await;
-    client
-        .send(&ClientMessage::TurnEnd(TurnEnd {
-            turn_id,
-            status: TurnStatus::Completed,
-            output: None,
-            message: None,
-        }))
-        .await
-        .unwrap();
-    s.state.turns.until_idle(s.doc).await;
+    end_turn(&s, &mut client, turn_id).await;
     report(&mut client, &session, vec![run(RunStatus::Blocked, vec![])]).await;
     next_of(&mut room, "run:card").await;
     let lines = chat(&s).await;
@@ -275,16 +266,7 @@ async fn rr_02_ses_04_ses_12_stop_pauses_the_live_runs_and_resume_resumes_them()
     let (session, turn_id) = turn(&mut client, &mut room).await;
     report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
     next_of(&mut room, "run:card").await;
-    client
-        .send(&ClientMessage::TurnEnd(TurnEnd {
-            turn_id,
-            status: TurnStatus::Completed,
-            output: None,
-            message: None,
-        }))
-        .await
-        .unwrap();
-    s.state.turns.until_idle(s.doc).await;
+    end_turn(&s, &mut client, turn_id).await;
 
     room.send_json(&json!({ "type": "planner:stop", "runId": "run-12" }))
         .await

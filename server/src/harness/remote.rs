@@ -251,12 +251,7 @@ impl HarnessSession for RemoteSession {
                     }
                     Some(ClientMessage::Part(p)) => io.emit(p.part).await,
                     Some(ClientMessage::HostToolCall(call)) => {
-                        // A tool may wait long (`ask` waits for people); a link that closes
-                        // meanwhile ends the turn, and the tool with it.
-                        let result = tokio::select! {
-                            result = io.call_host_tool(&call.name, call.input) => result,
-                            () = self.link.commands.closed() => break closed(),
-                        };
+                        let result = io.call_host_tool(&call.name, call.input).await;
                         let answer = within_a_frame(wire::HostToolResult {
                             turn_id: turn_id.clone(),
                             call_id: call.call_id,

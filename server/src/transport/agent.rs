@@ -680,6 +680,15 @@ impl Link {
                 // write bound (a slow consumer).
                 () = &mut writer_ended => return Ended::OnItsOwn(LinkEnd::Dropped),
                 closing = bound.closing.recv() => {
+                    // What was queued for the client before the close (an `input-result` of a
+                    // question the close withdrew, say) goes out first.
+                    while let Ok(command) = commands.try_recv() {
+                        if let LinkCommand::Send(message) = command {
+                            if !self.send(&message).await {
+                                break;
+                            }
+                        }
+                    }
                     if let Some(closing) = closing {
                         self.close_with(closing.code, closing.message).await;
                     }
