@@ -600,6 +600,16 @@ where
 
     // --- group commit (module `group`) ---
 
+    /// Queues the job `job` makes around where its answer goes, and waits for that answer.
+    async fn write<T>(
+        &self,
+        job: impl FnOnce(oneshot::Sender<StoreResult<T>>) -> Job,
+    ) -> StoreResult<T> {
+        let (done, answer) = oneshot::channel();
+        self.submit(job(done)).await?;
+        group::answer(answer).await
+    }
+
     /// Queues `job` for this handle's writer, starting the writer on first use.
     async fn submit(&self, job: Job) -> StoreResult<()> {
         self.fence.check_local()?;
@@ -1295,15 +1305,13 @@ where
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<i64> {
-        let (done, answer) = oneshot::channel();
-        self.submit(Job::Update {
+        self.write(|done| Job::Update {
             document_id,
             update: update.to_vec(),
             now_ms,
             done,
         })
-        .await?;
-        group::answer(answer).await
+        .await
     }
 
     /// [`ContentStore::append_update`](crate::ContentStore::append_update) inside a batch's
@@ -1518,14 +1526,12 @@ where
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry> {
-        let (done, answer) = oneshot::channel();
-        self.submit(Job::Transcript {
+        self.write(|done| Job::Transcript {
             document_id,
             entry: entry.clone(),
             done,
         })
-        .await?;
-        group::answer(answer).await
+        .await
     }
 
     /// [`TranscriptStore::append_transcript`](crate::TranscriptStore::append_transcript) inside
@@ -1618,15 +1624,13 @@ where
         holder: &Holder,
         now_ms: UnixMillis,
     ) -> StoreResult<Claim> {
-        let (done, answer) = oneshot::channel();
-        self.submit(Job::Claim {
+        self.write(|done| Job::Claim {
             document_id,
             holder: holder.clone(),
             now_ms,
             done,
         })
-        .await?;
-        group::answer(answer).await
+        .await
     }
 
     /// [`OwnershipStore::claim_ownership`](crate::OwnershipStore::claim_ownership) inside a
