@@ -54,6 +54,11 @@ pub struct Fixture {
 impl Fixture {
     /// Starts the fake GitHub and `bin`, and signs @mona in.
     pub async fn start(bin: &Path) -> Result<Fixture> {
+        Self::start_with(bin, &[]).await
+    }
+
+    /// As [`Fixture::start`], with `extra` environment variables (`DATABASE_URL`, say).
+    pub async fn start_with(bin: &Path, extra: &[(&'static str, String)]) -> Result<Fixture> {
         let github = FakeGitHub::new();
         github.add_user(LOGIN, LOGIN_ID).add_repo(OWNER, REPO);
         github.grant(OWNER, REPO, LOGIN, Permission::Write);
@@ -64,7 +69,7 @@ impl Fixture {
             .context("the fake GitHub could not listen")?;
         let data = tempfile::tempdir().context("cannot make a temporary data folder")?;
         let data_dir = data.path().to_string_lossy().into_owned();
-        let env = [
+        let mut env = vec![
             ("PORT", "0".to_owned()),
             ("HOME", data_dir.clone()),
             ("CHOPIN_DATA_DIR", data_dir),
@@ -80,6 +85,7 @@ impl Fixture {
             ("AGENT_ACCESS_RECHECK_MS", QUIET_TIMER_MS.to_owned()),
             ("PLANNER_PATIENCE_MS", QUIET_TIMER_MS.to_owned()),
         ];
+        env.extend(extra.iter().cloned());
         let server = Spawned::start("chopin", bin, &[], &env, "chopin listening on ").await?;
         let origin = server.base_url.clone();
         let cookie = sign_in(&server.base_url, &github, LOGIN)
@@ -350,7 +356,7 @@ fn cookie_named(response: &reqwest::Response, name: &str) -> Result<String> {
 }
 
 /// Dials and upgrades a room socket as @mona's browser tab.
-async fn open_room(
+pub(crate) async fn open_room(
     host: &str,
     document: &str,
     cookie: &str,
@@ -365,7 +371,7 @@ async fn open_room(
 
 /// Reads a room socket's greeting: `session:hello`, `session:planner` and the server's Yjs
 /// sync step 1 (a binary frame starting `0, 0`), in whatever order they come.
-async fn greeting(socket: &mut BrowserSocket) -> Result<(), String> {
+pub(crate) async fn greeting(socket: &mut BrowserSocket) -> Result<(), String> {
     let (mut hello, mut planner, mut sync) = (false, false, false);
     while !(hello && planner && sync) {
         match socket
@@ -390,7 +396,7 @@ async fn greeting(socket: &mut BrowserSocket) -> Result<(), String> {
 
 /// Reads until the `chat:ack` for `request_id`; a `chat:refused` or `error` for it, or a close,
 /// is an error.
-async fn ack(socket: &mut BrowserSocket, request_id: &str) -> Result<(), String> {
+pub(crate) async fn ack(socket: &mut BrowserSocket, request_id: &str) -> Result<(), String> {
     loop {
         match socket
             .recv_json()

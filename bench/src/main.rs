@@ -25,6 +25,7 @@
 //! kill), on error paths too. Nothing here asserts a timing: it prints figures and a table
 //! that sets them beside the goals (≤ 48 KiB per socket; attach p99 ≤ 20 ms at 100 in flight).
 
+mod acks;
 mod child;
 mod chopin;
 mod load;
@@ -65,6 +66,9 @@ enum Mode {
     /// The baseline's echo server (spawned by the bench itself).
     #[command(hide = true)]
     RawServer,
+    /// Chat acks per second on SQLite or PostgreSQL against one row per transaction on the
+    /// same database (see `acks.rs`).
+    ChatAcks(acks::AcksArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -108,6 +112,10 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.mode {
         Some(Mode::RawServer) => raw::serve().await,
+        Some(Mode::ChatAcks(args)) => match chopin_bin(cli.run.chopin.clone()) {
+            Ok(bin) => acks::run(&bin, args).await,
+            Err(e) => Err(e),
+        },
         None => {
             tokio::select! {
                 result = run(cli.run) => result,

@@ -8,7 +8,8 @@
 //! Does not own: what a Decision block says (the `decision` module reads it).
 //!
 //! Blocks are a pure function of the source and are recomputed whenever they are needed; they
-//! are never stored, so they cannot drift from the text.
+//! are never stored, so they cannot drift from the text. (The reader's `Analysis` keeps them in
+//! memory beside the very text they were cut from, for reads of that text only.)
 
 use std::ops::Range;
 

@@ -6,14 +6,16 @@
 //! Columns are 1-based Unicode code points over a line's characters and then its newline.
 //! Does not own: Markdown structure (the `blocks` module, which counts with these lines).
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 /// The line table of one source: byte offsets where each line starts and ends.
 #[derive(Debug, Clone)]
 pub struct SourceLines<'a> {
     source: &'a str,
-    /// Byte offset of the start of each line; `starts.len()` is the line count.
-    starts: Vec<usize>,
+    /// Byte offset of the start of each line; `starts.len()` is the line count. Borrowed when
+    /// the table was cut once and kept (the reader's `Analysis`).
+    starts: Cow<'a, [usize]>,
 }
 
 impl<'a> SourceLines<'a> {
@@ -28,7 +30,24 @@ impl<'a> SourceLines<'a> {
                 starts.push(at + 1);
             }
         }
-        Self { source, starts }
+        Self {
+            source,
+            starts: Cow::Owned(starts),
+        }
+    }
+
+    /// The lines of `source` over `starts`, a table [`SourceLines::into_table`] gave for this
+    /// very source.
+    pub(crate) fn with_table(source: &'a str, starts: &'a [usize]) -> Self {
+        Self {
+            source,
+            starts: Cow::Borrowed(starts),
+        }
+    }
+
+    /// The line table, to keep beside the source.
+    pub(crate) fn into_table(self) -> Vec<usize> {
+        self.starts.into_owned()
     }
 
     /// The source these lines were cut from.

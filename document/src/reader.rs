@@ -17,6 +17,7 @@ use crate::blocks::{blocks, Block};
 use crate::decision::{decision_summaries, DecisionSummary};
 use crate::lines::SourceLines;
 use crate::DocumentRef;
+use sha2::{Digest, Sha256};
 
 /// Most UTF-8 bytes one read result may carry, everything included.
 pub const READ_BYTES: usize = 16_000;
@@ -195,8 +196,9 @@ struct Piece {
 /// What is fixed for a read before its slice is chosen.
 struct Read<'d, 'a> {
     doc: &'d DocumentInput<'a>,
-    lines: SourceLines<'a>,
-    blocks: Vec<Block>,
+    lines: SourceLines<'d>,
+    blocks: &'d [Block],
+    decisions: &'d [DecisionSummary],
     characters: usize,
     /// `(offset, limit)` as asked, when a limit was given.
     limit: Option<(usize, usize)>,
@@ -205,16 +207,65 @@ struct Read<'d, 'a> {
     whole: bool,
 }
 
+/// What a read needs of a source that depends on the source alone — its line table, its
+/// top-level blocks with their digests, its Decisions and its size — worked out once and kept
+/// for as long as the source does not change, so that the reads of one revision (a whole
+/// document paged through, say) parse it once.
+#[derive(Debug, Clone)]
+pub struct Analysis {
+    /// The source's length in bytes, and its SHA-256 digest: an analysis is used only for the
+    /// very source it was made from.
+    source_len: usize,
+    digest: [u8; 32],
+    starts: Vec<usize>,
+    blocks: Vec<Block>,
+    characters: usize,
+    decisions: Vec<DecisionSummary>,
+}
+
+impl Analysis {
+    /// Parses `source` (lines, blocks and their digests, Decisions).
+    pub fn of(source: &str) -> Self {
+        let blocks = blocks(source);
+        Analysis {
+            source_len: source.len(),
+            digest: Sha256::digest(source.as_bytes()).into(),
+            starts: SourceLines::new(source).into_table(),
+            characters: source.chars().count(),
+            decisions: decision_summaries(source, &blocks),
+            blocks,
+        }
+    }
+
+    /// Whether this analysis was made from `source`.
+    pub fn is_of(&self, source: &str) -> bool {
+        self.source_len == source.len()
+            && self.digest == <[u8; 32]>::from(Sha256::digest(source.as_bytes()))
+    }
+}
+
 /// Renders the text result of a read. See the module documentation for the invariants.
 pub fn read_text(doc: &DocumentInput<'_>, args: &ReadArgs) -> Result<String, ReadError> {
-    let lines = SourceLines::new(doc.source);
+    read_text_with(doc, &Analysis::of(doc.source), args)
+}
+
+/// [`read_text`] with the source's [`Analysis`] made earlier (kept by the caller per revision).
+/// The caller promises it is `doc.source`'s: checked in debug builds only, as checking costs a
+/// digest of the whole source, which is what keeping it saves.
+pub fn read_text_with(
+    doc: &DocumentInput<'_>,
+    analysis: &Analysis,
+    args: &ReadArgs,
+) -> Result<String, ReadError> {
+    debug_assert!(analysis.is_of(doc.source), "an analysis of another source");
+    let lines = SourceLines::with_table(doc.source, &analysis.starts);
     let start = start_of(&lines, args)?;
-    let all = blocks(doc.source);
     let mut read = Read {
         doc,
-        characters: doc.source.chars().count(),
+        characters: analysis.characters,
         lines,
-        blocks: all,
+        blocks: &analysis.blocks,
+        decisions: &analysis.decisions,
         limit: args.limit.map(|limit| (args.offset.unwrap_or(1), limit)),
         sections: String::new(),
         whole: false,
@@ -602,8 +653,8 @@ impl Read<'_, '_> {
     /// The Decisions, accepted comments and (for MCP) brief sections.
     fn lists(&self) -> String {
         let mut out = String::new();
-        let decisions = decision_summaries(self.doc.source, &self.blocks);
-        let rows: Vec<String> = decisions
+        let rows: Vec<String> = self
+            .decisions
             .iter()
             .map(|d| {
                 format!(

@@ -5,7 +5,9 @@
 //! document exactly, with its final newline, CRLF and blank lines."
 //! READ-18: "Following next: covers every character exactly once."
 
-use chopin_document::reader::{read_text, DocumentInput, ReadArgs, ReadKind, READ_BYTES};
+use chopin_document::reader::{
+    read_text, read_text_with, Analysis, DocumentInput, ReadArgs, ReadKind, READ_BYTES,
+};
 use proptest::prelude::*;
 
 /// One line of a generated document, without its line ending.
@@ -180,5 +182,39 @@ proptest! {
         let joined = follow(&doc, args, "read_plan")?;
         let start = lines.byte_range(offset).map(|r| r.start).unwrap_or_default();
         prop_assert_eq!(joined.as_str(), &source[start..]);
+    }
+
+    /// An analysis kept for a revision reads exactly as a fresh parse would, on every page a
+    /// reader follows and at any offset, limit and column; and it is the analysis of its own
+    /// source only.
+    #[test]
+    fn a_kept_analysis_reads_as_a_fresh_parse(
+        source in document(),
+        big in any::<bool>(),
+        mcp in any::<bool>(),
+        offset_seed in any::<usize>(),
+        limit in proptest::option::of(1usize..400),
+        column in proptest::option::of(1usize..40),
+    ) {
+        let h = headers(big);
+        let (kind, tool) = if mcp { (ReadKind::McpDocument, "read_document") } else { (ReadKind::Plan, "read_plan") };
+        let doc = input(&source, &h, kind);
+        let analysis = Analysis::of(&source);
+        prop_assert!(analysis.is_of(&source));
+        let mut changed = source.clone();
+        changed.push('x');
+        prop_assert!(!analysis.is_of(&changed));
+        let mut args = ReadArgs::default();
+        for _ in 0..10_000 {
+            let fresh = read_text(&doc, &args);
+            prop_assert_eq!(&read_text_with(&doc, &analysis, &args), &fresh);
+            match fresh.ok().and_then(|text| next_args(&text, tool)) {
+                Some(next) => args = next,
+                None => break,
+            }
+        }
+        let lines = chopin_document::lines::SourceLines::new(&source).count().max(1);
+        let args = ReadArgs { offset: Some(offset_seed % (lines + 1) + 1), limit, column };
+        prop_assert_eq!(read_text_with(&doc, &analysis, &args), read_text(&doc, &args));
     }
 }

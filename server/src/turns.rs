@@ -1192,7 +1192,7 @@ impl PlannerHost {
         let Ok(open) = d.open.open(self.document).await else {
             return HostToolResult::error("the document could not be read just now");
         };
-        let source = open.source().await;
+        let reading = open.reading().await;
         let earlier = d.documents.earlier_urls(&doc).await.unwrap_or_default();
         let id = doc.id.to_string();
         let input = DocumentInput {
@@ -1203,11 +1203,11 @@ impl PlannerHost {
             earlier_urls: &earlier,
             child: None,
             kind: ReadKind::Plan,
-            source: &source,
+            source: &reading.source,
             accepted_comments: &[],
             brief: None,
         };
-        match chopin_document::reader::read_text(&input, &args) {
+        match chopin_document::reader::read_text_with(&input, &reading.analysis, &args) {
             Ok(text) => HostToolResult::ok(Value::String(text)),
             Err(e) => HostToolResult::error(e.to_string()),
         }

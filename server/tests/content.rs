@@ -269,3 +269,31 @@ async fn unloads_racing_joins_reads_and_edits_lose_no_update() {
         }
     }
 }
+
+/// A read parses a text once: the reader's analysis is kept while the document's text stays the
+/// same, and made anew (for the new text) once an update changed it.
+#[tokio::test]
+async fn reads_share_one_analysis_until_the_text_changes() {
+    let store = MemoryStore::new();
+    let id = document(&store).await;
+    let open = registry(Arc::new(store.clone()), Arc::new(store.clone()));
+    let member = open.join(id).await.unwrap();
+    let doc = &member.document;
+    assert!(doc
+        .apply_update(member.connection, &typed("# Title\n\nHello\n"))
+        .await
+        .unwrap());
+    let first = doc.reading().await;
+    assert_eq!(&*first.source, "# Title\n\nHello\n");
+    let again = doc.reading().await;
+    assert!(
+        Arc::ptr_eq(&first.analysis, &again.analysis),
+        "an unchanged text is not parsed again"
+    );
+    let more = ydoc::replace_source(&ydoc::empty_doc(4242), "# Title\n\nHello\n\nMore\n");
+    assert!(doc.apply_update(member.connection, &more).await.unwrap());
+    let changed = doc.reading().await;
+    assert!(!Arc::ptr_eq(&first.analysis, &changed.analysis));
+    assert!(changed.analysis.is_of(&changed.source));
+    assert!(changed.source.ends_with("More\n"), "{}", changed.source);
+}

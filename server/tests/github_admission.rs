@@ -620,3 +620,57 @@ async fn perm_06_the_app_installation_covers_a_repository_all_selected_paged_or_
     assert!(matches!(down, GitHubError::Unavailable(_)));
     assert_hides(&token, &down);
 }
+
+/// Single-flight: 100 attaches with one token at once, after nothing is cached, ask GitHub once
+/// for the user and once for the repository; every one of them gets the answer. An outage is
+/// shared the same way (one call, every caller told unavailable) and still not cached.
+#[tokio::test]
+async fn a_hundred_simultaneous_checks_of_one_token_make_one_call_of_each_kind() {
+    let w = World::new().await;
+    let token = w.user("mona", 1);
+    w.fake.add_repo("octo", "plans");
+    w.fake.grant("octo", "plans", "mona", Permission::Write);
+    let admission = Arc::new(w.admission(&[], &[]));
+    let attach = |admission: Arc<Admission>, token: String| async move {
+        let admitted = admission.check(&token).await?;
+        let access = admission
+            .repo_access_cached(&token, "octo", "plans")
+            .await
+            .map_err(|_| AdmissionError::Unavailable)?;
+        Ok::<_, AdmissionError>((admitted.user.login, access.map(|a| a.can_write())))
+    };
+    let attaches: Vec<_> = (0..100)
+        .map(|_| tokio::spawn(attach(admission.clone(), token.clone())))
+        .collect();
+    for attached in attaches {
+        assert_eq!(attached.await.unwrap(), Ok(("mona".to_owned(), Some(true))));
+    }
+    assert_eq!(user_lookups(&w.fake), 1, "{:?}", w.fake.requests());
+    assert_eq!(
+        w.fake.request_count("/repos/"),
+        1,
+        "{:?}",
+        w.fake.requests()
+    );
+
+    // After the caches expire, 100 at once during an outage: one call, all unavailable.
+    w.clock
+        .advance(ADMISSION_CACHE_TTL_MS.max(REPO_ACCESS_CACHE_TTL_MS));
+    w.fake.set_outage(true);
+    let checks: Vec<_> = (0..100)
+        .map(|_| {
+            let (admission, token) = (admission.clone(), token.clone());
+            tokio::spawn(async move { admission.check(&token).await })
+        })
+        .collect();
+    for check in checks {
+        assert_eq!(check.await.unwrap(), Err(AdmissionError::Unavailable));
+    }
+    assert_eq!(user_lookups(&w.fake), 2, "{:?}", w.fake.requests());
+    w.fake.set_outage(false);
+    assert!(
+        admission.check(&token).await.is_ok(),
+        "an outage is not cached"
+    );
+    assert_eq!(user_lookups(&w.fake), 3);
+}

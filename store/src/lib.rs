@@ -96,7 +96,7 @@ pub fn account_id_for_github_user(github_user_id: i64) -> Uuid {
     uuid::Builder::from_custom_bytes(b).into_uuid()
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("{0} not found")]
     NotFound(&'static str),
@@ -343,6 +343,8 @@ pub trait Store:
 #[async_trait]
 pub trait SignInStore: Send + Sync + 'static {
     /// Insert the account for `github_user_id`, or update its login; returns the stored record.
+    /// An account already stored with this login is returned without any write (so a fenced
+    /// handle answers it even when its writes would be refused).
     async fn upsert_account(
         &self,
         github_user_id: i64,

@@ -170,6 +170,17 @@ impl SignInStore for MemoryStore {
         now_ms: UnixMillis,
     ) -> StoreResult<Account> {
         let id = account_id_for_github_user(github_user_id);
+        // As the SQL backends: an account found as it is stored is not written again.
+        let unchanged = self.with(|inner| {
+            Ok(inner
+                .accounts
+                .get(&id)
+                .filter(|a| a.github_user_id == github_user_id && a.login == login)
+                .cloned())
+        })?;
+        if let Some(account) = unchanged {
+            return Ok(account);
+        }
         self.write(|inner| {
             let account = inner.accounts.entry(id).or_insert_with(|| Account {
                 id,

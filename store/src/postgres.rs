@@ -17,11 +17,15 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
 use sqlx::{Executor, Postgres};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::sql::{sql_store_impls, sqlx_error, Dialect, SqlStore};
+use super::sql::{sql_store_impls, sqlx_error, Dialect, Job, SqlStore};
 use super::StoreResult;
 
 /// Connections in the pool.
@@ -96,8 +100,14 @@ impl PgStore {
             .map_err(|e| sqlx_error("migrating PostgreSQL", e))?;
         drop(conn);
         Ok(Self {
-            sql: SqlStore::new(pool),
+            sql: SqlStore::new(pool.clone(), pool),
         })
+    }
+
+    /// How many transactions this handle's group-commit writer has committed, each holding
+    /// one or more acknowledged writes (Chat entries, Yjs journal entries, Planner claims).
+    pub fn group_commits(&self) -> u64 {
+        self.sql.write_batches()
     }
 
     /// Closes every connection of the pool (waits for those in use to be returned).
@@ -142,6 +152,10 @@ impl Dialect for Postgres {
     fn rows_affected(done: &PgQueryResult) -> u64 {
         done.rows_affected()
     }
+
+    fn spawn_writer(store: SqlStore<Self>, jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>) {
+        tokio::spawn(store.write_loop(jobs, batches));
+    }
 }
 
 sql_store_impls!(PgStore);
@@ -149,6 +163,56 @@ sql_store_impls!(PgStore);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Fence, LeaseAcquire, LeaseStore};
+
+    /// Group commit: writes that arrive while the writer waits for the writer-lease lock (held
+    /// here by a takeover-like transaction) are answered only once their transaction commits,
+    /// and share that one transaction.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The hold gives back the future that ends it.
+    #[allow(clippy::async_yields_async)]
+    async fn writes_arriving_together_share_one_transaction() {
+        let server = chopin_fixtures::pg::shared_postgres();
+        let db = server
+            .create_database()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let store = PgStore::connect(&db.url).await.expect("connect");
+        let LeaseAcquire::Acquired(lease) = store
+            .acquire_writer_lease("test", 0, 60_000)
+            .await
+            .expect("lease")
+        else {
+            panic!("the lease is free")
+        };
+        let fenced = PgStore {
+            sql: store.sql.fenced(Fence::new(lease.epoch)),
+        };
+        let sql = fenced.sql.clone();
+        let pool = store.sql.pools().0.clone();
+        crate::sql::group_commit_check::held_writes_commit_together(
+            std::sync::Arc::new(fenced),
+            &sql,
+            || async move {
+                let mut conn = pool.acquire().await.expect("a connection");
+                conn.execute("BEGIN").await.expect("begin");
+                conn.execute(
+                    "SELECT pg_advisory_xact_lock(hashtextextended('chopin:writer-lease', 0))",
+                )
+                .await
+                .expect("the writer-lease lock");
+                async move {
+                    conn.execute("COMMIT").await.expect("commit");
+                }
+            },
+        )
+        .await;
+        store.close().await;
+        server
+            .drop_database(&db)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
 
     /// Every connection of the pool carries the statement and idle-in-transaction timeouts, the
     /// one the migrations ran on included (its `SET statement_timeout = 0` was reset), and the
@@ -161,7 +225,7 @@ mod tests {
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         let store = PgStore::connect(&db.url).await.expect("connect");
-        let pool = store.sql.pool();
+        let (pool, _) = store.sql.pools();
         assert_eq!(pool.options().get_acquire_timeout(), ACQUIRE_TIMEOUT);
         // Hold every connection at once, so each is asked (the migrations' one among them).
         let mut held = Vec::new();

@@ -40,10 +40,14 @@
 //! writer lease run in a transaction holding [`Dialect::LOCK_WRITER_LEASE`]; renewing it (which
 //! changes only the expiry, never checked by a write) is one statement.
 
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
+
 use sqlx::error::ErrorKind;
 use sqlx::{
     ColumnIndex, Database, Decode, Encode, Executor, IntoArguments, Pool, Transaction, Type,
 };
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use super::fence::FenceCheck;
@@ -54,6 +58,11 @@ use super::{
     PlanCommit, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult,
     TranscriptEntry, UnixMillis, WriterLease,
 };
+
+mod group;
+
+pub(crate) use group::Job;
+use group::{Done, Writer};
 
 /// What differs between the SQL databases, for one sqlx [`Database`]. Implemented by `sqlite.rs`
 /// for [`sqlx::Sqlite`] and by `postgres.rs` for [`sqlx::Postgres`], where each value says why.
@@ -106,6 +115,11 @@ pub(crate) trait Dialect: Database {
 
     /// How many rows a statement changed (sqlx has no driver-independent accessor).
     fn rows_affected(done: &Self::QueryResult) -> u64;
+
+    /// Spawns `store`'s group-commit writer task ([`SqlStore::write_loop`] over `jobs`,
+    /// counting in `batches`) on the current tokio runtime. Each backend spawns it where its
+    /// database type is concrete, which is where the compiler can see the task is `Send`.
+    fn spawn_writer(store: SqlStore<Self>, jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>);
 }
 
 /// A Rust type that goes both ways through database `DB`: bound as a parameter, read from a
@@ -120,18 +134,27 @@ impl<DB: Database, T> SqlValue<DB> for T where
 {
 }
 
-/// The store methods over one pool of database `DB`. Cheap to clone (a pool handle).
+/// The store methods over the pools of database `DB`. Cheap to clone (pool handles).
 pub(crate) struct SqlStore<DB: Database> {
+    /// Where reads run.
     pool: Pool<DB>,
+    /// Where writes run: the same pool as `pool` (PostgreSQL), or one of a single connection
+    /// (SQLite, whose writers take turns anyway: they queue here instead of in its busy handler).
+    writes: Pool<DB>,
     /// The fence this handle's writes are checked against, if it was fenced.
     fence: Option<Fence>,
+    /// This handle's group-commit writer (module [`group`]), started by the first write that
+    /// needs it; shared by the handle's clones, not by handles fenced anew.
+    writer: Arc<OnceLock<Writer>>,
 }
 
 impl<DB: Database> Clone for SqlStore<DB> {
     fn clone(&self) -> Self {
         Self {
             pool: self.pool.clone(),
+            writes: self.writes.clone(),
             fence: self.fence.clone(),
+            writer: self.writer.clone(),
         }
     }
 }
@@ -140,34 +163,64 @@ impl<DB: Database> std::fmt::Debug for SqlStore<DB> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqlStore")
             .field("pool", &self.pool)
+            .field("writes", &self.writes)
             .field("fence", &self.fence)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
 impl<DB: Database> SqlStore<DB> {
-    /// The store over `pool`, which must be migrated already.
-    pub(crate) fn new(pool: Pool<DB>) -> Self {
-        Self { pool, fence: None }
-    }
-
-    /// A handle on the same pool whose writes are fenced by `fence`.
-    pub(crate) fn fenced(&self, fence: Fence) -> Self {
+    /// The store reading through `pool` and writing through `writes` (which may be the same
+    /// pool), migrated already.
+    pub(crate) fn new(pool: Pool<DB>, writes: Pool<DB>) -> Self {
         Self {
-            pool: self.pool.clone(),
-            fence: Some(fence),
+            pool,
+            writes,
+            fence: None,
+            writer: Arc::default(),
         }
     }
 
-    /// The pool, for a backend's own tests.
-    #[cfg(test)]
-    pub(crate) fn pool(&self) -> &Pool<DB> {
-        &self.pool
+    /// A handle on the same pools whose writes are fenced by `fence`.
+    pub(crate) fn fenced(&self, fence: Fence) -> Self {
+        Self {
+            fence: Some(fence),
+            ..self.detached()
+        }
     }
 
-    /// Closes every connection of the pool (waits for those in use to be returned).
+    /// A handle on the same pools and fence with a writer of its own (not started): what a
+    /// writer task holds, so that it does not keep its own queue open.
+    fn detached(&self) -> Self {
+        Self {
+            pool: self.pool.clone(),
+            writes: self.writes.clone(),
+            fence: self.fence.clone(),
+            writer: Arc::default(),
+        }
+    }
+
+    /// The pools (reads, writes), for a backend's own tests.
+    #[cfg(test)]
+    pub(crate) fn pools(&self) -> (&Pool<DB>, &Pool<DB>) {
+        (&self.pool, &self.writes)
+    }
+
+    /// How many transactions this handle's group-commit writer has committed.
+    pub(crate) fn write_batches(&self) -> u64 {
+        self.writer.get().map_or(0, Writer::batches)
+    }
+
+    /// How many jobs wait for this handle's writer.
+    #[cfg(test)]
+    pub(crate) fn queued_writes(&self) -> usize {
+        self.writer.get().map_or(0, Writer::queued)
+    }
+
+    /// Closes every connection of the pools (waits for those in use to be returned).
     pub(crate) async fn close(&self) {
         self.pool.close().await;
+        self.writes.close().await;
     }
 }
 
@@ -460,7 +513,7 @@ where
     async fn begin_write(&self) -> StoreResult<Transaction<'static, DB>> {
         self.fence.check_local()?;
         let mut tx = self
-            .pool
+            .writes
             .begin_with(DB::BEGIN_WRITE)
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
@@ -489,7 +542,7 @@ where
     /// wrote. Never fenced itself.
     async fn begin_lease_change(&self) -> StoreResult<Transaction<'static, DB>> {
         let mut tx = self
-            .pool
+            .writes
             .begin_with(DB::BEGIN_WRITE)
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
@@ -595,6 +648,115 @@ where
         Ok(())
     }
 
+    // --- group commit (module `group`) ---
+
+    /// Queues the job `job` makes around where its answer goes, and waits for that answer.
+    async fn write<T>(
+        &self,
+        job: impl FnOnce(oneshot::Sender<StoreResult<T>>) -> Job,
+    ) -> StoreResult<T> {
+        let (done, answer) = oneshot::channel();
+        self.submit(job(done)).await?;
+        group::answer(answer).await
+    }
+
+    /// Queues `job` for this handle's writer, starting the writer on first use.
+    async fn submit(&self, job: Job) -> StoreResult<()> {
+        self.fence.check_local()?;
+        let writer = self.writer.get_or_init(|| {
+            let (jobs, queue, batches) = Writer::channel();
+            DB::spawn_writer(self.detached(), queue, batches.clone());
+            Writer::new(jobs, batches)
+        });
+        writer.submit(job).await
+    }
+
+    /// The writer task: takes the next job, begins a write transaction (waiting for the write
+    /// connection or lock, while more jobs queue), takes every job queued meanwhile (up to
+    /// [`group::MAX_BATCH`]) into it, commits, and only then answers each caller. A batch whose
+    /// transaction breaks is run again one job per transaction, so each job gets its own
+    /// outcome. Ends when every handle that could queue a job is gone.
+    pub(crate) async fn write_loop(self, mut jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>) {
+        while let Some(first) = jobs.recv().await {
+            let begun = self.begin_write().await;
+            let mut batch = vec![first];
+            while batch.len() < group::MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let tx = match begun {
+                Ok(tx) => tx,
+                Err(e) => {
+                    batch.into_iter().for_each(|job| job.fail(e.clone()));
+                    continue;
+                }
+            };
+            match Self::run_batch(tx, &batch).await {
+                Ok(outcomes) => {
+                    group::count_batch(&batches);
+                    batch
+                        .into_iter()
+                        .zip(outcomes)
+                        .for_each(|(job, outcome)| job.answer(outcome));
+                }
+                Err(e) if batch.len() == 1 => batch.into_iter().for_each(|job| job.fail(e.clone())),
+                Err(_) => {
+                    for job in batch {
+                        let alone = match self.begin_write().await {
+                            Ok(tx) => Self::run_batch(tx, std::slice::from_ref(&job)).await,
+                            Err(e) => Err(e),
+                        };
+                        match alone.map(|mut outcomes| outcomes.pop()) {
+                            Ok(Some(outcome)) => {
+                                group::count_batch(&batches);
+                                job.answer(outcome);
+                            }
+                            Ok(None) => job.fail(group::stopped()),
+                            Err(e) => job.fail(e),
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Runs every job of `batch` in `tx`, in order, and commits. `Err` if the transaction broke
+    /// (nothing of the batch is committed); a job's own refusal is in its outcome.
+    async fn run_batch(mut tx: Transaction<'static, DB>, batch: &[Job]) -> StoreResult<Vec<Done>> {
+        let mut outcomes = Vec::with_capacity(batch.len());
+        for job in batch {
+            outcomes.push(match job {
+                Job::Transcript {
+                    document_id, entry, ..
+                } => Done::Transcript(
+                    Self::append_transcript_in(&mut tx, *document_id, entry).await?,
+                ),
+                Job::Update {
+                    document_id,
+                    update,
+                    now_ms,
+                    ..
+                } => Done::Update(
+                    Self::append_update_in(&mut tx, *document_id, update, *now_ms).await?,
+                ),
+                Job::Claim {
+                    document_id,
+                    holder,
+                    now_ms,
+                    ..
+                } => Done::Claim(
+                    Self::claim_ownership_in(&mut tx, *document_id, holder, *now_ms).await?,
+                ),
+            });
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a batch of writes", e))?;
+        Ok(outcomes)
+    }
+
     // --- Store ---
 
     pub(crate) async fn ping(&self) -> StoreResult<()> {
@@ -620,6 +782,14 @@ where
              SET login = excluded.login, login_key = excluded.login_key \
              RETURNING {ACCOUNT_COLUMNS}"
         );
+        // Most calls find the account as it is (every bearer request and sign-in asks): a read,
+        // and no write at all, unless the login changed.
+        let id = account_id_for_github_user(github_user_id);
+        if let Some(account) = self.account(id).await? {
+            if account.github_user_id == github_user_id && account.login == login {
+                return Ok(account);
+            }
+        }
         // `ON CONFLICT (github_user_id)` arbitrates only that index. In PostgreSQL two first
         // sign-ins of one user racing can still collide on the primary key (derived from the
         // same user id) and fail with a unique violation; the loser's retry then sees the
@@ -630,7 +800,7 @@ where
             attempts += 1;
             let mut tx = self.begin_write().await?;
             let result: Result<AccountRow<DB::Id>, sqlx::Error> = sqlx::query_as(&sql)
-                .bind(DB::Id::from(account_id_for_github_user(github_user_id)))
+                .bind(DB::Id::from(id))
                 .bind(github_user_id)
                 .bind(login)
                 .bind(ascii_key(login))
@@ -1185,7 +1355,23 @@ where
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<i64> {
-        let mut tx = self.begin_write().await?;
+        self.write(|done| Job::Update {
+            document_id,
+            update: update.to_vec(),
+            now_ms,
+            done,
+        })
+        .await
+    }
+
+    /// [`ContentStore::append_update`](crate::ContentStore::append_update) inside a batch's
+    /// transaction. The outer error breaks the transaction; the inner one is this job's alone.
+    async fn append_update_in(
+        tx: &mut Transaction<'static, DB>,
+        document_id: Uuid,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<StoreResult<i64>> {
         // The UPDATE holds the document's row lock (in SQLite, the write lock) until commit:
         // appenders take turns, each numbering from the seq the one before it committed.
         let seq: Option<i64> = sqlx::query_scalar(
@@ -1194,15 +1380,14 @@ where
              WHERE id = $1 RETURNING last_update_seq",
         )
         .bind(DB::Id::from(document_id))
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&mut **tx)
         .await
         .map_err(|e| sqlx_error("numbering an update", e))?;
-        let seq = seq.ok_or(StoreError::NotFound("document"))?;
-        Self::journal_update(&mut tx, document_id, seq, update, now_ms).await?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing an update", e))?;
-        Ok(seq)
+        let Some(seq) = seq else {
+            return Ok(Err(StoreError::NotFound("document")));
+        };
+        Self::journal_update(tx, document_id, seq, update, now_ms).await?;
+        Ok(Ok(seq))
     }
 
     pub(crate) async fn commit_plan_edit(
@@ -1391,12 +1576,28 @@ where
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry> {
-        let mut tx = self.begin_write().await?;
+        self.write(|done| Job::Transcript {
+            document_id,
+            entry: entry.clone(),
+            done,
+        })
+        .await
+    }
+
+    /// [`TranscriptStore::append_transcript`](crate::TranscriptStore::append_transcript) inside
+    /// a batch's transaction. The outer error breaks the transaction; the inner one is this
+    /// job's alone.
+    async fn append_transcript_in(
+        tx: &mut Transaction<'static, DB>,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<StoreResult<TranscriptEntry>> {
         // Appenders to one document queue on its row lock (in SQLite, the write lock); under
         // PostgreSQL's READ COMMITTED the INSERT's fresh snapshot then sees every entry
-        // committed before the lock was granted, so each numbers from the one before it.
-        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
-            return Err(StoreError::NotFound("document"));
+        // committed before the lock was granted, so each numbers from the one before it (and
+        // from those earlier in its own batch).
+        if !Self::document_exists(tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Ok(Err(StoreError::NotFound("document")));
         }
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO chat_transcript \
@@ -1410,20 +1611,17 @@ where
         .bind(&entry.kind)
         .bind(&entry.body)
         .bind(entry.created_at_ms)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await
         .map_err(|e| sqlx_error("appending to a transcript", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing a transcript entry", e))?;
-        Ok(TranscriptEntry {
+        Ok(Ok(TranscriptEntry {
             document_id,
             seq,
             author_login: entry.author_login.clone(),
             kind: entry.kind.clone(),
             body: entry.body.clone(),
             created_at_ms: entry.created_at_ms,
-        })
+        }))
     }
 
     pub(crate) async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
@@ -1476,6 +1674,24 @@ where
         holder: &Holder,
         now_ms: UnixMillis,
     ) -> StoreResult<Claim> {
+        self.write(|done| Job::Claim {
+            document_id,
+            holder: holder.clone(),
+            now_ms,
+            done,
+        })
+        .await
+    }
+
+    /// [`OwnershipStore::claim_ownership`](crate::OwnershipStore::claim_ownership) inside a
+    /// batch's transaction. The outer error breaks the transaction; the inner one is this job's
+    /// alone.
+    async fn claim_ownership_in(
+        tx: &mut Transaction<'static, DB>,
+        document_id: Uuid,
+        holder: &Holder,
+        now_ms: UnixMillis,
+    ) -> StoreResult<StoreResult<Claim>> {
         // The guard is in the WHERE clause: free, or already this account's. A claimer that
         // waited on a concurrent winner's row lock (PostgreSQL) re-checks the guard against the
         // winner's row and matches nothing. The generation advances only when the row was free:
@@ -1491,41 +1707,42 @@ where
         );
         let read =
             format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1");
+        // Under READ COMMITTED each statement sees what committed before it began, so trying
+        // again inside the same transaction sees the release that made the first try miss.
         for _ in 0..RACE_RETRIES {
-            let mut tx = self.begin_write().await?;
             let claimed: Option<OwnershipRow<DB::Id>> = sqlx::query_as(&sql)
                 .bind(DB::Id::from(document_id))
                 .bind(DB::Id::from(holder.account_id))
                 .bind(&holder.login)
                 .bind(DB::Id::from(holder.browser_login_id))
                 .bind(now_ms)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await
                 .map_err(|e| sqlx_error("claiming ownership", e))?;
             if let Some(row) = claimed {
-                tx.commit()
-                    .await
-                    .map_err(|e| sqlx_error("committing a claim", e))?;
-                return Ok(Claim::Claimed(row.into()));
+                return Ok(Ok(Claim::Claimed(row.into())));
             }
-            let current: Ownership = sqlx::query_as::<_, OwnershipRow<DB::Id>>(&read)
+            let current: Option<Ownership> = sqlx::query_as::<_, OwnershipRow<DB::Id>>(&read)
                 .bind(DB::Id::from(document_id))
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await
                 .map_err(|e| sqlx_error("reading ownership", e))?
-                .map(Into::into)
-                .ok_or(StoreError::NotFound("document"))?;
-            match &current.holder {
-                Some(other) if other.account_id != holder.account_id => {
-                    return Ok(Claim::HeldByOther(current))
-                }
-                // Released (or taken by this account) between the two statements: try again.
-                _ => continue,
+                .map(Into::into);
+            match current {
+                None => return Ok(Err(StoreError::NotFound("document"))),
+                Some(current) => match &current.holder {
+                    Some(other) if other.account_id != holder.account_id => {
+                        return Ok(Ok(Claim::HeldByOther(current)))
+                    }
+                    // Released (or taken by this account) between the two statements: try
+                    // again.
+                    _ => continue,
+                },
             }
         }
-        Err(StoreError::Backend(
+        Ok(Err(StoreError::Backend(
             "claiming ownership: the document kept changing hands".into(),
-        ))
+        )))
     }
 
     pub(crate) async fn release_ownership(
@@ -1842,7 +2059,7 @@ where
         .bind(&lease.holder)
         .bind(lease.epoch)
         .bind(now_ms.saturating_add(ttl_ms))
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.writes)
         .await
         .map_err(|e| sqlx_error("renewing the writer lease", e))?;
         Ok(row.map(|row| WriterLease {
@@ -1989,3 +2206,146 @@ macro_rules! sql_store_impls {
 }
 
 pub(crate) use sql_store_impls;
+
+/// A check both SQL backends run on their own handle type: acknowledged writes that arrive
+/// while the writer is held up share one transaction, and none is answered before it commits.
+#[cfg(test)]
+pub(crate) mod group_commit_check {
+    use std::collections::BTreeSet;
+    use std::future::Future;
+    use std::sync::Arc;
+
+    use uuid::Uuid;
+
+    use super::SqlStore;
+    use crate::{Claim, Holder, NewDocument, NewTranscriptEntry, Store, StoreError};
+
+    /// Documents written to, and the writes to each of them of each kind.
+    const DOCUMENTS: u128 = 4;
+    const PER_DOCUMENT: usize = 12;
+
+    fn doc(n: u128) -> NewDocument {
+        NewDocument {
+            id: Uuid::from_u128(0xd0c0 + n),
+            repo_owner: "octo".into(),
+            repo_name: "batch".into(),
+            slug: format!("doc-{n}"),
+            title: format!("Doc {n}"),
+            created_at_ms: 1,
+            parent_id: None,
+        }
+    }
+
+    /// `store` writes through `sql`'s writer; `hold` keeps that writer from beginning a
+    /// transaction until the future it gives is run. Chat entries, journal entries and one
+    /// claim per document are sent at once, with the same to an unknown document.
+    pub(crate) async fn held_writes_commit_together<DB, H, HF, R>(
+        store: Arc<dyn Store>,
+        sql: &SqlStore<DB>,
+        hold: H,
+    ) where
+        DB: sqlx::Database,
+        H: FnOnce() -> HF,
+        HF: Future<Output = R>,
+        R: Future<Output = ()>,
+    {
+        let account = store.upsert_account(7, "mona", 1).await.expect("account");
+        let holder = Holder {
+            account_id: account.id,
+            login: "mona".into(),
+            browser_login_id: Uuid::from_u128(0xb1),
+        };
+        let login = crate::BrowserLogin {
+            id: holder.browser_login_id,
+            account_id: account.id,
+            verifier_hash: "h".into(),
+            created_at_ms: 1,
+            expires_at_ms: i64::MAX,
+            signed_out_at_ms: None,
+        };
+        store.create_browser_login(&login).await.expect("login");
+        let mut ids: Vec<Uuid> = Vec::new();
+        for n in 0..DOCUMENTS {
+            ids.push(store.create_document(&doc(n)).await.expect("document").id);
+        }
+        let before = sql.write_batches();
+        let release = hold().await;
+        let unknown = Uuid::from_u128(0xdead);
+        let mut tasks = Vec::new();
+        for (i, id) in ids.iter().copied().chain([unknown]).enumerate() {
+            for j in 0..PER_DOCUMENT {
+                let chat_store = store.clone();
+                tasks.push(tokio::spawn(async move {
+                    let entry = NewTranscriptEntry {
+                        author_login: Some("mona".into()),
+                        kind: "member".into(),
+                        body: format!("{i}-{j}"),
+                        created_at_ms: 2,
+                    };
+                    let chat = chat_store
+                        .append_transcript(id, &entry)
+                        .await
+                        .map(|e| e.seq);
+                    (id, "chat", chat)
+                }));
+                let update_store = store.clone();
+                tasks.push(tokio::spawn(async move {
+                    let update = update_store
+                        .append_update(id, format!("u{i}-{j}").as_bytes(), 2)
+                        .await;
+                    (id, "update", update)
+                }));
+            }
+            let (claim_store, holder) = (store.clone(), holder.clone());
+            tasks.push(tokio::spawn(async move {
+                let claim = claim_store
+                    .claim_ownership(id, &holder, 2)
+                    .await
+                    .map(|c| match c {
+                        Claim::Claimed(o) => o.generation,
+                        Claim::HeldByOther(_) => -1,
+                    });
+                (id, "claim", claim)
+            }));
+        }
+        // Every write queued (the first perhaps taken by the held-up writer): none answered.
+        while sql.queued_writes() + 1 < tasks.len() {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            tasks.iter().all(|t| !t.is_finished()),
+            "no write is answered before its transaction commits"
+        );
+        release.await;
+        let mut seqs = std::collections::BTreeMap::<(Uuid, &str), BTreeSet<i64>>::new();
+        for task in tasks {
+            let (id, kind, outcome) = task.await.expect("task");
+            if id == unknown {
+                assert!(
+                    matches!(outcome, Err(StoreError::NotFound("document"))),
+                    "{kind} to an unknown document: {outcome:?}"
+                );
+                continue;
+            }
+            let n = outcome.unwrap_or_else(|e| panic!("{kind}: {e}"));
+            seqs.entry((id, kind)).or_default().insert(n);
+        }
+        for id in &ids {
+            let gap_free: BTreeSet<i64> = (1..=PER_DOCUMENT as i64).collect();
+            assert_eq!(seqs[&(*id, "chat")], gap_free, "chat seqs of {id}");
+            assert_eq!(seqs[&(*id, "update")], gap_free, "journal seqs of {id}");
+            assert_eq!(seqs[&(*id, "claim")], BTreeSet::from([1]), "claim of {id}");
+            let read = store.transcript(*id, 0, 100).await.expect("transcript");
+            assert_eq!(
+                read.len(),
+                PER_DOCUMENT,
+                "every acknowledged entry is stored"
+            );
+        }
+        assert_eq!(
+            sql.write_batches() - before,
+            1,
+            "every write held up shared one transaction"
+        );
+    }
+}

@@ -1,8 +1,10 @@
 //! [`SqliteStore`]: the embedded default [`Store`](super::Store) backend, one SQLite file
 //! through sqlx.
 //!
-//! Owns: opening the file (parent directories and file created if missing, WAL journal, a busy
-//! timeout, foreign keys on), applying `migrations/sqlite`, and SQLite's `Dialect` (in
+//! Owns: opening the file (parent directories and file created if missing, WAL journal synced on
+//! every commit, a busy timeout, foreign keys on) with one write connection and a pool of
+//! readers beside it (writes take turns on that connection, batched by the group-commit writer,
+//! instead of contending in SQLite's busy handler), applying `migrations/sqlite`, and SQLite's `Dialect` (in
 //! `sql.rs`): UUIDs stored as hyphenated lowercase TEXT, and write transactions begun with
 //! `BEGIN IMMEDIATE`, which takes SQLite's single write lock up front, so every method (one
 //! statement, or one such transaction) is atomic against other connections and other processes
@@ -13,16 +15,24 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult};
-use sqlx::Sqlite;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 
-use super::sql::{sql_store_impls, sqlx_error, Dialect, SqlStore};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteQueryResult,
+    SqliteSynchronous,
+};
+use sqlx::Sqlite;
+use tokio::sync::mpsc;
+
+use super::sql::{sql_store_impls, sqlx_error, Dialect, Job, SqlStore};
 use super::{StoreError, StoreResult};
 
-/// How long a statement waits for another connection's write lock before failing.
+/// How long a statement waits for another process's write lock before failing. Within this
+/// process every write goes through the one write connection, so no write of ours waits here.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-/// Connections in the pool: readers run concurrently under WAL, writers take turns.
-const MAX_CONNECTIONS: u32 = 8;
+/// Read connections: readers run concurrently under WAL, beside the one write connection.
+const READERS: u32 = 8;
 
 /// The SQLite backend. Cheap to clone (a pool handle).
 #[derive(Clone, Debug)]
@@ -45,20 +55,36 @@ impl SqliteStore {
             .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk (the WAL synced) before it returns, so nothing a caller
+            // was told is saved can be lost to a crash or power cut.
+            .synchronous(SqliteSynchronous::Full)
             .busy_timeout(BUSY_TIMEOUT)
             .foreign_keys(true);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .connect_with(options)
+        let opening = |e| sqlx_error(&format!("opening SQLite at {}", path.display()), e);
+        // The writer first: it creates the file and migrates it before any reader opens it.
+        let writes = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
             .await
-            .map_err(|e| sqlx_error(&format!("opening SQLite at {}", path.display()), e))?;
+            .map_err(opening)?;
         sqlx::migrate!("../migrations/sqlite")
-            .run(&pool)
+            .run(&writes)
             .await
             .map_err(|e| sqlx_error("migrating SQLite", e.into()))?;
+        let reads = SqlitePoolOptions::new()
+            .max_connections(READERS)
+            .connect_with(options)
+            .await
+            .map_err(opening)?;
         Ok(Self {
-            sql: SqlStore::new(pool),
+            sql: SqlStore::new(reads, writes),
         })
+    }
+
+    /// How many transactions this handle's group-commit writer has committed, each holding
+    /// one or more acknowledged writes (Chat entries, Yjs journal entries, Planner claims).
+    pub fn group_commits(&self) -> u64 {
+        self.sql.write_batches()
     }
 
     /// Closes every connection of the pool (waits for those in use to be returned).
@@ -97,6 +123,10 @@ impl Dialect for Sqlite {
     fn rows_affected(done: &SqliteQueryResult) -> u64 {
         done.rows_affected()
     }
+
+    fn spawn_writer(store: SqlStore<Self>, jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>) {
+        tokio::spawn(store.write_loop(jobs, batches));
+    }
 }
 
 sql_store_impls!(SqliteStore);
@@ -104,6 +134,31 @@ sql_store_impls!(SqliteStore);
 #[cfg(test)]
 mod tests {
     use sqlx::sqlite::SqlitePoolOptions;
+
+    use super::SqliteStore;
+
+    /// Group commit: writes that arrive while the one write connection is busy wait for it, are
+    /// answered only once their transaction commits, and share that one transaction.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    // The hold gives back the future that ends it.
+    #[allow(clippy::async_yields_async)]
+    async fn writes_arriving_together_share_one_transaction() {
+        let dir = tempfile::tempdir().expect("temporary folder");
+        let store = SqliteStore::open(&dir.path().join("chopin.db"))
+            .await
+            .expect("open");
+        let sql = store.sql.clone();
+        let writes = sql.pools().1.clone();
+        crate::sql::group_commit_check::held_writes_commit_together(
+            std::sync::Arc::new(store),
+            &sql,
+            || async move {
+                let held = writes.acquire().await.expect("the write connection");
+                async move { drop(held) }
+            },
+        )
+        .await;
+    }
 
     /// The SQL shared with PostgreSQL numbers its parameters `$1`, `$2`…. SQLite reads `$N` as a
     /// *named* parameter (one slot per distinct name, in order of first appearance), and sqlx's

@@ -173,6 +173,8 @@ conformance! {
     new_document_has_empty_content_at_epoch_zero,
     updates_are_numbered_from_one_and_advance_storage_revision,
     update_concurrent_appends_are_gap_free,
+    writes_of_every_kind_at_once_are_each_answered_as_if_alone,
+    account_upsert_writes_only_when_the_login_changes,
     plan_edit_commits_only_at_the_expected_revision,
     plan_edit_race_exactly_one_commits,
     plan_edit_under_an_owner_guard_lands_only_while_storage_names_that_owner,
@@ -2323,6 +2325,94 @@ async fn update_concurrent_appends_are_gap_free(b: &Backend) {
         "each update stored under the seq it was given"
     );
     assert_eq!(counters(&store, doc.id).await, (0, total, 0));
+}
+
+/// Chat entries, journal entries and claims to several documents and to an unknown one, all at
+/// once (the SQL backends commit such writes together): each caller gets what it would have
+/// got alone — gap-free seqs per document, one claim each, `NotFound` for the unknown document
+/// only — and everything acknowledged is stored.
+async fn writes_of_every_kind_at_once_are_each_answered_as_if_alone(b: &Backend) {
+    const DOCUMENTS: u128 = 4;
+    const PER_DOCUMENT: i64 = 8;
+    let store = b.open().await;
+    let holder = member(&store, 7, "mona").await;
+    let mut ids = Vec::new();
+    for n in 0..DOCUMENTS {
+        let doc = new_doc(n + 1, "o", "r", &format!("s{n}"));
+        ids.push(store.create_document(&doc).await.unwrap().id);
+    }
+    let unknown = Uuid::from_u128(0xdead);
+    let barrier = Arc::new(Barrier::new(ids.len() + 1));
+    let mut tasks = Vec::new();
+    for id in ids.iter().copied().chain([unknown]) {
+        let (store, barrier, holder) = (store.clone(), barrier.clone(), holder.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut writes = Vec::new();
+            for j in 0..PER_DOCUMENT {
+                let (said, bytes) = (entry(None, "member", &format!("{j}"), 1), update(j));
+                let (chat, journal) = tokio::join!(
+                    store.append_transcript(id, &said),
+                    store.append_update(id, &bytes, 1),
+                );
+                writes.push((chat.map(|e| e.seq), journal));
+            }
+            let claim = store.claim_ownership(id, &holder, 1).await;
+            (id, writes, claim)
+        }));
+    }
+    for task in tasks {
+        let (id, writes, claim) = task.await.unwrap();
+        if id == unknown {
+            assert!(writes
+                .into_iter()
+                .all(|(c, u)| is_not_found(c) && is_not_found(u)));
+            assert!(is_not_found(claim));
+            continue;
+        }
+        let expected: Vec<(i64, i64)> = (1..=PER_DOCUMENT).map(|s| (s, s)).collect();
+        let got: Vec<(i64, i64)> = writes
+            .into_iter()
+            .map(|(c, u)| (c.unwrap(), u.unwrap()))
+            .collect();
+        assert_eq!(
+            got, expected,
+            "one caller's writes keep its order, gap-free"
+        );
+        assert_eq!(claimed(claim.unwrap()).generation, 1);
+        assert_eq!(
+            store.transcript(id, 0, 100).await.unwrap().len(),
+            PER_DOCUMENT as usize
+        );
+        assert_eq!(
+            seqs_of(&store.document_content(id).await.unwrap()),
+            (1..=PER_DOCUMENT).collect::<Vec<_>>()
+        );
+    }
+}
+
+/// A sign-in that finds the account as it is stored writes nothing: through a handle whose
+/// fence was given up (which refuses every write) it still answers with the account; a changed
+/// login is a write, and is refused there.
+async fn account_upsert_writes_only_when_the_login_changes(b: &Backend) {
+    let store = b.open().await;
+    let stored = store.upsert_account(42, "mona", 1_000).await.unwrap();
+    let fence = Fence::new(1);
+    fence.give_up();
+    let fenced = store.fenced(fence);
+    assert_eq!(
+        fenced.upsert_account(42, "mona", 2_000).await.unwrap(),
+        stored
+    );
+    assert!(matches!(
+        fenced.upsert_account(42, "Mona", 2_000).await,
+        Err(StoreError::Fenced(_))
+    ));
+    assert!(matches!(
+        fenced.upsert_account(43, "lisa", 2_000).await,
+        Err(StoreError::Fenced(_))
+    ));
+    assert_eq!(store.account(stored.id).await.unwrap(), Some(stored));
 }
 
 async fn plan_edit_commits_only_at_the_expected_revision(b: &Backend) {

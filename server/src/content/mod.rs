@@ -18,6 +18,8 @@
 //! - A checkpoint covers only journal entries this copy applied, in an unbroken run from the
 //!   one it loaded: it never deletes an entry it does not hold.
 //! - Loading never fails on a bad journal entry: it is skipped, logged and counted.
+//! - A read parses a text once: the reader's analysis is kept beside the text it was made from
+//!   and used only while the document's text is that text.
 
 pub mod guard;
 
@@ -28,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use chopin_document::edit::{self, EditBatch, EditOutcome, EditResult, EditTarget};
+use chopin_document::reader::Analysis;
 use chopin_document::{ydoc, DocumentRef};
 use tokio::sync::{broadcast, OnceCell};
 use uuid::Uuid;
@@ -138,6 +141,16 @@ pub struct OpenDocument {
     awareness: Mutex<BTreeMap<u64, BTreeMap<ClientID, AwarenessUpdateEntry>>>,
     /// Set once the document is archived: its sockets close.
     archived: tokio::sync::watch::Sender<bool>,
+    /// The source last read and its reader's analysis (lines, blocks and digests, Decisions),
+    /// reused by every read until the text changes.
+    reading: Mutex<Option<Reading>>,
+}
+
+/// A source as the reader reads it: the text and its [`Analysis`], made once per text.
+#[derive(Clone)]
+pub struct Reading {
+    pub source: Arc<str>,
+    pub analysis: Arc<Analysis>,
 }
 
 impl OpenDocument {
@@ -172,6 +185,28 @@ impl OpenDocument {
     pub async fn source(&self) -> String {
         let content = self.content.lock().await;
         ydoc::read_source(&content.doc)
+    }
+
+    /// The source now with its reader's [`Analysis`]: the one kept from an earlier read while
+    /// the text is unchanged (compared in full, so no change can be missed), otherwise made now
+    /// (outside the content lock) and kept.
+    pub async fn reading(&self) -> Reading {
+        let source = self.source().await;
+        let kept = self.lock_reading().clone();
+        if let Some(kept) = kept.filter(|r| *r.source == *source) {
+            return kept;
+        }
+        let reading = Reading {
+            analysis: Arc::new(Analysis::of(&source)),
+            source: source.into(),
+        };
+        *self.lock_reading() = Some(reading.clone());
+        reading
+    }
+
+    fn lock_reading(&self) -> MutexGuard<'_, Option<Reading>> {
+        // A kept reading is whole or absent: a panic cannot leave half of one.
+        self.reading.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Takes a writer's update: tried on the shadow copy, then journalled, then applied to the
@@ -620,6 +655,7 @@ impl OpenDocuments {
             relay: broadcast::channel(RELAY_BACKLOG).0,
             awareness: Mutex::default(),
             archived: tokio::sync::watch::channel(false).0,
+            reading: Mutex::new(None),
         }))
     }
 

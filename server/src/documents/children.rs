@@ -134,7 +134,7 @@ impl Children {
     ) -> Result<String, ChildError> {
         let (root, doc) = self.root_and_child(root_id, child).await?;
         let open = self.open.open(doc.id).await?;
-        let source = open.source().await;
+        let reading = open.reading().await;
         let (root_id, child_id) = (root.id.to_string(), doc.id.to_string());
         let url = child_url(&root, &doc);
         let input = DocumentInput {
@@ -148,11 +148,12 @@ impl Children {
                 title: &doc.title,
             }),
             kind: ReadKind::Child,
-            source: &source,
+            source: &reading.source,
             accepted_comments: &[],
             brief: None,
         };
-        reader::read_text(&input, args).map_err(|e| ChildError::Read(e.to_string()))
+        reader::read_text_with(&input, &reading.analysis, args)
+            .map_err(|e| ChildError::Read(e.to_string()))
     }
 
     /// `edit_child`: `edit_plan` on the child, against the revision the caller read, under the

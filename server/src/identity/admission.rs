@@ -5,7 +5,8 @@
 //! verdicts ([`Admitted`] or an [`AdmissionError`] with its HTTP status), and three bounded
 //! caches keyed by the SHA-256 of the token: admission verdicts, repository access, and whether
 //! the GitHub App's installation covers a repository (PERM-06), each kept for 30 s of [`Clock`]
-//! time.
+//! time; and single-flight for each cache: misses of one entry while its GitHub call runs wait
+//! for that call's answer instead of asking again (outages included, which are still not kept).
 //! Does not own: talking to GitHub ([`crate::identity::github`]), sessions, `Origin` checks, deciding what a
 //! lost admission revokes (the callers recheck and act), or repository policy beyond reporting
 //! access (`push` or `admin` is a writer: [`RepoAccess::can_write`]).
@@ -28,6 +29,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Mutex, MutexGuard, PoisonError};
+
+use futures::future::{BoxFuture, FutureExt, Shared};
 
 use crate::config::Config;
 pub use crate::identity::github::TokenDigest;
@@ -142,6 +145,17 @@ pub struct Admission {
     github: GitHub,
     clock: SharedClock,
     caches: Mutex<Caches>,
+    /// GitHub calls in flight, so that concurrent misses of one cache entry share one call.
+    flights: Flights,
+}
+
+/// The calls in flight of each cache, keyed by the cache generation they began under and the
+/// cache key (a lookup after [`Admission::invalidate`] never joins a call from before it).
+#[derive(Default)]
+struct Flights {
+    admission: InFlight<(u64, TokenDigest), Result<Admitted, AdmissionError>>,
+    repos: InFlight<(u64, RepoKey), Result<Option<RepoAccess>, GitHubError>>,
+    installations: InFlight<(u64, RepoKey), Result<bool, GitHubError>>,
 }
 
 impl fmt::Debug for Admission {
@@ -179,6 +193,7 @@ impl Admission {
                 installations: TtlCache::new(INSTALLATION_CACHE_TTL_MS, CACHE_MAX_ENTRIES),
                 generation: 0,
             }),
+            flights: Flights::default(),
         }
     }
 
@@ -201,7 +216,14 @@ impl Admission {
             }
             caches.generation
         };
-        let verdict = self.decide(token).await;
+        let (policy, github, owned) = (self.policy.clone(), self.github.clone(), token.to_owned());
+        let verdict = self
+            .flights
+            .admission
+            .join((generation, digest), move || {
+                decide(policy, github, owned).boxed()
+            })
+            .await;
         if verdict != Err(AdmissionError::Unavailable) {
             let mut caches = self.lock();
             if caches.generation == generation {
@@ -234,7 +256,15 @@ impl Admission {
             }
             caches.generation
         };
-        let answer = self.github.repo_access(token, owner, repo).await;
+        let (github, owned) = (self.github.clone(), token.to_owned());
+        let (o, r) = (owner.to_owned(), repo.to_owned());
+        let answer = self
+            .flights
+            .repos
+            .join((generation, key.clone()), move || {
+                async move { github.repo_access(&owned, &o, &r).await }.boxed()
+            })
+            .await;
         let mut caches = self.lock();
         match &answer {
             Ok(access) if caches.generation == generation => {
@@ -269,7 +299,15 @@ impl Admission {
             }
             caches.generation
         };
-        let answer = self.github.installation_covers(token, owner, repo).await;
+        let (github, owned) = (self.github.clone(), token.to_owned());
+        let (o, r) = (owner.to_owned(), repo.to_owned());
+        let answer = self
+            .flights
+            .installations
+            .join((generation, key.clone()), move || {
+                async move { github.installation_covers(&owned, &o, &r).await }.boxed()
+            })
+            .await;
         let mut caches = self.lock();
         match &answer {
             Ok(covered) if caches.generation == generation => {
@@ -292,46 +330,108 @@ impl Admission {
         caches.installations.remove_where(|(d, _, _)| *d == digest);
     }
 
-    /// Asks GitHub and applies the policy.
-    async fn decide(&self, token: &str) -> Result<Admitted, AdmissionError> {
-        let user = match self.github.user(token).await {
-            Ok(user) => user,
-            Err(GitHubError::BadCredentials) => return Err(AdmissionError::BadCredentials),
-            Err(GitHubError::Unavailable(reason)) => {
-                tracing::warn!(%reason, "instance admission: GitHub user lookup failed");
-                return Err(AdmissionError::Unavailable);
-            }
-        };
-        if self.policy.admits_everyone() || self.policy.lists_user(&user.login) {
-            return Ok(Admitted { user });
-        }
-        let mut lookup_failed = false;
-        for org in &self.policy.allowed_organizations {
-            match self.github.org_membership_active(token, org).await {
-                Ok(true) => return Ok(Admitted { user }),
-                Ok(false) => {}
-                Err(GitHubError::BadCredentials) => return Err(AdmissionError::BadCredentials),
-                Err(GitHubError::Unavailable(reason)) => {
-                    tracing::warn!(
-                        org = %org,
-                        login = %user.login,
-                        %reason,
-                        "instance admission: organization lookup failed"
-                    );
-                    lookup_failed = true;
-                }
-            }
-        }
-        if lookup_failed {
-            Err(AdmissionError::Unavailable)
-        } else {
-            Err(AdmissionError::Refused { login: user.login })
-        }
-    }
-
     fn lock(&self) -> MutexGuard<'_, Caches> {
         // The caches hold no invariant a panic elsewhere could break halfway.
         self.caches.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Asks GitHub about `token` and applies `policy` (owned, so one call can be shared).
+async fn decide(
+    policy: AdmissionPolicy,
+    github: GitHub,
+    token: String,
+) -> Result<Admitted, AdmissionError> {
+    let user = match github.user(&token).await {
+        Ok(user) => user,
+        Err(GitHubError::BadCredentials) => return Err(AdmissionError::BadCredentials),
+        Err(GitHubError::Unavailable(reason)) => {
+            tracing::warn!(%reason, "instance admission: GitHub user lookup failed");
+            return Err(AdmissionError::Unavailable);
+        }
+    };
+    if policy.admits_everyone() || policy.lists_user(&user.login) {
+        return Ok(Admitted { user });
+    }
+    let mut lookup_failed = false;
+    for org in &policy.allowed_organizations {
+        match github.org_membership_active(&token, org).await {
+            Ok(true) => return Ok(Admitted { user }),
+            Ok(false) => {}
+            Err(GitHubError::BadCredentials) => return Err(AdmissionError::BadCredentials),
+            Err(GitHubError::Unavailable(reason)) => {
+                tracing::warn!(
+                    org = %org,
+                    login = %user.login,
+                    %reason,
+                    "instance admission: organization lookup failed"
+                );
+                lookup_failed = true;
+            }
+        }
+    }
+    if lookup_failed {
+        Err(AdmissionError::Unavailable)
+    } else {
+        Err(AdmissionError::Refused { login: user.login })
+    }
+}
+
+/// Single-flight: the first caller of a key starts the call, and every caller of the same key
+/// while it runs waits for that one answer. A key is forgotten once its call has answered, or
+/// once nobody waits for it any more (the call is then dropped, as a lone caller's would be).
+struct InFlight<K, V: Clone> {
+    calls: Mutex<BTreeMap<K, Shared<BoxFuture<'static, V>>>>,
+}
+
+impl<K, V: Clone> Default for InFlight<K, V> {
+    fn default() -> Self {
+        InFlight {
+            calls: Mutex::default(),
+        }
+    }
+}
+
+impl<K: Ord + Clone, V: Clone + Send + Sync + 'static> InFlight<K, V> {
+    /// The answer of `key`'s call in flight, or of `call()`, started now if none is.
+    async fn join(&self, key: K, call: impl FnOnce() -> BoxFuture<'static, V>) -> V {
+        let flight = self
+            .lock()
+            .entry(key.clone())
+            .or_insert_with(|| call().shared())
+            .clone();
+        let mut waiter = Waiter {
+            flights: self,
+            key,
+            flight,
+        };
+        (&mut waiter.flight).await
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<K, Shared<BoxFuture<'static, V>>>> {
+        self.calls.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One caller of a call in flight; forgets the call when it was the last one waiting or the call
+/// has answered.
+struct Waiter<'a, K: Ord + Clone, V: Clone + Send + Sync + 'static> {
+    flights: &'a InFlight<K, V>,
+    key: K,
+    flight: Shared<BoxFuture<'static, V>>,
+}
+
+impl<K: Ord + Clone, V: Clone + Send + Sync + 'static> Drop for Waiter<'_, K, V> {
+    fn drop(&mut self) {
+        let mut calls = self.flights.lock();
+        // Read through the map's handle: this one no longer knows its call once it answered.
+        let forget = calls.get(&self.key).is_some_and(|f| {
+            // Answered; or still running for nobody but the map and this caller.
+            f.peek().is_some() || (f.ptr_eq(&self.flight) && f.strong_count() == Some(2))
+        });
+        if forget {
+            calls.remove(&self.key);
+        }
     }
 }
 
@@ -451,6 +551,34 @@ mod tests {
         assert_eq!(refused.http_status().as_u16(), 403);
         assert!(refused.to_string().contains("@mona"));
         assert_eq!(AdmissionError::Unavailable.http_status().as_u16(), 503);
+    }
+
+    #[test]
+    fn calls_in_flight_are_shared_and_forgotten_once_answered_or_abandoned() {
+        let flights: InFlight<u8, u8> = InFlight::default();
+        let started = std::sync::atomic::AtomicUsize::new(0);
+        let call = |rx: tokio::sync::oneshot::Receiver<()>, answer: u8| {
+            started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move { rx.await.map_or(0, |()| answer) }.boxed()
+        };
+        // Two callers of one key: one call, both answered, then forgotten.
+        let (release, rx) = tokio::sync::oneshot::channel();
+        let mut first = Box::pin(flights.join(1, || call(rx, 7)));
+        assert!((&mut first).now_or_never().is_none());
+        let (_never, rx) = tokio::sync::oneshot::channel();
+        let mut second = Box::pin(flights.join(1, || call(rx, 9)));
+        assert!((&mut second).now_or_never().is_none());
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
+        release.send(()).unwrap();
+        assert_eq!(first.now_or_never(), Some(7));
+        assert_eq!(second.now_or_never(), Some(7));
+        assert!(flights.lock().is_empty());
+        // A call whose every caller gave up is forgotten; the next caller starts anew.
+        let (_never, rx) = tokio::sync::oneshot::channel();
+        let mut abandoned = Box::pin(flights.join(2, || call(rx, 1)));
+        assert!((&mut abandoned).now_or_never().is_none());
+        drop(abandoned);
+        assert!(flights.lock().is_empty());
     }
 
     #[test]

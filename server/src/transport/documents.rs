@@ -348,7 +348,7 @@ async fn read(
     let caller = deps.access.caller(&headers, false).await?;
     let (doc, _) = deps.readable(&caller, &id).await?;
     let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
-    let source = open.source().await;
+    let reading = open.reading().await;
     let earlier = deps
         .documents
         .earlier_urls(&doc)
@@ -364,7 +364,7 @@ async fn read(
         earlier_urls: &earlier,
         child: None,
         kind: chopin_document::reader::ReadKind::McpDocument,
-        source: &source,
+        source: &reading.source,
         accepted_comments: &[],
         brief: None,
     };
@@ -373,7 +373,7 @@ async fn read(
         limit: query.limit,
         column: query.column,
     };
-    match chopin_document::reader::read_text(&input, &args) {
+    match chopin_document::reader::read_text_with(&input, &reading.analysis, &args) {
         Ok(text) => Ok((
             [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
             text,
