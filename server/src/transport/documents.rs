@@ -38,7 +38,7 @@ pub struct DocumentsDeps {
 
 impl DocumentsDeps {
     /// The document `id` and what the caller may do on its repository, if it can read it.
-    async fn readable(
+    pub(super) async fn readable(
         &self,
         caller: &Caller,
         id: &str,
@@ -52,6 +52,51 @@ impl DocumentsDeps {
         let (doc, access) = self.readable(caller, id).await?;
         writer_only(&access, &caller.login)?;
         Ok(doc)
+    }
+
+    /// Archives or restores `doc` (its writer checked): archiving ends an attached Planner's
+    /// link and closes the document's open sockets (4404).
+    pub(super) async fn set_archived(
+        &self,
+        doc: &Document,
+        archived: bool,
+    ) -> Result<Document, ApiError> {
+        let doc = self.documents.set_archived(doc.id, archived).await?;
+        if archived {
+            self.open.archived(doc.id);
+            self.planners.archived(doc.id).await;
+        }
+        Ok(doc)
+    }
+
+    /// `doc` as a reader sees it now (the live source, its earlier URLs), handed to `read` as
+    /// the input of the paged text and the structured view.
+    pub(super) async fn read_with<R>(
+        &self,
+        doc: &Document,
+        read: impl FnOnce(&chopin_document::reader::DocumentInput<'_>) -> R,
+    ) -> Result<R, ApiError> {
+        let open = self.open.open(doc.id).await.map_err(ApiError::store)?;
+        let source = open.source().await;
+        let earlier = self
+            .documents
+            .earlier_urls(doc)
+            .await
+            .map_err(ApiError::store)?;
+        let id = doc.id.to_string();
+        let url = documents::canonical_url(doc);
+        Ok(read(&chopin_document::reader::DocumentInput {
+            id: &id,
+            url: &url,
+            title: Some(&doc.title),
+            revision: doc.plan_revision as u64,
+            earlier_urls: &earlier,
+            child: None,
+            kind: chopin_document::reader::ReadKind::McpDocument,
+            source: &source,
+            accepted_comments: &[],
+            brief: None,
+        }))
     }
 }
 
@@ -174,11 +219,7 @@ async fn archive(
     let caller = deps.access.caller(&headers, true).await?;
     let input: SetArchived = json_body(&body, r#"{\"archived\": boolean}"#)?;
     let doc = deps.writable(&caller, &id).await?;
-    let doc = deps.documents.set_archived(doc.id, input.archived).await?;
-    if input.archived {
-        deps.open.archived(doc.id);
-        deps.planners.archived(doc.id).await;
-    }
+    let doc = deps.set_archived(&doc, input.archived).await?;
     Ok(Json(document_json(&doc)))
 }
 
@@ -266,33 +307,17 @@ async fn read(
 ) -> Result<Response, ApiError> {
     let caller = deps.access.caller(&headers, false).await?;
     let (doc, _) = deps.readable(&caller, &id).await?;
-    let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
-    let source = open.source().await;
-    let earlier = deps
-        .documents
-        .earlier_urls(&doc)
-        .await
-        .map_err(ApiError::store)?;
-    let id = doc.id.to_string();
-    let url = documents::canonical_url(&doc);
-    let input = chopin_document::reader::DocumentInput {
-        id: &id,
-        url: &url,
-        title: Some(&doc.title),
-        revision: doc.plan_revision as u64,
-        earlier_urls: &earlier,
-        child: None,
-        kind: chopin_document::reader::ReadKind::McpDocument,
-        source: &source,
-        accepted_comments: &[],
-        brief: None,
-    };
     let args = chopin_document::reader::ReadArgs {
         offset: query.offset,
         limit: query.limit,
         column: query.column,
     };
-    match chopin_document::reader::read_text(&input, &args) {
+    let text = deps
+        .read_with(&doc, |input| {
+            chopin_document::reader::read_text(input, &args)
+        })
+        .await?;
+    match text {
         Ok(text) => Ok((
             [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
             text,

@@ -1,5 +1,5 @@
 //! The transport layer: the only code that knows axum. HTTP routes, the room socket, the agent
-//! socket (and `/mcp` when it comes) turn requests and frames into calls on the services and
+//! socket and `/mcp` turn requests and frames into calls on the services and
 //! their answers into responses and frames.
 //!
 //! Owns: [`Routes`] (a router that also records every method and path it serves, so a test can
@@ -13,6 +13,7 @@ pub mod agent;
 pub mod auth;
 pub mod documents;
 pub mod health;
+pub mod mcp;
 pub mod room;
 pub mod socket;
 pub mod yjs;
@@ -76,6 +77,10 @@ impl<S: Clone + Send + Sync + 'static> Table<S> {
 
     pub fn post<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add("POST", path, axum::routing::post(handler))
+    }
+
+    pub fn delete<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
+        self.add("DELETE", path, axum::routing::delete(handler))
     }
 
     /// The finished routes, given their state.

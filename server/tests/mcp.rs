@@ -1,0 +1,450 @@
+//! `/mcp` through rmcp's own Streamable HTTP client over a real loopback socket: the document
+//! tools, their refusals, and the HTTP checks before any MCP message (AC-12's "as hosted MCP
+//! checks it").
+
+mod support;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use chopin_fixtures::github::Permission;
+use chopin_server::runtime::connector::{self, TcpConnector};
+use chopin_server::store::MemoryStore;
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::{json, Value};
+use support::{served, served_with, Served, DOC_URL};
+
+type Client = RunningService<RoleClient, ()>;
+
+async fn client(s: &Served, token: &str) -> Client {
+    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", s.host))
+        .auth_header(token.to_owned());
+    ().serve(StreamableHttpClientTransport::from_config(config))
+        .await
+        .expect("an MCP session")
+}
+
+async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResult {
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments are an object")
+    };
+    client
+        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
+        .await
+        .unwrap_or_else(|e| panic!("{tool}: {e}"))
+}
+
+/// A result that is not an error: its structured content.
+fn ok(result: CallToolResult) -> Value {
+    assert_ne!(result.is_error, Some(true), "{result:?}");
+    result.structured_content.expect("structured content")
+}
+
+/// A refusal's code (and the whole refusal).
+fn refusal(result: CallToolResult) -> (String, Value) {
+    assert_eq!(
+        result.is_error,
+        Some(true),
+        "expected a refusal: {result:?}"
+    );
+    let body = result.structured_content.expect("a refusal object");
+    (body["code"].as_str().expect("a code").to_owned(), body)
+}
+
+fn text(result: &CallToolResult) -> String {
+    match result.content.first() {
+        Some(ContentBlock::Text(t)) => t.text.clone(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// hubot can read octo/plans (pull) but not push; eve can see nothing of it.
+fn cast(s: &Served) -> (String, String) {
+    s.github.add_user("hubot", 1002).add_user("eve", 1003);
+    s.github.grant("octo", "plans", "hubot", Permission::Read);
+    (s.github.issue_token("hubot"), s.github.issue_token("eve"))
+}
+
+#[tokio::test]
+async fn mcp_lists_every_document_tool_with_a_schema_that_names_no_unknown_field() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let tools = mona.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(
+        names,
+        [
+            "list_documents",
+            "read_document",
+            "create_document",
+            "update_document",
+            "rename_document",
+            "archive_document",
+            "restore_document"
+        ]
+    );
+    for tool in &tools {
+        assert_eq!(
+            tool.input_schema["additionalProperties"],
+            json!(false),
+            "{}",
+            tool.name
+        );
+        assert!(tool.description.as_deref().is_some_and(|d| !d.is_empty()));
+    }
+}
+
+#[tokio::test]
+async fn mcp_creates_reads_and_updates_a_document() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let created = ok(call(
+        &mona,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nFirst draft.\n"}),
+    )
+    .await);
+    assert_eq!(created["url"], "/documents/octo/plans/harbour-plan");
+    assert_eq!(created["repository"], "octo/plans");
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let read = call(&mona, "read_document", json!({"document": id})).await;
+    let page = text(&read);
+    assert!(page.contains("First draft."), "{page}");
+    let view = ok(read);
+    assert_eq!(view["source"], "# Harbour\n\nFirst draft.\n");
+    let revision = view["revision"].as_u64().unwrap();
+    assert_eq!(
+        view["document"]["url"],
+        "/documents/octo/plans/harbour-plan"
+    );
+
+    let updated = ok(call(
+        &mona,
+        "update_document",
+        json!({"document": "/documents/octo/plans/harbour-plan", "planRevision": revision,
+               "source": "# Harbour\n\nSecond draft.\n", "idempotencyKey": "k-1"}),
+    )
+    .await);
+    assert_eq!(updated["status"], "applied");
+    assert_eq!(updated["planRevision"], revision + 1);
+    let again = ok(call(&mona, "read_document", json!({"document": id})).await);
+    assert_eq!(again["source"], "# Harbour\n\nSecond draft.\n");
+    assert_eq!(again["revision"], revision + 1);
+
+    // Anyone connected to the document sees the same text: the HTTP source route agrees.
+    let open = s
+        .state
+        .open
+        .open(uuid::Uuid::parse_str(&id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(open.source().await, "# Harbour\n\nSecond draft.\n");
+}
+
+#[tokio::test]
+async fn mcp_update_from_an_old_revision_is_refused_stale_and_writes_nothing() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let first = ok(call(
+        &mona,
+        "update_document",
+        json!({"document": DOC_URL, "planRevision": 0, "source": "One.\n", "idempotencyKey": "a"}),
+    )
+    .await);
+    assert_eq!(first["planRevision"], 1);
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "source": "Two.\n", "idempotencyKey": "b"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "stale");
+    assert_eq!(body["currentPlanRevision"], 1);
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["source"], "One.\n");
+}
+
+#[tokio::test]
+async fn mcp_update_with_a_used_idempotency_key_answers_again_and_writes_once() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let update = json!({"document": DOC_URL, "planRevision": 0, "source": "Once.\n", "idempotencyKey": "same"});
+    let first = ok(call(&mona, "update_document", update.clone()).await);
+    // The same call again (a retry after a lost answer): the first answer, nothing written.
+    let replay = ok(call(&mona, "update_document", update).await);
+    assert_eq!(first, replay);
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["revision"], 1, "written once");
+    // The same key for another change is refused.
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 1, "source": "Other.\n", "idempotencyKey": "same"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "idempotency-key-reused");
+}
+
+#[tokio::test]
+async fn dia_07_mcp_update_document_refuses_an_invalid_decision_fence() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0,
+                   "source": "Text.\n\n```decision\nid: quay\nstate: later\nquestion: Which?\n```\n",
+                   "idempotencyKey": "d"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "invalid");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown state `later`"),
+        "{body}"
+    );
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "create_document",
+            json!({"repository": "octo/plans", "title": "Bad", "source": "```decision\nid: x\n"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "invalid");
+    let listed = ok(call(&mona, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(
+        listed["documents"].as_array().unwrap().len(),
+        1,
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn mcp_a_reader_reads_but_cannot_write_and_an_outsider_finds_nothing() {
+    let s = served().await;
+    let (hubot, eve) = cast(&s);
+    let hubot = client(&s, &hubot).await;
+    let view = ok(call(&hubot, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["document"]["id"], s.doc.to_string());
+    for (tool, args) in [
+        (
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "source": "x\n", "idempotencyKey": "h"}),
+        ),
+        (
+            "rename_document",
+            json!({"document": DOC_URL, "title": "Mine"}),
+        ),
+        ("archive_document", json!({"document": DOC_URL})),
+        (
+            "create_document",
+            json!({"repository": "octo/plans", "title": "Mine"}),
+        ),
+    ] {
+        let (code, _) = refusal(call(&hubot, tool, args).await);
+        assert_eq!(code, "no-write-access", "{tool}");
+    }
+
+    // Someone who cannot read the repository gets "not found", by id, by URL and for a slug
+    // that does not exist alike.
+    let eve = client(&s, &eve).await;
+    for document in [
+        s.doc.to_string(),
+        DOC_URL.to_owned(),
+        "/documents/octo/plans/nothing".into(),
+    ] {
+        let (code, _) = refusal(call(&eve, "read_document", json!({"document": document})).await);
+        assert_eq!(code, "document-not-found");
+    }
+    let (code, _) =
+        refusal(call(&eve, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(code, "document-not-found");
+}
+
+#[tokio::test]
+async fn mcp_locators_are_an_id_or_a_url_absolute_only_at_this_server() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let here = format!("http://{}{DOC_URL}", s.host);
+    let view = ok(call(&mona, "read_document", json!({"document": here})).await);
+    assert_eq!(view["document"]["id"], s.doc.to_string());
+    for elsewhere in [
+        format!("https://evil.example{DOC_URL}"),
+        "octo/plans/notes".to_owned(),
+    ] {
+        let (code, _) = refusal(call(&mona, "read_document", json!({"document": elsewhere})).await);
+        assert_eq!(code, "invalid-locator");
+    }
+}
+
+#[tokio::test]
+async fn mcp_lists_renames_archives_and_restores() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let renamed = ok(call(
+        &mona,
+        "rename_document",
+        json!({"document": DOC_URL, "title": "Field notes"}),
+    )
+    .await);
+    assert_eq!(renamed["url"], "/documents/octo/plans/field-notes");
+    assert_eq!(renamed["earlierUrls"], json!([DOC_URL]));
+    // The former URL still names it.
+    let archived = ok(call(&mona, "archive_document", json!({"document": DOC_URL})).await);
+    assert_eq!(archived["archived"], true);
+    let listed = ok(call(&mona, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(listed["documents"], json!([]));
+    let all = ok(call(
+        &mona,
+        "list_documents",
+        json!({"repository": "OCTO/plans", "includeArchived": true}),
+    )
+    .await);
+    assert_eq!(all["documents"][0]["id"], s.doc.to_string());
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "source": "x\n", "idempotencyKey": "z"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "document-archived");
+    let restored = ok(call(
+        &mona,
+        "restore_document",
+        json!({"document": s.doc.to_string()}),
+    )
+    .await);
+    assert_eq!(restored["archived"], false);
+}
+
+#[tokio::test]
+async fn read_23_mcp_read_document_text_is_a_page_and_structured_content_the_whole_document() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let source: String = (0..600)
+        .map(|n| format!("Paragraph {n} of a long plan.\n\n"))
+        .collect();
+    ok(call(
+        &mona,
+        "update_document",
+        json!({"document": DOC_URL, "planRevision": 0, "source": source, "idempotencyKey": "long"}),
+    )
+    .await);
+    let read = call(&mona, "read_document", json!({"document": DOC_URL})).await;
+    let page = text(&read);
+    assert!(
+        page.len() <= 16_000,
+        "a page is at most 16,000 bytes, not {}",
+        page.len()
+    );
+    assert!(
+        !page.contains("Paragraph 599 "),
+        "the first page is not the whole document"
+    );
+    assert_eq!(ok(read)["source"], source);
+}
+
+#[tokio::test]
+async fn mcp_refuses_unknown_tools_and_bad_arguments_with_a_code() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (code, _) = refusal(call(&mona, "delete_everything", json!({})).await);
+    assert_eq!(code, "unknown-tool");
+    let (code, _) = refusal(call(&mona, "read_document", json!({"doc": DOC_URL})).await);
+    assert_eq!(code, "invalid-arguments");
+    let (code, _) = refusal(call(&mona, "list_documents", json!({"repository": "octo"})).await);
+    assert_eq!(code, "invalid-arguments");
+}
+
+async fn post(s: &Served, headers: &[(&str, &str)]) -> connector::HttpResponse {
+    let mut request = http::Request::post(format!("http://{}/mcp", s.host))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    connector::send(&TcpConnector, request.body(Bytes::from(body)).unwrap())
+        .await
+        .unwrap()
+}
+
+fn error_code(response: &connector::HttpResponse) -> String {
+    let body: Value = serde_json::from_slice(&response.body).unwrap();
+    body["error"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn ac_12_mcp_refuses_over_http_before_any_message_401_403_503() {
+    let s = served_with(Arc::new(MemoryStore::new()), |config| {
+        config.github_allowed_users = ["mona".to_owned()].into();
+    })
+    .await;
+    let (hubot, _) = cast(&s);
+    let bearer = |token: &str| format!("Bearer {token}");
+
+    let none = post(&s, &[]).await;
+    assert_eq!(none.status, 401);
+    assert_eq!(error_code(&none), "bad-credentials");
+    assert!(none.headers.contains_key("www-authenticate"));
+    let bad = post(&s, &[("authorization", "Bearer not-a-token")]).await;
+    assert_eq!(
+        (bad.status.as_u16(), error_code(&bad).as_str()),
+        (401, "bad-credentials")
+    );
+    let refused = post(&s, &[("authorization", &bearer(&hubot))]).await;
+    assert_eq!(
+        (refused.status.as_u16(), error_code(&refused).as_str()),
+        (403, "not-admitted")
+    );
+    let foreign = post(
+        &s,
+        &[
+            ("authorization", &bearer(&s.mona)),
+            ("origin", "https://evil.example"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (foreign.status.as_u16(), error_code(&foreign).as_str()),
+        (403, "foreign-origin")
+    );
+    // No Origin is fine, and this server's own is too.
+    let own = format!("http://{}", s.host);
+    let fine = post(&s, &[("authorization", &bearer(&s.mona)), ("origin", &own)]).await;
+    assert_eq!(fine.status, 200, "{:?}", fine.body);
+    s.github.set_outage(true);
+    s.state.admission.invalidate(&s.mona);
+    let down = post(&s, &[("authorization", &bearer(&s.mona))]).await;
+    assert_eq!(
+        (down.status.as_u16(), error_code(&down).as_str()),
+        (503, "github-unavailable")
+    );
+}
+
+#[tokio::test]
+async fn ses_30_mcp_is_served_with_agent_off() {
+    let s = served_with(Arc::new(MemoryStore::new()), |config| {
+        config.agent_enabled = false;
+    })
+    .await;
+    let mona = client(&s, &s.mona).await;
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["document"]["id"], s.doc.to_string());
+}
