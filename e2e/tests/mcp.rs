@@ -1,9 +1,10 @@
 //! `/mcp` on the spawned `chopin` binary, on SQLite and on PostgreSQL, through rmcp's own
 //! Streamable HTTP client configured only as docs/mcp.md says (the URL and a bearer token): the
 //! tool list, create, read, update, the refusals a tool answers with a `code`, and the HTTP
-//! refusals before any MCP message. `AGENT=off` does not turn `/mcp` off (SES-30).
+//! refusals before any MCP message. `AGENT=off` does not turn `/mcp` off (SES-30). And a client
+//! nobody on the team wrote — the official TypeScript SDK's — does the same from the docs alone.
 
-use chopin_e2e::{Launch, Server};
+use chopin_e2e::{node_script, Launch, Server};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::RunningService;
@@ -275,4 +276,24 @@ async fn mcp_tools_and_refusals_on_postgres_with_agent_off() {
             .await
             .unwrap();
     }
+}
+
+/// The official MCP TypeScript SDK's client (`e2e/yjs/mcp.mjs`), given only the URL and the
+/// Authorization header as docs/mcp.md says: it lists the tools, creates, reads and updates.
+#[tokio::test]
+async fn an_outside_mcp_client_lists_creates_reads_and_updates_from_the_docs_alone() {
+    let f = start(Backend::Sqlite(tempfile::tempdir().unwrap())).await;
+    let (ok, seen) = node_script(
+        "mcp.mjs",
+        &json!({"url": f.server.url("/mcp"), "token": f.mona, "repository": "octo/plans"}),
+    )
+    .await;
+    assert!(ok, "{seen:#}");
+    assert_eq!(seen["tools"].as_array().map(Vec::len), Some(7), "{seen:#}");
+    assert!(
+        seen["readText"].as_str().unwrap().contains("First words."),
+        "{seen:#}"
+    );
+    assert_eq!(seen["updated"]["status"], "applied");
+    assert_eq!(seen["source"], "# From outside\n\nSecond words.\n");
 }

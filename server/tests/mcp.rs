@@ -448,3 +448,28 @@ async fn ses_30_mcp_is_served_with_agent_off() {
     let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
     assert_eq!(view["document"]["id"], s.doc.to_string());
 }
+
+#[tokio::test]
+async fn mcp_is_stateless_no_session_and_no_stream_to_open() {
+    let s = served().await;
+    let bearer = format!("Bearer {}", s.mona);
+    let listed = post(&s, &[("authorization", &bearer)]).await;
+    assert_eq!(listed.status, 200);
+    assert!(
+        !listed.headers.contains_key("mcp-session-id"),
+        "no session is handed out"
+    );
+    assert_eq!(listed.headers["content-type"], "application/json");
+    for method in ["GET", "DELETE"] {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{}/mcp", s.host))
+            .header("authorization", &bearer)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", "made-up")
+            .body(Bytes::new())
+            .unwrap();
+        let answer = connector::send(&TcpConnector, request).await.unwrap();
+        assert_eq!(answer.status, 405, "{method}");
+    }
+}

@@ -82,7 +82,6 @@ pub fn routes(deps: McpDeps) -> Routes {
     Table::new()
         .post(MCP_PATH, endpoint)
         .get(MCP_PATH, endpoint)
-        .delete(MCP_PATH, endpoint)
         .with_state(state)
 }
 

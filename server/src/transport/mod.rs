@@ -79,10 +79,6 @@ impl<S: Clone + Send + Sync + 'static> Table<S> {
         self.add("POST", path, axum::routing::post(handler))
     }
 
-    pub fn delete<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
-        self.add("DELETE", path, axum::routing::delete(handler))
-    }
-
     /// The finished routes, given their state.
     pub fn with_state(self, state: S) -> Routes {
         Routes {
