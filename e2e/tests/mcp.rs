@@ -133,6 +133,7 @@ async fn every_tool_and_refusal(f: &Fixture) {
             "create_document",
             "update_document",
             "rename_document",
+            "invoke_planner",
             "archive_document",
             "restore_document"
         ]
@@ -289,7 +290,7 @@ async fn an_outside_mcp_client_lists_creates_reads_and_updates_from_the_docs_alo
     )
     .await;
     assert!(ok, "{seen:#}");
-    assert_eq!(seen["tools"].as_array().map(Vec::len), Some(7), "{seen:#}");
+    assert_eq!(seen["tools"].as_array().map(Vec::len), Some(8), "{seen:#}");
     assert!(
         seen["readText"].as_str().unwrap().contains("First words."),
         "{seen:#}"

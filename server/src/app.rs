@@ -296,6 +296,9 @@ impl App {
         .merge(transport::mcp::routes(McpDeps {
             documents: self.documents_deps(),
             updates: self.updates.clone(),
+            chat: self.chat.clone(),
+            children: self.children.clone(),
+            entropy: self.runtime.entropy.clone(),
             shutdown: self.shutdown.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {

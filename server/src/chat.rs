@@ -37,6 +37,8 @@ pub const REQUEST_ID_MAX_CHARS: usize = 100;
 pub const REQUEST_ID_MEMORY_MS: i64 = 10 * 60 * 1000;
 /// How many request ids' outcomes are remembered at most; the oldest go first.
 pub const REQUEST_ID_MEMORY_ENTRIES: usize = 10_000;
+/// The largest instruction MCP `invoke_planner` posts, in bytes of UTF-8.
+pub const INSTRUCTION_MAX_BYTES: usize = 64 * 1024;
 /// Sends processed at once in this process (MSG-20); past that a send is
 /// `temporarily-unavailable`.
 pub const SENDS_IN_FLIGHT_MAX: usize = 20;
@@ -150,6 +152,14 @@ impl SendRequest {
             text: wire.text,
         })
     }
+}
+
+/// Whom a message is for: as its words say (`@chopin` addresses the Planner), or the Planner
+/// whatever they say (MCP `invoke_planner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Addressed {
+    AsWritten,
+    ToPlanner,
 }
 
 /// Who sends, where.
@@ -334,6 +344,26 @@ impl Chat {
 /// accepted message as `chat:message` through [`Chat::subscribe`].
 impl Chat {
     pub async fn send(&self, place: &Place, sender: &Sender, request: SendRequest) -> SendReply {
+        self.deliver(place, sender, request, Addressed::AsWritten)
+            .await
+    }
+
+    /// MCP `invoke_planner`: `request.text` is an instruction to the Planner, posted as the
+    /// sender's own message whether or not it mentions `@chopin`, and at most
+    /// [`INSTRUCTION_MAX_BYTES`]. Otherwise exactly a `chat:send` that addresses the Planner:
+    /// the same checks, order, refusals and request-id memory.
+    pub async fn invoke(&self, place: &Place, sender: &Sender, request: SendRequest) -> SendReply {
+        self.deliver(place, sender, request, Addressed::ToPlanner)
+            .await
+    }
+
+    async fn deliver(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request: SendRequest,
+        addressed: Addressed,
+    ) -> SendReply {
         let id = request.request_id.as_str();
         if !sender.can_write {
             return SendReply::refused(
@@ -345,8 +375,16 @@ impl Chat {
         if request.text.trim().is_empty() {
             return SendReply::refused(id, "empty", "A message needs some text.");
         }
+        let bytes = request.text.len();
+        if addressed == Addressed::ToPlanner && bytes > INSTRUCTION_MAX_BYTES {
+            return SendReply::refused(
+                id,
+                "too-long",
+                format!("An instruction is at most 64 KiB; this one has {bytes} bytes, so it wasn't sent."),
+            );
+        }
         let chars = request.text.chars().count();
-        if chars > MESSAGE_MAX_CHARS {
+        if addressed == Addressed::AsWritten && chars > MESSAGE_MAX_CHARS {
             return SendReply::refused(
                 id,
                 "too-long",
@@ -411,7 +449,7 @@ impl Chat {
         let now = self.processing.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_processing.fetch_max(now, Ordering::SeqCst);
         let processing = Processing(&self.processing);
-        let reply = self.process(place, sender, request).await;
+        let reply = self.process(place, sender, request, addressed).await;
         drop(processing);
         {
             let now = self.clock.now_ms();
@@ -426,9 +464,15 @@ impl Chat {
         reply
     }
 
-    async fn process(&self, place: &Place, sender: &Sender, request: SendRequest) -> SendReply {
+    async fn process(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request: SendRequest,
+        addressed: Addressed,
+    ) -> SendReply {
         let id = request.request_id.as_str();
-        let to_planner = mentions_planner(&request.text);
+        let to_planner = addressed == Addressed::ToPlanner || mentions_planner(&request.text);
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
         let _held = self.transcript.gate(place.document).await;

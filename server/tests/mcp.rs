@@ -83,6 +83,7 @@ async fn mcp_lists_every_document_tool_with_a_schema_that_names_no_unknown_field
             "create_document",
             "update_document",
             "rename_document",
+            "invoke_planner",
             "archive_document",
             "restore_document"
         ]
@@ -472,4 +473,158 @@ async fn mcp_is_stateless_no_session_and_no_stream_to_open() {
         let answer = connector::send(&TcpConnector, request).await.unwrap();
         assert_eq!(answer.status, 405, "{method}");
     }
+}
+
+/// What the document's Chat holds, as (kind, author, text), once everything is saved.
+async fn chat_entries(s: &Served) -> Vec<(String, Option<String>, String)> {
+    s.state.transcript.settled().await;
+    let entries = s.store.transcript(s.doc, 0, 100).await.unwrap();
+    entries
+        .into_iter()
+        .map(|e| (e.kind, e.author_login, e.body))
+        .collect()
+}
+
+// OWN-26 / UNA-02: "An @chopin message or invoke_planner call for a document without an
+// attached Planner is refused with planner-not-attached" … "nothing is kept".
+#[tokio::test]
+async fn own_26_una_02_invoke_planner_without_an_attached_planner_is_refused_and_nothing_posted() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Plan the quay."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "planner-not-attached");
+    assert!(
+        body["message"].as_str().unwrap().contains(DOC_URL),
+        "{body}"
+    );
+    assert_eq!(chat_entries(&s).await, vec![], "nothing was posted");
+}
+
+// OWN-20: "the instruction is posted as the caller's own message and the turn runs under the
+// channel's current owner"; UNA-07: with a client attached it arrives as a turn on it.
+#[tokio::test]
+async fn own_20_invoke_planner_posts_the_callers_message_and_starts_a_turn_on_the_attached_planner()
+{
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": s.doc.to_string(), "instruction": "Plan the quay."}),
+    )
+    .await);
+    assert_eq!(took["status"], "started");
+    assert_eq!(took["document"]["url"], DOC_URL);
+    let session = match support::next(&mut planner).await {
+        chopin_protocol::agent::ServerMessage::Start(start) => start.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    planner
+        .send(&chopin_protocol::agent::ClientMessage::Started(
+            chopin_protocol::agent::Started {
+                session_id: session,
+            },
+        ))
+        .await
+        .unwrap();
+    match support::next(&mut planner).await {
+        chopin_protocol::agent::ServerMessage::Turn(turn) => {
+            assert!(
+                turn.prompt.contains("@mona: Plan the quay."),
+                "{}",
+                turn.prompt
+            )
+        }
+        other => panic!("expected turn, got {other:?}"),
+    }
+    assert_eq!(
+        chat_entries(&s).await,
+        vec![(
+            "member".into(),
+            Some("mona".into()),
+            "Plan the quay.".into()
+        )],
+        "posted as mona's own message"
+    );
+}
+
+// The instruction's bound: 64 KiB, past Chat's own 20,000 characters.
+#[tokio::test]
+async fn invoke_planner_takes_an_instruction_of_64_kib_and_refuses_one_byte_more() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let at_bound = "x".repeat(64 * 1024);
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": at_bound}),
+        )
+        .await,
+    );
+    assert_eq!(code, "planner-not-attached", "64 KiB passes the bound");
+    let over = "x".repeat(64 * 1024 + 1);
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": over}),
+        )
+        .await,
+    );
+    assert_eq!(code, "too-long");
+}
+
+#[tokio::test]
+async fn invoke_planner_needs_push_access_and_a_live_document() {
+    let s = served().await;
+    let (hubot, _) = cast(&s);
+    let hubot = client(&s, &hubot).await;
+    let (code, _) = refusal(
+        call(
+            &hubot,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Go."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "no-write-access");
+    let mona = client(&s, &s.mona).await;
+    ok(call(&mona, "archive_document", json!({"document": DOC_URL})).await);
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Go."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "document-archived");
+}
+
+// SES-30: AGENT=off keeps /mcp, but no Planner turn runs.
+#[tokio::test]
+async fn ses_30_invoke_planner_with_agent_off_is_refused_planner_unavailable() {
+    let s = served_with(Arc::new(MemoryStore::new()), |config| {
+        config.agent_enabled = false;
+    })
+    .await;
+    let mona = client(&s, &s.mona).await;
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Go."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "planner-unavailable");
 }

@@ -42,11 +42,13 @@ use tower::ServiceExt;
 use super::documents::DocumentsDeps;
 use super::{Routes, Table};
 use crate::access::{bearer, writer_only, Caller};
+use crate::chat::{Chat, Place, SendReply, SendRequest, Sender, REQUEST_ID_MAX_CHARS};
+use crate::documents::children::Children;
 use crate::documents::updates::{Update, Updates};
 use crate::documents::{self, document_json, Locator};
 use crate::error::ApiError;
 use crate::identity::github::RepoAccess;
-use crate::runtime::Shutdown;
+use crate::runtime::{SharedEntropy, Shutdown};
 use crate::store::Document;
 
 /// The path MCP is served at.
@@ -60,6 +62,10 @@ pub struct McpDeps {
     /// The document routes' helpers: the same access checks, reads and archiving.
     pub documents: DocumentsDeps,
     pub updates: Arc<Updates>,
+    /// `invoke_planner` posts in Chat, as a `chat:send` would.
+    pub chat: Arc<Chat>,
+    pub children: Arc<Children>,
+    pub entropy: SharedEntropy,
     pub shutdown: Shutdown,
 }
 
@@ -247,6 +253,14 @@ struct RenameArgs {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct InvokeArgs {
+    document: String,
+    instruction: String,
+    idempotency_key: Option<String>,
+}
+
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DocumentArgs {
     document: String,
@@ -265,6 +279,7 @@ impl Tools {
             "create_document" => self.create_document(caller, arguments(tool, args)?).await,
             "update_document" => self.update_document(caller, arguments(tool, args)?).await,
             "rename_document" => self.rename_document(caller, arguments(tool, args)?).await,
+            "invoke_planner" => self.invoke_planner(caller, arguments(tool, args)?).await,
             "archive_document" | "restore_document" => {
                 let args: DocumentArgs = arguments(tool, args)?;
                 self.set_archived(caller, &args.document, tool == "archive_document")
@@ -437,11 +452,7 @@ impl Tools {
     ) -> Result<CallToolResult, ApiError> {
         let doc = self.locate_writable(caller, &args.document).await?;
         if doc.archived {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                "document-archived",
-                "The document is archived; restore it before changing it.",
-            ));
+            return Err(archived());
         }
         let update = Update {
             revision: args.plan_revision,
@@ -483,6 +494,66 @@ impl Tools {
         Ok(CallToolResult::structured(body))
     }
 
+    /// The instruction posted in the document's Chat as the caller's own message, addressed to
+    /// the Planner: it starts a turn or is given to the running one, or is refused as a Chat
+    /// message to the Planner would be (`planner-not-attached`, `planner-busy`, …) with
+    /// nothing posted. A child document's goes to its root's Chat, the child its focus.
+    async fn invoke_planner(
+        &self,
+        caller: &Caller,
+        args: InvokeArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let (doc, access) = self.locate(caller, &args.document).await?;
+        writer_only(&access, &caller.login)?;
+        if doc.archived {
+            return Err(archived());
+        }
+        let key = match args.idempotency_key {
+            Some(key) if (1..=REQUEST_ID_MAX_CHARS).contains(&key.chars().count()) => key,
+            Some(_) => {
+                return Err(invalid_arguments(format!(
+                    "idempotencyKey is 1 to {REQUEST_ID_MAX_CHARS} characters"
+                )))
+            }
+            None => self.deps.entropy.token_hex(16),
+        };
+        // Apart from the request ids of browsers' sends.
+        let request_id = format!("mcp:{key}");
+        let own = Place {
+            document: doc.id,
+            url: documents::canonical_url(&doc),
+            focus: None,
+        };
+        let reply =
+            match super::room::chat_place(&self.deps.children, &doc, &own, &request_id).await {
+                Ok(place) => {
+                    let sender = Sender {
+                        login: caller.login.clone(),
+                        can_write: true,
+                    };
+                    let request = SendRequest {
+                        request_id,
+                        text: args.instruction,
+                    };
+                    self.deps.chat.invoke(&place, &sender, request).await
+                }
+                Err(refused) => refused,
+            };
+        Ok(match reply {
+            SendReply::Ack { seq, planner, .. } => CallToolResult::structured(json!({
+                "document": { "id": doc.id, "url": documents::canonical_url(&doc) },
+                "status": planner,
+                "seq": seq,
+            })),
+            SendReply::Refused { code, message, .. } => refused(&code, &message, json!({})),
+            SendReply::Unanswered { .. } => refused(
+                "stopping",
+                "The server is stopping, so the instruction was not posted; call again shortly.",
+                json!({}),
+            ),
+        })
+    }
+
     async fn set_archived(
         &self,
         caller: &Caller,
@@ -493,6 +564,14 @@ impl Tools {
         let doc = self.deps.documents.set_archived(&doc, archived).await?;
         Ok(CallToolResult::structured(document_json(&doc)))
     }
+}
+
+fn archived() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "document-archived",
+        "The document is archived; restore it first.",
+    )
 }
 
 /// The plan revision an edit made, or its refusal (`stale`, `invalid`, `locked`) as a tool's.
@@ -607,6 +686,20 @@ fn tools() -> Vec<Tool> {
                     "slug": { "type": "string", "description": "The new URL's last part; made from the title when left out." },
                 },
                 "required": ["document", "title"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "invoke_planner",
+            "Hands an instruction to the document's Planner, posted in its Chat as your own message (push access needed). It starts a turn, or is given to the turn already running. Under the remote harness the document needs an attached Planner client; without one the call is refused `planner-not-attached` and nothing is posted.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "document": locator,
+                    "instruction": { "type": "string", "minLength": 1, "description": "What the Planner should do; at most 64 KiB of UTF-8." },
+                    "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Send the same key again to retry without posting twice." },
+                },
+                "required": ["document", "instruction"],
                 "additionalProperties": false,
             })),
         ),
