@@ -160,6 +160,9 @@ impl SendRequest {
 enum Addressed {
     AsWritten,
     ToPlanner,
+    /// To the Planner alone, as an automatic follow-up: Chat shows a notice naming the sender
+    /// instead of the message (OWN-22).
+    FollowUp,
 }
 
 /// Who sends, where.
@@ -204,8 +207,42 @@ pub fn mentions_planner(text: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // State
 
+/// Most automatic follow-ups a document takes in any rolling hour (OWN-25).
+pub const FOLLOW_UPS_PER_HOUR: usize = 10;
+const HOUR_MS: UnixMillis = 60 * 60 * 1000;
+const RATE_LIMITED_WORDS: &str =
+    "Too many automatic follow-ups for this document. Try again later.";
+
+/// The automatic follow-ups each document took in the last hour (OWN-25), when.
+#[derive(Debug, Default)]
+pub struct FollowUps(BTreeMap<Uuid, VecDeque<UnixMillis>>);
+
+impl FollowUps {
+    /// Whether `document` may take another at `now`: fewer than [`FOLLOW_UPS_PER_HOUR`] in the
+    /// hour before it (one taken exactly an hour ago no longer counts).
+    pub fn allows(&mut self, document: Uuid, now: UnixMillis) -> bool {
+        let Some(taken) = self.0.get_mut(&document) else {
+            return true;
+        };
+        while taken.front().is_some_and(|at| now - at >= HOUR_MS) {
+            taken.pop_front();
+        }
+        if taken.is_empty() {
+            self.0.remove(&document);
+            return true;
+        }
+        taken.len() < FOLLOW_UPS_PER_HOUR
+    }
+
+    /// `document` took one at `now`.
+    pub fn record(&mut self, document: Uuid, now: UnixMillis) {
+        self.0.entry(document).or_default().push_back(now);
+    }
+}
+
 /// Chat sends of this process.
 pub struct Chat {
+    follow_ups: Mutex<FollowUps>,
     sent: Mutex<Sent>,
     in_flight: Arc<AtomicUsize>,
     /// Sends being processed now, counted apart from the admission above, and the most ever
@@ -290,6 +327,7 @@ impl Drop for Pending<'_> {
 impl Chat {
     pub fn new(transcript: Arc<Transcript>, turns: Arc<Turns>, clock: SharedClock) -> Self {
         Chat {
+            follow_ups: Mutex::default(),
             sent: Mutex::default(),
             in_flight: Arc::default(),
             processing: AtomicUsize::new(0),
@@ -299,6 +337,12 @@ impl Chat {
             turns,
             clock,
         }
+    }
+
+    fn follow_ups_lock(&self) -> MutexGuard<'_, FollowUps> {
+        self.follow_ups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock(&self) -> MutexGuard<'_, Sent> {
@@ -357,6 +401,20 @@ impl Chat {
             .await
     }
 
+    /// MCP `invoke_planner` with `as: "system"`: an automatic follow-up (OWN-22). It goes to the
+    /// Planner alone and Chat shows a notice naming the sender; it needs a turn of its own, only
+    /// the account holding the Planner may send one, and a document takes at most
+    /// [`FOLLOW_UPS_PER_HOUR`] in any rolling hour (OWN-25: `rate-limited`, nothing posted).
+    pub async fn follow_up(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request: SendRequest,
+    ) -> SendReply {
+        self.deliver(place, sender, request, Addressed::FollowUp)
+            .await
+    }
+
     async fn deliver(
         &self,
         place: &Place,
@@ -376,7 +434,7 @@ impl Chat {
             return SendReply::refused(id, "empty", "A message needs some text.");
         }
         let bytes = request.text.len();
-        if addressed == Addressed::ToPlanner && bytes > INSTRUCTION_MAX_BYTES {
+        if addressed != Addressed::AsWritten && bytes > INSTRUCTION_MAX_BYTES {
             return SendReply::refused(
                 id,
                 "too-long",
@@ -472,10 +530,18 @@ impl Chat {
         addressed: Addressed,
     ) -> SendReply {
         let id = request.request_id.as_str();
-        let to_planner = addressed == Addressed::ToPlanner || mentions_planner(&request.text);
+        let to_planner = addressed != Addressed::AsWritten || mentions_planner(&request.text);
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
         let _held = self.transcript.gate(place.document).await;
+        let follow_up = addressed == Addressed::FollowUp;
+        if follow_up
+            && !self
+                .follow_ups_lock()
+                .allows(place.document, self.clock.now_ms())
+        {
+            return SendReply::refused(id, "rate-limited", RATE_LIMITED_WORDS);
+        }
         let planner = if to_planner {
             let asked = self
                 .turns
@@ -485,6 +551,7 @@ impl Chat {
                     from_login: sender.login.clone(),
                     text: request.text.clone(),
                     focus: place.focus.clone(),
+                    follow_up: addressed == Addressed::FollowUp,
                 })
                 .await;
             match asked {
@@ -514,11 +581,22 @@ impl Chat {
                 tracing::error!(error = %e, document = %place.document, "chat: the notice naming a child could not be saved");
             }
         }
-        let entry = NewTranscriptEntry {
-            author_login: Some(sender.login.clone()),
-            kind: "member".into(),
-            body: request.text,
-            created_at_ms: self.clock.now_ms(),
+        let entry = if follow_up {
+            self.follow_ups_lock()
+                .record(place.document, self.clock.now_ms());
+            NewTranscriptEntry {
+                author_login: None,
+                kind: "system".into(),
+                body: format!("@{} sent chopin an automatic follow-up.", sender.login),
+                created_at_ms: self.clock.now_ms(),
+            }
+        } else {
+            NewTranscriptEntry {
+                author_login: Some(sender.login.clone()),
+                kind: "member".into(),
+                body: request.text,
+                created_at_ms: self.clock.now_ms(),
+            }
         };
         match self.transcript.append_gated(place.document, &entry).await {
             Ok(saved) => SendReply::Ack {

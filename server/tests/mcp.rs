@@ -628,3 +628,148 @@ async fn ses_30_invoke_planner_with_agent_off_is_refused_planner_unavailable() {
     );
     assert_eq!(code, "planner-unavailable");
 }
+
+/// mona's attached Planner client runs one turn to its end: `start` answered, the `turn` read
+/// (its prompt returned), `turn-end` sent, `destroy` read, and the server idle again.
+async fn run_one_turn(s: &Served, planner: &mut chopin_fixtures::agent::AgentClient) -> String {
+    use chopin_protocol::agent::{ClientMessage, ServerMessage, Started, TurnEnd, TurnStatus};
+    let session = match support::next(planner).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    planner
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    let (turn, prompt) = match support::next(planner).await {
+        ServerMessage::Turn(turn) => (turn.turn_id, turn.prompt),
+        other => panic!("expected turn, got {other:?}"),
+    };
+    planner
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: turn,
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    match support::next(planner).await {
+        ServerMessage::Destroy(d) => assert_eq!(d.session_id, session),
+        other => panic!("expected destroy, got {other:?}"),
+    }
+    s.state.turns.until_idle(s.doc).await;
+    s.state.transcript.settled().await;
+    prompt
+}
+
+fn follow_up(instruction: &str) -> Value {
+    json!({"document": DOC_URL, "instruction": instruction, "as": "system"})
+}
+
+// OWN-22: "With as: "system" the call is an automatic follow-up: Chat shows a system notice
+// naming the caller instead of their message, and the instruction goes to the Planner alone."
+#[tokio::test]
+async fn own_22_a_follow_up_goes_to_the_planner_alone_and_chat_shows_a_notice_naming_the_caller() {
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(&mona, "invoke_planner", follow_up("Check the build.")).await);
+    assert_eq!(took["status"], "started");
+    let prompt = run_one_turn(&s, &mut planner).await;
+    assert!(
+        prompt.contains("(an automatic follow-up from @mona)\nCheck the build."),
+        "{prompt}"
+    );
+    assert_eq!(
+        chat_entries(&s).await,
+        vec![(
+            "system".into(),
+            None,
+            "@mona sent chopin an automatic follow-up.".into()
+        )],
+        "a notice, not the instruction"
+    );
+}
+
+// OWN-23 (the Planner-holder half): a writer who does not hold the Planner may not send one.
+#[tokio::test]
+async fn own_23_a_follow_up_from_a_writer_not_holding_the_planner_is_refused() {
+    let s = served().await;
+    s.github.add_user("lisa", 1004);
+    s.github.grant("octo", "plans", "lisa", Permission::Write);
+    let lisa = s.github.issue_token("lisa");
+    let _planner = s.attach(&[]).await;
+    let lisa = client(&s, &lisa).await;
+    let (code, _) = refusal(call(&lisa, "invoke_planner", follow_up("Go on.")).await);
+    assert_eq!(code, "not-allowed");
+    assert_eq!(chat_entries(&s).await, vec![], "nothing posted");
+}
+
+// MSG-21: "an automatic follow-up … need[s] a turn of [its] own … While a turn runs [it is]
+// refused before anything is saved … (planner-busy for MCP)"; MSG-22: a message is given to
+// the running turn.
+#[tokio::test]
+async fn msg_21_a_follow_up_while_a_turn_runs_is_refused_planner_busy() {
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": DOC_URL, "instruction": "Start."}),
+    )
+    .await);
+    assert_eq!(took["status"], "started");
+    // The turn is under way once the client has its `start`.
+    assert!(matches!(
+        support::next(&mut planner).await,
+        chopin_protocol::agent::ServerMessage::Start(_)
+    ));
+    let (code, body) = refusal(call(&mona, "invoke_planner", follow_up("Then this.")).await);
+    assert_eq!(code, "planner-busy");
+    assert_eq!(
+        body["message"],
+        "Chopin is working on something else. Try again when it has finished."
+    );
+    assert_eq!(
+        chat_entries(&s).await,
+        vec![("member".into(), Some("mona".into()), "Start.".into())],
+        "the follow-up posted nothing"
+    );
+}
+
+// OWN-25: "past 10 as: "system" calls in a rolling hour per document: refused rate-limited …
+// nothing posted."
+#[tokio::test]
+async fn own_25_the_eleventh_follow_up_in_an_hour_is_refused_rate_limited() {
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    for n in 0..10 {
+        let took = ok(call(&mona, "invoke_planner", follow_up(&format!("Round {n}."))).await);
+        assert_eq!(took["status"], "started", "follow-up {n}");
+        run_one_turn(&s, &mut planner).await;
+    }
+    let (code, body) = refusal(call(&mona, "invoke_planner", follow_up("One more.")).await);
+    assert_eq!(code, "rate-limited");
+    assert_eq!(
+        body["message"],
+        "Too many automatic follow-ups for this document. Try again later."
+    );
+    assert_eq!(
+        chat_entries(&s).await.len(),
+        10,
+        "the eleventh posted nothing"
+    );
+    // A message is no follow-up: it is not limited.
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": DOC_URL, "instruction": "Still here."}),
+    )
+    .await);
+    assert_eq!(took["status"], "started");
+}

@@ -258,6 +258,15 @@ struct InvokeArgs {
     document: String,
     instruction: String,
     idempotency_key: Option<String>,
+    #[serde(rename = "as")]
+    as_: Option<InvokeAs>,
+}
+
+/// `as: "system"`: an automatic follow-up rather than a message.
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum InvokeAs {
+    System,
 }
 
 #[derive(Deserialize)]
@@ -535,7 +544,12 @@ impl Tools {
                         request_id,
                         text: args.instruction,
                     };
-                    self.deps.chat.invoke(&place, &sender, request).await
+                    match args.as_ {
+                        Some(InvokeAs::System) => {
+                            self.deps.chat.follow_up(&place, &sender, request).await
+                        }
+                        None => self.deps.chat.invoke(&place, &sender, request).await,
+                    }
                 }
                 Err(refused) => refused,
             };
@@ -698,6 +712,7 @@ fn tools() -> Vec<Tool> {
                     "document": locator,
                     "instruction": { "type": "string", "minLength": 1, "description": "What the Planner should do; at most 64 KiB of UTF-8." },
                     "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Send the same key again to retry without posting twice." },
+                    "as": { "type": "string", "enum": ["system"], "description": "\"system\": an automatic follow-up, not a message: Chat shows only a notice naming you, the instruction goes to the Planner alone. Only the account holding the document's Planner may send one, it needs the Planner idle (planner-busy otherwise), and a document takes at most 10 an hour (rate-limited)." },
                 },
                 "required": ["document", "instruction"],
                 "additionalProperties": false,
