@@ -6,11 +6,7 @@
 
 use chopin_e2e::{node_script, Launch, Server};
 use chopin_fixtures::github::{FakeGitHub, Permission};
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
-use rmcp::service::RunningService;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceExt};
+use chopin_fixtures::mcp::{call, connect, ok, refusal, text, Client, DOCUMENT_TOOLS};
 use serde_json::{json, Value};
 
 enum Backend {
@@ -63,41 +59,12 @@ async fn start(backend: Backend) -> Fixture {
     }
 }
 
-type Client = RunningService<RoleClient, ()>;
-
 async fn client(server: &Server, token: &str) -> Client {
-    let config = StreamableHttpClientTransportConfig::with_uri(server.url("/mcp"))
-        .auth_header(token.to_owned());
-    ().serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("an MCP client connects")
+    connect(&server.url("/mcp"), token).await
 }
 
-async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResult {
-    let Value::Object(arguments) = arguments else {
-        panic!("arguments are an object")
-    };
-    client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"))
-}
-
-fn ok(result: CallToolResult) -> Value {
-    assert_ne!(result.is_error, Some(true), "{result:?}");
-    result.structured_content.expect("structured content")
-}
-
-fn code(result: CallToolResult) -> String {
-    assert_eq!(
-        result.is_error,
-        Some(true),
-        "expected a refusal: {result:?}"
-    );
-    result.structured_content.expect("a refusal object")["code"]
-        .as_str()
-        .expect("a code")
-        .to_owned()
+fn code(result: rmcp::model::CallToolResult) -> String {
+    refusal(result).0
 }
 
 async fn http_refusal(server: &Server, token: Option<&str>, origin: Option<&str>) -> (u16, String) {
@@ -125,19 +92,7 @@ async fn every_tool_and_refusal(f: &Fixture) {
     let mona = client(&f.server, &f.mona).await;
     let tools = mona.list_all_tools().await.expect("tools/list");
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(
-        names,
-        [
-            "list_documents",
-            "read_document",
-            "create_document",
-            "update_document",
-            "rename_document",
-            "invoke_planner",
-            "archive_document",
-            "restore_document"
-        ]
-    );
+    assert_eq!(names, DOCUMENT_TOOLS);
 
     let created = ok(call(
         &mona,
@@ -154,10 +109,8 @@ async fn every_tool_and_refusal(f: &Fixture) {
         json!({"document": f.server.url(&url)}),
     )
     .await;
-    let Some(ContentBlock::Text(page)) = read.content.first() else {
-        panic!("a text page: {read:?}")
-    };
-    assert!(page.text.contains("Draft."), "{}", page.text);
+    let page = text(&read);
+    assert!(page.contains("Draft."), "{page}");
     let view = ok(read);
     let revision = view["revision"].as_u64().unwrap();
 

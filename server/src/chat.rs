@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::Planted;
+use crate::runtime::recent::Recent;
 use crate::runtime::SharedClock;
 use crate::store::{NewTranscriptEntry, UnixMillis};
 pub use crate::transcript::Malformed;
@@ -259,33 +260,17 @@ pub struct Chat {
 type Key = (String, Uuid, String);
 
 /// MSG-16's memory of request ids: outcomes, and sends still being processed.
-#[derive(Default)]
 struct Sent {
-    done: BTreeMap<Key, (SendReply, UnixMillis, u64)>,
-    /// Insertion order of `done`, oldest first: (key, when, stamp).
-    order: VecDeque<(Key, UnixMillis, u64)>,
+    done: Recent<Key, SendReply>,
     pending: BTreeMap<Key, watch::Receiver<Option<SendReply>>>,
-    stamp: u64,
 }
 
-impl Sent {
-    fn forget_expired(&mut self, now: UnixMillis) {
-        while let Some((key, at, stamp)) = self.order.front().cloned() {
-            if now - at < REQUEST_ID_MEMORY_MS && self.order.len() <= REQUEST_ID_MEMORY_ENTRIES {
-                break;
-            }
-            self.order.pop_front();
-            if self.done.get(&key).is_some_and(|(_, _, s)| *s == stamp) {
-                self.done.remove(&key);
-            }
+impl Default for Sent {
+    fn default() -> Self {
+        Sent {
+            done: Recent::new(REQUEST_ID_MEMORY_MS, REQUEST_ID_MEMORY_ENTRIES),
+            pending: BTreeMap::new(),
         }
-    }
-
-    fn remember(&mut self, key: Key, reply: SendReply, now: UnixMillis) {
-        self.stamp += 1;
-        self.order.push_back((key.clone(), now, self.stamp));
-        self.done.insert(key, (reply, now, self.stamp));
-        self.forget_expired(now);
     }
 }
 
@@ -462,11 +447,8 @@ impl Chat {
             let waiting = {
                 let now = self.clock.now_ms();
                 let mut table = self.lock();
-                table.forget_expired(now);
-                if let Some((reply, at, _)) = table.done.get(&key) {
-                    if now - at < REQUEST_ID_MEMORY_MS {
-                        return reply.clone();
-                    }
+                if let Some(reply) = table.done.get(&key, now) {
+                    return reply.clone();
                 }
                 match table.pending.get(&key) {
                     Some(rx) => rx.clone(),
@@ -513,7 +495,7 @@ impl Chat {
             let now = self.clock.now_ms();
             let mut table = self.lock();
             if reply.remembered() {
-                table.remember(key, reply.clone(), now);
+                table.done.insert(key, reply.clone(), now);
             }
             table.pending.remove(&pending.key);
             pending.settled = true;

@@ -8,58 +8,14 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use chopin_fixtures::github::Permission;
+use chopin_fixtures::mcp::{call, connect, ok, refusal, text, Client, DOCUMENT_TOOLS};
 use chopin_server::runtime::connector::{self, TcpConnector};
 use chopin_server::store::MemoryStore;
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
-use rmcp::service::RunningService;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::{RoleClient, ServiceExt};
 use serde_json::{json, Value};
 use support::{served, served_with, Served, DOC_URL};
 
-type Client = RunningService<RoleClient, ()>;
-
 async fn client(s: &Served, token: &str) -> Client {
-    let config = StreamableHttpClientTransportConfig::with_uri(format!("http://{}/mcp", s.host))
-        .auth_header(token.to_owned());
-    ().serve(StreamableHttpClientTransport::from_config(config))
-        .await
-        .expect("an MCP session")
-}
-
-async fn call(client: &Client, tool: &str, arguments: Value) -> CallToolResult {
-    let Value::Object(arguments) = arguments else {
-        panic!("arguments are an object")
-    };
-    client
-        .call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments))
-        .await
-        .unwrap_or_else(|e| panic!("{tool}: {e}"))
-}
-
-/// A result that is not an error: its structured content.
-fn ok(result: CallToolResult) -> Value {
-    assert_ne!(result.is_error, Some(true), "{result:?}");
-    result.structured_content.expect("structured content")
-}
-
-/// A refusal's code (and the whole refusal).
-fn refusal(result: CallToolResult) -> (String, Value) {
-    assert_eq!(
-        result.is_error,
-        Some(true),
-        "expected a refusal: {result:?}"
-    );
-    let body = result.structured_content.expect("a refusal object");
-    (body["code"].as_str().expect("a code").to_owned(), body)
-}
-
-fn text(result: &CallToolResult) -> String {
-    match result.content.first() {
-        Some(ContentBlock::Text(t)) => t.text.clone(),
-        other => panic!("expected text, got {other:?}"),
-    }
+    connect(&format!("http://{}/mcp", s.host), token).await
 }
 
 /// hubot can read octo/plans (pull) but not push; eve can see nothing of it.
@@ -75,19 +31,7 @@ async fn mcp_lists_every_document_tool_with_a_schema_that_names_no_unknown_field
     let mona = client(&s, &s.mona).await;
     let tools = mona.list_all_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
-    assert_eq!(
-        names,
-        [
-            "list_documents",
-            "read_document",
-            "create_document",
-            "update_document",
-            "rename_document",
-            "invoke_planner",
-            "archive_document",
-            "restore_document"
-        ]
-    );
+    assert_eq!(names, DOCUMENT_TOOLS);
     for tool in &tools {
         assert_eq!(
             tool.input_schema["additionalProperties"],

@@ -13,7 +13,6 @@
 //! Invariants: the memory is bounded ([`IDEMPOTENCY_MEMORY_ENTRIES`]) and keyed by the caller's
 //! login as well, so one caller's key never answers another's call.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chopin_document::edit::EditResult;
@@ -26,8 +25,9 @@ use super::{canonical_url, Documents};
 use crate::content::{EditRefused, OpenDocuments};
 use crate::error::ApiError;
 use crate::runtime::gates::Gates;
+use crate::runtime::recent::Recent;
 use crate::runtime::SharedClock;
-use crate::store::{Document, UnixMillis};
+use crate::store::Document;
 
 /// How long an idempotency key's answer is remembered.
 pub const IDEMPOTENCY_MEMORY_MS: i64 = 10 * 60 * 1000;
@@ -38,33 +38,10 @@ pub const IDEMPOTENCY_KEY_MAX_CHARS: usize = 200;
 
 type Key = (String, Uuid, String);
 
+/// The first answer to a key, and the digest of the request it answered.
 struct Remembered {
     request: [u8; 32],
     result: EditResult,
-    at: UnixMillis,
-    stamp: u64,
-}
-
-#[derive(Default)]
-struct Memory {
-    done: BTreeMap<Key, Remembered>,
-    /// Insertion order of `done`, oldest first: (key, when, stamp).
-    order: VecDeque<(Key, UnixMillis, u64)>,
-    stamp: u64,
-}
-
-impl Memory {
-    fn forget_expired(&mut self, now: UnixMillis) {
-        while let Some((key, at, stamp)) = self.order.front().cloned() {
-            if now - at < IDEMPOTENCY_MEMORY_MS && self.order.len() <= IDEMPOTENCY_MEMORY_ENTRIES {
-                break;
-            }
-            self.order.pop_front();
-            if self.done.get(&key).is_some_and(|r| r.stamp == stamp) {
-                self.done.remove(&key);
-            }
-        }
-    }
 }
 
 /// Source replacements of this process and their idempotency keys.
@@ -72,7 +49,7 @@ pub struct Updates {
     documents: Arc<Documents>,
     open: Arc<OpenDocuments>,
     clock: SharedClock,
-    memory: Mutex<Memory>,
+    memory: Mutex<Recent<Key, Remembered>>,
     keys: Gates<Key>,
 }
 
@@ -89,7 +66,10 @@ impl Updates {
             documents,
             open,
             clock,
-            memory: Mutex::default(),
+            memory: Mutex::new(Recent::new(
+                IDEMPOTENCY_MEMORY_MS,
+                IDEMPOTENCY_MEMORY_ENTRIES,
+            )),
             keys: Gates::default(),
         }
     }
@@ -145,21 +125,14 @@ impl Updates {
                 ))
             }
         };
-        let now = self.clock.now_ms();
-        let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
-        memory.stamp += 1;
-        let stamp = memory.stamp;
-        memory.order.push_back((key.clone(), now, stamp));
-        memory.done.insert(
-            key,
-            Remembered {
-                request,
-                result: result.clone(),
-                at: now,
-                stamp,
-            },
-        );
-        memory.forget_expired(now);
+        let remembered = Remembered {
+            request,
+            result: result.clone(),
+        };
+        self.memory
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, remembered, self.clock.now_ms());
         Ok(result)
     }
 
@@ -168,9 +141,8 @@ impl Updates {
     fn remembered(&self, key: &Key, request: &[u8; 32]) -> Option<Result<EditResult, ApiError>> {
         let now = self.clock.now_ms();
         let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
-        memory.forget_expired(now);
-        let remembered = memory.done.get(key)?;
-        if &remembered.request == request && now - remembered.at < IDEMPOTENCY_MEMORY_MS {
+        let remembered = memory.get(key, now)?;
+        if &remembered.request == request {
             return Some(Ok(remembered.result.clone()));
         }
         Some(Err(ApiError::new(

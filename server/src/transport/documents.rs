@@ -54,6 +54,32 @@ impl DocumentsDeps {
         Ok(doc)
     }
 
+    /// What the caller may do on `owner/repo`, to create a document there: it must see the
+    /// repository (`repository-not-found` otherwise) and push to it.
+    pub(super) async fn writable_repository(
+        &self,
+        caller: &Caller,
+        owner: &str,
+        repo: &str,
+    ) -> Result<RepoAccess, ApiError> {
+        let access = self
+            .access
+            .caller_access(caller, owner, repo)
+            .await?
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "repository-not-found",
+                    format!(
+                        "No repository {owner}/{repo} that @{} can see.",
+                        caller.login
+                    ),
+                )
+            })?;
+        writer_only(&access, &caller.login)?;
+        Ok(access)
+    }
+
     /// Archives or restores `doc` (its writer checked): archiving ends an attached Planner's
     /// link and closes the document's open sockets (4404).
     pub(super) async fn set_archived(
@@ -67,6 +93,24 @@ impl DocumentsDeps {
             self.planners.archived(doc.id).await;
         }
         Ok(doc)
+    }
+
+    /// Renames `doc` (its writer checked): the document as the API shows it, with
+    /// `earlierUrls`, its former URLs, which keep opening it.
+    pub(super) async fn rename(
+        &self,
+        doc: &Document,
+        slug: &str,
+        title: &str,
+    ) -> Result<Value, ApiError> {
+        let renamed = self.documents.rename(doc.id, slug, title).await?;
+        let mut body = document_json(&renamed);
+        body["earlierUrls"] = json!(self
+            .documents
+            .earlier_urls(&renamed)
+            .await
+            .map_err(ApiError::store)?);
+        Ok(body)
     }
 
     /// `doc` as a reader sees it now (the live source, its earlier URLs), handed to `read` as
@@ -148,21 +192,7 @@ async fn create(
     let input: CreateDocument = json_body(&body, r#"{\"title\": string, \"slug\"?: string}"#)?;
     let title = documents::new_title(&input.title)?;
     let base = documents::slug_of(input.slug.as_deref(), &title)?;
-    let access = deps
-        .access
-        .caller_access(&caller, &owner, &repo)
-        .await?
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "repository-not-found",
-                format!(
-                    "No repository {owner}/{repo} that @{} can see.",
-                    caller.login
-                ),
-            )
-        })?;
-    writer_only(&access, &caller.login)?;
+    let access = deps.writable_repository(&caller, &owner, &repo).await?;
     let doc = deps
         .documents
         .create(&access.owner, &access.repo, &title, &base, None)
@@ -258,14 +288,7 @@ async fn rename(
     let title = documents::title_of(&input.title)?;
     let slug = documents::slug_of(input.slug.as_deref(), &title)?;
     let doc = deps.writable(&caller, &id).await?;
-    let renamed = deps.documents.rename(doc.id, &slug, &title).await?;
-    let mut body = document_json(&renamed);
-    body["earlierUrls"] = json!(deps
-        .documents
-        .earlier_urls(&renamed)
-        .await
-        .map_err(ApiError::store)?);
-    Ok(Json(body))
+    Ok(Json(deps.rename(&doc, &slug, &title).await?))
 }
 
 /// `GET /api/documents/{id}/source`: the document's Markdown source as it is now (the live

@@ -411,21 +411,7 @@ impl Tools {
         )) {
             return Ok(refusal);
         }
-        let access = deps
-            .access
-            .caller_access(caller, owner, repo)
-            .await?
-            .ok_or_else(|| {
-                ApiError::new(
-                    StatusCode::NOT_FOUND,
-                    "repository-not-found",
-                    format!(
-                        "No repository {owner}/{repo} that @{} can see.",
-                        caller.login
-                    ),
-                )
-            })?;
-        writer_only(&access, &caller.login)?;
+        let access = deps.writable_repository(caller, owner, repo).await?;
         let mut doc = deps
             .documents
             .create(&access.owner, &access.repo, &title, &base, None)
@@ -489,18 +475,12 @@ impl Tools {
         caller: &Caller,
         args: RenameArgs,
     ) -> Result<CallToolResult, ApiError> {
-        let deps = &self.deps.documents;
         let title = documents::title_of(&args.title)?;
         let slug = documents::slug_of(args.slug.as_deref(), &title)?;
         let doc = self.locate_writable(caller, &args.document).await?;
-        let renamed = deps.documents.rename(doc.id, &slug, &title).await?;
-        let mut body = document_json(&renamed);
-        body["earlierUrls"] = json!(deps
-            .documents
-            .earlier_urls(&renamed)
-            .await
-            .map_err(ApiError::store)?);
-        Ok(CallToolResult::structured(body))
+        Ok(CallToolResult::structured(
+            self.deps.documents.rename(&doc, &slug, &title).await?,
+        ))
     }
 
     /// The instruction posted in the document's Chat as the caller's own message, addressed to
