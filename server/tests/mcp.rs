@@ -398,8 +398,21 @@ async fn ses_30_mcp_is_served_with_agent_off() {
 async fn mcp_is_stateless_no_session_and_no_stream_to_open() {
     let s = served().await;
     let bearer = format!("Bearer {}", s.mona);
-    let listed = post(&s, &[("authorization", &bearer)]).await;
+    // As docs/mcp.md's curl example sends it.
+    let listed = post(
+        &s,
+        &[
+            ("authorization", &bearer),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+    )
+    .await;
     assert_eq!(listed.status, 200);
+    let body: Value = serde_json::from_slice(&listed.body).unwrap();
+    assert_eq!(
+        body["result"]["tools"].as_array().map(Vec::len),
+        Some(DOCUMENT_TOOLS.len())
+    );
     assert!(
         !listed.headers.contains_key("mcp-session-id"),
         "no session is handed out"
