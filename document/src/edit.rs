@@ -218,22 +218,84 @@ impl Piece {
     }
 }
 
-fn apply(target: &EditTarget<'_>, batch: &EditBatch) -> Result<String, Refusal> {
+/// A whole new source for the document (MCP `update_document`), made from `revision`: refused
+/// `locked` or `stale` as a batch is, and `invalid` when a block it introduces or changes (one
+/// whose digest is no block of the current source) has an unclosed fence, is not a valid
+/// Decision, or takes a Decision id another block has. Blocks already there are carried as
+/// they are, so a malformed block a person left mid-edit never blocks the write.
+pub fn replace_source(target: &EditTarget<'_>, revision: u64, new_source: &str) -> EditResult {
+    let outcome = match check_replacement(target, revision, new_source) {
+        Ok(()) => EditOutcome::Applied {
+            base_revision: target.revision,
+            revision: target.revision + 1,
+            source: new_source.to_string(),
+        },
+        Err(Refusal(outcome)) => outcome,
+    };
+    EditResult {
+        document: target.document.clone(),
+        earlier_urls: target.earlier_urls.to_vec(),
+        outcome,
+    }
+}
+
+fn check_replacement(
+    target: &EditTarget<'_>,
+    revision: u64,
+    new_source: &str,
+) -> Result<(), Refusal> {
+    check_writable(target, revision, "the new source")?;
+    let old: Vec<String> = blocks(target.source)
+        .into_iter()
+        .map(|b| b.digest)
+        .collect();
+    let all = blocks(new_source);
+    let is_new = |block: &Block| !old.contains(&block.digest);
+    for block in all.iter().filter(|b| is_new(b)) {
+        if let Err(problem) = check_block(&new_source[block.bytes.clone()], block) {
+            return Err(invalid(None, format!("the new source: {problem}")));
+        }
+    }
+    let found = decisions(new_source, &all);
+    for (n, (block, decision)) in found.iter().enumerate() {
+        let first = found[..n].iter().find(|(_, d)| d.id == decision.id);
+        if let Some((earlier, _)) = first {
+            if is_new(&all[*block]) || is_new(&all[*earlier]) {
+                return Err(invalid(
+                    None,
+                    format!(
+                        "the new source: Decision id `{}` of block {block} is already used by block {earlier}",
+                        decision.id
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A write made from `revision` may go ahead: the document is not locked and still at it.
+fn check_writable(target: &EditTarget<'_>, revision: u64, what: &str) -> Result<(), Refusal> {
     if target.locked {
         return Err(Refusal(EditOutcome::Locked {
             message: "the document is locked; nothing was changed".to_string(),
         }));
     }
-    if batch.revision != target.revision {
+    if revision != target.revision {
         return Err(Refusal(EditOutcome::Stale {
             current_revision: target.revision,
             op: None,
             message: format!(
-                "the batch was made from revision {} but the document is at revision {}; read it again and aim at its current blocks",
-                batch.revision, target.revision
+                "{what} was made from revision {revision} but the document is at revision {}; read it again and aim at its current blocks",
+                target.revision
             ),
         }));
     }
+    Ok(())
+}
+
+fn apply(target: &EditTarget<'_>, batch: &EditBatch) -> Result<String, Refusal> {
+    check_writable(target, batch.revision, "the batch")?;
     let source = target.source;
     let all = blocks(source);
     check_targets(target.revision, &all, batch)?;
@@ -426,31 +488,33 @@ fn check_content(op: usize, content: &str) -> Result<String, Refusal> {
         ));
     }
     for block in blocks(body) {
-        let text = &body[block.bytes.clone()];
-        if matches!(block.kind, BlockKind::Code | BlockKind::Decision)
-            && fence_is_closed(text) == Some(false)
-        {
-            return Err(invalid(
-                Some(op),
-                format!(
-                    "op {op}: the code fence opened on line {} of the content is not closed",
-                    block.first_line
-                ),
-            ));
-        }
-        if block.kind == BlockKind::Decision {
-            if let Err(error) = parse_decision(text) {
-                return Err(invalid(
-                    Some(op),
-                    format!(
-                        "op {op}: {error} (the Decision starts on line {} of the content)",
-                        block.first_line
-                    ),
-                ));
-            }
+        if let Err(problem) = check_block(&body[block.bytes.clone()], &block) {
+            return Err(invalid(Some(op), format!("op {op}: {problem}")));
         }
     }
     Ok(body.to_string())
+}
+
+/// A block a write introduces: its code fence closed, and a Decision valid. Lines are counted
+/// in the text the block came with.
+fn check_block(text: &str, block: &Block) -> Result<(), String> {
+    if matches!(block.kind, BlockKind::Code | BlockKind::Decision)
+        && fence_is_closed(text) == Some(false)
+    {
+        return Err(format!(
+            "the code fence opened on line {} of the content is not closed",
+            block.first_line
+        ));
+    }
+    if block.kind == BlockKind::Decision {
+        if let Err(error) = parse_decision(text) {
+            return Err(format!(
+                "{error} (the Decision starts on line {} of the content)",
+                block.first_line
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A Decision id introduced by a batch must be unique in the resulting document.

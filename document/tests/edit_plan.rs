@@ -2,8 +2,8 @@
 
 use chopin_document::blocks::blocks;
 use chopin_document::edit::{
-    anchor_plan, edit_plan, parse_batch, AnchorRefusal, AnchorRequest, EditArgError, EditBatch,
-    EditOp, EditOutcome, EditResult, EditTarget,
+    anchor_plan, edit_plan, parse_batch, replace_source, AnchorRefusal, AnchorRequest,
+    EditArgError, EditBatch, EditOp, EditOutcome, EditResult, EditTarget,
 };
 use chopin_document::DocumentRef;
 use proptest::prelude::*;
@@ -474,4 +474,55 @@ proptest! {
         let got: Vec<&String> = after.iter().map(|b| &b.digest).collect();
         prop_assert_eq!(got, expected);
     }
+}
+
+// MCP `update_document` replaces the whole source; it is checked as `edit_plan` checks a batch.
+fn replace(source: &str, revision: u64, new: &str) -> EditResult {
+    replace_source(&target(source, &[]), revision, new)
+}
+
+#[test]
+fn dia_07_update_document_refuses_a_new_invalid_decision_or_unclosed_fence() {
+    let bad_decision =
+        format!("{SOURCE}\n\n```decision\nid: quay\nstate: later\nquestion: Which?\n```\n");
+    let (code, op, message) = refusal(replace(SOURCE, 4, &bad_decision));
+    assert_eq!((code.as_str(), op), ("invalid", None));
+    assert!(
+        message.starts_with("the new source: Decision block line 2: unknown state `later`"),
+        "{message}"
+    );
+    let unclosed = format!("{SOURCE}\n\n```rust\nfn main() {{}}\n");
+    let (code, _, message) = refusal(replace(SOURCE, 4, &unclosed));
+    assert_eq!(code, "invalid");
+    assert!(message.contains("is not closed"), "{message}");
+}
+
+#[test]
+fn dia_07_update_document_carries_an_unchanged_malformed_decision() {
+    let source = "# Plan\n\n```decision\nid: half\nstate:\n```\n\nText.\n";
+    let new = "# Plan\n\n```decision\nid: half\nstate:\n```\n\nNew text.\n";
+    assert_eq!(applied(replace(source, 4, new)), new);
+}
+
+#[test]
+fn update_document_refuses_a_stale_revision_a_lock_and_a_reused_decision_id() {
+    let (code, _, message) = refusal(replace(SOURCE, 3, "# New\n"));
+    assert_eq!(code, "stale");
+    assert!(
+        message.contains("made from revision 3 but the document is at revision 4"),
+        "{message}"
+    );
+    let locked = EditTarget {
+        locked: true,
+        ..target(SOURCE, &[])
+    };
+    assert_eq!(refusal(replace_source(&locked, 4, "# New\n")).0, "locked");
+    let source = "```decision\nid: quay\nstate: open\nquestion: Which?\n```\n";
+    let twice = format!("{source}\n```decision\nid: quay\nstate: open\nquestion: Again?\n```\n");
+    let (code, _, message) = refusal(replace(source, 4, &twice));
+    assert_eq!(code, "invalid");
+    assert!(
+        message.contains("Decision id `quay` of block 1 is already used by block 0"),
+        "{message}"
+    );
 }

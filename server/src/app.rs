@@ -21,6 +21,7 @@ use crate::chat::Chat;
 use crate::config::{AuthMode, Config, Database};
 use crate::content::OpenDocuments;
 use crate::documents::children::Children;
+use crate::documents::updates::Updates;
 use crate::documents::Documents;
 use crate::housekeeping;
 use crate::identity::admission::{Admission, AdmissionPolicy};
@@ -44,6 +45,7 @@ use crate::transport::agent::{AgentDeps, LinkTimers};
 use crate::transport::auth::AuthDeps;
 use crate::transport::documents::DocumentsDeps;
 use crate::transport::health::HealthDeps;
+use crate::transport::mcp::McpDeps;
 use crate::transport::room::RoomDeps;
 use crate::transport::yjs::YjsDeps;
 use crate::transport::{self, Routes};
@@ -68,6 +70,7 @@ pub struct App {
     pub documents: Arc<Documents>,
     pub open: Arc<OpenDocuments>,
     pub children: Arc<Children>,
+    pub updates: Arc<Updates>,
     pub transcript: Arc<Transcript>,
     pub planners: Arc<Planners>,
     pub turns: Arc<Turns>,
@@ -188,6 +191,7 @@ impl App {
         ));
         open.plant(config.planted);
         let children = Arc::new(Children::new(store.clone(), open.clone()));
+        let updates = Arc::new(Updates::new(documents.clone(), open.clone(), clock.clone()));
         let transcript = Transcript::new(store.clone(), clock.clone(), &shutdown);
         let planners = Arc::new(Planners::new(
             store.clone(),
@@ -261,6 +265,7 @@ impl App {
             documents,
             open,
             children,
+            updates,
             transcript,
             planners,
             turns,
@@ -268,6 +273,18 @@ impl App {
             renewal,
             questions,
             runs,
+        }
+    }
+
+    /// What the document routes use (`/mcp` reaches documents through the same helpers).
+    fn documents_deps(&self) -> DocumentsDeps {
+        DocumentsDeps {
+            access: self.access.clone(),
+            documents: self.documents.clone(),
+            open: self.open.clone(),
+            planners: self.planners.clone(),
+            questions: self.questions.clone(),
+            runs: self.runs.clone(),
         }
     }
 
@@ -299,13 +316,14 @@ impl App {
             sign_ins: self.sign_ins.clone(),
             local: c.auth_mode == AuthMode::Local,
         }))
-        .merge(transport::documents::routes(DocumentsDeps {
-            access: self.access.clone(),
-            documents: self.documents.clone(),
-            open: self.open.clone(),
-            planners: self.planners.clone(),
-            questions: self.questions.clone(),
-            runs: self.runs.clone(),
+        .merge(transport::documents::routes(self.documents_deps()))
+        .merge(transport::mcp::routes(McpDeps {
+            documents: self.documents_deps(),
+            updates: self.updates.clone(),
+            chat: self.chat.clone(),
+            children: self.children.clone(),
+            entropy: self.runtime.entropy.clone(),
+            shutdown: self.shutdown.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::Planted;
+use crate::runtime::recent::Recent;
 use crate::runtime::SharedClock;
 use crate::store::{NewTranscriptEntry, UnixMillis};
 pub use crate::transcript::Malformed;
@@ -37,6 +38,8 @@ pub const REQUEST_ID_MAX_CHARS: usize = 100;
 pub const REQUEST_ID_MEMORY_MS: i64 = 10 * 60 * 1000;
 /// How many request ids' outcomes are remembered at most; the oldest go first.
 pub const REQUEST_ID_MEMORY_ENTRIES: usize = 10_000;
+/// The largest instruction MCP `invoke_planner` posts, in bytes of UTF-8.
+pub const INSTRUCTION_MAX_BYTES: usize = 64 * 1024;
 /// Sends processed at once in this process (MSG-20); past that a send is
 /// `temporarily-unavailable`.
 pub const SENDS_IN_FLIGHT_MAX: usize = 20;
@@ -152,6 +155,17 @@ impl SendRequest {
     }
 }
 
+/// Whom a message is for: as its words say (`@chopin` addresses the Planner), or the Planner
+/// whatever they say (MCP `invoke_planner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Addressed {
+    AsWritten,
+    ToPlanner,
+    /// To the Planner alone, as an automatic follow-up: Chat shows a notice naming the sender
+    /// instead of the message (OWN-22).
+    FollowUp,
+}
+
 /// Who sends, where.
 #[derive(Debug, Clone)]
 pub struct Sender {
@@ -194,8 +208,42 @@ pub fn mentions_planner(text: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // State
 
+/// Most automatic follow-ups a document takes in any rolling hour (OWN-25).
+pub const FOLLOW_UPS_PER_HOUR: usize = 10;
+const HOUR_MS: UnixMillis = 60 * 60 * 1000;
+const RATE_LIMITED_WORDS: &str =
+    "Too many automatic follow-ups for this document. Try again later.";
+
+/// The automatic follow-ups each document took in the last hour (OWN-25), when.
+#[derive(Debug, Default)]
+pub struct FollowUps(BTreeMap<Uuid, VecDeque<UnixMillis>>);
+
+impl FollowUps {
+    /// Whether `document` may take another at `now`: fewer than [`FOLLOW_UPS_PER_HOUR`] in the
+    /// hour before it (one taken exactly an hour ago no longer counts).
+    pub fn allows(&mut self, document: Uuid, now: UnixMillis) -> bool {
+        let Some(taken) = self.0.get_mut(&document) else {
+            return true;
+        };
+        while taken.front().is_some_and(|at| now - at >= HOUR_MS) {
+            taken.pop_front();
+        }
+        if taken.is_empty() {
+            self.0.remove(&document);
+            return true;
+        }
+        taken.len() < FOLLOW_UPS_PER_HOUR
+    }
+
+    /// `document` took one at `now`.
+    pub fn record(&mut self, document: Uuid, now: UnixMillis) {
+        self.0.entry(document).or_default().push_back(now);
+    }
+}
+
 /// Chat sends of this process.
 pub struct Chat {
+    follow_ups: Mutex<FollowUps>,
     sent: Mutex<Sent>,
     in_flight: Arc<AtomicUsize>,
     /// Sends being processed now, counted apart from the admission above, and the most ever
@@ -212,33 +260,17 @@ pub struct Chat {
 type Key = (String, Uuid, String);
 
 /// MSG-16's memory of request ids: outcomes, and sends still being processed.
-#[derive(Default)]
 struct Sent {
-    done: BTreeMap<Key, (SendReply, UnixMillis, u64)>,
-    /// Insertion order of `done`, oldest first: (key, when, stamp).
-    order: VecDeque<(Key, UnixMillis, u64)>,
+    done: Recent<Key, SendReply>,
     pending: BTreeMap<Key, watch::Receiver<Option<SendReply>>>,
-    stamp: u64,
 }
 
-impl Sent {
-    fn forget_expired(&mut self, now: UnixMillis) {
-        while let Some((key, at, stamp)) = self.order.front().cloned() {
-            if now - at < REQUEST_ID_MEMORY_MS && self.order.len() <= REQUEST_ID_MEMORY_ENTRIES {
-                break;
-            }
-            self.order.pop_front();
-            if self.done.get(&key).is_some_and(|(_, _, s)| *s == stamp) {
-                self.done.remove(&key);
-            }
+impl Default for Sent {
+    fn default() -> Self {
+        Sent {
+            done: Recent::new(REQUEST_ID_MEMORY_MS, REQUEST_ID_MEMORY_ENTRIES),
+            pending: BTreeMap::new(),
         }
-    }
-
-    fn remember(&mut self, key: Key, reply: SendReply, now: UnixMillis) {
-        self.stamp += 1;
-        self.order.push_back((key.clone(), now, self.stamp));
-        self.done.insert(key, (reply, now, self.stamp));
-        self.forget_expired(now);
     }
 }
 
@@ -280,6 +312,7 @@ impl Drop for Pending<'_> {
 impl Chat {
     pub fn new(transcript: Arc<Transcript>, turns: Arc<Turns>, clock: SharedClock) -> Self {
         Chat {
+            follow_ups: Mutex::default(),
             sent: Mutex::default(),
             in_flight: Arc::default(),
             processing: AtomicUsize::new(0),
@@ -289,6 +322,12 @@ impl Chat {
             turns,
             clock,
         }
+    }
+
+    fn follow_ups_lock(&self) -> MutexGuard<'_, FollowUps> {
+        self.follow_ups
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn lock(&self) -> MutexGuard<'_, Sent> {
@@ -334,6 +373,40 @@ impl Chat {
 /// accepted message as `chat:message` through [`Chat::subscribe`].
 impl Chat {
     pub async fn send(&self, place: &Place, sender: &Sender, request: SendRequest) -> SendReply {
+        self.deliver(place, sender, request, Addressed::AsWritten)
+            .await
+    }
+
+    /// MCP `invoke_planner`: `request.text` is an instruction to the Planner, posted as the
+    /// sender's own message whether or not it mentions `@chopin`, and at most
+    /// [`INSTRUCTION_MAX_BYTES`]. Otherwise exactly a `chat:send` that addresses the Planner:
+    /// the same checks, order, refusals and request-id memory.
+    pub async fn invoke(&self, place: &Place, sender: &Sender, request: SendRequest) -> SendReply {
+        self.deliver(place, sender, request, Addressed::ToPlanner)
+            .await
+    }
+
+    /// MCP `invoke_planner` with `as: "system"`: an automatic follow-up (OWN-22). It goes to the
+    /// Planner alone and Chat shows a notice naming the sender; it needs a turn of its own, only
+    /// the account holding the Planner may send one, and a document takes at most
+    /// [`FOLLOW_UPS_PER_HOUR`] in any rolling hour (OWN-25: `rate-limited`, nothing posted).
+    pub async fn follow_up(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request: SendRequest,
+    ) -> SendReply {
+        self.deliver(place, sender, request, Addressed::FollowUp)
+            .await
+    }
+
+    async fn deliver(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request: SendRequest,
+        addressed: Addressed,
+    ) -> SendReply {
         let id = request.request_id.as_str();
         if !sender.can_write {
             return SendReply::refused(
@@ -345,8 +418,16 @@ impl Chat {
         if request.text.trim().is_empty() {
             return SendReply::refused(id, "empty", "A message needs some text.");
         }
+        let bytes = request.text.len();
+        if addressed != Addressed::AsWritten && bytes > INSTRUCTION_MAX_BYTES {
+            return SendReply::refused(
+                id,
+                "too-long",
+                format!("An instruction is at most 64 KiB; this one has {bytes} bytes, so it wasn't sent."),
+            );
+        }
         let chars = request.text.chars().count();
-        if chars > MESSAGE_MAX_CHARS {
+        if addressed == Addressed::AsWritten && chars > MESSAGE_MAX_CHARS {
             return SendReply::refused(
                 id,
                 "too-long",
@@ -366,11 +447,8 @@ impl Chat {
             let waiting = {
                 let now = self.clock.now_ms();
                 let mut table = self.lock();
-                table.forget_expired(now);
-                if let Some((reply, at, _)) = table.done.get(&key) {
-                    if now - at < REQUEST_ID_MEMORY_MS {
-                        return reply.clone();
-                    }
+                if let Some(reply) = table.done.get(&key, now) {
+                    return reply.clone();
                 }
                 match table.pending.get(&key) {
                     Some(rx) => rx.clone(),
@@ -411,13 +489,13 @@ impl Chat {
         let now = self.processing.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_processing.fetch_max(now, Ordering::SeqCst);
         let processing = Processing(&self.processing);
-        let reply = self.process(place, sender, request).await;
+        let reply = self.process(place, sender, request, addressed).await;
         drop(processing);
         {
             let now = self.clock.now_ms();
             let mut table = self.lock();
             if reply.remembered() {
-                table.remember(key, reply.clone(), now);
+                table.done.insert(key, reply.clone(), now);
             }
             table.pending.remove(&pending.key);
             pending.settled = true;
@@ -426,12 +504,26 @@ impl Chat {
         reply
     }
 
-    async fn process(&self, place: &Place, sender: &Sender, request: SendRequest) -> SendReply {
+    async fn process(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request: SendRequest,
+        addressed: Addressed,
+    ) -> SendReply {
         let id = request.request_id.as_str();
-        let to_planner = mentions_planner(&request.text);
+        let to_planner = addressed != Addressed::AsWritten || mentions_planner(&request.text);
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
         let _held = self.transcript.gate(place.document).await;
+        let follow_up = addressed == Addressed::FollowUp;
+        if follow_up
+            && !self
+                .follow_ups_lock()
+                .allows(place.document, self.clock.now_ms())
+        {
+            return SendReply::refused(id, "rate-limited", RATE_LIMITED_WORDS);
+        }
         let planner = if to_planner {
             let asked = self
                 .turns
@@ -441,6 +533,7 @@ impl Chat {
                     from_login: sender.login.clone(),
                     text: request.text.clone(),
                     focus: place.focus.clone(),
+                    follow_up: addressed == Addressed::FollowUp,
                 })
                 .await;
             match asked {
@@ -470,11 +563,22 @@ impl Chat {
                 tracing::error!(error = %e, document = %place.document, "chat: the notice naming a child could not be saved");
             }
         }
-        let entry = NewTranscriptEntry {
-            author_login: Some(sender.login.clone()),
-            kind: "member".into(),
-            body: request.text,
-            created_at_ms: self.clock.now_ms(),
+        let entry = if follow_up {
+            self.follow_ups_lock()
+                .record(place.document, self.clock.now_ms());
+            NewTranscriptEntry {
+                author_login: None,
+                kind: "system".into(),
+                body: format!("@{} sent chopin an automatic follow-up.", sender.login),
+                created_at_ms: self.clock.now_ms(),
+            }
+        } else {
+            NewTranscriptEntry {
+                author_login: Some(sender.login.clone()),
+                kind: "member".into(),
+                body: request.text,
+                created_at_ms: self.clock.now_ms(),
+            }
         };
         match self.transcript.append_gated(place.document, &entry).await {
             Ok(saved) => SendReply::Ack {

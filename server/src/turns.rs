@@ -44,6 +44,10 @@ pub struct PlannerRequest {
     pub text: String,
     /// Sent from a child document's room (ISO-25): the child, the focus of the message.
     pub focus: Option<Focus>,
+    /// An automatic follow-up (MCP `invoke_planner` with `as: "system"`, OWN-22): it needs a
+    /// turn of its own (refused `planner-busy` while one runs, MSG-21) and only the account
+    /// holding the Planner may send one (OWN-23).
+    pub follow_up: bool,
 }
 
 /// The child document a message was sent from.
@@ -58,7 +62,14 @@ impl PlannerRequest {
     /// The message as the Planner reads it: `@login: text`, after a line naming the child
     /// document it came from when it has a focus.
     fn words(&self) -> String {
-        let said = format!("@{}: {}", self.from_login, self.text);
+        let said = if self.follow_up {
+            format!(
+                "(an automatic follow-up from @{})\n{}",
+                self.from_login, self.text
+            )
+        } else {
+            format!("@{}: {}", self.from_login, self.text)
+        };
         match &self.focus {
             Some(focus) => format!(
                 "{FOCUS_LINE}{}, the focus of this message)\n{said}",
@@ -94,6 +105,10 @@ pub enum Refused {
     /// (`temporarily-unavailable`).
     #[error("{0}")]
     TemporarilyUnavailable(String),
+    /// An automatic follow-up from an account that does not hold the Planner (OWN-23,
+    /// `not-allowed`).
+    #[error("{0}")]
+    NotAllowed(String),
     /// `AGENT=off`: this server runs no Planner turns (SES-30, `planner-unavailable`).
     #[error("{0}")]
     Unavailable(String),
@@ -110,6 +125,7 @@ impl Refused {
             Refused::NotAttached(_) => "planner-not-attached",
             Refused::Busy(_) => "planner-busy",
             Refused::TemporarilyUnavailable(_) => "temporarily-unavailable",
+            Refused::NotAllowed(_) => "not-allowed",
             Refused::Unavailable(_) => "planner-unavailable",
             Refused::Stopping => "stopping",
         }
@@ -191,6 +207,10 @@ pub struct Turns {
 /// The words for a harness that takes no input mid-run (MSG rules).
 pub const BUSY_WORDS: &str =
     "chopin can't take messages while it works on this machine. Stop it to ask now.";
+/// The refusal of a request that needs a turn of its own while one runs (MSG-21: an automatic
+/// follow-up, a comment note, a Build draft).
+pub const OWN_TURN_BUSY_WORDS: &str =
+    "Chopin is working on something else. Try again when it has finished.";
 /// The words for a message that arrived while a turn was starting or ending.
 pub const PASSING_WORDS: &str = "chopin is between steps just now; send it again in a moment.";
 /// The words for a message to the Planner under `AGENT=off` (SES-30).
@@ -346,6 +366,12 @@ impl Turns {
             .map_err(|not_attached| {
                 Refused::NotAttached(not_attached.words(&request.document_url))
             })?;
+        if request.follow_up && !holder.login.eq_ignore_ascii_case(&request.from_login) {
+            return Err(Refused::NotAllowed(format!(
+                "Only the account holding this document's Planner (@{}) may send an automatic follow-up.",
+                holder.login
+            )));
+        }
         let harness = self.harness(request.document)?;
         let words = request.words();
         {
@@ -353,6 +379,10 @@ impl Turns {
             if table.renewing.contains(&holder.browser_login_id) {
                 // The owner's credential is being renewed; its sessions were just ended.
                 return Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()));
+            }
+            if table.turns.contains_key(&request.document) && request.follow_up {
+                // A follow-up needs a turn of its own (MSG-21).
+                return Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned()));
             }
             if let Some(turn) = table.turns.get(&request.document) {
                 return match turn.phase {
@@ -457,6 +487,7 @@ impl Turns {
                     .collect::<Vec<_>>()
                     .join("\n"),
                 focus: None,
+                follow_up: false,
             };
             let words = unread.join("\n");
             tracing::info!(document = %document, messages = unread.len(), "a turn starts for messages the ended turn did not read");

@@ -181,6 +181,9 @@ impl DocumentStore for Yielding {
     async fn document_by_slug(&self, o: &str, r: &str, s: &str) -> StoreResult<Option<Document>> {
         self.0.document_by_slug(o, r, s).await
     }
+    async fn repository_documents(&self, o: &str, r: &str, n: u32) -> StoreResult<Vec<Document>> {
+        self.0.repository_documents(o, r, n).await
+    }
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
         self.0.set_archived(id, archived).await
     }

@@ -236,6 +236,21 @@ impl<H: Hook> DocumentStore for Instrumented<H> {
             .await
     }
 
+    async fn repository_documents(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<Document>> {
+        self.observe(
+            "repository_documents",
+            READ,
+            self.inner
+                .repository_documents(repo_owner, repo_name, limit),
+        )
+        .await
+    }
+
     async fn document_by_slug(
         &self,
         repo_owner: &str,

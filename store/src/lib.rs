@@ -405,6 +405,15 @@ pub trait DocumentStore: Send + Sync + 'static {
     /// ones included (the caller filters). Empty for a document without children, including a
     /// child. `NotFound("document")` for an unknown parent.
     async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>>;
+    /// The documents of a repository (owner and name compared without ASCII case), children
+    /// and archived ones included (the caller filters), in creation order (`created_at_ms`,
+    /// ties by id): at most `limit` of them, the oldest first.
+    async fn repository_documents(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<Document>>;
     /// The document whose slug, or one of whose former slugs (aliases), is `slug` in that
     /// repository; the document returned carries its current slug. Owner and repository name are
     /// compared without regard to ASCII case, the slug exactly.

@@ -383,6 +383,26 @@ impl DocumentStore for MemoryStore {
         })
     }
 
+    async fn repository_documents(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<Document>> {
+        let (owner, repo) = (ascii_key(repo_owner), ascii_key(repo_name));
+        self.with(|inner| {
+            let mut found: Vec<Document> = inner
+                .documents
+                .values()
+                .filter(|d| ascii_key(&d.repo_owner) == owner && ascii_key(&d.repo_name) == repo)
+                .cloned()
+                .collect();
+            found.sort_by_key(|d| (d.created_at_ms, d.id));
+            found.truncate(limit as usize);
+            Ok(found)
+        })
+    }
+
     async fn document_by_slug(
         &self,
         repo_owner: &str,

@@ -1149,6 +1149,27 @@ where
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
+    pub(crate) async fn repository_documents(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<Document>> {
+        let sql = format!(
+            "SELECT {DOCUMENT_COLUMNS} FROM documents \
+             WHERE repo_owner_key = $1 AND repo_name_key = $2 \
+             ORDER BY created_at_ms, id LIMIT $3"
+        );
+        let rows: Vec<DocumentRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(ascii_key(repo_owner))
+            .bind(ascii_key(repo_name))
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a repository's documents", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     pub(crate) async fn document_by_slug(
         &self,
         repo_owner: &str,
@@ -2136,6 +2157,8 @@ macro_rules! sql_store_impls {
                 fn create_document(doc: &NewDocument) -> Document;
                 fn document(id: Uuid) -> Option<Document>;
                 fn children(parent_id: Uuid) -> Vec<Document>;
+                fn repository_documents(repo_owner: &str, repo_name: &str, limit: u32)
+                    -> Vec<Document>;
                 fn document_by_slug(repo_owner: &str, repo_name: &str, slug: &str)
                     -> Option<Document>;
                 fn set_archived(id: Uuid, archived: bool) -> ();

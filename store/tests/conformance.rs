@@ -191,6 +191,7 @@ conformance! {
     rename_race_to_one_slug_exactly_one_wins,
     rename_race_never_takes_a_slug_being_left,
     children_are_listed_in_creation_order_ties_by_id,
+    repository_documents_are_that_repositorys_in_creation_order_and_bounded,
     child_of_a_child_is_refused,
     child_in_another_repository_is_refused,
     child_of_an_archived_parent_is_refused,
@@ -3977,4 +3978,57 @@ async fn ses_14_ended_runs_go_when_the_next_workflow_starts(b: &Backend) {
         1,
         "each document on its own"
     );
+}
+
+async fn repository_documents_are_that_repositorys_in_creation_order_and_bounded(b: &Backend) {
+    let store = b.open().await;
+    let late = store
+        .create_document(&NewDocument {
+            created_at_ms: 9_000,
+            ..new_doc(1, "Octo", "Repo", "late")
+        })
+        .await
+        .unwrap();
+    let early = store
+        .create_document(&NewDocument {
+            created_at_ms: 1_000,
+            ..new_doc(2, "octo", "repo", "early")
+        })
+        .await
+        .unwrap();
+    let child = store
+        .create_document(&NewDocument {
+            created_at_ms: 5_000,
+            ..child_doc(3, "OCTO", "REPO", "child", early.id)
+        })
+        .await
+        .unwrap();
+    store
+        .create_document(&new_doc(4, "octo", "other", "elsewhere"))
+        .await
+        .unwrap();
+    store
+        .create_document(&new_doc(5, "someone", "repo", "elsewhere"))
+        .await
+        .unwrap();
+    store.set_archived(late.id, true).await.unwrap();
+    let ids = |docs: Vec<Document>| docs.into_iter().map(|d| d.id).collect::<Vec<_>>();
+    assert_eq!(
+        ids(store
+            .repository_documents("OCTO", "repo", 10)
+            .await
+            .unwrap()),
+        vec![early.id, child.id, late.id],
+        "owner and name without case, children and archived ones included, oldest first"
+    );
+    assert_eq!(
+        ids(store.repository_documents("octo", "repo", 2).await.unwrap()),
+        vec![early.id, child.id],
+        "at most the limit"
+    );
+    assert!(store
+        .repository_documents("octo", "nothing", 10)
+        .await
+        .unwrap()
+        .is_empty());
 }

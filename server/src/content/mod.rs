@@ -275,6 +275,37 @@ impl OpenDocument {
         batch: &EditBatch,
         owner: Option<&OwnerGuard>,
     ) -> Result<EditResult, EditRefused> {
+        self.commit_edit(document, earlier_urls, owner, |target| {
+            edit::edit_plan(target, batch)
+        })
+        .await
+    }
+
+    /// MCP `update_document`: the whole source replaced, made from plan revision `revision`,
+    /// checked ([`edit::replace_source`]) and committed exactly as [`OpenDocument::edit_plan`]
+    /// commits a batch.
+    pub async fn replace_source(
+        &self,
+        document: DocumentRef,
+        earlier_urls: &[String],
+        revision: u64,
+        new_source: &str,
+    ) -> Result<EditResult, EditRefused> {
+        self.commit_edit(document, earlier_urls, None, |target| {
+            edit::replace_source(target, revision, new_source)
+        })
+        .await
+    }
+
+    /// Checks a change against the source and plan revision now (`check`), and commits what it
+    /// makes under that revision before the live copy or any socket sees it.
+    async fn commit_edit(
+        &self,
+        document: DocumentRef,
+        earlier_urls: &[String],
+        owner: Option<&OwnerGuard>,
+        check: impl FnOnce(&EditTarget<'_>) -> EditResult,
+    ) -> Result<EditResult, EditRefused> {
         let mut content = self.content.lock().await;
         let content = &mut *content;
         let current = self
@@ -291,7 +322,7 @@ impl OpenDocument {
             source: &source,
             locked: false,
         };
-        let mut result = edit::edit_plan(&target, batch);
+        let mut result = check(&target);
         let EditOutcome::Applied {
             source: new_source, ..
         } = &result.outcome

@@ -11,6 +11,7 @@
 //! (the planner table).
 
 pub mod children;
+pub mod updates;
 
 use std::sync::Arc;
 
@@ -104,6 +105,31 @@ impl Locator {
     }
 }
 
+impl Locator {
+    /// [`Locator::parse`] for a client of this server: an absolute URL counts only at `origin`
+    /// (this server's), so no locator names a document through another host.
+    pub fn parse_at(text: &str, origin: &str) -> Option<Locator> {
+        let text = text.trim();
+        if !text.starts_with('/') && Uuid::parse_str(text).is_err() {
+            let ours = url::Url::parse(origin).ok()?.origin();
+            if url::Url::parse(text).ok()?.origin() != ours {
+                return None;
+            }
+        }
+        Locator::parse(text)
+    }
+
+    /// The repository a locator names (`owner`, `repo`); an id names none.
+    pub fn repository(&self) -> Option<(&str, &str)> {
+        match self {
+            Locator::Id(_) => None,
+            Locator::Path { owner, repo, .. } | Locator::ChildPath { owner, repo, .. } => {
+                Some((owner, repo))
+            }
+        }
+    }
+}
+
 fn decode(part: &str) -> Option<String> {
     url::form_urlencoded::parse(format!("x={part}").as_bytes())
         .next()
@@ -177,6 +203,9 @@ pub fn new_title(raw: &str) -> Result<String, ApiError> {
 }
 
 /// Documents as records.
+/// Most documents one listing of a repository names.
+pub const REPOSITORY_LIST_MAX: u32 = 500;
+
 pub struct Documents {
     store: Arc<dyn DocumentStore>,
     clock: SharedClock,
@@ -300,6 +329,14 @@ impl Documents {
             }
             Err(e) => Err(ApiError::store(e)),
         }
+    }
+
+    /// The documents of `owner/repo`, oldest first: at most [`REPOSITORY_LIST_MAX`].
+    pub async fn of_repository(&self, owner: &str, repo: &str) -> Result<Vec<Document>, ApiError> {
+        self.store
+            .repository_documents(owner, repo, REPOSITORY_LIST_MAX)
+            .await
+            .map_err(ApiError::store)
     }
 
     /// The canonical URLs a document had before its renames, oldest first.

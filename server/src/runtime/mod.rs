@@ -3,8 +3,9 @@
 //!
 //! Owns: [`Runtime`] (the wall clock, the source of randomness, the outbound connector),
 //! [`shutdown::Shutdown`] (the one shutdown signal and the tracker that owns every spawned task),
-//! [`lease`] (the database-wide writer lease a serving process holds) and [`gates::Gates`] (keyed
-//! async locks that are forgotten once nobody holds or waits for them).
+//! [`lease`] (the database-wide writer lease a serving process holds), [`gates::Gates`] (keyed
+//! async locks that are forgotten once nobody holds or waits for them) and [`recent::Recent`] (a
+//! bounded memory of recent answers by key).
 //! Does not own: timers and deadlines, which use `tokio::time` directly (turmoil drives it), or
 //! storage (the `chopin-store` crate).
 //!
@@ -16,6 +17,7 @@ pub mod connector;
 pub mod entropy;
 pub mod gates;
 pub mod lease;
+pub mod recent;
 pub mod shutdown;
 
 use std::sync::Arc;

@@ -49,6 +49,12 @@ impl Shutdown {
         self.token.clone().cancelled_owned()
     }
 
+    /// A token cancelled when the stop begins, for a library that takes one (rmcp's
+    /// Streamable HTTP service ends its per-request work with it).
+    pub fn child_token(&self) -> CancellationToken {
+        self.token.child_token()
+    }
+
     /// Whether the stop has begun.
     pub fn is_stopping(&self) -> bool {
         self.token.is_cancelled()

@@ -42,7 +42,7 @@ pub struct DocumentsDeps {
 
 impl DocumentsDeps {
     /// The document `id` and what the caller may do on its repository, if it can read it.
-    async fn readable(
+    pub(super) async fn readable(
         &self,
         caller: &Caller,
         id: &str,
@@ -56,6 +56,108 @@ impl DocumentsDeps {
         let (doc, access) = self.readable(caller, id).await?;
         writer_only(&access, &caller.login)?;
         Ok(doc)
+    }
+
+    /// What the caller may do on `owner/repo`, to create a document there: it must see the
+    /// repository (`repository-not-found` otherwise) and push to it.
+    pub(super) async fn writable_repository(
+        &self,
+        caller: &Caller,
+        owner: &str,
+        repo: &str,
+    ) -> Result<RepoAccess, ApiError> {
+        let access = self
+            .access
+            .caller_access(caller, owner, repo)
+            .await?
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "repository-not-found",
+                    format!(
+                        "No repository {owner}/{repo} that @{} can see.",
+                        caller.login
+                    ),
+                )
+            })?;
+        writer_only(&access, &caller.login)?;
+        Ok(access)
+    }
+
+    /// Archives or restores `doc` (its writer checked): archiving ends an attached Planner's
+    /// link and closes the document's open sockets (4404).
+    pub(super) async fn set_archived(
+        &self,
+        doc: &Document,
+        archived: bool,
+    ) -> Result<Document, ApiError> {
+        let doc = self.documents.set_archived(doc.id, archived).await?;
+        if archived {
+            // Archiving withdraws the Planner's questions (ATM-31).
+            let why = "The document was archived.";
+            let url = documents::canonical_url(&doc);
+            self.questions
+                .withdraw(doc.id, &url, Scope::Document, why)
+                .await;
+            self.open.archived(doc.id);
+            self.planners.archived(doc.id).await;
+        }
+        Ok(doc)
+    }
+
+    /// Renames `doc` (its writer checked): the document as the API shows it, with
+    /// `earlierUrls`, its former URLs, which keep opening it.
+    pub(super) async fn rename(
+        &self,
+        doc: &Document,
+        slug: &str,
+        title: &str,
+    ) -> Result<Value, ApiError> {
+        let renamed = self.documents.rename(doc.id, slug, title).await?;
+        let mut body = document_json(&renamed);
+        body["earlierUrls"] = json!(self
+            .documents
+            .earlier_urls(&renamed)
+            .await
+            .map_err(ApiError::store)?);
+        Ok(body)
+    }
+
+    /// `doc` as a reader sees it now (the live source, its earlier URLs), handed to `read` as
+    /// the input of the paged text and the structured view, with the source's analysis kept
+    /// for this text.
+    pub(super) async fn read_with<R>(
+        &self,
+        doc: &Document,
+        read: impl FnOnce(
+            &chopin_document::reader::DocumentInput<'_>,
+            &chopin_document::reader::Analysis,
+        ) -> R,
+    ) -> Result<R, ApiError> {
+        let open = self.open.open(doc.id).await.map_err(ApiError::store)?;
+        let reading = open.reading().await;
+        let earlier = self
+            .documents
+            .earlier_urls(doc)
+            .await
+            .map_err(ApiError::store)?;
+        let id = doc.id.to_string();
+        let url = documents::canonical_url(doc);
+        Ok(read(
+            &chopin_document::reader::DocumentInput {
+                id: &id,
+                url: &url,
+                title: Some(&doc.title),
+                revision: doc.plan_revision as u64,
+                earlier_urls: &earlier,
+                child: None,
+                kind: chopin_document::reader::ReadKind::McpDocument,
+                source: &reading.source,
+                accepted_comments: &[],
+                brief: None,
+            },
+            &reading.analysis,
+        ))
     }
 }
 
@@ -174,21 +276,7 @@ async fn create(
     let input: CreateDocument = json_body(&body, r#"{\"title\": string, \"slug\"?: string}"#)?;
     let title = documents::new_title(&input.title)?;
     let base = documents::slug_of(input.slug.as_deref(), &title)?;
-    let access = deps
-        .access
-        .caller_access(&caller, &owner, &repo)
-        .await?
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "repository-not-found",
-                format!(
-                    "No repository {owner}/{repo} that @{} can see.",
-                    caller.login
-                ),
-            )
-        })?;
-    writer_only(&access, &caller.login)?;
+    let access = deps.writable_repository(&caller, &owner, &repo).await?;
     let doc = deps
         .documents
         .create(&access.owner, &access.repo, &title, &base, None)
@@ -245,21 +333,7 @@ async fn archive(
     let caller = deps.access.caller(&headers, true).await?;
     let input: SetArchived = json_body(&body, r#"{\"archived\": boolean}"#)?;
     let doc = deps.writable(&caller, &id).await?;
-    let doc = deps.documents.set_archived(doc.id, input.archived).await?;
-    if input.archived {
-        // Archiving withdraws the Planner's questions (ATM-31).
-        let why = "The document was archived.";
-        deps.questions
-            .withdraw(
-                doc.id,
-                &documents::canonical_url(&doc),
-                Scope::Document,
-                why,
-            )
-            .await;
-        deps.open.archived(doc.id);
-        deps.planners.archived(doc.id).await;
-    }
+    let doc = deps.set_archived(&doc, input.archived).await?;
     Ok(Json(document_json(&doc)))
 }
 
@@ -298,14 +372,7 @@ async fn rename(
     let title = documents::title_of(&input.title)?;
     let slug = documents::slug_of(input.slug.as_deref(), &title)?;
     let doc = deps.writable(&caller, &id).await?;
-    let renamed = deps.documents.rename(doc.id, &slug, &title).await?;
-    let mut body = document_json(&renamed);
-    body["earlierUrls"] = json!(deps
-        .documents
-        .earlier_urls(&renamed)
-        .await
-        .map_err(ApiError::store)?);
-    Ok(Json(body))
+    Ok(Json(deps.rename(&doc, &slug, &title).await?))
 }
 
 /// `GET /api/documents/{id}/source`: the document's Markdown source as it is now (the live
@@ -347,33 +414,17 @@ async fn read(
 ) -> Result<Response, ApiError> {
     let caller = deps.access.caller(&headers, false).await?;
     let (doc, _) = deps.readable(&caller, &id).await?;
-    let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
-    let reading = open.reading().await;
-    let earlier = deps
-        .documents
-        .earlier_urls(&doc)
-        .await
-        .map_err(ApiError::store)?;
-    let id = doc.id.to_string();
-    let url = documents::canonical_url(&doc);
-    let input = chopin_document::reader::DocumentInput {
-        id: &id,
-        url: &url,
-        title: Some(&doc.title),
-        revision: doc.plan_revision as u64,
-        earlier_urls: &earlier,
-        child: None,
-        kind: chopin_document::reader::ReadKind::McpDocument,
-        source: &reading.source,
-        accepted_comments: &[],
-        brief: None,
-    };
     let args = chopin_document::reader::ReadArgs {
         offset: query.offset,
         limit: query.limit,
         column: query.column,
     };
-    match chopin_document::reader::read_text_with(&input, &reading.analysis, &args) {
+    let text = deps
+        .read_with(&doc, |input, analysis| {
+            chopin_document::reader::read_text_with(input, analysis, &args)
+        })
+        .await?;
+    match text {
         Ok(text) => Ok((
             [(header::CONTENT_TYPE, "text/markdown; charset=utf-8")],
             text,

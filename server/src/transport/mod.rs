@@ -1,5 +1,5 @@
 //! The transport layer: the only code that knows axum. HTTP routes, the room socket, the agent
-//! socket (and `/mcp` when it comes) turn requests and frames into calls on the services and
+//! socket and `/mcp` turn requests and frames into calls on the services and
 //! their answers into responses and frames.
 //!
 //! Owns: [`Routes`] (a router that also records every method and path it serves, so a test can
@@ -13,6 +13,7 @@ pub mod agent;
 pub mod auth;
 pub mod documents;
 pub mod health;
+pub mod mcp;
 pub mod room;
 pub mod socket;
 pub mod yjs;

@@ -348,7 +348,7 @@ async fn session(
                             Some("chat:send") => match chat::SendRequest::from_frame(&value) {
                                 // MSG-18: a stopping process says nothing to a message for the Planner.
                                 Ok(request) => {
-                                    let reply = match chat_place(deps, doc, &place, &request.request_id).await {
+                                    let reply = match chat_place(&deps.children, doc, &place, &request.request_id).await {
                                         Ok(place) => deps.chat.send(&place, &sender, request).await,
                                         Err(refused) => refused,
                                     };
@@ -423,8 +423,8 @@ async fn session(
 /// Where a `chat:send` from this room goes: a root's own Chat, or — for a child, whose root is
 /// asked again now (ISO-25) — its root's, with the child as the focus. A child that no longer
 /// names a live root in its repository has no Chat to send to: refused, nothing saved.
-async fn chat_place(
-    deps: &RoomDeps,
+pub(super) async fn chat_place(
+    children: &Children,
     doc: &Document,
     own: &chat::Place,
     request_id: &str,
@@ -432,7 +432,7 @@ async fn chat_place(
     if doc.parent_id.is_none() {
         return Ok(own.clone());
     }
-    match deps.children.of_root(doc.id).await {
+    match children.of_root(doc.id).await {
         Ok((root, child)) => Ok(chat::Place {
             document: root.id,
             url: documents::canonical_url(&root),

@@ -69,6 +69,11 @@ pub async fn served() -> Served {
 
 /// [`served`] over `store` (a memory store wrapped to fail or hold some calls, say).
 pub async fn served_over(store: Arc<dyn Store>) -> Served {
+    served_with(store, |_| {}).await
+}
+
+/// [`served_over`] with `configure` applied to the server's settings before it starts.
+pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Config)) -> Served {
     let github = FakeGitHub::new();
     github.add_user("mona", 1001).add_repo("octo", "plans");
     github.grant("octo", "plans", "mona", Permission::Write);
@@ -84,6 +89,7 @@ pub async fn served_over(store: Arc<dyn Store>) -> Served {
     config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
     config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
     config.app_origin = format!("http://{host}");
+    configure(&mut config);
     let running = app::start(
         config,
         store.clone(),

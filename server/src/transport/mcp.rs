@@ -1,0 +1,712 @@
+//! `/mcp`: the documents as MCP tools for coding agents, over Streamable HTTP (rmcp), always
+//! served — `AGENT=off` included.
+//!
+//! Owns: the endpoint's HTTP checks before any MCP message is read (a present `Origin` must be
+//! this server's, 403; `Authorization: Bearer <GitHub token>` through instance admission —
+//! missing or bad 401, refused account 403, GitHub down 503), the tool list with its input
+//! schemas and words, decoding each call's arguments, and the answers: a result whose
+//! `structuredContent` carries the data, or a refusal `{code, message}` marked as an error.
+//! rmcp serves it statelessly (no MCP session; every request stands alone and carries the
+//! token) with JSON answers.
+//! Does not own: any access rule — the caller, repository access (pull to read, push or admin
+//! to write) and "unreadable looks missing" are [`crate::access::Access`]'s, reached through
+//! the document routes' own helpers ([`DocumentsDeps`]); documents, their content and
+//! idempotent updates are the services'.
+//!
+//! Invariants: the bearer token goes only to GitHub (through `Access`) and is never logged;
+//! a locator names a document by id or by its canonical URL, absolute only at this server's
+//! origin; a tool never acts on a repository its caller cannot read, and never writes where
+//! the caller cannot push.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use chopin_document::edit::{EditOutcome, EditResult};
+use chopin_document::reader::{document_view, read_text_with, ReadArgs};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+
+use super::documents::DocumentsDeps;
+use super::{Routes, Table};
+use crate::access::{bearer, writer_only, Caller};
+use crate::chat::{Chat, Place, SendReply, SendRequest, Sender, REQUEST_ID_MAX_CHARS};
+use crate::documents::children::Children;
+use crate::documents::updates::{Update, Updates};
+use crate::documents::{self, document_json, Locator};
+use crate::error::ApiError;
+use crate::identity::github::RepoAccess;
+use crate::runtime::{SharedEntropy, Shutdown};
+use crate::store::Document;
+
+/// The path MCP is served at.
+pub const MCP_PATH: &str = "/mcp";
+/// Largest MCP request body read.
+const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+
+/// What `/mcp` uses.
+#[derive(Clone)]
+pub struct McpDeps {
+    /// The document routes' helpers: the same access checks, reads and archiving.
+    pub documents: DocumentsDeps,
+    pub updates: Arc<Updates>,
+    /// `invoke_planner` posts in Chat, as a `chat:send` would.
+    pub chat: Arc<Chat>,
+    pub children: Arc<Children>,
+    pub entropy: SharedEntropy,
+    pub shutdown: Shutdown,
+}
+
+pub fn routes(deps: McpDeps) -> Routes {
+    let config = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_max_request_body_bytes(MAX_REQUEST_BYTES)
+        .with_cancellation_token(deps.shutdown.child_token())
+        // Access is a bearer token, never a cookie, and a present Origin is checked below, so a
+        // rebound DNS name reaches nothing a Host check would protect.
+        .disable_allowed_hosts();
+    let tools = Tools { deps: deps.clone() };
+    let service = StreamableHttpService::new(
+        move || Ok(tools.clone()),
+        Arc::new(NeverSessionManager::default()),
+        config,
+    );
+    let state = Endpoint { deps, service };
+    Table::new()
+        .post(MCP_PATH, endpoint)
+        .get(MCP_PATH, endpoint)
+        .with_state(state)
+}
+
+#[derive(Clone)]
+struct Endpoint {
+    deps: McpDeps,
+    service: StreamableHttpService<Tools, NeverSessionManager>,
+}
+
+/// Every `/mcp` request: the caller is established (Origin, bearer, admission) before rmcp
+/// reads a byte of the body, and handed to the tools in the request's extensions.
+async fn endpoint(State(endpoint): State<Endpoint>, mut request: Request) -> Response {
+    let access = &endpoint.deps.documents.access;
+    let headers = request.headers();
+    if access.foreign_origin(headers).is_none() && bearer(headers).is_none() {
+        let mut response = ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "bad-credentials",
+            "Send Authorization: Bearer <GitHub token> of the account that calls.",
+        )
+        .into_response();
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"chopin\""),
+        );
+        return response;
+    }
+    let caller = match access.caller(headers, false).await {
+        Ok(caller) => Arc::new(caller),
+        Err(refusal) => return refusal.into_response(),
+    };
+    request.extensions_mut().insert(caller);
+    let answer = endpoint
+        .deps
+        .shutdown
+        .track(endpoint.service.oneshot(request));
+    match answer.await {
+        Ok(response) => response.map(Body::new),
+        Err(never) => match never {},
+    }
+}
+
+/// The tools, one value per request (rmcp's factory clones it).
+#[derive(Clone)]
+struct Tools {
+    deps: McpDeps,
+}
+
+impl ServerHandler for Tools {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("chopin", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Chopin keeps Markdown documents connected to GitHub repositories. Name a \
+                 document by its id or its URL; read it before you update it, and send the \
+                 planRevision you read with the update.",
+            )
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        tools().into_iter().find(|t| t.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Arc<Caller>>())
+            .cloned()
+            .ok_or_else(|| ErrorData::internal_error("the caller was not established", None))?;
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let result = match self.call(&caller, &request.name, arguments).await {
+            Ok(result) => result,
+            Err(refusal) => refused(refusal.code, &refusal.message, json!({})),
+        };
+        Ok(result.into())
+    }
+}
+
+/// A refusal: `{code, message}` (and whatever `more` adds) as an error result.
+fn refused(code: &str, message: &str, more: Value) -> CallToolResult {
+    let mut body = json!({ "code": code, "message": message });
+    if let (Some(body), Value::Object(more)) = (body.as_object_mut(), more) {
+        body.extend(more);
+    }
+    CallToolResult::structured_error(body)
+}
+
+fn invalid_arguments(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid-arguments", message)
+}
+
+/// A tool's arguments as `T`, or `invalid-arguments` saying what is wrong.
+fn arguments<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ApiError> {
+    serde_json::from_value(arguments).map_err(|e| invalid_arguments(format!("{tool}: {e}")))
+}
+
+/// `owner/repo`, as a repository argument names it.
+fn repository(text: &str) -> Result<(&str, &str), ApiError> {
+    match text.trim().split_once('/') {
+        Some((owner, repo)) if !owner.is_empty() && !repo.is_empty() && !repo.contains('/') => {
+            Ok((owner, repo))
+        }
+        _ => Err(invalid_arguments(format!(
+            "repository is \"owner/repo\", not {text:?}"
+        ))),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RepositoryArgs {
+    repository: String,
+    #[serde(default, rename = "includeArchived")]
+    include_archived: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadDocumentArgs {
+    document: String,
+    offset: Option<usize>,
+    limit: Option<usize>,
+    column: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateArgs {
+    repository: String,
+    title: String,
+    slug: Option<String>,
+    source: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct UpdateArgs {
+    document: String,
+    plan_revision: u64,
+    source: String,
+    idempotency_key: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RenameArgs {
+    document: String,
+    title: String,
+    slug: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct InvokeArgs {
+    document: String,
+    instruction: String,
+    idempotency_key: Option<String>,
+    #[serde(rename = "as")]
+    as_: Option<InvokeAs>,
+}
+
+/// `as: "system"`: an automatic follow-up rather than a message.
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum InvokeAs {
+    System,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DocumentArgs {
+    document: String,
+}
+
+impl Tools {
+    async fn call(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        args: Value,
+    ) -> Result<CallToolResult, ApiError> {
+        match tool {
+            "list_documents" => self.list_documents(caller, arguments(tool, args)?).await,
+            "read_document" => self.read_document(caller, arguments(tool, args)?).await,
+            "create_document" => self.create_document(caller, arguments(tool, args)?).await,
+            "update_document" => self.update_document(caller, arguments(tool, args)?).await,
+            "rename_document" => self.rename_document(caller, arguments(tool, args)?).await,
+            "invoke_planner" => self.invoke_planner(caller, arguments(tool, args)?).await,
+            "archive_document" | "restore_document" => {
+                let args: DocumentArgs = arguments(tool, args)?;
+                self.set_archived(caller, &args.document, tool == "archive_document")
+                    .await
+            }
+            other => Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "unknown-tool",
+                format!("There is no tool {other:?}; tools/list names every tool."),
+            )),
+        }
+    }
+
+    /// The document a locator names and what the caller may do on its repository. A URL's
+    /// repository is decided first, from its names, so an unreadable repository answers
+    /// "not found" whatever slug was asked.
+    async fn locate(
+        &self,
+        caller: &Caller,
+        text: &str,
+    ) -> Result<(Document, RepoAccess), ApiError> {
+        let deps = &self.deps.documents;
+        let Some(locator) = Locator::parse_at(text, deps.access.app_origin()) else {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-locator",
+                format!(
+                    "A document is named by its id or its URL on this server ({}/documents/<owner>/<repo>/<slug>).",
+                    deps.access.app_origin()
+                ),
+            ));
+        };
+        if let Some((owner, repo)) = locator.repository() {
+            deps.access.repository_readable(caller, owner, repo).await?;
+        }
+        let doc = deps
+            .documents
+            .resolve(&locator)
+            .await
+            .map_err(ApiError::store)?;
+        deps.access.readable(caller, doc).await
+    }
+
+    /// The document a locator names, if the caller can push to its repository.
+    async fn locate_writable(&self, caller: &Caller, text: &str) -> Result<Document, ApiError> {
+        let (doc, access) = self.locate(caller, text).await?;
+        writer_only(&access, &caller.login)?;
+        Ok(doc)
+    }
+
+    async fn list_documents(
+        &self,
+        caller: &Caller,
+        args: RepositoryArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let deps = &self.deps.documents;
+        let (owner, repo) = repository(&args.repository)?;
+        deps.access.repository_readable(caller, owner, repo).await?;
+        let found = deps.documents.of_repository(owner, repo).await?;
+        let listed: Vec<Value> = found
+            .iter()
+            .filter(|d| args.include_archived || !d.archived)
+            .map(document_json)
+            .collect();
+        Ok(CallToolResult::structured(json!({ "documents": listed })))
+    }
+
+    async fn read_document(
+        &self,
+        caller: &Caller,
+        args: ReadDocumentArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let (doc, _) = self.locate(caller, &args.document).await?;
+        let read = ReadArgs {
+            offset: args.offset,
+            limit: args.limit,
+            column: args.column,
+        };
+        let (text, view) = self
+            .deps
+            .documents
+            .read_with(&doc, |input, analysis| {
+                let view = serde_json::to_value(document_view(input));
+                (read_text_with(input, analysis, &read), view)
+            })
+            .await?;
+        let text = text.map_err(|e| invalid_arguments(e.to_string()))?;
+        let mut view = view.map_err(|e| invalid_arguments(e.to_string()))?;
+        view["archived"] = json!(doc.archived);
+        view["repository"] = json!(format!("{}/{}", doc.repo_owner, doc.repo_name));
+        let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+        result.structured_content = Some(view);
+        Ok(result)
+    }
+
+    async fn create_document(
+        &self,
+        caller: &Caller,
+        args: CreateArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let deps = &self.deps.documents;
+        let (owner, repo) = repository(&args.repository)?;
+        let title = documents::new_title(&args.title)?;
+        let base = documents::slug_of(args.slug.as_deref(), &title)?;
+        let source = args.source.unwrap_or_default();
+        // Checked as an update of an empty document would be, before anything is created.
+        if let Err(refusal) = applied(&chopin_document::edit::replace_source(
+            &chopin_document::edit::EditTarget {
+                document: chopin_document::DocumentRef {
+                    id: String::new(),
+                    url: String::new(),
+                },
+                earlier_urls: &[],
+                revision: 0,
+                source: "",
+                locked: false,
+            },
+            0,
+            &source,
+        )) {
+            return Ok(refusal);
+        }
+        let access = deps.writable_repository(caller, owner, repo).await?;
+        let mut doc = deps
+            .documents
+            .create(&access.owner, &access.repo, &title, &base, None)
+            .await?;
+        tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created over MCP");
+        if !source.is_empty() {
+            let first = Update {
+                revision: doc.plan_revision as u64,
+                source: &source,
+                idempotency_key: &format!("create:{}", doc.id),
+            };
+            let written = self
+                .deps
+                .updates
+                .update(&caller.login, &doc, &first)
+                .await?;
+            if let Err(refusal) = applied(&written) {
+                return Ok(refusal);
+            }
+            doc = deps
+                .documents
+                .by_id(&doc.id.to_string())
+                .await?
+                .ok_or_else(ApiError::not_found)?;
+        }
+        Ok(CallToolResult::structured(document_json(&doc)))
+    }
+
+    async fn update_document(
+        &self,
+        caller: &Caller,
+        args: UpdateArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let doc = self.locate_writable(caller, &args.document).await?;
+        if doc.archived {
+            return Err(archived());
+        }
+        let update = Update {
+            revision: args.plan_revision,
+            source: &args.source,
+            idempotency_key: &args.idempotency_key,
+        };
+        let result = self
+            .deps
+            .updates
+            .update(&caller.login, &doc, &update)
+            .await?;
+        let revision = match applied(&result) {
+            Ok(revision) => revision,
+            Err(refusal) => return Ok(refusal),
+        };
+        Ok(CallToolResult::structured(json!({
+            "document": result.document,
+            "status": "applied",
+            "planRevision": revision,
+        })))
+    }
+
+    async fn rename_document(
+        &self,
+        caller: &Caller,
+        args: RenameArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let title = documents::title_of(&args.title)?;
+        let slug = documents::slug_of(args.slug.as_deref(), &title)?;
+        let doc = self.locate_writable(caller, &args.document).await?;
+        Ok(CallToolResult::structured(
+            self.deps.documents.rename(&doc, &slug, &title).await?,
+        ))
+    }
+
+    /// The instruction posted in the document's Chat as the caller's own message, addressed to
+    /// the Planner: it starts a turn or is given to the running one, or is refused as a Chat
+    /// message to the Planner would be (`planner-not-attached`, `planner-busy`, …) with
+    /// nothing posted. A child document's goes to its root's Chat, the child its focus.
+    async fn invoke_planner(
+        &self,
+        caller: &Caller,
+        args: InvokeArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let (doc, access) = self.locate(caller, &args.document).await?;
+        writer_only(&access, &caller.login)?;
+        if doc.archived {
+            return Err(archived());
+        }
+        let key = match args.idempotency_key {
+            Some(key) if (1..=REQUEST_ID_MAX_CHARS).contains(&key.chars().count()) => key,
+            Some(_) => {
+                return Err(invalid_arguments(format!(
+                    "idempotencyKey is 1 to {REQUEST_ID_MAX_CHARS} characters"
+                )))
+            }
+            None => self.deps.entropy.token_hex(16),
+        };
+        // Apart from the request ids of browsers' sends.
+        let request_id = format!("mcp:{key}");
+        let own = Place {
+            document: doc.id,
+            url: documents::canonical_url(&doc),
+            focus: None,
+        };
+        let reply =
+            match super::room::chat_place(&self.deps.children, &doc, &own, &request_id).await {
+                Ok(place) => {
+                    let sender = Sender {
+                        login: caller.login.clone(),
+                        can_write: true,
+                    };
+                    let request = SendRequest {
+                        request_id,
+                        text: args.instruction,
+                    };
+                    match args.as_ {
+                        Some(InvokeAs::System) => {
+                            self.deps.chat.follow_up(&place, &sender, request).await
+                        }
+                        None => self.deps.chat.invoke(&place, &sender, request).await,
+                    }
+                }
+                Err(refused) => refused,
+            };
+        Ok(match reply {
+            SendReply::Ack { seq, planner, .. } => CallToolResult::structured(json!({
+                "document": { "id": doc.id, "url": documents::canonical_url(&doc) },
+                "status": planner,
+                "seq": seq,
+            })),
+            SendReply::Refused { code, message, .. } => refused(&code, &message, json!({})),
+            SendReply::Unanswered { .. } => refused(
+                "stopping",
+                "The server is stopping, so the instruction was not posted; call again shortly.",
+                json!({}),
+            ),
+        })
+    }
+
+    async fn set_archived(
+        &self,
+        caller: &Caller,
+        document: &str,
+        archived: bool,
+    ) -> Result<CallToolResult, ApiError> {
+        let doc = self.locate_writable(caller, document).await?;
+        let doc = self.deps.documents.set_archived(&doc, archived).await?;
+        Ok(CallToolResult::structured(document_json(&doc)))
+    }
+}
+
+fn archived() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "document-archived",
+        "The document is archived; restore it first.",
+    )
+}
+
+/// The plan revision an edit made, or its refusal (`stale`, `invalid`, `locked`) as a tool's.
+fn applied(result: &EditResult) -> Result<u64, CallToolResult> {
+    let (code, message, mut more) = match &result.outcome {
+        EditOutcome::Applied { revision, .. } => return Ok(*revision),
+        EditOutcome::Stale {
+            current_revision,
+            message,
+            ..
+        } => (
+            "stale",
+            message,
+            json!({ "currentPlanRevision": current_revision }),
+        ),
+        EditOutcome::Invalid { message, .. } => ("invalid", message, json!({})),
+        EditOutcome::Locked { message } => ("locked", message, json!({})),
+    };
+    more["document"] = json!(result.document);
+    Err(refused(code, message, more))
+}
+
+fn schema(value: Value) -> Arc<JsonObject> {
+    match value {
+        Value::Object(object) => Arc::new(object),
+        _ => Arc::new(JsonObject::new()),
+    }
+}
+
+const LOCATOR: &str = "The document: its id (a UUID) or its URL on this server (/documents/<owner>/<repo>/<slug>, or the absolute URL).";
+
+/// Every tool `/mcp` offers, with its input schema.
+fn tools() -> Vec<Tool> {
+    let locator = json!({ "type": "string", "description": LOCATOR });
+    let repository = json!({
+        "type": "string",
+        "description": "The GitHub repository, as owner/repo.",
+    });
+    let document_only = schema(json!({
+        "type": "object",
+        "properties": { "document": locator },
+        "required": ["document"],
+        "additionalProperties": false,
+    }));
+    vec![
+        Tool::new(
+            "list_documents",
+            "Lists the documents of a GitHub repository you can read (pull access), oldest first.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "repository": repository,
+                    "includeArchived": { "type": "boolean", "description": "Also list archived documents (default false)." },
+                },
+                "required": ["repository"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "read_document",
+            "Reads a document as paged Markdown text (at most 16,000 bytes a page; the last line says how to continue). The structured result holds the whole document, with its planRevision as `revision`.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "document": locator,
+                    "offset": { "type": "integer", "minimum": 1, "description": "1-based line to start at." },
+                    "limit": { "type": "integer", "minimum": 1, "description": "Most lines to return." },
+                    "column": { "type": "integer", "minimum": 1, "description": "1-based character in line `offset` to start at." },
+                },
+                "required": ["document"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "create_document",
+            "Creates a document in a repository you can push to, optionally with its first Markdown source.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "repository": repository,
+                    "title": { "type": "string", "description": "One line, at most 300 characters." },
+                    "slug": { "type": "string", "description": "The URL's last part; made from the title when left out." },
+                    "source": { "type": "string", "description": "The document's Markdown source." },
+                },
+                "required": ["repository", "title"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "update_document",
+            "Replaces a document's Markdown source. Send the planRevision you last read: if the document changed since, nothing is written and the refusal is `stale`. Send a new idempotencyKey for each update; sending the same one again returns the first answer without writing twice.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "document": locator,
+                    "planRevision": { "type": "integer", "minimum": 0, "description": "The revision read_document gave (`revision`)." },
+                    "source": { "type": "string", "description": "The whole new Markdown source." },
+                    "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 200, "description": "Unique for this update, for example a UUID." },
+                },
+                "required": ["document", "planRevision", "source", "idempotencyKey"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "rename_document",
+            "Renames a document; its former URL keeps opening it.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "document": locator,
+                    "title": { "type": "string", "description": "One line, at most 300 characters." },
+                    "slug": { "type": "string", "description": "The new URL's last part; made from the title when left out." },
+                },
+                "required": ["document", "title"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "invoke_planner",
+            "Hands an instruction to the document's Planner, posted in its Chat as your own message (push access needed). It starts a turn, or is given to the turn already running. Under the remote harness the document needs an attached Planner client; without one the call is refused `planner-not-attached` and nothing is posted.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "document": locator,
+                    "instruction": { "type": "string", "minLength": 1, "description": "What the Planner should do; at most 64 KiB of UTF-8." },
+                    "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Send the same key again to retry without posting twice." },
+                    "as": { "type": "string", "enum": ["system"], "description": "\"system\": an automatic follow-up, not a message: Chat shows only a notice naming you, the instruction goes to the Planner alone. Only the account holding the document's Planner may send one, it needs the Planner idle (planner-busy otherwise), and a document takes at most 10 an hour (rate-limited)." },
+                },
+                "required": ["document", "instruction"],
+                "additionalProperties": false,
+            })),
+        ),
+        Tool::new(
+            "archive_document",
+            "Archives a document: it stays readable, but closes for editing until restored.",
+            document_only.clone(),
+        ),
+        Tool::new(
+            "restore_document",
+            "Restores an archived document.",
+            document_only,
+        ),
+    ]
+}

@@ -1,0 +1,732 @@
+//! `/mcp` through rmcp's own Streamable HTTP client over a real loopback socket: the document
+//! tools, their refusals, and the HTTP checks before any MCP message (AC-12's "as hosted MCP
+//! checks it").
+
+mod support;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use chopin_fixtures::github::Permission;
+use chopin_fixtures::mcp::{call, connect, ok, refusal, text, Client, DOCUMENT_TOOLS};
+use chopin_server::runtime::connector::{self, TcpConnector};
+use chopin_server::store::MemoryStore;
+use serde_json::{json, Value};
+use support::{served, served_with, Served, DOC_URL};
+
+async fn client(s: &Served, token: &str) -> Client {
+    connect(&format!("http://{}/mcp", s.host), token).await
+}
+
+/// hubot can read octo/plans (pull) but not push; eve can see nothing of it.
+fn cast(s: &Served) -> (String, String) {
+    s.github.add_user("hubot", 1002).add_user("eve", 1003);
+    s.github.grant("octo", "plans", "hubot", Permission::Read);
+    (s.github.issue_token("hubot"), s.github.issue_token("eve"))
+}
+
+#[tokio::test]
+async fn mcp_lists_every_document_tool_with_a_schema_that_names_no_unknown_field() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let tools = mona.list_all_tools().await.unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    assert_eq!(names, DOCUMENT_TOOLS);
+    for tool in &tools {
+        assert_eq!(
+            tool.input_schema["additionalProperties"],
+            json!(false),
+            "{}",
+            tool.name
+        );
+        assert!(tool.description.as_deref().is_some_and(|d| !d.is_empty()));
+    }
+}
+
+#[tokio::test]
+async fn mcp_creates_reads_and_updates_a_document() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let created = ok(call(
+        &mona,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nFirst draft.\n"}),
+    )
+    .await);
+    assert_eq!(created["url"], "/documents/octo/plans/harbour-plan");
+    assert_eq!(created["repository"], "octo/plans");
+    let id = created["id"].as_str().unwrap().to_owned();
+
+    let read = call(&mona, "read_document", json!({"document": id})).await;
+    let page = text(&read);
+    assert!(page.contains("First draft."), "{page}");
+    let view = ok(read);
+    assert_eq!(view["source"], "# Harbour\n\nFirst draft.\n");
+    let revision = view["revision"].as_u64().unwrap();
+    assert_eq!(
+        view["document"]["url"],
+        "/documents/octo/plans/harbour-plan"
+    );
+
+    let updated = ok(call(
+        &mona,
+        "update_document",
+        json!({"document": "/documents/octo/plans/harbour-plan", "planRevision": revision,
+               "source": "# Harbour\n\nSecond draft.\n", "idempotencyKey": "k-1"}),
+    )
+    .await);
+    assert_eq!(updated["status"], "applied");
+    assert_eq!(updated["planRevision"], revision + 1);
+    let again = ok(call(&mona, "read_document", json!({"document": id})).await);
+    assert_eq!(again["source"], "# Harbour\n\nSecond draft.\n");
+    assert_eq!(again["revision"], revision + 1);
+
+    // Anyone connected to the document sees the same text: the HTTP source route agrees.
+    let open = s
+        .state
+        .open
+        .open(uuid::Uuid::parse_str(&id).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(open.source().await, "# Harbour\n\nSecond draft.\n");
+}
+
+#[tokio::test]
+async fn mcp_update_from_an_old_revision_is_refused_stale_and_writes_nothing() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let first = ok(call(
+        &mona,
+        "update_document",
+        json!({"document": DOC_URL, "planRevision": 0, "source": "One.\n", "idempotencyKey": "a"}),
+    )
+    .await);
+    assert_eq!(first["planRevision"], 1);
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "source": "Two.\n", "idempotencyKey": "b"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "stale");
+    assert_eq!(body["currentPlanRevision"], 1);
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["source"], "One.\n");
+}
+
+#[tokio::test]
+async fn mcp_update_with_a_used_idempotency_key_answers_again_and_writes_once() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let update = json!({"document": DOC_URL, "planRevision": 0, "source": "Once.\n", "idempotencyKey": "same"});
+    let first = ok(call(&mona, "update_document", update.clone()).await);
+    // The same call again (a retry after a lost answer): the first answer, nothing written.
+    let replay = ok(call(&mona, "update_document", update).await);
+    assert_eq!(first, replay);
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["revision"], 1, "written once");
+    // The same key for another change is refused.
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 1, "source": "Other.\n", "idempotencyKey": "same"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "idempotency-key-reused");
+}
+
+#[tokio::test]
+async fn dia_07_mcp_update_document_refuses_an_invalid_decision_fence() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0,
+                   "source": "Text.\n\n```decision\nid: quay\nstate: later\nquestion: Which?\n```\n",
+                   "idempotencyKey": "d"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "invalid");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown state `later`"),
+        "{body}"
+    );
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "create_document",
+            json!({"repository": "octo/plans", "title": "Bad", "source": "```decision\nid: x\n"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "invalid");
+    let listed = ok(call(&mona, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(
+        listed["documents"].as_array().unwrap().len(),
+        1,
+        "nothing was created"
+    );
+}
+
+#[tokio::test]
+async fn mcp_a_reader_reads_but_cannot_write_and_an_outsider_finds_nothing() {
+    let s = served().await;
+    let (hubot, eve) = cast(&s);
+    let hubot = client(&s, &hubot).await;
+    let view = ok(call(&hubot, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["document"]["id"], s.doc.to_string());
+    for (tool, args) in [
+        (
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "source": "x\n", "idempotencyKey": "h"}),
+        ),
+        (
+            "rename_document",
+            json!({"document": DOC_URL, "title": "Mine"}),
+        ),
+        ("archive_document", json!({"document": DOC_URL})),
+        (
+            "create_document",
+            json!({"repository": "octo/plans", "title": "Mine"}),
+        ),
+    ] {
+        let (code, _) = refusal(call(&hubot, tool, args).await);
+        assert_eq!(code, "no-write-access", "{tool}");
+    }
+
+    // Someone who cannot read the repository gets "not found", by id, by URL and for a slug
+    // that does not exist alike.
+    let eve = client(&s, &eve).await;
+    for document in [
+        s.doc.to_string(),
+        DOC_URL.to_owned(),
+        "/documents/octo/plans/nothing".into(),
+    ] {
+        let (code, _) = refusal(call(&eve, "read_document", json!({"document": document})).await);
+        assert_eq!(code, "document-not-found");
+    }
+    let (code, _) =
+        refusal(call(&eve, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(code, "document-not-found");
+}
+
+#[tokio::test]
+async fn mcp_locators_are_an_id_or_a_url_absolute_only_at_this_server() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let here = format!("http://{}{DOC_URL}", s.host);
+    let view = ok(call(&mona, "read_document", json!({"document": here})).await);
+    assert_eq!(view["document"]["id"], s.doc.to_string());
+    for elsewhere in [
+        format!("https://evil.example{DOC_URL}"),
+        "octo/plans/notes".to_owned(),
+    ] {
+        let (code, _) = refusal(call(&mona, "read_document", json!({"document": elsewhere})).await);
+        assert_eq!(code, "invalid-locator");
+    }
+}
+
+#[tokio::test]
+async fn mcp_lists_renames_archives_and_restores() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let renamed = ok(call(
+        &mona,
+        "rename_document",
+        json!({"document": DOC_URL, "title": "Field notes"}),
+    )
+    .await);
+    assert_eq!(renamed["url"], "/documents/octo/plans/field-notes");
+    assert_eq!(renamed["earlierUrls"], json!([DOC_URL]));
+    // The former URL still names it.
+    let archived = ok(call(&mona, "archive_document", json!({"document": DOC_URL})).await);
+    assert_eq!(archived["archived"], true);
+    let listed = ok(call(&mona, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(listed["documents"], json!([]));
+    let all = ok(call(
+        &mona,
+        "list_documents",
+        json!({"repository": "OCTO/plans", "includeArchived": true}),
+    )
+    .await);
+    assert_eq!(all["documents"][0]["id"], s.doc.to_string());
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "source": "x\n", "idempotencyKey": "z"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "document-archived");
+    let restored = ok(call(
+        &mona,
+        "restore_document",
+        json!({"document": s.doc.to_string()}),
+    )
+    .await);
+    assert_eq!(restored["archived"], false);
+}
+
+#[tokio::test]
+async fn read_23_mcp_read_document_text_is_a_page_and_structured_content_the_whole_document() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let source: String = (0..600)
+        .map(|n| format!("Paragraph {n} of a long plan.\n\n"))
+        .collect();
+    ok(call(
+        &mona,
+        "update_document",
+        json!({"document": DOC_URL, "planRevision": 0, "source": source, "idempotencyKey": "long"}),
+    )
+    .await);
+    let read = call(&mona, "read_document", json!({"document": DOC_URL})).await;
+    let page = text(&read);
+    assert!(
+        page.len() <= 16_000,
+        "a page is at most 16,000 bytes, not {}",
+        page.len()
+    );
+    assert!(
+        !page.contains("Paragraph 599 "),
+        "the first page is not the whole document"
+    );
+    assert_eq!(ok(read)["source"], source);
+}
+
+#[tokio::test]
+async fn mcp_refuses_unknown_tools_and_bad_arguments_with_a_code() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (code, _) = refusal(call(&mona, "delete_everything", json!({})).await);
+    assert_eq!(code, "unknown-tool");
+    let (code, _) = refusal(call(&mona, "read_document", json!({"doc": DOC_URL})).await);
+    assert_eq!(code, "invalid-arguments");
+    let (code, _) = refusal(call(&mona, "list_documents", json!({"repository": "octo"})).await);
+    assert_eq!(code, "invalid-arguments");
+}
+
+async fn post(s: &Served, headers: &[(&str, &str)]) -> connector::HttpResponse {
+    let mut request = http::Request::post(format!("http://{}/mcp", s.host))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    connector::send(&TcpConnector, request.body(Bytes::from(body)).unwrap())
+        .await
+        .unwrap()
+}
+
+fn error_code(response: &connector::HttpResponse) -> String {
+    let body: Value = serde_json::from_slice(&response.body).unwrap();
+    body["error"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn ac_12_mcp_refuses_over_http_before_any_message_401_403_503() {
+    let s = served_with(Arc::new(MemoryStore::new()), |config| {
+        config.github_allowed_users = ["mona".to_owned()].into();
+    })
+    .await;
+    let (hubot, _) = cast(&s);
+    let bearer = |token: &str| format!("Bearer {token}");
+
+    let none = post(&s, &[]).await;
+    assert_eq!(none.status, 401);
+    assert_eq!(error_code(&none), "bad-credentials");
+    assert!(none.headers.contains_key("www-authenticate"));
+    let bad = post(&s, &[("authorization", "Bearer not-a-token")]).await;
+    assert_eq!(
+        (bad.status.as_u16(), error_code(&bad).as_str()),
+        (401, "bad-credentials")
+    );
+    let refused = post(&s, &[("authorization", &bearer(&hubot))]).await;
+    assert_eq!(
+        (refused.status.as_u16(), error_code(&refused).as_str()),
+        (403, "not-admitted")
+    );
+    let foreign = post(
+        &s,
+        &[
+            ("authorization", &bearer(&s.mona)),
+            ("origin", "https://evil.example"),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (foreign.status.as_u16(), error_code(&foreign).as_str()),
+        (403, "foreign-origin")
+    );
+    // No Origin is fine, and this server's own is too.
+    let own = format!("http://{}", s.host);
+    let fine = post(&s, &[("authorization", &bearer(&s.mona)), ("origin", &own)]).await;
+    assert_eq!(fine.status, 200, "{:?}", fine.body);
+    s.github.set_outage(true);
+    s.state.admission.invalidate(&s.mona);
+    let down = post(&s, &[("authorization", &bearer(&s.mona))]).await;
+    assert_eq!(
+        (down.status.as_u16(), error_code(&down).as_str()),
+        (503, "github-unavailable")
+    );
+}
+
+#[tokio::test]
+async fn ses_30_mcp_is_served_with_agent_off() {
+    let s = served_with(Arc::new(MemoryStore::new()), |config| {
+        config.agent_enabled = false;
+    })
+    .await;
+    let mona = client(&s, &s.mona).await;
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["document"]["id"], s.doc.to_string());
+}
+
+#[tokio::test]
+async fn mcp_is_stateless_no_session_and_no_stream_to_open() {
+    let s = served().await;
+    let bearer = format!("Bearer {}", s.mona);
+    // As docs/mcp.md's curl example sends it.
+    let listed = post(
+        &s,
+        &[
+            ("authorization", &bearer),
+            ("mcp-protocol-version", "2025-06-18"),
+        ],
+    )
+    .await;
+    assert_eq!(listed.status, 200);
+    let body: Value = serde_json::from_slice(&listed.body).unwrap();
+    assert_eq!(
+        body["result"]["tools"].as_array().map(Vec::len),
+        Some(DOCUMENT_TOOLS.len())
+    );
+    assert!(
+        !listed.headers.contains_key("mcp-session-id"),
+        "no session is handed out"
+    );
+    assert_eq!(listed.headers["content-type"], "application/json");
+    for method in ["GET", "DELETE"] {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(format!("http://{}/mcp", s.host))
+            .header("authorization", &bearer)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", "made-up")
+            .body(Bytes::new())
+            .unwrap();
+        let answer = connector::send(&TcpConnector, request).await.unwrap();
+        assert_eq!(answer.status, 405, "{method}");
+    }
+}
+
+/// What the document's Chat holds, as (kind, author, text), once everything is saved.
+async fn chat_entries(s: &Served) -> Vec<(String, Option<String>, String)> {
+    s.state.transcript.settled().await;
+    let entries = s.store.transcript(s.doc, 0, 100).await.unwrap();
+    entries
+        .into_iter()
+        .map(|e| (e.kind, e.author_login, e.body))
+        .collect()
+}
+
+// OWN-26 / UNA-02: "An @chopin message or invoke_planner call for a document without an
+// attached Planner is refused with planner-not-attached" … "nothing is kept".
+#[tokio::test]
+async fn own_26_una_02_invoke_planner_without_an_attached_planner_is_refused_and_nothing_posted() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Plan the quay."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "planner-not-attached");
+    assert!(
+        body["message"].as_str().unwrap().contains(DOC_URL),
+        "{body}"
+    );
+    assert_eq!(chat_entries(&s).await, vec![], "nothing was posted");
+}
+
+// OWN-20: "the instruction is posted as the caller's own message and the turn runs under the
+// channel's current owner"; UNA-07: with a client attached it arrives as a turn on it.
+#[tokio::test]
+async fn own_20_invoke_planner_posts_the_callers_message_and_starts_a_turn_on_the_attached_planner()
+{
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": s.doc.to_string(), "instruction": "Plan the quay."}),
+    )
+    .await);
+    assert_eq!(took["status"], "started");
+    assert_eq!(took["document"]["url"], DOC_URL);
+    let session = match support::next(&mut planner).await {
+        chopin_protocol::agent::ServerMessage::Start(start) => start.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    planner
+        .send(&chopin_protocol::agent::ClientMessage::Started(
+            chopin_protocol::agent::Started {
+                session_id: session,
+            },
+        ))
+        .await
+        .unwrap();
+    match support::next(&mut planner).await {
+        chopin_protocol::agent::ServerMessage::Turn(turn) => {
+            assert!(
+                turn.prompt.contains("@mona: Plan the quay."),
+                "{}",
+                turn.prompt
+            )
+        }
+        other => panic!("expected turn, got {other:?}"),
+    }
+    assert_eq!(
+        chat_entries(&s).await,
+        vec![(
+            "member".into(),
+            Some("mona".into()),
+            "Plan the quay.".into()
+        )],
+        "posted as mona's own message"
+    );
+}
+
+// The instruction's bound: 64 KiB, past Chat's own 20,000 characters.
+#[tokio::test]
+async fn invoke_planner_takes_an_instruction_of_64_kib_and_refuses_one_byte_more() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let at_bound = "x".repeat(64 * 1024);
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": at_bound}),
+        )
+        .await,
+    );
+    assert_eq!(code, "planner-not-attached", "64 KiB passes the bound");
+    let over = "x".repeat(64 * 1024 + 1);
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": over}),
+        )
+        .await,
+    );
+    assert_eq!(code, "too-long");
+}
+
+#[tokio::test]
+async fn invoke_planner_needs_push_access_and_a_live_document() {
+    let s = served().await;
+    let (hubot, _) = cast(&s);
+    let hubot = client(&s, &hubot).await;
+    let (code, _) = refusal(
+        call(
+            &hubot,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Go."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "no-write-access");
+    let mona = client(&s, &s.mona).await;
+    ok(call(&mona, "archive_document", json!({"document": DOC_URL})).await);
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Go."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "document-archived");
+}
+
+// SES-30: AGENT=off keeps /mcp, but no Planner turn runs.
+#[tokio::test]
+async fn ses_30_invoke_planner_with_agent_off_is_refused_planner_unavailable() {
+    let s = served_with(Arc::new(MemoryStore::new()), |config| {
+        config.agent_enabled = false;
+    })
+    .await;
+    let mona = client(&s, &s.mona).await;
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "invoke_planner",
+            json!({"document": DOC_URL, "instruction": "Go."}),
+        )
+        .await,
+    );
+    assert_eq!(code, "planner-unavailable");
+}
+
+/// mona's attached Planner client runs one turn to its end: `start` answered, the `turn` read
+/// (its prompt returned), `turn-end` sent, `destroy` read, and the server idle again.
+async fn run_one_turn(s: &Served, planner: &mut chopin_fixtures::agent::AgentClient) -> String {
+    use chopin_protocol::agent::{ClientMessage, ServerMessage, Started, TurnEnd, TurnStatus};
+    let session = match support::next(planner).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    planner
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    let (turn, prompt) = match support::next(planner).await {
+        ServerMessage::Turn(turn) => (turn.turn_id, turn.prompt),
+        other => panic!("expected turn, got {other:?}"),
+    };
+    planner
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: turn,
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    match support::next(planner).await {
+        ServerMessage::Destroy(d) => assert_eq!(d.session_id, session),
+        other => panic!("expected destroy, got {other:?}"),
+    }
+    s.state.turns.until_idle(s.doc).await;
+    s.state.transcript.settled().await;
+    prompt
+}
+
+fn follow_up(instruction: &str) -> Value {
+    json!({"document": DOC_URL, "instruction": instruction, "as": "system"})
+}
+
+// OWN-22: "With as: "system" the call is an automatic follow-up: Chat shows a system notice
+// naming the caller instead of their message, and the instruction goes to the Planner alone."
+#[tokio::test]
+async fn own_22_a_follow_up_goes_to_the_planner_alone_and_chat_shows_a_notice_naming_the_caller() {
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(&mona, "invoke_planner", follow_up("Check the build.")).await);
+    assert_eq!(took["status"], "started");
+    let prompt = run_one_turn(&s, &mut planner).await;
+    assert!(
+        prompt.contains("(an automatic follow-up from @mona)\nCheck the build."),
+        "{prompt}"
+    );
+    assert_eq!(
+        chat_entries(&s).await,
+        vec![(
+            "system".into(),
+            None,
+            "@mona sent chopin an automatic follow-up.".into()
+        )],
+        "a notice, not the instruction"
+    );
+}
+
+// OWN-23 (the Planner-holder half): a writer who does not hold the Planner may not send one.
+#[tokio::test]
+async fn own_23_a_follow_up_from_a_writer_not_holding_the_planner_is_refused() {
+    let s = served().await;
+    s.github.add_user("lisa", 1004);
+    s.github.grant("octo", "plans", "lisa", Permission::Write);
+    let lisa = s.github.issue_token("lisa");
+    let _planner = s.attach(&[]).await;
+    let lisa = client(&s, &lisa).await;
+    let (code, _) = refusal(call(&lisa, "invoke_planner", follow_up("Go on.")).await);
+    assert_eq!(code, "not-allowed");
+    assert_eq!(chat_entries(&s).await, vec![], "nothing posted");
+}
+
+// MSG-21: "an automatic follow-up … need[s] a turn of [its] own … While a turn runs [it is]
+// refused before anything is saved … (planner-busy for MCP)"; MSG-22: a message is given to
+// the running turn.
+#[tokio::test]
+async fn msg_21_a_follow_up_while_a_turn_runs_is_refused_planner_busy() {
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": DOC_URL, "instruction": "Start."}),
+    )
+    .await);
+    assert_eq!(took["status"], "started");
+    // The turn is under way once the client has its `start`.
+    assert!(matches!(
+        support::next(&mut planner).await,
+        chopin_protocol::agent::ServerMessage::Start(_)
+    ));
+    let (code, body) = refusal(call(&mona, "invoke_planner", follow_up("Then this.")).await);
+    assert_eq!(code, "planner-busy");
+    assert_eq!(
+        body["message"],
+        "Chopin is working on something else. Try again when it has finished."
+    );
+    assert_eq!(
+        chat_entries(&s).await,
+        vec![("member".into(), Some("mona".into()), "Start.".into())],
+        "the follow-up posted nothing"
+    );
+}
+
+// OWN-25: "past 10 as: "system" calls in a rolling hour per document: refused rate-limited …
+// nothing posted."
+#[tokio::test]
+async fn own_25_the_eleventh_follow_up_in_an_hour_is_refused_rate_limited() {
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    for n in 0..10 {
+        let took = ok(call(&mona, "invoke_planner", follow_up(&format!("Round {n}."))).await);
+        assert_eq!(took["status"], "started", "follow-up {n}");
+        run_one_turn(&s, &mut planner).await;
+    }
+    let (code, body) = refusal(call(&mona, "invoke_planner", follow_up("One more.")).await);
+    assert_eq!(code, "rate-limited");
+    assert_eq!(
+        body["message"],
+        "Too many automatic follow-ups for this document. Try again later."
+    );
+    assert_eq!(
+        chat_entries(&s).await.len(),
+        10,
+        "the eleventh posted nothing"
+    );
+    // A message is no follow-up: it is not limited.
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": DOC_URL, "instruction": "Still here."}),
+    )
+    .await);
+    assert_eq!(took["status"], "started");
+}
