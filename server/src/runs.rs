@@ -37,8 +37,9 @@ pub const CARD_STAGES: i64 = 12;
 pub const STAGES_PAGE_MAX: i64 = 500;
 /// How long Stop or Resume waits for the client's `control-result`.
 pub const CONTROL_WAIT_MS: u64 = 10_000;
-/// Cards told to the rooms that may wait for a slow room before it must read them afresh.
-const CARD_BACKLOG: usize = 1024;
+/// Cards told to a document's rooms that may wait for a slow room before it must read them
+/// afresh.
+const CARD_BACKLOG: usize = 64;
 
 /// What runs reach.
 pub struct RunsDeps {
@@ -51,17 +52,17 @@ pub struct RunsDeps {
     pub entropy: SharedEntropy,
 }
 
-/// A run's card changed: the document, and the card.
+/// A run's card changed: the card.
 #[derive(Debug, Clone)]
 pub struct CardChanged {
-    pub document: Uuid,
     pub card: Value,
 }
 
 /// Every reported run of this process's documents, through storage.
 pub struct Runs {
     deps: RunsDeps,
-    cards: broadcast::Sender<CardChanged>,
+    /// Each document's channel of card changes, while some room listens.
+    cards: Mutex<BTreeMap<Uuid, broadcast::Sender<CardChanged>>>,
     /// `stop`/`resume` sent and not answered yet, by request id.
     pending: Mutex<BTreeMap<String, oneshot::Sender<ControlResult>>>,
 }
@@ -140,7 +141,7 @@ impl Runs {
     pub fn new(deps: RunsDeps) -> Self {
         Runs {
             deps,
-            cards: broadcast::Sender::new(CARD_BACKLOG),
+            cards: Mutex::default(),
             pending: Mutex::default(),
         }
     }
@@ -149,9 +150,24 @@ impl Runs {
         self.pending.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Cards as they change, for every document (a room keeps its own).
-    pub fn subscribe(&self) -> broadcast::Receiver<CardChanged> {
-        self.cards.subscribe()
+    /// `document`'s cards as they change.
+    pub fn subscribe(&self, document: Uuid) -> broadcast::Receiver<CardChanged> {
+        self.cards
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(document)
+            .or_insert_with(|| broadcast::channel(CARD_BACKLOG).0)
+            .subscribe()
+    }
+
+    /// Tells `document`'s rooms a card changed; forgets the channel once nobody listens.
+    fn tell(&self, document: Uuid, card: Value) {
+        let mut channels = self.cards.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(channel) = channels.get(&document) {
+            if channel.send(CardChanged { card }).is_err() {
+                channels.remove(&document);
+            }
+        }
     }
 
     /// Every run card of `document`, in first-reported order.
@@ -298,9 +314,7 @@ impl Runs {
                 self.deps.transcript.post(document, "system", line).await;
             }
             match self.card_of(&record).await {
-                Ok(card) => {
-                    let _ = self.cards.send(CardChanged { document, card });
-                }
+                Ok(card) => self.tell(document, card),
                 Err(e) => {
                     tracing::warn!(%document, error = %e, "a run card could not be read back")
                 }

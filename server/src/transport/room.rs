@@ -199,7 +199,7 @@ async fn session(
     let mut relayed = room.subscribe();
     let mut signed_in = deps.sign_ins.watch(member.login_id);
     let mut chat_feed = deps.transcript.subscribe(root_id);
-    let mut cards = deps.runs.subscribe();
+    let mut cards = deps.runs.subscribe(root_id);
     let place = chat::Place {
         document: doc.id,
         url: url.clone(),
@@ -218,12 +218,14 @@ async fn session(
     });
     push!(out, WsMessage::Text(hello.to_string().into()));
     push!(out, planner_frame(&deps.planners.presence(root_id)));
-    push!(out, runs_frame(deps, root_id).await);
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
     for frame in yjs::greeting(room).await {
         push!(out, WsMessage::Binary(frame.into()));
     }
+    // The run cards are read from storage beside the loop, and told when they arrive: the
+    // socket's Yjs sync and Chat never wait on that read.
+    let mut listing = runs_listing(deps, root_id);
     let stopping = deps.shutdown.stopping();
     let writer_ended = out.ended();
     let mut liveness = Liveness::new();
@@ -288,13 +290,16 @@ async fn session(
                 }
                 Err(RecvError::Closed) => return,
             },
-            changed = cards.recv() => match changed {
-                Ok(changed) if changed.document == root_id => {
-                    push!(out, json_frame(&json!({ "type": "run:card", "run": changed.card })));
+            listed = &mut listing => {
+                listing = Box::pin(futures::future::pending());
+                if let Ok(frame) = listed {
+                    push!(out, frame);
                 }
-                Ok(_) => {}
+            },
+            changed = cards.recv() => match changed {
+                Ok(changed) => push!(out, json_frame(&json!({ "type": "run:card", "run": changed.card }))),
                 // Fell behind: every card again.
-                Err(RecvError::Lagged(_)) => push!(out, runs_frame(deps, root_id).await),
+                Err(RecvError::Lagged(_)) => listing = runs_listing(deps, root_id),
                 Err(RecvError::Closed) => return,
             },
             change = changes.recv() => match change {
@@ -517,12 +522,22 @@ async fn decision_frame(
 }
 
 /// `runs:list`: every run card of the document.
-async fn runs_frame(deps: &RoomDeps, document: uuid::Uuid) -> WsMessage {
-    let runs = deps.runs.cards(document).await.unwrap_or_else(|e| {
-        tracing::warn!(%document, error = %e, "run cards could not be read");
-        Vec::new()
+/// `runs:list` (every run card of the document), read by a task of its own; the socket's loop
+/// takes the frame when it is ready.
+fn runs_listing(
+    deps: &RoomDeps,
+    document: uuid::Uuid,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<WsMessage, RecvError>> + Send>> {
+    let (told, heard) = tokio::sync::oneshot::channel();
+    let runs = deps.runs.clone();
+    deps.shutdown.spawn(async move {
+        let cards = runs.cards(document).await.unwrap_or_else(|e| {
+            tracing::warn!(%document, error = %e, "run cards could not be read");
+            Vec::new()
+        });
+        let _ = told.send(json_frame(&json!({ "type": "runs:list", "runs": cards })));
     });
-    json_frame(&json!({ "type": "runs:list", "runs": runs }))
+    Box::pin(async move { heard.await.map_err(|_| RecvError::Closed) })
 }
 
 fn json_frame(value: &Value) -> WsMessage {
