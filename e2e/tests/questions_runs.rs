@@ -99,7 +99,7 @@ async fn whole_run(backend: Backend) {
     let mut room = BrowserSocket::connect(stream, &host, &room_path, Some(&cookie), Some(&origin))
         .await
         .unwrap();
-    next_of(&mut room, "runs:list").await;
+    next_of(&mut room, "session:planner").await;
     room.send_json(
         &json!({ "type": "chat:send", "requestId": "r-1", "text": "@chopin roll it out" }),
     )

@@ -223,9 +223,6 @@ async fn session(
     for frame in yjs::greeting(room).await {
         push!(out, WsMessage::Binary(frame.into()));
     }
-    // The run cards are read from storage beside the loop, and told when they arrive: the
-    // socket's Yjs sync and Chat never wait on that read.
-    let mut listing = runs_listing(deps, root_id);
     let stopping = deps.shutdown.stopping();
     let writer_ended = out.ended();
     let mut liveness = Liveness::new();
@@ -290,16 +287,11 @@ async fn session(
                 }
                 Err(RecvError::Closed) => return,
             },
-            listed = &mut listing => {
-                listing = Box::pin(futures::future::pending());
-                if let Ok(frame) = listed {
-                    push!(out, frame);
-                }
-            },
             changed = cards.recv() => match changed {
                 Ok(changed) => push!(out, json_frame(&json!({ "type": "run:card", "run": changed.card }))),
                 // Fell behind: every card again.
-                Err(RecvError::Lagged(_)) => listing = runs_listing(deps, root_id),
+                // Fell behind: the cards are read again over HTTP (`GET …/runs`).
+                Err(RecvError::Lagged(_)) => push!(out, json_frame(&json!({ "type": "runs:lagged" }))),
                 Err(RecvError::Closed) => return,
             },
             change = changes.recv() => match change {
@@ -519,25 +511,6 @@ async fn decision_frame(
         }
         Err(e) => refused(e.code(), &e.to_string()),
     }
-}
-
-/// `runs:list`: every run card of the document.
-/// `runs:list` (every run card of the document), read by a task of its own; the socket's loop
-/// takes the frame when it is ready.
-fn runs_listing(
-    deps: &RoomDeps,
-    document: uuid::Uuid,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<WsMessage, RecvError>> + Send>> {
-    let (told, heard) = tokio::sync::oneshot::channel();
-    let runs = deps.runs.clone();
-    deps.shutdown.spawn(async move {
-        let cards = runs.cards(document).await.unwrap_or_else(|e| {
-            tracing::warn!(%document, error = %e, "run cards could not be read");
-            Vec::new()
-        });
-        let _ = told.send(json_frame(&json!({ "type": "runs:list", "runs": cards })));
-    });
-    Box::pin(async move { heard.await.map_err(|_| RecvError::Closed) })
 }
 
 fn json_frame(value: &Value) -> WsMessage {
