@@ -260,19 +260,18 @@ pub fn answer_lines(
             }
             let mut seen = Vec::new();
             for &index in chosen {
-                let option = card.options.get(index).ok_or_else(|| {
-                    AnswerRefused::Invalid(format!(
+                if index >= card.options.len() {
+                    return Err(AnswerRefused::Invalid(format!(
                         "This question has {} options; there is no option {index}.",
                         card.options.len()
-                    ))
-                })?;
+                    )));
+                }
                 if seen.contains(&index) {
                     return Err(AnswerRefused::Invalid(format!(
                         "Option {index} is chosen twice."
                     )));
                 }
                 seen.push(index);
-                let _ = option;
             }
             Ok(seen
                 .into_iter()

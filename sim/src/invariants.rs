@@ -2,8 +2,8 @@
 //!
 //! Owns: [`Invariants`], checked by a scenario's play after each step, from what the world shows
 //! from outside the server — the trace of its Planner events, the store, its presence, and what
-//! the actors heard. Does not own: playing steps ([`crate::scenario`]) or choosing faults
-//! ([`crate::explore`]).
+//! the actors heard. Does not own: playing steps (the scenario module, which checks these after
+//! each step) or choosing faults (the explore module).
 //!
 //! The rules:
 //! - **one holder**: while the server shows a document's Planner attached to a login, storage
