@@ -53,18 +53,7 @@ async fn cards(s: &Served) -> Vec<(usize, Decision)> {
 }
 
 async fn room(s: &Served) -> BrowserSocket {
-    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
-    let mut room = BrowserSocket::connect(
-        stream,
-        &s.host,
-        &format!("/api/documents/{}/room", s.doc),
-        Some(&s.mona_cookie),
-        Some(&format!("http://{}", s.host)),
-    )
-    .await
-    .unwrap();
-    room.next_of_type("session:planner").await.unwrap();
-    room
+    s.room().await
 }
 
 /// Sends `frame` and returns the answer that names its `requestId`.

@@ -17,18 +17,7 @@ mod support;
 use support::{next, served, Served};
 
 async fn room(s: &Served) -> BrowserSocket {
-    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
-    let mut room = BrowserSocket::connect(
-        stream,
-        &s.host,
-        &format!("/api/documents/{}/room", s.doc),
-        Some(&s.mona_cookie),
-        Some(&format!("http://{}", s.host)),
-    )
-    .await
-    .unwrap();
-    room.next_of_type("session:planner").await.unwrap();
-    room
+    s.room().await
 }
 
 /// The next JSON frame of `kind` (others skipped).

@@ -140,6 +140,22 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
 }
 
 impl Served {
+    /// mona's room socket on the document, read up to its `session:planner`.
+    pub async fn room(&self) -> chopin_fixtures::browser::BrowserSocket {
+        let stream = tokio::net::TcpStream::connect(&self.host).await.unwrap();
+        let mut room = chopin_fixtures::browser::BrowserSocket::connect(
+            stream,
+            &self.host,
+            &format!("/api/documents/{}/room", self.doc),
+            Some(&self.mona_cookie),
+            Some(&format!("http://{}", self.host)),
+        )
+        .await
+        .unwrap();
+        room.next_of_type("session:planner").await.unwrap();
+        room
+    }
+
     /// mona's scripted agent client, attached to the document offering `features`.
     pub async fn attach(&self, features: &[&str]) -> AgentClient {
         let stream = tokio::net::TcpStream::connect(&self.host).await.unwrap();
