@@ -376,11 +376,12 @@ async fn session(
                                 let stopped = run.is_none() && deps.turns.stop(root_id, &format!("@{} stopped chopin.", sender.login));
                                 // Stop Planner also pauses the live runs (or the one named), resumably (SES-04).
                                 let paused = deps.runs.control(root_id, run, Control::Stop, &sender.login).await;
-                                // A Planner that waits on a question is stopped by withdrawing it (ATM-36).
+                                // A Planner that waits on a question is stopped by withdrawing it (ATM-36); a run's
+                                // question is set aside as its run pauses instead (SES-05).
                                 let withdrawn = if run.is_none() {
                                     let why = format!("@{} stopped the Planner.", sender.login);
                                     let url = documents::canonical_url(doc);
-                                    deps.questions.withdraw(root_id, &url, Scope::Document, &why).await
+                                    deps.questions.withdraw(root_id, &url, Scope::OutsideRuns, &why).await
                                 } else {
                                     0
                                 };
