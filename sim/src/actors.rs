@@ -95,6 +95,9 @@ pub enum AgentEvent {
 pub enum TurnStep {
     /// Answer the next unanswered `start` (received before or after) with `started`.
     Started,
+    /// Go on in the session the previous script played (a session the server kept after its
+    /// turn): the next `turn` of it comes without a `start`.
+    KeptSession,
     /// Wait for the `turn` frame of the started session.
     AwaitTurn,
     /// Send `host-tool-call` and wait for its `host-tool-result` (logged as a `Frame`).
@@ -133,6 +136,12 @@ impl TurnScript {
     /// Answer the next `start`.
     pub fn started(mut self) -> Self {
         self.steps.push(TurnStep::Started);
+        self
+    }
+
+    /// Go on in the previous script's session (see [`TurnStep::KeptSession`]).
+    pub fn kept_session(mut self) -> Self {
+        self.steps.push(TurnStep::KeptSession);
         self
     }
 
@@ -701,6 +710,10 @@ struct Scripts {
     starts: VecDeque<String>,
     /// The session the current script answered `started` for.
     session: Option<String>,
+    /// The session the last finished script played.
+    last_session: Option<String>,
+    /// Turns a script ended with `turn-end`.
+    ended: BTreeSet<String>,
     /// Turn ids by session, from `turn` frames.
     turns: BTreeMap<String, String>,
     /// The call the current `HostToolCall` step waits for.
@@ -721,6 +734,7 @@ impl Scripts {
         self.session
             .as_ref()
             .and_then(|s| self.turns.get(s))
+            .filter(|turn| !self.ended.contains(*turn))
             .cloned()
     }
 
@@ -739,7 +753,7 @@ impl Scripts {
     fn end_script(&mut self) {
         self.queue.pop_front();
         self.step = 0;
-        self.session = None;
+        self.last_session = self.session.take().or(self.last_session.take());
         self.awaiting_call = None;
         self.sleep = None;
         self.slept = false;
@@ -863,6 +877,9 @@ impl AgentActor {
                     });
                     self.send(client, started, session).await;
                 }
+                TurnStep::KeptSession => {
+                    s.session = s.last_session.clone();
+                }
                 TurnStep::AwaitTurn => {
                     if turn.is_empty() {
                         return Pumped::Blocked;
@@ -920,6 +937,7 @@ impl AgentActor {
                     s.steers_used += count;
                 }
                 TurnStep::End { status } => {
+                    s.ended.insert(turn.clone());
                     let end = ClientMessage::TurnEnd(TurnEnd {
                         turn_id: turn.clone(),
                         status,
