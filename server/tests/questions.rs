@@ -177,8 +177,8 @@ fn questionnaire() -> Value {
 }
 
 #[tokio::test]
-async fn rq_01_atm_28_a_questionnaire_lands_after_its_block_and_its_answers_reach_the_client_once()
-{
+async fn rq_01_rq_03_atm_22_atm_23_atm_28_a_questionnaire_lands_after_its_block_and_its_answers_reach_the_client_once(
+) {
     let (s, mut client, mut room, session, turn_id) = begun().await;
     let text = source(&s).await;
     let prose = blocks(&text)[1].clone();
@@ -902,4 +902,54 @@ async fn ses_05_atm_36_stop_pauses_a_runs_question_and_resume_presents_it_again(
         (r.request_id.as_str(), r.status),
         ("q-60", InputStatus::Answered)
     );
+}
+
+#[tokio::test]
+async fn atm_39_host_input_is_held_only_to_the_aggregate_bounds() {
+    let (s, mut client, mut room, session, turn_id) = begun().await;
+    let long_question = format!("Which of these goes first? {}", "Context. ".repeat(400));
+    let options: Vec<Value> = (0..25)
+        .map(|i| json!({ "label": format!("region-{i}"), "description": "d".repeat(2_000) }))
+        .collect();
+    let mut questions = vec![json!({ "question": long_question, "options": options })];
+    questions.extend((0..5).map(|i| json!({ "question": format!("Question {i}?") })));
+    client
+        .send(&request(
+            &session,
+            &turn_id,
+            "q-39",
+            None,
+            json!({ "kind": "questionnaire", "questions": questions }),
+        ))
+        .await
+        .unwrap();
+    let placed = until_cards(&s, 6).await;
+    let first = &placed[0].1;
+    assert_eq!(first.question, long_question, "never truncated");
+    assert_eq!(first.options.len(), 25);
+    assert_eq!(
+        first.options[24].detail.as_deref(),
+        Some("d".repeat(2_000).as_str())
+    );
+
+    let written = "w".repeat(10_000);
+    let a = answer(&mut room, "a0", &first.id, json!({ "options": [24] })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    for (i, (_, card)) in placed.iter().enumerate().skip(1) {
+        let a = answer(
+            &mut room,
+            &format!("a{i}"),
+            &card.id,
+            json!({ "text": written }),
+        )
+        .await;
+        assert_eq!(a["type"], "decision:answered", "{a}");
+    }
+    let r = result(&mut client).await;
+    assert_eq!(r.status, InputStatus::Answered, "{r:?}");
+    let Some(InputAnswer::Questionnaire(q)) = r.answer else {
+        panic!("{r:?}")
+    };
+    assert_eq!(q.answers[0].options[0].label, "region-24");
+    assert_eq!(q.answers[5].text.as_deref(), Some(written.as_str()));
 }

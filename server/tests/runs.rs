@@ -118,7 +118,7 @@ async fn chat(s: &Served) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn rr_01_ses_10_a_reported_run_is_a_card_with_its_latest_12_stages() {
+async fn rr_01_ses_08_ses_10_ses_15_a_reported_run_is_a_card_with_its_latest_12_stages() {
     let s = served().await;
     let mut client = s.attach(&[]).await;
     let mut room = room(&s).await;
@@ -135,8 +135,33 @@ async fn rr_01_ses_10_a_reported_run_is_a_card_with_its_latest_12_stages() {
             )
         })
         .collect();
-    report(&mut client, &session, vec![run(RunStatus::Running, stages)]).await;
+    // SES-08: several runs live at once, each with its name, status and elapsed time.
+    let mut other = run(RunStatus::Waiting, vec![]);
+    other.run_id = "run-77".into();
+    other.name = "docs-refresh".into();
+    other.elapsed_ms = Some(4_000);
+    report(
+        &mut client,
+        &session,
+        vec![run(RunStatus::Running, stages), other],
+    )
+    .await;
     let card = next_of(&mut room, "run:card").await["run"].clone();
+    let second = next_of(&mut room, "run:card").await["run"].clone();
+    assert_eq!(
+        (
+            &second["runId"],
+            &second["name"],
+            &second["status"],
+            &second["elapsedMs"]
+        ),
+        (
+            &json!("run-77"),
+            &json!("docs-refresh"),
+            &json!("waiting"),
+            &json!(4_000)
+        )
+    );
     assert_eq!(card["runId"], "run-12");
     assert_eq!(card["name"], "canary-rollout");
     assert_eq!(card["status"], "running");
@@ -162,7 +187,14 @@ async fn rr_01_ses_10_a_reported_run_is_a_card_with_its_latest_12_stages() {
     );
     // Anyone who can read the document lists the cards.
     let (_, list) = get(&s, &format!("/api/documents/{}/runs", s.doc)).await;
-    assert_eq!(list["runs"][0]["status"], "failed", "{list}");
+    let listed = list["runs"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{list}");
+    assert!(
+        listed
+            .iter()
+            .any(|r| r["runId"] == "run-12" && r["status"] == "failed"),
+        "{list}"
+    );
 }
 
 #[tokio::test]
@@ -206,7 +238,7 @@ async fn rr_04_ses_09_ses_11_deltas_merge_into_every_stored_stage_served_500_a_p
 }
 
 #[tokio::test]
-async fn rr_03_a_run_that_fails_between_turns_gets_only_its_chat_notice() {
+async fn rr_03_ses_15_a_run_that_fails_between_turns_gets_only_its_chat_notice() {
     let s = served().await;
     let mut client = s.attach(&[]).await;
     let mut room = room(&s).await;

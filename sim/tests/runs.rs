@@ -196,3 +196,55 @@ fn rr_01_rr_02_ses_02_ses_04_a_run_paused_resumed_and_ended_on_a_kept_session() 
         );
     }
 }
+
+#[test]
+fn ac_18_a_kept_sessions_next_turn_is_rechecked_first() {
+    let Cast {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = cast(7, None);
+    let agent = attach(&mut world, &mona, doc);
+    let room = join(&mut world, &mona_cookie, doc);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .sleep(500)
+            .end(TurnStatus::Completed),
+    );
+    room.send_chat("go", "@chopin start the canary rollout");
+    let a = agent.clone();
+    until(&mut world, 10_000, "the turn began", move || {
+        sent_turns(&a) == 1
+    });
+    let session = agent.frames_of("start")[0].1.clone();
+    report(&agent, &session, "running");
+    let a = agent.clone();
+    until(&mut world, 10_000, "the turn ended", move || {
+        a.sent().iter().any(|(_, k, _)| k == "turn-end")
+    });
+    world.advance(1_000).unwrap();
+    assert!(agent.frames_of("destroy").is_empty(), "kept");
+
+    // mona loses push access; her next message would reuse the kept session.
+    world.github().revoke("octo", "plans", "mona");
+    agent.script(
+        TurnScript::new()
+            .kept_session()
+            .await_turn()
+            .end(TurnStatus::Completed),
+    );
+    room.send_chat("again", "@chopin how is it going?");
+    let a = agent.clone();
+    until(&mut world, 10_000, "the link closed", move || {
+        a.closed().is_some()
+    });
+    let (_, code, reason) = agent.closed().unwrap();
+    assert_eq!((code, reason.as_str()), (4403, "access-revoked"));
+    assert_eq!(sent_turns(&agent), 1, "no turn reached the kept session");
+    let replies = room.replies("again");
+    assert_eq!(replies[0].message["type"], "chat:ack", "{replies:?}");
+}
