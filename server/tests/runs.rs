@@ -91,7 +91,13 @@ async fn report(client: &mut AgentClient, session: &str, runs: Vec<Run>) {
 }
 
 async fn get(s: &Served, path: &str) -> (u16, Value) {
-    let request = http::Request::get(format!("http://{}{path}", s.host))
+    call(s, http::Method::GET, path).await
+}
+
+async fn call(s: &Served, method: http::Method, path: &str) -> (u16, Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", s.host))
         .header("cookie", &s.mona_cookie)
         .body(axum::body::Bytes::new())
         .unwrap();
@@ -451,4 +457,34 @@ async fn ses_01_a_session_with_nothing_live_is_destroyed_after_its_turn() {
     };
     assert_eq!(destroyed.session_id, session);
     assert_eq!(s.state.turns.kept_session(s.doc), None);
+}
+
+#[tokio::test]
+async fn ses_03_nobody_acts_on_a_stage_directly() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, _) = turn(&mut client, &mut room).await;
+    report(
+        &mut client,
+        &session,
+        vec![run(RunStatus::Running, vec![stage(0, StageStatus::Running)])],
+    )
+    .await;
+    next_of(&mut room, "run:card").await;
+    // The stages are read, never written, over HTTP.
+    let stages = format!("/api/documents/{}/runs/run-12/stages", s.doc);
+    for method in [http::Method::POST, http::Method::PUT, http::Method::DELETE] {
+        let (status, _) = call(&s, method.clone(), &stages).await;
+        assert_eq!(status, 405, "{method} {stages}");
+    }
+    let (status, page) = get(&s, &stages).await;
+    assert_eq!(status, 200, "{page}");
+    // The room has no frame that acts on a stage: a run is steered by Chat, Decisions, Stop
+    // and Resume.
+    room.send_json(&json!({ "type": "run:stage", "runId": "run-12", "stageId": "st-0", "action": "skip" }))
+        .await
+        .unwrap();
+    let refused = next_of(&mut room, "error").await;
+    assert_eq!(refused["code"], "unknown-type", "{refused}");
 }
