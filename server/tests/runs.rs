@@ -468,7 +468,10 @@ async fn ses_03_nobody_acts_on_a_stage_directly() {
     report(
         &mut client,
         &session,
-        vec![run(RunStatus::Running, vec![stage(0, StageStatus::Running)])],
+        vec![run(
+            RunStatus::Running,
+            vec![stage(0, StageStatus::Running)],
+        )],
     )
     .await;
     next_of(&mut room, "run:card").await;
@@ -482,9 +485,11 @@ async fn ses_03_nobody_acts_on_a_stage_directly() {
     assert_eq!(status, 200, "{page}");
     // The room has no frame that acts on a stage: a run is steered by Chat, Decisions, Stop
     // and Resume.
-    room.send_json(&json!({ "type": "run:stage", "runId": "run-12", "stageId": "st-0", "action": "skip" }))
-        .await
-        .unwrap();
+    room.send_json(
+        &json!({ "type": "run:stage", "runId": "run-12", "stageId": "st-0", "action": "skip" }),
+    )
+    .await
+    .unwrap();
     let refused = next_of(&mut room, "error").await;
     assert_eq!(refused["code"], "unknown-type", "{refused}");
 }

@@ -233,3 +233,58 @@ fn atm_32_a_question_still_waits_either_side_of_the_old_30_minute_expiry() {
     let result = &tool_results(&agent)[0];
     assert!(result.contains("us-east"), "{result}");
 }
+
+#[test]
+fn atm_29_rt_10_a_stop_and_an_answer_at_the_same_instant_withdraw_the_rest_once() {
+    for seed in 0..12 {
+        let (mut c, agent, mona, lisa, placed) = asking(seed);
+        // mona stops the Planner (its turn is aborted, `ask` is withdrawn) while lisa answers
+        // the first card at the same instant.
+        mona.send_json(json!({ "type": "planner:stop", "requestId": "stop-1" }));
+        answer(&lisa, "l-1", &placed[0].id, json!({ "options": [1] }));
+        let (l, a) = (lisa.clone(), agent.clone());
+        until(
+            &mut c.world,
+            10_000,
+            "the answer settled, ask returned",
+            move || reply_type(&l, "l-1").is_some() && !tool_results(&a).is_empty(),
+        );
+        let doc = c.doc;
+        c.world
+            .advance_until(10_000, "no open card left", move |w| {
+                cards(w, doc).iter().all(|d| d.state != DecisionState::Open)
+            })
+            .unwrap();
+        c.world.advance(100).unwrap();
+        let results = tool_results(&agent);
+        assert_eq!(results.len(), 1, "seed {seed}: one outcome: {results:?}");
+        assert!(
+            results[0].contains("isError=true"),
+            "seed {seed}: {results:?}"
+        );
+        let now = cards(&c.world, c.doc);
+        match reply_type(&lisa, "l-1").unwrap().as_str() {
+            // The answer came first: its card stays answered, the other left.
+            "decision:answered" => {
+                assert_eq!(now.len(), 1, "seed {seed}: {now:?}");
+                assert_eq!(now[0].id, placed[0].id);
+            }
+            // The withdrawal came first: both cards left, the answer found nothing.
+            other => {
+                assert_eq!(other, "decision:refused", "seed {seed}");
+                assert!(now.is_empty(), "seed {seed}: {now:?}");
+            }
+        }
+        // A late answer cannot approve withdrawn input (ATM-30).
+        answer(&mona, "m-late", &placed[1].id, json!({ "text": "@mona" }));
+        let m = mona.clone();
+        until(&mut c.world, 10_000, "the late answer refused", move || {
+            reply_type(&m, "m-late").is_some()
+        });
+        assert_eq!(
+            reply_type(&mona, "m-late").as_deref(),
+            Some("decision:refused"),
+            "seed {seed}"
+        );
+    }
+}
