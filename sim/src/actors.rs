@@ -504,6 +504,28 @@ impl World {
         agent
     }
 
+    /// An agent actor `name` with bearer `token`, connected and attached to `document` with
+    /// `features`: returns once the attach is answered (either way; see [`Agent::answer`]).
+    pub fn attached_agent(
+        &mut self,
+        name: &str,
+        token: &str,
+        document: &str,
+        features: &[&str],
+    ) -> Agent {
+        let agent = self.agent(name, token);
+        let a = agent.clone();
+        self.until(5_000, "agent connected", move || {
+            a.log()
+                .iter()
+                .any(|e| matches!(e, AgentEvent::Connected { .. }))
+        });
+        agent.attach_with_features(document, features);
+        let a = agent.clone();
+        self.until(5_000, "attach answered", move || a.answer().is_some());
+        agent
+    }
+
     /// Starts a browser actor `name` in the room of document `document_id`, signed in with
     /// `cookie`; it records every JSON message it hears.
     pub fn browser(&mut self, name: &str, cookie: &str, document_id: &str) -> Browser {

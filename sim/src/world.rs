@@ -707,6 +707,13 @@ impl World {
         Ok(())
     }
 
+    /// [`World::advance_until`] for a test: panics, naming `what`, when `done` is not true
+    /// within `within_ms` of simulated time.
+    pub fn until(&mut self, within_ms: u64, what: &str, done: impl Fn() -> bool) {
+        self.advance_until(within_ms, what, move |_| done())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+
     pub fn seed(&self) -> u64 {
         self.seed
     }

@@ -7,37 +7,55 @@
 
 use chopin_protocol::agent::TurnStatus;
 use chopin_sim::cast::{cast, Cast};
-use chopin_sim::{Agent, AgentEvent, Browser, TurnScript, World};
+use chopin_sim::{Agent, Browser, TurnScript, World};
 use serde_json::{json, Value};
 use uuid::Uuid;
-
-fn until(world: &mut World, within_ms: u64, what: &str, done: impl Fn() -> bool) {
-    world
-        .advance_until(within_ms, what, move |_| done())
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-}
-
-fn attach(world: &mut World, token: &str, doc: Uuid) -> Agent {
-    let agent = world.agent("client", token);
-    let a = agent.clone();
-    until(world, 5_000, "agent connected", move || {
-        a.log()
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Connected { .. }))
-    });
-    agent.attach(&doc.to_string());
-    let a = agent.clone();
-    until(world, 5_000, "attach answered", move || {
-        a.answer().is_some()
-    });
-    agent
-}
 
 fn join(world: &mut World, cookie: &str, doc: Uuid) -> Browser {
     let browser = world.browser("mona-room", cookie, &doc.to_string());
     let b = browser.clone();
-    until(world, 5_000, "mona joined", move || !b.heard().is_empty());
+    world.until(5_000, "mona joined", move || !b.heard().is_empty());
     browser
+}
+
+/// mona's client attached and her room open; her message starts a turn in which the client
+/// reports a running run, and the turn ends. The session (kept for the run) is returned.
+fn run_on_kept_session(seed: u64) -> (World, Agent, Browser, String) {
+    let Cast {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = cast(seed, None);
+    let agent = world.attached_agent("client", &mona, &doc.to_string(), &[]);
+    let room = join(&mut world, &mona_cookie, doc);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .sleep(500)
+            .end(TurnStatus::Completed),
+    );
+    room.send_chat("go", "@chopin start the canary rollout");
+    let a = agent.clone();
+    world.until(10_000, "the turn began", move || sent_turns(&a) == 1);
+    let session = agent.frames_of("start")[0].1.clone();
+    report(&agent, &session, "running");
+    let r = room.clone();
+    world.until(10_000, "the run card reached the room", move || {
+        reply(&r, "run:card").is_some()
+    });
+    let a = agent.clone();
+    world.until(10_000, "the turn ended", move || {
+        a.sent().iter().any(|(_, k, _)| k == "turn-end")
+    });
+    world.advance(1_000).unwrap();
+    assert!(
+        agent.frames_of("destroy").is_empty(),
+        "seed {seed}: a session with a live run is kept"
+    );
+    (world, agent, room, session)
 }
 
 /// The `requestId` of the last `kind` frame (`stop`, `resume`) the client heard.
@@ -77,6 +95,31 @@ fn reply(browser: &Browser, kind: &str) -> Option<Value> {
         .map(|h| h.message)
 }
 
+/// mona presses Stop (`stop`) or Resume (`resume`); the client reports the run `status` and
+/// answers `control-result` ok. The room's answer (`planner:stopped` / `planner:resumed`).
+fn control(
+    world: &mut World,
+    agent: &Agent,
+    room: &Browser,
+    session: &str,
+    (kind, status): (&str, &str),
+) -> Value {
+    let (asked, answer) = match kind {
+        "stop" => ("planner:stop", "planner:stopped"),
+        _ => ("planner:resume", "planner:resumed"),
+    };
+    room.send_json(json!({ "type": asked }));
+    let a = agent.clone();
+    world.until(10_000, &format!("{kind} reached the client"), move || {
+        last_request(&a, kind).is_some()
+    });
+    report(agent, session, status);
+    control_result(agent, &last_request(agent, kind).unwrap());
+    let r = room.clone();
+    world.until(15_000, answer, move || reply(&r, answer).is_some());
+    reply(room, answer).unwrap()
+}
+
 fn sent_turns(agent: &Agent) -> usize {
     agent.frames_of("turn").len()
 }
@@ -84,72 +127,14 @@ fn sent_turns(agent: &Agent) -> usize {
 #[test]
 fn rr_01_rr_02_ses_02_ses_04_a_run_paused_resumed_and_ended_on_a_kept_session() {
     for seed in 0..6 {
-        let Cast {
-            mut world,
-            doc,
-            mona,
-            mona_cookie,
-            ..
-        } = cast(seed, None);
-        let agent = attach(&mut world, &mona, doc);
-        let room = join(&mut world, &mona_cookie, doc);
-
-        // Turn 1 starts a run and ends; the run is live, so the session is kept.
-        agent.script(
-            TurnScript::new()
-                .started()
-                .await_turn()
-                .sleep(500)
-                .end(TurnStatus::Completed),
-        );
-        room.send_chat("go", "@chopin start the canary rollout");
-        let a = agent.clone();
-        until(&mut world, 10_000, "the turn began", move || {
-            sent_turns(&a) == 1
-        });
-        let session = agent.frames_of("start")[0].1.clone();
+        let (mut world, agent, room, session) = run_on_kept_session(seed);
         let session = &session;
-        report(&agent, session, "running");
-        let r = room.clone();
-        until(
-            &mut world,
-            10_000,
-            "the run card reached the room",
-            move || reply(&r, "run:card").is_some(),
-        );
-        world.advance(2_000).unwrap();
-        assert!(
-            agent.frames_of("destroy").is_empty(),
-            "seed {seed}: a session with a live run is kept"
-        );
 
-        // Stop pauses the run.
-        room.send_json(json!({ "type": "planner:stop" }));
-        let a = agent.clone();
-        until(&mut world, 10_000, "stop reached the client", move || {
-            last_request(&a, "stop").is_some()
-        });
-        report(&agent, session, "paused");
-        control_result(&agent, &last_request(&agent, "stop").unwrap());
-        let r = room.clone();
-        until(&mut world, 15_000, "planner:stopped", move || {
-            reply(&r, "planner:stopped").is_some()
-        });
-        assert_eq!(reply(&room, "planner:stopped").unwrap()["stopped"], true);
-
-        // Resume resumes it.
-        room.send_json(json!({ "type": "planner:resume" }));
-        let a = agent.clone();
-        until(&mut world, 10_000, "resume reached the client", move || {
-            last_request(&a, "resume").is_some()
-        });
-        report(&agent, session, "running");
-        control_result(&agent, &last_request(&agent, "resume").unwrap());
-        let r = room.clone();
-        until(&mut world, 15_000, "planner:resumed", move || {
-            reply(&r, "planner:resumed").is_some()
-        });
-        assert_eq!(reply(&room, "planner:resumed").unwrap()["resumed"], 1);
+        // Stop pauses the run; Resume resumes it.
+        let stopped = control(&mut world, &agent, &room, session, ("stop", "paused"));
+        assert_eq!(stopped["stopped"], true, "seed {seed}");
+        let resumed = control(&mut world, &agent, &room, session, ("resume", "running"));
+        assert_eq!(resumed["resumed"], 1, "seed {seed}");
 
         // The next turn reuses the kept session: a `turn` with no new `start`.
         agent.script(
@@ -160,26 +145,24 @@ fn rr_01_rr_02_ses_02_ses_04_a_run_paused_resumed_and_ended_on_a_kept_session() 
         );
         room.send_chat("again", "@chopin how is it going?");
         let a = agent.clone();
-        until(&mut world, 10_000, "the second turn", move || {
-            sent_turns(&a) == 2
-        });
+        world.until(10_000, "the second turn", move || sent_turns(&a) == 2);
         assert_eq!(agent.frames_of("start").len(), 1, "seed {seed}: reused");
 
         // The run ends: one Chat line, no turn (RR-03 / SES-15).
         let a = agent.clone();
-        until(&mut world, 10_000, "the second turn ended", move || {
+        world.until(10_000, "the second turn ended", move || {
             a.sent().iter().filter(|(_, k, _)| k == "turn-end").count() == 2
         });
         report(&agent, session, "failed");
         let r = room.clone();
-        until(&mut world, 10_000, "the run's end in Chat", move || {
+        world.until(10_000, "the run's end in Chat", move || {
             chat_lines(&r)
                 .iter()
                 .any(|l| l.starts_with("Run \u{201c}canary-rollout\u{201d} failed after"))
         });
         // Nothing keeps the session any more: it is let go (SES-02, SES-01).
         let (a, s) = (agent.clone(), session.clone());
-        until(&mut world, 10_000, "the session let go", move || {
+        world.until(10_000, "the session let go", move || {
             a.frames_of("destroy").iter().any(|(_, d)| d == &s)
         });
         world.advance(3_000).unwrap();
@@ -199,36 +182,7 @@ fn rr_01_rr_02_ses_02_ses_04_a_run_paused_resumed_and_ended_on_a_kept_session() 
 
 #[test]
 fn ac_18_a_kept_sessions_next_turn_is_rechecked_first() {
-    let Cast {
-        mut world,
-        doc,
-        mona,
-        mona_cookie,
-        ..
-    } = cast(7, None);
-    let agent = attach(&mut world, &mona, doc);
-    let room = join(&mut world, &mona_cookie, doc);
-    agent.script(
-        TurnScript::new()
-            .started()
-            .await_turn()
-            .sleep(500)
-            .end(TurnStatus::Completed),
-    );
-    room.send_chat("go", "@chopin start the canary rollout");
-    let a = agent.clone();
-    until(&mut world, 10_000, "the turn began", move || {
-        sent_turns(&a) == 1
-    });
-    let session = agent.frames_of("start")[0].1.clone();
-    report(&agent, &session, "running");
-    let a = agent.clone();
-    until(&mut world, 10_000, "the turn ended", move || {
-        a.sent().iter().any(|(_, k, _)| k == "turn-end")
-    });
-    world.advance(1_000).unwrap();
-    assert!(agent.frames_of("destroy").is_empty(), "kept");
-
+    let (mut world, agent, room, _) = run_on_kept_session(7);
     // mona loses push access; her next message would reuse the kept session.
     world.github().revoke("octo", "plans", "mona");
     agent.script(
@@ -239,9 +193,7 @@ fn ac_18_a_kept_sessions_next_turn_is_rechecked_first() {
     );
     room.send_chat("again", "@chopin how is it going?");
     let a = agent.clone();
-    until(&mut world, 10_000, "the link closed", move || {
-        a.closed().is_some()
-    });
+    world.until(10_000, "the link closed", move || a.closed().is_some());
     let (_, code, reason) = agent.closed().unwrap();
     assert_eq!((code, reason.as_str()), (4403, "access-revoked"));
     assert_eq!(sent_turns(&agent), 1, "no turn reached the kept session");
