@@ -493,3 +493,34 @@ async fn ses_03_nobody_acts_on_a_stage_directly() {
     let refused = next_of(&mut room, "error").await;
     assert_eq!(refused["code"], "unknown-type", "{refused}");
 }
+
+#[tokio::test]
+async fn rr_02_a_stop_waiting_on_the_client_does_not_hold_up_the_writers_room() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
+    next_of(&mut room, "run:card").await;
+    end_turn(&s, &mut client, turn_id).await;
+
+    // The client hears `stop` and says nothing: the Stop waits up to 10 s for it.
+    room.send_json(&json!({ "type": "planner:stop", "runId": "run-12" }))
+        .await
+        .unwrap();
+    loop {
+        if let ServerMessage::Stop(_) = next(&mut client).await {
+            break;
+        }
+    }
+    // Meanwhile the same socket is served at once.
+    room.send_json(&json!({ "type": "chat:history", "limit": 5 }))
+        .await
+        .unwrap();
+    let page = tokio::time::timeout(Duration::from_secs(2), next_of(&mut room, "chat:history"))
+        .await
+        .expect("chat:history while the Stop waits");
+    assert!(page["entries"].is_array(), "{page}");
+    let stopped = next_of(&mut room, "planner:stopped").await;
+    assert_eq!(stopped["stopped"], false, "{stopped}");
+}
