@@ -419,7 +419,9 @@ async fn ho_18_local_mode_is_never_handed_over_its_holds_stay_in_memory() {
 
     let mut server = Server::start(AuthMode::Local).await;
     server.fake.add_repo("octo", "plans");
-    server.fake.grant("octo", "plans", "mona", Permission::Write);
+    server
+        .fake
+        .grant("octo", "plans", "mona", Permission::Write);
     let answer = server.sign_in("mona").await;
     assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
     let doc = uuid::Uuid::from_u128(0x10ca1);
@@ -446,7 +448,10 @@ async fn ho_18_local_mode_is_never_handed_over_its_holds_stay_in_memory() {
         .attach(&doc.to_string(), &["resumable-sessions"])
         .await
         .unwrap();
-    assert!(matches!(attached, ServerMessage::Attached(_)), "{attached:?}");
+    assert!(
+        matches!(attached, ServerMessage::Attached(_)),
+        "{attached:?}"
+    );
 
     let heard = tokio::spawn(async move {
         let mut frames = Vec::new();
