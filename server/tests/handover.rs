@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use chopin_fixtures::agent::Event;
 use chopin_protocol::agent::{ErrorCode, ServerMessage};
-use chopin_server::store::HoldStore;
 use support::served_with;
 
 #[tokio::test]

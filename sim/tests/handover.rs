@@ -586,3 +586,95 @@ fn ao_12_a_reset_ends_a_disconnected_hold() {
         None
     );
 }
+
+#[test]
+fn ao_13_a_link_that_only_went_quiet_is_held_with_its_work_not_ended() {
+    let mut c = cast(34, Some(1));
+    let doc = c.doc;
+    let (agent, _, _) = attached_with_a_kept_session(&mut c);
+    // The client stops answering: after the connection timeout (120 s) the link is closed as
+    // dropped, and with its session kept the Planner is held, not put in a grace period.
+    agent.silence();
+    let timeout_ms = 120_000;
+    c.world.advance(timeout_ms - 1_000).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Attached);
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    // However long it stays quiet, the hold stands.
+    c.world.advance(10 * timeout_ms).unwrap();
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Disconnected, Some("mona".to_owned()))
+    );
+    assert!(!planner_events(&c.world).iter().any(|(_, p)| matches!(
+        p,
+        PlannerEvent::GraceStarted { .. } | PlannerEvent::Released { .. }
+    )));
+    let owner = block_on(c.world.store().ownership(doc)).unwrap();
+    assert_eq!(owner.holder.map(|h| h.login), Some("mona".to_owned()));
+}
+
+#[test]
+fn rt_12_a_resumable_link_that_drops_keeps_its_open_questions_a_plain_one_withdraws_them() {
+    for (seed, resumable) in [(35, true), (36, false)] {
+        let mut c = cast(seed, Some(1));
+        let doc = c.doc;
+        let agent = connect(&mut c.world, "mona-1", &c.mona.clone());
+        let features: &[&str] = if resumable {
+            &["resumable-sessions"]
+        } else {
+            &[]
+        };
+        agent.attach_with_features(&doc.to_string(), features);
+        let a = agent.clone();
+        until(&mut c.world, 5_000, "attached", move |_| {
+            a.answer().is_some()
+        });
+        agent.script(TurnScript::new().started().await_turn());
+        let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
+        room.send_chat("go", "@chopin ask us");
+        let a = agent.clone();
+        until(&mut c.world, 5_000, "turn", move |_| {
+            !a.frames_of("turn").is_empty()
+        });
+        let session = agent.frames_of("start")[0].1.clone();
+        let turn = agent.frames_of("turn")[0]
+            .1
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_owned();
+        agent.send_text(&format!(
+            r#"{{"type":"input-request","sessionId":"{session}","requestId":"q-1","turnId":"{turn}","input":{{"kind":"confirm","title":"Ship it?"}}}}"#
+        ));
+        agent.send_text(&format!(
+            r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
+        ));
+        until(
+            &mut c.world,
+            5_000,
+            "the card is placed and the session kept",
+            move |w| {
+                let app = w.server_app().unwrap();
+                app.turns.kept_session(doc).is_some() && app.questions.waiting() == 1
+            },
+        );
+        agent.script(TurnScript::new().drop_link());
+        c.world.advance(2_000).unwrap();
+        let app = c.world.server_app().unwrap();
+        if resumable {
+            assert_eq!(app.questions.waiting(), 0, "nothing waits on the gone link");
+            assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+            let source = block_on(async { app.open.open(doc).await.unwrap().source().await });
+            assert!(
+                source.contains("Ship it?"),
+                "the Decision stays open: {source}"
+            );
+        } else {
+            assert_eq!(presence(&c.world, doc).0, PresenceState::Detached);
+            let source = block_on(async { app.open.open(doc).await.unwrap().source().await });
+            assert!(!source.contains("Ship it?"), "withdrawn (RT-11): {source}");
+        }
+    }
+}
