@@ -341,6 +341,20 @@ impl Turns {
         }
     }
 
+    /// A client took back `session` after a reconnect (AO-19): it is kept for the document's
+    /// next turn under `login`, in place of the one its earlier link left (the same id on a
+    /// link that is gone, which is not told anything).
+    pub async fn adopt_kept(&self, document: Uuid, session: Arc<dyn HarnessSession>, login: Uuid) {
+        let kept = KeptSession { session, login };
+        let id = kept.session.id().to_owned();
+        let earlier = self.lock().kept.insert(document, kept);
+        if let Some(earlier) = earlier {
+            if earlier.session.id() != id {
+                earlier.session.destroy().await;
+            }
+        }
+    }
+
     /// The id of `document`'s kept session, if one is kept.
     pub fn kept_session(&self, document: Uuid) -> Option<String> {
         self.lock()

@@ -120,6 +120,9 @@ pub enum TurnStep {
     Sleep { ms: u64 },
     /// Close the TCP connection without a close frame (drop the client); the actor ends.
     Drop,
+    /// Send a `runs` report for the started session: one run, `run-1`, with `status`
+    /// (`running`, `waiting`, `paused` keep the session after its turn).
+    Runs { status: String },
 }
 
 /// A turn as an agent client plays it: steps run in order (see [`TurnStep`]).
@@ -202,6 +205,13 @@ impl TurnScript {
         self.steps.push(TurnStep::Drop);
         self
     }
+
+    pub fn runs(mut self, status: &str) -> Self {
+        self.steps.push(TurnStep::Runs {
+            status: status.to_owned(),
+        });
+        self
+    }
 }
 
 /// A command to an agent actor.
@@ -217,6 +227,8 @@ enum AgentCommand {
     SendText(String),
     /// Write raw bytes past the WebSocket layer (see `chopin_fixtures::agent::masked_frame`).
     SendRaw(Vec<u8>),
+    /// Send `resume` with every session the last `attached` kept (`true`) or none.
+    Resume(bool),
 }
 
 /// Handle of an agent actor.
@@ -315,6 +327,12 @@ impl Agent {
 
     /// Sends a text frame exactly as given (well-formed or not), logged as `Sent` with kind
     /// `text`.
+    /// Sends client `resume` naming every session the last `attached` listed in `kept` (`all`),
+    /// or none.
+    pub fn resume(&self, all: bool) {
+        let _ = self.commands.send(AgentCommand::Resume(all));
+    }
+
     pub fn send_text(&self, text: &str) {
         let _ = self.commands.send(AgentCommand::SendText(text.to_owned()));
     }
@@ -984,6 +1002,25 @@ impl AgentActor {
                     self.note(AgentEvent::Dropped { at_ms: now_ms() });
                     return Pumped::Dropped;
                 }
+                TurnStep::Runs { status } => {
+                    let Some(session) = s.session.clone() else {
+                        return Pumped::Blocked;
+                    };
+                    let report = ClientMessage::Runs(chopin_protocol::agent::Runs {
+                        session_id: session,
+                        runs: vec![chopin_protocol::agent::Run {
+                            run_id: "run-1".to_owned(),
+                            name: "rollout".to_owned(),
+                            status: serde_json::from_value(Value::String(status.clone()))
+                                .unwrap_or(chopin_protocol::agent::RunStatus::Running),
+                            root_run_id: None,
+                            elapsed_ms: None,
+                            stages: Vec::new(),
+                            omitted_stages: None,
+                        }],
+                    });
+                    self.send(client, report, format!("run-1 {status}")).await;
+                }
             }
             self.scripts.next_step();
         }
@@ -1037,6 +1074,8 @@ async fn run_agent(
         };
     actor.note(AgentEvent::Connected { at_ms: now_ms() });
     let mut reading = true;
+    // The sessions the last `attached` kept, for a `resume`.
+    let mut kept: Vec<String> = Vec::new();
     // Dropping every handle stops the commands, not the client.
     let mut commanded = true;
     loop {
@@ -1089,6 +1128,15 @@ async fn run_agent(
                         Err(e) => actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send text: {e}") }),
                     }
                 }
+                Some(AgentCommand::Resume(all)) => {
+                    let sessions = if all { kept.clone() } else { Vec::new() };
+                    let detail = sessions.join(" ");
+                    let resume = ClientMessage::Resume(chopin_protocol::agent::ClientResume { sessions });
+                    match client.send(&resume).await {
+                        Ok(()) => actor.note(AgentEvent::Sent { at_ms: now_ms(), kind: "resume".to_owned(), detail }),
+                        Err(e) => actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send resume: {e}") }),
+                    }
+                }
                 Some(AgentCommand::SendRaw(bytes)) => {
                     let detail = format!("{} bytes", bytes.len());
                     match client.send_raw(&bytes).await {
@@ -1102,11 +1150,14 @@ async fn run_agent(
                 actor.scripts.slept = true;
             }
             event = client.recv(), if reading => match event {
-                Ok(WireEvent::Message(ServerMessage::Attached(a))) => actor.note(AgentEvent::Attached {
-                    at_ms: now_ms(),
-                    login: a.login,
-                    generation: a.generation.map_or(-1, |g| g as i64),
-                }),
+                Ok(WireEvent::Message(ServerMessage::Attached(a))) => {
+                    kept = a.kept.clone();
+                    actor.note(AgentEvent::Attached {
+                        at_ms: now_ms(),
+                        login: a.login,
+                        generation: a.generation.map_or(-1, |g| g as i64),
+                    })
+                }
                 Ok(WireEvent::Message(ServerMessage::Refused(r))) => actor.note(AgentEvent::Refused {
                     at_ms: now_ms(),
                     reason: r.reason.as_str().to_owned(),

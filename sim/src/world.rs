@@ -1108,19 +1108,24 @@ async fn run_server(
     if let Some(configure) = &configure {
         configure(&mut config);
     }
-    let running = match chopin_server::app::start(config, store, runtime).await {
-        Ok(running) => running,
-        Err(e) => {
-            recorder.record_in_host(
-                &host,
-                Event::ServerStartFailed {
-                    incarnation,
-                    error: e.to_string(),
-                },
-            );
-            return Ok(());
-        }
-    };
+    let observer: Arc<dyn chopin_server::observe::Observer> = Arc::new(TraceObserver {
+        recorder: recorder.clone(),
+        host: host.clone(),
+    });
+    let running =
+        match chopin_server::app::start_observed(config, store, runtime, Some(observer)).await {
+            Ok(running) => running,
+            Err(e) => {
+                recorder.record_in_host(
+                    &host,
+                    Event::ServerStartFailed {
+                        incarnation,
+                        error: e.to_string(),
+                    },
+                );
+                return Ok(());
+            }
+        };
     let listener = match TurmoilListener::bind(("0.0.0.0", SERVER_PORT)).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -1142,10 +1147,6 @@ async fn run_server(
             writer_epoch: running.app().lease.epoch(),
         },
     );
-    running.app().planners.observe(Arc::new(TraceObserver {
-        recorder: recorder.clone(),
-        host: host.clone(),
-    }));
     *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.app().clone());
     let lost = running.lease_lost();
     let asked = async move {
