@@ -178,3 +178,71 @@ fn iso_05_a_document_only_turn_never_waits_on_an_unavailable_github_mcp_server()
         at - sent
     );
 }
+
+/// PERM-05 for the new tools: "Before each Chopin host tool or its repository-bound GitHub MCP
+/// tool executes, callbacks recheck … repository push or administration access." mona loses
+/// push access between two calls (31 s apart: past the 30 s cache of repository access); the
+/// pull-request call and the repository read are both denied before anything is asked of
+/// GitHub's MCP server or of the contents endpoint.
+#[test]
+fn perm_05_pull_request_and_repository_tools_are_rechecked_before_they_run() {
+    let Cast {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = cast(73, Some(LATENCY_MS));
+    let mcp = world.serve_github_mcp();
+    world.github().add_pull_request("octo", "plans", pull());
+    world
+        .github()
+        .put_file("octo", "plans", "README.md", "# Plans\n");
+    let room = join(&mut world, &mona_cookie, doc);
+    let agent = attach(&mut world, &mona, doc);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .host_tool_call("read_plan", json!({}))
+            .sleep(31_000)
+            .host_tool_call(
+                "pull_request_read",
+                json!({ "method": "get", "pullNumber": 7 }),
+            )
+            .host_tool_call("read_repository_file", json!({ "path": "README.md" }))
+            .end(TurnStatus::Completed),
+    );
+    assert_eq!(
+        say(&mut world, &room, "@chopin read PR 7")["type"],
+        "chat:ack"
+    );
+    let (_, first) = result(&mut world, &agent, 0, 5_000);
+    assert!(first.starts_with("call-1 isError=false"), "{first}");
+    world.github().grant(
+        "octo",
+        "plans",
+        "mona",
+        chopin_fixtures::github::Permission::Read,
+    );
+    let (_, second) = result(&mut world, &agent, 1, 40_000);
+    assert!(
+        second.starts_with(
+            "call-2 isError=true permission denied: @mona can no longer push to octo/plans"
+        ),
+        "{second}"
+    );
+    let (_, third) = result(&mut world, &agent, 2, 5_000);
+    assert!(
+        third.starts_with("call-3 isError=true permission denied"),
+        "{third}"
+    );
+    assert!(
+        mcp.calls().is_empty(),
+        "GitHub's MCP server was never asked: {:?}",
+        mcp.calls()
+    );
+    assert_eq!(
+        world.github().request_count("/repos/octo/plans/contents"),
+        0
+    );
+}
