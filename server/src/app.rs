@@ -23,6 +23,7 @@ use crate::content::OpenDocuments;
 use crate::documents::children::Children;
 use crate::documents::updates::Updates;
 use crate::documents::Documents;
+use crate::github_tools::GitHubTools;
 use crate::housekeeping;
 use crate::identity::admission::{Admission, AdmissionPolicy};
 use crate::identity::crypto::{CredentialKey, KeyError};
@@ -35,6 +36,7 @@ use crate::metrics::Metrics;
 use crate::planner::Planners;
 use crate::questions::{Questions, QuestionsDeps};
 use crate::renewal::Renewal;
+use crate::repository::RepositoryTools;
 use crate::runs::{Runs, RunsDeps};
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
@@ -78,6 +80,8 @@ pub struct App {
     pub renewal: Arc<Renewal>,
     pub questions: Arc<Questions>,
     pub runs: Arc<Runs>,
+    /// The Planner's pull-request tools' GitHub MCP clients.
+    pub github_tools: Arc<GitHubTools>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +118,7 @@ impl App {
         .with_metrics(metrics.clone());
         let admission = Arc::new(Admission::new(
             AdmissionPolicy::from_config(&config),
-            github,
+            github.clone(),
             clock.clone(),
         ));
         let sign_ins = Arc::new(
@@ -222,6 +226,10 @@ impl App {
             clock: clock.clone(),
             entropy: entropy.clone(),
         }));
+        let github_tools = Arc::new(GitHubTools::new(
+            config.github_mcp_url.clone(),
+            runtime.connector.clone(),
+        ));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -240,6 +248,8 @@ impl App {
             planted: config.planted,
             runs: runs.clone(),
             questions: questions.clone(),
+            repository: Arc::new(RepositoryTools::new(github.clone())),
+            github_tools: github_tools.clone(),
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
         chat.plant(config.planted);
@@ -280,6 +290,7 @@ impl App {
             renewal,
             questions,
             runs,
+            github_tools,
         }
     }
 
