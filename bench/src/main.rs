@@ -28,8 +28,10 @@
 mod acks;
 mod child;
 mod chopin;
+mod fanout;
 mod load;
 mod raw;
+mod relay;
 mod report;
 mod stats;
 
@@ -69,6 +71,15 @@ enum Mode {
     /// Chat acks per second on SQLite or PostgreSQL against one row per transaction on the
     /// same database (see `acks.rs`).
     ChatAcks(acks::AcksArgs),
+    /// The fan-out baseline's relay server (spawned by the bench itself).
+    #[command(hide = true)]
+    RawRelay,
+    /// Planner output: an attached client's 100-step turn to 1, 10 and 100 room sockets,
+    /// messages delivered per second against a raw relay (see `fanout.rs`).
+    PlannerOutput(fanout::PlannerArgs),
+    /// Live edits: one writer, 10 listening Yjs sockets, 2,000 single-character updates,
+    /// updates per second to every listener against a raw relay (see `fanout.rs`).
+    LiveEdits(fanout::EditsArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -112,6 +123,15 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.mode {
         Some(Mode::RawServer) => raw::serve().await,
+        Some(Mode::RawRelay) => relay::serve().await,
+        Some(Mode::PlannerOutput(args)) => match chopin_bin(cli.run.chopin.clone()) {
+            Ok(bin) => fanout::planner_output(&bin, args).await,
+            Err(e) => Err(e),
+        },
+        Some(Mode::LiveEdits(args)) => match chopin_bin(cli.run.chopin.clone()) {
+            Ok(bin) => fanout::live_edits(&bin, args).await,
+            Err(e) => Err(e),
+        },
         Some(Mode::ChatAcks(args)) => match chopin_bin(cli.run.chopin.clone()) {
             Ok(bin) => acks::run(&bin, args).await,
             Err(e) => Err(e),

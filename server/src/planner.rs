@@ -24,9 +24,10 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
+use bytes::Bytes;
 use chopin_protocol::agent::{ErrorCode, RefusalReason};
 use serde::Serialize;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::config::Planted;
@@ -34,6 +35,7 @@ use crate::harness::port::AgentLinks;
 pub use crate::harness::port::{LinkCommand, LinkHandle};
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns, SignOutNotRecorded};
 use crate::observe::{Observer, PlannerEvent};
+use crate::runtime::fanout;
 use crate::runtime::gates::Gates;
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{Claim, HoldStore, Holder, LinkHold, OwnershipStore, StoreError, UnixMillis};
@@ -66,6 +68,11 @@ pub enum PresenceState {
 }
 
 impl Presence {
+    /// The room's `session:planner` frame carrying this presence (JSON text).
+    pub fn frame(&self) -> String {
+        serde_json::json!({ "type": "session:planner", "planner": self }).to_string()
+    }
+
     pub fn none() -> Self {
         Presence {
             state: PresenceState::None,
@@ -254,7 +261,8 @@ struct Table {
     /// Documents with revocation watches alive: how many, and revocations counted since the
     /// first of them began.
     watched: BTreeMap<Uuid, Watched>,
-    rooms: BTreeMap<Uuid, broadcast::Sender<Presence>>,
+    /// Each room's `session:planner` frames, encoded once for all its sockets.
+    rooms: BTreeMap<Uuid, fanout::Sender<Bytes>>,
     next_id: u64,
 }
 
@@ -312,6 +320,7 @@ impl Table {
 }
 
 /// How many presence changes a slow room socket may fall behind before it skips to the latest.
+/// Held only while some socket has yet to read them ([`fanout`]).
 const ROOM_BACKLOG: usize = 64;
 
 /// The attachment table of this process.
@@ -445,12 +454,13 @@ impl Planners {
             .unwrap_or_else(Presence::none)
     }
 
-    /// Presence changes of `doc` from now on.
-    pub fn subscribe(&self, doc: Uuid) -> broadcast::Receiver<Presence> {
+    /// Presence changes of `doc` from now on, each as its `session:planner` frame (JSON text,
+    /// [`Presence::frame`]) encoded once for every socket.
+    pub fn subscribe(&self, doc: Uuid) -> fanout::Receiver<Bytes> {
         self.lock()
             .rooms
             .entry(doc)
-            .or_insert_with(|| broadcast::channel(ROOM_BACKLOG).0)
+            .or_insert_with(|| fanout::Sender::new(ROOM_BACKLOG))
             .subscribe()
     }
 
@@ -462,7 +472,7 @@ impl Planners {
             .map(Slot::presence)
             .unwrap_or_else(Presence::none);
         if let Some(room) = table.rooms.get(&doc) {
-            if room.send(presence).is_err() {
+            if room.send(presence.frame().into()).is_err() {
                 // Nobody listens any more.
                 table.rooms.remove(&doc);
             }

@@ -18,16 +18,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use bytes::Bytes;
 use chopin_protocol::agent::{self as wire, ControlResult, ServerMessage};
 use serde::Serialize;
 use serde_json::{json, Value};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::harness::port::{AgentLinks, LinkCommand};
 use crate::questions::Questions;
 use crate::runtime::clock::SharedClock;
 use crate::runtime::entropy::SharedEntropy;
+use crate::runtime::fanout;
 use crate::store::{RunRecord, RunStore, StagePage, StageRecord, StoreError};
 use crate::transcript::TurnSink;
 
@@ -38,7 +40,7 @@ pub const STAGES_PAGE_MAX: i64 = 500;
 /// How long Stop or Resume waits for the client's `control-result`.
 pub const CONTROL_WAIT_MS: u64 = 10_000;
 /// Cards told to a document's rooms that may wait for a slow room before it must read them
-/// afresh.
+/// afresh. Held only while some room has yet to read them ([`fanout`]).
 const CARD_BACKLOG: usize = 64;
 
 /// What runs reach.
@@ -52,17 +54,18 @@ pub struct RunsDeps {
     pub entropy: SharedEntropy,
 }
 
-/// A run's card changed: the card.
+/// A run's card changed: the room's `run:card` frame carrying it (JSON text), encoded once for
+/// every socket.
 #[derive(Debug, Clone)]
 pub struct CardChanged {
-    pub card: Value,
+    pub frame: Bytes,
 }
 
 /// Every reported run of this process's documents, through storage.
 pub struct Runs {
     deps: RunsDeps,
     /// Each document's channel of card changes, while some room listens.
-    cards: Mutex<BTreeMap<Uuid, broadcast::Sender<CardChanged>>>,
+    cards: Mutex<BTreeMap<Uuid, fanout::Sender<CardChanged>>>,
     /// `stop`/`resume` sent and not answered yet, by request id.
     pending: Mutex<BTreeMap<String, oneshot::Sender<ControlResult>>>,
 }
@@ -151,12 +154,12 @@ impl Runs {
     }
 
     /// `document`'s cards as they change.
-    pub fn subscribe(&self, document: Uuid) -> broadcast::Receiver<CardChanged> {
+    pub fn subscribe(&self, document: Uuid) -> fanout::Receiver<CardChanged> {
         self.cards
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .entry(document)
-            .or_insert_with(|| broadcast::channel(CARD_BACKLOG).0)
+            .or_insert_with(|| fanout::Sender::new(CARD_BACKLOG))
             .subscribe()
     }
 
@@ -164,7 +167,13 @@ impl Runs {
     fn tell(&self, document: Uuid, card: Value) {
         let mut channels = self.cards.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(channel) = channels.get(&document) {
-            if channel.send(CardChanged { card }).is_err() {
+            let frame = serde_json::json!({ "type": "run:card", "run": card }).to_string();
+            if channel
+                .send(CardChanged {
+                    frame: frame.into(),
+                })
+                .is_err()
+            {
                 channels.remove(&document);
             }
         }

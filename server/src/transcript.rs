@@ -14,13 +14,16 @@
 //! room to hear it goes through [`Transcript::post`] or holds [`Transcript::gate`].
 
 use std::collections::BTreeMap;
+use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 use uuid::Uuid;
 
+use crate::runtime::fanout::{self, RecvError};
 use crate::runtime::gates::{Gate, Gates};
 use crate::runtime::{SharedClock, Shutdown};
 use crate::store::{NewTranscriptEntry, StoreError, TranscriptEntry, TranscriptStore, UnixMillis};
@@ -41,7 +44,8 @@ pub const BACKSCROLL_MAX_CHARS: usize = 8_000;
 /// The longest Chat message, in characters (Unicode scalar values): a person's (longer ones are
 /// refused) and the Planner's (longer replies are split into several messages).
 pub const MESSAGE_MAX_CHARS: usize = 20_000;
-/// How many new entries a slow socket may fall behind before it catches up from storage.
+/// How many new entries a slow socket may fall behind before it catches up from storage. Held
+/// only while some socket has yet to read them ([`fanout`]).
 const FEED_BACKLOG: usize = 256;
 /// Page size when a lagging socket catches up from storage.
 const CATCH_UP_PAGE: u32 = 100;
@@ -106,9 +110,39 @@ impl ChatMessage {
     }
 }
 
+/// An entry as every socket of its room hears it: the message, and its `chat:message` frame
+/// encoded once, whose bytes every socket sends. Derefs to the [`ChatMessage`].
+#[derive(Debug, Clone)]
+pub struct Heard(Arc<HeardEntry>);
+
+#[derive(Debug)]
+struct HeardEntry {
+    message: ChatMessage,
+    frame: Bytes,
+}
+
+impl Heard {
+    pub fn new(message: ChatMessage) -> Self {
+        let frame = message.frame().to_string().into();
+        Heard(Arc::new(HeardEntry { message, frame }))
+    }
+
+    /// The `chat:message` frame's JSON text (UTF-8), shared.
+    pub fn frame_bytes(&self) -> Bytes {
+        self.0.frame.clone()
+    }
+}
+
+impl Deref for Heard {
+    type Target = ChatMessage;
+    fn deref(&self) -> &ChatMessage {
+        &self.0.message
+    }
+}
+
 /// A document's broadcast, while someone listens.
 struct Channel {
-    tx: broadcast::Sender<ChatMessage>,
+    tx: fanout::Sender<Heard>,
     /// `seq` of the first and the last entry broadcast since the channel was made.
     first_seq: Option<i64>,
     last_seq: Option<i64>,
@@ -218,7 +252,7 @@ impl Transcript {
     pub fn subscribe(&self, doc: Uuid) -> Feed {
         let mut table = self.lock();
         let channel = table.channels.entry(doc).or_insert_with(|| Channel {
-            tx: broadcast::channel(FEED_BACKLOG).0,
+            tx: fanout::Sender::new(FEED_BACKLOG),
             first_seq: None,
             last_seq: None,
         });
@@ -237,7 +271,11 @@ impl Transcript {
         };
         channel.first_seq.get_or_insert(entry.seq);
         channel.last_seq = Some(entry.seq);
-        if channel.tx.send(ChatMessage::from(entry)).is_err() {
+        if channel
+            .tx
+            .send(Heard::new(ChatMessage::from(entry)))
+            .is_err()
+        {
             // Nobody listens any more.
             table.channels.remove(&entry.document_id);
         }
@@ -292,7 +330,7 @@ impl TurnSink for Transcript {
 /// `select!`.
 pub struct Feed {
     document: Uuid,
-    rx: broadcast::Receiver<ChatMessage>,
+    rx: fanout::Receiver<Heard>,
     /// The last `seq` this socket was given (or the room's last at subscription).
     cursor: Option<i64>,
 }
@@ -300,7 +338,7 @@ pub struct Feed {
 /// What [`Feed::recv`] read.
 #[derive(Debug)]
 pub enum FeedEvent {
-    Message(ChatMessage),
+    Message(Heard),
     /// The socket fell behind: [`Feed::catch_up`] reads what it missed.
     Lagged,
     Closed,
@@ -315,17 +353,14 @@ impl Feed {
                     self.cursor = Some(m.seq);
                     return FeedEvent::Message(m);
                 }
-                Err(broadcast::error::RecvError::Lagged(_)) => return FeedEvent::Lagged,
-                Err(broadcast::error::RecvError::Closed) => return FeedEvent::Closed,
+                Err(RecvError::Lagged(_)) => return FeedEvent::Lagged,
+                Err(RecvError::Closed) => return FeedEvent::Closed,
             }
         }
     }
 
     /// What the socket missed, from storage, in `seq` order.
-    pub async fn catch_up(
-        &mut self,
-        transcript: &Transcript,
-    ) -> Result<Vec<ChatMessage>, StoreError> {
+    pub async fn catch_up(&mut self, transcript: &Transcript) -> Result<Vec<Heard>, StoreError> {
         let from = match self.cursor {
             Some(c) => c,
             None => {
@@ -347,7 +382,7 @@ impl Feed {
             let full = page.len() == CATCH_UP_PAGE as usize;
             for e in &page {
                 after = e.seq;
-                out.push(ChatMessage::from(e));
+                out.push(Heard::new(ChatMessage::from(e)));
             }
             if !full {
                 break;

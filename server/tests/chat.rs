@@ -170,6 +170,26 @@ async fn una_06_a_room_message_is_saved_acked_and_broadcast() {
 }
 
 #[tokio::test]
+async fn every_socket_of_a_room_is_given_the_same_encoded_chat_message() {
+    let w = World::new().await;
+    let mut first = w.state.transcript.subscribe(w.place.document);
+    let mut second = w.state.transcript.subscribe(w.place.document);
+    w.send(&writer("mona"), "r-1", "Hello room").await;
+    let (FeedEvent::Message(a), FeedEvent::Message(b)) = (first.recv().await, second.recv().await)
+    else {
+        panic!("both sockets hear the message");
+    };
+    let (a, b) = (a.frame_bytes(), b.frame_bytes());
+    assert_eq!(a.as_ptr(), b.as_ptr(), "encoded once, the bytes shared");
+    let text = std::str::from_utf8(&a).unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(text).unwrap(),
+        serde_json::json!({ "type": "chat:message", "seq": 1, "author": "mona", "kind": "member", "text": "Hello room", "at": T0 })
+    );
+    w.stop().await;
+}
+
+#[tokio::test]
 async fn una_02_una_04_msg_11_chopin_with_nothing_attached_is_refused_and_nothing_saved() {
     let w = World::new().await;
     w.send(&writer("mona"), "r-0", "before").await;
@@ -642,7 +662,7 @@ mod attached {
             .await
             .expect("the room hears something within 10 s")
         {
-            FeedEvent::Message(m) => m,
+            FeedEvent::Message(m) => (*m).clone(),
             other => panic!("{other:?}"),
         }
     }

@@ -300,3 +300,87 @@ async fn reads_share_one_analysis_until_the_text_changes() {
     assert!(changed.analysis.is_of(&changed.source));
     assert!(changed.source.ends_with("More\n"), "{}", changed.source);
 }
+
+/// A content store whose load of one document waits until it is let go (and counts the loads of
+/// that document); every other call goes straight through.
+struct ParkedLoad {
+    inner: MemoryStore,
+    parked: Uuid,
+    until: tokio::sync::Mutex<Option<tokio::sync::oneshot::Receiver<()>>>,
+    loads: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait]
+impl ContentStore for ParkedLoad {
+    async fn append_update(&self, id: Uuid, update: &[u8], now: UnixMillis) -> StoreResult<i64> {
+        self.inner.append_update(id, update, now).await
+    }
+    async fn commit_plan_edit(
+        &self,
+        id: Uuid,
+        expected: i64,
+        owner: Option<&OwnerGuard>,
+        update: &[u8],
+        now: UnixMillis,
+    ) -> StoreResult<PlanCommit> {
+        self.inner
+            .commit_plan_edit(id, expected, owner, update, now)
+            .await
+    }
+    async fn document_content(&self, id: Uuid) -> StoreResult<DocumentContent> {
+        if id == self.parked {
+            self.loads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Some(until) = self.until.lock().await.take() {
+                let _ = until.await;
+            }
+        }
+        self.inner.document_content(id).await
+    }
+    async fn write_checkpoint(&self, id: Uuid, upto: i64, state: &[u8]) -> StoreResult<()> {
+        self.inner.write_checkpoint(id, upto, state).await
+    }
+    async fn reset_content(&self, id: Uuid, state: &[u8]) -> StoreResult<i64> {
+        self.inner.reset_content(id, state).await
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_document_being_loaded_holds_up_no_other_document_and_loads_once() {
+    let store = MemoryStore::new();
+    let (slow, quick) = (document(&store).await, document(&store).await);
+    let (release, until) = tokio::sync::oneshot::channel();
+    let content = Arc::new(ParkedLoad {
+        inner: store.clone(),
+        parked: slow,
+        until: tokio::sync::Mutex::new(Some(until)),
+        loads: Default::default(),
+    });
+    let open = registry(content.clone(), Arc::new(store.clone()));
+    let first = tokio::spawn({
+        let open = open.clone();
+        async move { open.join(slow).await.map(|_| ()) }
+    });
+    let second = tokio::spawn({
+        let open = open.clone();
+        async move { open.open(slow).await.map(|_| ()) }
+    });
+    while content.loads.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // The other document opens while the first one's load is held (time is paused: only a wait
+    // on that load would let the timeout fire).
+    let other = tokio::time::timeout(Duration::from_secs(5), open.join(quick)).await;
+    assert!(
+        matches!(other, Ok(Ok(_))),
+        "a load held up another document's"
+    );
+    assert!(!first.is_finished() && !second.is_finished());
+    release.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    second.await.unwrap().unwrap();
+    assert_eq!(
+        content.loads.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "one load for both users of the document"
+    );
+}

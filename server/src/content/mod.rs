@@ -29,16 +29,18 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use bytes::Bytes;
 use chopin_document::edit::{self, EditBatch, EditOutcome, EditResult, EditTarget};
 use chopin_document::reader::Analysis;
 use chopin_document::{ydoc, DocumentRef};
-use tokio::sync::{broadcast, OnceCell};
+use tokio::sync::OnceCell;
 use uuid::Uuid;
 use yrs::sync::awareness::{AwarenessUpdate, AwarenessUpdateEntry};
 use yrs::updates::encoder::Encode;
 use yrs::{ClientID, Doc, ReadTxn, StateVector, Transact};
 
 use crate::config::Planted;
+use crate::runtime::fanout;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{ContentStore, DocumentStore, OwnerGuard, PlanCommit, StoreError, StoreResult};
 use guard::{Refusal, Shadow};
@@ -59,7 +61,8 @@ pub enum EditRefused {
 pub const IDLE_UNLOAD: Duration = Duration::from_secs(30);
 /// A checkpoint is written after this many journalled updates.
 pub const CHECKPOINT_EVERY: u32 = 200;
-/// How many relayed frames a slow socket may fall behind before it must resync.
+/// How many relayed frames a slow socket may fall behind before it must resync. Held only while
+/// some socket has yet to read them ([`fanout`]), not allocated when the document opens.
 const RELAY_BACKLOG: usize = 1024;
 /// The most Yjs clients one socket may report awareness for (a browser tab is one).
 pub const AWARENESS_CLIENTS_PER_SOCKET: usize = 8;
@@ -67,10 +70,11 @@ pub const AWARENESS_CLIENTS_PER_SOCKET: usize = 8;
 pub const AWARENESS_STATE_BYTES: usize = 16 * 1024;
 
 /// A frame to relay to a document's sockets, with the connection it came from (not sent back).
+/// The frame is encoded once; every socket sends the same bytes.
 #[derive(Debug, Clone)]
 pub struct Relay {
     pub from: u64,
-    pub frame: Arc<Vec<u8>>,
+    pub frame: Bytes,
     /// An awareness frame (rather than a document update): a socket that echoes awareness, as
     /// y-websocket's own server does, sends these back to their sender too.
     pub awareness: bool,
@@ -135,7 +139,7 @@ pub struct OpenDocument {
     pub document_id: Uuid,
     deps: Arc<Deps>,
     content: tokio::sync::Mutex<Loaded>,
-    relay: broadcast::Sender<Relay>,
+    relay: fanout::Sender<Relay>,
     /// The latest awareness state of each Yjs client, by the socket that reported it: a socket
     /// that joins is told everyone present, and a socket that leaves takes its clients along.
     awareness: Mutex<BTreeMap<u64, BTreeMap<ClientID, AwarenessUpdateEntry>>>,
@@ -163,7 +167,7 @@ impl OpenDocument {
     }
 
     /// Frames relayed to this document's sockets from now on.
-    pub fn subscribe(&self) -> broadcast::Receiver<Relay> {
+    pub fn subscribe(&self) -> fanout::Receiver<Relay> {
         self.relay.subscribe()
     }
 
@@ -257,7 +261,7 @@ impl OpenDocument {
     fn relay_update(&self, from: u64, change: &[u8]) {
         let _ = self.relay.send(Relay {
             from,
-            frame: Arc::new(sync_update_frame(change)),
+            frame: sync_update_frame(change).into(),
             awareness: false,
         });
     }
@@ -405,7 +409,7 @@ impl OpenDocument {
         }
         let _ = self.relay.send(Relay {
             from,
-            frame: Arc::new(awareness_frame(&taken)),
+            frame: awareness_frame(&taken).into(),
             awareness: true,
         });
     }
@@ -444,7 +448,7 @@ impl OpenDocument {
         }
         let _ = self.relay.send(Relay {
             from: connection,
-            frame: Arc::new(awareness_frame(&clients)),
+            frame: awareness_frame(&clients).into(),
             awareness: true,
         });
     }
@@ -683,7 +687,7 @@ impl OpenDocuments {
                 applied_upto,
                 since_checkpoint: stored.updates.len() as u32,
             }),
-            relay: broadcast::channel(RELAY_BACKLOG).0,
+            relay: fanout::Sender::new(RELAY_BACKLOG),
             awareness: Mutex::default(),
             archived: tokio::sync::watch::channel(false).0,
             reading: Mutex::new(None),

@@ -18,7 +18,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
+use axum::extract::ws::{Message as WsMessage, Utf8Bytes, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -141,11 +141,7 @@ async fn endpoint(
 }
 
 fn planner_frame(presence: &Presence) -> WsMessage {
-    WsMessage::Text(
-        json!({ "type": "session:planner", "planner": presence })
-            .to_string()
-            .into(),
-    )
+    WsMessage::Text(presence.frame().into())
 }
 
 /// Who a room socket is.
@@ -279,7 +275,7 @@ async fn session(
             }
             relay = relayed.recv() => match relay {
                 Ok(relay) if relay.from == me => {}
-                Ok(relay) => push!(out, WsMessage::Binary(relay.frame.to_vec().into())),
+                Ok(relay) => push!(out, WsMessage::Binary(relay.frame)),
                 Err(RecvError::Lagged(_)) => {
                     // Fell too far behind to catch up frame by frame: the client resyncs.
                     let _ = out.send(error_frame("resync", "This connection fell behind; reconnect to sync again."));
@@ -288,14 +284,14 @@ async fn session(
                 Err(RecvError::Closed) => return,
             },
             changed = cards.recv() => match changed {
-                Ok(changed) => push!(out, json_frame(&json!({ "type": "run:card", "run": changed.card }))),
+                Ok(changed) => push!(out, shared_text(changed.frame)),
                 // Fell behind: every card again.
                 // Fell behind: the cards are read again over HTTP (`GET …/runs`).
                 Err(RecvError::Lagged(_)) => push!(out, json_frame(&json!({ "type": "runs:lagged" }))),
                 Err(RecvError::Closed) => return,
             },
             change = changes.recv() => match change {
-                Ok(presence) => push!(out, planner_frame(&presence)),
+                Ok(frame) => push!(out, shared_text(frame)),
                 // Fell behind: the latest state is what matters.
                 Err(RecvError::Lagged(_)) => push!(out, planner_frame(&deps.planners.presence(root_id))),
                 Err(RecvError::Closed) => return,
@@ -314,7 +310,7 @@ async fn session(
                     FeedEvent::Closed => return,
                 };
                 for m in said {
-                    push!(out, json_frame(&m.frame()));
+                    push!(out, shared_text(m.frame_bytes()));
                 }
             },
             incoming = reader.next() => {
@@ -545,6 +541,15 @@ async fn decision_frame(
             json_frame(&json!({ "type": kind, "requestId": request_id, "decision": decision }))
         }
         Err(e) => refused(e.code(), &e.to_string()),
+    }
+}
+
+/// A text frame encoded once for the whole room: every socket sends the same bytes.
+fn shared_text(json: bytes::Bytes) -> WsMessage {
+    match Utf8Bytes::try_from(json) {
+        Ok(text) => WsMessage::Text(text),
+        // Made from a `String`, so never; said rather than sent broken.
+        Err(_) => error_frame("internal", "A frame could not be sent."),
     }
 }
 

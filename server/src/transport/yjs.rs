@@ -18,13 +18,13 @@
 
 use std::sync::Arc;
 
+use crate::runtime::fanout::RecvError;
 use axum::extract::ws::{Message as WsMessage, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures::stream::SplitStream;
 use futures::StreamExt;
-use tokio::sync::broadcast::error::RecvError;
 use yrs::sync::{Message, SyncMessage};
 use yrs::updates::decoder::Decode;
 use yrs::updates::encoder::Encode;
@@ -320,7 +320,7 @@ async fn run(
             relay = relayed.recv() => match relay {
                 // The sender's own awareness comes back to it, as y-websocket's server does.
                 Ok(relay) if relay.from == me && !relay.awareness => None,
-                Ok(relay) => Some(WsMessage::Binary(relay.frame.to_vec().into())),
+                Ok(relay) => Some(WsMessage::Binary(relay.frame)),
                 Err(RecvError::Lagged(_)) => {
                     // Fell behind: the provider reconnects and syncs again.
                     let _ = out.close(1013, "resync");
