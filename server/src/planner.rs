@@ -1,9 +1,12 @@
 //! Who holds each document's Planner in this process, and what the room is told about it.
 //!
 //! Owns: the attachment table (a document is attached to one link, held in its grace period
-//! after a detach or drop, or free), binding an attach through the generation-guarded storage
-//! claim, the grace timer and its release *under the generation it was started for*, closing a
-//! link when its owner's sign-in ends, a writer resets the Planner, the document is archived or
+//! after a detach or drop, held for a link's client that has work kept — in a deploy's hand-over
+//! window or disconnected with no deadline — or free), binding an attach through the
+//! generation-guarded storage claim, the grace timer and its release *under the generation it
+//! was started for*, the holds (written at the cut of a graceful stop and when a resumable link
+//! drops with work kept; rebuilt at startup, with the hand-over window timer), closing a link
+//! when its owner's sign-in ends, a writer resets the Planner, the document is archived or
 //! access is lost, and the `session:planner` presence each document's room hears.
 //! Does not own: the WebSocket itself (the agent socket, in the transport layer), sign-in
 //! ([`crate::identity::sign_ins`]), or the checks done before an attach reaches
@@ -16,8 +19,9 @@
 //! a sign-out, expiry, reset or archive counts one for every watch of its document before it
 //! waits for the gate, and a watched attach that saw one is refused rather than bound (AO-16).
 //!
-//! Bounds: the table keeps a document only while something uses it — a slot (attached or in its
-//! grace period), a gate held or waited for, a revocation watch alive, a room listening to its
+//! Bounds: the table keeps a document only while something uses it — a slot (attached, in its
+//! grace period, or held for a client's kept work until an explicit act or the client's return
+//! ends it), a gate held or waited for, a revocation watch alive, a room listening to its
 //! presence (rooms nobody listens to are dropped by [`Planners::tidy`]) — so it shrinks back to
 //! empty when the process is idle.
 

@@ -8,9 +8,11 @@
 //! layer as too large or not UTF-8), liveness (pings; a link that answers nothing for
 //! `AGENT_CONNECTION_TIMEOUT_MS` is closed as dropped), the account's access (asked at GitHub
 //! afresh by the periodic recheck and, through [`LinkAccess`], before every session and turn),
-//! the owner login's expiry, and closing when [`Planners`] says so; routing the harness's
-//! session and turn frames ([`LinkCommand`]), and refusing as `out-of-order` a frame that names
-//! a session or turn this link never opened.
+//! the owner login's expiry, and closing when [`Planners`] says so; at a graceful stop, the cut
+//! (the link's hold written, then `going-away` with `handoverMs`); `attached.kept`, the client's
+//! `resume` and `resumed` (a resume inside a hand-over window waiting for its owner's sign-in);
+//! routing the harness's session and turn frames ([`LinkCommand`]), and refusing as
+//! `out-of-order` a frame that names a session or turn this link never opened.
 //! Does not own: the attachment table and its timers ([`Planners`]), or what sessions and turns
 //! do (the remote adapter, [`crate::harness::remote`]).
 
