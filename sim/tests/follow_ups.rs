@@ -86,7 +86,7 @@ fn turn_over(world: &mut World, doc: Uuid) {
 fn entry_at(world: &World, doc: Uuid, needle: &str, k: usize) -> u64 {
     let entries = block_on(world.store().transcript(doc, 0, 200)).unwrap();
     let found: Vec<_> = entries.iter().filter(|e| e.body.contains(needle)).collect();
-    (found[k].created_at_ms - SIM_EPOCH_MS as i64) as u64
+    (found[k].created_at_ms - SIM_EPOCH_MS) as u64
 }
 
 #[test]
