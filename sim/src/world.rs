@@ -774,6 +774,15 @@ impl World {
         }
     }
 
+    /// Starts `client` as a one-off client host named `name` and returns at once: it runs as
+    /// the world advances ([`World::advance`]), so several can be under way at chosen instants.
+    pub fn start_client<F>(&mut self, name: &str, client: F)
+    where
+        F: std::future::Future<Output = turmoil::Result> + 'static,
+    {
+        self.sim.client(name, client);
+    }
+
     /// Simulated milliseconds since the simulation began.
     pub fn now_ms(&self) -> u64 {
         duration_ms(self.sim.elapsed())
