@@ -26,12 +26,11 @@ use crate::blocks::{Block, BlockKind, DECISION_INFO};
 
 /// Most characters an `id` may have.
 pub const ID_MAX_CHARS: usize = 64;
-/// Most characters a `question`, `option` or answer text may have.
-pub const TEXT_MAX_CHARS: usize = 1_000;
-/// Most `option:` lines one Decision may have.
-pub const OPTIONS_MAX: usize = 20;
-/// Most `answer:` lines one Decision may have.
-pub const ANSWERS_MAX: usize = 100;
+/// Most characters a `question`, `option` or answer text may have: as much as one edit of the
+/// shared draft carries (64 KiB). How many options and answers a Decision has is bounded only
+/// by the document's own size limit (ATM-39: a Planner's question is held to no per-field
+/// count).
+pub const TEXT_MAX_CHARS: usize = 64 * 1024;
 /// Most characters of a GitHub login.
 pub const LOGIN_MAX_CHARS: usize = 39;
 /// Every key a Decision block may hold, as errors list them.
@@ -310,8 +309,6 @@ pub enum DecisionProblem {
     BadAnswer,
     #[error("`{0}` is not a GitHub login")]
     BadLogin(String),
-    #[error("more than {max} `{key}` lines")]
-    TooMany { key: &'static str, max: usize },
     #[error("option `{0}` is listed twice")]
     DuplicateOption(String),
     #[error("the block has no `{0}:` line")]
@@ -377,6 +374,7 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
     let mut hint = None;
     let mut prefill = None;
     let mut options: Vec<DecisionOption> = Vec::new();
+    let mut labels: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
     let mut answers = Vec::new();
     for (number, raw) in body.iter().enumerate() {
         let line = Some(number + 1);
@@ -452,14 +450,7 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
             }
             "option" => {
                 let value = non_empty(&read_value(value), "option", TEXT_MAX_CHARS, line)?;
-                if options.len() == OPTIONS_MAX {
-                    let problem = DecisionProblem::TooMany {
-                        key: "option",
-                        max: OPTIONS_MAX,
-                    };
-                    return Err(error(line, problem));
-                }
-                if options.iter().any(|o| o.label == value) {
+                if !labels.insert(value.clone()) {
                     return Err(error(line, DecisionProblem::DuplicateOption(value)));
                 }
                 options.push(DecisionOption::new(&value));
@@ -479,13 +470,6 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
                 }
             }
             key @ ("answer" | "chose") => {
-                if answers.len() == ANSWERS_MAX {
-                    let problem = DecisionProblem::TooMany {
-                        key: "answer",
-                        max: ANSWERS_MAX,
-                    };
-                    return Err(error(line, problem));
-                }
                 let answer = parse_answer(value, key == "chose", line)?;
                 answers.push((answer, line));
             }

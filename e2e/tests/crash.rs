@@ -40,6 +40,8 @@ struct Told {
     /// document → the listener's text: everything relayed to it.
     relayed: Mutex<BTreeMap<String, String>>,
     relays: AtomicUsize,
+    /// Yjs writers that sent all their updates.
+    writers_done: AtomicUsize,
 }
 
 async fn join(server: &Server, document: &str, cookie: &str) -> BrowserSocket {
@@ -109,8 +111,12 @@ async fn chat_sender(mut socket: BrowserSocket, document: String, who: String, t
 }
 
 /// Sends `UPDATES_PER_WRITER` Yjs updates, each appending a marker to the document's text,
-/// without waiting for anything.
-async fn yjs_writer(mut socket: BrowserSocket, n: usize) {
+/// without waiting for anything; then stays connected, reading, until the server goes away.
+///
+/// A writer that hung up at once would close with the room's greeting still unread, which
+/// resets the connection: the server may then drop the updates it had not read yet, which
+/// were never relayed (the updates a writer's socket loses are not the server's to keep).
+async fn yjs_writer(mut socket: BrowserSocket, n: usize, told: Arc<Told>) {
     let doc = yrs::Doc::new();
     let text = doc.get_or_insert_text("source");
     for i in 0..UPDATES_PER_WRITER {
@@ -125,6 +131,8 @@ async fn yjs_writer(mut socket: BrowserSocket, n: usize) {
             return;
         }
     }
+    told.writers_done.fetch_add(1, Ordering::SeqCst);
+    while let Ok(BrowserEvent::Json(_) | BrowserEvent::Binary(_)) = socket.recv_json().await {}
 }
 
 /// Applies every update the room relays and records the text it makes.
@@ -227,7 +235,7 @@ async fn run(database: Option<String>) {
     }
     for (n, document) in yjs_documents.iter().enumerate() {
         let writer = join(&server, document, &mona).await;
-        tasks.push(tokio::spawn(yjs_writer(writer, n)));
+        tasks.push(tokio::spawn(yjs_writer(writer, n, told.clone())));
     }
     for document in chat_documents {
         for (who, cookie) in [("mona", &mona), ("lisa", &lisa)] {
@@ -248,9 +256,17 @@ async fn run(database: Option<String>) {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(60), enough)
+    if tokio::time::timeout(Duration::from_secs(60), enough)
         .await
-        .expect("the server acknowledged and relayed enough within 60 s");
+        .is_err()
+    {
+        panic!(
+            "the server acknowledged and relayed enough within 60 s: {} acks, {} relays, {} writers done",
+            told.acks.load(Ordering::SeqCst),
+            told.relays.load(Ordering::SeqCst),
+            told.writers_done.load(Ordering::SeqCst)
+        );
+    }
     // Sends and updates are still in flight when the process dies.
     let log = server.crash().await;
     assert!(!log.contains(token.as_str()), "a token was logged");

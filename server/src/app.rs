@@ -23,6 +23,7 @@ use crate::content::OpenDocuments;
 use crate::documents::children::Children;
 use crate::documents::updates::Updates;
 use crate::documents::Documents;
+use crate::github_tools::GitHubTools;
 use crate::housekeeping;
 use crate::identity::admission::{Admission, AdmissionPolicy};
 use crate::identity::crypto::{CredentialKey, KeyError};
@@ -35,6 +36,7 @@ use crate::metrics::Metrics;
 use crate::planner::Planners;
 use crate::questions::{Questions, QuestionsDeps};
 use crate::renewal::Renewal;
+use crate::repository::RepositoryTools;
 use crate::runs::{Runs, RunsDeps};
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
@@ -78,6 +80,8 @@ pub struct App {
     pub renewal: Arc<Renewal>,
     pub questions: Arc<Questions>,
     pub runs: Arc<Runs>,
+    /// The Planner's pull-request tools' GitHub MCP clients.
+    pub github_tools: Arc<GitHubTools>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,7 +118,7 @@ impl App {
         .with_metrics(metrics.clone());
         let admission = Arc::new(Admission::new(
             AdmissionPolicy::from_config(&config),
-            github,
+            github.clone(),
             clock.clone(),
         ));
         let sign_ins = Arc::new(
@@ -193,14 +197,21 @@ impl App {
         let children = Arc::new(Children::new(store.clone(), open.clone()));
         let updates = Arc::new(Updates::new(documents.clone(), open.clone(), clock.clone()));
         let transcript = Transcript::new(store.clone(), clock.clone(), &shutdown);
-        let planners = Arc::new(Planners::new(
+        let planners = Planners::new(
             store.clone(),
             clock.clone(),
             sign_ins.clone(),
             shutdown.clone(),
             config.planner_attach_grace_ms,
             config.planted,
-        ));
+        );
+        // AUTH_MODE=local is never handed over: its holds stay in memory (HO-18).
+        let planners = Arc::new(match config.auth_mode {
+            AuthMode::Hosted => {
+                planners.with_handover(store.clone(), config.handover_planner_window_ms)
+            }
+            AuthMode::Local => planners,
+        });
         let questions = Arc::new(Questions::new(QuestionsDeps {
             open: open.clone(),
             records: store.clone(),
@@ -215,6 +226,10 @@ impl App {
             clock: clock.clone(),
             entropy: entropy.clone(),
         }));
+        let github_tools = Arc::new(GitHubTools::new(
+            config.github_mcp_url.clone(),
+            runtime.connector.clone(),
+        ));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -233,6 +248,8 @@ impl App {
             planted: config.planted,
             runs: runs.clone(),
             questions: questions.clone(),
+            repository: Arc::new(RepositoryTools::new(github.clone())),
+            github_tools: github_tools.clone(),
         }));
         let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
         chat.plant(config.planted);
@@ -273,6 +290,7 @@ impl App {
             renewal,
             questions,
             runs,
+            github_tools,
         }
     }
 
@@ -356,6 +374,7 @@ impl App {
             ownership: self.store.clone(),
             sign_ins: self.sign_ins.clone(),
             clock: self.runtime.clock.clone(),
+            entropy: self.runtime.entropy.clone(),
             timers: LinkTimers {
                 connection_timeout_ms: c.agent_connection_timeout_ms,
                 attach_grace_ms: c.planner_attach_grace_ms,
@@ -401,6 +420,17 @@ pub async fn start(
     store: Arc<dyn Store>,
     runtime: Runtime,
 ) -> Result<Running, StartError> {
+    start_observed(config, store, runtime, None).await
+}
+
+/// [`start`], with the Planner events of the startup itself (holds rebuilt) and everything
+/// after told to `observer` (the simulator's trace).
+pub async fn start_observed(
+    config: Config,
+    store: Arc<dyn Store>,
+    runtime: Runtime,
+    observer: Option<Arc<dyn crate::observe::Observer>>,
+) -> Result<Running, StartError> {
     let key = credential_key(&config, &runtime)?;
     let holder = format!("chopin-{}", runtime.entropy.token_hex(8));
     let lease = lease::acquire(&*store, &*runtime.clock, &holder).await?;
@@ -408,8 +438,13 @@ pub async fn start(
     let fence = Fence::new(lease.epoch);
     let lease_store = store.clone();
     let store = store.fenced(fence.clone());
-    // No Planner link survives a process: startup clears every owner reference.
-    let cleared = store.clear_all_ownership().await?;
+    // No Planner link survives a process: startup clears every owner reference, except (hosted)
+    // the owner of a document whose stored hold names that owner's browser sign-in with a
+    // stored credential: the hand-over keeps those (AO-20, OWN-34).
+    let cleared = match config.auth_mode {
+        AuthMode::Hosted => store.clear_unheld_ownership().await?,
+        AuthMode::Local => store.clear_all_ownership().await?,
+    };
     // Nothing runs a workflow the last process was told about: its live runs come back stopped
     // (SES-13).
     let stopped = store.stop_live_runs().await?;
@@ -432,6 +467,18 @@ pub async fn start(
     }
     let (watch, keeper) = lease::keep(lease_store, runtime.clock.clone(), lease, fence);
     let app = App::wire(config, store, runtime, key, watch, Shutdown::new());
+    if let Some(observer) = observer {
+        app.planners.observe(observer);
+    }
+    // The holds the last process left become suspended holds (AO-19), some in their hand-over
+    // window (HO-03).
+    // A store that cannot be read leaves the kept owners without a hold; the next attach
+    // clears such an owner (AO-05).
+    match app.planners.rebuild_holds().await {
+        Ok(0) => {}
+        Ok(rebuilt) => tracing::info!(rebuilt, "Planner holds rebuilt from storage"),
+        Err(e) => tracing::error!(error = %e, "could not read the stored Planner holds"),
+    }
     Ok(Running { app, keeper })
 }
 

@@ -118,6 +118,9 @@ pub struct Config {
     /// `GITHUB_WEB_URL`: base of GitHub's web pages (the OAuth authorize page), no trailing
     /// slash.
     pub github_web_url: String,
+    /// `GITHUB_MCP_URL`: GitHub's remote MCP server, which the Planner's pull-request tools
+    /// reach (default `https://api.githubcopilot.com/mcp/`); a trailing slash is kept.
+    pub github_mcp_url: String,
     /// `GITHUB_ALLOWED_USERS`, lower-cased. With [`github_allowed_organizations`] empty too,
     /// every verified GitHub user is admitted.
     ///
@@ -282,6 +285,11 @@ pub struct Args {
     /// Base URL of GitHub's web pages (OAuth sign-in). Default https://github.com.
     #[arg(long, env = "GITHUB_WEB_URL", value_name = "URL")]
     pub github_web_url: Option<String>,
+
+    /// URL of GitHub's remote MCP server, which the Planner's pull-request tools use. Default
+    /// https://api.githubcopilot.com/mcp/.
+    #[arg(long, env = "GITHUB_MCP_URL", value_name = "URL")]
+    pub github_mcp_url: Option<String>,
 
     /// Comma-separated GitHub logins admitted to this server (case-insensitive). With
     /// GITHUB_ALLOWED_ORGANIZATIONS also empty, every verified GitHub user is admitted.
@@ -669,6 +677,18 @@ impl Config {
         )?;
         let github_web_url =
             parse_base_url("GITHUB_WEB_URL", &args.github_web_url, "https://github.com")?;
+        let github_mcp_url = {
+            let base = parse_base_url(
+                "GITHUB_MCP_URL",
+                &args.github_mcp_url,
+                "https://api.githubcopilot.com/mcp",
+            )?;
+            // GitHub's own address ends in a slash; one given with it keeps it.
+            match given(&args.github_mcp_url) {
+                Some(raw) if !raw.ends_with('/') => base,
+                _ => format!("{base}/"),
+            }
+        };
         let app_origin = parse_origin(&args.app_origin, server_host, port)?;
 
         let credential_key_file = match &database {
@@ -716,6 +736,7 @@ impl Config {
             log_format,
             github_api_url,
             github_web_url,
+            github_mcp_url,
             github_allowed_users: parse_name_list(&args.github_allowed_users),
             session_max_age_ms: parse_session_max_age(&args.session_max_age_ms)?,
             session_encryption_key: match given(&args.session_encryption_key) {
@@ -866,6 +887,17 @@ mod tests {
         assert_eq!(c.github_web_url, "https://ghe.example");
         let c = parse(&[("github-api-url", "https://ghe.example/api/v3")]).unwrap();
         assert_eq!(c.github_api_url, "https://ghe.example/api/v3");
+    }
+
+    #[test]
+    fn github_mcp_url_defaults_to_github_s_and_keeps_the_slash_given() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.github_mcp_url, "https://api.githubcopilot.com/mcp/");
+        let c = parse(&[("github-mcp-url", "http://127.0.0.1:9000/mcp/")]).unwrap();
+        assert_eq!(c.github_mcp_url, "http://127.0.0.1:9000/mcp/");
+        let c = parse(&[("github-mcp-url", "http://127.0.0.1:9000/mcp")]).unwrap();
+        assert_eq!(c.github_mcp_url, "http://127.0.0.1:9000/mcp");
+        assert!(parse(&[("github-mcp-url", "ftp://x/mcp")]).is_err());
     }
 
     #[test]

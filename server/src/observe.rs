@@ -59,6 +59,28 @@ pub enum PlannerEvent {
     /// A browser login of `login` had its GitHub credential renewed: it is now at credential
     /// `revision` (its Planner sessions on the older revision were ended before).
     CredentialRenewed { login: String, revision: i64 },
+    /// A graceful stop wrote the hold of `login`'s cut link, its `handover_until` at
+    /// `until_ms` (the write's time plus the window, HO-02).
+    HoldWritten {
+        document: Uuid,
+        login: String,
+        until_ms: Option<UnixMillis>,
+    },
+    /// A resumable link of `login` dropped with work kept: the Planner is held, disconnected.
+    HoldKept { document: Uuid, login: String },
+    /// A stored hold was rebuilt at startup, in a hand-over window until `until_ms`, or
+    /// disconnected (`None`).
+    HoldRebuilt {
+        document: Uuid,
+        login: String,
+        until_ms: Option<UnixMillis>,
+    },
+    /// A hand-over window ended with no resume; `cause` says whose return was missing.
+    HandoverMissed {
+        document: Uuid,
+        login: String,
+        cause: String,
+    },
 }
 
 /// Receives [`PlannerEvent`]s as they happen, with the server's wall-clock time.

@@ -38,7 +38,7 @@ use crate::observe::{Observer, PlannerEvent};
 use crate::runtime::fanout;
 use crate::runtime::gates::Gates;
 use crate::runtime::{SharedClock, Shutdown};
-use crate::store::{Claim, Holder, OwnershipStore, StoreError, UnixMillis};
+use crate::store::{Claim, HoldStore, Holder, LinkHold, OwnershipStore, StoreError, UnixMillis};
 
 /// What the room is told about a document's Planner (`session:planner`): the holder's login and
 /// state only, never a machine, checkout or token (PRES-03).
@@ -60,6 +60,9 @@ pub enum PresenceState {
     Attached,
     /// The client detached or dropped; its account may come back until `until`.
     Detached,
+    /// The client dropped with work kept (or missed its hand-over window): its account keeps the
+    /// Planner with no deadline, and takes the work back when its client returns.
+    Disconnected,
     /// Nobody holds the Planner.
     None,
 }
@@ -126,6 +129,8 @@ pub struct Bound {
     pub link: u64,
     pub generation: i64,
     pub closing: mpsc::Receiver<Closing>,
+    /// The sessions a hold of this account kept for its client (AO-19): `attached.kept`.
+    pub kept: Vec<String>,
 }
 
 /// How a link ended on its own.
@@ -135,6 +140,29 @@ pub enum LinkEnd {
     Detached,
     /// The connection dropped, timed out or closed without `detach`.
     Dropped,
+}
+
+/// What a hold keeps for its client, as written in `planner_link_holds.held`. Sessions only so
+/// far: questions a client waited on are not waited on again after a restart (HO-15), and owed
+/// answers and unheard Stops are not kept yet.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct HeldWork {
+    pub sessions: Vec<String>,
+}
+
+/// The longest a cut's hold may wait for its next process and still be given a hand-over
+/// window (HO-04): no deploy takes so long.
+pub const HANDOVER_REBUILD_LIMIT_MS: i64 = 3_600_000;
+
+/// A hold's hand-over window, running in this process.
+struct Window {
+    until_ms: UnixMillis,
+    timer: u64,
+    task: tokio::task::AbortHandle,
+    /// Told when the window ends, for resumes waiting on the owner's sign-in.
+    ended: tokio::sync::watch::Sender<bool>,
+    /// Resumes of the holder's account waiting on its sign-in now.
+    waiting: u32,
 }
 
 enum Slot {
@@ -161,6 +189,17 @@ enum Slot {
         /// The period ran out while held; whoever drops the last hold releases.
         lapsed: bool,
     },
+    /// No link, but the holder's client holds work kept for it (AO-11, AO-19): a hold rebuilt
+    /// from `planner_link_holds`, in its hand-over window (shown attached, HO-07) or
+    /// disconnected (no deadline, AO-14).
+    Held {
+        holder: Holder,
+        generation: i64,
+        work: HeldWork,
+        /// When the stored row was written (it is changed and deleted only as written).
+        written_at_ms: UnixMillis,
+        window: Option<Window>,
+    },
 }
 
 /// A reattach that arrived within its account's grace period (see [`Planners::hold_grace`]).
@@ -173,7 +212,9 @@ pub struct GraceHold {
 impl Slot {
     fn holder(&self) -> &Holder {
         match self {
-            Slot::Attached { holder, .. } | Slot::Grace { holder, .. } => holder,
+            Slot::Attached { holder, .. }
+            | Slot::Grace { holder, .. }
+            | Slot::Held { holder, .. } => holder,
         }
     }
 
@@ -190,6 +231,25 @@ impl Slot {
                 state: PresenceState::Detached,
                 login: Some(holder.login.clone()),
                 until: Some(*until_ms),
+            },
+            // In its hand-over window the hold shows as attached (HO-07).
+            Slot::Held {
+                holder,
+                window: Some(_),
+                ..
+            } => Presence {
+                state: PresenceState::Attached,
+                login: Some(holder.login.clone()),
+                until: None,
+            },
+            Slot::Held {
+                holder,
+                window: None,
+                ..
+            } => Presence {
+                state: PresenceState::Disconnected,
+                login: Some(holder.login.clone()),
+                until: None,
             },
         }
     }
@@ -274,6 +334,11 @@ pub struct Planners {
     shutdown: Shutdown,
     /// `PLANNER_ATTACH_GRACE_MS`.
     attach_grace_ms: u64,
+    /// Where holds are written (`planner_link_holds`); `None` under `AUTH_MODE=local`, where
+    /// holds stay in memory and no link is handed over (HO-18).
+    holds: Option<Arc<dyn HoldStore>>,
+    /// `HANDOVER_PLANNER_WINDOW_MS`.
+    handover_window_ms: u64,
     /// Bugs the simulator planted, to show it finds them (always off outside it).
     planted: Planted,
 }
@@ -304,7 +369,17 @@ impl Planners {
             sign_ins,
             shutdown,
             attach_grace_ms,
+            holds: None,
+            handover_window_ms: 0,
         }
+    }
+
+    /// Holds are written to `holds` and a graceful stop hands each link over with a window of
+    /// `window_ms` (`HANDOVER_PLANNER_WINDOW_MS`). Not called under `AUTH_MODE=local` (HO-18).
+    pub fn with_handover(mut self, holds: Arc<dyn HoldStore>, window_ms: u64) -> Self {
+        self.holds = Some(holds);
+        self.handover_window_ms = window_ms;
+        self
     }
 
     /// Sends every [`PlannerEvent`] to `observer` from now on (once per process).
@@ -428,7 +503,9 @@ impl Planners {
             let table = self.lock();
             match table.slots.get(&doc) {
                 Some(Slot::Attached { holder: h, .. }) => return Err(Refusal::attached(&h.login)),
-                Some(Slot::Grace { holder: h, .. }) if h.account_id != holder.account_id => {
+                Some(Slot::Grace { holder: h, .. } | Slot::Held { holder: h, .. })
+                    if h.account_id != holder.account_id =>
+                {
                     return Err(Refusal::attached(&h.login))
                 }
                 _ => {}
@@ -461,6 +538,7 @@ impl Planners {
             }
         };
         let (closer, closing) = mpsc::channel(1);
+        let mut kept_back: Option<(Vec<String>, UnixMillis)> = None;
         let bound = {
             let mut table = self.lock();
             let revoked = revocations.revoked(&table);
@@ -469,9 +547,26 @@ impl Planners {
                 None
             } else {
                 let link = table.id();
-                if let Some(Slot::Grace { task, .. }) = table.slots.get(&doc) {
-                    task.abort();
+                let mut taken = None;
+                match table.slots.get_mut(&doc) {
+                    Some(Slot::Grace { task, .. }) => task.abort(),
+                    // The holder's client is back: the hold (and its window, HO-12) ends here,
+                    // and its sessions are offered to the client (AO-19).
+                    Some(Slot::Held {
+                        work,
+                        written_at_ms,
+                        window,
+                        ..
+                    }) => {
+                        if let Some(w) = window.take() {
+                            w.task.abort();
+                            let _ = w.ended.send(true);
+                        }
+                        taken = Some((std::mem::take(&mut work.sessions), *written_at_ms));
+                    }
+                    _ => {}
                 }
+                kept_back = taken;
                 table.slots.insert(
                     doc,
                     Slot::Attached {
@@ -491,6 +586,14 @@ impl Planners {
             let _ = store.release_ownership(doc, ownership.generation).await;
             return Err(Refusal::raced());
         };
+        let mut kept = Vec::new();
+        if let Some((sessions, written_at_ms)) = kept_back {
+            // The row is taken back with the hold; a failed delete leaves a row the next
+            // startup finds for an owner it no longer keeps.
+            self.delete_hold_row(doc, written_at_ms).await;
+            tracing::info!(document = %doc, login = %holder.login, sessions = sessions.len(), "the holder's client is back: its hold ends");
+            kept = sessions;
+        }
         self.announce(doc);
         self.emit(PlannerEvent::Attached {
             document: doc,
@@ -502,6 +605,7 @@ impl Planners {
             link,
             generation: ownership.generation,
             closing,
+            kept,
         })
     }
 
@@ -724,6 +828,20 @@ impl Planners {
                 task.abort();
                 generation
             }
+            // An explicit act ends a hold (AO-12): its row goes too.
+            Slot::Held {
+                generation,
+                written_at_ms,
+                window,
+                ..
+            } => {
+                if let Some(w) = window {
+                    w.task.abort();
+                    let _ = w.ended.send(true);
+                }
+                self.delete_hold_row(doc, written_at_ms).await;
+                generation
+            }
         };
         self.release(doc, generation).await;
         self.announce(doc);
@@ -868,8 +986,23 @@ impl Planners {
                     generation,
                     ..
                 }) => (*link, holder.clone(), *generation),
-                Some(Slot::Grace { holder, .. }) => {
+                Some(Slot::Grace { holder, .. })
+                | Some(Slot::Held {
+                    holder,
+                    window: None,
+                    ..
+                }) => {
                     return Err(NotAttached::Away {
+                        login: holder.login.clone(),
+                    })
+                }
+                // HO-09 ruling: refused with the "still connecting" words, nothing saved.
+                Some(Slot::Held {
+                    holder,
+                    window: Some(_),
+                    ..
+                }) => {
+                    return Err(NotAttached::Connecting {
                         login: holder.login.clone(),
                     })
                 }
@@ -913,8 +1046,10 @@ impl Planners {
 pub enum NotAttached {
     /// Nothing is attached.
     Nothing,
-    /// The holder's machine is away (its grace period).
+    /// The holder's machine is away (its grace period, or disconnected with work kept).
     Away { login: String },
+    /// Inside a deploy's hand-over window, before the holder's client has resumed (HO-09).
+    Connecting { login: String },
 }
 
 impl NotAttached {
@@ -926,6 +1061,9 @@ impl NotAttached {
             ),
             NotAttached::Away { login } => format!(
                 "@{login}'s machine is offline, so this message wasn't sent. Send it again when it's back."
+            ),
+            NotAttached::Connecting { login } => format!(
+                "Still connecting to @{login}'s machine, so this message wasn't sent. Send it again in a moment."
             ),
         }
     }
@@ -941,5 +1079,356 @@ impl Planners {
         if let Err(e) = self.store.release_ownership(doc, generation).await {
             tracing::error!(error = %e, document = %doc, generation, "could not release the Planner ownership; a later attach clears it");
         }
+    }
+}
+
+/// The hand-over window a hold gets when a process rebuilds it at `now_ms`: the length the cut
+/// wrote with it (`handover_until_ms` − `written_at_ms`, HO-02), to be counted from now (HO-03),
+/// if a cut wrote one and the rebuild is at most an hour after the write (HO-04); else none.
+pub fn handover_window_ms(row: &LinkHold, now_ms: UnixMillis) -> Option<u64> {
+    let until = row.handover_until_ms?;
+    if now_ms.saturating_sub(row.written_at_ms) > HANDOVER_REBUILD_LIMIT_MS {
+        return None;
+    }
+    Some(until.saturating_sub(row.written_at_ms).max(0) as u64)
+}
+
+/// A resume waiting on its owner's browser sign-in inside a hand-over window (HO-10): what it
+/// may take back, and word of the window's end. Dropping it stops counting the wait.
+pub struct WindowWait {
+    table: Arc<Mutex<Table>>,
+    doc: Uuid,
+    timer: u64,
+    /// The holder's ownership generation, told in `attached`.
+    pub generation: i64,
+    /// The sessions kept for the client, told in `attached.kept`.
+    pub sessions: Vec<String>,
+    /// Becomes true when the window ends (or the hold is taken or ended).
+    pub ended: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Drop for WindowWait {
+    fn drop(&mut self) {
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(Slot::Held {
+            window: Some(w), ..
+        }) = table.slots.get_mut(&self.doc)
+        {
+            if w.timer == self.timer {
+                w.waiting = w.waiting.saturating_sub(1);
+            }
+        }
+    }
+}
+
+impl Planners {
+    /// The graceful stop is cutting `link` (HO-01, HO-02): its hold is written with the end of
+    /// its hand-over window (the write's time plus `HANDOVER_PLANNER_WINDOW_MS`) before the link
+    /// is told `going-away`. The window's length to tell the client, or `None` if nothing was
+    /// written: under `AUTH_MODE=local` (HO-18), for a link no longer attached, or when the write
+    /// failed (logged; the client is then told nothing is kept).
+    pub async fn cut(&self, doc: Uuid, link: u64, work: HeldWork) -> Option<u64> {
+        let holds = self.holds.as_ref()?;
+        let _gate = self.gates.lock(doc).await;
+        let (holder, generation) = match self.lock().slots.get(&doc) {
+            Some(Slot::Attached {
+                link: l,
+                holder,
+                generation,
+                ..
+            }) if *l == link => (holder.clone(), *generation),
+            _ => return None,
+        };
+        let now = self.clock.now_ms();
+        let window_ms = self.handover_window_ms;
+        let hold = LinkHold {
+            document_id: doc,
+            account_id: holder.account_id,
+            login: holder.login.clone(),
+            browser_login_id: Some(holder.browser_login_id),
+            generation,
+            held: serde_json::to_string(&work).unwrap_or_default(),
+            written_at_ms: now,
+            handover_until_ms: Some(now.saturating_add(window_ms as i64)),
+        };
+        match holds.put_link_hold(&hold).await {
+            Ok(()) => {
+                tracing::info!(document = %doc, login = %holder.login, sessions = work.sessions.len(), window_ms, "the stop cut a Planner link; its hold is written for the next process");
+                self.emit(PlannerEvent::HoldWritten {
+                    document: doc,
+                    login: holder.login,
+                    until_ms: hold.handover_until_ms,
+                });
+                Some(window_ms)
+            }
+            Err(e) => {
+                tracing::error!(document = %doc, login = %holder.login, error = %e, "could not write the cut link's hold; its client is told nothing is kept");
+                None
+            }
+        }
+    }
+
+    /// A link that offered `resumable-sessions` dropped unexpectedly while its client held work
+    /// (a kept session): the account keeps the Planner with no deadline, as the document's
+    /// disconnected Planner (AO-11, AO-14), and the hold is written (AO-18) so a restart keeps
+    /// it too. No grace period runs.
+    pub async fn link_dropped_with_work(&self, doc: Uuid, link: u64, work: HeldWork) {
+        let _gate = self.gates.lock(doc).await;
+        let (holder, generation) = match self.lock().slots.get(&doc) {
+            Some(Slot::Attached {
+                link: l,
+                holder,
+                generation,
+                ..
+            }) if *l == link => (holder.clone(), *generation),
+            _ => return,
+        };
+        let now = self.clock.now_ms();
+        if let Some(holds) = &self.holds {
+            let hold = LinkHold {
+                document_id: doc,
+                account_id: holder.account_id,
+                login: holder.login.clone(),
+                browser_login_id: Some(holder.browser_login_id),
+                generation,
+                held: serde_json::to_string(&work).unwrap_or_default(),
+                written_at_ms: now,
+                handover_until_ms: None,
+            };
+            if let Err(e) = holds.put_link_hold(&hold).await {
+                tracing::error!(document = %doc, login = %holder.login, error = %e, "could not write a dropped link's hold; it is kept in this process only");
+            }
+        }
+        tracing::info!(document = %doc, login = %holder.login, sessions = work.sessions.len(), "a resumable Planner link dropped with work kept; the Planner is held with no deadline");
+        self.emit(PlannerEvent::HoldKept {
+            document: doc,
+            login: holder.login.clone(),
+        });
+        self.lock().slots.insert(
+            doc,
+            Slot::Held {
+                holder,
+                generation,
+                work,
+                written_at_ms: now,
+                window: None,
+            },
+        );
+        self.announce(doc);
+    }
+
+    /// At startup, once the writer lease is held and the owners a hold keeps were kept (AO-20):
+    /// every stored hold becomes a suspended hold (AO-19). A hold a cut wrote, rebuilt within an
+    /// hour of the write (HO-04), is given a hand-over window of the length the cut wrote,
+    /// counted from now (HO-03); its row is rewritten without the window first (HO-05; a failed
+    /// rewrite is logged, and the window is still given). Every other hold is disconnected
+    /// (HO-06). A hold whose owner storage no longer names is deleted. How many were rebuilt.
+    pub async fn rebuild_holds(self: &Arc<Self>) -> Result<usize, StoreError> {
+        let Some(holds) = self.holds.clone() else {
+            return Ok(0);
+        };
+        let mut rebuilt = 0;
+        for row in holds.link_holds().await? {
+            let doc = row.document_id;
+            let ownership = self.store.ownership(doc).await?;
+            let owner_kept = ownership.generation == row.generation
+                && ownership.holder.as_ref().is_some_and(|h| {
+                    h.account_id == row.account_id
+                        && Some(h.browser_login_id) == row.browser_login_id
+                });
+            let Some(browser_login_id) = row.browser_login_id.filter(|_| owner_kept) else {
+                tracing::info!(document = %doc, login = %row.login, "a stored hold whose owner a restart could not keep (no stored sign-in credential); it is dropped");
+                self.delete_hold_row(doc, row.written_at_ms).await;
+                continue;
+            };
+            let work: HeldWork = serde_json::from_str(&row.held).unwrap_or_else(|e| {
+                tracing::warn!(document = %doc, error = %e, "a stored hold's work could not be read; it is rebuilt holding nothing");
+                HeldWork::default()
+            });
+            let now = self.clock.now_ms();
+            let window_ms = handover_window_ms(&row, now);
+            if row.handover_until_ms.is_some() && window_ms.is_none() {
+                tracing::info!(document = %doc, login = %row.login, written_at_ms = row.written_at_ms, "a cut's hold rebuilt more than an hour after it was written gets no hand-over window");
+            }
+            if window_ms.is_some() {
+                // Only this process gives the window: the row loses it before the hold shows.
+                if let Err(e) = holds.end_handover(doc, row.written_at_ms).await {
+                    tracing::error!(document = %doc, error = %e, "could not rewrite a rebuilt hold without its window; the window is given all the same");
+                }
+            }
+            let holder = Holder {
+                account_id: row.account_id,
+                login: row.login.clone(),
+                browser_login_id,
+            };
+            let window = window_ms.map(|ms| self.start_window(doc, ms));
+            let until_ms = window.as_ref().map(|w| w.until_ms);
+            self.lock().slots.insert(
+                doc,
+                Slot::Held {
+                    holder,
+                    generation: row.generation,
+                    work,
+                    written_at_ms: row.written_at_ms,
+                    window,
+                },
+            );
+            tracing::info!(document = %doc, login = %row.login, ?until_ms, "a stored Planner hold is rebuilt");
+            self.emit(PlannerEvent::HoldRebuilt {
+                document: doc,
+                login: row.login,
+                until_ms,
+            });
+            self.announce(doc);
+            rebuilt += 1;
+        }
+        Ok(rebuilt)
+    }
+
+    /// A hand-over window of `window_ms` for `doc`, from now.
+    fn start_window(self: &Arc<Self>, doc: Uuid, window_ms: u64) -> Window {
+        let timer = self.lock().id();
+        let until_ms = self.clock.now_ms().saturating_add(window_ms as i64);
+        let planners = self.clone();
+        let stopping = self.shutdown.stopping();
+        let task = self
+            .shutdown
+            .spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(std::time::Duration::from_millis(window_ms)) => {
+                        planners.window_ended(doc, timer).await;
+                    }
+                    () = stopping => {}
+                }
+            })
+            .abort_handle();
+        Window {
+            until_ms,
+            timer,
+            task,
+            ended: tokio::sync::watch::channel(false).0,
+            waiting: 0,
+        }
+    }
+
+    /// A hand-over window ran out with no resume (HO-13): the hold is disconnected, the room
+    /// told, and the miss logged with its cause.
+    async fn window_ended(&self, doc: Uuid, timer: u64) {
+        let _gate = self.gates.lock(doc).await;
+        let (login, waiting) = {
+            let mut table = self.lock();
+            match table.slots.get_mut(&doc) {
+                Some(Slot::Held { holder, window, .. })
+                    if window.as_ref().is_some_and(|w| w.timer == timer) =>
+                {
+                    let Some(w) = window.take() else { return };
+                    let _ = w.ended.send(true);
+                    (holder.login.clone(), w.waiting)
+                }
+                _ => return,
+            }
+        };
+        let cause = if waiting > 0 {
+            "the owner's browser sign-in was not back"
+        } else {
+            "the client was not back"
+        };
+        tracing::warn!(document = %doc, %login, cause, "the hand-over window ended with no resume; the Planner is held disconnected");
+        self.emit(PlannerEvent::HandoverMissed {
+            document: doc,
+            login,
+            cause: cause.to_owned(),
+        });
+        self.announce(doc);
+    }
+
+    /// A resume of `account_id` that arrived without a live browser sign-in: if `doc` is in that
+    /// account's hand-over window, it may wait for the sign-in (HO-10) until the window ends.
+    pub fn await_window(&self, doc: Uuid, account_id: Uuid) -> Option<WindowWait> {
+        let mut table = self.lock();
+        match table.slots.get_mut(&doc) {
+            Some(Slot::Held {
+                holder,
+                generation,
+                work,
+                window: Some(w),
+                ..
+            }) if holder.account_id == account_id => {
+                w.waiting += 1;
+                Some(WindowWait {
+                    table: self.table.clone(),
+                    doc,
+                    timer: w.timer,
+                    generation: *generation,
+                    sessions: work.sessions.clone(),
+                    ended: w.ended.subscribe(),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `doc` is in a hand-over window now.
+    pub fn in_window(&self, doc: Uuid) -> bool {
+        matches!(
+            self.lock().slots.get(&doc),
+            Some(Slot::Held {
+                window: Some(_),
+                ..
+            })
+        )
+    }
+
+    /// Deletes `doc`'s stored hold if it is still the one written at `written_at_ms`.
+    async fn delete_hold_row(&self, doc: Uuid, written_at_ms: UnixMillis) {
+        if let Some(holds) = &self.holds {
+            if let Err(e) = holds.delete_link_hold(doc, written_at_ms).await {
+                tracing::error!(document = %doc, error = %e, "could not delete a Planner hold's row; the next startup finds it");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cut_at(written_at_ms: UnixMillis, window_ms: i64) -> LinkHold {
+        LinkHold {
+            document_id: Uuid::from_u128(1),
+            account_id: Uuid::from_u128(2),
+            login: "mona".into(),
+            browser_login_id: Some(Uuid::from_u128(3)),
+            generation: 1,
+            held: "{}".into(),
+            written_at_ms,
+            handover_until_ms: Some(written_at_ms + window_ms),
+        }
+    }
+
+    #[test]
+    fn ho_04_a_hold_rebuilt_one_hour_after_the_cut_gets_its_window_and_1_ms_later_none() {
+        let row = cut_at(1_000, 60_000);
+        assert_eq!(handover_window_ms(&row, 1_000 + 3_600_000), Some(60_000));
+        assert_eq!(handover_window_ms(&row, 1_000 + 3_600_001), None);
+    }
+
+    #[test]
+    fn ho_03_the_window_is_the_length_the_cut_wrote_whenever_it_is_rebuilt() {
+        // However long the lease release and the takeover took, the whole length is given, to
+        // be counted from the rebuild (HO-01, HO-03).
+        let row = cut_at(1_000, 45_000);
+        assert_eq!(handover_window_ms(&row, 1_000), Some(45_000));
+        assert_eq!(handover_window_ms(&row, 1_000 + 44_999), Some(45_000));
+        assert_eq!(handover_window_ms(&row, 1_000 + 600_000), Some(45_000));
+    }
+
+    #[test]
+    fn ho_06_a_hold_without_a_window_gets_none() {
+        let row = LinkHold {
+            handover_until_ms: None,
+            ..cut_at(1_000, 60_000)
+        };
+        assert_eq!(handover_window_ms(&row, 1_001), None);
     }
 }

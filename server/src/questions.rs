@@ -86,6 +86,12 @@ struct Asked {
     input: HostInput,
     /// The Decision ids of its cards, in question order (empty until they are placed).
     cards: Vec<String>,
+    /// The prefix of those ids and the block they were placed after, to place them again.
+    prefix: String,
+    block: Option<String>,
+    document_url: String,
+    /// Its open cards were taken out of the document while its run is paused (SES-05).
+    set_aside: bool,
     /// The answer to each card, by position, once given.
     answers: BTreeMap<usize, Vec<Answer>>,
     reply: Reply,
@@ -130,8 +136,12 @@ pub enum Scope {
     Document,
     /// Every question one link asked.
     Link(u64),
-    /// The questions a link asked within one turn.
+    /// The questions a link asked within one turn, not for a workflow run (a run outlives
+    /// the turn that started it).
     Turn(u64, String),
+    /// Every question of the document no workflow run asked: what Stop Planner withdraws (a
+    /// run's question is set aside while Stop pauses its run, SES-05).
+    OutsideRuns,
     /// The questions a link asked within one session.
     Session(u64, String),
     /// One request, by its id on its link.
@@ -144,8 +154,11 @@ impl Scope {
             Scope::Document => true,
             Scope::Link(link) => asked.link == *link,
             Scope::Turn(link, turn) => {
-                asked.link == *link && asked.turn_id.as_deref() == Some(turn.as_str())
+                asked.link == *link
+                    && asked.run_id.is_none()
+                    && asked.turn_id.as_deref() == Some(turn.as_str())
             }
+            Scope::OutsideRuns => asked.run_id.is_none(),
             Scope::Session(link, session) => asked.link == *link && asked.session_id == *session,
             Scope::Request(link, request) => asked.link == *link && asked.request_id == *request,
         }
@@ -434,6 +447,10 @@ impl Questions {
                     run_id: request.run_id.clone(),
                     input: request.input.clone(),
                     cards: Vec::new(),
+                    prefix: String::new(),
+                    block: request.block.clone(),
+                    document_url: document_url.clone(),
+                    set_aside: false,
                     answers: BTreeMap::new(),
                     reply: reply.clone(),
                     withdrawn: None,
@@ -488,6 +505,7 @@ impl Questions {
             match table.asked.get_mut(&key) {
                 Some(asked) => {
                     asked.cards = cards.iter().map(|c| c.id.clone()).collect();
+                    asked.prefix = prefix.clone();
                     asked.withdrawn.clone()
                 }
                 None => None,
@@ -512,6 +530,17 @@ impl Questions {
         block: Option<&str>,
     ) -> Result<(), String> {
         let _gate = self.gates.lock(document).await;
+        self.insert_cards(document, reference, cards, block).await
+    }
+
+    /// [`Questions::place_cards`] with the document's gate already held.
+    async fn insert_cards(
+        &self,
+        document: Uuid,
+        reference: &DocumentRef,
+        cards: &[Decision],
+        block: Option<&str>,
+    ) -> Result<(), String> {
         self.change(document, reference, |source| {
             let all = blocks(source);
             let after = match block.and_then(|b| all.iter().find(|x| x.digest == b)) {
@@ -712,27 +741,122 @@ impl Questions {
     }
 
     /// A workflow run's report: its root, and whether it is paused. Only a root's own report
-    /// pauses or resumes it; answers held for a root no longer paused are delivered now, in
-    /// the order they were given.
-    pub fn run_reported(&self, document: Uuid, run: &str, root: Option<&str>, paused: bool) {
-        let released = {
+    /// pauses or resumes it. A root that pauses takes its runs' open cards out of the document
+    /// (the questions still wait); one that resumes puts them back, and the answers held for
+    /// it are delivered, in the order they were given (SES-05, RQ-02).
+    pub async fn run_reported(&self, document: Uuid, run: &str, root: Option<&str>, paused: bool) {
+        let (aside, back, released) = {
             let mut table = self.lock();
             let root = root.unwrap_or(run).to_owned();
             table.roots.insert((document, run.to_owned()), root.clone());
             if root != run {
                 return;
             }
-            let key = (document, root);
-            if paused {
-                table.paused.insert(key);
+            let key = (document, root.clone());
+            let changed = if paused {
+                table.paused.insert(key.clone())
+            } else {
+                table.paused.remove(&key)
+            };
+            if !changed {
                 return;
             }
-            table.paused.remove(&key);
-            table.held.remove(&key).unwrap_or_default()
+            let Table { asked, roots, .. } = &mut *table;
+            let mut moved = Vec::new();
+            for (k, a) in asked.iter_mut() {
+                let of_root = a.document == document
+                    && a.run_id
+                        .as_ref()
+                        .is_some_and(|r| roots.get(&(document, r.clone())).unwrap_or(r) == &root);
+                if of_root && !a.cards.is_empty() && a.withdrawn.is_none() && a.set_aside != paused
+                {
+                    a.set_aside = paused;
+                    moved.push(*k);
+                }
+            }
+            if paused {
+                (moved, Vec::new(), Vec::new())
+            } else {
+                (
+                    Vec::new(),
+                    moved,
+                    table.held.remove(&key).unwrap_or_default(),
+                )
+            }
         };
+        if !aside.is_empty() {
+            self.set_aside(document, &aside).await;
+        }
+        for key in back {
+            self.present_again(document, key).await;
+        }
         for (reply, result) in released {
             send_result(&reply, result);
         }
+    }
+
+    /// Takes the open cards of the questions `keys` out of the document; the questions wait.
+    async fn set_aside(&self, document: Uuid, keys: &[u64]) {
+        let _gate = self.gates.lock(document).await;
+        let (ids, url): (Vec<String>, Option<String>) = {
+            let table = self.lock();
+            let taken: Vec<&Asked> = keys
+                .iter()
+                .filter_map(|k| table.asked.get(k))
+                .filter(|a| a.set_aside)
+                .collect();
+            (
+                taken.iter().flat_map(|a| a.cards.clone()).collect(),
+                taken.first().map(|a| a.document_url.clone()),
+            )
+        };
+        let Some(url) = url else { return };
+        let reference = DocumentRef {
+            id: document.to_string(),
+            url,
+        };
+        if let Err(e) = self.delete_open(document, &reference, &ids).await {
+            tracing::warn!(%document, error = %e, "a paused run's cards could not be set aside");
+            return;
+        }
+        tracing::info!(%document, cards = ids.len(), "a paused run's open cards are set aside");
+    }
+
+    /// Puts the still-unanswered cards of question `key` back in the document, with the ids
+    /// they had, after the block they first followed (or at the end). A question whose cards
+    /// no longer fit fails.
+    async fn present_again(&self, document: Uuid, key: u64) {
+        let _gate = self.gates.lock(document).await;
+        let Some((cards, block, url)) = ({
+            let table = self.lock();
+            table.asked.get(&key).filter(|a| !a.set_aside).map(|a| {
+                let cards: Vec<Decision> = cards_for(&a.input, &a.prefix)
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(position, _)| !a.answers.contains_key(position))
+                    .map(|(_, card)| card)
+                    .collect();
+                (cards, a.block.clone(), a.document_url.clone())
+            })
+        }) else {
+            return;
+        };
+        let reference = DocumentRef {
+            id: document.to_string(),
+            url,
+        };
+        if let Err(why) = self
+            .insert_cards(document, &reference, &cards, block.as_deref())
+            .await
+        {
+            let asked = self.lock().asked.remove(&key);
+            if let Some(asked) = asked {
+                tracing::info!(%document, request = %asked.request_id, why, "a resumed run's question could not be asked again");
+                send_result(&asked.reply, failed(&asked.request_id, why));
+            }
+            return;
+        }
+        tracing::info!(%document, cards = cards.len(), "a resumed run's cards are back");
     }
 
     /// Forgets the runs of `document` (its link is gone): nothing is held for them any more.
@@ -831,21 +955,7 @@ impl Questions {
             return;
         }
         let ids: Vec<String> = taken.iter().flat_map(|a| a.cards.clone()).collect();
-        let removed = self
-            .change(document, reference, |source| {
-                let all = blocks(source);
-                let open: Vec<(usize, String)> = decisions(source, &all)
-                    .into_iter()
-                    .filter(|(_, d)| d.state == DecisionState::Open && ids.contains(&d.id))
-                    .map(|(index, _)| (index, all[index].digest.clone()))
-                    .collect();
-                Ok(if open.is_empty() {
-                    Change::Nothing
-                } else {
-                    Change::Delete(open)
-                })
-            })
-            .await;
+        let removed = self.delete_open(document, reference, &ids).await;
         if let Err(e) = removed {
             tracing::warn!(%document, error = %e, "withdrawn cards could not be taken out of the document");
         }
@@ -883,6 +993,29 @@ impl Questions {
                 },
             );
         }
+    }
+
+    /// Takes the open cards among `ids` out of the document (the gate held).
+    async fn delete_open(
+        &self,
+        document: Uuid,
+        reference: &DocumentRef,
+        ids: &[String],
+    ) -> Result<(), String> {
+        self.change(document, reference, |source| {
+            let all = blocks(source);
+            let open: Vec<(usize, String)> = decisions(source, &all)
+                .into_iter()
+                .filter(|(_, d)| d.state == DecisionState::Open && ids.contains(&d.id))
+                .map(|(index, _)| (index, all[index].digest.clone()))
+                .collect();
+            Ok(if open.is_empty() {
+                Change::Nothing
+            } else {
+                Change::Delete(open)
+            })
+        })
+        .await
     }
 
     /// Makes the change `decide` picks on the document's source as it is now, as one

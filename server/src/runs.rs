@@ -296,12 +296,15 @@ impl Runs {
                 tracing::warn!(%document, run = %record.run_id, error = %e, "a run report could not be saved");
                 continue;
             }
-            self.deps.questions.run_reported(
-                document,
-                &record.run_id,
-                record.root_run_id.as_deref(),
-                record.status == "paused",
-            );
+            self.deps
+                .questions
+                .run_reported(
+                    document,
+                    &record.run_id,
+                    record.root_run_id.as_deref(),
+                    record.status == "paused",
+                )
+                .await;
             let was_live = before.get(&record.run_id).is_none_or(RunRecord::is_live);
             if was_live && !record.is_live() {
                 // SES-15; RR-03: a run that ends blocked or failed gets this line and no turn.

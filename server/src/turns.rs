@@ -19,6 +19,7 @@ use crate::config::Planted;
 use crate::content::{EditRefused, OpenDocuments};
 use crate::documents::children::{ChildError, Children};
 use crate::documents::Documents;
+use crate::github_tools::{self, GitHubTools};
 use crate::harness::{
     run_turn, CancelSignal, Harness, HarnessDeps, HarnessSession, HostToolResult, RemoteDeps,
     SessionRequest, SteerError, SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
@@ -28,6 +29,7 @@ use crate::identity::sign_ins::SignIns;
 use crate::observe::PlannerEvent;
 use crate::planner::Planners;
 use crate::questions::Questions;
+use crate::repository::{self, Bound, RepositoryTools};
 use crate::runs::Runs;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{DocumentStore, Holder, OwnerGuard, OwnershipStore};
@@ -194,6 +196,10 @@ pub struct TurnsDeps {
     pub runs: Arc<Runs>,
     /// A waiting question keeps the session that asked it.
     pub questions: Arc<Questions>,
+    /// The repository tools (GitHub REST), run with the owner's token.
+    pub repository: Arc<RepositoryTools>,
+    /// The pull-request tools (GitHub's MCP server), run with the owner's token.
+    pub github_tools: Arc<GitHubTools>,
 }
 
 /// The Planner turns of this process: at most one per document.
@@ -338,6 +344,20 @@ impl Turns {
         if let Some(kept) = gone {
             tracing::info!(%document, session = %id, "a kept session is let go: nothing keeps it any more");
             kept.session.destroy().await;
+        }
+    }
+
+    /// A client took back `session` after a reconnect (AO-19): it is kept for the document's
+    /// next turn under `login`, in place of the one its earlier link left (the same id on a
+    /// link that is gone, which is not told anything).
+    pub async fn adopt_kept(&self, document: Uuid, session: Arc<dyn HarnessSession>, login: Uuid) {
+        let kept = KeptSession { session, login };
+        let id = kept.session.id().to_owned();
+        let earlier = self.lock().kept.insert(document, kept);
+        if let Some(earlier) = earlier {
+            if earlier.session.id() != id {
+                earlier.session.destroy().await;
+            }
         }
     }
 
@@ -535,6 +555,7 @@ impl Turns {
             generation,
             credential_revision,
             step: Mutex::new(String::new()),
+            repository: tokio::sync::OnceCell::new(),
         });
         let prompt = with_context(&d.transcript, document, &request, prompt).await;
         let turn = TurnRequest {
@@ -810,6 +831,10 @@ fn host_tools() -> Vec<ToolSpec> {
             }),
         },
     ]
+    .into_iter()
+    .chain(repository::tool_specs())
+    .chain(github_tools::tool_specs())
+    .collect()
 }
 
 /// The schema of one question of `ask` and the `open_decision` tools.
@@ -849,6 +874,8 @@ struct PlannerHost {
     credential_revision: i64,
     /// The text of the step being written; published as its own Chat message when the step ends.
     step: Mutex<String>,
+    /// The document's repository as GitHub gave it to the first repository tool of the turn.
+    repository: tokio::sync::OnceCell<crate::identity::github::RepoInfo>,
 }
 
 impl PlannerHost {
@@ -1000,6 +1027,8 @@ impl TurnHost for PlannerHost {
             "ask" => self.ask(input).await,
             "open_decision" => self.open_decisions(input, false).await,
             "open_decisions" => self.open_decisions(input, true).await,
+            name if repository::is_repository_tool(name) => self.repository_tool(name, input).await,
+            name if github_tools::is_github_tool(name) => self.github_tool(name, input).await,
             other => HostToolResult::error(format!("unknown host tool {other:?}")),
         }
     }
@@ -1054,6 +1083,72 @@ struct OpenArgs {
 }
 
 impl PlannerHost {
+    /// A repository tool (RFC-26, ISO-32): bound to the document's repository from its record,
+    /// run with the owner's token (held here; never in an argument, a result or a log).
+    async fn repository_tool(&self, name: &str, input: Value) -> HostToolResult {
+        let d = &self.turns.deps;
+        let Some(login) = d
+            .sign_ins
+            .get_live(self.holder.browser_login_id, d.clock.now_ms())
+        else {
+            return self
+                .deny(name, "the Planner owner's sign-in has ended")
+                .await;
+        };
+        let token = login.github_token();
+        // The arguments first: a refused one asks GitHub nothing.
+        let call = match repository::parse(name, input) {
+            Ok(call) => call,
+            Err(why) => return HostToolResult::error(why),
+        };
+        let info = self
+            .repository
+            .get_or_try_init(|| async {
+                let doc = match d.records.document(self.document).await {
+                    Ok(Some(doc)) => doc,
+                    _ => return Err("the document could not be read just now".to_owned()),
+                };
+                let bound = Bound {
+                    owner: doc.repo_owner,
+                    repo: doc.repo_name,
+                };
+                d.repository.repository(token, &bound).await
+            })
+            .await;
+        match info {
+            Ok(info) => d.repository.execute(call, token, info).await,
+            Err(why) => HostToolResult::error(why),
+        }
+    }
+
+    /// A pull-request tool (RFC-27…RFC-31): GitHub's MCP server, discovered on the first such
+    /// call with the owner's current token (RFC-38), bound to the document's repository.
+    async fn github_tool(&self, name: &str, input: Value) -> HostToolResult {
+        let d = &self.turns.deps;
+        let Some(login) = d
+            .sign_ins
+            .get_live(self.holder.browser_login_id, d.clock.now_ms())
+        else {
+            return self
+                .deny(name, "the Planner owner's sign-in has ended")
+                .await;
+        };
+        let doc = match d.records.document(self.document).await {
+            Ok(Some(doc)) => doc,
+            _ => return HostToolResult::error("the document could not be read just now"),
+        };
+        d.github_tools
+            .execute(
+                name,
+                input,
+                self.holder.browser_login_id,
+                login.github_token(),
+                &doc.repo_owner,
+                &doc.repo_name,
+            )
+            .await
+    }
+
     /// `ask` (COA-23): the questions become Decision cards, and the tool waits until people
     /// have answered every one, or the question is withdrawn. The result is the answers as
     /// `input-result` gives a questionnaire's. A turn that ends while it waits withdraws its

@@ -27,8 +27,9 @@ struct Server {
     fake: FakeGitHub,
     clock: Arc<ManualClock>,
     base: String,
+    store: MemoryStore,
     _data: tempfile::TempDir,
-    _running: Running,
+    running: Option<Running>,
 }
 
 struct Answer {
@@ -75,9 +76,10 @@ impl Server {
         config.app_origin = base.clone();
         adjust(&mut config);
         let clock = Arc::new(ManualClock::new(T0));
+        let store = MemoryStore::new();
         let running = app::start(
             config,
-            Arc::new(MemoryStore::new()),
+            Arc::new(store.clone()),
             Runtime {
                 clock: clock.clone(),
                 entropy: Arc::new(OsEntropy),
@@ -94,8 +96,9 @@ impl Server {
             fake,
             clock,
             base,
+            store,
             _data: data,
-            _running: running,
+            running: Some(running),
         }
     }
 
@@ -405,4 +408,70 @@ async fn device_routes_answer_404_under_hosted_mode() {
         assert!(words.contains("AUTH_MODE=local"), "{words}");
     }
     assert!(server.fake.requests().is_empty(), "GitHub was not asked");
+}
+
+#[tokio::test]
+async fn ho_18_local_mode_is_never_handed_over_its_holds_stay_in_memory() {
+    use chopin_fixtures::agent::{connect, Event, Upgrade};
+    use chopin_fixtures::github::Permission;
+    use chopin_protocol::agent::{ErrorCode, ServerMessage};
+    use chopin_server::store::{DocumentStore, HoldStore, NewDocument};
+
+    let mut server = Server::start(AuthMode::Local).await;
+    server.fake.add_repo("octo", "plans");
+    server
+        .fake
+        .grant("octo", "plans", "mona", Permission::Write);
+    let answer = server.sign_in("mona").await;
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    let doc = uuid::Uuid::from_u128(0x10ca1);
+    server
+        .store
+        .create_document(&NewDocument {
+            id: doc,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "notes".into(),
+            title: "Notes".into(),
+            created_at_ms: T0,
+            parent_id: None,
+        })
+        .await
+        .unwrap();
+    let host = server.base.trim_start_matches("http://").to_owned();
+    let token = server.fake.issue_token("mona");
+    let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let mut agent = connect(stream, &Upgrade::new(host.clone(), Some(&token)))
+        .await
+        .unwrap();
+    let attached = agent
+        .attach(&doc.to_string(), &["resumable-sessions"])
+        .await
+        .unwrap();
+    assert!(
+        matches!(attached, ServerMessage::Attached(_)),
+        "{attached:?}"
+    );
+
+    let heard = tokio::spawn(async move {
+        let mut frames = Vec::new();
+        while let Ok(Event::Message(m)) = agent.recv().await {
+            frames.push(m);
+        }
+        frames
+    });
+    let stopped = server.running.take().unwrap().stop().await;
+    assert!(stopped.released);
+    let frames = tokio::time::timeout(std::time::Duration::from_secs(10), heard)
+        .await
+        .unwrap()
+        .unwrap();
+    match frames.last() {
+        Some(ServerMessage::Error(e)) => {
+            assert_eq!(e.code, ErrorCode::GoingAway);
+            assert_eq!(e.handover_ms, None, "nothing is kept for the next process");
+        }
+        other => panic!("expected going-away, got {other:?}"),
+    }
+    assert!(server.store.link_holds().await.unwrap().is_empty());
 }

@@ -16,8 +16,8 @@ use chopin_document::DocumentRef;
 use chopin_fixtures::agent::AgentClient;
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_protocol::agent::{
-    AnswerKind, ClientMessage, HostInput, InputAnswer, InputCancel, InputRequest, InputResult,
-    InputStatus, ServerMessage, Started,
+    AnswerKind, ClientMessage, ControlResult, HostInput, InputAnswer, InputCancel, InputRequest,
+    InputResult, InputStatus, ServerMessage, Started,
 };
 use serde_json::{json, Value};
 
@@ -177,8 +177,8 @@ fn questionnaire() -> Value {
 }
 
 #[tokio::test]
-async fn rq_01_atm_28_a_questionnaire_lands_after_its_block_and_its_answers_reach_the_client_once()
-{
+async fn rq_01_rq_03_atm_22_atm_23_atm_28_a_questionnaire_lands_after_its_block_and_its_answers_reach_the_client_once(
+) {
     let (s, mut client, mut room, session, turn_id) = begun().await;
     let text = source(&s).await;
     let prose = blocks(&text)[1].clone();
@@ -675,7 +675,7 @@ async fn coa_02_coa_03_open_decisions_opens_up_to_ten_independent_cards_without_
 }
 
 #[tokio::test]
-async fn rq_02_atm_27_an_answer_to_a_workflow_question_waits_while_its_root_run_is_paused() {
+async fn rq_02_ses_05_atm_27_an_answer_to_a_workflow_question_waits_while_its_root_run_is_paused() {
     let (s, mut client, mut room, session, turn_id) = begun().await;
     let report = |status: &str| {
         ClientMessage::Runs(serde_json::from_value(json!({
@@ -764,4 +764,192 @@ async fn atm_31_archiving_the_document_withdraws_its_questions() {
     };
     assert_eq!(r.status, InputStatus::Cancelled);
     assert_eq!(r.message.as_deref(), Some("The document was archived."));
+}
+
+#[tokio::test]
+async fn ses_05_a_paused_runs_question_leaves_decisions_and_comes_back_on_resume() {
+    let (s, mut client, mut room, session, turn_id) = begun().await;
+    let report = |status: &str| {
+        ClientMessage::Runs(serde_json::from_value(json!({
+            "sessionId": session,
+            "runs": [
+                {"runId": "run-40", "name": "rollout", "status": status},
+                {"runId": "run-41", "name": "rollout/ask", "status": "waiting", "rootRunId": "run-40"}
+            ]
+        })).unwrap())
+    };
+    client.send(&report("running")).await.unwrap();
+    let mut asked = request(&session, &turn_id, "q-40", None, questionnaire());
+    if let ClientMessage::InputRequest(r) = &mut asked {
+        r.run_id = Some("run-41".into());
+    }
+    client.send(&asked).await.unwrap();
+    let placed = until_cards(&s, 2).await;
+    let (first, second) = (placed[0].1.clone(), placed[1].1.clone());
+    let a = answer(&mut room, "a1", &first.id, json!({ "options": [0] })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+
+    // Paused: the open card leaves Decisions; the answered one stays as it is.
+    client.send(&report("paused")).await.unwrap();
+    let aside = until_cards(&s, 1).await;
+    assert_eq!(aside[0].1.id, first.id);
+    assert_eq!(aside[0].1.state, DecisionState::Answered);
+    let late = answer(&mut room, "a2", &second.id, json!({ "text": "Webhooks." })).await;
+    assert_eq!(late["code"], "decision-not-found", "{late}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(200), result(&mut client))
+            .await
+            .is_err(),
+        "the question still waits, neither answered nor withdrawn"
+    );
+    assert_eq!(s.state.questions.waiting(), 1);
+
+    // Resumed: the same card is presented again and takes the answer.
+    client.send(&report("running")).await.unwrap();
+    let back = until_cards(&s, 2).await;
+    assert_eq!(back[1].1.id, second.id);
+    assert_eq!(back[1].1.state, DecisionState::Open);
+    assert_eq!(back[1].1.question, second.question);
+    let b = answer(&mut room, "a3", &second.id, json!({ "text": "Webhooks." })).await;
+    assert_eq!(b["type"], "decision:answered", "{b}");
+    let r = result(&mut client).await;
+    assert_eq!(r.request_id, "q-40");
+    assert_eq!(r.status, InputStatus::Answered);
+    let Some(InputAnswer::Questionnaire(q)) = r.answer else {
+        panic!("{r:?}")
+    };
+    assert_eq!(q.answers.len(), 2, "{q:?}");
+    assert_eq!(q.answers[1].text.as_deref(), Some("Webhooks."));
+}
+
+#[tokio::test]
+async fn ses_05_atm_36_stop_pauses_a_runs_question_and_resume_presents_it_again() {
+    let (s, mut client, mut room, session, turn_id) = begun().await;
+    let report = |status: &str| {
+        ClientMessage::Runs(
+            serde_json::from_value(json!({
+                "sessionId": session,
+                "runs": [{"runId": "run-60", "name": "rollout", "status": status}]
+            }))
+            .unwrap(),
+        )
+    };
+    client.send(&report("running")).await.unwrap();
+    let mut asked = request(
+        &session,
+        &turn_id,
+        "q-60",
+        None,
+        json!({ "kind": "confirm", "title": "Promote the canary?" }),
+    );
+    if let ClientMessage::InputRequest(r) = &mut asked {
+        r.run_id = Some("run-60".into());
+    }
+    client.send(&asked).await.unwrap();
+    let card = until_cards(&s, 1).await[0].1.clone();
+
+    // Stop Planner: the turn is aborted and the run paused; its question is not withdrawn.
+    room.send_json(&json!({ "type": "planner:stop" }))
+        .await
+        .unwrap();
+    let stop = loop {
+        match next(&mut client).await {
+            ServerMessage::Stop(stop) => break stop,
+            ServerMessage::InputResult(r) => panic!("the run's question was ended: {r:?}"),
+            _ => {}
+        }
+    };
+    client.send(&report("paused")).await.unwrap();
+    client
+        .send(&ClientMessage::ControlResult(ControlResult {
+            request_id: stop.request_id,
+            ok: true,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    until_cards(&s, 0).await;
+    assert_eq!(s.state.questions.waiting(), 1, "the question still waits");
+
+    room.send_json(&json!({ "type": "planner:resume" }))
+        .await
+        .unwrap();
+    let resume = loop {
+        match next(&mut client).await {
+            ServerMessage::Resume(resume) => break resume,
+            ServerMessage::InputResult(r) => panic!("the run's question was ended: {r:?}"),
+            _ => {}
+        }
+    };
+    client.send(&report("running")).await.unwrap();
+    client
+        .send(&ClientMessage::ControlResult(ControlResult {
+            request_id: resume.request_id,
+            ok: true,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    let back = until_cards(&s, 1).await[0].1.clone();
+    assert_eq!(
+        (back.id.as_str(), back.state),
+        (card.id.as_str(), DecisionState::Open)
+    );
+    let a = answer(&mut room, "a1", &card.id, json!({ "options": [0] })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    let r = result(&mut client).await;
+    assert_eq!(
+        (r.request_id.as_str(), r.status),
+        ("q-60", InputStatus::Answered)
+    );
+}
+
+#[tokio::test]
+async fn atm_39_host_input_is_held_only_to_the_aggregate_bounds() {
+    let (s, mut client, mut room, session, turn_id) = begun().await;
+    let long_question = format!("Which of these goes first? {}", "Context. ".repeat(400));
+    let options: Vec<Value> = (0..25)
+        .map(|i| json!({ "label": format!("region-{i}"), "description": "d".repeat(2_000) }))
+        .collect();
+    let mut questions = vec![json!({ "question": long_question, "options": options })];
+    questions.extend((0..5).map(|i| json!({ "question": format!("Question {i}?") })));
+    client
+        .send(&request(
+            &session,
+            &turn_id,
+            "q-39",
+            None,
+            json!({ "kind": "questionnaire", "questions": questions }),
+        ))
+        .await
+        .unwrap();
+    let placed = until_cards(&s, 6).await;
+    let first = &placed[0].1;
+    assert_eq!(first.question, long_question, "never truncated");
+    assert_eq!(first.options.len(), 25);
+    assert_eq!(
+        first.options[24].detail.as_deref(),
+        Some("d".repeat(2_000).as_str())
+    );
+
+    let written = "w".repeat(10_000);
+    let a = answer(&mut room, "a0", &first.id, json!({ "options": [24] })).await;
+    assert_eq!(a["type"], "decision:answered", "{a}");
+    for (i, (_, card)) in placed.iter().enumerate().skip(1) {
+        let a = answer(
+            &mut room,
+            &format!("a{i}"),
+            &card.id,
+            json!({ "text": written }),
+        )
+        .await;
+        assert_eq!(a["type"], "decision:answered", "{a}");
+    }
+    let r = result(&mut client).await;
+    assert_eq!(r.status, InputStatus::Answered, "{r:?}");
+    let Some(InputAnswer::Questionnaire(q)) = r.answer else {
+        panic!("{r:?}")
+    };
+    assert_eq!(q.answers[0].options[0].label, "region-24");
+    assert_eq!(q.answers[5].text.as_deref(), Some(written.as_str()));
 }

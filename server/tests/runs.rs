@@ -91,7 +91,13 @@ async fn report(client: &mut AgentClient, session: &str, runs: Vec<Run>) {
 }
 
 async fn get(s: &Served, path: &str) -> (u16, Value) {
-    let request = http::Request::get(format!("http://{}{path}", s.host))
+    call(s, http::Method::GET, path).await
+}
+
+async fn call(s: &Served, method: http::Method, path: &str) -> (u16, Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", s.host))
         .header("cookie", &s.mona_cookie)
         .body(axum::body::Bytes::new())
         .unwrap();
@@ -118,7 +124,7 @@ async fn chat(s: &Served) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn rr_01_ses_10_a_reported_run_is_a_card_with_its_latest_12_stages() {
+async fn rr_01_ses_08_ses_10_ses_15_a_reported_run_is_a_card_with_its_latest_12_stages() {
     let s = served().await;
     let mut client = s.attach(&[]).await;
     let mut room = room(&s).await;
@@ -135,8 +141,33 @@ async fn rr_01_ses_10_a_reported_run_is_a_card_with_its_latest_12_stages() {
             )
         })
         .collect();
-    report(&mut client, &session, vec![run(RunStatus::Running, stages)]).await;
+    // SES-08: several runs live at once, each with its name, status and elapsed time.
+    let mut other = run(RunStatus::Waiting, vec![]);
+    other.run_id = "run-77".into();
+    other.name = "docs-refresh".into();
+    other.elapsed_ms = Some(4_000);
+    report(
+        &mut client,
+        &session,
+        vec![run(RunStatus::Running, stages), other],
+    )
+    .await;
     let card = next_of(&mut room, "run:card").await["run"].clone();
+    let second = next_of(&mut room, "run:card").await["run"].clone();
+    assert_eq!(
+        (
+            &second["runId"],
+            &second["name"],
+            &second["status"],
+            &second["elapsedMs"]
+        ),
+        (
+            &json!("run-77"),
+            &json!("docs-refresh"),
+            &json!("waiting"),
+            &json!(4_000)
+        )
+    );
     assert_eq!(card["runId"], "run-12");
     assert_eq!(card["name"], "canary-rollout");
     assert_eq!(card["status"], "running");
@@ -162,7 +193,14 @@ async fn rr_01_ses_10_a_reported_run_is_a_card_with_its_latest_12_stages() {
     );
     // Anyone who can read the document lists the cards.
     let (_, list) = get(&s, &format!("/api/documents/{}/runs", s.doc)).await;
-    assert_eq!(list["runs"][0]["status"], "failed", "{list}");
+    let listed = list["runs"].as_array().unwrap();
+    assert_eq!(listed.len(), 2, "{list}");
+    assert!(
+        listed
+            .iter()
+            .any(|r| r["runId"] == "run-12" && r["status"] == "failed"),
+        "{list}"
+    );
 }
 
 #[tokio::test]
@@ -206,7 +244,7 @@ async fn rr_04_ses_09_ses_11_deltas_merge_into_every_stored_stage_served_500_a_p
 }
 
 #[tokio::test]
-async fn rr_03_a_run_that_fails_between_turns_gets_only_its_chat_notice() {
+async fn rr_03_ses_15_a_run_that_fails_between_turns_gets_only_its_chat_notice() {
     let s = served().await;
     let mut client = s.attach(&[]).await;
     let mut room = room(&s).await;
@@ -419,4 +457,70 @@ async fn ses_01_a_session_with_nothing_live_is_destroyed_after_its_turn() {
     };
     assert_eq!(destroyed.session_id, session);
     assert_eq!(s.state.turns.kept_session(s.doc), None);
+}
+
+#[tokio::test]
+async fn ses_03_nobody_acts_on_a_stage_directly() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, _) = turn(&mut client, &mut room).await;
+    report(
+        &mut client,
+        &session,
+        vec![run(
+            RunStatus::Running,
+            vec![stage(0, StageStatus::Running)],
+        )],
+    )
+    .await;
+    next_of(&mut room, "run:card").await;
+    // The stages are read, never written, over HTTP.
+    let stages = format!("/api/documents/{}/runs/run-12/stages", s.doc);
+    for method in [http::Method::POST, http::Method::PUT, http::Method::DELETE] {
+        let (status, _) = call(&s, method.clone(), &stages).await;
+        assert_eq!(status, 405, "{method} {stages}");
+    }
+    let (status, page) = get(&s, &stages).await;
+    assert_eq!(status, 200, "{page}");
+    // The room has no frame that acts on a stage: a run is steered by Chat, Decisions, Stop
+    // and Resume.
+    room.send_json(
+        &json!({ "type": "run:stage", "runId": "run-12", "stageId": "st-0", "action": "skip" }),
+    )
+    .await
+    .unwrap();
+    let refused = next_of(&mut room, "error").await;
+    assert_eq!(refused["code"], "unknown-type", "{refused}");
+}
+
+#[tokio::test]
+async fn rr_02_a_stop_waiting_on_the_client_does_not_hold_up_the_writers_room() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
+    next_of(&mut room, "run:card").await;
+    end_turn(&s, &mut client, turn_id).await;
+
+    // The client hears `stop` and says nothing: the Stop waits up to 10 s for it.
+    room.send_json(&json!({ "type": "planner:stop", "runId": "run-12" }))
+        .await
+        .unwrap();
+    loop {
+        if let ServerMessage::Stop(_) = next(&mut client).await {
+            break;
+        }
+    }
+    // Meanwhile the same socket is served at once.
+    room.send_json(&json!({ "type": "chat:history", "limit": 5 }))
+        .await
+        .unwrap();
+    let page = tokio::time::timeout(Duration::from_secs(2), next_of(&mut room, "chat:history"))
+        .await
+        .expect("chat:history while the Stop waits");
+    assert!(page["entries"].is_array(), "{page}");
+    let stopped = next_of(&mut room, "planner:stopped").await;
+    assert_eq!(stopped["stopped"], false, "{stopped}");
 }

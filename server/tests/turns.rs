@@ -151,7 +151,13 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
             "edit_child",
             "ask",
             "open_decision",
-            "open_decisions"
+            "open_decisions",
+            "read_repository_file",
+            "list_repository_tree",
+            "search_repository",
+            "repository_history",
+            "pull_request_read",
+            "list_pull_requests"
         ],
         "only host tools are offered"
     );

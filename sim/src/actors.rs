@@ -95,6 +95,9 @@ pub enum AgentEvent {
 pub enum TurnStep {
     /// Answer the next unanswered `start` (received before or after) with `started`.
     Started,
+    /// Go on in the session the previous script played (a session the server kept after its
+    /// turn): the next `turn` of it comes without a `start`.
+    KeptSession,
     /// Wait for the `turn` frame of the started session.
     AwaitTurn,
     /// Send `host-tool-call` and wait for its `host-tool-result` (logged as a `Frame`).
@@ -117,6 +120,9 @@ pub enum TurnStep {
     Sleep { ms: u64 },
     /// Close the TCP connection without a close frame (drop the client); the actor ends.
     Drop,
+    /// Send a `runs` report for the started session: one run, `run-1`, with `status`
+    /// (`running`, `waiting`, `paused` keep the session after its turn).
+    Runs { status: String },
 }
 
 /// A turn as an agent client plays it: steps run in order (see [`TurnStep`]).
@@ -133,6 +139,12 @@ impl TurnScript {
     /// Answer the next `start`.
     pub fn started(mut self) -> Self {
         self.steps.push(TurnStep::Started);
+        self
+    }
+
+    /// Go on in the previous script's session (see [`TurnStep::KeptSession`]).
+    pub fn kept_session(mut self) -> Self {
+        self.steps.push(TurnStep::KeptSession);
         self
     }
 
@@ -193,6 +205,13 @@ impl TurnScript {
         self.steps.push(TurnStep::Drop);
         self
     }
+
+    pub fn runs(mut self, status: &str) -> Self {
+        self.steps.push(TurnStep::Runs {
+            status: status.to_owned(),
+        });
+        self
+    }
 }
 
 /// A command to an agent actor.
@@ -208,6 +227,8 @@ enum AgentCommand {
     SendText(String),
     /// Write raw bytes past the WebSocket layer (see `chopin_fixtures::agent::masked_frame`).
     SendRaw(Vec<u8>),
+    /// Send `resume` with every session the last `attached` kept (`true`) or none.
+    Resume(bool),
 }
 
 /// Handle of an agent actor.
@@ -306,6 +327,12 @@ impl Agent {
 
     /// Sends a text frame exactly as given (well-formed or not), logged as `Sent` with kind
     /// `text`.
+    /// Sends client `resume` naming every session the last `attached` listed in `kept` (`all`),
+    /// or none.
+    pub fn resume(&self, all: bool) {
+        let _ = self.commands.send(AgentCommand::Resume(all));
+    }
+
     pub fn send_text(&self, text: &str) {
         let _ = self.commands.send(AgentCommand::SendText(text.to_owned()));
     }
@@ -492,6 +519,28 @@ impl World {
             run_agent(host, token, rx, log, recorder).await;
             Ok(())
         });
+        agent
+    }
+
+    /// An agent actor `name` with bearer `token`, connected and attached to `document` with
+    /// `features`: returns once the attach is answered (either way; see [`Agent::answer`]).
+    pub fn attached_agent(
+        &mut self,
+        name: &str,
+        token: &str,
+        document: &str,
+        features: &[&str],
+    ) -> Agent {
+        let agent = self.agent(name, token);
+        let a = agent.clone();
+        self.until(5_000, "agent connected", move || {
+            a.log()
+                .iter()
+                .any(|e| matches!(e, AgentEvent::Connected { .. }))
+        });
+        agent.attach_with_features(document, features);
+        let a = agent.clone();
+        self.until(5_000, "attach answered", move || a.answer().is_some());
         agent
     }
 
@@ -701,6 +750,10 @@ struct Scripts {
     starts: VecDeque<String>,
     /// The session the current script answered `started` for.
     session: Option<String>,
+    /// The session the last finished script played.
+    last_session: Option<String>,
+    /// Turns a script ended with `turn-end`.
+    ended: BTreeSet<String>,
     /// Turn ids by session, from `turn` frames.
     turns: BTreeMap<String, String>,
     /// The call the current `HostToolCall` step waits for.
@@ -721,6 +774,7 @@ impl Scripts {
         self.session
             .as_ref()
             .and_then(|s| self.turns.get(s))
+            .filter(|turn| !self.ended.contains(*turn))
             .cloned()
     }
 
@@ -739,7 +793,7 @@ impl Scripts {
     fn end_script(&mut self) {
         self.queue.pop_front();
         self.step = 0;
-        self.session = None;
+        self.last_session = self.session.take().or(self.last_session.take());
         self.awaiting_call = None;
         self.sleep = None;
         self.slept = false;
@@ -863,6 +917,9 @@ impl AgentActor {
                     });
                     self.send(client, started, session).await;
                 }
+                TurnStep::KeptSession => {
+                    s.session = s.last_session.clone();
+                }
                 TurnStep::AwaitTurn => {
                     if turn.is_empty() {
                         return Pumped::Blocked;
@@ -920,6 +977,7 @@ impl AgentActor {
                     s.steers_used += count;
                 }
                 TurnStep::End { status } => {
+                    s.ended.insert(turn.clone());
                     let end = ClientMessage::TurnEnd(TurnEnd {
                         turn_id: turn.clone(),
                         status,
@@ -943,6 +1001,25 @@ impl AgentActor {
                 TurnStep::Drop => {
                     self.note(AgentEvent::Dropped { at_ms: now_ms() });
                     return Pumped::Dropped;
+                }
+                TurnStep::Runs { status } => {
+                    let Some(session) = s.session.clone() else {
+                        return Pumped::Blocked;
+                    };
+                    let report = ClientMessage::Runs(chopin_protocol::agent::Runs {
+                        session_id: session,
+                        runs: vec![chopin_protocol::agent::Run {
+                            run_id: "run-1".to_owned(),
+                            name: "rollout".to_owned(),
+                            status: serde_json::from_value(Value::String(status.clone()))
+                                .unwrap_or(chopin_protocol::agent::RunStatus::Running),
+                            root_run_id: None,
+                            elapsed_ms: None,
+                            stages: Vec::new(),
+                            omitted_stages: None,
+                        }],
+                    });
+                    self.send(client, report, format!("run-1 {status}")).await;
                 }
             }
             self.scripts.next_step();
@@ -997,6 +1074,8 @@ async fn run_agent(
         };
     actor.note(AgentEvent::Connected { at_ms: now_ms() });
     let mut reading = true;
+    // The sessions the last `attached` kept, for a `resume`.
+    let mut kept: Vec<String> = Vec::new();
     // Dropping every handle stops the commands, not the client.
     let mut commanded = true;
     loop {
@@ -1049,6 +1128,15 @@ async fn run_agent(
                         Err(e) => actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send text: {e}") }),
                     }
                 }
+                Some(AgentCommand::Resume(all)) => {
+                    let sessions = if all { kept.clone() } else { Vec::new() };
+                    let detail = sessions.join(" ");
+                    let resume = ClientMessage::Resume(chopin_protocol::agent::ClientResume { sessions });
+                    match client.send(&resume).await {
+                        Ok(()) => actor.note(AgentEvent::Sent { at_ms: now_ms(), kind: "resume".to_owned(), detail }),
+                        Err(e) => actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send resume: {e}") }),
+                    }
+                }
                 Some(AgentCommand::SendRaw(bytes)) => {
                     let detail = format!("{} bytes", bytes.len());
                     match client.send_raw(&bytes).await {
@@ -1062,11 +1150,14 @@ async fn run_agent(
                 actor.scripts.slept = true;
             }
             event = client.recv(), if reading => match event {
-                Ok(WireEvent::Message(ServerMessage::Attached(a))) => actor.note(AgentEvent::Attached {
-                    at_ms: now_ms(),
-                    login: a.login,
-                    generation: a.generation.map_or(-1, |g| g as i64),
-                }),
+                Ok(WireEvent::Message(ServerMessage::Attached(a))) => {
+                    kept = a.kept.clone();
+                    actor.note(AgentEvent::Attached {
+                        at_ms: now_ms(),
+                        login: a.login,
+                        generation: a.generation.map_or(-1, |g| g as i64),
+                    })
+                }
                 Ok(WireEvent::Message(ServerMessage::Refused(r))) => actor.note(AgentEvent::Refused {
                     at_ms: now_ms(),
                     reason: r.reason.as_str().to_owned(),

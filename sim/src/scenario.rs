@@ -167,6 +167,13 @@ pub enum Action {
     Silence {
         agent: String,
     },
+    /// The agent sends client `resume` naming every session its last `attached` kept (`all`,
+    /// the default) or none.
+    Resume {
+        agent: String,
+        #[serde(default = "yes")]
+        all: bool,
+    },
     /// The agent plays this turn script when the server asks for a turn (steps as in
     /// `TurnStep`: `{ step = "started" }`, `{ step = "host-tool-call", name, input }`,
     /// `{ step = "text", text }`, `{ step = "await-steers", count }`, `{ step = "sleep", ms }`,
@@ -615,6 +622,10 @@ impl Run {
                 self.agent(agent)?.silence();
                 Ok(())
             }
+            Action::Resume { agent, all } => {
+                self.agent(agent)?.resume(*all);
+                Ok(())
+            }
             Action::Turn { agent, script } => {
                 self.agent(agent)?.script(TurnScript {
                     steps: script.clone(),
@@ -919,6 +930,7 @@ impl Run {
                 let actual = match presence.state {
                     PresenceState::Attached => "attached",
                     PresenceState::Detached => "detached",
+                    PresenceState::Disconnected => "disconnected",
                     PresenceState::None => "none",
                 };
                 if actual != state || presence.login != *login {

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, UNIX_EPOCH};
 
 use chopin_fixtures::github::FakeGitHub;
+use chopin_fixtures::github_mcp::FakeGitHubMcp;
 use chopin_server::config::Config;
 use chopin_server::runtime::connector::{self, HttpError};
 use chopin_server::runtime::entropy::SeededEntropy;
@@ -42,6 +43,9 @@ pub const SERVER_HOST: &str = "server";
 pub const GITHUB_HOST: &str = "github";
 /// The fake GitHub's port inside the simulation.
 pub const GITHUB_PORT: u16 = 80;
+/// The host the fake GitHub MCP server runs on once a test asks for it
+/// ([`World::serve_github_mcp`]); the server's `GITHUB_MCP_URL` names it on [`GITHUB_PORT`].
+pub const GITHUB_MCP_HOST: &str = "github-mcp";
 /// The server's port inside the simulation (the production default).
 pub const SERVER_PORT: u16 = 8787;
 /// Host name in trace events recorded by the world itself (expectations).
@@ -707,6 +711,13 @@ impl World {
         Ok(())
     }
 
+    /// [`World::advance_until`] for a test: panics, naming `what`, when `done` is not true
+    /// within `within_ms` of simulated time.
+    pub fn until(&mut self, within_ms: u64, what: &str, done: impl Fn() -> bool) {
+        self.advance_until(within_ms, what, move |_| done())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    }
+
     pub fn seed(&self) -> u64 {
         self.seed
     }
@@ -720,6 +731,24 @@ impl World {
     /// The fake GitHub on [`GITHUB_HOST`]: script users, tokens, repositories and outages here.
     pub fn github(&self) -> &FakeGitHub {
         &self.github
+    }
+
+    /// Starts the fake GitHub MCP server (over [`World::github`]'s state) on
+    /// [`GITHUB_MCP_HOST`], where the server's `GITHUB_MCP_URL` points, and returns it to script
+    /// and read. Worlds that never call this have no such host (a pull-request tool then finds
+    /// GitHub's MCP server unreachable), so existing scenarios keep their hosts and traces.
+    pub fn serve_github_mcp(&mut self) -> FakeGitHubMcp {
+        let mcp = FakeGitHubMcp::new(self.github.clone());
+        let served = mcp.clone();
+        self.sim.host(GITHUB_MCP_HOST, move || {
+            let router = served.router();
+            async move {
+                let listener = TurmoilListener::bind(("0.0.0.0", GITHUB_PORT)).await?;
+                axum::serve(listener, router).await?;
+                Ok(())
+            }
+        });
+        mcp
     }
 
     /// Runs `client` as a one-off client host named `name` until it finishes, advancing the
@@ -1090,6 +1119,7 @@ async fn run_server(
     let mut config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
     config.github_api_url = format!("http://{GITHUB_HOST}:{GITHUB_PORT}");
     config.github_web_url = config.github_api_url.clone();
+    config.github_mcp_url = format!("http://{GITHUB_MCP_HOST}:{GITHUB_PORT}/mcp/");
     config.app_origin = SERVER_ORIGIN.to_owned();
     config.github_app_client_id = Some(chopin_fixtures::github::DEFAULT_CLIENT_ID.to_owned());
     config.github_app_client_secret = Some(chopin_server::config::Secret::new(
@@ -1101,19 +1131,24 @@ async fn run_server(
     if let Some(configure) = &configure {
         configure(&mut config);
     }
-    let running = match chopin_server::app::start(config, store, runtime).await {
-        Ok(running) => running,
-        Err(e) => {
-            recorder.record_in_host(
-                &host,
-                Event::ServerStartFailed {
-                    incarnation,
-                    error: e.to_string(),
-                },
-            );
-            return Ok(());
-        }
-    };
+    let observer: Arc<dyn chopin_server::observe::Observer> = Arc::new(TraceObserver {
+        recorder: recorder.clone(),
+        host: host.clone(),
+    });
+    let running =
+        match chopin_server::app::start_observed(config, store, runtime, Some(observer)).await {
+            Ok(running) => running,
+            Err(e) => {
+                recorder.record_in_host(
+                    &host,
+                    Event::ServerStartFailed {
+                        incarnation,
+                        error: e.to_string(),
+                    },
+                );
+                return Ok(());
+            }
+        };
     let listener = match TurmoilListener::bind(("0.0.0.0", SERVER_PORT)).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -1135,10 +1170,6 @@ async fn run_server(
             writer_epoch: running.app().lease.epoch(),
         },
     );
-    running.app().planners.observe(Arc::new(TraceObserver {
-        recorder: recorder.clone(),
-        host: host.clone(),
-    }));
     *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.app().clone());
     let lost = running.lease_lost();
     let asked = async move {

@@ -9,42 +9,20 @@ use chopin_document::blocks::blocks;
 use chopin_document::decision::{decisions, Decision, DecisionState};
 use chopin_protocol::agent::TurnStatus;
 use chopin_sim::cast::{cast, Cast};
-use chopin_sim::{Agent, AgentEvent, Browser, TurnScript, World};
+use chopin_sim::{Agent, Browser, TurnScript, World};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
 /// RQ-01's expiry an earlier release applied; nothing expires questions now.
 const OLD_EXPIRY_MS: u64 = 30 * 60 * 1000;
 
-fn until(world: &mut World, within_ms: u64, what: &str, done: impl Fn() -> bool) {
-    world
-        .advance_until(within_ms, what, move |_| done())
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-}
-
 fn join(world: &mut World, name: &str, cookie: &str, doc: Uuid) -> Browser {
     let browser = world.browser(name, cookie, &doc.to_string());
     let b = browser.clone();
-    until(world, 5_000, &format!("{name} joined"), move || {
+    world.until(5_000, &format!("{name} joined"), move || {
         !b.heard().is_empty()
     });
     browser
-}
-
-fn attach(world: &mut World, token: &str, doc: Uuid) -> Agent {
-    let agent = world.agent("client", token);
-    let a = agent.clone();
-    until(world, 5_000, "agent connected", move || {
-        a.log()
-            .iter()
-            .any(|e| matches!(e, AgentEvent::Connected { .. }))
-    });
-    agent.attach(&doc.to_string());
-    let a = agent.clone();
-    until(world, 5_000, "attach answered", move || {
-        a.answer().is_some()
-    });
-    agent
 }
 
 /// The document's Decisions, from the live copy.
@@ -64,7 +42,9 @@ fn cards(world: &World, doc: Uuid) -> Vec<Decision> {
 fn asking(seed: u64) -> (Cast, Agent, Browser, Browser, Vec<Decision>) {
     let mut c = cast(seed, None);
     let doc = c.doc;
-    let agent = attach(&mut c.world, &c.mona, doc);
+    let agent = c
+        .world
+        .attached_agent("client", &c.mona, &doc.to_string(), &[]);
     let mona = join(&mut c.world, "mona-room", &c.mona_cookie, doc);
     let lisa = join(&mut c.world, "lisa-room", &c.lisa_cookie, doc);
     agent.script(
@@ -124,7 +104,7 @@ fn two_people_answering_one_card_at_the_same_instant_one_answer_is_taken() {
         answer(&mona, "m-1", &first, json!({ "options": [0] }));
         answer(&lisa, "l-1", &first, json!({ "options": [1] }));
         let (m, l) = (mona.clone(), lisa.clone());
-        until(&mut c.world, 10_000, "both answered", move || {
+        c.world.until(10_000, "both answered", move || {
             reply_type(&m, "m-1").is_some() && reply_type(&l, "l-1").is_some()
         });
         let outcomes = [
@@ -146,9 +126,8 @@ fn two_people_answering_one_card_at_the_same_instant_one_answer_is_taken() {
 
         answer(&lisa, "l-2", &placed[1].id, json!({ "text": "@mona" }));
         let a = agent.clone();
-        until(&mut c.world, 10_000, "ask returned", move || {
-            !tool_results(&a).is_empty()
-        });
+        c.world
+            .until(10_000, "ask returned", move || !tool_results(&a).is_empty());
         c.world.advance(100).unwrap();
         assert_eq!(
             tool_results(&agent).len(),
@@ -166,7 +145,7 @@ fn an_answer_and_a_cancellation_at_the_same_instant_settle_one_way() {
         // at the same instant.
         answer(&mona, "m-1", &placed[0].id, json!({ "options": [0] }));
         let m = mona.clone();
-        until(&mut c.world, 10_000, "first answered", move || {
+        c.world.until(10_000, "first answered", move || {
             reply_type(&m, "m-1").is_some()
         });
         answer(&mona, "m-2", &placed[1].id, json!({ "text": "@lisa" }));
@@ -174,16 +153,12 @@ fn an_answer_and_a_cancellation_at_the_same_instant_settle_one_way() {
             json!({ "type": "decision:cancel", "requestId": "l-1", "decision": placed[1].id }),
         );
         let (m, l, a) = (mona.clone(), lisa.clone(), agent.clone());
-        until(
-            &mut c.world,
-            10_000,
-            "both settled and ask returned",
-            move || {
+        c.world
+            .until(10_000, "both settled and ask returned", move || {
                 reply_type(&m, "m-2").is_some()
                     && reply_type(&l, "l-1").is_some()
                     && !tool_results(&a).is_empty()
-            },
-        );
+            });
         c.world.advance(100).unwrap();
         let results = tool_results(&agent);
         assert_eq!(results.len(), 1, "seed {seed}: one outcome: {results:?}");
@@ -227,9 +202,61 @@ fn atm_32_a_question_still_waits_either_side_of_the_old_30_minute_expiry() {
     answer(&mona, "m-1", &placed[0].id, json!({ "options": [1] }));
     answer(&mona, "m-2", &placed[1].id, json!({ "text": "@lisa" }));
     let a = agent.clone();
-    until(&mut c.world, 10_000, "ask returned", move || {
-        !tool_results(&a).is_empty()
-    });
+    c.world
+        .until(10_000, "ask returned", move || !tool_results(&a).is_empty());
     let result = &tool_results(&agent)[0];
     assert!(result.contains("us-east"), "{result}");
+}
+
+#[test]
+fn atm_29_rt_10_a_stop_and_an_answer_at_the_same_instant_withdraw_the_rest_once() {
+    for seed in 0..12 {
+        let (mut c, agent, mona, lisa, placed) = asking(seed);
+        // mona stops the Planner (its turn is aborted, `ask` is withdrawn) while lisa answers
+        // the first card at the same instant.
+        mona.send_json(json!({ "type": "planner:stop", "requestId": "stop-1" }));
+        answer(&lisa, "l-1", &placed[0].id, json!({ "options": [1] }));
+        let (l, a) = (lisa.clone(), agent.clone());
+        c.world
+            .until(10_000, "the answer settled, ask returned", move || {
+                reply_type(&l, "l-1").is_some() && !tool_results(&a).is_empty()
+            });
+        let doc = c.doc;
+        c.world
+            .advance_until(10_000, "no open card left", move |w| {
+                cards(w, doc).iter().all(|d| d.state != DecisionState::Open)
+            })
+            .unwrap();
+        c.world.advance(100).unwrap();
+        let results = tool_results(&agent);
+        assert_eq!(results.len(), 1, "seed {seed}: one outcome: {results:?}");
+        assert!(
+            results[0].contains("isError=true"),
+            "seed {seed}: {results:?}"
+        );
+        let now = cards(&c.world, c.doc);
+        match reply_type(&lisa, "l-1").unwrap().as_str() {
+            // The answer came first: its card stays answered, the other left.
+            "decision:answered" => {
+                assert_eq!(now.len(), 1, "seed {seed}: {now:?}");
+                assert_eq!(now[0].id, placed[0].id);
+            }
+            // The withdrawal came first: both cards left, the answer found nothing.
+            other => {
+                assert_eq!(other, "decision:refused", "seed {seed}");
+                assert!(now.is_empty(), "seed {seed}: {now:?}");
+            }
+        }
+        // A late answer cannot approve withdrawn input (ATM-30).
+        answer(&mona, "m-late", &placed[1].id, json!({ "text": "@mona" }));
+        let m = mona.clone();
+        c.world.until(10_000, "the late answer refused", move || {
+            reply_type(&m, "m-late").is_some()
+        });
+        assert_eq!(
+            reply_type(&mona, "m-late").as_deref(),
+            Some("decision:refused"),
+            "seed {seed}"
+        );
+    }
 }

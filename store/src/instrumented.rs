@@ -19,9 +19,9 @@ use uuid::Uuid;
 
 use crate::{
     Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
-    Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry, OwnerGuard,
-    Ownership, OwnershipStore, Pending, PlanCommit, Release, RevisionKind, RunRecord, RunStore,
-    SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult, TranscriptEntry,
+    Fence, HoldStore, Holder, LeaseAcquire, LeaseStore, LinkHold, NewDocument, NewTranscriptEntry,
+    OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit, Release, RevisionKind, RunRecord,
+    RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult, TranscriptEntry,
     TranscriptStore, UnixMillis, WriterLease,
 };
 
@@ -483,6 +483,54 @@ impl<H: Hook> OwnershipStore for Instrumented<H> {
             "clear_all_ownership",
             WRITE,
             self.inner.clear_all_ownership(),
+        )
+        .await
+    }
+
+    async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
+        self.observe(
+            "clear_unheld_ownership",
+            WRITE,
+            self.inner.clear_unheld_ownership(),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> HoldStore for Instrumented<H> {
+    async fn put_link_hold(&self, hold: &LinkHold) -> StoreResult<()> {
+        self.observe("put_link_hold", WRITE, self.inner.put_link_hold(hold))
+            .await
+    }
+
+    async fn link_holds(&self) -> StoreResult<Vec<LinkHold>> {
+        self.observe("link_holds", READ, self.inner.link_holds())
+            .await
+    }
+
+    async fn end_handover(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "end_handover",
+            WRITE,
+            self.inner.end_handover(document_id, written_at_ms),
+        )
+        .await
+    }
+
+    async fn delete_link_hold(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "delete_link_hold",
+            WRITE,
+            self.inner.delete_link_hold(document_id, written_at_ms),
         )
         .await
     }

@@ -328,6 +328,7 @@ pub trait Store:
     + OwnershipStore
     + LeaseStore
     + RunStore
+    + HoldStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -556,6 +557,11 @@ pub trait OwnershipStore: Send + Sync + 'static {
     async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release>;
     /// Clears every holder (startup). Returns how many were cleared.
     async fn clear_all_ownership(&self) -> StoreResult<u64>;
+    /// Clears every holder (startup) except the holder of a document whose link hold
+    /// ([`HoldStore`]) names that holder's own browser login, where that login still has a
+    /// stored credential (a deploy hand-over keeps those owners; AO-20, OWN-34). Generations
+    /// are kept. Returns how many were cleared.
+    async fn clear_unheld_ownership(&self) -> StoreResult<u64>;
 }
 
 /// The database-wide writer lease.
@@ -659,6 +665,47 @@ pub trait RunStore: Send + Sync + 'static {
     async fn stop_live_runs(&self) -> StoreResult<u64>;
 }
 
+/// What a Planner link's client held when the link was cut by a graceful stop or dropped with
+/// work kept (`planner_link_holds`, one row per document): who held the Planner and at which
+/// generation, what the client held (`held`: the server's own encoding of its sessions,
+/// questions, owed answers and unheard Stops, opaque here), when it was written, and the
+/// hand-over window a cut gave it (`handover_until_ms`, `None` once a process rebuilt the hold
+/// or for a link that dropped on its own).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkHold {
+    pub document_id: Uuid,
+    pub account_id: Uuid,
+    pub login: String,
+    /// The browser login the Planner was claimed with (`None`: a holder no browser holds).
+    pub browser_login_id: Option<Uuid>,
+    pub generation: i64,
+    pub held: String,
+    pub written_at_ms: UnixMillis,
+    pub handover_until_ms: Option<UnixMillis>,
+}
+
+/// The Planner link holds (`planner_link_holds`): what a cut or dropped link's client held, kept
+/// across a restart so the next process can rebuild it.
+#[async_trait]
+pub trait HoldStore: Send + Sync + 'static {
+    /// Writes `hold` as its document's hold, replacing any earlier one.
+    /// `NotFound("document")` for an unknown document.
+    async fn put_link_hold(&self, hold: &LinkHold) -> StoreResult<()>;
+    /// Every stored hold, by document id.
+    async fn link_holds(&self) -> StoreResult<Vec<LinkHold>>;
+    /// Rewrites the document's hold without its hand-over window if it still is the hold
+    /// written at `written_at_ms` (HO-05). True if it changed a row.
+    async fn end_handover(&self, document_id: Uuid, written_at_ms: UnixMillis)
+        -> StoreResult<bool>;
+    /// Deletes the document's hold if it still is the one written at `written_at_ms` (a hold
+    /// taken back, or ended). True if there was one.
+    async fn delete_link_hold(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool>;
+}
+
 // --- helpers shared by the backends ---
 
 /// The comparison key of a GitHub owner, repository name or login: GitHub compares them without
@@ -756,7 +803,7 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 /// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        ContentStore, DocumentStore, LeaseStore, OwnershipStore, SignInStore, Store,
+        ContentStore, DocumentStore, HoldStore, LeaseStore, OwnershipStore, SignInStore, Store,
         TranscriptStore,
     };
 }

@@ -18,13 +18,14 @@ use uuid::Uuid;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
     Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Fence, Holder,
-    LeaseAcquire, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit, Release,
-    RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult,
+    LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit,
+    Release, RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult,
     TranscriptEntry, UnixMillis, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
-    ContentStore, DocumentStore, LeaseStore, OwnershipStore, RunStore, SignInStore, TranscriptStore,
+    ContentStore, DocumentStore, HoldStore, LeaseStore, OwnershipStore, RunStore, SignInStore,
+    TranscriptStore,
 };
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
@@ -99,6 +100,8 @@ struct Inner {
     lease: LeaseRow,
     /// Document id → its runs in first-reported order, each with its stages in reported order.
     runs: BTreeMap<Uuid, Vec<(RunRecord, Vec<StageRecord>)>>,
+    /// Document id → its Planner link hold.
+    holds: BTreeMap<Uuid, LinkHold>,
 }
 
 impl MemoryStore {
@@ -748,6 +751,82 @@ impl OwnershipStore for MemoryStore {
                 }
             }
             Ok(cleared)
+        })
+    }
+
+    async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
+        self.write(|inner| {
+            let mut cleared = 0;
+            for (doc, own) in inner.ownership.iter_mut() {
+                let Some(holder) = &own.holder else {
+                    continue;
+                };
+                let kept = inner.holds.get(doc).is_some_and(|h| {
+                    h.account_id == holder.account_id
+                        && h.browser_login_id == Some(holder.browser_login_id)
+                        && inner
+                            .login_credentials
+                            .get(&holder.browser_login_id)
+                            .is_some_and(|c| c.sealed.is_some())
+                });
+                if !kept {
+                    own.holder = None;
+                    own.claimed_at_ms = None;
+                    cleared += 1;
+                }
+            }
+            Ok(cleared)
+        })
+    }
+}
+
+#[async_trait]
+impl HoldStore for MemoryStore {
+    async fn put_link_hold(&self, hold: &LinkHold) -> StoreResult<()> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&hold.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            inner.holds.insert(hold.document_id, hold.clone());
+            Ok(())
+        })
+    }
+
+    async fn link_holds(&self) -> StoreResult<Vec<LinkHold>> {
+        self.with(|inner| Ok(inner.holds.values().cloned().collect()))
+    }
+
+    async fn end_handover(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            Ok(match inner.holds.get_mut(&document_id) {
+                Some(h) if h.written_at_ms == written_at_ms && h.handover_until_ms.is_some() => {
+                    h.handover_until_ms = None;
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn delete_link_hold(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            if inner
+                .holds
+                .get(&document_id)
+                .is_some_and(|h| h.written_at_ms == written_at_ms)
+            {
+                inner.holds.remove(&document_id);
+                return Ok(true);
+            }
+            Ok(false)
         })
     }
 }

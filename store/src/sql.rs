@@ -54,9 +54,9 @@ use super::fence::FenceCheck;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
-    Fence, Holder, LeaseAcquire, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, Pending,
-    PlanCommit, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult,
-    TranscriptEntry, UnixMillis, WriterLease,
+    Fence, Holder, LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
+    Pending, PlanCommit, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError,
+    StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 
 mod group;
@@ -409,6 +409,33 @@ impl<Id: Into<Uuid>> From<RunRow<Id>> for RunRecord {
             elapsed_ms: row.elapsed_ms,
             omitted_stages: row.omitted_stages,
             reported_at_ms: row.reported_at_ms,
+        }
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct HoldRow<Id> {
+    document_id: Id,
+    account_id: Id,
+    login: String,
+    browser_login_id: Option<Id>,
+    generation: i64,
+    held: String,
+    written_at_ms: i64,
+    handover_until_ms: Option<i64>,
+}
+
+impl<Id: Into<Uuid>> From<HoldRow<Id>> for LinkHold {
+    fn from(row: HoldRow<Id>) -> Self {
+        LinkHold {
+            document_id: row.document_id.into(),
+            account_id: row.account_id.into(),
+            login: row.login,
+            browser_login_id: row.browser_login_id.map(Into::into),
+            generation: row.generation,
+            held: row.held,
+            written_at_ms: row.written_at_ms,
+            handover_until_ms: row.handover_until_ms,
         }
     }
 }
@@ -1833,6 +1860,115 @@ where
         Ok(DB::rows_affected(&done))
     }
 
+    pub(crate) async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
+             holder_browser_login_id = NULL, claimed_at_ms = NULL \
+             WHERE holder_account_id IS NOT NULL AND NOT EXISTS (\
+             SELECT 1 FROM planner_link_holds h JOIN browser_login_credentials c \
+             ON c.login_id = h.browser_login_id \
+             WHERE h.document_id = planner_ownership.document_id \
+             AND h.account_id = planner_ownership.holder_account_id \
+             AND h.browser_login_id = planner_ownership.holder_browser_login_id \
+             AND c.sealed IS NOT NULL)",
+        )
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("clearing unheld ownership", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing cleared ownership", e))?;
+        Ok(DB::rows_affected(&done))
+    }
+
+    // --- HoldStore ---
+
+    pub(crate) async fn put_link_hold(&self, hold: &LinkHold) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, hold.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        sqlx::query(
+            "INSERT INTO planner_link_holds (document_id, account_id, login, browser_login_id, \
+             generation, held, written_at_ms, handover_until_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (document_id) DO UPDATE SET account_id = excluded.account_id, \
+             login = excluded.login, browser_login_id = excluded.browser_login_id, \
+             generation = excluded.generation, held = excluded.held, \
+             written_at_ms = excluded.written_at_ms, handover_until_ms = excluded.handover_until_ms",
+        )
+        .bind(DB::Id::from(hold.document_id))
+        .bind(DB::Id::from(hold.account_id))
+        .bind(&hold.login)
+        .bind(hold.browser_login_id.map(DB::Id::from))
+        .bind(hold.generation)
+        .bind(&hold.held)
+        .bind(hold.written_at_ms)
+        .bind(hold.handover_until_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("writing a link hold", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a link hold", e))
+    }
+
+    pub(crate) async fn link_holds(&self) -> StoreResult<Vec<LinkHold>> {
+        let rows: Vec<HoldRow<DB::Id>> = sqlx::query_as(
+            "SELECT document_id, account_id, login, browser_login_id, generation, held, \
+             written_at_ms, handover_until_ms FROM planner_link_holds ORDER BY document_id",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading link holds", e))?;
+        let mut holds: Vec<LinkHold> = rows.into_iter().map(Into::into).collect();
+        // By id as a UUID, whatever the column's collation.
+        holds.sort_by_key(|h| h.document_id);
+        Ok(holds)
+    }
+
+    pub(crate) async fn end_handover(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE planner_link_holds SET handover_until_ms = NULL \
+             WHERE document_id = $1 AND written_at_ms = $2 AND handover_until_ms IS NOT NULL",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(written_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("ending a hand-over window", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an ended hand-over window", e))?;
+        Ok(DB::rows_affected(&done) > 0)
+    }
+
+    pub(crate) async fn delete_link_hold(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "DELETE FROM planner_link_holds WHERE document_id = $1 AND written_at_ms = $2",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(written_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("deleting a link hold", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a deleted link hold", e))?;
+        Ok(DB::rows_affected(&done) > 0)
+    }
+
     // --- RunStore ---
 
     pub(crate) async fn save_run(
@@ -2142,6 +2278,7 @@ macro_rules! sql_store_impls {
                 DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
+                HoldStore, LinkHold,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -2212,6 +2349,13 @@ macro_rules! sql_store_impls {
                     -> Claim;
                 fn release_ownership(document_id: Uuid, generation: i64) -> Release;
                 fn clear_all_ownership() -> u64;
+                fn clear_unheld_ownership() -> u64;
+            } {});
+            sql_store_impls!(@forward $store, HoldStore {
+                fn put_link_hold(hold: &LinkHold) -> ();
+                fn link_holds() -> Vec<LinkHold>;
+                fn end_handover(document_id: Uuid, written_at_ms: UnixMillis) -> bool;
+                fn delete_link_hold(document_id: Uuid, written_at_ms: UnixMillis) -> bool;
             } {});
             sql_store_impls!(@forward $store, RunStore {
                 fn save_run(run: &RunRecord, stages: &[StageRecord], replace: bool) -> ();

@@ -29,9 +29,9 @@ use std::sync::Arc;
 
 use chopin_store::{
     account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Document,
-    DocumentContent, Fence, Holder, LeaseAcquire, MemoryStore, NewDocument, NewTranscriptEntry,
-    OwnerGuard, PgStore, PlanCommit, Release, RevisionKind, RunRecord, SqliteStore, StageRecord,
-    Store, StoreError, WriterLease,
+    DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, MemoryStore, NewDocument,
+    NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Release, RevisionKind, RunRecord,
+    SqliteStore, StageRecord, Store, StoreError, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -203,6 +203,9 @@ conformance! {
     ses_09_run_stages_merge_by_stage_id_with_no_count_limit,
     ses_13_runs_survive_reopening_and_live_ones_come_back_stopped,
     ses_14_ended_runs_go_when_the_next_workflow_starts,
+    ao_18_link_holds_are_kept_per_document_and_survive_reopening,
+    ho_05_a_hold_is_rewritten_without_its_window_once_and_deleted_only_as_written,
+    ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_credential,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -1781,6 +1784,41 @@ async fn every_write(
             .map(|release| assert_eq!(release, Release::Released)),
     );
     record(
+        "put_link_hold",
+        store
+            .put_link_hold(&hold_of(fx.doc, &fx.holder, 5_000, Some(65_000)))
+            .await,
+    );
+    record(
+        "end_handover",
+        store
+            .end_handover(fx.doc, 5_000)
+            .await
+            .map(|ended| assert!(ended)),
+    );
+    record(
+        "delete_link_hold",
+        store
+            .delete_link_hold(fx.doc, 5_000)
+            .await
+            .map(|deleted| assert!(deleted)),
+    );
+    record(
+        "clear_unheld_ownership",
+        store
+            .clear_unheld_ownership()
+            .await
+            .map(|cleared| assert_eq!(cleared, 1)),
+    );
+    // Claimed again, so the last method below has an owner to clear.
+    record(
+        "claim_ownership (again)",
+        store
+            .claim_ownership(fx.doc, &fx.holder, 5_000)
+            .await
+            .map(|claim| assert!(matches!(claim, Claim::Claimed(_)))),
+    );
+    record(
         "clear_all_ownership",
         store
             .clear_all_ownership()
@@ -1788,6 +1826,20 @@ async fn every_write(
             .map(|cleared| assert_eq!(cleared, 1)),
     );
     outcomes
+}
+
+/// A hold of `doc` by `holder`, written at `at` with the window `until`.
+fn hold_of(doc: Uuid, holder: &Holder, at: i64, until: Option<i64>) -> LinkHold {
+    LinkHold {
+        document_id: doc,
+        account_id: holder.account_id,
+        login: holder.login.clone(),
+        browser_login_id: Some(holder.browser_login_id),
+        generation: 1,
+        held: format!("{{\"sessions\":[\"s-{at}\"]}}"),
+        written_at_ms: at,
+        handover_until_ms: until,
+    }
 }
 
 /// Everything [`every_write`] could change, read through `store`.
@@ -1801,6 +1853,7 @@ struct FencedState {
     content: DocumentContent,
     transcript: Vec<chopin_store::TranscriptEntry>,
     ownership: Vec<chopin_store::Ownership>,
+    holds: Vec<LinkHold>,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -1844,6 +1897,7 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
             store.ownership(fx.doc).await.unwrap(),
             store.ownership(fx.other_doc).await.unwrap(),
         ],
+        holds: store.link_holds().await.unwrap(),
     }
 }
 
@@ -1874,7 +1928,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 18, "every write method is tried");
+    assert_eq!(outcomes.len(), 23, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -4031,4 +4085,175 @@ async fn repository_documents_are_that_repositorys_in_creation_order_and_bounded
         .await
         .unwrap()
         .is_empty());
+}
+
+// --- Planner link holds ----------------------------------------------------------------------
+
+async fn ao_18_link_holds_are_kept_per_document_and_survive_reopening(b: &Backend) {
+    let store = b.open().await;
+    let mona = member(&store, 81, "mona").await;
+    let first = store
+        .create_document(&new_doc(81, "octo", "holds", "first"))
+        .await
+        .unwrap()
+        .id;
+    let second = store
+        .create_document(&new_doc(82, "octo", "holds", "second"))
+        .await
+        .unwrap()
+        .id;
+    assert!(store.link_holds().await.unwrap().is_empty());
+    let cut = hold_of(second, &mona, 1_000, Some(61_000));
+    let dropped = LinkHold {
+        browser_login_id: None,
+        ..hold_of(first, &mona, 2_000, None)
+    };
+    store.put_link_hold(&cut).await.unwrap();
+    store.put_link_hold(&dropped).await.unwrap();
+    let mut both = vec![cut.clone(), dropped.clone()];
+    both.sort_by_key(|h| h.document_id);
+    assert_eq!(
+        store.link_holds().await.unwrap(),
+        both,
+        "one per document, by id"
+    );
+    // A later write of the same document replaces its hold.
+    let later = hold_of(second, &mona, 3_000, Some(63_000));
+    store.put_link_hold(&later).await.unwrap();
+    let mut replaced = vec![later.clone(), dropped.clone()];
+    replaced.sort_by_key(|h| h.document_id);
+    assert_eq!(store.link_holds().await.unwrap(), replaced);
+    assert!(is_not_found(
+        store
+            .put_link_hold(&hold_of(Uuid::from_u128(0xdead), &mona, 1, None))
+            .await
+    ));
+    drop(store);
+    let reopened = b.open().await;
+    assert_eq!(
+        reopened.link_holds().await.unwrap(),
+        replaced,
+        "kept across a reopen"
+    );
+}
+
+async fn ho_05_a_hold_is_rewritten_without_its_window_once_and_deleted_only_as_written(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 83, "mona").await;
+    let doc = store
+        .create_document(&new_doc(83, "octo", "holds", "window"))
+        .await
+        .unwrap()
+        .id;
+    store
+        .put_link_hold(&hold_of(doc, &mona, 1_000, Some(61_000)))
+        .await
+        .unwrap();
+    assert!(
+        !store.end_handover(doc, 999).await.unwrap(),
+        "another write's window is not ended"
+    );
+    assert!(store.end_handover(doc, 1_000).await.unwrap());
+    assert_eq!(
+        store.link_holds().await.unwrap(),
+        vec![hold_of(doc, &mona, 1_000, None)],
+        "the row stays, without its window"
+    );
+    assert!(
+        !store.end_handover(doc, 1_000).await.unwrap(),
+        "only one rewrite ends the window"
+    );
+    assert!(!store.delete_link_hold(doc, 999).await.unwrap());
+    assert_eq!(store.link_holds().await.unwrap().len(), 1);
+    assert!(store.delete_link_hold(doc, 1_000).await.unwrap());
+    assert!(store.link_holds().await.unwrap().is_empty());
+    assert!(!store.delete_link_hold(doc, 1_000).await.unwrap());
+}
+
+async fn ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_credential(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 84, "mona").await;
+    let lisa = member(&store, 85, "lisa").await;
+    assert_eq!(
+        store
+            .set_login_credential(mona.browser_login_id, 0, b"sealed")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    let doc = |n: u128, slug: &str| new_doc(90 + n, "octo", "holds", slug);
+    let mut ids = Vec::new();
+    for (n, slug) in ["kept", "no-hold", "no-credential", "other-login", "free"]
+        .into_iter()
+        .enumerate()
+    {
+        ids.push(
+            store
+                .create_document(&doc(n as u128, slug))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let (kept, no_hold, no_credential, other_login, free) =
+        (ids[0], ids[1], ids[2], ids[3], ids[4]);
+    for (d, h) in [
+        (kept, &mona),
+        (no_hold, &mona),
+        (no_credential, &lisa),
+        (other_login, &mona),
+    ] {
+        claimed(store.claim_ownership(d, h, 1_000).await.unwrap());
+    }
+    store
+        .put_link_hold(&hold_of(kept, &mona, 1_000, Some(61_000)))
+        .await
+        .unwrap();
+    // Lisa's login has no stored credential: a restart cannot bring her sign-in back.
+    store
+        .put_link_hold(&hold_of(no_credential, &lisa, 1_000, None))
+        .await
+        .unwrap();
+    // The hold names another login of the same account than the one storage's owner names.
+    let elsewhere = Holder {
+        browser_login_id: Uuid::from_u128(0xe15e),
+        ..mona.clone()
+    };
+    store
+        .put_link_hold(&hold_of(other_login, &elsewhere, 1_000, None))
+        .await
+        .unwrap();
+    store
+        .put_link_hold(&hold_of(free, &mona, 1_000, None))
+        .await
+        .unwrap();
+
+    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 3);
+    let kept_own = store.ownership(kept).await.unwrap();
+    assert_eq!(
+        kept_own.holder.as_ref(),
+        Some(&mona),
+        "the hold's owner is kept"
+    );
+    assert_eq!(kept_own.generation, 1);
+    for d in [no_hold, no_credential, other_login, free] {
+        let own = store.ownership(d).await.unwrap();
+        assert_eq!(own.holder, None, "{d}");
+        assert_eq!(
+            own.generation,
+            if d == free { 0 } else { 1 },
+            "generations are kept"
+        );
+    }
+    // Once the credential is gone (a sign-out), a restart keeps nothing.
+    assert!(store
+        .delete_login_credential(mona.browser_login_id)
+        .await
+        .unwrap());
+    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 1);
+    assert_eq!(store.ownership(kept).await.unwrap().holder, None);
 }

@@ -158,6 +158,25 @@ impl Harness for RemoteHarness {
     }
 }
 
+/// A session the client took back after a reconnect (client `resume`, AO-19): the same id, now
+/// on the link `link` it came back on. It was started before (as a `planner` session), so its
+/// next turn goes to it with no `start`.
+pub fn resumed_session(
+    link: LinkHandle,
+    id: String,
+    entropy: SharedEntropy,
+) -> Arc<dyn HarnessSession> {
+    Arc::new(RemoteSession {
+        link,
+        id,
+        mode: SessionMode::Planner,
+        model: None,
+        thinking_level: None,
+        entropy,
+        destroyed: AtomicBool::new(false),
+    })
+}
+
 /// One session on the attached client.
 struct RemoteSession {
     link: LinkHandle,

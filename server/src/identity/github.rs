@@ -4,7 +4,9 @@
 //! Owns: the REST calls instance admission and the repository rechecks need (`GET /user`,
 //! `GET /repos/{owner}/{repo}`, `GET /user/memberships/orgs/{org}`, and for the App installation
 //! check `GET /user/installations` and `GET /user/installations/{id}/repositories`, paged and
-//! bounded by [`INSTALLATION_MAX_PAGES`]), the headers GitHub asks for,
+//! bounded by [`INSTALLATION_MAX_PAGES`]), a bounded [`GitHub::read`] of any path for the
+//! repository tools (the repository module, which builds and checks those paths), the headers
+//! GitHub asks for,
 //! turning GitHub's status codes into [`GitHubError`]s, and the bounds on its calls: how long
 //! one may take ([`GITHUB_REQUEST_TIMEOUT_MS`], waiting for a turn included), how much of an
 //! answer is read ([`GITHUB_MAX_BODY_BYTES`]), how many run at once
@@ -170,9 +172,30 @@ impl fmt::Debug for GitHub {
     }
 }
 
+/// A repository as the repository tools need it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoInfo {
+    /// The owner in GitHub's case.
+    pub owner: String,
+    /// The name in GitHub's case.
+    pub repo: String,
+    /// GitHub's global node id of the repository (stays with it through renames and
+    /// transfers): what code search results are filtered by.
+    pub node_id: String,
+    /// The branch reads default to.
+    pub default_branch: String,
+}
+
+/// The media type of GitHub's JSON answers.
+pub const ACCEPT_JSON: &str = "application/vnd.github+json";
+
 #[derive(Deserialize)]
 struct RepoBody {
     full_name: String,
+    #[serde(default)]
+    node_id: Option<String>,
+    #[serde(default)]
+    default_branch: Option<String>,
     #[serde(default)]
     permissions: Option<Permissions>,
 }
@@ -417,12 +440,84 @@ impl GitHub {
     /// is [`GitHubError::BadCredentials`] here, and a rate limit [`GitHubError::Unavailable`],
     /// for every endpoint.
     async fn get(&self, token: &str, path: &str) -> Result<HttpResponse, GitHubError> {
-        let answer = self.ask(token, path).await;
+        self.get_with(token, path, ACCEPT_JSON, GITHUB_MAX_BODY_BYTES)
+            .await
+            .map_err(Failure::into_error)
+    }
+
+    /// `GET {api_base}{path}` for the repository tools: `accept` names the media type and at
+    /// most `max_body_bytes` of the answer are read. `Ok(None)` when the answer is longer than
+    /// that. The caller builds `path` from names and parts it has checked; the token and
+    /// every bound of [`GitHub::get`] apply alike.
+    pub async fn read(
+        &self,
+        token: &str,
+        path: &str,
+        accept: &'static str,
+        max_body_bytes: usize,
+    ) -> Result<Option<HttpResponse>, GitHubError> {
+        match self.get_with(token, path, accept, max_body_bytes).await {
+            Ok(response) => Ok(Some(response)),
+            Err(Failure::TooLarge(_)) => Ok(None),
+            Err(failure) => Err(failure.into_error()),
+        }
+    }
+
+    /// The repository `owner/repo` as `token`'s account sees it: its names in GitHub's case,
+    /// its node id and its default branch (`GET /repos/{owner}/{repo}`). `None` on 404.
+    pub async fn repository(
+        &self,
+        token: &str,
+        owner: &str,
+        repo: &str,
+    ) -> Result<Option<RepoInfo>, GitHubError> {
+        if !is_github_name(owner) || !is_github_name(repo) {
+            return Ok(None);
+        }
+        let response = self.get(token, &format!("/repos/{owner}/{repo}")).await?;
+        match response.status.as_u16() {
+            200 => {
+                let body: RepoBody = parse(&response.body)?;
+                let (owner, repo) = body
+                    .full_name
+                    .split_once('/')
+                    .filter(|(o, r)| !o.is_empty() && !r.is_empty())
+                    .ok_or_else(malformed)?;
+                Ok(Some(RepoInfo {
+                    owner: owner.to_owned(),
+                    repo: repo.to_owned(),
+                    node_id: body
+                        .node_id
+                        .filter(|n| !n.is_empty())
+                        .ok_or_else(malformed)?,
+                    default_branch: body
+                        .default_branch
+                        .filter(|b| !b.is_empty())
+                        .ok_or_else(malformed)?,
+                }))
+            }
+            404 => Ok(None),
+            _ => Err(unexpected(&response)),
+        }
+    }
+
+    async fn get_with(
+        &self,
+        token: &str,
+        path: &str,
+        accept: &'static str,
+        max_body_bytes: usize,
+    ) -> Result<HttpResponse, Failure> {
+        let answer = self.ask(token, path, accept, max_body_bytes).await;
         if let Some(metrics) = &self.metrics {
             let call = if path.starts_with("/user/memberships/") {
                 "membership"
             } else if path.starts_with("/user/installations") {
                 "installation"
+            } else if path.starts_with("/search/") {
+                "search"
+            } else if path.starts_with("/repos/") && path.matches('/').count() > 3 {
+                "repository-read"
             } else if path.starts_with("/repos/") {
                 "repository"
             } else {
@@ -437,13 +532,20 @@ impl GitHub {
                 Err(Failure::RateLimited(_)) => "rate-limited",
                 Err(Failure::Held(_)) => "rate-limit-wait",
                 Err(Failure::Unavailable(_)) => "unavailable",
+                Err(Failure::TooLarge(_)) => "too-large",
             };
             metrics.github_call(call, outcome);
         }
-        answer.map_err(Failure::into_error)
+        answer
     }
 
-    async fn ask(&self, token: &str, path: &str) -> Result<HttpResponse, Failure> {
+    async fn ask(
+        &self,
+        token: &str,
+        path: &str,
+        accept: &'static str,
+        max_body_bytes: usize,
+    ) -> Result<HttpResponse, Failure> {
         let digest = TokenDigest::of(token);
         self.check_hold(digest)?;
         let mut authorization = http::HeaderValue::from_str(&format!("Bearer {token}"))
@@ -452,14 +554,14 @@ impl GitHub {
         authorization.set_sensitive(true);
         let url = format!("{}{path}", self.api_base);
         let request = http::Request::get(&url)
-            .header(http::header::ACCEPT, "application/vnd.github+json")
+            .header(http::header::ACCEPT, accept)
             .header(http::header::USER_AGENT, "chopin-server")
             .header("X-GitHub-Api-Version", "2022-11-28")
             .header(http::header::AUTHORIZATION, authorization)
             .body(Bytes::new())
             .map_err(|_| Failure::Unavailable(format!("GITHUB_API_URL gives a bad URL {url}")))?;
         let options = SendOptions {
-            max_body_bytes: GITHUB_MAX_BODY_BYTES,
+            max_body_bytes,
             ..SendOptions::default()
         };
         let call =
@@ -473,7 +575,10 @@ impl GitHub {
                 self.check_hold(digest)?;
                 connector::send_with(self.connector.as_ref(), &options, request)
                     .await
-                    .map_err(|error| Failure::Unavailable(describe(&error)))
+                    .map_err(|error| match error {
+                        HttpError::BodyTooLarge { limit_bytes } => Failure::TooLarge(limit_bytes),
+                        error => Failure::Unavailable(describe(&error)),
+                    })
             };
         let response = tokio::time::timeout(Duration::from_millis(self.request_timeout_ms), call)
             .await
@@ -531,12 +636,17 @@ enum Failure {
     /// Not asked: a rate limit still holds the token.
     Held(String),
     Unavailable(String),
+    /// The answer is longer than the caller reads (this many bytes).
+    TooLarge(usize),
 }
 
 impl Failure {
     fn into_error(self) -> GitHubError {
         match self {
             Failure::BadCredentials => GitHubError::BadCredentials,
+            Failure::TooLarge(limit_bytes) => {
+                GitHubError::Unavailable(describe(&HttpError::BodyTooLarge { limit_bytes }))
+            }
             Failure::RateLimited(why) | Failure::Held(why) | Failure::Unavailable(why) => {
                 GitHubError::Unavailable(why)
             }

@@ -243,6 +243,9 @@ pub struct SignIns {
     table: Mutex<Table>,
     /// Every login that ends (sign-out, expiry), so sockets opened with it can close.
     ended: tokio::sync::broadcast::Sender<Uuid>,
+    /// Counts logins becoming live in this process (a sign-in, a restore from a cookie), for a
+    /// Planner resume waiting on its owner's sign-in.
+    arrived: tokio::sync::watch::Sender<u64>,
     store: Arc<dyn SignInStore>,
     clock: SharedClock,
     entropy: SharedEntropy,
@@ -265,6 +268,7 @@ impl SignIns {
         SignIns {
             table: Mutex::default(),
             ended: tokio::sync::broadcast::channel(256).0,
+            arrived: tokio::sync::watch::channel(0).0,
             store,
             clock,
             entropy,
@@ -289,6 +293,12 @@ impl SignIns {
             login,
             sign_ins: self.clone(),
         }
+    }
+
+    /// Hears every login that becomes live in this process from now on (look again with
+    /// [`SignIns::live_login_of`] when it changes).
+    pub fn arrivals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.arrived.subscribe()
     }
 
     /// The time now on the server's clock (for callers comparing against expiries).
@@ -346,6 +356,7 @@ impl SignIns {
             credential_revision: 1,
         });
         self.lock().live.insert(id, live.clone());
+        self.arrived.send_modify(|n| *n += 1);
         Ok((live, format!("{id}.{verifier}")))
     }
 
@@ -384,6 +395,7 @@ impl SignIns {
             // Another request may have restored it meanwhile: keep the first.
             let live = table.live.entry(id).or_insert(live).clone();
             drop(table);
+            self.arrived.send_modify(|n| *n += 1);
             tracing::info!(login = %live.account.login, login_id = %id, "browser login restored from storage");
             return Some(live);
         }

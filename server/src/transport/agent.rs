@@ -46,11 +46,12 @@ use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
 use crate::metrics::{Metrics, SocketKind};
 use crate::observe::PlannerEvent;
 use crate::planner::{
-    Bound, GraceHold, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal, RevocationWatch,
+    Bound, GraceHold, HeldWork, LinkCommand, LinkEnd, LinkHandle, Planners, Refusal,
+    RevocationWatch, WindowWait,
 };
 use crate::questions::{Asking, Questions, Reply, Scope};
 use crate::runs::Runs;
-use crate::runtime::{SharedClock, Shutdown};
+use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{Document, OwnershipStore};
 use crate::turns::Turns;
 
@@ -75,6 +76,8 @@ pub struct AgentDeps {
     pub ownership: Arc<dyn OwnershipStore>,
     pub sign_ins: Arc<SignIns>,
     pub clock: SharedClock,
+    /// Ids for the sessions a resumed client takes back (their turns).
+    pub entropy: SharedEntropy,
     pub timers: LinkTimers,
     /// The process's stop: every link is told `going-away` and closed 1001.
     pub shutdown: Shutdown,
@@ -104,11 +107,17 @@ const ATTACH_WAIT: Duration = Duration::from_secs(30);
 /// Pings go out at most this far apart.
 const MAX_PING_INTERVAL_MS: u64 = 30_000;
 /// The features this server implements and accepts when offered.
-pub const SUPPORTED_FEATURES: &[Feature] = &[Feature::SteerTurn, Feature::RunStageDeltas];
+pub const SUPPORTED_FEATURES: &[Feature] = &[
+    Feature::ResumableSessions,
+    Feature::SteerTurn,
+    Feature::RunStageDeltas,
+];
 /// How long `abort` waits for `turn-end` (RT-09 ruling), told in `attached`.
 pub const ABORT_WAIT_MS: u64 = 5_000;
 /// `runs` reports of one link that may wait to be saved.
 const REPORT_BACKLOG: usize = 64;
+/// The `retryAfterMs` of an `unavailable` refusal or close.
+const UNAVAILABLE_RETRY_MS: u64 = 5_000;
 
 fn http_refusal(status: StatusCode, code: &str, message: impl Into<String>) -> Response {
     let mut response = (
@@ -205,6 +214,7 @@ async fn endpoint(
                     opened: Opened::default(),
                     reader_broken: false,
                     features: Vec::new(),
+                    kept_work: false,
                 };
                 link.run().await;
             })
@@ -241,6 +251,8 @@ struct Link {
     reader_broken: bool,
     /// The features accepted in `attached`.
     features: Vec<Feature>,
+    /// The link dropped with work kept for its client (AO-11): nothing it asked is withdrawn.
+    kept_work: bool,
 }
 
 /// The sessions and turns a link opened, as `session:<id>` / `turn:<id>`: every one still open,
@@ -268,6 +280,14 @@ impl Opened {
     }
 }
 
+/// What an attach's checks found.
+enum Checked {
+    /// Every check passed: bind with this login.
+    Ready(Arc<LiveLogin>, RevocationWatch),
+    /// A resume inside a hand-over window before its owner's sign-in is back (HO-10).
+    Waiting(RevocationWatch, WindowWait),
+}
+
 /// What ended the attached phase.
 enum Ended {
     /// The connection went away without a close handshake; the ownership goes into its grace
@@ -283,7 +303,7 @@ impl Link {
         let stopping = self.deps.shutdown.stopping();
         let first = tokio::select! {
             first = tokio::time::timeout(ATTACH_WAIT, self.next_message()) => first,
-            () = stopping => return self.going_away().await,
+            () = stopping => return self.going_away(None).await,
         };
         let attach = match first {
             Err(_) => {
@@ -314,16 +334,6 @@ impl Link {
                 "attach offered features this server does not know"
             );
         }
-        let checked = self.check_attach(&attach.document).await;
-        let (doc, live, revocations) = match checked {
-            Ok(v) => v,
-            Err(refusal) => {
-                if let Some(hold) = self.hold.take() {
-                    self.deps.planners.drop_hold(hold).await;
-                }
-                return self.refuse(refusal).await;
-            }
-        };
         let planners = self.deps.planners.clone();
         // Features this server implements, of those offered.
         let features: Vec<Feature> = attach
@@ -332,6 +342,17 @@ impl Link {
             .filter(|f| SUPPORTED_FEATURES.contains(f))
             .collect();
         self.features = features.clone();
+        let resumable = features.contains(&Feature::ResumableSessions);
+        let checked = self.check_attach(&attach.document, resumable).await;
+        let (doc, checked) = match checked {
+            Ok(v) => v,
+            Err(refusal) => {
+                if let Some(hold) = self.hold.take() {
+                    self.deps.planners.drop_hold(hold).await;
+                }
+                return self.refuse(refusal).await;
+            }
+        };
         let (commands, mut command_rx) = mpsc::channel(COMMAND_BACKLOG);
         let check = Arc::new(AccountCheck {
             admission: self.deps.admission.clone(),
@@ -350,38 +371,103 @@ impl Link {
             features: features.clone(),
             access: check.clone(),
         };
-        let bound = planners.attach(doc.id, &live, &revocations, handle).await;
+        // A resume inside a hand-over window that came before its owner's sign-in: `attached`
+        // now, then the client's `resume` waits for the sign-in (HO-10).
+        let (live, revocations, waited) = match checked {
+            Checked::Ready(live, revocations) => (live, revocations, None),
+            Checked::Waiting(revocations, wait) => {
+                let Some((live, resume)) = self.wait_for_sign_in(&doc, wait, &features).await
+                else {
+                    return;
+                };
+                (live, revocations, Some(resume))
+            }
+        };
+        let bound = planners
+            .attach(doc.id, &live, &revocations, handle.clone())
+            .await;
         drop(revocations);
         if let Some(hold) = self.hold.take() {
             planners.drop_hold(hold).await;
         }
         let bound = match bound {
             Ok(b) => b,
+            Err(refusal) if waited.is_some() => {
+                // `attached` was already sent: the link is closed instead of refused.
+                let code = match refusal.reason {
+                    RefusalReason::Unavailable => ErrorCode::Unavailable,
+                    _ => ErrorCode::AccessRevoked,
+                };
+                return self.close_with(code, refusal.message).await;
+            }
             Err(refusal) => return self.refuse(refusal).await,
         };
         self.bound = Some((doc.id, bound.link));
         let _ = check.bound.set((bound.link, bound.generation));
-        let attached = wire::Attached {
-            document_id: doc.id.to_string(),
-            document_url: documents::canonical_url(&doc),
-            login: live.account.login.clone(),
-            generation: Some(bound.generation as u64),
-            features,
-            kept: Vec::new(),
-            timers: self.timers(),
+        let kept = if resumable {
+            bound.kept.clone()
+        } else {
+            if !bound.kept.is_empty() {
+                // AO-12: a client that holds nothing to resume ends the hold.
+                tracing::info!(document = %doc.id, login = %self.login, "the client offered no resumable-sessions; the sessions kept for it are let go");
+            }
+            Vec::new()
         };
-        if !self.send(&ServerMessage::Attached(attached)).await {
-            planners
-                .link_ended(doc.id, bound.link, LinkEnd::Dropped)
-                .await;
-            return;
+        let resume = match waited {
+            Some(resume) => Some(resume),
+            None => {
+                let attached = wire::Attached {
+                    document_id: doc.id.to_string(),
+                    document_url: documents::canonical_url(&doc),
+                    login: live.account.login.clone(),
+                    generation: Some(bound.generation as u64),
+                    features,
+                    kept: kept.clone(),
+                    timers: self.timers(),
+                };
+                if !self.send(&ServerMessage::Attached(attached)).await {
+                    planners
+                        .link_ended(doc.id, bound.link, LinkEnd::Dropped)
+                        .await;
+                    return;
+                }
+                if kept.is_empty() {
+                    None
+                } else {
+                    match self.next_message().await {
+                        Incoming::Message(ClientMessage::Resume(resume)) => Some(resume),
+                        Incoming::Gone => {
+                            planners
+                                .link_ended(doc.id, bound.link, LinkEnd::Dropped)
+                                .await;
+                            return;
+                        }
+                        Incoming::Fault(fault) => {
+                            self.end_on_close = Some(LinkEnd::Dropped);
+                            return self.fail(&fault).await;
+                        }
+                        // The order rules let only `resume` follow a non-empty `kept`.
+                        Incoming::Message(_) => {
+                            unreachable!("LinkOrder lets only resume come next")
+                        }
+                    }
+                }
+            }
+        };
+        if let Some(resume) = resume {
+            self.hand_back(&doc, &live, &handle, &kept, &resume).await;
         }
         let link = bound.link;
         let ended = self
             .attached(&doc, &live, bound, &check, &mut command_rx)
             .await;
-        if self.deps.shutdown.is_stopping() {
+        if let Ended::OnItsOwn(how) = ended {
+            self.link_gone(doc.id, link, how).await;
+        }
+        if self.deps.shutdown.is_stopping() || self.kept_work {
             // A stopping server withdraws nothing: the cards stay open for the next process.
+            // Nor does a resumable link that dropped with work kept (RT-12): its questions stay
+            // open and answerable in the document.
             self.deps.questions.forget_link(link);
         } else {
             // The link closed for good: what it asked is withdrawn (RT-11).
@@ -393,10 +479,159 @@ impl Link {
                 .await;
             self.deps.questions.forget_runs(doc.id);
         }
-        match ended {
-            Ended::OnItsOwn(how) => planners.link_ended(doc.id, link, how).await,
-            Ended::Done => {}
+    }
+
+    /// The link ended on its own (`how`): a resumable link that dropped while its client held a
+    /// kept session keeps the Planner with no deadline (AO-11); any other starts the grace
+    /// period.
+    async fn link_gone(&mut self, doc: uuid::Uuid, link: u64, how: LinkEnd) {
+        let planners = self.deps.planners.clone();
+        if how == LinkEnd::Dropped && self.features.contains(&Feature::ResumableSessions) {
+            if let Some(session) = self.deps.turns.kept_session(doc) {
+                self.kept_work = true;
+                let work = HeldWork {
+                    sessions: vec![session],
+                };
+                planners.link_dropped_with_work(doc, link, work).await;
+                return;
+            }
         }
+        planners.link_ended(doc, link, how).await;
+    }
+
+    /// After `attached` with `kept`, the client's `resume`: the sessions it still holds of those
+    /// kept are handed back on this link (AO-19) and kept for the document's next turn; the
+    /// others are gone. Questions it waited on before the hold are not waited on again (HO-15),
+    /// so `resumed` lists none.
+    async fn hand_back(
+        &mut self,
+        doc: &Document,
+        live: &Arc<LiveLogin>,
+        handle: &LinkHandle,
+        kept: &[String],
+        resume: &wire::ClientResume,
+    ) {
+        let handed: Vec<String> = kept
+            .iter()
+            .filter(|s| resume.sessions.contains(s))
+            .cloned()
+            .collect();
+        for session in &handed {
+            self.opened.open(format!("session:{session}"));
+            let adopted = crate::harness::remote::resumed_session(
+                handle.clone(),
+                session.clone(),
+                self.deps.entropy.clone(),
+            );
+            self.deps.turns.adopt_kept(doc.id, adopted, live.id).await;
+        }
+        tracing::info!(document = %doc.id, login = %self.login, handed = handed.len(), kept = kept.len(), "the client resumed its kept sessions");
+        let resumed = ServerMessage::Resumed(wire::Resumed {
+            sessions: handed,
+            inputs: Vec::new(),
+        });
+        self.send(&resumed).await;
+    }
+
+    /// A resume of a hand-over hold whose owner's browser sign-in is not back yet (HO-10):
+    /// `attached` (with the kept sessions) goes out now, and the client's `resume` waits, the
+    /// link kept and the machine shown attached, until the sign-in is back — then the login and
+    /// the resume are returned, after the App installation check the attach would have made.
+    /// If the window ends first, the link is closed `unavailable` with `retryAfterMs` (HO-11),
+    /// never `sign-in-required`. `None` when the link was closed here.
+    async fn wait_for_sign_in(
+        &mut self,
+        doc: &Document,
+        mut wait: WindowWait,
+        features: &[Feature],
+    ) -> Option<(Arc<LiveLogin>, wire::ClientResume)> {
+        let account_id = crate::store::account_id_for_github_user(self.github_user_id);
+        let mut arrivals = self.deps.sign_ins.arrivals();
+        let attached = wire::Attached {
+            document_id: doc.id.to_string(),
+            document_url: documents::canonical_url(doc),
+            login: self.login.clone(),
+            generation: Some(wait.generation as u64),
+            features: features.to_vec(),
+            kept: wait.sessions.clone(),
+            timers: self.timers(),
+        };
+        tracing::info!(document = %doc.id, login = %self.login, "a resume inside the hand-over window waits for the owner's browser sign-in");
+        if !self.send(&ServerMessage::Attached(attached)).await {
+            return None;
+        }
+        let stopping = self.deps.shutdown.stopping();
+        tokio::pin!(stopping);
+        let mut resume: Option<wire::ClientResume> = None;
+        let live = loop {
+            let now = self.deps.clock.now_ms();
+            if let Some(live) = self.deps.sign_ins.live_login_of(account_id, now) {
+                if resume.is_some() {
+                    break live;
+                }
+            }
+            if *wait.ended.borrow() {
+                tracing::info!(document = %doc.id, login = %self.login, "the hand-over window ended before the owner's browser sign-in was back; the resume is refused unavailable");
+                let frame = ServerMessage::Error(ErrorFrame {
+                    code: ErrorCode::Unavailable,
+                    message: format!("@{}'s browser sign-in is not back on this server yet; resume again shortly.", self.login),
+                    retry_after_ms: Some(UNAVAILABLE_RETRY_MS),
+                    handover_ms: None,
+                });
+                self.send(&frame).await;
+                self.close(
+                    ErrorCode::Unavailable.close_code(),
+                    ErrorCode::Unavailable.as_str(),
+                )
+                .await;
+                return None;
+            }
+            tokio::select! {
+                () = &mut stopping => {
+                    self.going_away(None).await;
+                    return None;
+                }
+                changed = arrivals.changed() => {
+                    if changed.is_err() {
+                        return None;
+                    }
+                }
+                _ = wait.ended.changed() => {}
+                incoming = self.next_message() => match incoming {
+                    Incoming::Gone => return None,
+                    Incoming::Fault(fault) => {
+                        self.fail(&fault).await;
+                        return None;
+                    }
+                    Incoming::Message(ClientMessage::Resume(r)) => resume = Some(r),
+                    Incoming::Message(ClientMessage::Detach(_)) => {
+                        self.close(wire::close::NORMAL, "detached").await;
+                        return None;
+                    }
+                    Incoming::Message(other) => {
+                        tracing::debug!(message = other.type_name(), "a frame while the resume waits for the sign-in; ignored");
+                    }
+                },
+            }
+        };
+        // PERM-06 at admission, as for any attach.
+        let refused = match self
+            .deps
+            .access
+            .installation_covers(live.github_token(), &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(true) => None,
+            Ok(false) => Some((ErrorCode::AccessRevoked, format!("This server's GitHub App is not installed on {}/{} for @{}, so the Planner could not use the repository; install it there, then attach again.", doc.repo_owner, doc.repo_name, self.login))),
+            Err(GitHubError::BadCredentials) => Some((ErrorCode::SignInRequired, format!("GitHub no longer accepts @{}'s browser sign-in on this server; sign in again, then attach again.", self.login))),
+            Err(GitHubError::Unavailable(_)) => Some((ErrorCode::Unavailable, "GitHub is unavailable, so the Planner's access cannot be checked; resume again shortly.".to_owned())),
+        };
+        if let Some((code, message)) = refused {
+            self.close_with(code, message).await;
+            return None;
+        }
+        drop(wait);
+        resume.map(|r| (live, r))
     }
 
     fn timers(&self) -> wire::Timers {
@@ -411,12 +646,14 @@ impl Link {
         }
     }
 
-    /// The attach's document, the owner login it will claim with, and the revocation count read
-    /// before the checks.
+    /// The attach's document, and the owner login it will claim with and the revocation count
+    /// read before the checks — or, for a resume inside its hand-over window that came before
+    /// its owner's sign-in, the wait for it (HO-10).
     async fn check_attach(
         &mut self,
         locator: &str,
-    ) -> Result<(Document, Arc<LiveLogin>, RevocationWatch), Refusal> {
+        resumable: bool,
+    ) -> Result<(Document, Checked), Refusal> {
         let shown: String = locator.chars().take(120).collect();
         let shown = if shown.len() < locator.len() {
             format!("{shown}…")
@@ -502,11 +739,26 @@ impl Link {
             Err(e) => return Err(github_refusal(e)),
         }
         let now = self.deps.clock.now_ms();
-        let live = self.deps.sign_ins.live_login_of(account_id, now).ok_or_else(|| Refusal {
-            reason: RefusalReason::SignInRequired,
-            message: format!("@{} has no live browser sign-in on this server since it started; sign in at {} in a browser, then attach again.", self.login, self.deps.access.app_origin()),
-            holder: None,
-        })?;
+        let Some(live) = self.deps.sign_ins.live_login_of(account_id, now) else {
+            // Inside the account's hand-over window the missing sign-in is waited for, never
+            // refused sign-in-required (HO-10, HO-11): a resume waits; an attach with nothing to
+            // resume is told to come back.
+            if let Some(wait) = self.deps.planners.await_window(doc.id, account_id) {
+                if resumable && !wait.sessions.is_empty() {
+                    return Ok((doc, Checked::Waiting(revocations, wait)));
+                }
+                return Err(Refusal {
+                    reason: RefusalReason::Unavailable,
+                    message: format!("@{}'s browser sign-in is not back on this server yet; attach again shortly.", self.login),
+                    holder: None,
+                });
+            }
+            return Err(Refusal {
+                reason: RefusalReason::SignInRequired,
+                message: format!("@{} has no live browser sign-in on this server since it started; sign in at {} in a browser, then attach again.", self.login, self.deps.access.app_origin()),
+                holder: None,
+            });
+        };
         // PERM-06 at admission: the Planner's repository tools run with the owner login's
         // GitHub App token, so the App's installation must cover the repository for it.
         match self
@@ -532,7 +784,7 @@ impl Link {
             }
             Err(e @ GitHubError::Unavailable(_)) => return Err(github_refusal(e)),
         }
-        Ok((doc, live, revocations))
+        Ok((doc, Checked::Ready(live, revocations)))
     }
 
     /// The attached phase: until the client detaches or drops, or the server closes the link.
@@ -570,9 +822,20 @@ impl Link {
             let silent_until = self.last_heard + timeout;
             tokio::select! {
                 () = &mut stopping => {
-                    // The process is stopping: the link is told so and closed 1001. No grace
-                    // period starts; the next process decides what the ownership becomes.
-                    self.going_away().await;
+                    // The process is stopping (the cut): the link's hold is written for the next
+                    // process, then the link is told so and closed 1001. No grace period starts
+                    // and nothing is released; the next process decides (HO-01, HO-17).
+                    let sessions = if self.features.contains(&Feature::ResumableSessions) {
+                        self.deps.turns.kept_session(doc.id).into_iter().collect()
+                    } else {
+                        Vec::new()
+                    };
+                    let handover = self
+                        .deps
+                        .planners
+                        .cut(doc.id, bound.link, HeldWork { sessions })
+                        .await;
+                    self.going_away(handover).await;
                     return Ended::Done;
                 }
                 incoming = self.next_message() => match incoming {
@@ -797,8 +1060,7 @@ impl Link {
     async fn close(&mut self, code: u16, reason: &str) {
         let _ = self.out.close(code, reason);
         if let (Some(how), Some((doc, link))) = (self.end_on_close.take(), self.bound) {
-            let planners = self.deps.planners.clone();
-            planners.link_ended(doc, link, how).await;
+            self.link_gone(doc, link, how).await;
         }
         if self.reader_broken {
             // What the client sent after the refused frame is unread, and a connection closed
@@ -870,11 +1132,24 @@ impl Link {
         });
     }
 
-    async fn going_away(&mut self) {
-        tracing::info!(login = %self.login, "the server is stopping; telling the link going-away");
-        self.close_with(
-            ErrorCode::GoingAway,
-            "This server is stopping; attach again in a moment.".to_owned(),
+    /// The process is stopping: `going-away`, then the close 1001 (HO-17: no Chat line). With
+    /// `handover_ms` when the link's hold was written for the next process (HO-01).
+    async fn going_away(&mut self, handover_ms: Option<u64>) {
+        tracing::info!(login = %self.login, ?handover_ms, "the server is stopping; telling the link going-away");
+        let message = match handover_ms {
+            Some(ms) => format!("This server is restarting. Attach again and resume: your work is kept for {ms} ms after the next server takes over."),
+            None => "This server is stopping; attach again in a moment.".to_owned(),
+        };
+        let frame = ServerMessage::Error(ErrorFrame {
+            code: ErrorCode::GoingAway,
+            message,
+            retry_after_ms: None,
+            handover_ms,
+        });
+        self.send(&frame).await;
+        self.close_bound(
+            ErrorCode::GoingAway.close_code(),
+            ErrorCode::GoingAway.as_str(),
         )
         .await;
     }
@@ -884,7 +1159,7 @@ impl Link {
         let frame = ServerMessage::Error(ErrorFrame {
             code,
             message,
-            retry_after_ms: None,
+            retry_after_ms: (code == ErrorCode::Unavailable).then_some(UNAVAILABLE_RETRY_MS),
             handover_ms: None,
         });
         self.send(&frame).await;
@@ -926,7 +1201,8 @@ impl Link {
             reason: refusal.reason,
             message: refusal.message,
             holder: refusal.holder,
-            retry_after_ms: (refusal.reason == RefusalReason::Unavailable).then_some(5_000),
+            retry_after_ms: (refusal.reason == RefusalReason::Unavailable)
+                .then_some(UNAVAILABLE_RETRY_MS),
         });
         self.send(&frame).await;
         self.close(refusal.reason.close_code(), refusal.reason.as_str())

@@ -362,25 +362,17 @@ async fn session(
                                 },
                                 Err(chat::Malformed(why)) => error_frame("malformed", &why),
                             },
-                            Some("planner:resume") if sender.can_write => {
-                                let run = value.get("runId").and_then(Value::as_str);
-                                let resumed = deps.runs.control(root_id, run, Control::Resume, &sender.login).await;
-                                json_frame(&json!({ "type": "planner:resumed", "resumed": resumed }))
-                            }
-                            Some("planner:stop") if sender.can_write => {
-                                let run = value.get("runId").and_then(Value::as_str);
-                                let stopped = run.is_none() && deps.turns.stop(root_id, &format!("@{} stopped chopin.", sender.login));
-                                // Stop Planner also pauses the live runs (or the one named), resumably (SES-04).
-                                let paused = deps.runs.control(root_id, run, Control::Stop, &sender.login).await;
-                                // A Planner that waits on a question is stopped by withdrawing it (ATM-36).
-                                let withdrawn = if run.is_none() {
-                                    let why = format!("@{} stopped the Planner.", sender.login);
-                                    let url = documents::canonical_url(doc);
-                                    deps.questions.withdraw(root_id, &url, Scope::Document, &why).await
-                                } else {
-                                    0
-                                };
-                                json_frame(&json!({ "type": "planner:stopped", "stopped": stopped || paused > 0 || withdrawn > 0 }))
+                            // Stop and Resume wait on the Planner's client (up to 10 s): they
+                            // are answered beside the loop, which goes on serving the socket.
+                            Some(kind @ ("planner:stop" | "planner:resume")) if sender.can_write => {
+                                let control = if kind == "planner:stop" { Control::Stop } else { Control::Resume };
+                                let run = value.get("runId").and_then(Value::as_str).map(str::to_owned);
+                                let (deps2, out2, doc2, login) = (deps.clone(), out.clone(), doc.clone(), sender.login.clone());
+                                deps.shutdown.spawn(async move {
+                                    let frame = stop_or_resume(&deps2, &doc2, root_id, run.as_deref(), control, &login).await;
+                                    let _ = out2.send(frame);
+                                });
+                                continue;
                             }
                             Some(kind @ ("decision:answer" | "decision:cancel")) => {
                                 decision_frame(deps, doc, &sender, kind, &value).await
@@ -409,6 +401,49 @@ async fn session(
                     WsMessage::Ping(_) | WsMessage::Pong(_) => {}
                 }
             }
+        }
+    }
+}
+
+/// A writer's Stop or Resume (`runId` names one run): the answer frame, once the Planner's
+/// client answered or the wait ran out.
+async fn stop_or_resume(
+    deps: &RoomDeps,
+    doc: &Document,
+    root_id: uuid::Uuid,
+    run: Option<&str>,
+    control: Control,
+    login: &str,
+) -> WsMessage {
+    match control {
+        Control::Resume => {
+            let resumed = deps
+                .runs
+                .control(root_id, run, Control::Resume, login)
+                .await;
+            json_frame(&json!({ "type": "planner:resumed", "resumed": resumed }))
+        }
+        Control::Stop => {
+            let stopped = run.is_none()
+                && deps
+                    .turns
+                    .stop(root_id, &format!("@{login} stopped chopin."));
+            // Stop Planner also pauses the live runs (or the one named), resumably (SES-04).
+            let paused = deps.runs.control(root_id, run, Control::Stop, login).await;
+            // A Planner that waits on a question is stopped by withdrawing it (ATM-36); a run's
+            // question is set aside as its run pauses instead (SES-05).
+            let withdrawn = if run.is_none() {
+                let why = format!("@{login} stopped the Planner.");
+                let url = documents::canonical_url(doc);
+                deps.questions
+                    .withdraw(root_id, &url, Scope::OutsideRuns, &why)
+                    .await
+            } else {
+                0
+            };
+            json_frame(
+                &json!({ "type": "planner:stopped", "stopped": stopped || paused > 0 || withdrawn > 0 }),
+            )
         }
     }
 }

@@ -157,7 +157,9 @@ pub enum Refused {
     Gone,
 }
 
-/// The queue in front of a socket's writer task.
+/// The queue in front of a socket's writer task. A clone queues on the same socket (for an
+/// answer worked out beside the socket's loop).
+#[derive(Clone)]
 pub struct Outbox {
     tx: mpsc::Sender<Message>,
     queued_bytes: Arc<AtomicUsize>,

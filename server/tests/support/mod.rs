@@ -1,6 +1,7 @@
 //! An in-process server on a real loopback socket, for tests that need the whole stack: the
-//! fake GitHub (mona, a writer of octo/plans), the server over a `MemoryStore`, one document,
-//! mona signed in through the OAuth routes, and helpers to attach a scripted agent client.
+//! fake GitHub (mona, a writer of octo/plans) and its MCP server (`GITHUB_MCP_URL`), the server
+//! over a `MemoryStore`, one document, mona signed in through the OAuth routes, and helpers to
+//! attach a scripted agent client, start a turn and call host tools in it.
 
 #![allow(dead_code)]
 
@@ -9,8 +10,11 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
+use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT_CLIENT_SECRET};
+use chopin_fixtures::github_mcp::FakeGitHubMcp;
 use chopin_protocol::agent::ServerMessage;
+use chopin_protocol::agent::{ClientMessage, HostToolCall, HostToolResult, Started, ToolSpec};
 use chopin_server::config::{Config, Secret};
 use chopin_server::runtime::clock::SystemClock;
 use chopin_server::runtime::connector::{self, TcpConnector};
@@ -25,6 +29,8 @@ pub const DOC_URL: &str = "/documents/octo/plans/notes";
 pub struct Served {
     pub state: App,
     pub github: FakeGitHub,
+    /// GitHub's MCP server, over the same fake state; the server's `GITHUB_MCP_URL`.
+    pub github_mcp: FakeGitHubMcp,
     /// `127.0.0.1:<port>` of the server.
     pub host: String,
     /// mona's GitHub token.
@@ -79,6 +85,8 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
     github.grant("octo", "plans", "mona", Permission::Write);
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
+    let github_mcp = FakeGitHubMcp::new(github.clone());
+    let github_mcp_url = github_mcp.serve_tcp().await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let host = listener.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
@@ -86,6 +94,7 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
     config.session_encryption_key = Some(Secret::new("44".repeat(32)));
     config.github_api_url = github_url.clone();
     config.github_web_url = github_url;
+    config.github_mcp_url = github_mcp_url;
     config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
     config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
     config.app_origin = format!("http://{host}");
@@ -129,6 +138,7 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
     Served {
         state,
         github,
+        github_mcp,
         host,
         mona,
         mona_cookie,
@@ -168,6 +178,84 @@ impl Served {
             .unwrap();
         assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
         client
+    }
+}
+
+/// Sends `frame` on a room socket and returns the answer that names its `requestId`.
+pub async fn ask_room(room: &mut BrowserSocket, frame: serde_json::Value) -> serde_json::Value {
+    let id = frame["requestId"].clone();
+    room.send_json(&frame).await.unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(10), room.recv_json())
+            .await
+            .expect("an answer within 10 s")
+            .unwrap()
+        {
+            BrowserEvent::Json(v) if v["requestId"] == id => return v,
+            BrowserEvent::Closed { code, reason } => panic!("closed {code} {reason}"),
+            _ => {}
+        }
+    }
+}
+
+/// A turn begun by mona's `@chopin` message: the session and turn ids and the host tools the
+/// turn offers.
+pub struct Begun {
+    pub session: String,
+    pub turn: String,
+    pub host_tools: Vec<ToolSpec>,
+}
+
+/// mona says `text` in the room; the client answers `start`; the turn it is sent.
+pub async fn begin_turn(client: &mut AgentClient, room: &mut BrowserSocket, text: &str) -> Begun {
+    let ack = ask_room(
+        room,
+        serde_json::json!({ "type": "chat:send", "requestId": format!("go-{text}"), "text": text }),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let session = match next(client).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    client
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    match next(client).await {
+        ServerMessage::Turn(t) => Begun {
+            session,
+            turn: t.turn_id,
+            host_tools: t.host_tools,
+        },
+        other => panic!("expected turn, got {other:?}"),
+    }
+}
+
+/// Calls host tool `name` in `turn` and waits for its result (other frames are skipped).
+pub async fn call_host_tool(
+    client: &mut AgentClient,
+    turn: &str,
+    call_id: &str,
+    name: &str,
+    input: serde_json::Value,
+) -> HostToolResult {
+    client
+        .send(&ClientMessage::HostToolCall(HostToolCall {
+            turn_id: turn.into(),
+            call_id: call_id.into(),
+            name: name.into(),
+            input,
+        }))
+        .await
+        .unwrap();
+    loop {
+        if let ServerMessage::HostToolResult(r) = next(client).await {
+            assert_eq!(r.call_id, call_id);
+            return r;
+        }
     }
 }
 

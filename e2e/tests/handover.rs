@@ -1,0 +1,264 @@
+//! A deploy with a resuming Planner client, over the spawned binary on SQLite and PostgreSQL:
+//! SIGTERM while a client is attached with a session kept for a live run; the link hears
+//! `going-away` with `handoverMs` and 1001; the restarted binary rebuilds the hold, and the
+//! client attaches again, is told its kept session, sends `resume` and gets it back — its next
+//! turn comes on that session with no `start`. The same with the client returning only after the
+//! window: the hold is then disconnected, and the client still takes its session back.
+
+use std::time::Duration;
+
+use chopin_e2e::{sign_in, Launch, Server};
+use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
+use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
+use chopin_fixtures::github::{FakeGitHub, Permission};
+use chopin_protocol::agent::{
+    ClientMessage, ClientResume, ErrorCode, Run, RunStatus, Runs, ServerMessage, Started, TurnEnd,
+    TurnStatus,
+};
+use serde_json::{json, Value};
+
+/// A short window, so the test can outwait it.
+const WINDOW_MS: u64 = 3_000;
+
+enum Backend {
+    Sqlite(tempfile::TempDir),
+    Postgres(chopin_fixtures::pg::TestDatabase),
+}
+
+async fn next(client: &mut AgentClient) -> Event {
+    tokio::time::timeout(Duration::from_secs(15), client.recv())
+        .await
+        .expect("a frame within 15 s")
+        .unwrap()
+}
+
+async fn message(client: &mut AgentClient) -> ServerMessage {
+    match next(client).await {
+        Event::Message(m) => m,
+        Event::Closed { code, reason } => panic!("closed {code} {reason}"),
+    }
+}
+
+async fn next_of(room: &mut BrowserSocket, kind: &str) -> Value {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(15), room.recv_json())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} within 15 s"))
+            .unwrap()
+        {
+            BrowserEvent::Json(v) if v["type"] == kind => return v,
+            BrowserEvent::Closed { code, reason } => panic!("closed {code} {reason}"),
+            _ => {}
+        }
+    }
+}
+
+async fn room(server: &Server, id: &str, cookie: &str) -> BrowserSocket {
+    let host = server.host();
+    let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let mut room = BrowserSocket::connect(
+        stream,
+        &host,
+        &format!("/api/documents/{id}/room"),
+        Some(cookie),
+        Some(&server.origin()),
+    )
+    .await
+    .unwrap();
+    next_of(&mut room, "session:planner").await;
+    room
+}
+
+async fn client(server: &Server, token: &str) -> AgentClient {
+    let host = server.host();
+    let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    connect(stream, &Upgrade::new(host, Some(token)))
+        .await
+        .unwrap()
+}
+
+async fn deploy(backend: Backend, return_after_window: bool) {
+    let github = FakeGitHub::new();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    let mona = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let launch = match &backend {
+        Backend::Sqlite(home) => {
+            Launch::hosted(&github_url).env("HOME", home.path().to_string_lossy())
+        }
+        Backend::Postgres(db) => Launch::hosted(&github_url)
+            .env("DATABASE_URL", db.url.clone())
+            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
+    }
+    .env("HANDOVER_PLANNER_WINDOW_MS", WINDOW_MS.to_string());
+    let server = launch.start().await;
+    let launch = launch.at(&server);
+    let cookie = sign_in(&server, &github, "mona").await;
+    let doc = server.create_document(&mona, "octo/plans", "Rollout").await;
+    let id = doc["id"].as_str().unwrap().to_owned();
+
+    // mona's client attaches offering resumable-sessions, and a turn leaves a live run behind.
+    let mut agent = client(&server, &mona).await;
+    let attached = agent.attach(&id, &["resumable-sessions"]).await.unwrap();
+    let ServerMessage::Attached(attached) = attached else {
+        panic!("{attached:?}")
+    };
+    assert!(attached.kept.is_empty());
+    let generation = attached.generation;
+    let mut tab = room(&server, &id, &cookie).await;
+    tab.send_json(
+        &json!({ "type": "chat:send", "requestId": "r-1", "text": "@chopin roll it out" }),
+    )
+    .await
+    .unwrap();
+    let session = match message(&mut agent).await {
+        ServerMessage::Start(s) => s.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    agent
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    let turn = match message(&mut agent).await {
+        ServerMessage::Turn(t) => t.turn_id,
+        other => panic!("expected turn, got {other:?}"),
+    };
+    agent
+        .send(&ClientMessage::Runs(Runs {
+            session_id: session.clone(),
+            runs: vec![Run {
+                run_id: "run-1".into(),
+                name: "canary-rollout".into(),
+                status: RunStatus::Running,
+                root_run_id: None,
+                elapsed_ms: None,
+                stages: Vec::new(),
+                omitted_stages: None,
+            }],
+        }))
+        .await
+        .unwrap();
+    next_of(&mut tab, "run:card").await;
+    agent
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: turn,
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    // The session outlives its turn (kept for its live run): no destroy comes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // SIGTERM: the link hears going-away with the window, then 1001.
+    let heard = tokio::spawn(async move {
+        let mut frames = Vec::new();
+        loop {
+            match agent.recv().await {
+                Ok(Event::Message(m)) => frames.push(m),
+                Ok(Event::Closed { code, reason }) => return (frames, Some((code, reason))),
+                Err(_) => return (frames, None),
+            }
+        }
+    });
+    drop(tab);
+    let (status, log) = server.stop().await;
+    assert!(status.success(), "{log}");
+    assert!(log.contains("writer lease released"), "{log}");
+    let (frames, closed) = tokio::time::timeout(Duration::from_secs(10), heard)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !frames
+            .iter()
+            .any(|f| matches!(f, ServerMessage::Destroy(_))),
+        "{frames:?}"
+    );
+    match frames.last() {
+        Some(ServerMessage::Error(e)) => {
+            assert_eq!(e.code, ErrorCode::GoingAway);
+            assert_eq!(e.handover_ms, Some(WINDOW_MS), "{e:?}");
+        }
+        other => panic!("expected going-away, got {other:?}"),
+    }
+    assert_eq!(closed, Some((1001, "going-away".to_owned())));
+
+    // The next process, on the same database.
+    let server = launch.start().await;
+    if return_after_window {
+        tokio::time::sleep(Duration::from_millis(WINDOW_MS + 1_000)).await;
+    }
+    // mona's browser comes back (its cookie restores the sign-in), then her client.
+    let mut tab = room(&server, &id, &cookie).await;
+    let mut agent = client(&server, &mona).await;
+    let attached = agent.attach(&id, &["resumable-sessions"]).await.unwrap();
+    let ServerMessage::Attached(attached) = attached else {
+        panic!("{attached:?}")
+    };
+    assert_eq!(attached.kept, vec![session.clone()]);
+    assert_eq!(attached.generation, generation, "the ownership was kept");
+    agent
+        .send(&ClientMessage::Resume(ClientResume {
+            sessions: vec![session.clone()],
+        }))
+        .await
+        .unwrap();
+    match message(&mut agent).await {
+        ServerMessage::Resumed(r) => {
+            assert_eq!(r.sessions, vec![session.clone()]);
+            assert!(r.inputs.is_empty());
+        }
+        other => panic!("expected resumed, got {other:?}"),
+    }
+    // The next turn comes on the session taken back, with no start.
+    tab.send_json(
+        &json!({ "type": "chat:send", "requestId": "r-2", "text": "@chopin how is it going?" }),
+    )
+    .await
+    .unwrap();
+    loop {
+        match message(&mut agent).await {
+            ServerMessage::Turn(t) => {
+                assert_eq!(t.session_id, session);
+                break;
+            }
+            ServerMessage::Start(s) => panic!("a new session was started: {s:?}"),
+            _ => {}
+        }
+    }
+    drop(agent);
+    drop(tab);
+    let (status, log) = server.stop().await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test]
+async fn ao_19_a_client_resumes_its_session_after_a_deploy_on_sqlite() {
+    deploy(Backend::Sqlite(tempfile::tempdir().unwrap()), false).await;
+}
+
+#[tokio::test]
+async fn ao_19_a_client_resumes_its_session_after_a_deploy_on_postgres() {
+    let pg = chopin_fixtures::pg::shared_postgres();
+    let db = pg.create_database().await.unwrap();
+    deploy(Backend::Postgres(db.clone()), false).await;
+    pg.drop_database(&db).await.unwrap();
+}
+
+#[tokio::test]
+async fn ho_13_a_client_returning_after_the_window_resumes_the_disconnected_hold_on_sqlite() {
+    deploy(Backend::Sqlite(tempfile::tempdir().unwrap()), true).await;
+}
+
+#[tokio::test]
+async fn ho_13_a_client_returning_after_the_window_resumes_the_disconnected_hold_on_postgres() {
+    let pg = chopin_fixtures::pg::shared_postgres();
+    let db = pg.create_database().await.unwrap();
+    deploy(Backend::Postgres(db.clone()), true).await;
+    pg.drop_database(&db).await.unwrap();
+}

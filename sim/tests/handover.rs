@@ -1,0 +1,680 @@
+//! The deploy hand-over in the simulator: a deploy is two server incarnations over one store.
+//! The old one cuts every link (`going-away` with `handoverMs`, the hold written to
+//! `planner_link_holds`, then the writer lease given back); the new one takes the lease, keeps
+//! the owners those holds name (AO-20) and rebuilds each hold, giving a cut's hold its window
+//! again from the rebuild (HO-03). Every deadline is checked at both edges: the window's end
+//! (measured from the rebuild, not from the write, however late the lease came back), a crash of
+//! the rebuilding process inside and after the window (HO-06), a resume before and after the
+//! owner's browser sign-in is back (HO-10, HO-11), a second account during the window (AO-10),
+//! and a resumable link that dropped with work kept (AO-11, AO-14).
+
+use std::sync::Arc;
+
+use chopin_protocol::agent::TurnStatus;
+use chopin_server::observe::PlannerEvent;
+use chopin_server::planner::PresenceState;
+use chopin_server::store::instrumented::Hold;
+use chopin_server::store::{HoldStore, LinkHold, OwnershipStore};
+use chopin_sim::cast::{block_on, cast, cast_with, Cast};
+use chopin_sim::clock::SIM_EPOCH_MS;
+use chopin_sim::WorldOptions;
+use chopin_sim::{Agent, AgentEvent, Browser, Event, Step, TurnScript, World};
+use uuid::Uuid;
+
+/// `HANDOVER_PLANNER_WINDOW_MS` (HO-19 ruling: 60000).
+const WINDOW_MS: u64 = 60_000;
+
+fn until(world: &mut World, within_ms: u64, what: &str, done: impl Fn(&World) -> bool) {
+    world
+        .advance_until(within_ms, what, done)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+}
+
+fn connect(world: &mut World, name: &str, token: &str) -> Agent {
+    let agent = world.agent(name, token);
+    let a = agent.clone();
+    until(world, 5_000, &format!("{name} connected"), move |_| {
+        a.log()
+            .iter()
+            .any(|e| matches!(e, AgentEvent::Connected { .. }))
+    });
+    agent
+}
+
+/// `name` attaches as the owner of `token`, offering `resumable-sessions`; waits for the answer.
+fn attach(world: &mut World, name: &str, token: &str, doc: Uuid) -> Agent {
+    let agent = connect(world, name, token);
+    agent.attach_with_features(&doc.to_string(), &["resumable-sessions"]);
+    let a = agent.clone();
+    until(world, 10_000, &format!("{name} answered"), move |_| {
+        a.answer().is_some()
+    });
+    agent
+}
+
+fn join(world: &mut World, name: &str, cookie: &str, doc: Uuid) -> Browser {
+    let browser = world.browser(name, cookie, &doc.to_string());
+    let b = browser.clone();
+    until(world, 5_000, &format!("{name} joined"), move |_| {
+        !b.heard().is_empty()
+    });
+    browser
+}
+
+/// mona's client attached with a session kept after its turn for a live run: what a cut keeps.
+fn attached_with_a_kept_session(c: &mut Cast) -> (Agent, Browser, String) {
+    let doc = c.doc;
+    let agent = attach(&mut c.world, "mona-1", &c.mona.clone(), doc);
+    assert!(agent.answer().unwrap().is_ok(), "{:?}", agent.log());
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .runs("running")
+            .end(TurnStatus::Completed),
+    );
+    let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
+    room.send_chat("go", "@chopin start the rollout");
+    until(&mut c.world, 10_000, "the session is kept", move |w| {
+        w.server_app()
+            .is_some_and(|app| app.turns.kept_session(doc).is_some())
+    });
+    let session = c
+        .world
+        .server_app()
+        .unwrap()
+        .turns
+        .kept_session(doc)
+        .unwrap();
+    (agent, room, session)
+}
+
+fn holds(world: &World) -> Vec<LinkHold> {
+    block_on(world.store().link_holds()).unwrap()
+}
+
+fn planner_events(world: &World) -> Vec<(u64, PlannerEvent)> {
+    world
+        .trace()
+        .events
+        .into_iter()
+        .filter_map(|e| match e.event {
+            Event::Planner(p) => Some((e.at_ms, p)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// When (simulated ms) the last hold of `doc` was rebuilt, and until when its window runs
+/// (simulated ms), from the server's events.
+fn rebuilt(world: &World, doc: Uuid) -> (u64, Option<u64>) {
+    planner_events(world)
+        .into_iter()
+        .rev()
+        .find_map(|(at, p)| match p {
+            PlannerEvent::HoldRebuilt {
+                document, until_ms, ..
+            } if document == doc => Some((at, until_ms.map(|u| (u - SIM_EPOCH_MS) as u64))),
+            _ => None,
+        })
+        .expect("the hold was rebuilt")
+}
+
+fn presence(world: &World, doc: Uuid) -> (PresenceState, Option<String>) {
+    let p = world.server_app().unwrap().planners.presence(doc);
+    (p.state, p.login)
+}
+
+fn stop(world: &mut World) {
+    world
+        .apply(&Step::StopServer { within_ms: 60_000 })
+        .unwrap();
+}
+
+fn start(world: &mut World) {
+    world.apply(&Step::StartServer).unwrap();
+    world
+        .apply(&Step::AwaitServer { within_ms: 60_000 })
+        .unwrap();
+}
+
+fn error_codes(agent: &Agent) -> Vec<String> {
+    agent
+        .log()
+        .into_iter()
+        .filter_map(|e| match e {
+            AgentEvent::Error { code, .. } => Some(code),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn ho_02_ho_17_the_cut_writes_the_hold_with_its_window_then_gives_the_lease_back_and_posts_nothing()
+{
+    let mut c = cast(21, Some(1));
+    let doc = c.doc;
+    let (agent, room, session) = attached_with_a_kept_session(&mut c);
+    let chat_before = room.chat_messages().len();
+    stop(&mut c.world);
+
+    // The link heard going-away, then 1001 (HO-17).
+    assert_eq!(error_codes(&agent), vec!["going-away".to_owned()]);
+    let (_, code, reason) = agent.closed().expect("closed");
+    assert_eq!((code, reason.as_str()), (1001, "going-away"));
+    // The hold: the sessions the client holds, handover_until = the write + the window (HO-02).
+    let rows = holds(&c.world);
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let row = &rows[0];
+    assert_eq!(row.document_id, doc);
+    assert_eq!(row.login, "mona");
+    assert!(row.held.contains(&session), "{}", row.held);
+    assert_eq!(
+        row.handover_until_ms,
+        Some(row.written_at_ms + WINDOW_MS as i64)
+    );
+    // Written by the stopping incarnation before it gave the lease back, which came last.
+    let writes: Vec<_> = c
+        .world
+        .store_writes()
+        .into_iter()
+        .filter(|w| w.incarnation == 1)
+        .map(|w| w.method)
+        .collect();
+    let put = writes
+        .iter()
+        .position(|m| *m == "put_link_hold")
+        .expect("written");
+    let released = writes
+        .iter()
+        .position(|m| *m == "release_writer_lease")
+        .expect("released");
+    assert!(put < released, "{writes:?}");
+    assert_eq!(writes.last(), Some(&"release_writer_lease"));
+    // No Chat line about the links or the runs (HO-17), and no grace period, no release.
+    assert_eq!(room.chat_messages().len(), chat_before);
+    assert!(!planner_events(&c.world).iter().any(|(_, p)| matches!(
+        p,
+        PlannerEvent::GraceStarted { .. } | PlannerEvent::Released { .. }
+    )));
+}
+
+#[test]
+fn ho_03_ho_13_the_window_counts_from_the_rebuild_and_ends_disconnected_at_its_millisecond() {
+    let mut c = cast(22, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    let written_at = holds(&c.world)[0].written_at_ms;
+    // The next process comes up 20 s later: the window is not shortened by it.
+    c.world.advance(20_000).unwrap();
+    start(&mut c.world);
+    let (at, until) = rebuilt(&c.world, doc);
+    let until = until.expect("a cut's hold gets a window");
+    assert_eq!(until, at + WINDOW_MS, "counted from the rebuild (HO-03)");
+    assert!(
+        (until as i64 + SIM_EPOCH_MS) > written_at + WINDOW_MS as i64 + 19_000,
+        "not from the write"
+    );
+    // HO-05: the row lost its window before the hold showed; the owner was kept (AO-20).
+    assert_eq!(holds(&c.world)[0].handover_until_ms, None);
+    let owner = block_on(c.world.store().ownership(doc)).unwrap();
+    assert_eq!(owner.holder.map(|h| h.login), Some("mona".to_owned()));
+
+    // HO-07: shown attached, with its login, until the window ends; 1 ms before the end still.
+    c.world.advance(until - 1 - c.world.now_ms()).unwrap();
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Attached, Some("mona".to_owned()))
+    );
+    assert!(!planner_events(&c.world)
+        .iter()
+        .any(|(_, p)| matches!(p, PlannerEvent::HandoverMissed { .. })));
+    // 1 ms after the end with no resume: disconnected, announced, the miss logged with its
+    // cause. (A restarted host's timers fire on its own millisecond ticks, which may fall up to
+    // 1 ms after the clock's reading of the deadline: hence T+1, as the guide's edges are.)
+    c.world.advance(2).unwrap();
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Disconnected, Some("mona".to_owned()))
+    );
+    let missed: Vec<_> = planner_events(&c.world)
+        .into_iter()
+        .filter_map(|(at, p)| match p {
+            PlannerEvent::HandoverMissed { cause, .. } => Some((at, cause)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(missed.len(), 1, "{missed:?}");
+    assert!(
+        missed[0].0 >= until && missed[0].0 <= until + 1,
+        "{missed:?} vs {until}"
+    );
+    assert_eq!(missed[0].1, "the client was not back");
+    // The hold is kept with no deadline: nothing releases it later (AO-14).
+    c.world.advance(10 * WINDOW_MS).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    assert_eq!(holds(&c.world).len(), 1);
+}
+
+#[test]
+fn ho_03_a_late_lease_release_takes_nothing_from_the_window() {
+    // The stopping process's lease release is held up 30 s (a slow database): the next process
+    // can take the lease only after it, and still gives the whole window from its rebuild.
+    let options = WorldOptions {
+        fixed_latency_ms: Some(1),
+        hold_store_calls: Some(Arc::new(|incarnation, method, _write| {
+            (incarnation == 1 && method == "release_writer_lease").then(|| {
+                Box::pin(tokio::time::sleep(std::time::Duration::from_millis(30_000))) as Hold
+            })
+        })),
+        ..WorldOptions::default()
+    };
+    let mut c = cast_with(23, options);
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    let written_at = holds(&c.world)[0].written_at_ms - SIM_EPOCH_MS;
+    start(&mut c.world);
+    let (at, until) = rebuilt(&c.world, doc);
+    assert!(
+        at as i64 >= written_at + 30_000,
+        "rebuilt after the late release"
+    );
+    assert_eq!(until, Some(at + WINDOW_MS));
+    c.world
+        .advance(at + WINDOW_MS - 1 - c.world.now_ms())
+        .unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Attached);
+    c.world.advance(2).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+}
+
+#[test]
+fn ho_06_a_process_started_after_the_rebuilding_one_crashed_inside_the_window_finds_it_disconnected(
+) {
+    let mut c = cast(24, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let (_, until) = rebuilt(&c.world, doc);
+    assert!(until.is_some());
+    // Inside the window, the rebuilding process crashes; the next one gives no window.
+    c.world.advance(WINDOW_MS / 2).unwrap();
+    c.world.apply(&Step::CrashServer).unwrap();
+    start(&mut c.world);
+    let (_, until) = rebuilt(&c.world, doc);
+    assert_eq!(until, None, "only the rebuilding process gives the window");
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Disconnected, Some("mona".to_owned()))
+    );
+}
+
+#[test]
+fn ho_06_a_process_started_after_the_rebuilding_one_crashed_after_the_window_finds_it_disconnected()
+{
+    let mut c = cast(25, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    c.world.advance(WINDOW_MS + 1).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    c.world.apply(&Step::CrashServer).unwrap();
+    start(&mut c.world);
+    assert_eq!(rebuilt(&c.world, doc).1, None);
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+}
+
+#[test]
+fn ao_19_ho_12_a_client_resuming_inside_the_window_takes_its_sessions_back() {
+    let mut c = cast(26, Some(1));
+    let doc = c.doc;
+    let (_, _, session) = attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let (at, _) = rebuilt(&c.world, doc);
+    // mona's browser comes back (its cookie restores the sign-in), then her client.
+    join(&mut c.world, "mona-room-2", &c.mona_cookie.clone(), doc);
+    let agent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(agent.answer(), Some(Ok(1)), "the same generation");
+    agent.resume(true);
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "resumed", move |_| {
+        !a.frames_of("resumed").is_empty()
+    });
+    let resumed = &agent.frames_of("resumed")[0].1;
+    assert!(resumed.contains(&session), "{resumed}");
+    assert!(resumed.contains("\"inputs\":[]"), "HO-15: {resumed}");
+    // The resume ended the window (HO-12): attached, no miss at the window's end, the row gone.
+    assert!(holds(&c.world).is_empty());
+    c.world
+        .advance(at + WINDOW_MS + 1 - c.world.now_ms())
+        .unwrap();
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Attached, Some("mona".to_owned()))
+    );
+    assert!(!planner_events(&c.world)
+        .iter()
+        .any(|(_, p)| matches!(p, PlannerEvent::HandoverMissed { .. })));
+    assert_eq!(
+        c.world.server_app().unwrap().turns.kept_session(doc),
+        Some(session),
+        "the session is kept for the next turn, on the new link"
+    );
+}
+
+#[test]
+fn ho_10_a_resume_before_the_sign_in_is_back_waits_and_gets_its_sessions_when_it_returns() {
+    let mut c = cast(27, Some(1));
+    let doc = c.doc;
+    let (_, _, session) = attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    // The client is back first: no browser of mona's has reached the new process.
+    let agent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(agent.answer(), Some(Ok(1)));
+    agent.resume(true);
+    c.world.advance(10_000).unwrap();
+    assert!(agent.frames_of("resumed").is_empty(), "it waits");
+    assert!(agent.closed().is_none(), "the link is kept");
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Attached, Some("mona".to_owned()))
+    );
+    // The browser comes back: the sessions are handed back at once.
+    let cookie = c.mona_cookie.clone();
+    join(&mut c.world, "mona-room-2", &cookie, doc);
+    let a = agent.clone();
+    until(&mut c.world, 1_000, "resumed", move |_| {
+        !a.frames_of("resumed").is_empty()
+    });
+    assert!(agent.frames_of("resumed")[0].1.contains(&session));
+    assert!(error_codes(&agent).is_empty());
+}
+
+#[test]
+fn ho_11_a_resume_still_without_the_sign_in_when_the_window_ends_is_refused_unavailable_at_its_millisecond(
+) {
+    let mut c = cast(28, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let (_, until) = rebuilt(&c.world, doc);
+    let until = until.unwrap();
+    let agent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    agent.resume(true);
+    c.world.advance(until - 1 - c.world.now_ms()).unwrap();
+    assert!(
+        agent.closed().is_none(),
+        "1 ms before the window ends it still waits"
+    );
+    c.world.advance(5).unwrap();
+    assert_eq!(error_codes(&agent), vec!["unavailable".to_owned()]);
+    let (closed_at, code, reason) = agent.closed().expect("closed");
+    assert_eq!(
+        (code, reason.as_str()),
+        (1013, "unavailable"),
+        "never sign-in-required"
+    );
+    assert!(
+        closed_at >= until && closed_at <= until + 1,
+        "{closed_at} vs {until}"
+    );
+    let missed = planner_events(&c.world)
+        .into_iter()
+        .find_map(|(_, p)| match p {
+            PlannerEvent::HandoverMissed { cause, .. } => Some(cause),
+            _ => None,
+        });
+    assert_eq!(
+        missed.as_deref(),
+        Some("the owner's browser sign-in was not back")
+    );
+}
+
+#[test]
+fn ao_10_another_account_during_the_window_is_refused_naming_the_holder() {
+    let mut c = cast(29, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    // lisa (an admin, her browser back) tries to take the Planner during mona's window.
+    join(&mut c.world, "lisa-room", &c.lisa_cookie.clone(), doc);
+    let lisa = attach(&mut c.world, "lisa-1", &c.lisa.clone(), doc);
+    assert_eq!(
+        lisa.answer(),
+        Some(Err((
+            "planner-attached".to_owned(),
+            Some("mona".to_owned())
+        )))
+    );
+    // And after the window, with the hold disconnected, still refused.
+    c.world.advance(WINDOW_MS + 1).unwrap();
+    let lisa = attach(&mut c.world, "lisa-2", &c.lisa.clone(), doc);
+    assert_eq!(
+        lisa.answer(),
+        Some(Err((
+            "planner-attached".to_owned(),
+            Some("mona".to_owned())
+        )))
+    );
+}
+
+#[test]
+fn ho_09_a_message_to_the_planner_during_the_window_is_refused_still_connecting() {
+    let mut c = cast(30, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let room = join(&mut c.world, "lisa-room", &c.lisa_cookie.clone(), doc);
+    room.send_chat("r-1", "@chopin are you there?");
+    let r = room.clone();
+    until(&mut c.world, 5_000, "answered", move |_| {
+        !r.replies("r-1").is_empty()
+    });
+    let reply = &room.replies("r-1")[0].message;
+    assert_eq!(reply["type"], "chat:refused", "{reply}");
+    assert_eq!(
+        reply["message"],
+        "Still connecting to @mona's machine, so this message wasn't sent. Send it again in a moment.",
+        "{reply}"
+    );
+    // After the window: the offline words.
+    c.world.advance(WINDOW_MS).unwrap();
+    room.send_chat("r-2", "@chopin are you there now?");
+    let r = room.clone();
+    until(&mut c.world, 5_000, "answered", move |_| {
+        !r.replies("r-2").is_empty()
+    });
+    let reply = &room.replies("r-2")[0].message;
+    assert_eq!(
+        reply["message"],
+        "@mona's machine is offline, so this message wasn't sent. Send it again when it's back.",
+        "{reply}"
+    );
+}
+
+#[test]
+fn ao_11_ao_14_atm_33_a_resumable_link_dropped_with_work_is_held_with_no_deadline_and_resumed() {
+    let mut c = cast(31, Some(1));
+    let doc = c.doc;
+    let (agent, _, session) = attached_with_a_kept_session(&mut c);
+    // The link drops (no close frame).
+    agent.script(TurnScript::new().drop_link());
+    let grace_ms = 120_000;
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    // No grace period runs (AO-14): long after it would have ended, still held (ATM-33).
+    c.world.advance(3 * grace_ms).unwrap();
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Disconnected, Some("mona".to_owned()))
+    );
+    assert!(!planner_events(&c.world).iter().any(|(_, p)| matches!(
+        p,
+        PlannerEvent::GraceStarted { .. } | PlannerEvent::Released { .. }
+    )));
+    // AO-18: the hold is written, with no window.
+    let rows = holds(&c.world);
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].handover_until_ms, None);
+    // Nobody else can attach meanwhile (AO-10, AO-11).
+    let lisa = attach(&mut c.world, "lisa-1", &c.lisa.clone(), doc);
+    assert_eq!(
+        lisa.answer(),
+        Some(Err((
+            "planner-attached".to_owned(),
+            Some("mona".to_owned())
+        )))
+    );
+    // The same account takes it back, same generation, its session included.
+    let back = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(back.answer(), Some(Ok(1)));
+    back.resume(true);
+    let b = back.clone();
+    until(&mut c.world, 5_000, "resumed", move |_| {
+        !b.frames_of("resumed").is_empty()
+    });
+    assert!(back.frames_of("resumed")[0].1.contains(&session));
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Attached);
+    assert!(holds(&c.world).is_empty());
+}
+
+#[test]
+fn ao_12_a_client_that_holds_nothing_to_resume_ends_the_hold() {
+    let mut c = cast(32, Some(1));
+    let doc = c.doc;
+    let (agent, _, _) = attached_with_a_kept_session(&mut c);
+    agent.script(TurnScript::new().drop_link());
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    let back = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    back.resume(false);
+    let b = back.clone();
+    until(&mut c.world, 5_000, "resumed", move |_| {
+        !b.frames_of("resumed").is_empty()
+    });
+    assert!(back.frames_of("resumed")[0].1.contains("\"sessions\":[]"));
+    assert!(holds(&c.world).is_empty());
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Attached);
+}
+
+#[test]
+fn ao_12_a_reset_ends_a_disconnected_hold() {
+    let mut c = cast(33, Some(1));
+    let doc = c.doc;
+    let (agent, _, _) = attached_with_a_kept_session(&mut c);
+    agent.script(TurnScript::new().drop_link());
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    let app = c.world.server_app().unwrap();
+    assert!(block_on(app.planners.reset(doc)).unwrap());
+    assert_eq!(presence(&c.world, doc).0, PresenceState::None);
+    assert!(holds(&c.world).is_empty());
+    assert_eq!(
+        block_on(c.world.store().ownership(doc)).unwrap().holder,
+        None
+    );
+}
+
+#[test]
+fn ao_13_a_link_that_only_went_quiet_is_held_with_its_work_not_ended() {
+    let mut c = cast(34, Some(1));
+    let doc = c.doc;
+    let (agent, _, _) = attached_with_a_kept_session(&mut c);
+    // The client stops answering: after the connection timeout (120 s) the link is closed as
+    // dropped, and with its session kept the Planner is held, not put in a grace period.
+    agent.silence();
+    let timeout_ms = 120_000;
+    c.world.advance(timeout_ms - 1_000).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Attached);
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    // However long it stays quiet, the hold stands.
+    c.world.advance(10 * timeout_ms).unwrap();
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Disconnected, Some("mona".to_owned()))
+    );
+    assert!(!planner_events(&c.world).iter().any(|(_, p)| matches!(
+        p,
+        PlannerEvent::GraceStarted { .. } | PlannerEvent::Released { .. }
+    )));
+    let owner = block_on(c.world.store().ownership(doc)).unwrap();
+    assert_eq!(owner.holder.map(|h| h.login), Some("mona".to_owned()));
+}
+
+#[test]
+fn rt_12_a_resumable_link_that_drops_keeps_its_open_questions_a_plain_one_withdraws_them() {
+    for (seed, resumable) in [(35, true), (36, false)] {
+        let mut c = cast(seed, Some(1));
+        let doc = c.doc;
+        let agent = connect(&mut c.world, "mona-1", &c.mona.clone());
+        let features: &[&str] = if resumable {
+            &["resumable-sessions"]
+        } else {
+            &[]
+        };
+        agent.attach_with_features(&doc.to_string(), features);
+        let a = agent.clone();
+        until(&mut c.world, 5_000, "attached", move |_| {
+            a.answer().is_some()
+        });
+        agent.script(TurnScript::new().started().await_turn());
+        let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
+        room.send_chat("go", "@chopin ask us");
+        let a = agent.clone();
+        until(&mut c.world, 5_000, "turn", move |_| {
+            !a.frames_of("turn").is_empty()
+        });
+        let session = agent.frames_of("start")[0].1.clone();
+        let turn = agent.frames_of("turn")[0]
+            .1
+            .split(' ')
+            .next()
+            .unwrap()
+            .to_owned();
+        agent.send_text(&format!(
+            r#"{{"type":"input-request","sessionId":"{session}","requestId":"q-1","turnId":"{turn}","input":{{"kind":"confirm","title":"Ship it?"}}}}"#
+        ));
+        agent.send_text(&format!(
+            r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
+        ));
+        until(
+            &mut c.world,
+            5_000,
+            "the card is placed and the session kept",
+            move |w| {
+                let app = w.server_app().unwrap();
+                app.turns.kept_session(doc).is_some() && app.questions.waiting() == 1
+            },
+        );
+        agent.script(TurnScript::new().drop_link());
+        c.world.advance(2_000).unwrap();
+        let app = c.world.server_app().unwrap();
+        if resumable {
+            assert_eq!(app.questions.waiting(), 0, "nothing waits on the gone link");
+            assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+            let source = block_on(async { app.open.open(doc).await.unwrap().source().await });
+            assert!(
+                source.contains("Ship it?"),
+                "the Decision stays open: {source}"
+            );
+        } else {
+            assert_eq!(presence(&c.world, doc).0, PresenceState::Detached);
+            let source = block_on(async { app.open.open(doc).await.unwrap().source().await });
+            assert!(!source.contains("Ship it?"), "withdrawn (RT-11): {source}");
+        }
+    }
+}
