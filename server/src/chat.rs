@@ -11,7 +11,9 @@
 //! - A message to the Planner is saved only once the Planner accepted it; a refused one saves
 //!   nothing and is told to its sender alone (UNA-02, MSG-10, MSG-11).
 //! - A send holds its document's transcript gate while the Planner decides and the entry is
-//!   saved, so the transcript, the room and the Planner see one order.
+//!   put in line to be saved, so the transcript, the room and the Planner see one order; it is
+//!   answered once the entry is durable (the next send on the document need not wait for that,
+//!   and their entries share a commit).
 //! - Every time is the server clock's; nothing here draws randomness.
 
 use std::collections::{BTreeMap, VecDeque};
@@ -515,7 +517,7 @@ impl Chat {
         let to_planner = addressed != Addressed::AsWritten || mentions_planner(&request.text);
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
-        let _held = self.transcript.gate(place.document).await;
+        let held = self.transcript.gate(place.document).await;
         let follow_up = addressed == Addressed::FollowUp;
         if follow_up
             && !self
@@ -549,6 +551,7 @@ impl Chat {
             None
         };
         // The root's transcript says which child a message to the Planner came from (ISO-25).
+        let mut notice_saved = None;
         if let (Some(_), Some(focus)) = (&planner, &place.focus) {
             let notice = NewTranscriptEntry {
                 author_login: None,
@@ -559,9 +562,7 @@ impl Chat {
                 ),
                 created_at_ms: self.clock.now_ms(),
             };
-            if let Err(e) = self.transcript.append_gated(place.document, &notice).await {
-                tracing::error!(error = %e, document = %place.document, "chat: the notice naming a child could not be saved");
-            }
+            notice_saved = Some(self.transcript.queue_gated(place.document, &notice).await);
         }
         let entry = if follow_up {
             self.follow_ups_lock()
@@ -580,7 +581,15 @@ impl Chat {
                 created_at_ms: self.clock.now_ms(),
             }
         };
-        match self.transcript.append_gated(place.document, &entry).await {
+        let saved = self.transcript.queue_gated(place.document, &entry).await;
+        // In line: the next send may go while this one is made durable.
+        drop(held);
+        if let Some(notice_saved) = notice_saved {
+            if let Err(e) = notice_saved.await {
+                tracing::error!(error = %e, document = %place.document, "chat: the notice naming a child could not be saved");
+            }
+        }
+        match saved.await {
             Ok(saved) => SendReply::Ack {
                 request_id: id.to_owned(),
                 seq: saved.seq,

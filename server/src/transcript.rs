@@ -1,26 +1,33 @@
 //! A document's transcript as the room hears it: saving entries in order, the live feed of new
 //! ones, history pages, and the bounded slice a new Planner session starts from.
 //!
-//! Owns: [`Transcript`] — appending an entry under the document's *gate* (an async mutex) and
-//! broadcasting it (`chat:message`, in `seq` order) to every socket of the document; the
+//! Owns: [`Transcript`] — putting an entry in line under the document's *gate* (an async mutex)
+//! and broadcasting it once durable (`chat:message`, in `seq` order) to every socket of the
+//! document, the gate let go as soon as the entry is in line so the next entries share its
+//! commit; the
 //! per-socket [`Feed`] with catch-up from storage after a lag; `chat:history` paging
 //! ([`Transcript::history`]); the bootstrap selection ([`select`], CTX-04, CTX-05); and the queue
 //! that posts Planner turns' replies and notices in the order given ([`TurnSink`]).
 //! Does not own: the rules of a person's send (Chat, above this module), whether the Planner
 //! takes a message (turns), or the sockets (the transport layer).
 //!
-//! Invariants: entries of one document are saved and broadcast under that document's gate, so
-//! every socket hears them in `seq` order; anything that appends to a transcript and wants the
-//! room to hear it goes through [`Transcript::post`] or holds [`Transcript::gate`].
+//! Invariants: entries of one document are put in line under that document's gate, saved in
+//! that order, and each broadcast only once it is durable and after every entry in line before
+//! it, so every socket hears them in `seq` order and nothing it hears can be lost; anything that
+//! appends to a transcript and wants the room to hear it goes through [`Transcript::post`] or
+//! holds [`Transcript::gate`] while it calls [`Transcript::queue_gated`].
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::ops::Deref;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use bytes::Bytes;
+use futures::future::{FutureExt, Shared};
+use futures::stream::{FuturesOrdered, StreamExt};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
 use crate::runtime::fanout::{self, RecvError};
@@ -62,6 +69,8 @@ pub trait TurnSink: Send + Sync {
 
 /// Turn replies and notices that may wait to be saved.
 const REPLY_BACKLOG: usize = 256;
+/// Turn replies and notices in line at once and not yet durable: a turn's steps share commits.
+const REPLIES_IN_FLIGHT: usize = 64;
 
 /// What the reply queue carries: an entry to save, or a caller waiting for what is before it.
 enum Queued {
@@ -151,6 +160,21 @@ struct Channel {
 #[derive(Default)]
 struct Table {
     channels: BTreeMap<Uuid, Channel>,
+    /// For each document with entries in line, the last one's announcement: the next one put in
+    /// line is announced after it.
+    in_line: BTreeMap<Uuid, Announced>,
+}
+
+/// Resolves once an entry has been announced (or given up: its sender dropped).
+type Announced = Shared<oneshot::Receiver<()>>;
+
+/// An entry's place in its document's line.
+struct Place {
+    document: Uuid,
+    /// The entry before it, announced first.
+    before: Option<Announced>,
+    mine: Announced,
+    done: oneshot::Sender<()>,
 }
 
 /// The transcripts of this process's documents.
@@ -183,9 +207,16 @@ impl Transcript {
         shutdown.spawn(async move {
             tokio::pin!(stopping);
             let mut stopped = false;
+            // Entries in line and not yet durable and announced, oldest first.
+            let mut saving = FuturesOrdered::new();
             loop {
                 let next = tokio::select! {
-                    next = queue.recv() => next,
+                    biased;
+                    Some(saved) = saving.next(), if !saving.is_empty() => {
+                        said(saved);
+                        continue;
+                    }
+                    next = queue.recv(), if saving.len() < REPLIES_IN_FLIGHT => next,
                     // Stopping: what is queued is posted, then the queue ends.
                     () = &mut stopping, if !stopped => {
                         stopped = true;
@@ -194,8 +225,16 @@ impl Transcript {
                     }
                 };
                 let (document, entry) = match next {
-                    None => return,
+                    None => {
+                        while let Some(saved) = saving.next().await {
+                            said(saved);
+                        }
+                        return;
+                    }
                     Some(Queued::Settled(told)) => {
+                        while let Some(saved) = saving.next().await {
+                            said(saved);
+                        }
                         let _ = told.send(());
                         continue;
                     }
@@ -204,9 +243,11 @@ impl Transcript {
                 let Some(transcript) = weak.upgrade() else {
                     return;
                 };
-                if let Err(e) = transcript.post(document, &entry).await {
-                    tracing::error!(error = %e, %document, kind = %entry.kind, "chat: a Planner entry could not be saved");
-                }
+                let held = transcript.gate(document).await;
+                let saved = transcript.queue_gated(document, &entry).await;
+                drop(held);
+                let kind = entry.kind;
+                saving.push_back(async move { (document, kind, saved.await) });
             }
         });
         transcript
@@ -214,6 +255,41 @@ impl Transcript {
 
     fn lock(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A place at the end of `document`'s line. Take it under the document's gate.
+    fn take_place(&self, document: Uuid) -> Place {
+        let (done, announced) = oneshot::channel();
+        let mine = announced.shared();
+        let before = self.lock().in_line.insert(document, mine.clone());
+        Place {
+            document,
+            before,
+            mine,
+            done,
+        }
+    }
+
+    /// `place`'s entry was announced (or given up): the next one may go, and a line that ends
+    /// here is forgotten.
+    fn leave_line(&self, place: Place) {
+        let _ = place.done.send(());
+        let mut table = self.lock();
+        if table
+            .in_line
+            .get(&place.document)
+            .is_some_and(|last| last.ptr_eq(&place.mine))
+        {
+            table.in_line.remove(&place.document);
+        }
+    }
+
+    /// Resolves once every entry of `document` in line now has been announced (or given up).
+    async fn line_done(&self, document: Uuid) {
+        let last = self.lock().in_line.get(&document).cloned();
+        if let Some(last) = last {
+            let _ = last.await;
+        }
     }
 
     /// Resolves once every reply and notice queued before the call has been saved (or could not
@@ -281,22 +357,49 @@ impl Transcript {
         }
     }
 
-    /// Appends `entry` and broadcasts it. The caller holds the document's [`Transcript::gate`].
+    /// Puts `entry` in line; the caller holds the document's [`Transcript::gate`] and may let
+    /// it go once this returns. The future returned saves it: it resolves once the entry is
+    /// durable and broadcast, after every entry put in line before it (or with the error that
+    /// kept it from being saved, and then nothing is broadcast).
+    pub async fn queue_gated(
+        self: &Arc<Self>,
+        document: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> impl Future<Output = Result<TranscriptEntry, StoreError>> + Send + 'static {
+        let place = self.take_place(document);
+        let queued = self.store.queue_transcript(document, entry).await;
+        let transcript = self.clone();
+        async move {
+            let saved = match queued {
+                Ok(pending) => pending.await,
+                Err(e) => Err(e),
+            };
+            if let Some(before) = &place.before {
+                let _ = before.clone().await;
+            }
+            if let Ok(saved) = &saved {
+                transcript.announce(saved);
+            }
+            transcript.leave_line(place);
+            saved
+        }
+    }
+
+    /// Appends `entry` and broadcasts it. The caller holds the document's [`Transcript::gate`]
+    /// throughout.
     pub async fn append_gated(
-        &self,
+        self: &Arc<Self>,
         document: Uuid,
         entry: &NewTranscriptEntry,
     ) -> Result<TranscriptEntry, StoreError> {
-        let saved = self.store.append_transcript(document, entry).await?;
-        self.announce(&saved);
-        Ok(saved)
+        self.queue_gated(document, entry).await.await
     }
 
     /// Appends `entry` to `document`'s transcript and broadcasts it to the room, in `seq` order
     /// with every other entry posted here. For Planner replies and system lines as much as for
     /// people.
     pub async fn post(
-        &self,
+        self: &Arc<Self>,
         document: Uuid,
         entry: &NewTranscriptEntry,
     ) -> Result<TranscriptEntry, StoreError> {
@@ -392,6 +495,13 @@ impl Feed {
             self.cursor = Some(after);
         }
         Ok(out)
+    }
+}
+
+/// Logs a Planner entry that could not be saved.
+fn said((document, kind, saved): (Uuid, String, Result<TranscriptEntry, StoreError>)) {
+    if let Err(e) = saved {
+        tracing::error!(error = %e, %document, %kind, "chat: a Planner entry could not be saved");
     }
 }
 
@@ -542,6 +652,8 @@ pub fn select(entries: &[TranscriptEntry]) -> Selection {
 impl Transcript {
     /// Reads `document`'s newest entries and selects what a new Planner session starts from.
     pub async fn bootstrap(&self, document: Uuid) -> Result<Bootstrap, StoreError> {
+        // Entries in line are read as saved.
+        self.line_done(document).await;
         let newest = self.newest_seq(document).await?;
         let after = (newest - BOOTSTRAP_MAX_ENTRIES as i64).max(0);
         let window = self

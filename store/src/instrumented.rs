@@ -20,8 +20,8 @@ use uuid::Uuid;
 use crate::{
     Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
     Fence, HoldStore, Holder, LeaseAcquire, LeaseStore, LinkHold, NewDocument, NewTranscriptEntry,
-    OwnerGuard, Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, RunRecord, RunStore,
-    SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult, TranscriptEntry,
+    OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit, Release, RevisionKind, RunRecord,
+    RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult, TranscriptEntry,
     TranscriptStore, UnixMillis, WriterLease,
 };
 
@@ -383,6 +383,45 @@ impl<H: Hook> TranscriptStore for Instrumented<H> {
             self.inner.append_transcript(document_id, entry),
         )
         .await
+    }
+
+    /// Held and failed as `append_transcript` is, when it is put in line; reported as
+    /// `append_transcript` once its outcome is known.
+    async fn queue_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<Pending<TranscriptEntry>> {
+        const METHOD: &str = "append_transcript";
+        let started = Instant::now();
+        if let Some(hold) = self.hook.hold(METHOD, WRITE) {
+            hold.await;
+        }
+        let hook = self.hook.clone();
+        let report = move |result: Result<(), &StoreError>| {
+            hook.call(Call {
+                method: METHOD,
+                write: WRITE,
+                ok: result.is_ok(),
+                fenced: matches!(result, Err(StoreError::Fenced(_))),
+                elapsed: started.elapsed(),
+            })
+        };
+        let queued = match self.hook.fail(METHOD, WRITE) {
+            Some(error) => Err(error),
+            None => self.inner.queue_transcript(document_id, entry).await,
+        };
+        match queued {
+            Ok(pending) => Ok(Box::pin(async move {
+                let saved = pending.await;
+                report(saved.as_ref().map(|_| ()));
+                saved
+            })),
+            Err(error) => {
+                report(Err(&error));
+                Err(error)
+            }
+        }
     }
 
     async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {

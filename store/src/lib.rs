@@ -114,6 +114,10 @@ pub enum StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
+/// An acknowledged write already in line ([`TranscriptStore::queue_transcript`]): resolves with
+/// its outcome once it is durable, or once it has failed.
+pub type Pending<T> = std::pin::Pin<Box<dyn std::future::Future<Output = StoreResult<T>> + Send>>;
+
 /// A GitHub account known to this server.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Account {
@@ -512,6 +516,19 @@ pub trait TranscriptStore: Send + Sync + 'static {
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry>;
+    /// [`TranscriptStore::append_transcript`] in two steps: returns once the append is in line,
+    /// with its outcome to come once it is durable. Appends put in line one after another are
+    /// saved in that order, each at the next `seq`, so a caller that orders a document's appends
+    /// may let the next one in line before the last is durable, and both share a commit. `Err`
+    /// here: not put in line at all. The default appends at once.
+    async fn queue_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<Pending<TranscriptEntry>> {
+        let saved = self.append_transcript(document_id, entry).await;
+        Ok(Box::pin(std::future::ready(saved)))
+    }
     /// The `seq` of the newest entry; 0 for an empty transcript or an unknown document.
     async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64>;
     /// Entries with `seq > after_seq`, in order, at most `limit`. Empty for an unknown document.

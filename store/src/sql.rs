@@ -55,8 +55,8 @@ use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
     Fence, Holder, LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
-    PlanCommit, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult,
-    TranscriptEntry, UnixMillis, WriterLease,
+    Pending, PlanCommit, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError,
+    StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 
 mod group;
@@ -1632,6 +1632,23 @@ where
         .await
     }
 
+    /// [`TranscriptStore::queue_transcript`](crate::TranscriptStore::queue_transcript): the job
+    /// is in the writer's queue (which keeps its order) when this returns.
+    pub(crate) async fn queue_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<Pending<TranscriptEntry>> {
+        let (done, answer) = oneshot::channel();
+        self.submit(Job::Transcript {
+            document_id,
+            entry: entry.clone(),
+            done,
+        })
+        .await?;
+        Ok(Box::pin(group::answer(answer)))
+    }
+
     /// [`TranscriptStore::append_transcript`](crate::TranscriptStore::append_transcript) inside
     /// a batch's transaction. The outer error breaks the transaction; the inner one is this
     /// job's alone.
@@ -2259,7 +2276,7 @@ macro_rules! sql_store_impls {
             use $crate::{
                 Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent,
                 DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
-                OwnerGuard, Ownership, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
+                OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
                 HoldStore, LinkHold,
             };
@@ -2320,6 +2337,8 @@ macro_rules! sql_store_impls {
             sql_store_impls!(@forward $store, TranscriptStore {
                 fn append_transcript(document_id: Uuid, entry: &NewTranscriptEntry)
                     -> TranscriptEntry;
+                fn queue_transcript(document_id: Uuid, entry: &NewTranscriptEntry)
+                    -> Pending<TranscriptEntry>;
                 fn last_transcript_seq(document_id: Uuid) -> i64;
                 fn transcript(document_id: Uuid, after_seq: i64, limit: u32)
                     -> Vec<TranscriptEntry>;
