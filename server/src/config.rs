@@ -226,8 +226,9 @@ pub struct Args {
     #[arg(long, env = "AGENT_CONNECTION_TIMEOUT_MS", value_name = "MS")]
     pub agent_connection_timeout_ms: Option<String>,
 
-    /// Not acted on yet: checked, then unused. Meant as the time a Planner cut off by a deploy
-    /// has to come back, counted from the writer lease's release, in ms. Default 60000.
+    /// How long a Planner client cut off by a graceful stop (a deploy) has to resume its
+    /// sessions on the next process, in ms, counted from that process's rebuild of its hold
+    /// (never past one hour after the cut). Not used with AUTH_MODE=local. Default 60000.
     #[arg(long, env = "HANDOVER_PLANNER_WINDOW_MS", value_name = "MS")]
     pub handover_planner_window_ms: Option<String>,
 
