@@ -532,6 +532,22 @@ where
     Option<String>: SqlValue<DB>,
     Option<DB::Id>: SqlValue<DB>,
 {
+    /// Runs `query` as a write transaction of its own ([`SqlStore::begin_write`]) and commits
+    /// it; `what` names the statement and the commit in errors. How many rows it changed.
+    async fn write_one<'q>(
+        &self,
+        query: sqlx::query::Query<'q, DB, DB::Arguments<'q>>,
+        (what, committing): (&str, &str),
+    ) -> StoreResult<u64> {
+        let mut tx = self.begin_write().await?;
+        let done = query
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error(what, e))?;
+        tx.commit().await.map_err(|e| sqlx_error(committing, e))?;
+        Ok(DB::rows_affected(&done))
+    }
+
     /// Begins a write transaction ([`Dialect::BEGIN_WRITE`]). On a fenced handle (see
     /// [`crate::fence`]) it is refused at once if this process gave the fence up; otherwise it
     /// takes the writer-lease lock shared ([`Dialect::LOCK_WRITER_LEASE_SHARED`]) and then reads
@@ -918,20 +934,18 @@ where
         id: Uuid,
         now_ms: UnixMillis,
     ) -> StoreResult<bool> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE browser_logins SET signed_out_at_ms = $2 \
+        let changed = self
+            .write_one(
+                sqlx::query(
+                    "UPDATE browser_logins SET signed_out_at_ms = $2 \
              WHERE id = $1 AND signed_out_at_ms IS NULL",
-        )
-        .bind(DB::Id::from(id))
-        .bind(now_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| sqlx_error("signing out a browser login", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing a sign-out", e))?;
-        Ok(DB::rows_affected(&done) == 1)
+                )
+                .bind(DB::Id::from(id))
+                .bind(now_ms),
+                ("signing out a browser login", "committing a sign-out"),
+            )
+            .await?;
+        Ok(changed == 1)
     }
 
     pub(crate) async fn set_login_credential(
@@ -1845,25 +1859,24 @@ where
     }
 
     pub(crate) async fn clear_all_ownership(&self) -> StoreResult<u64> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
+        let changed = self
+            .write_one(
+                sqlx::query(
+                    "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
              holder_browser_login_id = NULL, claimed_at_ms = NULL \
              WHERE holder_account_id IS NOT NULL",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| sqlx_error("clearing ownership", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing cleared ownership", e))?;
-        Ok(DB::rows_affected(&done))
+                ),
+                ("clearing ownership", "committing cleared ownership"),
+            )
+            .await?;
+        Ok(changed)
     }
 
     pub(crate) async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
+        let changed = self
+            .write_one(
+                sqlx::query(
+                    "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
              holder_browser_login_id = NULL, claimed_at_ms = NULL \
              WHERE holder_account_id IS NOT NULL AND NOT EXISTS (\
              SELECT 1 FROM planner_link_holds h JOIN browser_login_credentials c \
@@ -1872,14 +1885,11 @@ where
              AND h.account_id = planner_ownership.holder_account_id \
              AND h.browser_login_id = planner_ownership.holder_browser_login_id \
              AND c.sealed IS NOT NULL)",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| sqlx_error("clearing unheld ownership", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing cleared ownership", e))?;
-        Ok(DB::rows_affected(&done))
+                ),
+                ("clearing unheld ownership", "committing cleared ownership"),
+            )
+            .await?;
+        Ok(changed)
     }
 
     // --- HoldStore ---
@@ -1933,20 +1943,21 @@ where
         document_id: Uuid,
         written_at_ms: UnixMillis,
     ) -> StoreResult<bool> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE planner_link_holds SET handover_until_ms = NULL \
+        let changed = self
+            .write_one(
+                sqlx::query(
+                    "UPDATE planner_link_holds SET handover_until_ms = NULL \
              WHERE document_id = $1 AND written_at_ms = $2 AND handover_until_ms IS NOT NULL",
-        )
-        .bind(DB::Id::from(document_id))
-        .bind(written_at_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| sqlx_error("ending a hand-over window", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing an ended hand-over window", e))?;
-        Ok(DB::rows_affected(&done) > 0)
+                )
+                .bind(DB::Id::from(document_id))
+                .bind(written_at_ms),
+                (
+                    "ending a hand-over window",
+                    "committing an ended hand-over window",
+                ),
+            )
+            .await?;
+        Ok(changed > 0)
     }
 
     pub(crate) async fn delete_link_hold(
@@ -1954,19 +1965,17 @@ where
         document_id: Uuid,
         written_at_ms: UnixMillis,
     ) -> StoreResult<bool> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "DELETE FROM planner_link_holds WHERE document_id = $1 AND written_at_ms = $2",
-        )
-        .bind(DB::Id::from(document_id))
-        .bind(written_at_ms)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| sqlx_error("deleting a link hold", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing a deleted link hold", e))?;
-        Ok(DB::rows_affected(&done) > 0)
+        let changed = self
+            .write_one(
+                sqlx::query(
+                    "DELETE FROM planner_link_holds WHERE document_id = $1 AND written_at_ms = $2",
+                )
+                .bind(DB::Id::from(document_id))
+                .bind(written_at_ms),
+                ("deleting a link hold", "committing a deleted link hold"),
+            )
+            .await?;
+        Ok(changed > 0)
     }
 
     // --- RunStore ---
@@ -2124,18 +2133,16 @@ where
     }
 
     pub(crate) async fn stop_live_runs(&self) -> StoreResult<u64> {
-        let mut tx = self.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE workflow_runs SET status = 'stopped' \
+        let changed = self
+            .write_one(
+                sqlx::query(
+                    "UPDATE workflow_runs SET status = 'stopped' \
              WHERE status IN ('running', 'waiting', 'paused')",
-        )
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| sqlx_error("stopping live runs", e))?;
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing stopped runs", e))?;
-        Ok(DB::rows_affected(&done))
+                ),
+                ("stopping live runs", "committing stopped runs"),
+            )
+            .await?;
+        Ok(changed)
     }
 
     // --- LeaseStore ---
