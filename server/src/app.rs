@@ -446,8 +446,9 @@ pub async fn start_observed(
         AuthMode::Local => store.clear_all_ownership().await?,
     };
     // Nothing runs a workflow the last process was told about: its live runs come back stopped
-    // (SES-13).
-    let stopped = store.stop_live_runs().await?;
+    // (SES-13), except those of a document whose owner was kept for its hold just above: its
+    // client may come back for them (HO-08). Under AUTH_MODE=local no owner was kept.
+    let stopped = store.stop_unheld_runs().await?;
     if stopped > 0 {
         tracing::info!(
             stopped,

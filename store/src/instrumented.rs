@@ -617,8 +617,8 @@ impl<H: Hook> RunStore for Instrumented<H> {
         .await
     }
 
-    async fn stop_live_runs(&self) -> StoreResult<u64> {
-        self.observe("stop_live_runs", WRITE, self.inner.stop_live_runs())
+    async fn stop_unheld_runs(&self) -> StoreResult<u64> {
+        self.observe("stop_unheld_runs", WRITE, self.inner.stop_unheld_runs())
             .await
     }
 }

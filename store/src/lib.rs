@@ -661,8 +661,11 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> StoreResult<Option<StagePage>>;
     /// Deletes the document's ended runs and their stages (a new workflow starts). The count.
     async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64>;
-    /// Marks every live run of every document `stopped` (at startup: nothing runs them now).
-    async fn stop_live_runs(&self) -> StoreResult<u64>;
+    /// Marks `stopped` every live run (`running`, `waiting`, `paused`) of every document whose
+    /// Planner ownership names no holder (at startup, after the ownership reset: nothing runs
+    /// them now, SES-13). A document whose owner the reset kept for its hold keeps its runs as
+    /// they were (HO-08). The count.
+    async fn stop_unheld_runs(&self) -> StoreResult<u64>;
 }
 
 /// What a Planner link's client held when the link was cut by a graceful stop or dropped with

@@ -983,11 +983,18 @@ impl RunStore for MemoryStore {
         })
     }
 
-    async fn stop_live_runs(&self) -> StoreResult<u64> {
+    async fn stop_unheld_runs(&self) -> StoreResult<u64> {
         self.write(|inner| {
             let mut stopped = 0;
-            for (run, _) in inner.runs.values_mut().flatten() {
-                if run.is_live() {
+            for (doc, runs) in inner.runs.iter_mut() {
+                let held = inner
+                    .ownership
+                    .get(doc)
+                    .is_some_and(|own| own.holder.is_some());
+                if held {
+                    continue;
+                }
+                for (run, _) in runs.iter_mut().filter(|(run, _)| run.is_live()) {
                     run.status = "stopped".to_owned();
                     stopped += 1;
                 }

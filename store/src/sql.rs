@@ -2132,12 +2132,15 @@ where
         Ok(DB::rows_affected(&done))
     }
 
-    pub(crate) async fn stop_live_runs(&self) -> StoreResult<u64> {
+    pub(crate) async fn stop_unheld_runs(&self) -> StoreResult<u64> {
         let changed = self
             .write_one(
                 sqlx::query(
                     "UPDATE workflow_runs SET status = 'stopped' \
-             WHERE status IN ('running', 'waiting', 'paused')",
+             WHERE status IN ('running', 'waiting', 'paused') AND NOT EXISTS (\
+             SELECT 1 FROM planner_ownership o \
+             WHERE o.document_id = workflow_runs.document_id \
+             AND o.holder_account_id IS NOT NULL)",
                 ),
                 ("stopping live runs", "committing stopped runs"),
             )
@@ -2370,7 +2373,7 @@ macro_rules! sql_store_impls {
                 fn run_stages(document_id: Uuid, run_id: &str, offset: i64, limit: i64)
                     -> Option<StagePage>;
                 fn delete_ended_runs(document_id: Uuid) -> u64;
-                fn stop_live_runs() -> u64;
+                fn stop_unheld_runs() -> u64;
             } {});
             sql_store_impls!(@forward $store, LeaseStore {
                 fn acquire_writer_lease(holder: &str, now_ms: UnixMillis, ttl_ms: i64)

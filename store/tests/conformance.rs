@@ -203,6 +203,7 @@ conformance! {
     ses_09_run_stages_merge_by_stage_id_with_no_count_limit,
     ses_13_runs_survive_reopening_and_live_ones_come_back_stopped,
     ses_14_ended_runs_go_when_the_next_workflow_starts,
+    ho_08_ses_13_startup_stops_the_live_runs_of_documents_whose_owner_was_not_kept,
     ao_18_link_holds_are_kept_per_document_and_survive_reopening,
     ho_05_a_hold_is_rewritten_without_its_window_once_and_deleted_only_as_written,
     ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_credential,
@@ -3979,7 +3980,7 @@ async fn ses_13_runs_survive_reopening_and_live_ones_come_back_stopped(b: &Backe
     }
     drop(store);
     let store = b.open().await;
-    assert_eq!(store.stop_live_runs().await.unwrap(), 2);
+    assert_eq!(store.stop_unheld_runs().await.unwrap(), 2);
     let runs = store.runs(doc.id).await.unwrap();
     let seen: Vec<_> = runs
         .iter()
@@ -3992,6 +3993,107 @@ async fn ses_13_runs_survive_reopening_and_live_ones_come_back_stopped(b: &Backe
     );
     let page = store.run_stages(doc.id, "b", 0, 10).await.unwrap().unwrap();
     assert_eq!(page.total, 1);
+}
+
+/// HO-08: "workflow runs Chat stored come back live, not stopped" for a document whose hold the
+/// restart keeps; SES-13 for every other: the startup reset (ownership cleared, then live runs
+/// stopped) stops only the live runs of documents whose Planner owner was not kept.
+async fn ho_08_ses_13_startup_stops_the_live_runs_of_documents_whose_owner_was_not_kept(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 86, "mona").await;
+    let lisa = member(&store, 87, "lisa").await;
+    assert_eq!(
+        store
+            .set_login_credential(mona.browser_login_id, 0, b"sealed")
+            .await
+            .unwrap(),
+        Some(1)
+    );
+    let mut ids = Vec::new();
+    for (n, slug) in ["kept", "not-kept", "free"].into_iter().enumerate() {
+        ids.push(
+            store
+                .create_document(&new_doc(95 + n as u128, "octo", "runs", slug))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let (kept, not_kept, free) = (ids[0], ids[1], ids[2]);
+    claimed(store.claim_ownership(kept, &mona, 1_000).await.unwrap());
+    // lisa's login has no stored credential: her hold cannot keep her as owner.
+    claimed(store.claim_ownership(not_kept, &lisa, 1_000).await.unwrap());
+    store
+        .put_link_hold(&hold_of(kept, &mona, 1_000, Some(61_000)))
+        .await
+        .unwrap();
+    store
+        .put_link_hold(&hold_of(not_kept, &lisa, 1_000, None))
+        .await
+        .unwrap();
+    for doc in [kept, not_kept, free] {
+        for (id, status) in [
+            ("a", "completed"),
+            ("b", "running"),
+            ("c", "waiting"),
+            ("d", "paused"),
+        ] {
+            store
+                .save_run(&run(doc, id, status), &[stage(0, "running")], false)
+                .await
+                .unwrap();
+        }
+    }
+    drop(store);
+    let store = b.open().await;
+    let statuses = |doc: Uuid| {
+        let store = store.clone();
+        async move {
+            store
+                .runs(doc)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| r.status)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 1);
+    assert_eq!(store.stop_unheld_runs().await.unwrap(), 6);
+    assert_eq!(
+        statuses(kept).await,
+        ["completed", "running", "waiting", "paused"],
+        "the kept owner's runs come back live (HO-08)"
+    );
+    for doc in [not_kept, free] {
+        assert_eq!(
+            statuses(doc).await,
+            ["completed", "stopped", "stopped", "stopped"],
+            "SES-13"
+        );
+    }
+    // The next startup after the owner's sign-in ended keeps nothing: its runs stop too.
+    assert!(store
+        .delete_login_credential(mona.browser_login_id)
+        .await
+        .unwrap());
+    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 1);
+    assert_eq!(store.stop_unheld_runs().await.unwrap(), 3);
+    assert_eq!(
+        statuses(kept).await,
+        ["completed", "stopped", "stopped", "stopped"]
+    );
+    // Under AUTH_MODE=local every owner is cleared first, so every live run stops.
+    claimed(store.claim_ownership(free, &mona, 2_000).await.unwrap());
+    store
+        .save_run(&run(free, "e", "running"), &[], false)
+        .await
+        .unwrap();
+    assert_eq!(store.stop_unheld_runs().await.unwrap(), 0, "owned: kept");
+    assert_eq!(store.clear_all_ownership().await.unwrap(), 1);
+    assert_eq!(store.stop_unheld_runs().await.unwrap(), 1);
 }
 
 /// SES-14: "ended rows stay until the next workflow starts in the document."
