@@ -226,6 +226,7 @@ impl App {
             clock: clock.clone(),
             entropy: entropy.clone(),
         }));
+        planners.on_hold_ended(Arc::new(HoldRuns(runs.clone())));
         let github_tools = Arc::new(GitHubTools::new(
             config.github_mcp_url.clone(),
             runtime.connector.clone(),
@@ -421,6 +422,17 @@ pub async fn start(
     runtime: Runtime,
 ) -> Result<Running, StartError> {
     start_observed(config, store, runtime, None).await
+}
+
+/// A hold ended by an explicit act: the live runs its client reported are shown stopped, as a
+/// closed link's are (RT-11).
+struct HoldRuns(Arc<Runs>);
+
+#[async_trait::async_trait]
+impl crate::planner::HoldEnded for HoldRuns {
+    async fn hold_ended(&self, doc: uuid::Uuid) {
+        self.0.client_gone(doc, None).await;
+    }
 }
 
 /// [`start`], with the Planner events of the startup itself (holds rebuilt) and everything

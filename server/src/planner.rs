@@ -327,11 +327,20 @@ impl Table {
 /// Held only while some socket has yet to read them ([`fanout`]).
 const ROOM_BACKLOG: usize = 64;
 
+/// Told when a hold ends by an explicit act (a sign-out or expiry of its owner's login, a reset,
+/// an archive): its client's work is gone for good, so what it reported is shown ended (RT-11).
+#[async_trait::async_trait]
+pub trait HoldEnded: Send + Sync {
+    async fn hold_ended(&self, doc: Uuid);
+}
+
 /// The attachment table of this process.
 pub struct Planners {
     table: Arc<Mutex<Table>>,
     gates: Gates<Uuid>,
     observer: OnceLock<Arc<dyn Observer>>,
+    /// Told when a hold ends by an explicit act ([`Planners::on_hold_ended`]).
+    hold_ended: OnceLock<Arc<dyn HoldEnded>>,
     store: Arc<dyn OwnershipStore>,
     clock: SharedClock,
     sign_ins: Arc<SignIns>,
@@ -352,6 +361,10 @@ impl AgentLinks for Planners {
     fn link_for(&self, document: Uuid) -> Option<LinkHandle> {
         Planners::link_for(self, document)
     }
+
+    fn disconnected(&self, document: Uuid) -> bool {
+        self.presence(document).state == PresenceState::Disconnected
+    }
 }
 
 impl Planners {
@@ -368,6 +381,7 @@ impl Planners {
             table: Arc::default(),
             gates: Gates::default(),
             observer: OnceLock::new(),
+            hold_ended: OnceLock::new(),
             store,
             clock,
             sign_ins,
@@ -389,6 +403,11 @@ impl Planners {
     /// Sends every [`PlannerEvent`] to `observer` from now on (once per process).
     pub fn observe(&self, observer: Arc<dyn Observer>) {
         let _ = self.observer.set(observer);
+    }
+
+    /// Tells `told` of every hold ended by an explicit act from now on (once per process).
+    pub fn on_hold_ended(&self, told: Arc<dyn HoldEnded>) {
+        let _ = self.hold_ended.set(told);
     }
 
     /// Tells the observer (the simulator's trace), if one is installed.
@@ -819,6 +838,7 @@ impl Planners {
         let Some(slot) = slot else {
             return false;
         };
+        let hold_ended = matches!(slot, Slot::Held { .. });
         let generation = match slot {
             Slot::Attached {
                 generation, closer, ..
@@ -848,6 +868,9 @@ impl Planners {
             }
         };
         self.release(doc, generation).await;
+        if let Some(told) = self.hold_ended.get().filter(|_| hold_ended) {
+            told.hold_ended(doc).await;
+        }
         self.announce(doc);
         true
     }

@@ -6,15 +6,18 @@
 //! the card the room shows (the latest [`CARD_STAGES`] stages, an unfinished stage of an ended
 //! run shown stopped), the Chat line saying how a run ended and how long it took (SES-15; a
 //! run that ends blocked or failed between turns gets only that line, never a turn, RR-03),
-//! ended runs cleared when the next workflow starts in the document (SES-14), and the Stop and
+//! ended runs cleared when the next workflow starts in the document (SES-14), the Stop and
 //! Resume Planner controls: `stop`/`resume` to the client, each waited on for its
-//! `control-result`, with Chat saying who did what.
+//! `control-result`, with Chat saying who did what; a live card's `disconnected` marker while
+//! the document's Planner is held disconnected (ATM-34, HO-13; read from [`AgentLinks`], never
+//! stored), and the live runs of a client gone for good stored `stopped` (RT-11).
 //!
-//! Does not own: the link (the agent socket hands reports and control results in; commands go
-//! out through [`AgentLinks`]), who may press Stop or Resume (the room: writers), or storage
-//! (the [`RunStore`]).
+//! Does not own: the link (the agent socket hands reports and control results in, and says when
+//! a link closed for good; commands go out through [`AgentLinks`]), when a Planner is held or
+//! its hold ends (the attachment table), who may press Stop or Resume (the room: writers), or
+//! storage (the [`RunStore`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -87,7 +90,9 @@ fn word<T: Serialize>(value: T) -> String {
 const ENDED_STAGE: [&str; 5] = ["completed", "blocked", "failed", "stopped", "skipped"];
 
 /// The card of `run` with its latest stages (oldest first) and how many stages came before them.
-pub fn card(run: &RunRecord, latest: &[StageRecord], earlier: i64) -> Value {
+/// `disconnected`: the document's Planner is held disconnected now, so a live run carries the
+/// marker beside the status it last reported (ATM-34, HO-13); an ended run never does.
+pub fn card(run: &RunRecord, latest: &[StageRecord], earlier: i64, disconnected: bool) -> Value {
     let ended = !run.is_live();
     let statuses: BTreeMap<&str, &str> = latest
         .iter()
@@ -122,12 +127,39 @@ pub fn card(run: &RunRecord, latest: &[StageRecord], earlier: i64) -> Value {
         "runId": run.run_id,
         "name": run.name,
         "status": run.status,
+        "disconnected": disconnected && !ended,
         "rootRunId": run.root_run_id,
         "elapsedMs": run.elapsed_ms,
         "stages": stages,
         "earlierStages": earlier,
         "unreportedStages": run.omitted_stages,
     })
+}
+
+/// Chat's line for an ended run: how it ended, and how long it took where the client said
+/// (SES-15).
+fn ended_line(record: &RunRecord) -> String {
+    let how = match record.status.as_str() {
+        "completed" => "completed",
+        "blocked" => "ended blocked",
+        "failed" => "failed",
+        _ => "stopped",
+    };
+    match record.elapsed_ms {
+        Some(ms) => format!(
+            "Run \u{201c}{}\u{201d} {how} after {}.",
+            record.name,
+            took(ms)
+        ),
+        None => format!("Run \u{201c}{}\u{201d} {how}.", record.name),
+    }
+}
+
+/// The room's `run:card` frame carrying `card` (JSON text).
+fn card_frame(card: Value) -> Bytes {
+    json!({ "type": "run:card", "run": card })
+        .to_string()
+        .into()
 }
 
 /// "1m 35s", "42s", "2h 5m".
@@ -167,10 +199,9 @@ impl Runs {
     fn tell(&self, document: Uuid, card: Value) {
         let mut channels = self.cards.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(channel) = channels.get(&document) {
-            let frame = serde_json::json!({ "type": "run:card", "run": card }).to_string();
             if channel
                 .send(CardChanged {
-                    frame: frame.into(),
+                    frame: card_frame(card),
                 })
                 .is_err()
             {
@@ -203,7 +234,59 @@ impl Runs {
             .await?
             .map(|p| p.stages)
             .unwrap_or_default();
-        Ok(card(run, &latest, from))
+        let disconnected = self.deps.links.disconnected(run.document_id);
+        Ok(card(run, &latest, from, disconnected))
+    }
+
+    /// The `run:card` frames of `document`'s live runs as they read now (with the disconnected
+    /// marker if its Planner is held disconnected), for a room whose view of that changed.
+    pub async fn live_card_frames(&self, document: Uuid) -> Result<Vec<Bytes>, StoreError> {
+        let mut out = Vec::new();
+        for run in self.deps.store.runs(document).await? {
+            if run.is_live() {
+                out.push(card_frame(self.card_of(&run).await?));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The Planner's client that reported `document`'s live runs is gone for good (its link
+    /// closed, RT-11, or its hold ended by an explicit act): those runs, of `sessions` only
+    /// when given, are stored `stopped`, each gets its Chat line (SES-15) and its card is told
+    /// again. How many were stopped. Not for a link dropped with its work kept (ATM-34) or a
+    /// stopping process (HO-17): their runs stay live.
+    pub async fn client_gone(&self, document: Uuid, sessions: Option<&BTreeSet<String>>) -> usize {
+        let runs = match self.deps.store.runs(document).await {
+            Ok(runs) => runs,
+            Err(e) => {
+                tracing::warn!(%document, error = %e, "the live runs of a gone client could not be read; they stay as stored");
+                return 0;
+            }
+        };
+        let mut stopped = 0;
+        for mut record in runs {
+            if !record.is_live() || sessions.is_some_and(|s| !s.contains(&record.session_id)) {
+                continue;
+            }
+            record.status = "stopped".to_owned();
+            if let Err(e) = self.deps.store.save_run(&record, &[], false).await {
+                tracing::warn!(%document, run = %record.run_id, error = %e, "a gone client's run could not be stored stopped");
+                continue;
+            }
+            stopped += 1;
+            tracing::info!(%document, run = %record.run_id, "a workflow run is shown stopped: the client that reported it is gone");
+            self.deps
+                .transcript
+                .post(document, "system", ended_line(&record))
+                .await;
+            match self.card_of(&record).await {
+                Ok(card) => self.tell(document, card),
+                Err(e) => {
+                    tracing::warn!(%document, error = %e, "a run card could not be read back")
+                }
+            }
+        }
+        stopped
     }
 
     /// A run's record and a page of its stored stages; `None` if the document has no such run.
@@ -308,22 +391,11 @@ impl Runs {
             let was_live = before.get(&record.run_id).is_none_or(RunRecord::is_live);
             if was_live && !record.is_live() {
                 // SES-15; RR-03: a run that ends blocked or failed gets this line and no turn.
-                let how = match record.status.as_str() {
-                    "completed" => "completed",
-                    "blocked" => "ended blocked",
-                    "failed" => "failed",
-                    _ => "stopped",
-                };
-                let line = match record.elapsed_ms {
-                    Some(ms) => format!(
-                        "Run \u{201c}{}\u{201d} {how} after {}.",
-                        record.name,
-                        took(ms)
-                    ),
-                    None => format!("Run \u{201c}{}\u{201d} {how}.", record.name),
-                };
                 tracing::info!(%document, run = %record.run_id, status = %record.status, "a workflow run ended");
-                self.deps.transcript.post(document, "system", line).await;
+                self.deps
+                    .transcript
+                    .post(document, "system", ended_line(&record))
+                    .await;
             }
             match self.card_of(&record).await {
                 Ok(card) => self.tell(document, card),

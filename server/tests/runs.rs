@@ -7,8 +7,8 @@ use std::time::Duration;
 use chopin_fixtures::agent::AgentClient;
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_protocol::agent::{
-    ClientMessage, ControlResult, Run, RunStatus, Runs, ServerMessage, Stage, StageStatus, Started,
-    TurnEnd, TurnStatus,
+    ClientMessage, ClientResume, ControlResult, Run, RunStatus, Runs, ServerMessage, Stage,
+    StageStatus, Started, TurnEnd, TurnStatus,
 };
 use serde_json::{json, Value};
 
@@ -523,4 +523,218 @@ async fn rr_02_a_stop_waiting_on_the_client_does_not_hold_up_the_writers_room() 
     assert!(page["entries"].is_array(), "{page}");
     let stopped = next_of(&mut room, "planner:stopped").await;
     assert_eq!(stopped["stopped"], false, "{stopped}");
+}
+
+/// The room's next `session:planner` whose state is `state` (others skipped).
+async fn planner_state(room: &mut BrowserSocket, state: &str) {
+    while next_of(room, "session:planner").await["planner"]["state"] != state {}
+}
+
+/// The room's next card of `run_id` for which `wanted` holds (other cards skipped).
+async fn card_where(
+    room: &mut BrowserSocket,
+    run_id: &str,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
+    loop {
+        let card = next_of(room, "run:card").await["run"].clone();
+        if card["runId"] == run_id && wanted(&card) {
+            return card;
+        }
+    }
+}
+
+async fn stored_status(s: &Served, run_id: &str) -> String {
+    s.store
+        .runs(s.doc)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|r| r.run_id == run_id)
+        .map(|r| r.status)
+        .unwrap_or_default()
+}
+
+/// `GET …/runs`: each card's (runId, status, disconnected).
+async fn listed(s: &Served) -> Vec<(String, String, bool)> {
+    let (status, list) = get(s, &format!("/api/documents/{}/runs", s.doc)).await;
+    assert_eq!(status, 200, "{list}");
+    list["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["runId"].as_str().unwrap().to_owned(),
+                c["status"].as_str().unwrap().to_owned(),
+                c["disconnected"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// mona's client (offering `features`) reports `run-12` running with a running stage in a turn
+/// that then ends, the session kept for the run. The client, room and session.
+async fn live_run(s: &Served, features: &[&str]) -> (AgentClient, BrowserSocket, String) {
+    let mut client = s.attach(features).await;
+    let mut room = room(s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    let mut done = run(RunStatus::Completed, vec![]);
+    done.run_id = "run-1".into();
+    done.name = "lint".into();
+    report(
+        &mut client,
+        &session,
+        vec![
+            done,
+            run(RunStatus::Running, vec![stage(0, StageStatus::Running)]),
+        ],
+    )
+    .await;
+    let card = card_where(&mut room, "run-12", |_| true).await;
+    assert_eq!(card["disconnected"], false, "attached: no marker");
+    end_turn(s, &mut client, turn_id).await;
+    assert_eq!(
+        s.state.turns.kept_session(s.doc).as_deref(),
+        Some(session.as_str())
+    );
+    (client, room, session)
+}
+
+const STOPPED_LINE: &str = "Run \u{201c}canary-rollout\u{201d} stopped after 1m 35s.";
+
+#[tokio::test]
+async fn rt_11_rt_12_a_link_that_closes_for_good_shows_its_runs_stopped() {
+    // A link without resumable-sessions that drops, and a resumable one that detaches.
+    for (features, detach) in [(&[][..], false), (&["resumable-sessions"][..], true)] {
+        let s = served().await;
+        let (mut client, mut room, _) = live_run(&s, features).await;
+        if detach {
+            client.detach().await.unwrap();
+        } else {
+            drop(client);
+        }
+        let card = card_where(&mut room, "run-12", |c| c["status"] != "running").await;
+        assert_eq!(card["status"], "stopped", "{card}");
+        assert_eq!(card["disconnected"], false, "{card}");
+        assert_eq!(card["stages"][0]["status"], "stopped", "{card}");
+        assert_eq!(stored_status(&s, "run-12").await, "stopped");
+        assert_eq!(stored_status(&s, "run-1").await, "completed");
+        assert_eq!(
+            listed(&s).await,
+            [
+                ("run-1".into(), "completed".into(), false),
+                ("run-12".into(), "stopped".into(), false)
+            ]
+        );
+        let lines = chat(&s).await;
+        assert_eq!(
+            lines.iter().filter(|l| *l == STOPPED_LINE).count(),
+            1,
+            "SES-15: one line for the run's end: {lines:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn atm_34_a_disconnected_planners_live_cards_are_marked_until_its_client_resumes() {
+    let s = served().await;
+    let (client, mut room, session) = live_run(&s, &["resumable-sessions"]).await;
+    let lines = chat(&s).await;
+    drop(client);
+    planner_state(&mut room, "disconnected").await;
+    // The room is told the live card again, with its last status, marked.
+    let card = next_of(&mut room, "run:card").await["run"].clone();
+    assert_eq!(
+        card["runId"], "run-12",
+        "only live cards are told again: {card}"
+    );
+    assert_eq!(card["status"], "running");
+    assert_eq!(card["disconnected"], true);
+    assert_eq!(
+        card["stages"][0]["status"], "running",
+        "not stopped: {card}"
+    );
+    assert_eq!(
+        listed(&s).await,
+        [
+            ("run-1".into(), "completed".into(), false),
+            ("run-12".into(), "running".into(), true)
+        ],
+        "the runs route shows the marker on live runs only"
+    );
+    assert_eq!(
+        stored_status(&s, "run-12").await,
+        "running",
+        "storage keeps the status"
+    );
+    assert_eq!(
+        chat(&s).await,
+        lines,
+        "Chat adds no line about the connection"
+    );
+
+    // Its client comes back and resumes: the marker goes.
+    let mut back = s.attach(&["resumable-sessions"]).await;
+    back.send(&ClientMessage::Resume(ClientResume {
+        sessions: vec![session.clone()],
+    }))
+    .await
+    .unwrap();
+    planner_state(&mut room, "attached").await;
+    let card = next_of(&mut room, "run:card").await["run"].clone();
+    assert_eq!(
+        (&card["runId"], &card["status"], &card["disconnected"]),
+        (&json!("run-12"), &json!("running"), &json!(false))
+    );
+    match next(&mut back).await {
+        ServerMessage::Resumed(r) => assert_eq!(r.sessions, [session]),
+        other => panic!("expected resumed, got {other:?}"),
+    }
+    assert_eq!(
+        listed(&s).await,
+        [
+            ("run-1".into(), "completed".into(), false),
+            ("run-12".into(), "running".into(), false)
+        ]
+    );
+    assert_eq!(chat(&s).await, lines);
+}
+
+#[tokio::test]
+async fn rt_11_ao_12_a_disconnected_hold_ended_by_an_explicit_act_shows_its_runs_stopped() {
+    for how in ["reset", "empty resume", "client without resumable-sessions"] {
+        let s = served().await;
+        let (client, mut room, _) = live_run(&s, &["resumable-sessions"]).await;
+        drop(client);
+        planner_state(&mut room, "disconnected").await;
+        card_where(&mut room, "run-12", |c| c["disconnected"] == true).await;
+        let _back = match how {
+            "reset" => {
+                assert!(s.state.planners.reset(s.doc).await.unwrap());
+                None
+            }
+            "empty resume" => {
+                let mut back = s.attach(&["resumable-sessions"]).await;
+                back.send(&ClientMessage::Resume(ClientResume { sessions: vec![] }))
+                    .await
+                    .unwrap();
+                Some(back)
+            }
+            _ => Some(s.attach(&[]).await),
+        };
+        let card = card_where(&mut room, "run-12", |c| c["status"] != "running").await;
+        assert_eq!(
+            (&card["status"], &card["disconnected"]),
+            (&json!("stopped"), &json!(false)),
+            "{how}: {card}"
+        );
+        assert_eq!(stored_status(&s, "run-12").await, "stopped", "{how}");
+        let lines = chat(&s).await;
+        assert_eq!(
+            lines.iter().filter(|l| *l == STOPPED_LINE).count(),
+            1,
+            "{how}: {lines:?}"
+        );
+    }
 }

@@ -14,7 +14,7 @@ use chopin_protocol::agent::TurnStatus;
 use chopin_server::observe::PlannerEvent;
 use chopin_server::planner::PresenceState;
 use chopin_server::store::instrumented::Hold;
-use chopin_server::store::{HoldStore, LinkHold, OwnershipStore};
+use chopin_server::store::{HoldStore, LinkHold, OwnershipStore, RunStore, SignInStore};
 use chopin_sim::cast::{block_on, cast, cast_with, Cast};
 use chopin_sim::clock::SIM_EPOCH_MS;
 use chopin_sim::WorldOptions;
@@ -677,4 +677,144 @@ fn rt_12_a_resumable_link_that_drops_keeps_its_open_questions_a_plain_one_withdr
             assert!(!source.contains("Ship it?"), "withdrawn (RT-11): {source}");
         }
     }
+}
+
+/// The `run:card` frames `browser` heard, in order: (runId, status, disconnected).
+fn cards_heard(browser: &Browser) -> Vec<(String, String, bool)> {
+    browser
+        .heard()
+        .into_iter()
+        .filter(|h| h.message["type"] == "run:card")
+        .map(|h| {
+            let card = &h.message["run"];
+            (
+                card["runId"].as_str().unwrap_or_default().to_owned(),
+                card["status"].as_str().unwrap_or_default().to_owned(),
+                card["disconnected"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The document's cards as the runs route serves them: (runId, status, disconnected).
+fn cards_served(world: &World, doc: Uuid) -> Vec<(String, String, bool)> {
+    let app = world.server_app().unwrap();
+    block_on(app.runs.cards(doc))
+        .unwrap()
+        .iter()
+        .map(|card| {
+            (
+                card["runId"].as_str().unwrap_or_default().to_owned(),
+                card["status"].as_str().unwrap_or_default().to_owned(),
+                card["disconnected"].as_bool().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn run_statuses(world: &World, doc: Uuid) -> Vec<String> {
+    block_on(world.store().runs(doc))
+        .unwrap()
+        .into_iter()
+        .map(|r| r.status)
+        .collect()
+}
+
+#[test]
+fn ho_08_ses_13_a_deploy_with_a_live_run_brings_it_back_live_not_stopped() {
+    let mut c = cast(37, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    assert_eq!(run_statuses(&c.world, doc), ["running"]);
+    stop(&mut c.world);
+    // The cut stops nothing (HO-17).
+    assert_eq!(run_statuses(&c.world, doc), ["running"]);
+    start(&mut c.world);
+    rebuilt(&c.world, doc);
+    // The rebuilt hold's owner was kept, so its run comes back live, not stopped (HO-08); in
+    // the window it is shown attached, so the card carries no marker.
+    assert_eq!(run_statuses(&c.world, doc), ["running"]);
+    assert_eq!(
+        cards_served(&c.world, doc),
+        [("run-1".to_owned(), "running".to_owned(), false)]
+    );
+    // A later process whose hold's owner is not kept (the owner's sign-in ended, so its
+    // credential went) stops it as any other (SES-13).
+    let mona = block_on(c.world.store().ownership(doc))
+        .unwrap()
+        .holder
+        .unwrap();
+    assert!(block_on(
+        c.world
+            .store()
+            .delete_login_credential(mona.browser_login_id)
+    )
+    .unwrap());
+    c.world.apply(&Step::CrashServer).unwrap();
+    start(&mut c.world);
+    assert_eq!(run_statuses(&c.world, doc), ["stopped"]);
+}
+
+#[test]
+fn ho_13_atm_34_when_the_window_ends_live_cards_are_marked_disconnected_and_a_resume_unmarks_them()
+{
+    let mut c = cast(38, Some(1));
+    let doc = c.doc;
+    let (_, _, session) = attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let window_end = rebuilt(&c.world, doc).1.expect("a window");
+    let room = join(&mut c.world, "mona-room-2", &c.mona_cookie.clone(), doc);
+    let chat_before = room.chat_messages().len();
+
+    // 1 ms before the window's end: attached, no marker anywhere.
+    c.world.advance(window_end - 1 - c.world.now_ms()).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Attached);
+    assert!(cards_heard(&room).is_empty(), "{:?}", cards_heard(&room));
+    assert_eq!(
+        cards_served(&c.world, doc),
+        [("run-1".to_owned(), "running".to_owned(), false)]
+    );
+    // At its end (its millisecond tick, see HO-13 above): disconnected, and the room is told
+    // the live card again with its last status, marked; the route serves it so; storage keeps
+    // it running; Chat says nothing.
+    c.world.advance(2).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    let r = room.clone();
+    until(&mut c.world, 1_000, "the marked card", move |_| {
+        !cards_heard(&r).is_empty()
+    });
+    assert_eq!(
+        cards_heard(&room),
+        [("run-1".to_owned(), "running".to_owned(), true)]
+    );
+    assert_eq!(
+        cards_served(&c.world, doc),
+        [("run-1".to_owned(), "running".to_owned(), true)]
+    );
+    assert_eq!(run_statuses(&c.world, doc), ["running"]);
+    assert_eq!(room.chat_messages().len(), chat_before);
+
+    // mona's client comes back and resumes: the marker goes.
+    let agent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(agent.answer(), Some(Ok(1)));
+    agent.resume(true);
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "resumed", move |_| {
+        !a.frames_of("resumed").is_empty()
+    });
+    assert!(agent.frames_of("resumed")[0].1.contains(&session));
+    let r = room.clone();
+    until(&mut c.world, 1_000, "the unmarked card", move |_| {
+        cards_heard(&r).len() == 2
+    });
+    assert_eq!(
+        cards_heard(&room)[1],
+        ("run-1".to_owned(), "running".to_owned(), false)
+    );
+    assert_eq!(
+        cards_served(&c.world, doc),
+        [("run-1".to_owned(), "running".to_owned(), false)]
+    );
+    assert_eq!(room.chat_messages().len(), chat_before);
 }

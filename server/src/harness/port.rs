@@ -87,6 +87,12 @@ impl LinkHandle {
 pub trait AgentLinks: Send + Sync {
     /// The link attached to `document` now, if any.
     fn link_for(&self, document: Uuid) -> Option<LinkHandle>;
+    /// Whether `document`'s Planner is held disconnected now: no link, its client's work kept
+    /// for it with no deadline (a resumable link that dropped, or a hand-over window that ended
+    /// with no resume). Its live runs are shown marked disconnected (ATM-34, HO-13).
+    fn disconnected(&self, _document: Uuid) -> bool {
+        false
+    }
 }
 
 /// No link is ever attached (a remote adapter built without a link table).

@@ -217,6 +217,7 @@ async fn endpoint(
                     reader_broken: false,
                     features: Vec::new(),
                     kept_work: false,
+                    runs_saved: None,
                 };
                 link.run().await;
             })
@@ -255,6 +256,8 @@ struct Link {
     features: Vec<Feature>,
     /// The link dropped with work kept for its client (AO-11): nothing it asked is withdrawn.
     kept_work: bool,
+    /// The task saving this link's `runs` reports; it ends once every queued report is saved.
+    runs_saved: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The sessions and turns a link opened, as `session:<id>` / `turn:<id>`: every one still open,
@@ -280,6 +283,29 @@ impl Opened {
     fn contains(&self, key: &str) -> bool {
         self.keys.contains(key)
     }
+
+    /// The ids of the sessions opened (and remembered).
+    fn sessions(&self) -> BTreeSet<String> {
+        self.keys
+            .iter()
+            .filter_map(|k| k.strip_prefix("session:"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Of the sessions a hold `held`, those the returning client does not take back: all of them
+/// unless it offered `resumable-sessions` (`offered` is then what `attached.kept` told it) and
+/// named them in its `resume`.
+fn not_taken_back(
+    held: &[String],
+    offered: &[String],
+    resume: Option<&wire::ClientResume>,
+) -> BTreeSet<String> {
+    held.iter()
+        .filter(|s| !(offered.contains(s) && resume.is_some_and(|r| r.sessions.contains(s))))
+        .cloned()
+        .collect()
 }
 
 /// What an attach's checks found.
@@ -456,9 +482,11 @@ impl Link {
                 }
             }
         };
+        let let_go = not_taken_back(&bound.kept, &kept, resume.as_ref());
         if let Some(resume) = resume {
             self.hand_back(&doc, &live, &handle, &kept, &resume).await;
         }
+        self.runs_let_go(doc.id, let_go).await;
         let link = bound.link;
         let ended = self
             .attached(&doc, &live, bound, &check, &mut command_rx)
@@ -480,6 +508,7 @@ impl Link {
                 .withdraw(doc.id, &url, Scope::Link(link), why)
                 .await;
             self.deps.questions.forget_runs(doc.id);
+            self.runs_closed(doc.id).await;
         }
     }
 
@@ -1087,20 +1116,38 @@ impl Link {
         .await;
     }
 
+    /// The link closed for good: the runs its sessions reported and left live are shown stopped
+    /// (RT-11), once every report it sent is saved.
+    async fn runs_closed(&mut self, document: uuid::Uuid) {
+        if let Some(saving) = self.runs_saved.take() {
+            let _ = saving.await;
+        }
+        let sessions = self.opened.sessions();
+        self.deps.runs.client_gone(document, Some(&sessions)).await;
+    }
+
+    /// Sessions a hold kept that the returning client did not take back are gone (AO-12): their
+    /// live runs are shown stopped.
+    async fn runs_let_go(&self, document: uuid::Uuid, sessions: BTreeSet<String>) {
+        if !sessions.is_empty() {
+            self.deps.runs.client_gone(document, Some(&sessions)).await;
+        }
+    }
+
     /// The process is stopping: `going-away`, then the close 1001 (AO, HO-17: no Chat line).
     /// The queue of this link's `runs` reports, saved in order by a task of their own that
     /// ends with the link.
-    fn runs_worker(&self, document: uuid::Uuid) -> mpsc::Sender<wire::Runs> {
+    fn runs_worker(&mut self, document: uuid::Uuid) -> mpsc::Sender<wire::Runs> {
         let (reports, mut queued) = mpsc::channel::<wire::Runs>(REPORT_BACKLOG);
         let runs = self.deps.runs.clone();
         let turns = self.deps.turns.clone();
         let deltas = self.features.contains(&Feature::RunStageDeltas);
-        self.deps.shutdown.spawn(async move {
+        self.runs_saved = Some(self.deps.shutdown.spawn(async move {
             while let Some(report) = queued.recv().await {
                 runs.report(document, report, deltas).await;
                 turns.release_idle_kept(document).await;
             }
-        });
+        }));
         reports
     }
 

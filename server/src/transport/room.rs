@@ -38,7 +38,7 @@ use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::{LiveLogin, SignIns};
 use crate::metrics::{Metrics, SocketKind};
-use crate::planner::{Planners, Presence};
+use crate::planner::{Planners, Presence, PresenceState};
 use crate::questions::{Given, Questions, Scope};
 use crate::runs::{Control, Runs};
 use crate::runtime::Shutdown;
@@ -213,7 +213,11 @@ async fn session(
         "canWrite": member.can_write,
     });
     push!(out, WsMessage::Text(hello.to_string().into()));
-    push!(out, planner_frame(&deps.planners.presence(root_id)));
+    let presence = deps.planners.presence(root_id);
+    // Whether this socket was last told the Planner is disconnected: live run cards carry a
+    // marker then (ATM-34), so a change of it tells the live cards again.
+    let mut disconnected = presence.state == PresenceState::Disconnected;
+    push!(out, planner_frame(&presence));
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
     for frame in yjs::greeting(room).await {
@@ -290,11 +294,29 @@ async fn session(
                 Err(RecvError::Lagged(_)) => push!(out, json_frame(&json!({ "type": "runs:lagged" }))),
                 Err(RecvError::Closed) => return,
             },
-            change = changes.recv() => match change {
-                Ok(frame) => push!(out, shared_text(frame)),
-                // Fell behind: the latest state is what matters.
-                Err(RecvError::Lagged(_)) => push!(out, planner_frame(&deps.planners.presence(root_id))),
-                Err(RecvError::Closed) => return,
+            change = changes.recv() => {
+                match change {
+                    Ok(frame) => push!(out, shared_text(frame)),
+                    // Fell behind: the latest state is what matters.
+                    Err(RecvError::Lagged(_)) => push!(out, planner_frame(&deps.planners.presence(root_id))),
+                    Err(RecvError::Closed) => return,
+                }
+                let now = deps.planners.presence(root_id).state == PresenceState::Disconnected;
+                if now != disconnected {
+                    disconnected = now;
+                    match deps.runs.live_card_frames(root_id).await {
+                        Ok(frames) => {
+                            for frame in frames {
+                                push!(out, shared_text(frame));
+                            }
+                        }
+                        // The cards are read again over HTTP (`GET …/runs`).
+                        Err(e) => {
+                            tracing::warn!(error = %e, "room: the live run cards could not be read");
+                            push!(out, json_frame(&json!({ "type": "runs:lagged" })));
+                        }
+                    }
+                }
             },
             said = chat_feed.recv() => {
                 let said = match said {
