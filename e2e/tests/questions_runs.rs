@@ -1,8 +1,9 @@
 //! A question and a workflow run end to end over the spawned binary, on SQLite and on
 //! PostgreSQL: a scripted Planner client asks a confirmation, a writer answers it from the
 //! room and the client hears `input-result` once; the client reports a run with its stages,
-//! the room shows the card and the stages route serves them; and after a restart the run,
-//! still live when the server stopped, reads `stopped` with its stages kept (SES-13).
+//! the room shows the card and the stages route serves them; the client goes for good, which
+//! shows its run stopped (RT-11), and after a restart it reads `stopped` with its stages kept
+//! (SES-13).
 
 use std::time::Duration;
 
@@ -198,7 +199,8 @@ async fn whole_run(backend: Backend) {
     assert_eq!(page["total"], 3, "{page}");
     assert_eq!(page["stages"][1]["status"], "completed", "{page}");
 
-    // The server stops with the run live; after the restart it reads stopped, stages kept.
+    // The client goes for good, which shows its live run stopped (RT-11); the server stops, and
+    // after the restart the run still reads stopped, stages kept (SES-13).
     drop(client);
     drop(room);
     let (status, _) = server.stop().await;
