@@ -217,7 +217,18 @@ impl App {
             records: store.clone(),
             transcript: transcript.clone(),
             entropy: entropy.clone(),
+            links: planners.clone(),
         }));
+        {
+            // A hold ended by an explicit act takes back the questions its client left (AO-12).
+            let questions = questions.clone();
+            let tracker = shutdown.clone();
+            planners.on_hold_ended(Arc::new(move |doc, work, why| {
+                let Some(link) = work.link else { return };
+                let questions = questions.clone();
+                tracker.spawn(async move { questions.withdraw_kept(doc, link, &why).await });
+            }));
+        }
         let runs = Arc::new(Runs::new(RunsDeps {
             store: store.clone(),
             questions: questions.clone(),

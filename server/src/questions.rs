@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::content::{EditRefused, OpenDocuments};
-use crate::harness::port::{LinkCommand, LinkHandle};
+use crate::harness::port::{AgentLinks, HeldQuestion, KeptForClient, LinkCommand, LinkHandle};
 use crate::runtime::entropy::SharedEntropy;
 use crate::runtime::gates::Gates;
 use crate::store::DocumentStore;
@@ -46,12 +46,14 @@ const EDIT_TRIES: usize = 8;
 pub const CONFIRM_OPTIONS: [&str; 2] = ["Yes", "No"];
 
 /// What questions reach: the open documents (to place and change cards), the document records
-/// (for the revision), the transcript (Chat lines), and entropy (card ids).
+/// (for the revision), the transcript (Chat lines), entropy (card ids), and the links (an
+/// answer for a client that is away is kept in its hold).
 pub struct QuestionsDeps {
     pub open: Arc<OpenDocuments>,
     pub records: Arc<dyn DocumentStore>,
     pub transcript: Arc<dyn TurnSink>,
     pub entropy: SharedEntropy,
+    pub links: Arc<dyn AgentLinks>,
 }
 
 /// Every question this process waits on.
@@ -70,9 +72,17 @@ struct Table {
     roots: BTreeMap<(Uuid, String), String>,
     /// Root runs the client reports paused, by (document, root).
     paused: BTreeSet<(Uuid, String)>,
-    /// Outcomes held while their run's root is paused (RQ-02), by (document, root).
-    held: BTreeMap<(Uuid, String), Vec<(Reply, InputResult)>>,
+    /// Outcomes held while their run's root is paused (RQ-02), by (document, root), with the
+    /// link asking.
+    held: BTreeMap<(Uuid, String), Vec<HeldOutcome>>,
+    /// Answers a link could not take because it had gone, and no hold took for its client
+    /// yet, by link: taken into the hold when the link's end keeps its work, handed to the
+    /// client when it resumes, forgotten when the link ends for good.
+    owed: BTreeMap<u64, Vec<InputResult>>,
 }
+
+/// An outcome held for a paused run: the link that asked, where it goes, and what it is.
+type HeldOutcome = (u64, Reply, InputResult);
 
 /// One question a link asked.
 struct Asked {
@@ -726,7 +736,7 @@ impl Questions {
                         .held
                         .entry(key)
                         .or_default()
-                        .push((asked.reply.clone(), result.clone()));
+                        .push((asked.link, asked.reply.clone(), result.clone()));
                     Some(())
                 } else {
                     None
@@ -734,7 +744,10 @@ impl Questions {
             });
             match held {
                 Some(()) => tracing::info!(%document, "an answer is held until its run is resumed"),
-                None => send_result(&asked.reply, result),
+                None => {
+                    self.deliver_answer(document, asked.link, &asked.reply, result)
+                        .await
+                }
             }
         }
         Ok(())
@@ -790,8 +803,8 @@ impl Questions {
         for key in back {
             self.present_again(document, key).await;
         }
-        for (reply, result) in released {
-            send_result(&reply, result);
+        for (link, reply, result) in released {
+            self.deliver_answer(document, link, &reply, result).await;
         }
     }
 
@@ -913,10 +926,116 @@ impl Questions {
         count
     }
 
-    /// Forgets a link's questions without touching the document or telling anyone: the server
-    /// is stopping, and its cards stay open for whoever comes next.
+    /// Forgets a link's questions (and the answers it could not take) without touching the
+    /// document or telling anyone: the server is stopping, or the link ended for good and what
+    /// it asked was withdrawn, and its cards stay open for whoever comes next.
     pub fn forget_link(&self, link: u64) {
-        self.lock().asked.retain(|_, a| a.link != link);
+        let mut table = self.lock();
+        table.asked.retain(|_, a| a.link != link);
+        table.owed.remove(&link);
+    }
+
+    /// A hold ended by an explicit act (AO-12): the questions its client's link `link` left
+    /// waiting are withdrawn, saying `why`, and the answers it could not take are forgotten.
+    pub async fn withdraw_kept(&self, document: Uuid, link: u64, why: &str) {
+        let url = self
+            .lock()
+            .asked
+            .values()
+            .find(|a| a.document == document && a.link == link)
+            .map(|a| a.document_url.clone());
+        if let Some(url) = url {
+            self.withdraw(document, &url, Scope::Link(link), why).await;
+        }
+        self.forget_link(link);
+    }
+
+    /// What `link` leaves for its client's hold (AO-18): the questions it waits on, and the
+    /// answers it could not take (taken: the hold has them now). The questions stay filed
+    /// under the link, still answerable, until [`Questions::rebind`] or a withdrawal.
+    pub fn kept_for(&self, document: Uuid, link: u64) -> (Vec<HeldQuestion>, Vec<InputResult>) {
+        let mut table = self.lock();
+        let questions = table
+            .asked
+            .values()
+            .filter(|a| a.document == document && a.link == link && a.withdrawn.is_none())
+            .map(|a| HeldQuestion {
+                request_id: a.request_id.clone(),
+                session_id: a.session_id.clone(),
+                cards: a.cards.clone(),
+            })
+            .collect();
+        let owed = table.owed.remove(&link).unwrap_or_default();
+        (questions, owed)
+    }
+
+    /// The client of `old` is back on `new` (AO-19): the questions `old` asked in the sessions
+    /// handed back are waited on for `new` now, and their answers go to `reply`. Returns the
+    /// `requestId`s still waited on (for `resumed.inputs`), the answers `old` could not take
+    /// (owed, delivered once), and how many questions of the sessions not handed back remain
+    /// filed under `old` for [`Questions::withdraw`] with `Scope::Link(old)`.
+    pub fn rebind(
+        &self,
+        document: Uuid,
+        old: u64,
+        new: u64,
+        reply: &Reply,
+        handed: &[String],
+    ) -> (Vec<String>, Vec<InputResult>) {
+        let mut table = self.lock();
+        let mut inputs = Vec::new();
+        for asked in table.asked.values_mut() {
+            if asked.document == document
+                && asked.link == old
+                && handed.contains(&asked.session_id)
+            {
+                asked.link = new;
+                asked.reply = reply.clone();
+                if asked.withdrawn.is_none() {
+                    inputs.push(asked.request_id.clone());
+                }
+            }
+        }
+        // Answers held for a paused run go to the client that is back.
+        for outcomes in table
+            .held
+            .iter_mut()
+            .filter(|((d, _), _)| *d == document)
+            .map(|(_, v)| v)
+        {
+            for (link, held_reply, _) in outcomes.iter_mut() {
+                if *link == old {
+                    *link = new;
+                    *held_reply = reply.clone();
+                }
+            }
+        }
+        let owed = table.owed.remove(&old).unwrap_or_default();
+        (inputs, owed)
+    }
+
+    /// Tells `reply` a question's answer. When the asking link has gone, the answer is kept
+    /// for its client: in its hold, or until the link's end is decided (HO-16).
+    async fn deliver_answer(&self, document: Uuid, link: u64, reply: &Reply, result: InputResult) {
+        let Reply::Link(handle) = reply else {
+            send_result(reply, result);
+            return;
+        };
+        let frame = ServerMessage::InputResult(result.clone());
+        if handle.command(LinkCommand::Send(frame)) {
+            return;
+        }
+        if self
+            .deps
+            .links
+            .keep_for_client(document, KeptForClient::Answer(result.clone()))
+            .await
+        {
+            tracing::info!(%document, request = %result.request_id, "an answer is kept for the Planner's client, which is away");
+            return;
+        }
+        tracing::info!(%document, request = %result.request_id, "an answer could not be told: its link is gone; kept until the link's end is decided");
+        self.lock().owed.entry(link).or_default().push(result);
     }
 
     /// The question a card belongs to: its key, the card's position, and the question.

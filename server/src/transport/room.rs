@@ -441,6 +441,14 @@ async fn stop_or_resume(
             } else {
                 0
             };
+            if withdrawn > 0 && paused == 0 {
+                // A Stop that withdrew the last thing a disconnected Planner's hold kept ends
+                // the hold; the grace period runs as for a detach (AO-12).
+                deps.turns.release_idle_kept(root_id).await;
+                if deps.turns.kept_session(root_id).is_none() {
+                    deps.planners.hold_emptied(root_id).await;
+                }
+            }
             json_frame(
                 &json!({ "type": "planner:stopped", "stopped": stopped || paused > 0 || withdrawn > 0 }),
             )
