@@ -490,6 +490,12 @@ pub async fn start_observed(
         Ok(rebuilt) => tracing::info!(rebuilt, "Planner holds rebuilt from storage"),
         Err(e) => tracing::error!(error = %e, "could not read the stored Planner holds"),
     }
+    // Nothing in this process waits on the questions those holds' clients waited on (HO-15):
+    // an answer to one of their Decisions goes to a Planner turn instead.
+    for (doc, questions) in app.planners.held_questions() {
+        let cards: Vec<String> = questions.into_iter().flat_map(|q| q.cards).collect();
+        app.questions.not_waited_on(doc, &cards);
+    }
     Ok(Running { app, keeper })
 }
 

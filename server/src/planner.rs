@@ -168,7 +168,6 @@ pub struct HeldWork {
     pub link: Option<u64>,
 }
 
-
 /// The longest a cut's hold may wait for its next process and still be given a hand-over
 /// window (HO-04): no deploy takes so long.
 pub const HANDOVER_REBUILD_LIMIT_MS: i64 = 3_600_000;
@@ -1493,6 +1492,20 @@ impl Planners {
             }
             _ => None,
         }
+    }
+
+    /// The questions each hold in this process kept for its client, by document.
+    pub fn held_questions(&self) -> Vec<(Uuid, Vec<HeldQuestion>)> {
+        self.lock()
+            .slots
+            .iter()
+            .filter_map(|(doc, slot)| match slot {
+                Slot::Held { work, .. } if !work.questions.is_empty() => {
+                    Some((*doc, work.questions.clone()))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether `doc` is in a hand-over window now.

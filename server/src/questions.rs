@@ -79,6 +79,9 @@ struct Table {
     /// yet, by link: taken into the hold when the link's end keeps its work, handed to the
     /// client when it resumes, forgotten when the link ends for good.
     owed: BTreeMap<u64, Vec<InputResult>>,
+    /// Decisions of questions a client waited on before this process started (HO-15), by
+    /// document: nothing here waits on them, and an answer to one is handed to a Planner turn.
+    unwaited: BTreeMap<Uuid, BTreeSet<String>>,
 }
 
 /// An outcome held for a paused run: the link that asked, where it goes, and what it is.
@@ -420,6 +423,20 @@ impl Questions {
             .any(|a| a.document == document && a.session_id == session)
     }
 
+    /// The Decisions `cards` of `document` belong to questions nothing in this process waits
+    /// on (a client waited on them before a restart, HO-15): an answer to one is for a Planner
+    /// turn (see [`Questions::answer`]).
+    pub fn not_waited_on(&self, document: Uuid, cards: &[String]) {
+        if cards.is_empty() {
+            return;
+        }
+        self.lock()
+            .unwaited
+            .entry(document)
+            .or_default()
+            .extend(cards.iter().cloned());
+    }
+
     /// Takes a link's `input-request` in (at once, so a cancellation that follows finds it);
     /// [`Questions::place`] then puts its cards in the document. The client hears
     /// `input-result` once the question is answered, withdrawn, or could not be asked.
@@ -647,7 +664,9 @@ impl Questions {
     }
 
     /// A person's answer to a card. Closes the card; once every card of the question it belongs
-    /// to is answered, the client hears `input-result` `answered`.
+    /// to is answered, the client hears `input-result` `answered`. `Some(words)` for the answer
+    /// to a card of a question a client waited on before a restart: what to tell a Planner
+    /// turn (HO-15).
     pub async fn answer(
         &self,
         reference: &DocumentRef,
@@ -655,7 +674,7 @@ impl Questions {
         decision: &str,
         login: &str,
         given: Given,
-    ) -> Result<(), AnswerRefused> {
+    ) -> Result<Option<String>, AnswerRefused> {
         let _gate = self.gates.lock(document).await;
         let (key, position, kind) = match self.card_of(document, decision) {
             Some((key, position, input)) => (Some(key), position, Some(input)),
@@ -663,6 +682,7 @@ impl Questions {
         };
         let mut refused = None;
         let mut added = Vec::new();
+        let mut question = String::new();
         let changed = self
             .change(document, reference, |source| {
                 let all = blocks(source);
@@ -677,6 +697,7 @@ impl Questions {
                     refused = Some(AnswerRefused::Closed(card.state.name()));
                     return Ok(Change::Nothing);
                 }
+                question = card.question.clone();
                 match answer_lines(kind.as_ref(), &card, login, &given) {
                     Ok(lines) => {
                         added = lines.clone();
@@ -697,7 +718,34 @@ impl Questions {
         }
         changed.map_err(|_| AnswerRefused::Unavailable)?;
         tracing::info!(%document, decision, login, "a Decision was answered");
-        let Some(key) = key else { return Ok(()) };
+        let Some(key) = key else {
+            // A question a client waited on before a restart: its answer starts a Planner
+            // turn once one is attached (HO-15).
+            let unwaited = {
+                let mut table = self.lock();
+                let taken = table
+                    .unwaited
+                    .get_mut(&document)
+                    .is_some_and(|cards| cards.remove(decision));
+                if table
+                    .unwaited
+                    .get(&document)
+                    .is_some_and(BTreeSet::is_empty)
+                {
+                    table.unwaited.remove(&document);
+                }
+                taken
+            };
+            if !unwaited {
+                return Ok(None);
+            }
+            let said: Vec<&str> = added.iter().map(|a| a.text.as_str()).collect();
+            return Ok(Some(format!(
+                "answered the Decision \u{201c}{}\u{201d} ({decision}), asked before the server restarted: {}",
+                one_line(&question),
+                said.join("; ")
+            )));
+        };
         let done = {
             let mut table = self.lock();
             let complete = match table.asked.get_mut(&key) {
@@ -732,11 +780,11 @@ impl Questions {
                     .unwrap_or(run);
                 let key = (document, root);
                 if table.paused.contains(&key) {
-                    table
-                        .held
-                        .entry(key)
-                        .or_default()
-                        .push((asked.link, asked.reply.clone(), result.clone()));
+                    table.held.entry(key).or_default().push((
+                        asked.link,
+                        asked.reply.clone(),
+                        result.clone(),
+                    ));
                     Some(())
                 } else {
                     None
@@ -750,7 +798,7 @@ impl Questions {
                 }
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// A workflow run's report: its root, and whether it is paused. Only a root's own report
@@ -985,9 +1033,7 @@ impl Questions {
         let mut table = self.lock();
         let mut inputs = Vec::new();
         for asked in table.asked.values_mut() {
-            if asked.document == document
-                && asked.link == old
-                && handed.contains(&asked.session_id)
+            if asked.document == document && asked.link == old && handed.contains(&asked.session_id)
             {
                 asked.link = new;
                 asked.reply = reply.clone();

@@ -169,6 +169,9 @@ struct Table {
     /// Browser logins whose GitHub credential is being renewed: no turn of theirs starts
     /// meanwhile (PERM-10).
     renewing: BTreeSet<Uuid>,
+    /// Answers to Decisions nothing waits on any more (HO-15), waiting for a Planner turn: the
+    /// document's URL and each answer's words, by document.
+    answers: BTreeMap<Uuid, (String, Vec<String>)>,
 }
 
 /// What turns reach: who holds the Planner, sign-ins and admission for the rechecks, the
@@ -367,6 +370,67 @@ impl Turns {
             .kept
             .get(&document)
             .map(|k| k.session.id().to_owned())
+    }
+
+    /// A person answered a Decision of a question a client waited on before a restart, which
+    /// nothing waits on now (HO-15): the answer goes to a Planner turn, at once if one can
+    /// start, else once a Planner is attached and idle. Answers given meanwhile share a turn.
+    pub async fn hand_answer(
+        self: &Arc<Self>,
+        document: Uuid,
+        url: &str,
+        login: &str,
+        words: &str,
+    ) {
+        self.lock()
+            .answers
+            .entry(document)
+            .or_insert_with(|| (url.to_owned(), Vec::new()))
+            .1
+            .push(format!("@{login}: {words}"));
+        self.start_answers(document).await;
+    }
+
+    /// Starts a turn for `document`'s answers waiting for one, if a Planner is attached and no
+    /// turn runs; otherwise they wait (for the next attach, or the running turn's end).
+    pub async fn start_answers(self: &Arc<Self>, document: Uuid) {
+        let d = &self.deps;
+        if d.shutdown.is_stopping() || !d.agent_enabled {
+            return;
+        }
+        if !self.lock().answers.contains_key(&document) {
+            return;
+        }
+        let Ok(holder) = d.planners.attached_for_request(document).await else {
+            return;
+        };
+        let Ok(harness) = self.harness(document) else {
+            return;
+        };
+        let mut table = self.lock();
+        if table.turns.contains_key(&document) || table.renewing.contains(&holder.browser_login_id)
+        {
+            return;
+        }
+        let Some((url, answers)) = table.answers.remove(&document) else {
+            return;
+        };
+        let (from_login, _) = split_words(&answers[0]);
+        let words = answers.join("\n");
+        let request = PlannerRequest {
+            document,
+            document_url: url,
+            from_login,
+            text: answers
+                .iter()
+                .map(|w| split_words(w).1)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            focus: None,
+            follow_up: false,
+        };
+        tracing::info!(%document, answers = answers.len(), "a turn starts for answers to questions nothing waits on since a restart");
+        self.begin(&mut table, harness, request, holder, words);
     }
 
     /// Decides a person's message to the Planner (see the module docs). The attached link is
@@ -636,6 +700,8 @@ impl Turns {
             return;
         }
         self.finish(document);
+        // Answers that waited for this turn to end get the next one (HO-15).
+        self.start_answers(document).await;
     }
 }
 

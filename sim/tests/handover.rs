@@ -664,7 +664,11 @@ fn rt_12_a_resumable_link_that_drops_keeps_its_open_questions_a_plain_one_withdr
         c.world.advance(2_000).unwrap();
         let app = c.world.server_app().unwrap();
         if resumable {
-            assert_eq!(app.questions.waiting(), 1, "the question waits for the client");
+            assert_eq!(
+                app.questions.waiting(),
+                1,
+                "the question waits for the client"
+            );
             assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
             let source = block_on(async { app.open.open(doc).await.unwrap().source().await });
             assert!(
@@ -707,10 +711,15 @@ fn asked_two_and_dropped(c: &mut Cast) -> (Browser, String) {
     agent.send_text(&format!(
         r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
     ));
-    until(&mut c.world, 5_000, "both cards placed, the session kept", move |w| {
-        let app = w.server_app().unwrap();
-        app.turns.kept_session(doc).is_some() && decision_ids(w, doc).len() == 2
-    });
+    until(
+        &mut c.world,
+        5_000,
+        "both cards placed, the session kept",
+        move |w| {
+            let app = w.server_app().unwrap();
+            app.turns.kept_session(doc).is_some() && decision_ids(w, doc).len() == 2
+        },
+    );
     agent.script(TurnScript::new().drop_link());
     until(&mut c.world, 5_000, "held", move |w| {
         w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
@@ -869,7 +878,9 @@ fn ao_12_a_stop_that_withdraws_the_last_question_kept_ends_the_hold_and_the_grac
     room.send_json(serde_json::json!({ "type": "planner:stop" }));
     let r = room.clone();
     until(&mut c.world, 10_000, "stopped", move |_| {
-        r.heard().iter().any(|h| h.message["type"] == "planner:stopped")
+        r.heard()
+            .iter()
+            .any(|h| h.message["type"] == "planner:stopped")
     });
     // Both questions were all the hold kept: they are withdrawn and the grace period runs.
     assert!(decision_ids(&c.world, doc).is_empty());
@@ -962,7 +973,9 @@ fn atm_35_a_stop_pressed_while_the_link_is_away_is_held_and_sent_when_it_resumes
     room.send_json(serde_json::json!({ "type": "planner:stop" }));
     let r = room.clone();
     until(&mut c.world, 5_000, "stopped", move |_| {
-        r.heard().iter().any(|h| h.message["type"] == "planner:stopped")
+        r.heard()
+            .iter()
+            .any(|h| h.message["type"] == "planner:stopped")
     });
     // The Chat line recording the Stop says it is held.
     let lines = chat_texts(&room);
@@ -993,7 +1006,9 @@ fn atm_35_a_stop_sent_and_unanswered_when_the_link_dropped_is_held() {
     agent.script(TurnScript::new().drop_link());
     let r = room.clone();
     until(&mut c.world, 15_000, "stopped", move |_| {
-        r.heard().iter().any(|h| h.message["type"] == "planner:stopped")
+        r.heard()
+            .iter()
+            .any(|h| h.message["type"] == "planner:stopped")
     });
     let lines = chat_texts(&room);
     assert!(
@@ -1004,4 +1019,36 @@ fn atm_35_a_stop_sent_and_unanswered_when_the_link_dropped_is_held() {
     );
     assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
     stop_heard_after_resume(&mut c, &room, &session);
+}
+
+#[test]
+fn ho_15_an_answer_to_a_question_waited_on_before_a_restart_starts_a_turn_once_a_planner_is_attached(
+) {
+    let mut c = cast(43, Some(1));
+    let doc = c.doc;
+    let (_, session) = asked_two_and_dropped(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let room = join(&mut c.world, "mona-room-2", &c.mona_cookie.clone(), doc);
+    // Answered while no Planner is attached: taken, and nothing starts yet.
+    approve(&mut c.world, &room, doc, "Roll back?", "a-1");
+    c.world.advance(5_000).unwrap();
+    assert!(!c.world.server_app().unwrap().turns.is_running(doc));
+    // Once the client is back, a turn takes the answer, on the session it resumed.
+    let (back, resumed) = resume_all(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(resumed["inputs"], serde_json::json!([]));
+    let b = back.clone();
+    until(&mut c.world, 5_000, "a turn for the answer", move |_| {
+        !b.frames_of("turn").is_empty()
+    });
+    let turns = back.frames_of("turn");
+    assert_eq!(turns.len(), 1);
+    assert!(turns[0].1.contains("Roll back?"), "{}", turns[0].1);
+    assert!(
+        back.frames_of("start").is_empty(),
+        "the kept session {session} takes it"
+    );
+    // An answer to a question nothing ever waited on starts nothing: only the one taken once.
+    c.world.advance(5_000).unwrap();
+    assert_eq!(back.frames_of("turn").len(), 1);
 }

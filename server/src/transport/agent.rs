@@ -464,6 +464,13 @@ impl Link {
                 .await;
         }
         let link = bound.link;
+        {
+            // Answers that waited for a Planner to be attached get a turn now (HO-15).
+            let (turns, id) = (self.deps.turns.clone(), doc.id);
+            self.deps
+                .shutdown
+                .spawn(async move { turns.start_answers(id).await });
+        }
         let ended = self
             .attached(&doc, &live, bound, &check, &mut command_rx)
             .await;
