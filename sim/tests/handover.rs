@@ -1052,3 +1052,37 @@ fn ho_15_an_answer_to_a_question_waited_on_before_a_restart_starts_a_turn_once_a
     c.world.advance(5_000).unwrap();
     assert_eq!(back.frames_of("turn").len(), 1);
 }
+
+/// A deploy whose next process comes up `gap_ms` after the stop: how long after the cut's write
+/// the hold was rebuilt, and whether it got a window.
+fn deploy_after(gap_ms: u64) -> (i64, Option<u64>) {
+    let mut c = cast(44, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    let written_at = holds(&c.world)[0].written_at_ms;
+    c.world.advance(gap_ms).unwrap();
+    start(&mut c.world);
+    let (at, until) = rebuilt(&c.world, doc);
+    (SIM_EPOCH_MS + at as i64 - written_at, until)
+}
+
+#[test]
+fn ho_04_a_hold_rebuilt_one_hour_after_the_cut_gets_its_window_and_one_millisecond_later_none() {
+    const HOUR_MS: i64 = 3_600_000;
+    // The same deploy is deterministic: measure how long a start takes after the gap, then
+    // come up so that the rebuild lands exactly on the hour, and 1 ms past it.
+    let probe_gap = 1_000;
+    let (probe, _) = deploy_after(probe_gap as u64);
+    let startup = probe - probe_gap;
+    let on_the_hour = (HOUR_MS - startup) as u64;
+    let (after, window) = deploy_after(on_the_hour);
+    assert_eq!(after, HOUR_MS, "rebuilt exactly an hour after the write");
+    assert!(
+        window.is_some(),
+        "HO-04: at the hour, the window is still given"
+    );
+    let (after, window) = deploy_after(on_the_hour + 1);
+    assert_eq!(after, HOUR_MS + 1);
+    assert_eq!(window, None, "HO-04: past the hour, no window");
+}
