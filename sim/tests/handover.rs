@@ -14,7 +14,7 @@ use chopin_protocol::agent::TurnStatus;
 use chopin_server::observe::PlannerEvent;
 use chopin_server::planner::PresenceState;
 use chopin_server::store::instrumented::Hold;
-use chopin_server::store::{HoldStore, LinkHold, OwnershipStore};
+use chopin_server::store::{HoldStore, LinkHold, OwnershipStore, SignInStore};
 use chopin_sim::cast::{block_on, cast, cast_with, Cast};
 use chopin_sim::clock::SIM_EPOCH_MS;
 use chopin_sim::WorldOptions;
@@ -900,22 +900,12 @@ fn ao_12_a_reset_withdraws_the_questions_a_disconnected_hold_kept() {
     let doc = c.doc;
     let (_room, _) = asked_two_and_dropped(&mut c);
     // A writer resets the Planner over HTTP.
-    let token = c.lisa.clone();
-    c.world
-        .run_client("reset", async move {
-            let request = http::Request::post(format!(
-                "{}/api/documents/{doc}/planner/reset",
-                chopin_sim::SERVER_ORIGIN
-            ))
-            .header("authorization", format!("Bearer {token}"))
-            .body(axum::body::Bytes::new())?;
-            let response =
-                chopin_server::runtime::connector::send(&chopin_sim::TurmoilConnector, request)
-                    .await?;
-            assert_eq!(response.status.as_u16(), 200);
-            Ok(())
-        })
-        .unwrap();
+    post_as(
+        &mut c.world,
+        &c.lisa.clone(),
+        &format!("/api/documents/{doc}/planner/reset"),
+        "",
+    );
     until(&mut c.world, 5_000, "withdrawn", move |w| {
         decision_ids(w, doc).is_empty()
     });
@@ -1085,4 +1075,81 @@ fn ho_04_a_hold_rebuilt_one_hour_after_the_cut_gets_its_window_and_one_milliseco
     let (after, window) = deploy_after(on_the_hour + 1);
     assert_eq!(after, HOUR_MS + 1);
     assert_eq!(window, None, "HO-04: past the hour, no window");
+}
+
+/// A `POST` to the server with `token`'s bearer; it must answer 200.
+fn post_as(world: &mut World, token: &str, path: &str, body: &str) {
+    let (token, path, body) = (token.to_owned(), path.to_owned(), body.to_owned());
+    world
+        .run_client("http", async move {
+            let request = http::Request::post(format!("{}{path}", chopin_sim::SERVER_ORIGIN))
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(axum::body::Bytes::from(body))?;
+            let response =
+                chopin_server::runtime::connector::send(&chopin_sim::TurmoilConnector, request)
+                    .await?;
+            assert_eq!(response.status.as_u16(), 200, "{path}");
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn ao_12_archiving_the_document_ends_a_disconnected_hold_and_withdraws_its_questions() {
+    let mut c = cast(45, Some(1));
+    let doc = c.doc;
+    let (_room, _) = asked_two_and_dropped(&mut c);
+    post_as(
+        &mut c.world,
+        &c.lisa.clone(),
+        &format!("/api/documents/{doc}/archive"),
+        r#"{"archived": true}"#,
+    );
+    until(&mut c.world, 5_000, "the hold ends", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::None
+    });
+    until(&mut c.world, 5_000, "withdrawn", move |w| {
+        w.server_app().unwrap().questions.waiting() == 0
+    });
+    assert!(holds(&c.world).is_empty());
+    assert_eq!(
+        block_on(c.world.store().ownership(doc)).unwrap().holder,
+        None
+    );
+}
+
+#[test]
+fn ao_12_the_owner_login_expiring_ends_a_disconnected_hold_at_that_millisecond() {
+    let configure: chopin_sim::Configure = Arc::new(|c| c.session_max_age_ms = 600_000);
+    let options = WorldOptions {
+        fixed_latency_ms: Some(1),
+        configure: Some(configure),
+        ..WorldOptions::default()
+    };
+    let mut c = cast_with(46, options);
+    let doc = c.doc;
+    asked_two_and_dropped(&mut c);
+    let app = c.world.server_app().unwrap();
+    let account = block_on(c.world.store().account_by_login("mona"))
+        .unwrap()
+        .unwrap();
+    let now = SIM_EPOCH_MS + c.world.now_ms() as i64;
+    let expires = (app
+        .sign_ins
+        .live_login_of(account.id, now)
+        .unwrap()
+        .expires_at_ms
+        - SIM_EPOCH_MS) as u64;
+    // 1 ms before the expiry the hold stands, with nothing withdrawn.
+    c.world.advance(expires - 1 - c.world.now_ms()).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    assert_eq!(app.questions.waiting(), 2);
+    // Just past it (the expiry timer's own millisecond tick), the hold is gone.
+    c.world.advance(2).unwrap();
+    assert_eq!(presence(&c.world, doc), (PresenceState::None, None));
+    until(&mut c.world, 5_000, "withdrawn", move |w| {
+        w.server_app().unwrap().questions.waiting() == 0
+    });
+    assert!(holds(&c.world).is_empty());
 }
