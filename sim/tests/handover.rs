@@ -200,7 +200,8 @@ fn ho_02_ho_17_the_cut_writes_the_hold_with_its_window_then_gives_the_lease_back
 }
 
 #[test]
-fn ho_03_ho_13_the_window_counts_from_the_rebuild_and_ends_disconnected_at_its_millisecond() {
+fn ho_03_ho_07_ho_13_the_window_counts_from_the_rebuild_shown_attached_and_ends_disconnected_at_its_millisecond(
+) {
     let mut c = cast(22, Some(1));
     let doc = c.doc;
     attached_with_a_kept_session(&mut c);
