@@ -79,21 +79,54 @@ async fn client(server: &Server, token: &str) -> AgentClient {
         .unwrap()
 }
 
+/// The binary over `backend`, hosted against the fake GitHub at `github_url`, with a short
+/// hand-over window.
+fn launch_on(backend: &Backend, github_url: &str) -> Launch {
+    match backend {
+        Backend::Sqlite(home) => {
+            Launch::hosted(github_url).env("HOME", home.path().to_string_lossy())
+        }
+        Backend::Postgres(db) => Launch::hosted(github_url)
+            .env("DATABASE_URL", db.url.clone())
+            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
+    }
+    .env("HANDOVER_PLANNER_WINDOW_MS", WINDOW_MS.to_string())
+}
+
+/// mona says `text` in the room; the attached client answers the session's `start`. The
+/// session and turn ids.
+async fn start_turn(
+    agent: &mut AgentClient,
+    tab: &mut BrowserSocket,
+    text: &str,
+) -> (String, String) {
+    tab.send_json(&json!({ "type": "chat:send", "requestId": "r-1", "text": text }))
+        .await
+        .unwrap();
+    let session = match message(agent).await {
+        ServerMessage::Start(s) => s.session_id,
+        other => panic!("expected start, got {other:?}"),
+    };
+    agent
+        .send(&ClientMessage::Started(Started {
+            session_id: session.clone(),
+        }))
+        .await
+        .unwrap();
+    let turn = match message(agent).await {
+        ServerMessage::Turn(t) => t.turn_id,
+        other => panic!("expected turn, got {other:?}"),
+    };
+    (session, turn)
+}
+
 async fn deploy(backend: Backend, return_after_window: bool) {
     let github = FakeGitHub::new();
     github.add_user("mona", 1001).add_repo("octo", "plans");
     github.grant("octo", "plans", "mona", Permission::Write);
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
-    let launch = match &backend {
-        Backend::Sqlite(home) => {
-            Launch::hosted(&github_url).env("HOME", home.path().to_string_lossy())
-        }
-        Backend::Postgres(db) => Launch::hosted(&github_url)
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    }
-    .env("HANDOVER_PLANNER_WINDOW_MS", WINDOW_MS.to_string());
+    let launch = launch_on(&backend, &github_url);
     let server = launch.start().await;
     let launch = launch.at(&server);
     let cookie = sign_in(&server, &github, "mona").await;
@@ -109,25 +142,7 @@ async fn deploy(backend: Backend, return_after_window: bool) {
     assert!(attached.kept.is_empty());
     let generation = attached.generation;
     let mut tab = room(&server, &id, &cookie).await;
-    tab.send_json(
-        &json!({ "type": "chat:send", "requestId": "r-1", "text": "@chopin roll it out" }),
-    )
-    .await
-    .unwrap();
-    let session = match message(&mut agent).await {
-        ServerMessage::Start(s) => s.session_id,
-        other => panic!("expected start, got {other:?}"),
-    };
-    agent
-        .send(&ClientMessage::Started(Started {
-            session_id: session.clone(),
-        }))
-        .await
-        .unwrap();
-    let turn = match message(&mut agent).await {
-        ServerMessage::Turn(t) => t.turn_id,
-        other => panic!("expected turn, got {other:?}"),
-    };
+    let (session, turn) = start_turn(&mut agent, &mut tab, "@chopin roll it out").await;
     agent
         .send(&ClientMessage::Runs(Runs {
             session_id: session.clone(),
@@ -275,14 +290,7 @@ async fn owed_answer_across_a_restart(backend: Backend) {
     github.grant("octo", "plans", "mona", Permission::Write);
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
-    let launch = match &backend {
-        Backend::Sqlite(home) => {
-            Launch::hosted(&github_url).env("HOME", home.path().to_string_lossy())
-        }
-        Backend::Postgres(db) => Launch::hosted(&github_url)
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    };
+    let launch = launch_on(&backend, &github_url);
     let server = launch.start().await;
     let launch = launch.at(&server);
     let cookie = sign_in(&server, &github, "mona").await;
@@ -292,23 +300,7 @@ async fn owed_answer_across_a_restart(backend: Backend) {
     let mut agent = client(&server, &mona).await;
     agent.attach(&id, &["resumable-sessions"]).await.unwrap();
     let mut tab = room(&server, &id, &cookie).await;
-    tab.send_json(&json!({ "type": "chat:send", "requestId": "r-1", "text": "@chopin ask me" }))
-        .await
-        .unwrap();
-    let session = match message(&mut agent).await {
-        ServerMessage::Start(s) => s.session_id,
-        other => panic!("expected start, got {other:?}"),
-    };
-    agent
-        .send(&ClientMessage::Started(Started {
-            session_id: session.clone(),
-        }))
-        .await
-        .unwrap();
-    let turn = match message(&mut agent).await {
-        ServerMessage::Turn(t) => t.turn_id,
-        other => panic!("expected turn, got {other:?}"),
-    };
+    let (session, turn) = start_turn(&mut agent, &mut tab, "@chopin ask me").await;
     agent
         .send(&ClientMessage::InputRequest(InputRequest {
             session_id: session.clone(),

@@ -827,19 +827,10 @@ impl Planners {
         let until_ms = self.clock.now_ms() + grace_ms as i64;
         let timer = table.id();
         let planners = self.clone();
-        let stopping = self.shutdown.stopping();
-        let task = self
-            .shutdown
-            .spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(std::time::Duration::from_millis(grace_ms)) => {
-                        planners.grace_ended(doc, timer).await;
-                    }
-                    // A stopping process releases nothing: the next one decides.
-                    () = stopping => {}
-                }
-            })
-            .abort_handle();
+        let task = self.after(
+            grace_ms,
+            async move { planners.grace_ended(doc, timer).await },
+        );
         tracing::info!(document = %doc, login = %holder.login, how, until_ms, "Planner link ended; grace period started");
         self.emit(PlannerEvent::GraceStarted {
             document: doc,
@@ -1411,23 +1402,33 @@ impl Planners {
         Ok(rebuilt)
     }
 
+    /// Runs `then` `ms` from now on the shutdown tracker, unless the process starts stopping
+    /// first: a stopping process releases and disconnects nothing; the next one decides.
+    fn after(
+        &self,
+        ms: u64,
+        then: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::AbortHandle {
+        let stopping = self.shutdown.stopping();
+        self.shutdown
+            .spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(std::time::Duration::from_millis(ms)) => then.await,
+                    () = stopping => {}
+                }
+            })
+            .abort_handle()
+    }
+
     /// A hand-over window of `window_ms` for `doc`, from now.
     fn start_window(self: &Arc<Self>, doc: Uuid, window_ms: u64) -> Window {
         let timer = self.lock().id();
         let until_ms = self.clock.now_ms().saturating_add(window_ms as i64);
         let planners = self.clone();
-        let stopping = self.shutdown.stopping();
-        let task = self
-            .shutdown
-            .spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(std::time::Duration::from_millis(window_ms)) => {
-                        planners.window_ended(doc, timer).await;
-                    }
-                    () = stopping => {}
-                }
-            })
-            .abort_handle();
+        let task = self.after(
+            window_ms,
+            async move { planners.window_ended(doc, timer).await },
+        );
         Window {
             until_ms,
             timer,

@@ -63,6 +63,25 @@ pub struct Focus {
 impl PlannerRequest {
     /// The message as the Planner reads it: `@login: text`, after a line naming the child
     /// document it came from when it has a focus.
+    /// A request for what several people said (`@login: text` each), from the first of them,
+    /// and the words a turn is given for it.
+    fn of_words(document: Uuid, document_url: String, said: &[String]) -> (Self, String) {
+        let from_login = said.first().map(|w| split_words(w).0).unwrap_or_default();
+        let request = PlannerRequest {
+            document,
+            document_url,
+            from_login,
+            text: said
+                .iter()
+                .map(|w| split_words(w).1)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            focus: None,
+            follow_up: false,
+        };
+        (request, said.join("\n"))
+    }
+
     fn words(&self) -> String {
         let said = if self.follow_up {
             format!(
@@ -415,20 +434,7 @@ impl Turns {
         let Some((url, answers)) = table.answers.remove(&document) else {
             return;
         };
-        let (from_login, _) = split_words(&answers[0]);
-        let words = answers.join("\n");
-        let request = PlannerRequest {
-            document,
-            document_url: url,
-            from_login,
-            text: answers
-                .iter()
-                .map(|w| split_words(w).1)
-                .collect::<Vec<_>>()
-                .join("\n"),
-            focus: None,
-            follow_up: false,
-        };
+        let (request, words) = PlannerRequest::of_words(document, url, &answers);
         tracing::info!(%document, answers = answers.len(), "a turn starts for answers to questions nothing waits on since a restart");
         self.begin(&mut table, harness, request, holder, words);
     }
@@ -548,7 +554,6 @@ impl Turns {
         unread: Vec<String>,
     ) -> bool {
         let d = &self.deps;
-        let first = unread.first().map(|w| split_words(w)).unwrap_or_default();
         let started = if d.shutdown.is_stopping() {
             None
         } else {
@@ -561,19 +566,8 @@ impl Turns {
             }
         };
         if let Some((holder, harness)) = started {
-            let request = PlannerRequest {
-                document,
-                document_url: document_url.to_owned(),
-                from_login: first.0,
-                text: unread
-                    .iter()
-                    .map(|w| split_words(w).1)
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                focus: None,
-                follow_up: false,
-            };
-            let words = unread.join("\n");
+            let (request, words) =
+                PlannerRequest::of_words(document, document_url.to_owned(), &unread);
             tracing::info!(document = %document, messages = unread.len(), "a turn starts for messages the ended turn did not read");
             let mut table = self.lock();
             self.begin(&mut table, harness, request, holder, words);

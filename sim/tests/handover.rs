@@ -621,46 +621,12 @@ fn rt_12_a_resumable_link_that_drops_keeps_its_open_questions_a_plain_one_withdr
     for (seed, resumable) in [(35, true), (36, false)] {
         let mut c = cast(seed, Some(1));
         let doc = c.doc;
-        let agent = connect(&mut c.world, "mona-1", &c.mona.clone());
         let features: &[&str] = if resumable {
             &["resumable-sessions"]
         } else {
             &[]
         };
-        agent.attach_with_features(&doc.to_string(), features);
-        let a = agent.clone();
-        until(&mut c.world, 5_000, "attached", move |_| {
-            a.answer().is_some()
-        });
-        agent.script(TurnScript::new().started().await_turn());
-        let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
-        room.send_chat("go", "@chopin ask us");
-        let a = agent.clone();
-        until(&mut c.world, 5_000, "turn", move |_| {
-            !a.frames_of("turn").is_empty()
-        });
-        let session = agent.frames_of("start")[0].1.clone();
-        let turn = agent.frames_of("turn")[0]
-            .1
-            .split(' ')
-            .next()
-            .unwrap()
-            .to_owned();
-        agent.send_text(&format!(
-            r#"{{"type":"input-request","sessionId":"{session}","requestId":"q-1","turnId":"{turn}","input":{{"kind":"confirm","title":"Ship it?"}}}}"#
-        ));
-        agent.send_text(&format!(
-            r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
-        ));
-        until(
-            &mut c.world,
-            5_000,
-            "the card is placed and the session kept",
-            move |w| {
-                let app = w.server_app().unwrap();
-                app.turns.kept_session(doc).is_some() && app.questions.waiting() == 1
-            },
-        );
+        let (agent, _, _) = asking(&mut c, features, &[("q-1", "Ship it?")]);
         agent.script(TurnScript::new().drop_link());
         c.world.advance(2_000).unwrap();
         let app = c.world.server_app().unwrap();
@@ -689,7 +655,26 @@ fn rt_12_a_resumable_link_that_drops_keeps_its_open_questions_a_plain_one_withdr
 /// disconnected with both questions waiting. The room, and the session id.
 fn asked_two_and_dropped(c: &mut Cast) -> (Browser, String) {
     let doc = c.doc;
-    let agent = attach(&mut c.world, "mona-1", &c.mona.clone(), doc);
+    let questions = [("q-1", "Ship it?"), ("q-2", "Roll back?")];
+    let (agent, room, session) = asking(c, &["resumable-sessions"], &questions);
+    agent.script(TurnScript::new().drop_link());
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    (room, session)
+}
+
+/// mona's client attaches offering `features`, asks `questions` (request id, confirmation
+/// title) in a turn and ends the turn, the session kept for them once their cards are placed.
+/// The client, mona's room and the session id.
+fn asking(c: &mut Cast, features: &[&str], questions: &[(&str, &str)]) -> (Agent, Browser, String) {
+    let doc = c.doc;
+    let agent = connect(&mut c.world, "mona-1", &c.mona.clone());
+    agent.attach_with_features(&doc.to_string(), features);
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "attached", move |_| {
+        a.answer().is_some()
+    });
     agent.script(TurnScript::new().started().await_turn());
     let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
     room.send_chat("go", "@chopin ask us");
@@ -704,7 +689,7 @@ fn asked_two_and_dropped(c: &mut Cast) -> (Browser, String) {
         .next()
         .unwrap()
         .to_owned();
-    for (id, title) in [("q-1", "Ship it?"), ("q-2", "Roll back?")] {
+    for (id, title) in questions {
         agent.send_text(&format!(
             r#"{{"type":"input-request","sessionId":"{session}","requestId":"{id}","turnId":"{turn}","input":{{"kind":"confirm","title":"{title}"}}}}"#
         ));
@@ -712,20 +697,17 @@ fn asked_two_and_dropped(c: &mut Cast) -> (Browser, String) {
     agent.send_text(&format!(
         r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
     ));
+    let count = questions.len();
     until(
         &mut c.world,
         5_000,
-        "both cards placed, the session kept",
+        "the cards placed, the session kept",
         move |w| {
             let app = w.server_app().unwrap();
-            app.turns.kept_session(doc).is_some() && decision_ids(w, doc).len() == 2
+            app.turns.kept_session(doc).is_some() && decision_ids(w, doc).len() == count
         },
     );
-    agent.script(TurnScript::new().drop_link());
-    until(&mut c.world, 5_000, "held", move |w| {
-        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
-    });
-    (room, session)
+    (agent, room, session)
 }
 
 /// The document's Decisions: (id, title, open).
