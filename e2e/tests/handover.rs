@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use chopin_e2e::{sign_in, Launch, Server};
+use chopin_e2e::{sign_in, Backend, Launch, Server};
 use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_fixtures::github::{FakeGitHub, Permission};
@@ -21,11 +21,6 @@ use serde_json::{json, Value};
 
 /// A short window, so the test can outwait it.
 const WINDOW_MS: u64 = 3_000;
-
-enum Backend {
-    Sqlite(tempfile::TempDir),
-    Postgres(chopin_fixtures::pg::TestDatabase),
-}
 
 async fn next(client: &mut AgentClient) -> Event {
     tokio::time::timeout(Duration::from_secs(15), client.recv())
@@ -82,15 +77,9 @@ async fn client(server: &Server, token: &str) -> AgentClient {
 /// The binary over `backend`, hosted against the fake GitHub at `github_url`, with a short
 /// hand-over window.
 fn launch_on(backend: &Backend, github_url: &str) -> Launch {
-    match backend {
-        Backend::Sqlite(home) => {
-            Launch::hosted(github_url).env("HOME", home.path().to_string_lossy())
-        }
-        Backend::Postgres(db) => Launch::hosted(github_url)
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    }
-    .env("HANDOVER_PLANNER_WINDOW_MS", WINDOW_MS.to_string())
+    Launch::hosted(github_url)
+        .on(backend)
+        .env("HANDOVER_PLANNER_WINDOW_MS", WINDOW_MS.to_string())
 }
 
 /// mona says `text` in the room; the attached client answers the session's `start`. The

@@ -4,15 +4,10 @@
 //! refusals before any MCP message. `AGENT=off` does not turn `/mcp` off (SES-30). And a client
 //! nobody on the team wrote — the official TypeScript SDK's — does the same from the docs alone.
 
-use chopin_e2e::{node_script, Launch, Server};
+use chopin_e2e::{node_script, Backend, Launch, Server};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use chopin_fixtures::mcp::{call, connect, ok, refusal, text, Client, DOCUMENT_TOOLS};
 use serde_json::{json, Value};
-
-enum Backend {
-    Sqlite(tempfile::TempDir),
-    Postgres(chopin_fixtures::pg::TestDatabase),
-}
 
 struct Fixture {
     server: Server,
@@ -43,12 +38,7 @@ async fn start(backend: Backend) -> Fixture {
         // eve is verified by GitHub but not admitted here; the Planner is off altogether.
         .env("GITHUB_ALLOWED_USERS", "mona,hubot")
         .env("AGENT", "off");
-    let launch = match &backend {
-        Backend::Sqlite(home) => launch.env("HOME", home.path().to_string_lossy()),
-        Backend::Postgres(db) => launch
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    };
+    let launch = launch.on(&backend);
     Fixture {
         server: launch.start().await,
         mona,
