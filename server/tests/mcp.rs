@@ -730,3 +730,111 @@ async fn own_25_the_eleventh_follow_up_in_an_hour_is_refused_rate_limited() {
     .await);
     assert_eq!(took["status"], "started");
 }
+
+// create_document's brief: kept with the document and shown by read_document, its text in a
+// "Brief:" section and whole in structuredContent.brief (READ-19).
+#[tokio::test]
+async fn create_document_keeps_its_brief_and_read_document_shows_it() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let brief = "Plan the harbour survey: which quay first, and who signs off.";
+    let created = ok(call(
+        &mona,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Survey", "source": "# Survey\n", "brief": brief}),
+    )
+    .await);
+    let id = created["id"].as_str().unwrap().to_owned();
+    let read = call(&mona, "read_document", json!({"document": id})).await;
+    let page = text(&read);
+    assert!(page.contains(&format!("Brief:\n{brief}\n")), "{page}");
+    let view = ok(read);
+    assert_eq!(view["brief"], brief);
+    let without = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(
+        without.get("brief"),
+        None,
+        "a document made without a brief has none"
+    );
+}
+
+// The brief's bound (ours, 64 KiB of UTF-8): one byte more is refused `too-long` and nothing is
+// created; at the bound it is kept whole.
+#[tokio::test]
+async fn create_document_takes_a_brief_of_64_kib_and_refuses_one_byte_more_creating_nothing() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let over = "b".repeat(64 * 1024 + 1);
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "create_document",
+            json!({"repository": "octo/plans", "title": "Too much", "brief": over}),
+        )
+        .await,
+    );
+    assert_eq!(code, "too-long");
+    assert!(
+        body["message"].as_str().unwrap().contains("65536 bytes"),
+        "{body}"
+    );
+    let listed = ok(call(&mona, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(
+        listed["documents"].as_array().unwrap().len(),
+        1,
+        "nothing created"
+    );
+
+    let at_bound = "b".repeat(64 * 1024);
+    let created = ok(call(
+        &mona,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Just enough", "brief": at_bound}),
+    )
+    .await);
+    let view = ok(call(&mona, "read_document", json!({"document": created["id"]})).await);
+    assert_eq!(view["brief"].as_str().unwrap().len(), 64 * 1024);
+}
+
+/// `POST path` on the server's HTTP API with `token` as the bearer: the status and JSON body.
+async fn post_api(s: &Served, path: &str, token: &str, body: Value) -> (u16, Value) {
+    let request = http::Request::post(format!("http://{}{path}", s.host))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Bytes::from(body.to_string()))
+        .unwrap();
+    let answer = connector::send(&TcpConnector, request).await.unwrap();
+    (
+        answer.status.as_u16(),
+        serde_json::from_slice(&answer.body).unwrap(),
+    )
+}
+
+// OWN-23's creator is recorded wherever a person creates a document, not only over MCP: the
+// browser's create route and its create-a-child route keep their caller as the creator.
+#[tokio::test]
+async fn own_23_documents_and_children_created_over_http_record_their_creator() {
+    let s = served().await;
+    let (status, created) = post_api(
+        &s,
+        "/api/repositories/octo/plans/documents",
+        &s.mona,
+        json!({"title": "Survey"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id: uuid::Uuid = created["id"].as_str().unwrap().parse().unwrap();
+    let (status, child) = post_api(
+        &s,
+        &format!("/api/documents/{id}/children"),
+        &s.mona,
+        json!({"title": "Quay"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{child}");
+    let child: uuid::Uuid = child["id"].as_str().unwrap().parse().unwrap();
+    for made in [id, child] {
+        let creator = s.store.document(made).await.unwrap().unwrap().creator;
+        assert_eq!(creator.map(|c| c.login), Some("mona".to_owned()));
+    }
+}
