@@ -50,6 +50,7 @@ use crate::error::ApiError;
 use crate::identity::github::RepoAccess;
 use crate::runtime::{SharedEntropy, Shutdown};
 use crate::store::Document;
+use crate::turns::FollowUp;
 
 /// The path MCP is served at.
 pub const MCP_PATH: &str = "/mcp";
@@ -538,7 +539,14 @@ impl Tools {
                     };
                     match args.as_ {
                         Some(InvokeAs::System) => {
-                            self.deps.chat.follow_up(&place, &sender, request).await
+                            let from = FollowUp {
+                                from_account: caller.account_id,
+                                creator: doc.creator.clone(),
+                            };
+                            self.deps
+                                .chat
+                                .follow_up(&place, &sender, from, request)
+                                .await
                         }
                         None => self.deps.chat.invoke(&place, &sender, request).await,
                     }
@@ -670,7 +678,7 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "create_document",
-            "Creates a document in a repository you can push to, optionally with its first Markdown source and a brief.",
+            "Creates a document in a repository you can push to, optionally with its first Markdown source and a brief. You are recorded as its creator.",
             schema(json!({
                 "type": "object",
                 "properties": {
@@ -722,7 +730,7 @@ fn tools() -> Vec<Tool> {
                     "document": locator,
                     "instruction": { "type": "string", "minLength": 1, "description": "What the Planner should do; at most 64 KiB of UTF-8." },
                     "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Send the same key again to retry without posting twice." },
-                    "as": { "type": "string", "enum": ["system"], "description": "\"system\": an automatic follow-up, not a message: Chat shows only a notice naming you, the instruction goes to the Planner alone. Only the account holding the document's Planner may send one, it needs the Planner idle (planner-busy otherwise), and a document takes at most 10 an hour (rate-limited)." },
+                    "as": { "type": "string", "enum": ["system"], "description": "\"system\": an automatic follow-up, not a message: Chat shows only a notice naming you, the instruction goes to the Planner alone. Only the document's creator or the account holding its Planner may send one, it needs the Planner idle (planner-busy otherwise), and a document takes at most 10 an hour (rate-limited)." },
                 },
                 "required": ["document", "instruction"],
                 "additionalProperties": false,
