@@ -1,6 +1,6 @@
 //! `/mcp` on the spawned `chopin` binary, on SQLite and on PostgreSQL, through rmcp's own
 //! Streamable HTTP client configured only as docs/mcp.md says (the URL and a bearer token): the
-//! tool list, create, read, update, the refusals a tool answers with a `code`, and the HTTP
+//! tool list, create (with a brief, read back), read, update, the refusals a tool answers with a `code`, and the HTTP
 //! refusals before any MCP message. `AGENT=off` does not turn `/mcp` off (SES-30). And a client
 //! nobody on the team wrote — the official TypeScript SDK's — does the same from the docs alone.
 
@@ -87,7 +87,8 @@ async fn every_tool_and_refusal(f: &Fixture) {
     let created = ok(call(
         &mona,
         "create_document",
-        json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nDraft.\n"}),
+        json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nDraft.\n",
+               "brief": "Which quay to survey first, and why."}),
     )
     .await);
     let url = created["url"].as_str().unwrap().to_owned();
@@ -101,7 +102,13 @@ async fn every_tool_and_refusal(f: &Fixture) {
     .await;
     let page = text(&read);
     assert!(page.contains("Draft."), "{page}");
+    // The brief was kept by this backend and comes back with the document.
+    assert!(
+        page.contains("Brief:\nWhich quay to survey first, and why.\n"),
+        "{page}"
+    );
     let view = ok(read);
+    assert_eq!(view["brief"], "Which quay to survey first, and why.");
     let revision = view["revision"].as_u64().unwrap();
 
     let update = json!({"document": url, "planRevision": revision,

@@ -32,7 +32,7 @@ use crate::questions::Questions;
 use crate::repository::{self, Bound, RepositoryTools};
 use crate::runs::Runs;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
-use crate::store::{DocumentStore, Holder, OwnerGuard, OwnershipStore};
+use crate::store::{Creator, DocumentStore, Holder, OwnerGuard, OwnershipStore};
 use crate::transcript::{Transcript, TurnSink, MESSAGE_MAX_CHARS};
 
 /// A person's message to the Planner.
@@ -47,9 +47,42 @@ pub struct PlannerRequest {
     /// Sent from a child document's room (ISO-25): the child, the focus of the message.
     pub focus: Option<Focus>,
     /// An automatic follow-up (MCP `invoke_planner` with `as: "system"`, OWN-22): it needs a
-    /// turn of its own (refused `planner-busy` while one runs, MSG-21) and only the account
-    /// holding the Planner may send one (OWN-23).
-    pub follow_up: bool,
+    /// turn of its own (refused `planner-busy` while one runs, MSG-21) and only the document's
+    /// creator or the account holding the Planner may send one (OWN-23).
+    pub follow_up: Option<FollowUp>,
+}
+
+/// What decides who may send an automatic follow-up (OWN-23): the sender's account and the
+/// creator of the document the call names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowUp {
+    pub from_account: Uuid,
+    /// `None` for a document with no recorded creator: then only the holder may send one.
+    pub creator: Option<Creator>,
+}
+
+impl FollowUp {
+    /// Refused unless the sender created the document or holds its Planner, with words naming
+    /// who may.
+    fn check(&self, holder: &Holder) -> Result<(), Refused> {
+        let by_creator = self
+            .creator
+            .as_ref()
+            .is_some_and(|c| c.account_id == self.from_account);
+        if by_creator || holder.account_id == self.from_account {
+            return Ok(());
+        }
+        Err(Refused::NotAllowed(match &self.creator {
+            Some(creator) => format!(
+                "Only this document's creator (@{}) or the account holding its Planner (@{}) may send an automatic follow-up.",
+                creator.login, holder.login
+            ),
+            None => format!(
+                "Only the account holding this document's Planner (@{}) may send an automatic follow-up; no creator is recorded for this document.",
+                holder.login
+            ),
+        }))
+    }
 }
 
 /// The child document a message was sent from.
@@ -77,13 +110,13 @@ impl PlannerRequest {
                 .collect::<Vec<_>>()
                 .join("\n"),
             focus: None,
-            follow_up: false,
+            follow_up: None,
         };
         (request, said.join("\n"))
     }
 
     fn words(&self) -> String {
-        let said = if self.follow_up {
+        let said = if self.follow_up.is_some() {
             format!(
                 "(an automatic follow-up from @{})\n{}",
                 self.from_login, self.text
@@ -126,8 +159,8 @@ pub enum Refused {
     /// (`temporarily-unavailable`).
     #[error("{0}")]
     TemporarilyUnavailable(String),
-    /// An automatic follow-up from an account that does not hold the Planner (OWN-23,
-    /// `not-allowed`).
+    /// An automatic follow-up from an account that neither created the document nor holds its
+    /// Planner (OWN-23, `not-allowed`).
     #[error("{0}")]
     NotAllowed(String),
     /// `AGENT=off`: this server runs no Planner turns (SES-30, `planner-unavailable`).
@@ -456,11 +489,8 @@ impl Turns {
             .map_err(|not_attached| {
                 Refused::NotAttached(not_attached.words(&request.document_url))
             })?;
-        if request.follow_up && !holder.login.eq_ignore_ascii_case(&request.from_login) {
-            return Err(Refused::NotAllowed(format!(
-                "Only the account holding this document's Planner (@{}) may send an automatic follow-up.",
-                holder.login
-            )));
+        if let Some(follow_up) = &request.follow_up {
+            follow_up.check(&holder)?;
         }
         let harness = self.harness(request.document)?;
         let words = request.words();
@@ -470,7 +500,7 @@ impl Turns {
                 // The owner's credential is being renewed; its sessions were just ended.
                 return Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()));
             }
-            if table.turns.contains_key(&request.document) && request.follow_up {
+            if table.turns.contains_key(&request.document) && request.follow_up.is_some() {
                 // A follow-up needs a turn of its own (MSG-21).
                 return Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned()));
             }

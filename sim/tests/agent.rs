@@ -650,6 +650,7 @@ fn the_owner_login_expiring_closes_the_link_at_that_instant() {
         title: "Field notes".into(),
         created_at_ms: SIM_EPOCH_MS,
         parent_id: None,
+        ..NewDocument::default()
     }))
     .unwrap();
     world
@@ -756,6 +757,7 @@ fn iso_30_an_attach_naming_a_child_holds_its_roots_planner() {
         title: "Chapter one".into(),
         created_at_ms: SIM_EPOCH_MS,
         parent_id: Some(doc),
+        ..NewDocument::default()
     }))
     .unwrap();
     let (mona_agent, _) = attach(&mut world, "mona-1", &mona, child);
