@@ -153,6 +153,7 @@ pub async fn remote_subject() -> Result<Subject, SubjectError> {
             title: "Contract".into(),
             created_at_ms: 0,
             parent_id: None,
+            ..NewDocument::default()
         })
         .await
         .map_err(|e| setup("create the document")(e.to_string()))?;

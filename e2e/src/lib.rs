@@ -31,6 +31,13 @@ pub fn chopin_bin() -> PathBuf {
     bin
 }
 
+/// The database a test's server runs on: embedded SQLite under its own home folder, or a
+/// PostgreSQL database of its own.
+pub enum Backend {
+    Sqlite(tempfile::TempDir),
+    Postgres(chopin_fixtures::pg::TestDatabase),
+}
+
 /// How to start one `chopin` process. The environment starts empty (plus `PATH`), so nothing
 /// from the developer's shell leaks in.
 #[derive(Debug, Clone, Default)]
@@ -61,6 +68,17 @@ impl Launch {
                 "GITHUB_APP_CLIENT_SECRET",
                 chopin_fixtures::github::DEFAULT_CLIENT_SECRET,
             )
+    }
+
+    /// The same launch on `backend`: SQLite in its home folder, or its PostgreSQL database
+    /// (with a session key, which PostgreSQL needs).
+    pub fn on(self, backend: &Backend) -> Self {
+        match backend {
+            Backend::Sqlite(home) => self.env("HOME", home.path().to_string_lossy()),
+            Backend::Postgres(db) => self
+                .env("DATABASE_URL", db.url.clone())
+                .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
+        }
     }
 
     /// The same launch on `server`'s port and origin: for a restart that must keep them.

@@ -2,17 +2,11 @@
 //! PostgreSQL: every HTTP refusal before the upgrade, every refusal and close code after it, the
 //! 2 MiB frame limit, strict frames, and a browser sign-in through the (fake) GitHub OAuth flow.
 
-use chopin_e2e::{sign_in, Launch, Server};
+use chopin_e2e::{sign_in, Backend, Launch, Server};
 use chopin_fixtures::agent::{connect, AgentClient, ConnectError, Upgrade};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use chopin_protocol::agent::{ServerMessage, MAX_FRAME_BYTES};
 use serde_json::{json, Value};
-
-/// Where the server stores its data for one run.
-enum Backend {
-    Sqlite(tempfile::TempDir),
-    Postgres(chopin_fixtures::pg::TestDatabase),
-}
 
 struct Fixture {
     server: Server,
@@ -45,12 +39,7 @@ async fn start(backend: Backend) -> Fixture {
     let mut launch = Launch::hosted(&github_url)
         // eve is verified by GitHub but not admitted here.
         .env("GITHUB_ALLOWED_USERS", "mona,hubot");
-    launch = match &backend {
-        Backend::Sqlite(home) => launch.env("HOME", home.path().to_string_lossy()),
-        Backend::Postgres(db) => launch
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    };
+    launch = launch.on(&backend);
     let server = launch.start().await;
     // A restart keeps the port and origin (sealed sign-ins are bound to the origin).
     let launch = launch.at(&server);

@@ -5,15 +5,10 @@
 
 use std::time::Duration;
 
-use chopin_e2e::{sign_in, Launch, Server};
+use chopin_e2e::{sign_in, Backend, Launch, Server};
 use chopin_fixtures::browser::BrowserSocket;
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::{json, Value};
-
-enum Backend {
-    Sqlite(tempfile::TempDir),
-    Postgres(chopin_fixtures::pg::TestDatabase),
-}
 
 struct Room {
     host: String,
@@ -69,12 +64,7 @@ async fn whole_run(backend: Backend) {
     let token = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
     let mut launch = Launch::hosted(&github_url);
-    launch = match &backend {
-        Backend::Sqlite(home) => launch.env("HOME", home.path().to_string_lossy()),
-        Backend::Postgres(db) => launch
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    };
+    launch = launch.on(&backend);
     let server: Server = launch.start().await;
     // The restart below keeps the port and origin (sealed sign-ins are bound to the origin).
     let launch = launch.at(&server);

@@ -1,18 +1,13 @@
 //! `/mcp` on the spawned `chopin` binary, on SQLite and on PostgreSQL, through rmcp's own
 //! Streamable HTTP client configured only as docs/mcp.md says (the URL and a bearer token): the
-//! tool list, create, read, update, the refusals a tool answers with a `code`, and the HTTP
+//! tool list, create (with a brief, read back), read, update, the refusals a tool answers with a `code`, and the HTTP
 //! refusals before any MCP message. `AGENT=off` does not turn `/mcp` off (SES-30). And a client
 //! nobody on the team wrote — the official TypeScript SDK's — does the same from the docs alone.
 
-use chopin_e2e::{node_script, Launch, Server};
+use chopin_e2e::{node_script, Backend, Launch, Server};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 use chopin_fixtures::mcp::{call, connect, ok, refusal, text, Client, DOCUMENT_TOOLS};
 use serde_json::{json, Value};
-
-enum Backend {
-    Sqlite(tempfile::TempDir),
-    Postgres(chopin_fixtures::pg::TestDatabase),
-}
 
 struct Fixture {
     server: Server,
@@ -43,12 +38,7 @@ async fn start(backend: Backend) -> Fixture {
         // eve is verified by GitHub but not admitted here; the Planner is off altogether.
         .env("GITHUB_ALLOWED_USERS", "mona,hubot")
         .env("AGENT", "off");
-    let launch = match &backend {
-        Backend::Sqlite(home) => launch.env("HOME", home.path().to_string_lossy()),
-        Backend::Postgres(db) => launch
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    };
+    let launch = launch.on(&backend);
     Fixture {
         server: launch.start().await,
         mona,
@@ -97,7 +87,8 @@ async fn every_tool_and_refusal(f: &Fixture) {
     let created = ok(call(
         &mona,
         "create_document",
-        json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nDraft.\n"}),
+        json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nDraft.\n",
+               "brief": "Which quay to survey first, and why."}),
     )
     .await);
     let url = created["url"].as_str().unwrap().to_owned();
@@ -111,7 +102,13 @@ async fn every_tool_and_refusal(f: &Fixture) {
     .await;
     let page = text(&read);
     assert!(page.contains("Draft."), "{page}");
+    // The brief was kept by this backend and comes back with the document.
+    assert!(
+        page.contains("Brief:\nWhich quay to survey first, and why.\n"),
+        "{page}"
+    );
     let view = ok(read);
+    assert_eq!(view["brief"], "Which quay to survey first, and why.");
     let revision = view["revision"].as_u64().unwrap();
 
     let update = json!({"document": url, "planRevision": revision,

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use chopin_e2e::{sign_in, Launch, Server};
+use chopin_e2e::{sign_in, Backend, Launch, Server};
 use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_fixtures::github::{FakeGitHub, Permission};
@@ -16,11 +16,6 @@ use chopin_protocol::agent::{
     Runs, ServerMessage, Stage, StageStatus, Started,
 };
 use serde_json::{json, Value};
-
-enum Backend {
-    Sqlite(tempfile::TempDir),
-    Postgres(chopin_fixtures::pg::TestDatabase),
-}
 
 async fn next(client: &mut AgentClient) -> ServerMessage {
     match tokio::time::timeout(Duration::from_secs(15), client.recv())
@@ -65,14 +60,7 @@ async fn whole_run(backend: Backend) {
     github.grant("octo", "plans", "mona", Permission::Write);
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
-    let launch = match &backend {
-        Backend::Sqlite(home) => {
-            Launch::hosted(&github_url).env("HOME", home.path().to_string_lossy())
-        }
-        Backend::Postgres(db) => Launch::hosted(&github_url)
-            .env("DATABASE_URL", db.url.clone())
-            .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32)),
-    };
+    let launch = Launch::hosted(&github_url).on(&backend);
     let server = launch.start().await;
     let launch = launch.at(&server);
     let (host, origin) = (server.host(), server.origin());

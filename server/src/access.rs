@@ -27,7 +27,7 @@ use crate::identity::admission::{Admission, AdmissionError};
 use crate::identity::github::{GitHubError, RepoAccess};
 use crate::identity::sign_ins::{LiveLogin, SignIns};
 use crate::runtime::SharedClock;
-use crate::store::{Document, DocumentStore, SignInStore};
+use crate::store::{Creator, Document, DocumentStore, SignInStore};
 
 /// Who is calling: a browser login or a bearer token's account.
 pub struct Caller {
@@ -42,6 +42,14 @@ impl Caller {
     /// The GitHub token the caller's checks are asked with. Never log it.
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// The caller as the creator of a document it makes.
+    pub fn as_creator(&self) -> Creator {
+        Creator {
+            account_id: self.account_id,
+            login: self.login.clone(),
+        }
     }
 }
 

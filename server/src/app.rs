@@ -217,6 +217,7 @@ impl App {
             records: store.clone(),
             transcript: transcript.clone(),
             entropy: entropy.clone(),
+            links: planners.clone(),
         }));
         let runs = Arc::new(Runs::new(RunsDeps {
             store: store.clone(),
@@ -226,7 +227,24 @@ impl App {
             clock: clock.clone(),
             entropy: entropy.clone(),
         }));
-        planners.on_hold_ended(Arc::new(HoldRuns(runs.clone())));
+        {
+            // A hold ended by an explicit act takes back the questions its client left (AO-12),
+            // and the live runs its client reported are shown stopped, as a closed link's are
+            // (RT-11).
+            let questions = questions.clone();
+            let runs = runs.clone();
+            let tracker = shutdown.clone();
+            planners.on_hold_ended(Arc::new(move |doc, work, why| {
+                let questions = questions.clone();
+                let runs = runs.clone();
+                tracker.spawn(async move {
+                    if let Some(link) = work.link {
+                        questions.withdraw_kept(doc, link, &why).await;
+                    }
+                    runs.client_gone(doc, None).await;
+                });
+            }));
+        }
         let github_tools = Arc::new(GitHubTools::new(
             config.github_mcp_url.clone(),
             runtime.connector.clone(),
@@ -424,17 +442,6 @@ pub async fn start(
     start_observed(config, store, runtime, None).await
 }
 
-/// A hold ended by an explicit act: the live runs its client reported are shown stopped, as a
-/// closed link's are (RT-11).
-struct HoldRuns(Arc<Runs>);
-
-#[async_trait::async_trait]
-impl crate::planner::HoldEnded for HoldRuns {
-    async fn hold_ended(&self, doc: uuid::Uuid) {
-        self.0.client_gone(doc, None).await;
-    }
-}
-
 /// [`start`], with the Planner events of the startup itself (holds rebuilt) and everything
 /// after told to `observer` (the simulator's trace).
 pub async fn start_observed(
@@ -491,6 +498,12 @@ pub async fn start_observed(
         Ok(0) => {}
         Ok(rebuilt) => tracing::info!(rebuilt, "Planner holds rebuilt from storage"),
         Err(e) => tracing::error!(error = %e, "could not read the stored Planner holds"),
+    }
+    // Nothing in this process waits on the questions those holds' clients waited on (HO-15):
+    // an answer to one of their Decisions goes to a Planner turn instead.
+    for (doc, questions) in app.planners.held_questions() {
+        let cards: Vec<String> = questions.into_iter().flat_map(|q| q.cards).collect();
+        app.questions.not_waited_on(doc, &cards);
     }
     Ok(Running { app, keeper })
 }

@@ -31,7 +31,7 @@ use crate::runtime::SharedClock;
 use crate::store::{NewTranscriptEntry, UnixMillis};
 pub use crate::transcript::Malformed;
 use crate::transcript::Transcript;
-use crate::turns::{Accepted, Focus, PlannerRequest, Refused, Turns};
+use crate::turns::{Accepted, Focus, FollowUp, PlannerRequest, Refused, Turns};
 
 pub use crate::transcript::MESSAGE_MAX_CHARS;
 /// The longest request id a browser may give a send, in characters.
@@ -159,13 +159,13 @@ impl SendRequest {
 
 /// Whom a message is for: as its words say (`@chopin` addresses the Planner), or the Planner
 /// whatever they say (MCP `invoke_planner`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Addressed {
     AsWritten,
     ToPlanner,
     /// To the Planner alone, as an automatic follow-up: Chat shows a notice naming the sender
-    /// instead of the message (OWN-22).
-    FollowUp,
+    /// instead of the message (OWN-22); who may send one is the turns' to decide (OWN-23).
+    FollowUp(FollowUp),
 }
 
 /// Who sends, where.
@@ -390,15 +390,17 @@ impl Chat {
 
     /// MCP `invoke_planner` with `as: "system"`: an automatic follow-up (OWN-22). It goes to the
     /// Planner alone and Chat shows a notice naming the sender; it needs a turn of its own, only
-    /// the account holding the Planner may send one, and a document takes at most
-    /// [`FOLLOW_UPS_PER_HOUR`] in any rolling hour (OWN-25: `rate-limited`, nothing posted).
+    /// the document's creator or the account holding the Planner may send one (`from`, OWN-23),
+    /// and a document takes at most [`FOLLOW_UPS_PER_HOUR`] in any rolling hour (OWN-25:
+    /// `rate-limited`, nothing posted).
     pub async fn follow_up(
         &self,
         place: &Place,
         sender: &Sender,
+        from: FollowUp,
         request: SendRequest,
     ) -> SendReply {
-        self.deliver(place, sender, request, Addressed::FollowUp)
+        self.deliver(place, sender, request, Addressed::FollowUp(from))
             .await
     }
 
@@ -518,7 +520,7 @@ impl Chat {
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
         let held = self.transcript.gate(place.document).await;
-        let follow_up = addressed == Addressed::FollowUp;
+        let follow_up = matches!(addressed, Addressed::FollowUp(_));
         if follow_up
             && !self
                 .follow_ups_lock()
@@ -535,7 +537,10 @@ impl Chat {
                     from_login: sender.login.clone(),
                     text: request.text.clone(),
                     focus: place.focus.clone(),
-                    follow_up: addressed == Addressed::FollowUp,
+                    follow_up: match &addressed {
+                        Addressed::FollowUp(from) => Some(from.clone()),
+                        _ => None,
+                    },
                 })
                 .await;
             match asked {

@@ -29,14 +29,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use bytes::Bytes;
-use chopin_protocol::agent::{ErrorCode, RefusalReason};
+use chopin_protocol::agent::{ErrorCode, InputResult, RefusalReason};
 use serde::Serialize;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::config::Planted;
 use crate::harness::port::AgentLinks;
-pub use crate::harness::port::{LinkCommand, LinkHandle};
+pub use crate::harness::port::{HeldQuestion, HeldStop, KeptForClient, LinkCommand, LinkHandle};
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns, SignOutNotRecorded};
 use crate::observe::{Observer, PlannerEvent};
 use crate::runtime::fanout;
@@ -133,8 +133,9 @@ pub struct Bound {
     pub link: u64,
     pub generation: i64,
     pub closing: mpsc::Receiver<Closing>,
-    /// The sessions a hold of this account kept for its client (AO-19): `attached.kept`.
-    pub kept: Vec<String>,
+    /// What a hold of this account kept for its client (AO-19): its sessions are
+    /// `attached.kept`; its answers and Stops follow `resumed`.
+    pub kept: HeldWork,
 }
 
 /// How a link ended on its own.
@@ -146,12 +147,25 @@ pub enum LinkEnd {
     Dropped,
 }
 
-/// What a hold keeps for its client, as written in `planner_link_holds.held`. Sessions only so
-/// far: questions a client waited on are not waited on again after a restart (HO-15), and owed
-/// answers and unheard Stops are not kept yet.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+/// What a hold keeps for its client, as written in `planner_link_holds.held` (AO-18): the
+/// sessions the client holds, the questions it waits on, the answers it has not taken and the
+/// Stops it has not heard. A later process waits on none of the questions (HO-15): they are
+/// written for the record, and their Decisions stay open in the document.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct HeldWork {
     pub sessions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub questions: Vec<HeldQuestion>,
+    /// Answers owed to the client, each delivered once after `resumed` (HO-16).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub answers: Vec<InputResult>,
+    /// Stops it has not heard, sent after `resumed` (ATM-35).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stops: Vec<HeldStop>,
+    /// The link the work was kept from, in this process only: its questions are still filed
+    /// under it until the client resumes or the hold ends.
+    #[serde(skip)]
+    pub link: Option<u64>,
 }
 
 /// The longest a cut's hold may wait for its next process and still be given a hand-over
@@ -205,6 +219,9 @@ enum Slot {
         window: Option<Window>,
     },
 }
+
+/// Called when an explicit act ends a hold: the document, what the hold kept, and why.
+pub type HoldEnded = Arc<dyn Fn(Uuid, HeldWork, String) + Send + Sync>;
 
 /// A reattach that arrived within its account's grace period (see [`Planners::hold_grace`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -327,20 +344,14 @@ impl Table {
 /// Held only while some socket has yet to read them ([`fanout`]).
 const ROOM_BACKLOG: usize = 64;
 
-/// Told when a hold ends by an explicit act (a sign-out or expiry of its owner's login, a reset,
-/// an archive): its client's work is gone for good, so what it reported is shown ended (RT-11).
-#[async_trait::async_trait]
-pub trait HoldEnded: Send + Sync {
-    async fn hold_ended(&self, doc: Uuid);
-}
-
 /// The attachment table of this process.
 pub struct Planners {
     table: Arc<Mutex<Table>>,
     gates: Gates<Uuid>,
     observer: OnceLock<Arc<dyn Observer>>,
-    /// Told when a hold ends by an explicit act ([`Planners::on_hold_ended`]).
-    hold_ended: OnceLock<Arc<dyn HoldEnded>>,
+    /// Told when an explicit act ends a hold (AO-12), with what it kept and why it ended, so
+    /// the questions it kept are withdrawn.
+    hold_ended: OnceLock<HoldEnded>,
     store: Arc<dyn OwnershipStore>,
     clock: SharedClock,
     sign_ins: Arc<SignIns>,
@@ -356,7 +367,9 @@ pub struct Planners {
     planted: Planted,
 }
 
-/// The attached links, for the harness: the remote adapter reaches a document's client here.
+/// The attached links, for the harness: the remote adapter reaches a document's client here,
+/// and what is meant for a client that is away waits in its hold.
+#[async_trait::async_trait]
 impl AgentLinks for Planners {
     fn link_for(&self, document: Uuid) -> Option<LinkHandle> {
         Planners::link_for(self, document)
@@ -364,6 +377,52 @@ impl AgentLinks for Planners {
 
     fn disconnected(&self, document: Uuid) -> bool {
         self.presence(document).state == PresenceState::Disconnected
+    }
+
+    async fn keep_for_client(&self, document: Uuid, kept: KeptForClient) -> bool {
+        let _gate = self.gates.lock(document).await;
+        let row = {
+            let mut table = self.lock();
+            let Some(Slot::Held {
+                holder,
+                generation,
+                work,
+                written_at_ms,
+                ..
+            }) = table.slots.get_mut(&document)
+            else {
+                return false;
+            };
+            match kept {
+                KeptForClient::Answer(result) => {
+                    work.answers.retain(|a| a.request_id != result.request_id);
+                    work.answers.push(result);
+                }
+                // One Stop per run (or for every run) is enough to hold.
+                KeptForClient::Stop(stop) => {
+                    if !work.stops.iter().any(|s| s.run_id == stop.run_id) {
+                        work.stops.push(stop);
+                    }
+                }
+            }
+            LinkHold {
+                document_id: document,
+                account_id: holder.account_id,
+                login: holder.login.clone(),
+                browser_login_id: Some(holder.browser_login_id),
+                generation: *generation,
+                held: serde_json::to_string(&*work).unwrap_or_default(),
+                written_at_ms: *written_at_ms,
+                // A hold in this process has no window in its row any more (HO-05).
+                handover_until_ms: None,
+            }
+        };
+        if let Some(holds) = &self.holds {
+            if let Err(e) = holds.put_link_hold(&row).await {
+                tracing::error!(document = %document, error = %e, "could not store what a hold keeps for its client; it is kept in this process only");
+            }
+        }
+        true
     }
 }
 
@@ -401,13 +460,13 @@ impl Planners {
     }
 
     /// Sends every [`PlannerEvent`] to `observer` from now on (once per process).
-    pub fn observe(&self, observer: Arc<dyn Observer>) {
-        let _ = self.observer.set(observer);
+    /// What to do when an explicit act ends a hold (set once, by the composition root).
+    pub fn on_hold_ended(&self, ended: HoldEnded) {
+        let _ = self.hold_ended.set(ended);
     }
 
-    /// Tells `told` of every hold ended by an explicit act from now on (once per process).
-    pub fn on_hold_ended(&self, told: Arc<dyn HoldEnded>) {
-        let _ = self.hold_ended.set(told);
+    pub fn observe(&self, observer: Arc<dyn Observer>) {
+        let _ = self.observer.set(observer);
     }
 
     /// Tells the observer (the simulator's trace), if one is installed.
@@ -561,7 +620,7 @@ impl Planners {
             }
         };
         let (closer, closing) = mpsc::channel(1);
-        let mut kept_back: Option<(Vec<String>, UnixMillis)> = None;
+        let mut kept_back: Option<(HeldWork, UnixMillis)> = None;
         let bound = {
             let mut table = self.lock();
             let revoked = revocations.revoked(&table);
@@ -585,7 +644,7 @@ impl Planners {
                             w.task.abort();
                             let _ = w.ended.send(true);
                         }
-                        taken = Some((std::mem::take(&mut work.sessions), *written_at_ms));
+                        taken = Some((std::mem::take(work), *written_at_ms));
                     }
                     _ => {}
                 }
@@ -609,13 +668,13 @@ impl Planners {
             let _ = store.release_ownership(doc, ownership.generation).await;
             return Err(Refusal::raced());
         };
-        let mut kept = Vec::new();
-        if let Some((sessions, written_at_ms)) = kept_back {
+        let mut kept = HeldWork::default();
+        if let Some((work, written_at_ms)) = kept_back {
             // The row is taken back with the hold; a failed delete leaves a row the next
             // startup finds for an owner it no longer keeps.
             self.delete_hold_row(doc, written_at_ms).await;
-            tracing::info!(document = %doc, login = %holder.login, sessions = sessions.len(), "the holder's client is back: its hold ends");
-            kept = sessions;
+            tracing::info!(document = %doc, login = %holder.login, sessions = work.sessions.len(), answers = work.answers.len(), stops = work.stops.len(), "the holder's client is back: its hold ends");
+            kept = work;
         }
         self.announce(doc);
         self.emit(PlannerEvent::Attached {
@@ -734,8 +793,6 @@ impl Planners {
     /// same account, then released under its generation.
     pub async fn link_ended(self: &Arc<Self>, doc: Uuid, link: u64, how: LinkEnd) {
         let _gate = self.gates.lock(doc).await;
-        let grace_ms = self.attach_grace_ms;
-        let until_ms = self.clock.now_ms() + grace_ms as i64;
         {
             let mut table = self.lock();
             let Some(Slot::Attached {
@@ -751,45 +808,81 @@ impl Planners {
                 return;
             }
             let (holder, generation) = (holder.clone(), *generation);
-            let timer = table.id();
-            let planners = self.clone();
-            let stopping = self.shutdown.stopping();
-            let task = self
-                .shutdown
-                .spawn(async move {
-                    tokio::select! {
-                        () = tokio::time::sleep(std::time::Duration::from_millis(grace_ms)) => {
-                            planners.grace_ended(doc, timer).await;
-                        }
-                        // A stopping process releases nothing: the next one decides.
-                        () = stopping => {}
-                    }
-                })
-                .abort_handle();
-            tracing::info!(document = %doc, login = %holder.login, ?how, until_ms, "Planner link ended; grace period started");
-            self.emit(PlannerEvent::GraceStarted {
-                document: doc,
-                login: holder.login.clone(),
-                how: match how {
-                    LinkEnd::Detached => "detached",
-                    LinkEnd::Dropped => "dropped",
-                }
-                .to_owned(),
-                until_ms,
-            });
-            table.slots.insert(
-                doc,
-                Slot::Grace {
-                    holder,
-                    generation,
-                    until_ms,
-                    timer,
-                    task,
-                    holds: 0,
-                    lapsed: false,
-                },
-            );
+            let how = match how {
+                LinkEnd::Detached => "detached",
+                LinkEnd::Dropped => "dropped",
+            };
+            self.begin_grace(&mut table, doc, holder, generation, how);
         }
+        self.announce(doc);
+    }
+
+    /// Starts `doc`'s grace period for `holder` (the gate held): `PLANNER_ATTACH_GRACE_MS` from
+    /// now, then a release under `generation`. `how` says what ended the link, for the log.
+    fn begin_grace(
+        self: &Arc<Self>,
+        table: &mut Table,
+        doc: Uuid,
+        holder: Holder,
+        generation: i64,
+        how: &str,
+    ) {
+        let grace_ms = self.attach_grace_ms;
+        let until_ms = self.clock.now_ms() + grace_ms as i64;
+        let timer = table.id();
+        let planners = self.clone();
+        let task = self.after(
+            grace_ms,
+            async move { planners.grace_ended(doc, timer).await },
+        );
+        tracing::info!(document = %doc, login = %holder.login, how, until_ms, "Planner link ended; grace period started");
+        self.emit(PlannerEvent::GraceStarted {
+            document: doc,
+            login: holder.login.clone(),
+            how: how.to_owned(),
+            until_ms,
+        });
+        table.slots.insert(
+            doc,
+            Slot::Grace {
+                holder,
+                generation,
+                until_ms,
+                timer,
+                task,
+                holds: 0,
+                lapsed: false,
+            },
+        );
+    }
+
+    /// A Stop withdrew the last thing `doc`'s hold kept for its client (AO-12): the hold ends
+    /// and the grace period runs, as for a detach. Nothing happens unless the Planner is held.
+    pub async fn hold_emptied(self: &Arc<Self>, doc: Uuid) {
+        let _gate = self.gates.lock(doc).await;
+        let written_at_ms = {
+            let mut table = self.lock();
+            let Some(Slot::Held { .. }) = table.slots.get(&doc) else {
+                return;
+            };
+            let Some(Slot::Held {
+                holder,
+                generation,
+                written_at_ms,
+                window,
+                ..
+            }) = table.slots.remove(&doc)
+            else {
+                return;
+            };
+            if let Some(w) = window {
+                w.task.abort();
+                let _ = w.ended.send(true);
+            }
+            self.begin_grace(&mut table, doc, holder, generation, "emptied");
+            written_at_ms
+        };
+        self.delete_hold_row(doc, written_at_ms).await;
         self.announce(doc);
     }
 
@@ -838,7 +931,6 @@ impl Planners {
         let Some(slot) = slot else {
             return false;
         };
-        let hold_ended = matches!(slot, Slot::Held { .. });
         let generation = match slot {
             Slot::Attached {
                 generation, closer, ..
@@ -852,11 +944,13 @@ impl Planners {
                 task.abort();
                 generation
             }
-            // An explicit act ends a hold (AO-12): its row goes too.
+            // An explicit act ends a hold (AO-12): its row goes too, and what it kept for its
+            // client is let go.
             Slot::Held {
                 generation,
                 written_at_ms,
                 window,
+                work,
                 ..
             } => {
                 if let Some(w) = window {
@@ -864,13 +958,13 @@ impl Planners {
                     let _ = w.ended.send(true);
                 }
                 self.delete_hold_row(doc, written_at_ms).await;
+                if let Some(ended) = self.hold_ended.get() {
+                    ended(doc, work, closing.message.clone());
+                }
                 generation
             }
         };
         self.release(doc, generation).await;
-        if let Some(told) = self.hold_ended.get().filter(|_| hold_ended) {
-            told.hold_ended(doc).await;
-        }
         self.announce(doc);
         true
     }
@@ -1312,23 +1406,33 @@ impl Planners {
         Ok(rebuilt)
     }
 
+    /// Runs `then` `ms` from now on the shutdown tracker, unless the process starts stopping
+    /// first: a stopping process releases and disconnects nothing; the next one decides.
+    fn after(
+        &self,
+        ms: u64,
+        then: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> tokio::task::AbortHandle {
+        let stopping = self.shutdown.stopping();
+        self.shutdown
+            .spawn(async move {
+                tokio::select! {
+                    () = tokio::time::sleep(std::time::Duration::from_millis(ms)) => then.await,
+                    () = stopping => {}
+                }
+            })
+            .abort_handle()
+    }
+
     /// A hand-over window of `window_ms` for `doc`, from now.
     fn start_window(self: &Arc<Self>, doc: Uuid, window_ms: u64) -> Window {
         let timer = self.lock().id();
         let until_ms = self.clock.now_ms().saturating_add(window_ms as i64);
         let planners = self.clone();
-        let stopping = self.shutdown.stopping();
-        let task = self
-            .shutdown
-            .spawn(async move {
-                tokio::select! {
-                    () = tokio::time::sleep(std::time::Duration::from_millis(window_ms)) => {
-                        planners.window_ended(doc, timer).await;
-                    }
-                    () = stopping => {}
-                }
-            })
-            .abort_handle();
+        let task = self.after(
+            window_ms,
+            async move { planners.window_ended(doc, timer).await },
+        );
         Window {
             until_ms,
             timer,
@@ -1393,6 +1497,20 @@ impl Planners {
             }
             _ => None,
         }
+    }
+
+    /// The questions each hold in this process kept for its client, by document.
+    pub fn held_questions(&self) -> Vec<(Uuid, Vec<HeldQuestion>)> {
+        self.lock()
+            .slots
+            .iter()
+            .filter_map(|(doc, slot)| match slot {
+                Slot::Held { work, .. } if !work.questions.is_empty() => {
+                    Some((*doc, work.questions.clone()))
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Whether `doc` is in a hand-over window now.

@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::content::{EditRefused, OpenDocuments};
-use crate::harness::port::{LinkCommand, LinkHandle};
+use crate::harness::port::{AgentLinks, HeldQuestion, KeptForClient, LinkCommand, LinkHandle};
 use crate::runtime::entropy::SharedEntropy;
 use crate::runtime::gates::Gates;
 use crate::store::DocumentStore;
@@ -46,12 +46,14 @@ const EDIT_TRIES: usize = 8;
 pub const CONFIRM_OPTIONS: [&str; 2] = ["Yes", "No"];
 
 /// What questions reach: the open documents (to place and change cards), the document records
-/// (for the revision), the transcript (Chat lines), and entropy (card ids).
+/// (for the revision), the transcript (Chat lines), entropy (card ids), and the links (an
+/// answer for a client that is away is kept in its hold).
 pub struct QuestionsDeps {
     pub open: Arc<OpenDocuments>,
     pub records: Arc<dyn DocumentStore>,
     pub transcript: Arc<dyn TurnSink>,
     pub entropy: SharedEntropy,
+    pub links: Arc<dyn AgentLinks>,
 }
 
 /// Every question this process waits on.
@@ -70,9 +72,20 @@ struct Table {
     roots: BTreeMap<(Uuid, String), String>,
     /// Root runs the client reports paused, by (document, root).
     paused: BTreeSet<(Uuid, String)>,
-    /// Outcomes held while their run's root is paused (RQ-02), by (document, root).
-    held: BTreeMap<(Uuid, String), Vec<(Reply, InputResult)>>,
+    /// Outcomes held while their run's root is paused (RQ-02), by (document, root), with the
+    /// link asking.
+    held: BTreeMap<(Uuid, String), Vec<HeldOutcome>>,
+    /// Answers a link could not take because it had gone, and no hold took for its client
+    /// yet, by link: taken into the hold when the link's end keeps its work, handed to the
+    /// client when it resumes, forgotten when the link ends for good.
+    owed: BTreeMap<u64, Vec<InputResult>>,
+    /// Decisions of questions a client waited on before this process started (HO-15), by
+    /// document: nothing here waits on them, and an answer to one is handed to a Planner turn.
+    unwaited: BTreeMap<Uuid, BTreeSet<String>>,
 }
+
+/// An outcome held for a paused run: the link that asked, where it goes, and what it is.
+type HeldOutcome = (u64, Reply, InputResult);
 
 /// One question a link asked.
 struct Asked {
@@ -410,6 +423,20 @@ impl Questions {
             .any(|a| a.document == document && a.session_id == session)
     }
 
+    /// The Decisions `cards` of `document` belong to questions nothing in this process waits
+    /// on (a client waited on them before a restart, HO-15): an answer to one is for a Planner
+    /// turn (see [`Questions::answer`]).
+    pub fn not_waited_on(&self, document: Uuid, cards: &[String]) {
+        if cards.is_empty() {
+            return;
+        }
+        self.lock()
+            .unwaited
+            .entry(document)
+            .or_default()
+            .extend(cards.iter().cloned());
+    }
+
     /// Takes a link's `input-request` in (at once, so a cancellation that follows finds it);
     /// [`Questions::place`] then puts its cards in the document. The client hears
     /// `input-result` once the question is answered, withdrawn, or could not be asked.
@@ -637,7 +664,9 @@ impl Questions {
     }
 
     /// A person's answer to a card. Closes the card; once every card of the question it belongs
-    /// to is answered, the client hears `input-result` `answered`.
+    /// to is answered, the client hears `input-result` `answered`. `Some(words)` for the answer
+    /// to a card of a question a client waited on before a restart: what to tell a Planner
+    /// turn (HO-15).
     pub async fn answer(
         &self,
         reference: &DocumentRef,
@@ -645,7 +674,7 @@ impl Questions {
         decision: &str,
         login: &str,
         given: Given,
-    ) -> Result<(), AnswerRefused> {
+    ) -> Result<Option<String>, AnswerRefused> {
         let _gate = self.gates.lock(document).await;
         let (key, position, kind) = match self.card_of(document, decision) {
             Some((key, position, input)) => (Some(key), position, Some(input)),
@@ -653,6 +682,7 @@ impl Questions {
         };
         let mut refused = None;
         let mut added = Vec::new();
+        let mut question = String::new();
         let changed = self
             .change(document, reference, |source| {
                 let all = blocks(source);
@@ -667,6 +697,7 @@ impl Questions {
                     refused = Some(AnswerRefused::Closed(card.state.name()));
                     return Ok(Change::Nothing);
                 }
+                question = card.question.clone();
                 match answer_lines(kind.as_ref(), &card, login, &given) {
                     Ok(lines) => {
                         added = lines.clone();
@@ -687,7 +718,34 @@ impl Questions {
         }
         changed.map_err(|_| AnswerRefused::Unavailable)?;
         tracing::info!(%document, decision, login, "a Decision was answered");
-        let Some(key) = key else { return Ok(()) };
+        let Some(key) = key else {
+            // A question a client waited on before a restart: its answer starts a Planner
+            // turn once one is attached (HO-15).
+            let unwaited = {
+                let mut table = self.lock();
+                let taken = table
+                    .unwaited
+                    .get_mut(&document)
+                    .is_some_and(|cards| cards.remove(decision));
+                if table
+                    .unwaited
+                    .get(&document)
+                    .is_some_and(BTreeSet::is_empty)
+                {
+                    table.unwaited.remove(&document);
+                }
+                taken
+            };
+            if !unwaited {
+                return Ok(None);
+            }
+            let said: Vec<&str> = added.iter().map(|a| a.text.as_str()).collect();
+            return Ok(Some(format!(
+                "answered the Decision \u{201c}{}\u{201d} ({decision}), asked before the server restarted: {}",
+                one_line(&question),
+                said.join("; ")
+            )));
+        };
         let done = {
             let mut table = self.lock();
             let complete = match table.asked.get_mut(&key) {
@@ -722,11 +780,11 @@ impl Questions {
                     .unwrap_or(run);
                 let key = (document, root);
                 if table.paused.contains(&key) {
-                    table
-                        .held
-                        .entry(key)
-                        .or_default()
-                        .push((asked.reply.clone(), result.clone()));
+                    table.held.entry(key).or_default().push((
+                        asked.link,
+                        asked.reply.clone(),
+                        result.clone(),
+                    ));
                     Some(())
                 } else {
                     None
@@ -734,10 +792,13 @@ impl Questions {
             });
             match held {
                 Some(()) => tracing::info!(%document, "an answer is held until its run is resumed"),
-                None => send_result(&asked.reply, result),
+                None => {
+                    self.deliver_answer(document, asked.link, &asked.reply, result)
+                        .await
+                }
             }
         }
-        Ok(())
+        Ok(None)
     }
 
     /// A workflow run's report: its root, and whether it is paused. Only a root's own report
@@ -790,8 +851,8 @@ impl Questions {
         for key in back {
             self.present_again(document, key).await;
         }
-        for (reply, result) in released {
-            send_result(&reply, result);
+        for (link, reply, result) in released {
+            self.deliver_answer(document, link, &reply, result).await;
         }
     }
 
@@ -913,10 +974,114 @@ impl Questions {
         count
     }
 
-    /// Forgets a link's questions without touching the document or telling anyone: the server
-    /// is stopping, and its cards stay open for whoever comes next.
+    /// Forgets a link's questions (and the answers it could not take) without touching the
+    /// document or telling anyone: the server is stopping, or the link ended for good and what
+    /// it asked was withdrawn, and its cards stay open for whoever comes next.
     pub fn forget_link(&self, link: u64) {
-        self.lock().asked.retain(|_, a| a.link != link);
+        let mut table = self.lock();
+        table.asked.retain(|_, a| a.link != link);
+        table.owed.remove(&link);
+    }
+
+    /// A hold ended by an explicit act (AO-12): the questions its client's link `link` left
+    /// waiting are withdrawn, saying `why`, and the answers it could not take are forgotten.
+    pub async fn withdraw_kept(&self, document: Uuid, link: u64, why: &str) {
+        let url = self
+            .lock()
+            .asked
+            .values()
+            .find(|a| a.document == document && a.link == link)
+            .map(|a| a.document_url.clone());
+        if let Some(url) = url {
+            self.withdraw(document, &url, Scope::Link(link), why).await;
+        }
+        self.forget_link(link);
+    }
+
+    /// What `link` leaves for its client's hold (AO-18): the questions it waits on, and the
+    /// answers it could not take (taken: the hold has them now). The questions stay filed
+    /// under the link, still answerable, until [`Questions::rebind`] or a withdrawal.
+    pub fn kept_for(&self, document: Uuid, link: u64) -> (Vec<HeldQuestion>, Vec<InputResult>) {
+        let mut table = self.lock();
+        let questions = table
+            .asked
+            .values()
+            .filter(|a| a.document == document && a.link == link && a.withdrawn.is_none())
+            .map(|a| HeldQuestion {
+                request_id: a.request_id.clone(),
+                session_id: a.session_id.clone(),
+                cards: a.cards.clone(),
+            })
+            .collect();
+        let owed = table.owed.remove(&link).unwrap_or_default();
+        (questions, owed)
+    }
+
+    /// The client of `old` is back on `new` (AO-19): the questions `old` asked in the sessions
+    /// handed back are waited on for `new` now, and their answers go to `reply`. Returns the
+    /// `requestId`s still waited on (for `resumed.inputs`), the answers `old` could not take
+    /// (owed, delivered once), and how many questions of the sessions not handed back remain
+    /// filed under `old` for [`Questions::withdraw`] with `Scope::Link(old)`.
+    pub fn rebind(
+        &self,
+        document: Uuid,
+        old: u64,
+        new: u64,
+        reply: &Reply,
+        handed: &[String],
+    ) -> (Vec<String>, Vec<InputResult>) {
+        let mut table = self.lock();
+        let mut inputs = Vec::new();
+        for asked in table.asked.values_mut() {
+            if asked.document == document && asked.link == old && handed.contains(&asked.session_id)
+            {
+                asked.link = new;
+                asked.reply = reply.clone();
+                if asked.withdrawn.is_none() {
+                    inputs.push(asked.request_id.clone());
+                }
+            }
+        }
+        // Answers held for a paused run go to the client that is back.
+        for outcomes in table
+            .held
+            .iter_mut()
+            .filter(|((d, _), _)| *d == document)
+            .map(|(_, v)| v)
+        {
+            for (link, held_reply, _) in outcomes.iter_mut() {
+                if *link == old {
+                    *link = new;
+                    *held_reply = reply.clone();
+                }
+            }
+        }
+        let owed = table.owed.remove(&old).unwrap_or_default();
+        (inputs, owed)
+    }
+
+    /// Tells `reply` a question's answer. When the asking link has gone, the answer is kept
+    /// for its client: in its hold, or until the link's end is decided (HO-16).
+    async fn deliver_answer(&self, document: Uuid, link: u64, reply: &Reply, result: InputResult) {
+        let Reply::Link(handle) = reply else {
+            send_result(reply, result);
+            return;
+        };
+        let frame = ServerMessage::InputResult(result.clone());
+        if handle.command(LinkCommand::Send(frame)) {
+            return;
+        }
+        if self
+            .deps
+            .links
+            .keep_for_client(document, KeptForClient::Answer(result.clone()))
+            .await
+        {
+            tracing::info!(%document, request = %result.request_id, "an answer is kept for the Planner's client, which is away");
+            return;
+        }
+        tracing::info!(%document, request = %result.request_id, "an answer could not be told: its link is gone; kept until the link's end is decided");
+        self.lock().owed.entry(link).or_default().push(result);
     }
 
     /// The question a card belongs to: its key, the card's position, and the question.

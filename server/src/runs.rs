@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::harness::port::{AgentLinks, LinkCommand};
+use crate::harness::port::{AgentLinks, HeldStop, KeptForClient, LinkCommand};
 use crate::questions::Questions;
 use crate::runtime::clock::SharedClock;
 use crate::runtime::entropy::SharedEntropy;
@@ -160,6 +160,14 @@ fn card_frame(card: Value) -> Bytes {
     json!({ "type": "run:card", "run": card })
         .to_string()
         .into()
+}
+
+/// The runs' names, quoted, for a Chat line.
+fn names_of(runs: &[RunRecord]) -> String {
+    runs.iter()
+        .map(|r| format!("\u{201c}{}\u{201d}", r.name))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// "1m 35s", "42s", "2h 5m".
@@ -406,6 +414,24 @@ impl Runs {
         }
     }
 
+    /// Keeps a Stop for the client of `document`'s hold, if one holds its Planner for a client
+    /// that is away.
+    async fn hold_stop(&self, document: Uuid, run: Option<&str>, login: &str) -> bool {
+        let stop = HeldStop {
+            run_id: run.map(str::to_owned),
+            login: login.to_owned(),
+        };
+        let held = self
+            .deps
+            .links
+            .keep_for_client(document, KeptForClient::Stop(stop))
+            .await;
+        if held {
+            tracing::info!(%document, login, "a Stop is held for the Planner's client, which is away");
+        }
+        held
+    }
+
     /// A `control-result` from a link: the Stop or Resume waiting on it hears it.
     pub fn control_result(&self, result: ControlResult) {
         match self.pending().remove(&result.request_id) {
@@ -444,6 +470,15 @@ impl Runs {
             return 0;
         }
         let Some(link) = self.deps.links.link_for(document) else {
+            // A client that is away hears a Stop when it is back (ATM-35); a Resume is not held.
+            if control == Control::Stop && self.hold_stop(document, run, login).await {
+                let line = format!(
+                    "@{login} asked to pause {}; the Planner's machine is away, so the Stop is held until it is back.",
+                    names_of(&chosen)
+                );
+                self.deps.transcript.post(document, "system", line).await;
+                return chosen.len();
+            }
             return 0;
         };
         let mut sessions: BTreeMap<String, Vec<RunRecord>> = BTreeMap::new();
@@ -474,11 +509,7 @@ impl Runs {
             }
             let answer = tokio::time::timeout(Duration::from_millis(CONTROL_WAIT_MS), heard).await;
             self.pending().remove(&request_id);
-            let names = runs
-                .iter()
-                .map(|r| format!("\u{201c}{}\u{201d}", r.name))
-                .collect::<Vec<_>>()
-                .join(", ");
+            let names = names_of(&runs);
             let (did, failed) = match control {
                 Control::Stop => ("paused", "pause"),
                 Control::Resume => ("resumed", "resume"),
@@ -494,6 +525,15 @@ impl Runs {
                         .message
                         .unwrap_or_else(|| "no reason given".to_owned())
                 ),
+                // The link went away with the Stop unanswered: it is held for the client's
+                // return, if its work is kept (ATM-35).
+                _ if control == Control::Stop
+                    && self.deps.links.link_for(document).is_none()
+                    && self.hold_stop(document, run, login).await =>
+                {
+                    asked += runs.len();
+                    format!("@{login} asked to pause {names}; the Planner's machine went away before it answered, so the Stop is held until it is back.")
+                }
                 _ => format!("@{login} asked to {failed} {names}; the Planner did not answer."),
             };
             self.deps.transcript.post(document, "system", line).await;

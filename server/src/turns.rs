@@ -32,7 +32,7 @@ use crate::questions::Questions;
 use crate::repository::{self, Bound, RepositoryTools};
 use crate::runs::Runs;
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
-use crate::store::{DocumentStore, Holder, OwnerGuard, OwnershipStore};
+use crate::store::{Creator, DocumentStore, Holder, OwnerGuard, OwnershipStore};
 use crate::transcript::{Transcript, TurnSink, MESSAGE_MAX_CHARS};
 
 /// A person's message to the Planner.
@@ -47,9 +47,42 @@ pub struct PlannerRequest {
     /// Sent from a child document's room (ISO-25): the child, the focus of the message.
     pub focus: Option<Focus>,
     /// An automatic follow-up (MCP `invoke_planner` with `as: "system"`, OWN-22): it needs a
-    /// turn of its own (refused `planner-busy` while one runs, MSG-21) and only the account
-    /// holding the Planner may send one (OWN-23).
-    pub follow_up: bool,
+    /// turn of its own (refused `planner-busy` while one runs, MSG-21) and only the document's
+    /// creator or the account holding the Planner may send one (OWN-23).
+    pub follow_up: Option<FollowUp>,
+}
+
+/// What decides who may send an automatic follow-up (OWN-23): the sender's account and the
+/// creator of the document the call names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowUp {
+    pub from_account: Uuid,
+    /// `None` for a document with no recorded creator: then only the holder may send one.
+    pub creator: Option<Creator>,
+}
+
+impl FollowUp {
+    /// Refused unless the sender created the document or holds its Planner, with words naming
+    /// who may.
+    fn check(&self, holder: &Holder) -> Result<(), Refused> {
+        let by_creator = self
+            .creator
+            .as_ref()
+            .is_some_and(|c| c.account_id == self.from_account);
+        if by_creator || holder.account_id == self.from_account {
+            return Ok(());
+        }
+        Err(Refused::NotAllowed(match &self.creator {
+            Some(creator) => format!(
+                "Only this document's creator (@{}) or the account holding its Planner (@{}) may send an automatic follow-up.",
+                creator.login, holder.login
+            ),
+            None => format!(
+                "Only the account holding this document's Planner (@{}) may send an automatic follow-up; no creator is recorded for this document.",
+                holder.login
+            ),
+        }))
+    }
 }
 
 /// The child document a message was sent from.
@@ -63,8 +96,27 @@ pub struct Focus {
 impl PlannerRequest {
     /// The message as the Planner reads it: `@login: text`, after a line naming the child
     /// document it came from when it has a focus.
+    /// A request for what several people said (`@login: text` each), from the first of them,
+    /// and the words a turn is given for it.
+    fn of_words(document: Uuid, document_url: String, said: &[String]) -> (Self, String) {
+        let from_login = said.first().map(|w| split_words(w).0).unwrap_or_default();
+        let request = PlannerRequest {
+            document,
+            document_url,
+            from_login,
+            text: said
+                .iter()
+                .map(|w| split_words(w).1)
+                .collect::<Vec<_>>()
+                .join("\n"),
+            focus: None,
+            follow_up: None,
+        };
+        (request, said.join("\n"))
+    }
+
     fn words(&self) -> String {
-        let said = if self.follow_up {
+        let said = if self.follow_up.is_some() {
             format!(
                 "(an automatic follow-up from @{})\n{}",
                 self.from_login, self.text
@@ -107,8 +159,8 @@ pub enum Refused {
     /// (`temporarily-unavailable`).
     #[error("{0}")]
     TemporarilyUnavailable(String),
-    /// An automatic follow-up from an account that does not hold the Planner (OWN-23,
-    /// `not-allowed`).
+    /// An automatic follow-up from an account that neither created the document nor holds its
+    /// Planner (OWN-23, `not-allowed`).
     #[error("{0}")]
     NotAllowed(String),
     /// `AGENT=off`: this server runs no Planner turns (SES-30, `planner-unavailable`).
@@ -169,6 +221,9 @@ struct Table {
     /// Browser logins whose GitHub credential is being renewed: no turn of theirs starts
     /// meanwhile (PERM-10).
     renewing: BTreeSet<Uuid>,
+    /// Answers to Decisions nothing waits on any more (HO-15), waiting for a Planner turn: the
+    /// document's URL and each answer's words, by document.
+    answers: BTreeMap<Uuid, (String, Vec<String>)>,
 }
 
 /// What turns reach: who holds the Planner, sign-ins and admission for the rechecks, the
@@ -369,6 +424,54 @@ impl Turns {
             .map(|k| k.session.id().to_owned())
     }
 
+    /// A person answered a Decision of a question a client waited on before a restart, which
+    /// nothing waits on now (HO-15): the answer goes to a Planner turn, at once if one can
+    /// start, else once a Planner is attached and idle. Answers given meanwhile share a turn.
+    pub async fn hand_answer(
+        self: &Arc<Self>,
+        document: Uuid,
+        url: &str,
+        login: &str,
+        words: &str,
+    ) {
+        self.lock()
+            .answers
+            .entry(document)
+            .or_insert_with(|| (url.to_owned(), Vec::new()))
+            .1
+            .push(format!("@{login}: {words}"));
+        self.start_answers(document).await;
+    }
+
+    /// Starts a turn for `document`'s answers waiting for one, if a Planner is attached and no
+    /// turn runs; otherwise they wait (for the next attach, or the running turn's end).
+    pub async fn start_answers(self: &Arc<Self>, document: Uuid) {
+        let d = &self.deps;
+        if d.shutdown.is_stopping() || !d.agent_enabled {
+            return;
+        }
+        if !self.lock().answers.contains_key(&document) {
+            return;
+        }
+        let Ok(holder) = d.planners.attached_for_request(document).await else {
+            return;
+        };
+        let Ok(harness) = self.harness(document) else {
+            return;
+        };
+        let mut table = self.lock();
+        if table.turns.contains_key(&document) || table.renewing.contains(&holder.browser_login_id)
+        {
+            return;
+        }
+        let Some((url, answers)) = table.answers.remove(&document) else {
+            return;
+        };
+        let (request, words) = PlannerRequest::of_words(document, url, &answers);
+        tracing::info!(%document, answers = answers.len(), "a turn starts for answers to questions nothing waits on since a restart");
+        self.begin(&mut table, harness, request, holder, words);
+    }
+
     /// Decides a person's message to the Planner (see the module docs). The attached link is
     /// rechecked first, as the periodic recheck would (UNA-03).
     pub async fn request(self: &Arc<Self>, request: PlannerRequest) -> Result<Accepted, Refused> {
@@ -386,11 +489,8 @@ impl Turns {
             .map_err(|not_attached| {
                 Refused::NotAttached(not_attached.words(&request.document_url))
             })?;
-        if request.follow_up && !holder.login.eq_ignore_ascii_case(&request.from_login) {
-            return Err(Refused::NotAllowed(format!(
-                "Only the account holding this document's Planner (@{}) may send an automatic follow-up.",
-                holder.login
-            )));
+        if let Some(follow_up) = &request.follow_up {
+            follow_up.check(&holder)?;
         }
         let harness = self.harness(request.document)?;
         let words = request.words();
@@ -400,7 +500,7 @@ impl Turns {
                 // The owner's credential is being renewed; its sessions were just ended.
                 return Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()));
             }
-            if table.turns.contains_key(&request.document) && request.follow_up {
+            if table.turns.contains_key(&request.document) && request.follow_up.is_some() {
                 // A follow-up needs a turn of its own (MSG-21).
                 return Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned()));
             }
@@ -484,7 +584,6 @@ impl Turns {
         unread: Vec<String>,
     ) -> bool {
         let d = &self.deps;
-        let first = unread.first().map(|w| split_words(w)).unwrap_or_default();
         let started = if d.shutdown.is_stopping() {
             None
         } else {
@@ -497,19 +596,8 @@ impl Turns {
             }
         };
         if let Some((holder, harness)) = started {
-            let request = PlannerRequest {
-                document,
-                document_url: document_url.to_owned(),
-                from_login: first.0,
-                text: unread
-                    .iter()
-                    .map(|w| split_words(w).1)
-                    .collect::<Vec<_>>()
-                    .join("\n"),
-                focus: None,
-                follow_up: false,
-            };
-            let words = unread.join("\n");
+            let (request, words) =
+                PlannerRequest::of_words(document, document_url.to_owned(), &unread);
             tracing::info!(document = %document, messages = unread.len(), "a turn starts for messages the ended turn did not read");
             let mut table = self.lock();
             self.begin(&mut table, harness, request, holder, words);
@@ -636,6 +724,8 @@ impl Turns {
             return;
         }
         self.finish(document);
+        // Answers that waited for this turn to end get the next one (HO-15).
+        self.start_answers(document).await;
     }
 }
 

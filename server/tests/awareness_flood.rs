@@ -97,6 +97,7 @@ async fn a_reader_flooding_awareness_cannot_grow_the_server() {
             title: "Flood".into(),
             created_at_ms: 1,
             parent_id: None,
+            ..NewDocument::default()
         })
         .await
         .unwrap();

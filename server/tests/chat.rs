@@ -78,6 +78,7 @@ impl World {
                 title: "Chat".into(),
                 created_at_ms: T0,
                 parent_id: None,
+                ..NewDocument::default()
             })
             .await
             .unwrap();

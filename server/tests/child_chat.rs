@@ -31,6 +31,7 @@ async fn child_of(s: &Served, parent: Uuid) -> Uuid {
             title: "Steps".into(),
             created_at_ms: 0,
             parent_id: Some(parent),
+            ..NewDocument::default()
         })
         .await
         .unwrap();

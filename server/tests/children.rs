@@ -46,6 +46,7 @@ async fn document(store: &Arc<dyn Store>, slug: &str, parent: Option<Uuid>) -> U
             title: format!("Title of {slug}"),
             created_at_ms: 0,
             parent_id: parent,
+            ..NewDocument::default()
         })
         .await
         .unwrap();

@@ -44,6 +44,7 @@ async fn document(store: &MemoryStore) -> Uuid {
             title: "Doc".into(),
             created_at_ms: 0,
             parent_id: None,
+            ..NewDocument::default()
         })
         .await
         .unwrap();
@@ -174,6 +175,9 @@ impl DocumentStore for Yielding {
     }
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
         self.0.document(id).await
+    }
+    async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>> {
+        self.0.document_brief(id).await
     }
     async fn children(&self, id: Uuid) -> StoreResult<Vec<Document>> {
         self.0.children(id).await

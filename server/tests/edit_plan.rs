@@ -36,6 +36,7 @@ async fn race_on(store: Arc<dyn Store>) {
             title: "Race".into(),
             created_at_ms: 0,
             parent_id: None,
+            ..NewDocument::default()
         })
         .await
         .unwrap();
@@ -152,6 +153,7 @@ async fn an_idle_room_is_checkpointed_and_unloaded() {
             title: "Idle".into(),
             created_at_ms: 0,
             parent_id: None,
+            ..NewDocument::default()
         })
         .await
         .unwrap();

@@ -435,6 +435,7 @@ async fn ho_18_local_mode_is_never_handed_over_its_holds_stay_in_memory() {
             title: "Notes".into(),
             created_at_ms: T0,
             parent_id: None,
+            ..NewDocument::default()
         })
         .await
         .unwrap();

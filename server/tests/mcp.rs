@@ -589,6 +589,15 @@ async fn ses_30_invoke_planner_with_agent_off_is_refused_planner_unavailable() {
 /// mona's attached Planner client runs one turn to its end: `start` answered, the `turn` read
 /// (its prompt returned), `turn-end` sent, `destroy` read, and the server idle again.
 async fn run_one_turn(s: &Served, planner: &mut chopin_fixtures::agent::AgentClient) -> String {
+    run_one_turn_on(s, planner, s.doc).await
+}
+
+/// [`run_one_turn`] on `document`'s attached client.
+async fn run_one_turn_on(
+    s: &Served,
+    planner: &mut chopin_fixtures::agent::AgentClient,
+    document: uuid::Uuid,
+) -> String {
     use chopin_protocol::agent::{ClientMessage, ServerMessage, Started, TurnEnd, TurnStatus};
     let session = match support::next(planner).await {
         ServerMessage::Start(start) => start.session_id,
@@ -617,7 +626,7 @@ async fn run_one_turn(s: &Served, planner: &mut chopin_fixtures::agent::AgentCli
         ServerMessage::Destroy(d) => assert_eq!(d.session_id, session),
         other => panic!("expected destroy, got {other:?}"),
     }
-    s.state.turns.until_idle(s.doc).await;
+    s.state.turns.until_idle(document).await;
     s.state.transcript.settled().await;
     prompt
 }
@@ -651,18 +660,113 @@ async fn own_22_a_follow_up_goes_to_the_planner_alone_and_chat_shows_a_notice_na
     );
 }
 
-// OWN-23 (the Planner-holder half): a writer who does not hold the Planner may not send one.
+/// What `document`'s Chat holds, as (kind, author, text), once everything is saved.
+async fn chat_of(s: &Served, document: uuid::Uuid) -> Vec<(String, Option<String>, String)> {
+    s.state.transcript.settled().await;
+    let entries = s.store.transcript(document, 0, 100).await.unwrap();
+    entries
+        .into_iter()
+        .map(|e| (e.kind, e.author_login, e.body))
+        .collect()
+}
+
+/// A writer of octo/plans besides mona: their MCP client.
+async fn writer(s: &Served, login: &str, github_user_id: u64) -> Client {
+    s.github.add_user(login, github_user_id);
+    s.github.grant("octo", "plans", login, Permission::Write);
+    let token = s.github.issue_token(login);
+    client(s, &token).await
+}
+
+// OWN-23: "Only the document's creator or the account holding its Planner may send one." A
+// document with no recorded creator (this fixture's, made without an account): only the holder.
 #[tokio::test]
-async fn own_23_a_follow_up_from_a_writer_not_holding_the_planner_is_refused() {
+async fn own_23_with_no_recorded_creator_only_the_holder_may_send_a_follow_up() {
     let s = served().await;
-    s.github.add_user("lisa", 1004);
-    s.github.grant("octo", "plans", "lisa", Permission::Write);
-    let lisa = s.github.issue_token("lisa");
-    let _planner = s.attach(&[]).await;
-    let lisa = client(&s, &lisa).await;
-    let (code, _) = refusal(call(&lisa, "invoke_planner", follow_up("Go on.")).await);
+    assert_eq!(
+        s.store.document(s.doc).await.unwrap().unwrap().creator,
+        None
+    );
+    let mut planner = s.attach(&[]).await;
+    let lisa = writer(&s, "lisa", 1004).await;
+    let (code, body) = refusal(call(&lisa, "invoke_planner", follow_up("Go on.")).await);
     assert_eq!(code, "not-allowed");
+    assert_eq!(
+        body["message"],
+        "Only the account holding this document's Planner (@mona) may send an automatic follow-up; no creator is recorded for this document."
+    );
     assert_eq!(chat_entries(&s).await, vec![], "nothing posted");
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(&mona, "invoke_planner", follow_up("Go on.")).await);
+    assert_eq!(took["status"], "started", "the holder may");
+    run_one_turn(&s, &mut planner).await;
+}
+
+// OWN-23 with a recorded creator: lisa created the document over MCP and does not hold its
+// Planner (mona does). lisa may send a follow-up, mona may, and nina, a third writer, is
+// refused `not-allowed` with nothing posted.
+#[tokio::test]
+async fn own_23_the_creator_and_the_holder_may_send_a_follow_up_and_a_third_writer_may_not() {
+    let s = served().await;
+    let lisa = writer(&s, "lisa", 1004).await;
+    let nina = writer(&s, "nina", 1005).await;
+    let created = ok(call(
+        &lisa,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Quay works"}),
+    )
+    .await);
+    let id: uuid::Uuid = created["id"].as_str().unwrap().parse().unwrap();
+    let recorded = s
+        .store
+        .document(id)
+        .await
+        .unwrap()
+        .unwrap()
+        .creator
+        .unwrap();
+    assert_eq!(recorded.login, "lisa");
+    let mut planner = s.attach_to(id, &[]).await;
+    let follow_up = |instruction: &str| json!({"document": "/documents/octo/plans/quay-works", "instruction": instruction, "as": "system"});
+
+    let (code, body) = refusal(call(&nina, "invoke_planner", follow_up("Mine.")).await);
+    assert_eq!(code, "not-allowed");
+    assert_eq!(
+        body["message"],
+        "Only this document's creator (@lisa) or the account holding its Planner (@mona) may send an automatic follow-up."
+    );
+    assert_eq!(chat_of(&s, id).await, vec![], "nothing posted");
+
+    let took = ok(call(&lisa, "invoke_planner", follow_up("Check the quay.")).await);
+    assert_eq!(took["status"], "started", "the creator may");
+    let prompt = run_one_turn_on(&s, &mut planner, id).await;
+    assert!(
+        prompt.contains("(an automatic follow-up from @lisa)\nCheck the quay."),
+        "{prompt}"
+    );
+
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(&mona, "invoke_planner", follow_up("Check the build.")).await);
+    assert_eq!(
+        took["status"], "started",
+        "the holder, not the creator, may"
+    );
+    run_one_turn_on(&s, &mut planner, id).await;
+    assert_eq!(
+        chat_of(&s, id).await,
+        vec![
+            (
+                "system".into(),
+                None,
+                "@lisa sent chopin an automatic follow-up.".into()
+            ),
+            (
+                "system".into(),
+                None,
+                "@mona sent chopin an automatic follow-up.".into()
+            ),
+        ]
+    );
 }
 
 // MSG-21: "an automatic follow-up … need[s] a turn of [its] own … While a turn runs [it is]
@@ -729,4 +833,112 @@ async fn own_25_the_eleventh_follow_up_in_an_hour_is_refused_rate_limited() {
     )
     .await);
     assert_eq!(took["status"], "started");
+}
+
+// create_document's brief: kept with the document and shown by read_document, its text in a
+// "Brief:" section and whole in structuredContent.brief (READ-19).
+#[tokio::test]
+async fn create_document_keeps_its_brief_and_read_document_shows_it() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let brief = "Plan the harbour survey: which quay first, and who signs off.";
+    let created = ok(call(
+        &mona,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Survey", "source": "# Survey\n", "brief": brief}),
+    )
+    .await);
+    let id = created["id"].as_str().unwrap().to_owned();
+    let read = call(&mona, "read_document", json!({"document": id})).await;
+    let page = text(&read);
+    assert!(page.contains(&format!("Brief:\n{brief}\n")), "{page}");
+    let view = ok(read);
+    assert_eq!(view["brief"], brief);
+    let without = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(
+        without.get("brief"),
+        None,
+        "a document made without a brief has none"
+    );
+}
+
+// The brief's bound (ours, 64 KiB of UTF-8): one byte more is refused `too-long` and nothing is
+// created; at the bound it is kept whole.
+#[tokio::test]
+async fn create_document_takes_a_brief_of_64_kib_and_refuses_one_byte_more_creating_nothing() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let over = "b".repeat(64 * 1024 + 1);
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "create_document",
+            json!({"repository": "octo/plans", "title": "Too much", "brief": over}),
+        )
+        .await,
+    );
+    assert_eq!(code, "too-long");
+    assert!(
+        body["message"].as_str().unwrap().contains("65536 bytes"),
+        "{body}"
+    );
+    let listed = ok(call(&mona, "list_documents", json!({"repository": "octo/plans"})).await);
+    assert_eq!(
+        listed["documents"].as_array().unwrap().len(),
+        1,
+        "nothing created"
+    );
+
+    let at_bound = "b".repeat(64 * 1024);
+    let created = ok(call(
+        &mona,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Just enough", "brief": at_bound}),
+    )
+    .await);
+    let view = ok(call(&mona, "read_document", json!({"document": created["id"]})).await);
+    assert_eq!(view["brief"].as_str().unwrap().len(), 64 * 1024);
+}
+
+/// `POST path` on the server's HTTP API with `token` as the bearer: the status and JSON body.
+async fn post_api(s: &Served, path: &str, token: &str, body: Value) -> (u16, Value) {
+    let request = http::Request::post(format!("http://{}{path}", s.host))
+        .header("content-type", "application/json")
+        .header("authorization", format!("Bearer {token}"))
+        .body(Bytes::from(body.to_string()))
+        .unwrap();
+    let answer = connector::send(&TcpConnector, request).await.unwrap();
+    (
+        answer.status.as_u16(),
+        serde_json::from_slice(&answer.body).unwrap(),
+    )
+}
+
+// OWN-23's creator is recorded wherever a person creates a document, not only over MCP: the
+// browser's create route and its create-a-child route keep their caller as the creator.
+#[tokio::test]
+async fn own_23_documents_and_children_created_over_http_record_their_creator() {
+    let s = served().await;
+    let (status, created) = post_api(
+        &s,
+        "/api/repositories/octo/plans/documents",
+        &s.mona,
+        json!({"title": "Survey"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id: uuid::Uuid = created["id"].as_str().unwrap().parse().unwrap();
+    let (status, child) = post_api(
+        &s,
+        &format!("/api/documents/{id}/children"),
+        &s.mona,
+        json!({"title": "Quay"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{child}");
+    let child: uuid::Uuid = child["id"].as_str().unwrap().parse().unwrap();
+    for made in [id, child] {
+        let creator = s.store.document(made).await.unwrap().unwrap().creator;
+        assert_eq!(creator.map(|c| c.login), Some("mona".to_owned()));
+    }
 }

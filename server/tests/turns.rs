@@ -31,7 +31,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         from_login: "mona".into(),
         text: text.into(),
         focus: None,
-        follow_up: false,
+        follow_up: None,
     }
 }
 

@@ -71,6 +71,7 @@ pub fn cast_with(seed: u64, options: WorldOptions) -> Cast {
         title: "Field notes".into(),
         created_at_ms: SIM_EPOCH_MS,
         parent_id: None,
+        ..NewDocument::default()
     }))
     .expect("the cast's document");
     world

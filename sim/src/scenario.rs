@@ -652,6 +652,7 @@ impl Run {
                             title: slug.clone(),
                             created_at_ms: crate::clock::SIM_EPOCH_MS + self.world.now_ms() as i64,
                             parent_id,
+                            ..chopin_server::store::NewDocument::default()
                         }),
                 )
                 .map_err(|e| e.to_string())?;

@@ -650,6 +650,7 @@ fn the_owner_login_expiring_closes_the_link_at_that_instant() {
         title: "Field notes".into(),
         created_at_ms: SIM_EPOCH_MS,
         parent_id: None,
+        ..NewDocument::default()
     }))
     .unwrap();
     world
@@ -756,6 +757,7 @@ fn iso_30_an_attach_naming_a_child_holds_its_roots_planner() {
         title: "Chapter one".into(),
         created_at_ms: SIM_EPOCH_MS,
         parent_id: Some(doc),
+        ..NewDocument::default()
     }))
     .unwrap();
     let (mona_agent, _) = attach(&mut world, "mona-1", &mona, child);
@@ -782,4 +784,80 @@ fn iso_30_an_attach_naming_a_child_holds_its_roots_planner() {
             "{locator}"
         );
     }
+}
+
+/// AO-16 at the last moment: every check passed and storage is claiming the ownership (held up
+/// 1 s) when the owner's browser signs out. The attach is refused as an attached link would be
+/// closed, and nothing is left claimed.
+#[test]
+fn ao_16_a_sign_out_while_storage_claims_the_ownership_refuses_the_attach() {
+    let claiming = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let seen = claiming.clone();
+    let options = chopin_sim::WorldOptions {
+        fixed_latency_ms: Some(1),
+        hold_store_calls: Some(std::sync::Arc::new(move |_incarnation, method, _write| {
+            (method == "claim_ownership").then(|| {
+                seen.store(true, std::sync::atomic::Ordering::SeqCst);
+                Box::pin(tokio::time::sleep(std::time::Duration::from_millis(1_000)))
+                    as chopin_server::store::instrumented::Hold
+            })
+        })),
+        ..chopin_sim::WorldOptions::default()
+    };
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+        ..
+    } = chopin_sim::cast::cast_with(50, options);
+    let agent = world.agent("mona-1", &mona);
+    wait_connected(&mut world, &agent);
+    agent.attach(&doc.to_string());
+    world
+        .advance_until(10_000, "the claim is under way", move |_| {
+            claiming.load(std::sync::atomic::Ordering::SeqCst)
+        })
+        .unwrap();
+    sign_out(&mut world, &mona_cookie);
+    let refused = wait_answer(&mut world, &agent);
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(server_events(&world, |p| matches!(p, PlannerEvent::Attached { .. })).is_empty());
+    assert_eq!(presence(&world, doc).0, PresenceState::None);
+    world.advance(2_000).unwrap();
+    assert_eq!(stored_holder(&world, doc).1, None);
+}
+
+/// AO-17: attachments live in the server process. A restart keeps no link: the client's
+/// connection is gone, and with nothing kept for it the new process names no owner.
+#[test]
+fn ao_17_a_restart_keeps_no_link() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        ..
+    } = setup(51);
+    let (agent, _) = attach(&mut world, "mona-1", &mona, doc);
+    assert_eq!(presence(&world, doc).0, PresenceState::Attached);
+    world.apply(&Step::RestartServer).unwrap();
+    world
+        .apply(&Step::AwaitServer { within_ms: 60_000 })
+        .unwrap();
+    let a = agent.clone();
+    world
+        .advance_until(10_000, "the link is gone", move |_| {
+            a.log().iter().any(|e| {
+                matches!(
+                    e,
+                    AgentEvent::Closed { .. }
+                        | AgentEvent::Failed { .. }
+                        | AgentEvent::Dropped { .. }
+                )
+            })
+        })
+        .unwrap();
+    assert_eq!(presence(&world, doc), (PresenceState::None, None));
+    assert_eq!(world.server_app().unwrap().planners.attached_count(), 0);
+    assert_eq!(stored_holder(&world, doc).1, None);
 }

@@ -135,6 +135,7 @@ fn maps_shrink_back_when_idle_and_logins_end_at_their_expiry() {
             title: format!("Notes {n}"),
             created_at_ms: SIM_EPOCH_MS,
             parent_id: None,
+            ..NewDocument::default()
         }))
         .unwrap();
     }

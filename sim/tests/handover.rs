@@ -200,7 +200,8 @@ fn ho_02_ho_17_the_cut_writes_the_hold_with_its_window_then_gives_the_lease_back
 }
 
 #[test]
-fn ho_03_ho_13_the_window_counts_from_the_rebuild_and_ends_disconnected_at_its_millisecond() {
+fn ho_03_ho_07_ho_13_the_window_counts_from_the_rebuild_shown_attached_and_ends_disconnected_at_its_millisecond(
+) {
     let mut c = cast(22, Some(1));
     let doc = c.doc;
     attached_with_a_kept_session(&mut c);
@@ -620,51 +621,21 @@ fn rt_12_a_resumable_link_that_drops_keeps_its_open_questions_a_plain_one_withdr
     for (seed, resumable) in [(35, true), (36, false)] {
         let mut c = cast(seed, Some(1));
         let doc = c.doc;
-        let agent = connect(&mut c.world, "mona-1", &c.mona.clone());
         let features: &[&str] = if resumable {
             &["resumable-sessions"]
         } else {
             &[]
         };
-        agent.attach_with_features(&doc.to_string(), features);
-        let a = agent.clone();
-        until(&mut c.world, 5_000, "attached", move |_| {
-            a.answer().is_some()
-        });
-        agent.script(TurnScript::new().started().await_turn());
-        let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
-        room.send_chat("go", "@chopin ask us");
-        let a = agent.clone();
-        until(&mut c.world, 5_000, "turn", move |_| {
-            !a.frames_of("turn").is_empty()
-        });
-        let session = agent.frames_of("start")[0].1.clone();
-        let turn = agent.frames_of("turn")[0]
-            .1
-            .split(' ')
-            .next()
-            .unwrap()
-            .to_owned();
-        agent.send_text(&format!(
-            r#"{{"type":"input-request","sessionId":"{session}","requestId":"q-1","turnId":"{turn}","input":{{"kind":"confirm","title":"Ship it?"}}}}"#
-        ));
-        agent.send_text(&format!(
-            r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
-        ));
-        until(
-            &mut c.world,
-            5_000,
-            "the card is placed and the session kept",
-            move |w| {
-                let app = w.server_app().unwrap();
-                app.turns.kept_session(doc).is_some() && app.questions.waiting() == 1
-            },
-        );
+        let (agent, _, _) = asking(&mut c, features, &[("q-1", "Ship it?")]);
         agent.script(TurnScript::new().drop_link());
         c.world.advance(2_000).unwrap();
         let app = c.world.server_app().unwrap();
         if resumable {
-            assert_eq!(app.questions.waiting(), 0, "nothing waits on the gone link");
+            assert_eq!(
+                app.questions.waiting(),
+                1,
+                "the question waits for the client"
+            );
             assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
             let source = block_on(async { app.open.open(doc).await.unwrap().source().await });
             assert!(
@@ -817,4 +788,491 @@ fn ho_13_atm_34_when_the_window_ends_live_cards_are_marked_disconnected_and_a_re
         [("run-1".to_owned(), "running".to_owned(), false)]
     );
     assert_eq!(room.chat_messages().len(), chat_before);
+}
+
+/// mona's resumable client asks two questions in a turn (`q-1` "Ship it?", `q-2` "Roll
+/// back?"), ends the turn with the session kept for them, and its link drops: held
+/// disconnected with both questions waiting. The room, and the session id.
+fn asked_two_and_dropped(c: &mut Cast) -> (Browser, String) {
+    let doc = c.doc;
+    let questions = [("q-1", "Ship it?"), ("q-2", "Roll back?")];
+    let (agent, room, session) = asking(c, &["resumable-sessions"], &questions);
+    agent.script(TurnScript::new().drop_link());
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    (room, session)
+}
+
+/// mona's client attaches offering `features`, asks `questions` (request id, confirmation
+/// title) in a turn and ends the turn, the session kept for them once their cards are placed.
+/// The client, mona's room and the session id.
+fn asking(c: &mut Cast, features: &[&str], questions: &[(&str, &str)]) -> (Agent, Browser, String) {
+    let doc = c.doc;
+    let agent = connect(&mut c.world, "mona-1", &c.mona.clone());
+    agent.attach_with_features(&doc.to_string(), features);
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "attached", move |_| {
+        a.answer().is_some()
+    });
+    agent.script(TurnScript::new().started().await_turn());
+    let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
+    room.send_chat("go", "@chopin ask us");
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "turn", move |_| {
+        !a.frames_of("turn").is_empty()
+    });
+    let session = agent.frames_of("start")[0].1.clone();
+    let turn = agent.frames_of("turn")[0]
+        .1
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    for (id, title) in questions {
+        agent.send_text(&format!(
+            r#"{{"type":"input-request","sessionId":"{session}","requestId":"{id}","turnId":"{turn}","input":{{"kind":"confirm","title":"{title}"}}}}"#
+        ));
+    }
+    agent.send_text(&format!(
+        r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
+    ));
+    let count = questions.len();
+    until(
+        &mut c.world,
+        5_000,
+        "the cards placed, the session kept",
+        move |w| {
+            let app = w.server_app().unwrap();
+            app.turns.kept_session(doc).is_some() && decision_ids(w, doc).len() == count
+        },
+    );
+    (agent, room, session)
+}
+
+/// The document's Decisions: (id, title, open).
+fn decisions_of(world: &World, doc: Uuid) -> Vec<(String, String, bool)> {
+    use chopin_document::blocks::blocks;
+    use chopin_document::decision::{decisions, DecisionState};
+    let app = world.server_app().unwrap();
+    let source = block_on(async move { app.open.open(doc).await.unwrap().source().await });
+    decisions(&source, &blocks(&source))
+        .into_iter()
+        .map(|(_, d)| (d.id, d.question, d.state == DecisionState::Open))
+        .collect()
+}
+
+fn decision_ids(world: &World, doc: Uuid) -> Vec<String> {
+    decisions_of(world, doc).into_iter().map(|d| d.0).collect()
+}
+
+/// The id of the Decision titled `title`.
+fn card(world: &World, doc: Uuid, title: &str) -> String {
+    decisions_of(world, doc)
+        .into_iter()
+        .find(|d| d.1 == title)
+        .unwrap_or_else(|| panic!("no Decision {title:?}"))
+        .0
+}
+
+/// mona approves the Decision titled `title` from `room`, and waits for the room's answer.
+fn approve(world: &mut World, room: &Browser, doc: Uuid, title: &str, request: &str) {
+    let decision = card(world, doc, title);
+    room.send_json(serde_json::json!({
+        "type": "decision:answer", "requestId": request, "decision": decision, "options": [0]
+    }));
+    let (r, id) = (room.clone(), request.to_owned());
+    until(world, 5_000, "the answer taken", move |_| {
+        r.heard()
+            .iter()
+            .any(|h| h.message["requestId"] == id && h.message["type"] == "decision:answered")
+    });
+}
+
+/// The `input-result` frames `agent` heard, as JSON.
+fn input_results(agent: &Agent) -> Vec<serde_json::Value> {
+    agent
+        .frames_of("input-result")
+        .into_iter()
+        .map(|(_, d)| serde_json::from_str(&d).unwrap())
+        .collect()
+}
+
+/// mona's client comes back and resumes everything kept; the `resumed` frame, as JSON.
+fn resume_all(world: &mut World, name: &str, token: &str, doc: Uuid) -> (Agent, serde_json::Value) {
+    let agent = attach(world, name, token, doc);
+    assert_eq!(agent.answer(), Some(Ok(1)), "{:?}", agent.log());
+    agent.resume(true);
+    let a = agent.clone();
+    until(world, 5_000, "resumed", move |_| {
+        !a.frames_of("resumed").is_empty()
+    });
+    let resumed = serde_json::from_str(&agent.frames_of("resumed")[0].1).unwrap();
+    (agent, resumed)
+}
+
+#[test]
+fn ho_16_atm_34_an_answer_given_while_the_link_is_away_is_kept_and_delivered_once_after_resumed() {
+    let mut c = cast(37, Some(1));
+    let doc = c.doc;
+    let (room, session) = asked_two_and_dropped(&mut c);
+    // Both Decisions stay open and answerable while the client is away (ATM-34).
+    assert!(decisions_of(&c.world, doc).iter().all(|d| d.2));
+    approve(&mut c.world, &room, doc, "Ship it?", "a-1");
+    // AO-18: the hold's row keeps the answer owed, and the questions the client waits on.
+    let rows = holds(&c.world);
+    assert_eq!(rows.len(), 1);
+    let held: serde_json::Value = serde_json::from_str(&rows[0].held).unwrap();
+    assert_eq!(held["answers"][0]["requestId"], "q-1", "{held}");
+    assert_eq!(held["answers"][0]["status"], "answered", "{held}");
+    let asked: Vec<&str> = held["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["requestId"].as_str().unwrap())
+        .collect();
+    assert_eq!(asked, ["q-1", "q-2"], "{held}");
+
+    let (back, resumed) = resume_all(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(resumed["sessions"], serde_json::json!([session]));
+    // Still waited on in this process: the one not answered yet.
+    assert_eq!(resumed["inputs"], serde_json::json!(["q-2"]), "{resumed}");
+    let b = back.clone();
+    until(&mut c.world, 5_000, "the owed answer", move |_| {
+        !input_results(&b).is_empty()
+    });
+    c.world.advance(5_000).unwrap();
+    let results = input_results(&back);
+    assert_eq!(results.len(), 1, "exactly once: {results:?}");
+    assert_eq!(results[0]["requestId"], "q-1");
+    assert_eq!(results[0]["answer"]["confirmed"], true);
+    // The resumed `resumed` came before the owed answer.
+    let kinds: Vec<String> = back.frames().into_iter().map(|f| f.1).collect();
+    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
+    assert!(at("resumed") < at("input-result"), "{kinds:?}");
+    // The question still waited on is answered on the new link.
+    approve(&mut c.world, &room, doc, "Roll back?", "a-2");
+    let b = back.clone();
+    until(&mut c.world, 5_000, "q-2's answer", move |_| {
+        input_results(&b).len() == 2
+    });
+    assert_eq!(input_results(&back)[1]["requestId"], "q-2");
+    assert!(holds(&c.world).is_empty());
+}
+
+#[test]
+fn ho_15_ho_16_across_a_deploy_the_owed_answer_is_delivered_once_and_no_question_is_waited_on() {
+    let mut c = cast(38, Some(1));
+    let doc = c.doc;
+    let (room, session) = asked_two_and_dropped(&mut c);
+    approve(&mut c.world, &room, doc, "Ship it?", "a-1");
+    stop(&mut c.world);
+    start(&mut c.world);
+    assert_eq!(
+        presence(&c.world, doc),
+        (PresenceState::Disconnected, Some("mona".to_owned())),
+        "a dropped link's hold is rebuilt disconnected"
+    );
+    join(&mut c.world, "mona-room-2", &c.mona_cookie.clone(), doc);
+    let (back, resumed) = resume_all(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(resumed["sessions"], serde_json::json!([session]));
+    // HO-15: nothing in this process waits on the questions; the unanswered one stays open.
+    assert_eq!(resumed["inputs"], serde_json::json!([]), "{resumed}");
+    assert!(decisions_of(&c.world, doc)
+        .iter()
+        .any(|d| d.1 == "Roll back?" && d.2));
+    // HO-16: the answer given while the link was down, once.
+    let b = back.clone();
+    until(&mut c.world, 5_000, "the owed answer", move |_| {
+        !input_results(&b).is_empty()
+    });
+    c.world.advance(5_000).unwrap();
+    let results = input_results(&back);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0]["requestId"], "q-1");
+    assert!(holds(&c.world).is_empty());
+}
+
+#[test]
+fn ao_12_a_stop_that_withdraws_the_last_question_kept_ends_the_hold_and_the_grace_period_runs() {
+    let mut c = cast(39, Some(1));
+    let doc = c.doc;
+    let (room, _) = asked_two_and_dropped(&mut c);
+    room.send_json(serde_json::json!({ "type": "planner:stop" }));
+    let r = room.clone();
+    until(&mut c.world, 10_000, "stopped", move |_| {
+        r.heard()
+            .iter()
+            .any(|h| h.message["type"] == "planner:stopped")
+    });
+    // Both questions were all the hold kept: they are withdrawn and the grace period runs.
+    assert!(decision_ids(&c.world, doc).is_empty());
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Detached);
+    assert!(holds(&c.world).is_empty());
+    assert!(planner_events(&c.world)
+        .iter()
+        .any(|(_, p)| matches!(p, PlannerEvent::GraceStarted { how, .. } if how == "emptied")));
+    // The grace period ends as any does: the Planner is free.
+    c.world.advance(120_000 + 1_000).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::None);
+}
+
+#[test]
+fn ao_12_a_reset_withdraws_the_questions_a_disconnected_hold_kept() {
+    let mut c = cast(40, Some(1));
+    let doc = c.doc;
+    let (_room, _) = asked_two_and_dropped(&mut c);
+    // A writer resets the Planner over HTTP.
+    post_as(
+        &mut c.world,
+        &c.lisa.clone(),
+        &format!("/api/documents/{doc}/planner/reset"),
+        "",
+    );
+    until(&mut c.world, 5_000, "withdrawn", move |w| {
+        decision_ids(w, doc).is_empty()
+    });
+    assert_eq!(c.world.server_app().unwrap().questions.waiting(), 0);
+}
+
+fn chat_texts(room: &Browser) -> Vec<String> {
+    room.chat_messages()
+        .iter()
+        .filter_map(|h| h.message["text"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The `requestId` of the last `stop` `agent` heard.
+fn last_stop(agent: &Agent) -> Option<String> {
+    let (_, detail) = agent.frames_of("stop").pop()?;
+    let frame: serde_json::Value = serde_json::from_str(&detail).ok()?;
+    frame["requestId"].as_str().map(str::to_owned)
+}
+
+/// The held Stop reaches the client that is back, after `resumed`; its answer is recorded.
+fn stop_heard_after_resume(c: &mut Cast, room: &Browser, session: &str) {
+    let doc = c.doc;
+    let (back, resumed) = resume_all(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(resumed["sessions"], serde_json::json!([session]));
+    let b = back.clone();
+    until(&mut c.world, 5_000, "the held stop", move |_| {
+        last_stop(&b).is_some()
+    });
+    let kinds: Vec<String> = back.frames().into_iter().map(|f| f.1).collect();
+    let at = |k: &str| kinds.iter().position(|x| x == k).unwrap();
+    assert!(at("resumed") < at("stop"), "{kinds:?}");
+    assert_eq!(back.frames_of("stop").len(), 1);
+    let request = last_stop(&back).unwrap();
+    back.send_text(
+        &serde_json::json!({ "type": "control-result", "requestId": request, "ok": true })
+            .to_string(),
+    );
+    let r = room.clone();
+    until(&mut c.world, 5_000, "the pause recorded", move |_| {
+        chat_texts(&r).iter().any(|t| t.starts_with("@mona paused"))
+    });
+    assert!(holds(&c.world).is_empty());
+}
+
+#[test]
+fn atm_35_a_stop_pressed_while_the_link_is_away_is_held_and_sent_when_it_resumes() {
+    let mut c = cast(41, Some(1));
+    let doc = c.doc;
+    let (agent, room, session) = attached_with_a_kept_session(&mut c);
+    agent.script(TurnScript::new().drop_link());
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    room.send_json(serde_json::json!({ "type": "planner:stop" }));
+    let r = room.clone();
+    until(&mut c.world, 5_000, "stopped", move |_| {
+        r.heard()
+            .iter()
+            .any(|h| h.message["type"] == "planner:stopped")
+    });
+    // The Chat line recording the Stop says it is held.
+    let lines = chat_texts(&room);
+    assert!(
+        lines
+            .iter()
+            .any(|t| t.starts_with("@mona asked to pause") && t.contains("held until it is back")),
+        "{lines:?}"
+    );
+    // Kept with the hold (AO-18), which a run keeps: still disconnected, not emptied.
+    let held: serde_json::Value = serde_json::from_str(&holds(&c.world)[0].held).unwrap();
+    assert_eq!(held["stops"][0]["login"], "mona", "{held}");
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    stop_heard_after_resume(&mut c, &room, &session);
+}
+
+#[test]
+fn atm_35_a_stop_sent_and_unanswered_when_the_link_dropped_is_held() {
+    let mut c = cast(42, Some(1));
+    let doc = c.doc;
+    let (agent, room, session) = attached_with_a_kept_session(&mut c);
+    room.send_json(serde_json::json!({ "type": "planner:stop" }));
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "the stop sent", move |_| {
+        last_stop(&a).is_some()
+    });
+    // The client goes away without answering it.
+    agent.script(TurnScript::new().drop_link());
+    let r = room.clone();
+    until(&mut c.world, 15_000, "stopped", move |_| {
+        r.heard()
+            .iter()
+            .any(|h| h.message["type"] == "planner:stopped")
+    });
+    let lines = chat_texts(&room);
+    assert!(
+        lines
+            .iter()
+            .any(|t| t.contains("went away before it answered, so the Stop is held")),
+        "{lines:?}"
+    );
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    stop_heard_after_resume(&mut c, &room, &session);
+}
+
+#[test]
+fn ho_15_an_answer_to_a_question_waited_on_before_a_restart_starts_a_turn_once_a_planner_is_attached(
+) {
+    let mut c = cast(43, Some(1));
+    let doc = c.doc;
+    let (_, session) = asked_two_and_dropped(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let room = join(&mut c.world, "mona-room-2", &c.mona_cookie.clone(), doc);
+    // Answered while no Planner is attached: taken, and nothing starts yet.
+    approve(&mut c.world, &room, doc, "Roll back?", "a-1");
+    c.world.advance(5_000).unwrap();
+    assert!(!c.world.server_app().unwrap().turns.is_running(doc));
+    // Once the client is back, a turn takes the answer, on the session it resumed.
+    let (back, resumed) = resume_all(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(resumed["inputs"], serde_json::json!([]));
+    let b = back.clone();
+    until(&mut c.world, 5_000, "a turn for the answer", move |_| {
+        !b.frames_of("turn").is_empty()
+    });
+    let turns = back.frames_of("turn");
+    assert_eq!(turns.len(), 1);
+    assert!(turns[0].1.contains("Roll back?"), "{}", turns[0].1);
+    assert!(
+        back.frames_of("start").is_empty(),
+        "the kept session {session} takes it"
+    );
+    // An answer to a question nothing ever waited on starts nothing: only the one taken once.
+    c.world.advance(5_000).unwrap();
+    assert_eq!(back.frames_of("turn").len(), 1);
+}
+
+/// A deploy whose next process comes up `gap_ms` after the stop: how long after the cut's write
+/// the hold was rebuilt, and whether it got a window.
+fn deploy_after(gap_ms: u64) -> (i64, Option<u64>) {
+    let mut c = cast(44, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    let written_at = holds(&c.world)[0].written_at_ms;
+    c.world.advance(gap_ms).unwrap();
+    start(&mut c.world);
+    let (at, until) = rebuilt(&c.world, doc);
+    (SIM_EPOCH_MS + at as i64 - written_at, until)
+}
+
+#[test]
+fn ho_04_a_hold_rebuilt_one_hour_after_the_cut_gets_its_window_and_one_millisecond_later_none() {
+    const HOUR_MS: i64 = 3_600_000;
+    // The same deploy is deterministic: measure how long a start takes after the gap, then
+    // come up so that the rebuild lands exactly on the hour, and 1 ms past it.
+    let probe_gap = 1_000;
+    let (probe, _) = deploy_after(probe_gap as u64);
+    let startup = probe - probe_gap;
+    let on_the_hour = (HOUR_MS - startup) as u64;
+    let (after, window) = deploy_after(on_the_hour);
+    assert_eq!(after, HOUR_MS, "rebuilt exactly an hour after the write");
+    assert!(
+        window.is_some(),
+        "HO-04: at the hour, the window is still given"
+    );
+    let (after, window) = deploy_after(on_the_hour + 1);
+    assert_eq!(after, HOUR_MS + 1);
+    assert_eq!(window, None, "HO-04: past the hour, no window");
+}
+
+/// A `POST` to the server with `token`'s bearer; it must answer 200.
+fn post_as(world: &mut World, token: &str, path: &str, body: &str) {
+    let (token, path, body) = (token.to_owned(), path.to_owned(), body.to_owned());
+    world
+        .run_client("http", async move {
+            let request = http::Request::post(format!("{}{path}", chopin_sim::SERVER_ORIGIN))
+                .header("authorization", format!("Bearer {token}"))
+                .header("content-type", "application/json")
+                .body(axum::body::Bytes::from(body))?;
+            let response =
+                chopin_server::runtime::connector::send(&chopin_sim::TurmoilConnector, request)
+                    .await?;
+            assert_eq!(response.status.as_u16(), 200, "{path}");
+            Ok(())
+        })
+        .unwrap();
+}
+
+#[test]
+fn ao_12_archiving_the_document_ends_a_disconnected_hold_and_withdraws_its_questions() {
+    let mut c = cast(45, Some(1));
+    let doc = c.doc;
+    let (_room, _) = asked_two_and_dropped(&mut c);
+    post_as(
+        &mut c.world,
+        &c.lisa.clone(),
+        &format!("/api/documents/{doc}/archive"),
+        r#"{"archived": true}"#,
+    );
+    until(&mut c.world, 5_000, "the hold ends", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::None
+    });
+    until(&mut c.world, 5_000, "withdrawn", move |w| {
+        w.server_app().unwrap().questions.waiting() == 0
+    });
+    assert!(holds(&c.world).is_empty());
+    assert_eq!(
+        block_on(c.world.store().ownership(doc)).unwrap().holder,
+        None
+    );
+}
+
+#[test]
+fn ao_12_the_owner_login_expiring_ends_a_disconnected_hold_at_that_millisecond() {
+    let configure: chopin_sim::Configure = Arc::new(|c| c.session_max_age_ms = 600_000);
+    let options = WorldOptions {
+        fixed_latency_ms: Some(1),
+        configure: Some(configure),
+        ..WorldOptions::default()
+    };
+    let mut c = cast_with(46, options);
+    let doc = c.doc;
+    asked_two_and_dropped(&mut c);
+    let app = c.world.server_app().unwrap();
+    let account = block_on(c.world.store().account_by_login("mona"))
+        .unwrap()
+        .unwrap();
+    let now = SIM_EPOCH_MS + c.world.now_ms() as i64;
+    let expires = (app
+        .sign_ins
+        .live_login_of(account.id, now)
+        .unwrap()
+        .expires_at_ms
+        - SIM_EPOCH_MS) as u64;
+    // 1 ms before the expiry the hold stands, with nothing withdrawn.
+    c.world.advance(expires - 1 - c.world.now_ms()).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    assert_eq!(app.questions.waiting(), 2);
+    // Just past it (the expiry timer's own millisecond tick), the hold is gone.
+    c.world.advance(2).unwrap();
+    assert_eq!(presence(&c.world, doc), (PresenceState::None, None));
+    until(&mut c.world, 5_000, "withdrawn", move |w| {
+        w.server_app().unwrap().questions.waiting() == 0
+    });
+    assert!(holds(&c.world).is_empty());
 }

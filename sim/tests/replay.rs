@@ -58,6 +58,7 @@ fn run(seed: u64) -> String {
             title: format!("Notes {n}"),
             created_at_ms: SIM_EPOCH_MS,
             parent_id: None,
+            ..NewDocument::default()
         }))
         .unwrap();
         docs.push(id);

@@ -56,6 +56,7 @@ fn setup(seed: u64) -> Setup {
         title: "Field notes".into(),
         created_at_ms: SIM_EPOCH_MS,
         parent_id: None,
+        ..NewDocument::default()
     }))
     .unwrap();
     world

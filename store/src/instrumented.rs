@@ -231,6 +231,11 @@ impl<H: Hook> DocumentStore for Instrumented<H> {
             .await
     }
 
+    async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>> {
+        self.observe("document_brief", READ, self.inner.document_brief(id))
+            .await
+    }
+
     async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
         self.observe("children", READ, self.inner.children(parent_id))
             .await

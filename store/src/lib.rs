@@ -145,7 +145,18 @@ impl BrowserLogin {
     }
 }
 
+/// The account that created a document, as it was when it did: a snapshot (no foreign key), like
+/// a Planner holder's, so the refusal words can name it without another read.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Creator {
+    pub account_id: Uuid,
+    /// GitHub login at creation.
+    pub login: String,
+}
+
+/// A document to create. `Default` is for tests and fixtures that name only what they need
+/// (`..NewDocument::default()`); the server sets every field.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewDocument {
     pub id: Uuid,
     pub repo_owner: String,
@@ -156,6 +167,12 @@ pub struct NewDocument {
     /// The top-level document this one is a child of, or `None` for a top-level document. The
     /// rules a parent must meet are [`DocumentStore::create_document`]'s.
     pub parent_id: Option<Uuid>,
+    /// The account that created it; `None` where nobody is known (fixtures, imports).
+    pub creator: Option<Creator>,
+    /// The creation brief (MCP `create_document`'s `brief`), kept as given; read back with
+    /// [`DocumentStore::document_brief`], never with the document record. The store sets no
+    /// bound on it: the server does.
+    pub brief: Option<String>,
 }
 
 /// A document with its repository identity and counters.
@@ -182,6 +199,8 @@ pub struct Document {
     /// under its parent's (`/documents/<owner>/<repo>/<parent slug>/children/<slug>`), which the
     /// server computes, not the store.
     pub parent_id: Option<Uuid>,
+    /// The account that created it, fixed at creation; `None` where nobody was known.
+    pub creator: Option<Creator>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -406,6 +425,10 @@ pub trait DocumentStore: Send + Sync + 'static {
     /// either refuses the child or is archived after the child was created).
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document>;
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>>;
+    /// The creation brief of a document (`None` when it was created without one), kept apart
+    /// from [`Document`] so listing and opening documents never carry it.
+    /// `NotFound("document")` for an unknown document.
+    async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>>;
     /// The children of `parent_id`, in creation order (`created_at_ms`, ties by id), archived
     /// ones included (the caller filters). Empty for a document without children, including a
     /// child. `NotFound("document")` for an unknown parent.

@@ -93,6 +93,8 @@ struct Inner {
     aliases: BTreeMap<SlugKey, Uuid>,
     /// Document id → its aliases in the order they were left, oldest first.
     earlier_slugs: BTreeMap<Uuid, Vec<String>>,
+    /// Document id → its creation brief, for documents created with one.
+    briefs: BTreeMap<Uuid, String>,
     /// Document id → its content; one row per document, made with it.
     content: BTreeMap<Uuid, ContentRow>,
     transcripts: BTreeMap<Uuid, Vec<TranscriptEntry>>,
@@ -349,7 +351,11 @@ impl DocumentStore for MemoryStore {
                 archived: false,
                 created_at_ms: doc.created_at_ms,
                 parent_id: doc.parent_id,
+                creator: doc.creator.clone(),
             };
+            if let Some(brief) = &doc.brief {
+                inner.briefs.insert(doc.id, brief.clone());
+            }
             inner.slugs.insert(slug_key, doc.id);
             inner.content.insert(doc.id, ContentRow::default());
             inner.documents.insert(doc.id, document.clone());
@@ -368,6 +374,15 @@ impl DocumentStore for MemoryStore {
 
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
         self.with(|inner| Ok(inner.documents.get(&id).cloned()))
+    }
+
+    async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>> {
+        self.with(|inner| {
+            if !inner.documents.contains_key(&id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            Ok(inner.briefs.get(&id).cloned())
+        })
     }
 
     async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {

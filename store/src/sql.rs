@@ -53,10 +53,10 @@ use uuid::Uuid;
 use super::fence::FenceCheck;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
-    slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
-    Fence, Holder, LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
-    Pending, PlanCommit, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError,
-    StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator, Document,
+    DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry,
+    OwnerGuard, Ownership, Pending, PlanCommit, Release, RevisionKind, RunRecord, StagePage,
+    StageRecord, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 
 mod group;
@@ -341,6 +341,8 @@ struct DocumentRow<Id> {
     archived: bool,
     created_at_ms: i64,
     parent_id: Option<Id>,
+    creator_account_id: Option<Id>,
+    creator_login: Option<String>,
 }
 
 impl<Id: Into<Uuid>> From<DocumentRow<Id>> for Document {
@@ -357,6 +359,14 @@ impl<Id: Into<Uuid>> From<DocumentRow<Id>> for Document {
             archived: row.archived,
             created_at_ms: row.created_at_ms,
             parent_id: row.parent_id.map(Into::into),
+            // The migration keeps the two columns both set or both NULL.
+            creator: match (row.creator_account_id, row.creator_login) {
+                (Some(account_id), Some(login)) => Some(Creator {
+                    account_id: account_id.into(),
+                    login,
+                }),
+                _ => None,
+            },
         }
     }
 }
@@ -506,7 +516,8 @@ const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
 const LOGIN_COLUMNS: &str =
     "id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms";
 const DOCUMENT_COLUMNS: &str = "id, repo_owner, repo_name, slug, title, plan_revision, \
-     storage_revision, yjs_epoch, archived, created_at_ms, parent_id";
+     storage_revision, yjs_epoch, archived, created_at_ms, parent_id, creator_account_id, \
+     creator_login";
 const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms";
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
@@ -1125,8 +1136,9 @@ where
         }
         sqlx::query(
             "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
-             slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9)",
+             slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id, \
+             creator_account_id, creator_login, brief) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9, $10, $11, $12)",
         )
         .bind(DB::Id::from(doc.id))
         .bind(&doc.repo_owner)
@@ -1137,6 +1149,9 @@ where
         .bind(&doc.title)
         .bind(doc.created_at_ms)
         .bind(doc.parent_id.map(DB::Id::from))
+        .bind(doc.creator.as_ref().map(|c| DB::Id::from(c.account_id)))
+        .bind(doc.creator.as_ref().map(|c| c.login.clone()))
+        .bind(doc.brief.clone())
         .execute(&mut *tx)
         .await
         .map_err(conflict_or_backend)?;
@@ -1160,6 +1175,7 @@ where
             archived: false,
             created_at_ms: doc.created_at_ms,
             parent_id: doc.parent_id,
+            creator: doc.creator.clone(),
         })
     }
 
@@ -1171,6 +1187,19 @@ where
             .await
             .map_err(|e| sqlx_error("reading a document", e))?;
         Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>> {
+        let row: Option<(Option<String>,)> =
+            sqlx::query_as("SELECT brief FROM documents WHERE id = $1")
+                .bind(DB::Id::from(id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading a document's brief", e))?;
+        match row {
+            Some((brief,)) => Ok(brief),
+            None => Err(StoreError::NotFound("document")),
+        }
     }
 
     pub(crate) async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
@@ -2320,6 +2349,7 @@ macro_rules! sql_store_impls {
             sql_store_impls!(@forward $store, DocumentStore {
                 fn create_document(doc: &NewDocument) -> Document;
                 fn document(id: Uuid) -> Option<Document>;
+                fn document_brief(id: Uuid) -> Option<String>;
                 fn children(parent_id: Uuid) -> Vec<Document>;
                 fn repository_documents(repo_owner: &str, repo_name: &str, limit: u32)
                     -> Vec<Document>;
@@ -2429,6 +2459,7 @@ pub(crate) mod group_commit_check {
             title: format!("Doc {n}"),
             created_at_ms: 1,
             parent_id: None,
+            ..NewDocument::default()
         }
     }
 

@@ -13,7 +13,8 @@
 //! never go backwards, the Yjs epoch and wholesale resets), renames that keep former slugs as
 //! aliases unique per repository, child documents (one level, in their parent's repository, never
 //! under an archived or missing parent, listed in creation order, parentage kept across renames,
-//! archiving and reopening), `NotFound` for unknown documents, and data surviving a reopen.
+//! archiving and reopening), a document's creator and creation brief (kept as written, the brief
+//! read on its own), `NotFound` for unknown documents, and data surviving a reopen.
 //! Update and checkpoint bytes are opaque to the store, so the tests use plain byte strings.
 //! Races
 //! run on a two-worker runtime with a barrier, so claimers really overlap.
@@ -28,8 +29,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chopin_store::{
-    account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Document,
-    DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, MemoryStore, NewDocument,
+    account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator,
+    Document, DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, MemoryStore, NewDocument,
     NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Release, RevisionKind, RunRecord,
     SqliteStore, StageRecord, Store, StoreError, WriterLease,
 };
@@ -207,6 +208,7 @@ conformance! {
     ao_18_link_holds_are_kept_per_document_and_survive_reopening,
     ho_05_a_hold_is_rewritten_without_its_window_once_and_deleted_only_as_written,
     ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_credential,
+    own_23_a_documents_creator_and_brief_round_trip_and_survive_reopening,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -220,6 +222,7 @@ fn new_doc(n: u128, owner: &str, repo: &str, slug: &str) -> NewDocument {
         title: format!("Document {slug}"),
         created_at_ms: 1_000 + n as i64,
         parent_id: None,
+        ..NewDocument::default()
     }
 }
 
@@ -4358,4 +4361,83 @@ async fn ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_c
         .unwrap());
     assert_eq!(store.clear_unheld_ownership().await.unwrap(), 1);
     assert_eq!(store.ownership(kept).await.unwrap().holder, None);
+}
+
+// OWN-23 needs a document's creator; MCP `create_document` keeps a brief. Both are set at
+// creation and read back as written — the creator with the record (every read: by id, by slug,
+// by a former slug, a repository's list, a parent's children, a rename's answer), the brief on
+// its own — and both survive reopening. A document made without them has neither.
+async fn own_23_a_documents_creator_and_brief_round_trip_and_survive_reopening(b: &Backend) {
+    let store = b.open().await;
+    let lisa = Creator {
+        account_id: account_id_for_github_user(1004),
+        login: "Lisa".into(),
+    };
+    // Not ASCII, with its own line ends, and as long as the server lets a brief be.
+    let brief = format!(
+        "Survey the quay — which first?\r\n{}",
+        "b".repeat(64 * 1024 - 40)
+    );
+    let made = store
+        .create_document(&NewDocument {
+            creator: Some(lisa.clone()),
+            brief: Some(brief.clone()),
+            ..new_doc(1, "Owner", "Repo", "made")
+        })
+        .await
+        .unwrap();
+    assert_eq!(made.creator.as_ref(), Some(&lisa));
+    let child = store
+        .create_document(&NewDocument {
+            creator: Some(lisa.clone()),
+            ..child_doc(2, "Owner", "Repo", "child", made.id)
+        })
+        .await
+        .unwrap();
+    let bare = store
+        .create_document(&new_doc(3, "Owner", "Repo", "bare"))
+        .await
+        .unwrap();
+    assert_eq!(bare.creator, None);
+    let renamed = store
+        .rename_document(made.id, "renamed", "Renamed")
+        .await
+        .unwrap();
+    assert_eq!(renamed.creator.as_ref(), Some(&lisa), "a rename keeps it");
+
+    for store in [store, b.open().await] {
+        let by_id = store.document(made.id).await.unwrap().unwrap();
+        assert_eq!(by_id.creator.as_ref(), Some(&lisa));
+        let by_former = store
+            .document_by_slug("owner", "repo", "made")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(by_former.creator.as_ref(), Some(&lisa));
+        let listed = store
+            .repository_documents("Owner", "Repo", 10)
+            .await
+            .unwrap();
+        let creators: Vec<Option<&str>> = listed
+            .iter()
+            .map(|d| d.creator.as_ref().map(|c| c.login.as_str()))
+            .collect();
+        assert_eq!(creators, vec![Some("Lisa"), Some("Lisa"), None]);
+        let children = store.children(made.id).await.unwrap();
+        assert_eq!(children[0].creator.as_ref(), Some(&lisa));
+        assert_eq!(
+            store.document(bare.id).await.unwrap().unwrap().creator,
+            None
+        );
+
+        assert_eq!(
+            store.document_brief(made.id).await.unwrap(),
+            Some(brief.clone())
+        );
+        assert_eq!(store.document_brief(child.id).await.unwrap(), None);
+        assert_eq!(store.document_brief(bare.id).await.unwrap(), None);
+        assert!(is_not_found(
+            store.document_brief(Uuid::from_u128(0xdead)).await
+        ));
+    }
 }

@@ -21,7 +21,22 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::runtime::{SharedClock, SharedEntropy};
-use crate::store::{Document, DocumentStore, NewDocument, StoreError, StoreResult};
+use crate::store::{Creator, Document, DocumentStore, NewDocument, StoreError, StoreResult};
+
+/// What a new document is made with besides its repository, title and slug.
+#[derive(Debug, Clone, Default)]
+pub struct Made {
+    /// The root document it is a child of.
+    pub parent: Option<Uuid>,
+    /// The account creating it; `None` only where nobody is known.
+    pub creator: Option<Creator>,
+    /// Its creation brief (MCP `create_document`), already checked against [`BRIEF_MAX_BYTES`].
+    pub brief: Option<String>,
+}
+
+/// Most UTF-8 bytes of a creation brief (our bound; the spec gives none): 64 KiB, as an
+/// `invoke_planner` instruction.
+pub const BRIEF_MAX_BYTES: usize = 64 * 1024;
 
 /// The canonical URL path of a document.
 pub fn canonical_url(doc: &Document) -> String {
@@ -252,6 +267,11 @@ impl Documents {
         self.store.document(id).await.map_err(ApiError::store)
     }
 
+    /// The creation brief of a document, `None` for one created without a brief.
+    pub async fn brief(&self, id: Uuid) -> Result<Option<String>, ApiError> {
+        self.store.document_brief(id).await.map_err(ApiError::store)
+    }
+
     /// The document `owner/repo/slug` names (its slug or a former one).
     pub async fn by_slug(
         &self,
@@ -265,31 +285,36 @@ impl Documents {
             .map_err(ApiError::store)
     }
 
-    /// Creates a document in `owner/repo` (GitHub's case), under `parent` when given. A taken
-    /// slug gets a numeric suffix (`-2`, `-3`, …).
+    /// Creates a document in `owner/repo` (GitHub's case), under `made.parent` when given, with
+    /// its creator and brief. A taken slug gets a numeric suffix (`-2`, `-3`, …).
     pub async fn create(
         &self,
         owner: &str,
         repo: &str,
         title: &str,
         base_slug: &str,
-        parent: Option<Uuid>,
+        made: Made,
     ) -> Result<Document, ApiError> {
+        let parent = made.parent;
+        let mut new = NewDocument {
+            id: Uuid::nil(),
+            repo_owner: owner.to_owned(),
+            repo_name: repo.to_owned(),
+            slug: String::new(),
+            title: title.to_owned(),
+            created_at_ms: 0,
+            parent_id: made.parent,
+            creator: made.creator,
+            brief: made.brief,
+        };
         for n in 1..=SLUG_ATTEMPTS {
-            let slug = if n == 1 {
+            new.slug = if n == 1 {
                 base_slug.to_owned()
             } else {
                 format!("{base_slug}-{n}")
             };
-            let new = NewDocument {
-                id: self.entropy.uuid(),
-                repo_owner: owner.to_owned(),
-                repo_name: repo.to_owned(),
-                slug,
-                title: title.to_owned(),
-                created_at_ms: self.clock.now_ms(),
-                parent_id: parent,
-            };
+            new.id = self.entropy.uuid();
+            new.created_at_ms = self.clock.now_ms();
             match self.store.create_document(&new).await {
                 Ok(doc) => return Ok(doc),
                 // Either the slug is taken (try the next) or a parent rule failed (say so).

@@ -11,7 +11,8 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chopin_protocol::agent::{ClientMessage, Feature, ServerMessage};
+use chopin_protocol::agent::{ClientMessage, Feature, InputResult, ServerMessage};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -83,7 +84,8 @@ impl LinkHandle {
     }
 }
 
-/// Finds the client attached to a document.
+/// Finds the client attached to a document, and keeps what is meant for a client that is away.
+#[async_trait]
 pub trait AgentLinks: Send + Sync {
     /// The link attached to `document` now, if any.
     fn link_for(&self, document: Uuid) -> Option<LinkHandle>;
@@ -93,12 +95,50 @@ pub trait AgentLinks: Send + Sync {
     fn disconnected(&self, _document: Uuid) -> bool {
         false
     }
+
+    /// `document`'s Planner is held for a client that is away (its resumable link dropped with
+    /// work kept, or a deploy cut it): `kept` is kept for that client's return, stored with the
+    /// hold (AO-18), and handed over once when it resumes. False if nothing holds it so.
+    async fn keep_for_client(&self, _document: Uuid, _kept: KeptForClient) -> bool {
+        false
+    }
+}
+
+/// What a hold keeps for its client beyond its sessions.
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeptForClient {
+    /// An answer the client's link could not take (HO-16): `input-result` after `resumed`.
+    Answer(InputResult),
+    /// A Stop the client has not heard (ATM-35): `stop` after `resumed`.
+    Stop(HeldStop),
+}
+
+/// A question the client waited on when its hold was written.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldQuestion {
+    pub request_id: String,
+    pub session_id: String,
+    /// Its Decision ids in the document.
+    pub cards: Vec<String>,
+}
+
+/// A writer's Stop pressed while the Planner's client was away, or sent and never answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldStop {
+    /// Just this run; absent: every live run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Who pressed it.
+    pub login: String,
 }
 
 /// No link is ever attached (a remote adapter built without a link table).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoLinks;
 
+#[async_trait]
 impl AgentLinks for NoLinks {
     fn link_for(&self, _document: Uuid) -> Option<LinkHandle> {
         None

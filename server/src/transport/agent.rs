@@ -52,7 +52,7 @@ use crate::planner::{
     RevocationWatch, WindowWait,
 };
 use crate::questions::{Asking, Questions, Reply, Scope};
-use crate::runs::Runs;
+use crate::runs::{Control, Runs};
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{Document, OwnershipStore};
 use crate::turns::Turns;
@@ -432,12 +432,17 @@ impl Link {
         };
         self.bound = Some((doc.id, bound.link));
         let _ = check.bound.set((bound.link, bound.generation));
+        let kept_work = bound.kept.clone();
         let kept = if resumable {
-            bound.kept.clone()
+            kept_work.sessions.clone()
         } else {
-            if !bound.kept.is_empty() {
+            if !kept_work.sessions.is_empty() {
                 // AO-12: a client that holds nothing to resume ends the hold.
                 tracing::info!(document = %doc.id, login = %self.login, "the client offered no resumable-sessions; the sessions kept for it are let go");
+            }
+            if let Some(old) = kept_work.link {
+                let why = "The Planner's client came back without the work kept for it.";
+                self.deps.questions.withdraw_kept(doc.id, old, why).await;
             }
             Vec::new()
         };
@@ -454,8 +459,7 @@ impl Link {
                     timers: self.timers(),
                 };
                 if !self.send(&ServerMessage::Attached(attached)).await {
-                    planners
-                        .link_ended(doc.id, bound.link, LinkEnd::Dropped)
+                    self.lost_before_resume(doc.id, bound.link, &kept, kept_work)
                         .await;
                     return;
                 }
@@ -465,8 +469,7 @@ impl Link {
                     match self.next_message().await {
                         Incoming::Message(ClientMessage::Resume(resume)) => Some(resume),
                         Incoming::Gone => {
-                            planners
-                                .link_ended(doc.id, bound.link, LinkEnd::Dropped)
+                            self.lost_before_resume(doc.id, bound.link, &kept, kept_work)
                                 .await;
                             return;
                         }
@@ -482,22 +485,31 @@ impl Link {
                 }
             }
         };
-        let let_go = not_taken_back(&bound.kept, &kept, resume.as_ref());
+        let let_go = not_taken_back(&kept_work.sessions, &kept, resume.as_ref());
         if let Some(resume) = resume {
-            self.hand_back(&doc, &live, &handle, &kept, &resume).await;
+            self.hand_back(&doc, &live, &handle, bound.link, kept_work, &resume)
+                .await;
         }
         self.runs_let_go(doc.id, let_go).await;
         let link = bound.link;
+        {
+            // Answers that waited for a Planner to be attached get a turn now (HO-15).
+            let (turns, id) = (self.deps.turns.clone(), doc.id);
+            self.deps
+                .shutdown
+                .spawn(async move { turns.start_answers(id).await });
+        }
         let ended = self
             .attached(&doc, &live, bound, &check, &mut command_rx)
             .await;
         if let Ended::OnItsOwn(how) = ended {
             self.link_gone(doc.id, link, how).await;
         }
-        if self.deps.shutdown.is_stopping() || self.kept_work {
+        if self.kept_work {
+            // A resumable link that dropped with work kept withdraws nothing (RT-12): its
+            // questions stay open and answerable, waited on for its client's return.
+        } else if self.deps.shutdown.is_stopping() {
             // A stopping server withdraws nothing: the cards stay open for the next process.
-            // Nor does a resumable link that dropped with work kept (RT-12): its questions stay
-            // open and answerable in the document.
             self.deps.questions.forget_link(link);
         } else {
             // The link closed for good: what it asked is withdrawn (RT-11).
@@ -507,6 +519,7 @@ impl Link {
                 .questions
                 .withdraw(doc.id, &url, Scope::Link(link), why)
                 .await;
+            self.deps.questions.forget_link(link);
             self.deps.questions.forget_runs(doc.id);
             self.runs_closed(doc.id).await;
         }
@@ -520,8 +533,13 @@ impl Link {
         if how == LinkEnd::Dropped && self.features.contains(&Feature::ResumableSessions) {
             if let Some(session) = self.deps.turns.kept_session(doc) {
                 self.kept_work = true;
+                let (questions, answers) = self.deps.questions.kept_for(doc, link);
                 let work = HeldWork {
                     sessions: vec![session],
+                    questions,
+                    answers,
+                    stops: Vec::new(),
+                    link: Some(link),
                 };
                 planners.link_dropped_with_work(doc, link, work).await;
                 return;
@@ -532,17 +550,22 @@ impl Link {
 
     /// After `attached` with `kept`, the client's `resume`: the sessions it still holds of those
     /// kept are handed back on this link (AO-19) and kept for the document's next turn; the
-    /// others are gone. Questions it waited on before the hold are not waited on again (HO-15),
-    /// so `resumed` lists none.
+    /// others are gone. The questions its earlier link asked in those sessions are waited on
+    /// for this link now and listed in `resumed.inputs`; those of the other sessions are
+    /// withdrawn. A hold rebuilt by a later process has no such questions (HO-15). Then the
+    /// answers owed to the client follow as `input-result`, each once (HO-16), and the Stops it
+    /// has not heard are sent as `stop` (ATM-35).
     async fn hand_back(
         &mut self,
         doc: &Document,
         live: &Arc<LiveLogin>,
         handle: &LinkHandle,
-        kept: &[String],
+        link: u64,
+        kept: HeldWork,
         resume: &wire::ClientResume,
     ) {
         let handed: Vec<String> = kept
+            .sessions
             .iter()
             .filter(|s| resume.sessions.contains(s))
             .cloned()
@@ -556,12 +579,58 @@ impl Link {
             );
             self.deps.turns.adopt_kept(doc.id, adopted, live.id).await;
         }
-        tracing::info!(document = %doc.id, login = %self.login, handed = handed.len(), kept = kept.len(), "the client resumed its kept sessions");
+        let mut answers = kept.answers;
+        let mut inputs = Vec::new();
+        if let Some(old) = kept.link {
+            let reply = Reply::Link(handle.clone());
+            let (waited, owed) = self
+                .deps
+                .questions
+                .rebind(doc.id, old, link, &reply, &handed);
+            inputs = waited;
+            answers.extend(owed);
+            let why = "The Planner's client came back without the session that asked it.";
+            self.deps.questions.withdraw_kept(doc.id, old, why).await;
+        }
+        tracing::info!(document = %doc.id, login = %self.login, handed = handed.len(), kept = kept.sessions.len(), inputs = inputs.len(), answers = answers.len(), stops = kept.stops.len(), "the client resumed its kept sessions");
         let resumed = ServerMessage::Resumed(wire::Resumed {
             sessions: handed,
-            inputs: Vec::new(),
+            inputs,
         });
-        self.send(&resumed).await;
+        if !self.send(&resumed).await {
+            return;
+        }
+        for answer in answers {
+            self.send(&ServerMessage::InputResult(answer)).await;
+        }
+        for stop in kept.stops {
+            // Sent and waited on beside the link, which must go on reading to hear the answer.
+            let runs = self.deps.runs.clone();
+            let document = doc.id;
+            self.deps.shutdown.spawn(async move {
+                runs.control(document, stop.run_id.as_deref(), Control::Stop, &stop.login)
+                    .await
+            });
+        }
+    }
+
+    /// The link was lost after `attached` told it what was kept and before its `resume`: a
+    /// resumable client's work is kept again, as for any drop (AO-11); otherwise the grace
+    /// period starts.
+    async fn lost_before_resume(
+        &mut self,
+        doc: uuid::Uuid,
+        link: u64,
+        kept: &[String],
+        work: HeldWork,
+    ) {
+        let planners = self.deps.planners.clone();
+        if !kept.is_empty() {
+            self.kept_work = true;
+            planners.link_dropped_with_work(doc, link, work).await;
+        } else {
+            planners.link_ended(doc, link, LinkEnd::Dropped).await;
+        }
     }
 
     /// A resume of a hand-over hold whose owner's browser sign-in is not back yet (HO-10):
@@ -856,16 +925,20 @@ impl Link {
                     // The process is stopping (the cut): the link's hold is written for the next
                     // process, then the link is told so and closed 1001. No grace period starts
                     // and nothing is released; the next process decides (HO-01, HO-17).
-                    let sessions = if self.features.contains(&Feature::ResumableSessions) {
-                        self.deps.turns.kept_session(doc.id).into_iter().collect()
+                    let work = if self.features.contains(&Feature::ResumableSessions) {
+                        let (questions, answers) =
+                            self.deps.questions.kept_for(doc.id, bound.link);
+                        HeldWork {
+                            sessions: self.deps.turns.kept_session(doc.id).into_iter().collect(),
+                            questions,
+                            answers,
+                            stops: Vec::new(),
+                            link: None,
+                        }
                     } else {
-                        Vec::new()
+                        HeldWork::default()
                     };
-                    let handover = self
-                        .deps
-                        .planners
-                        .cut(doc.id, bound.link, HeldWork { sessions })
-                        .await;
+                    let handover = self.deps.planners.cut(doc.id, bound.link, work).await;
                     self.going_away(handover).await;
                     return Ended::Done;
                 }

@@ -21,7 +21,7 @@ use super::{Routes, Table};
 use crate::access::{writer_only, Access, Caller};
 use crate::content::OpenDocuments;
 use crate::documents::children::child_url;
-use crate::documents::{self, document_json, Documents};
+use crate::documents::{self, document_json, Documents, Made};
 use crate::error::ApiError;
 use crate::identity::github::RepoAccess;
 use crate::planner::Planners;
@@ -141,6 +141,7 @@ impl DocumentsDeps {
             .earlier_urls(doc)
             .await
             .map_err(ApiError::store)?;
+        let brief = self.documents.brief(doc.id).await?;
         let id = doc.id.to_string();
         let url = documents::canonical_url(doc);
         Ok(read(
@@ -154,7 +155,7 @@ impl DocumentsDeps {
                 kind: chopin_document::reader::ReadKind::McpDocument,
                 source: &reading.source,
                 accepted_comments: &[],
-                brief: None,
+                brief: brief.as_deref(),
             },
             &reading.analysis,
         ))
@@ -279,7 +280,16 @@ async fn create(
     let access = deps.writable_repository(&caller, &owner, &repo).await?;
     let doc = deps
         .documents
-        .create(&access.owner, &access.repo, &title, &base, None)
+        .create(
+            &access.owner,
+            &access.repo,
+            &title,
+            &base,
+            Made {
+                creator: Some(caller.as_creator()),
+                ..Made::default()
+            },
+        )
         .await?;
     tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created");
     Ok((StatusCode::CREATED, Json(document_json(&doc))).into_response())
@@ -463,7 +473,11 @@ async fn create_child(
             &parent.repo_name,
             &title,
             &base,
-            Some(parent.id),
+            Made {
+                parent: Some(parent.id),
+                creator: Some(caller.as_creator()),
+                brief: None,
+            },
         )
         .await?;
     let mut body = document_json(&child);

@@ -45,11 +45,12 @@ use crate::access::{bearer, writer_only, Caller};
 use crate::chat::{Chat, Place, SendReply, SendRequest, Sender, REQUEST_ID_MAX_CHARS};
 use crate::documents::children::Children;
 use crate::documents::updates::{Update, Updates};
-use crate::documents::{self, document_json, Locator};
+use crate::documents::{self, document_json, Locator, Made, BRIEF_MAX_BYTES};
 use crate::error::ApiError;
 use crate::identity::github::RepoAccess;
 use crate::runtime::{SharedEntropy, Shutdown};
 use crate::store::Document;
+use crate::turns::FollowUp;
 
 /// The path MCP is served at.
 pub const MCP_PATH: &str = "/mcp";
@@ -233,6 +234,7 @@ struct CreateArgs {
     title: String,
     slug: Option<String>,
     source: Option<String>,
+    brief: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -393,6 +395,7 @@ impl Tools {
         let (owner, repo) = repository(&args.repository)?;
         let title = documents::new_title(&args.title)?;
         let base = documents::slug_of(args.slug.as_deref(), &title)?;
+        let brief = brief_of(args.brief)?;
         let source = args.source.unwrap_or_default();
         // Checked as an update of an empty document would be, before anything is created.
         if let Err(refusal) = applied(&chopin_document::edit::replace_source(
@@ -414,7 +417,17 @@ impl Tools {
         let access = deps.writable_repository(caller, owner, repo).await?;
         let mut doc = deps
             .documents
-            .create(&access.owner, &access.repo, &title, &base, None)
+            .create(
+                &access.owner,
+                &access.repo,
+                &title,
+                &base,
+                Made {
+                    parent: None,
+                    creator: Some(caller.as_creator()),
+                    brief,
+                },
+            )
             .await?;
         tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created over MCP");
         if !source.is_empty() {
@@ -526,7 +539,14 @@ impl Tools {
                     };
                     match args.as_ {
                         Some(InvokeAs::System) => {
-                            self.deps.chat.follow_up(&place, &sender, request).await
+                            let from = FollowUp {
+                                from_account: caller.account_id,
+                                creator: doc.creator.clone(),
+                            };
+                            self.deps
+                                .chat
+                                .follow_up(&place, &sender, from, request)
+                                .await
                         }
                         None => self.deps.chat.invoke(&place, &sender, request).await,
                     }
@@ -557,6 +577,23 @@ impl Tools {
         let doc = self.locate_writable(caller, document).await?;
         let doc = self.deps.documents.set_archived(&doc, archived).await?;
         Ok(CallToolResult::structured(document_json(&doc)))
+    }
+}
+
+/// The brief `create_document` keeps: at most [`BRIEF_MAX_BYTES`] of UTF-8 (`too-long`
+/// otherwise, before anything is created); a blank one is no brief.
+fn brief_of(brief: Option<String>) -> Result<Option<String>, ApiError> {
+    match brief {
+        Some(brief) if brief.len() > BRIEF_MAX_BYTES => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too-long",
+            format!(
+                "The brief is {} bytes; a brief is at most {BRIEF_MAX_BYTES} bytes (64 KiB) of UTF-8. Nothing was created.",
+                brief.len()
+            ),
+        )),
+        Some(brief) if brief.trim().is_empty() => Ok(None),
+        brief => Ok(brief),
     }
 }
 
@@ -641,7 +678,7 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "create_document",
-            "Creates a document in a repository you can push to, optionally with its first Markdown source.",
+            "Creates a document in a repository you can push to, optionally with its first Markdown source and a brief. You are recorded as its creator.",
             schema(json!({
                 "type": "object",
                 "properties": {
@@ -649,6 +686,7 @@ fn tools() -> Vec<Tool> {
                     "title": { "type": "string", "description": "One line, at most 300 characters." },
                     "slug": { "type": "string", "description": "The URL's last part; made from the title when left out." },
                     "source": { "type": "string", "description": "The document's Markdown source." },
+                    "brief": { "type": "string", "description": "Why the document exists and what it should become, for whoever reads it next; read_document shows it. At most 64 KiB of UTF-8." },
                 },
                 "required": ["repository", "title"],
                 "additionalProperties": false,
@@ -692,7 +730,7 @@ fn tools() -> Vec<Tool> {
                     "document": locator,
                     "instruction": { "type": "string", "minLength": 1, "description": "What the Planner should do; at most 64 KiB of UTF-8." },
                     "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Send the same key again to retry without posting twice." },
-                    "as": { "type": "string", "enum": ["system"], "description": "\"system\": an automatic follow-up, not a message: Chat shows only a notice naming you, the instruction goes to the Planner alone. Only the account holding the document's Planner may send one, it needs the Planner idle (planner-busy otherwise), and a document takes at most 10 an hour (rate-limited)." },
+                    "as": { "type": "string", "enum": ["system"], "description": "\"system\": an automatic follow-up, not a message: Chat shows only a notice naming you, the instruction goes to the Planner alone. Only the document's creator or the account holding its Planner may send one, it needs the Planner idle (planner-busy otherwise), and a document takes at most 10 an hour (rate-limited)." },
                 },
                 "required": ["document", "instruction"],
                 "additionalProperties": false,

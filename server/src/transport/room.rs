@@ -463,6 +463,14 @@ async fn stop_or_resume(
             } else {
                 0
             };
+            if withdrawn > 0 && paused == 0 {
+                // A Stop that withdrew the last thing a disconnected Planner's hold kept ends
+                // the hold; the grace period runs as for a detach (AO-12).
+                deps.turns.release_idle_kept(root_id).await;
+                if deps.turns.kept_session(root_id).is_none() {
+                    deps.planners.hold_emptied(root_id).await;
+                }
+            }
             json_frame(
                 &json!({ "type": "planner:stopped", "stopped": stopped || paused > 0 || withdrawn > 0 }),
             )
@@ -551,10 +559,17 @@ async fn decision_frame(
             (None, Some(Value::String(text))) => Given::Text(text.clone()),
             _ => return refused("invalid-answer", "An answer carries either \"options\" (indices, counted from 0) or \"text\" (a string, which may be empty)."),
         };
-        deps.questions
+        let answered = deps
+            .questions
             .answer(&reference, doc.id, decision, &sender.login, given)
-            .await
-            .map(|()| "decision:answered")
+            .await;
+        if let Ok(Some(words)) = &answered {
+            // Nothing waits on it since a restart: a Planner turn takes it (HO-15).
+            deps.turns
+                .hand_answer(doc.id, &reference.url, &sender.login, words)
+                .await;
+        }
+        answered.map(|_| "decision:answered")
     };
     // A session kept only for the question just settled is let go.
     deps.turns.release_idle_kept(doc.id).await;

@@ -126,6 +126,7 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
             title: "Notes".into(),
             created_at_ms: 0,
             parent_id: None,
+            ..NewDocument::default()
         })
         .await
         .unwrap();
@@ -168,12 +169,17 @@ impl Served {
 
     /// mona's scripted agent client, attached to the document offering `features`.
     pub async fn attach(&self, features: &[&str]) -> AgentClient {
+        self.attach_to(self.doc, features).await
+    }
+
+    /// mona's scripted agent client, attached to `document` offering `features`.
+    pub async fn attach_to(&self, document: Uuid, features: &[&str]) -> AgentClient {
         let stream = tokio::net::TcpStream::connect(&self.host).await.unwrap();
         let mut client = connect(stream, &Upgrade::new(self.host.clone(), Some(&self.mona)))
             .await
             .unwrap();
         let answer = client
-            .attach(&self.doc.to_string(), features)
+            .attach(&document.to_string(), features)
             .await
             .unwrap();
         assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");

@@ -1,0 +1,16 @@
+-- A document's creator and creation brief, for the SQLite backend (`store/src/sqlite.rs`).
+-- Additive: three nullable columns on `documents`; rows written before this migration keep NULL
+-- (nobody known, no brief).
+-- Owns:
+-- * `documents.creator_account_id`, `documents.creator_login`: the account that created the
+--   document and its GitHub login then, both set or both NULL. A snapshot (no foreign key), like
+--   a Planner holder's: policy (who may send an automatic follow-up) compares the account id;
+--   the login is for the words of a refusal. Set at creation, never changed.
+-- * `documents.brief`: the creation brief as given (MCP `create_document`), NULL without one.
+--   Read alone (`Store::document_brief`), never with the rest of the row. Its bound is the
+--   server's, not the database's.
+
+ALTER TABLE documents ADD COLUMN creator_account_id TEXT;
+ALTER TABLE documents ADD COLUMN creator_login TEXT
+    CHECK ((creator_account_id IS NULL) = (creator_login IS NULL));
+ALTER TABLE documents ADD COLUMN brief TEXT;
