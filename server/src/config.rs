@@ -793,6 +793,14 @@ mod tests {
     }
 
     #[test]
+    fn ho_19_the_hand_over_window_defaults_to_60000() {
+        // RULINGS HO-19: the spec gives no default; the ruling's is 60000 ms.
+        assert_eq!(parse(&[]).unwrap().handover_planner_window_ms, 60_000);
+        let set = parse(&[("handover-planner-window-ms", "45000")]).unwrap();
+        assert_eq!(set.handover_planner_window_ms, 45_000);
+    }
+
+    #[test]
     fn defaults_match_the_spec() {
         let c = parse(&[]).unwrap();
         assert_eq!(c.server_host.to_string(), "127.0.0.1");
