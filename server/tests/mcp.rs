@@ -10,7 +10,8 @@ use axum::body::Bytes;
 use chopin_fixtures::github::Permission;
 use chopin_fixtures::mcp::{call, connect, ok, refusal, text, Client, DOCUMENT_TOOLS};
 use chopin_server::runtime::connector::{self, TcpConnector};
-use chopin_server::store::MemoryStore;
+use chopin_server::store::instrumented::{Call, Hold, Hook, Instrumented};
+use chopin_server::store::{MemoryStore, Store};
 use serde_json::{json, Value};
 use support::{served, served_with, Served, DOC_URL};
 
@@ -1228,4 +1229,42 @@ async fn create_document_idempotency_keys_are_per_account_and_1_to_200_character
     }
     assert_eq!(document_count(&mona).await, count, "nothing created");
     ok(call(&mona, "create_document", keyed_create(&"k".repeat(200))).await);
+}
+
+/// Makes every `create_document` of the store yield a few times before it runs.
+struct YieldOnCreate;
+
+impl Hook for YieldOnCreate {
+    fn call(&self, _: Call) {}
+
+    fn hold(&self, method: &'static str, _write: bool) -> Option<Hold> {
+        (method == "create_document").then(|| {
+            Box::pin(async {
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+            }) as Hold
+        })
+    }
+}
+
+// Two calls with one key at once (a client that retries before its first answer came back):
+// they are taken one after the other, so one document is created and both get it. The store
+// yields inside `create_document`, so the two calls really overlap (the memory store alone
+// never yields).
+#[tokio::test]
+async fn create_document_two_calls_with_one_idempotency_key_at_once_create_one_document() {
+    let store: Arc<dyn Store> = Arc::new(Instrumented::new(
+        Arc::new(MemoryStore::new()),
+        YieldOnCreate,
+    ));
+    let s = served_with(store, |_| {}).await;
+    let (first, second) = (client(&s, &s.mona).await, client(&s, &s.mona).await);
+    let before = document_count(&first).await;
+    let (a, b) = tokio::join!(
+        call(&first, "create_document", keyed_create("at-once")),
+        call(&second, "create_document", keyed_create("at-once")),
+    );
+    assert_eq!(ok(a)["id"], ok(b)["id"]);
+    assert_eq!(document_count(&first).await, before + 1, "created once");
 }
