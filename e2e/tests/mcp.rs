@@ -1,6 +1,6 @@
 //! `/mcp` on the spawned `chopin` binary, on SQLite and on PostgreSQL, through rmcp's own
 //! Streamable HTTP client configured only as docs/mcp.md says (the URL and a bearer token): the
-//! tool list, create (with a brief, read back), read, update, the refusals a tool answers with a `code`, and the HTTP
+//! tool list, create (with a brief and a provenance, read back, and an idempotency key, replayed), read, update, the refusals a tool answers with a `code`, and the HTTP
 //! refusals before any MCP message. `AGENT=off` does not turn `/mcp` off (SES-30). And a client
 //! nobody on the team wrote — the official TypeScript SDK's — does the same from the docs alone.
 
@@ -84,15 +84,32 @@ async fn every_tool_and_refusal(f: &Fixture) {
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     assert_eq!(names, DOCUMENT_TOOLS);
 
-    let created = ok(call(
-        &mona,
-        "create_document",
-        json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nDraft.\n",
-               "brief": "Which quay to survey first, and why."}),
-    )
-    .await);
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let create = json!({"repository": "octo/plans", "title": "Harbour plan", "source": "# Harbour\n\nDraft.\n",
+                        "brief": "Which quay to survey first, and why.",
+                        "baseBranch": "feature/quay", "baseCommit": commit, "idempotencyKey": "e2e-create"});
+    let created = ok(call(&mona, "create_document", create.clone()).await);
     let url = created["url"].as_str().unwrap().to_owned();
     assert_eq!(url, "/documents/octo/plans/harbour-plan");
+    // A retry with the same key and input is the same document, not a second one; other input
+    // under that key, or a badly shaped provenance, is refused.
+    assert_eq!(
+        ok(call(&mona, "create_document", create.clone()).await),
+        created
+    );
+    let mut other = create.clone();
+    other["title"] = json!("Another plan");
+    assert_eq!(
+        code(call(&mona, "create_document", other).await),
+        "idempotency-key-reused"
+    );
+    let mut abbreviated = create.clone();
+    abbreviated["baseCommit"] = json!("0123456");
+    abbreviated["idempotencyKey"] = json!("e2e-bad");
+    assert_eq!(
+        code(call(&mona, "create_document", abbreviated).await),
+        "invalid-provenance"
+    );
 
     let read = call(
         &mona,
@@ -109,6 +126,11 @@ async fn every_tool_and_refusal(f: &Fixture) {
     );
     let view = ok(read);
     assert_eq!(view["brief"], "Which quay to survey first, and why.");
+    // So was the provenance, as sent.
+    assert_eq!(
+        view["provenance"],
+        json!({"baseBranch": "feature/quay", "baseCommit": commit})
+    );
     let revision = view["revision"].as_u64().unwrap();
 
     let update = json!({"document": url, "planRevision": revision,
@@ -129,6 +151,11 @@ async fn every_tool_and_refusal(f: &Fixture) {
 
     let listed = ok(call(&mona, "list_documents", json!({"repository": "octo/plans"})).await);
     assert_eq!(listed["documents"][0]["id"], created["id"]);
+    assert_eq!(
+        listed["documents"].as_array().map(Vec::len),
+        Some(1),
+        "created once"
+    );
     let renamed = ok(call(
         &mona,
         "rename_document",

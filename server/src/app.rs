@@ -21,6 +21,7 @@ use crate::chat::Chat;
 use crate::config::{AuthMode, Config, Database};
 use crate::content::OpenDocuments;
 use crate::documents::children::Children;
+use crate::documents::creations::Creations;
 use crate::documents::updates::Updates;
 use crate::documents::Documents;
 use crate::github_tools::GitHubTools;
@@ -73,6 +74,7 @@ pub struct App {
     pub open: Arc<OpenDocuments>,
     pub children: Arc<Children>,
     pub updates: Arc<Updates>,
+    pub creations: Arc<Creations>,
     pub transcript: Arc<Transcript>,
     pub planners: Arc<Planners>,
     pub turns: Arc<Turns>,
@@ -196,6 +198,7 @@ impl App {
         open.plant(config.planted);
         let children = Arc::new(Children::new(store.clone(), open.clone()));
         let updates = Arc::new(Updates::new(documents.clone(), open.clone(), clock.clone()));
+        let creations = Arc::new(Creations::new(clock.clone()));
         let transcript = Transcript::new(store.clone(), clock.clone(), &shutdown);
         let planners = Planners::new(
             store.clone(),
@@ -302,6 +305,7 @@ impl App {
             open,
             children,
             updates,
+            creations,
             transcript,
             planners,
             turns,
@@ -357,6 +361,7 @@ impl App {
         .merge(transport::mcp::routes(McpDeps {
             documents: self.documents_deps(),
             updates: self.updates.clone(),
+            creations: self.creations.clone(),
             chat: self.chat.clone(),
             children: self.children.clone(),
             entropy: self.runtime.entropy.clone(),

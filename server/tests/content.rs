@@ -14,7 +14,7 @@ use chopin_server::runtime::Shutdown;
 use chopin_server::store::prelude::*;
 use chopin_server::store::{
     Advance, Document, DocumentContent, MemoryStore, NewDocument, OwnerGuard, PlanCommit,
-    RevisionKind, StoreResult, UnixMillis,
+    Provenance, RevisionKind, StoreResult, UnixMillis,
 };
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
@@ -178,6 +178,9 @@ impl DocumentStore for Yielding {
     }
     async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>> {
         self.0.document_brief(id).await
+    }
+    async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>> {
+        self.0.document_provenance(id).await
     }
     async fn children(&self, id: Uuid) -> StoreResult<Vec<Document>> {
         self.0.children(id).await

@@ -10,7 +10,8 @@ use axum::body::Bytes;
 use chopin_fixtures::github::Permission;
 use chopin_fixtures::mcp::{call, connect, ok, refusal, text, Client, DOCUMENT_TOOLS};
 use chopin_server::runtime::connector::{self, TcpConnector};
-use chopin_server::store::MemoryStore;
+use chopin_server::store::instrumented::{Call, Hold, Hook, Instrumented};
+use chopin_server::store::{MemoryStore, Store};
 use serde_json::{json, Value};
 use support::{served, served_with, Served, DOC_URL};
 
@@ -941,4 +942,329 @@ async fn own_23_documents_and_children_created_over_http_record_their_creator() 
         let creator = s.store.document(made).await.unwrap().unwrap().creator;
         assert_eq!(creator.map(|c| c.login), Some("mona".to_owned()));
     }
+}
+
+// --- ISO-43: creation provenance -------------------------------------------------------------
+
+const SHA1: &str = "0123456789abcdef0123456789abcdef01234567";
+const SHA256: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+/// The requests the fake GitHub got that could be about a branch or a commit: any path naming
+/// one of `names`, or a git, commit, branch, ref or compare route.
+fn branch_or_commit_requests(s: &Served, names: &[&str]) -> Vec<String> {
+    s.github
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            names.iter().any(|n| r.contains(n))
+                || ["/git/", "/commits", "/branches", "/refs", "/compare"]
+                    .iter()
+                    .any(|route| r.contains(route))
+        })
+        .collect()
+}
+
+async fn document_count(client: &Client) -> usize {
+    let listed = ok(call(
+        client,
+        "list_documents",
+        json!({"repository": "octo/plans"}),
+    )
+    .await);
+    listed["documents"].as_array().unwrap().len()
+}
+
+// ISO-43: "The server validates the shape of creation provenance but does not resolve its branch
+// and commit against GitHub." Every well-shaped pair is kept as sent and read_document returns
+// it; the fake GitHub is never asked about the branch or the commit.
+#[tokio::test]
+async fn iso_43_create_document_keeps_a_well_shaped_provenance_unresolved_and_read_document_returns_it(
+) {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let long_branch = format!("feature/{}", "q".repeat(247));
+    let goods: [(&str, &str); 5] = [
+        ("main", SHA1),
+        ("feature/quay-2", SHA256),
+        ("release/v1.2", SHA1),
+        ("wip@home_#12", SHA1),
+        (&long_branch, SHA256),
+    ];
+    for (n, (branch, commit)) in goods.iter().enumerate() {
+        let created = ok(call(
+            &mona,
+            "create_document",
+            json!({"repository": "octo/plans", "title": format!("Survey {n}"),
+                   "baseBranch": branch, "baseCommit": commit}),
+        )
+        .await);
+        let view = ok(call(&mona, "read_document", json!({"document": created["id"]})).await);
+        assert_eq!(
+            view["provenance"],
+            json!({"baseBranch": branch, "baseCommit": commit}),
+            "{branch}"
+        );
+    }
+    let without = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(
+        without.get("provenance"),
+        None,
+        "a document made without provenance has none"
+    );
+    assert_eq!(
+        branch_or_commit_requests(&s, &[SHA1, SHA256, "quay", "release", "wip"]),
+        Vec::<String>::new(),
+        "nothing was asked of GitHub about a branch or a commit"
+    );
+}
+
+// ISO-43: each badly shaped `baseBranch` or `baseCommit`, and either one without the other, is
+// refused `invalid-provenance` naming the field, before GitHub is asked anything about the
+// repository, and nothing is created.
+#[tokio::test]
+async fn iso_43_create_document_refuses_each_bad_provenance_shape_and_creates_nothing() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let before = document_count(&mona).await;
+    let too_long = "b".repeat(256);
+    let upper = SHA1.to_uppercase();
+    let bad_branches = [
+        "",
+        "a..b",
+        "has space",
+        "tab\there",
+        "bell\u{7}",
+        "tilde~1",
+        "caret^",
+        "co:lon",
+        "what?",
+        "star*",
+        "br[acket",
+        "back\\slash",
+        "-leading-dash",
+        "/leading-slash",
+        "trailing-slash/",
+        "double//slash",
+        "name.lock",
+        "trailing-dot.",
+        "part/.hidden",
+        "at@{brace}",
+        "@",
+        "HEAD",
+        &too_long,
+    ];
+    let mut cases: Vec<(Value, &str)> = bad_branches
+        .iter()
+        .map(|b| (json!({"baseBranch": b, "baseCommit": SHA1}), "baseBranch"))
+        .collect();
+    for commit in [
+        "",
+        "0123456",                                   // abbreviated
+        &SHA1[..39],                                 // one short
+        "0123456789abcdef0123456789abcdef012345678", // 41
+        &SHA256[..63],
+        &upper,
+        "g123456789abcdef0123456789abcdef01234567",
+        "refs/heads/main",
+    ] {
+        cases.push((
+            json!({"baseBranch": "main", "baseCommit": commit}),
+            "baseCommit",
+        ));
+    }
+    cases.push((json!({"baseBranch": "main"}), "baseCommit"));
+    cases.push((json!({"baseCommit": SHA1}), "baseBranch"));
+
+    let repo_requests = s.github.request_count("/repos/");
+    for (provenance, field) in cases {
+        let mut args = json!({"repository": "octo/plans", "title": "Bad provenance"});
+        args.as_object_mut()
+            .unwrap()
+            .extend(provenance.as_object().unwrap().clone());
+        let (code, body) = refusal(call(&mona, "create_document", args.clone()).await);
+        assert_eq!(code, "invalid-provenance", "{args}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.starts_with(field), "{args}: {message}");
+        assert!(message.contains("Nothing was created"), "{message}");
+    }
+    assert_eq!(
+        s.github.request_count("/repos/"),
+        repo_requests,
+        "refused before GitHub was asked anything"
+    );
+    assert_eq!(document_count(&mona).await, before, "nothing created");
+}
+
+// --- create_document's idempotencyKey --------------------------------------------------------
+
+fn keyed_create(key: &str) -> Value {
+    json!({"repository": "octo/plans", "title": "Quay survey", "slug": "quay",
+           "source": "# Quay\n", "brief": "Which quay first.",
+           "baseBranch": "main", "baseCommit": SHA1, "idempotencyKey": key})
+}
+
+// A retry after a lost answer: the same key and input again returns the document the first call
+// made, and no second one is created — even with the repository spelled in another case, an
+// all-blank brief kept as none, or after the document was renamed.
+#[tokio::test]
+async fn create_document_with_a_used_idempotency_key_and_the_same_input_returns_the_same_document()
+{
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let before = document_count(&mona).await;
+    let first = ok(call(&mona, "create_document", keyed_create("k-1")).await);
+    let again = ok(call(&mona, "create_document", keyed_create("k-1")).await);
+    assert_eq!(first, again);
+    let mut other_case = keyed_create("k-1");
+    other_case["repository"] = json!("Octo/Plans");
+    assert_eq!(
+        ok(call(&mona, "create_document", other_case).await)["id"],
+        first["id"]
+    );
+    assert_eq!(document_count(&mona).await, before + 1, "created once");
+    let view = ok(call(&mona, "read_document", json!({"document": first["id"]})).await);
+    assert_eq!(view["source"], "# Quay\n", "the source written once");
+    assert_eq!(view["revision"], 1);
+
+    // Renamed since: the replay answers the document as it is now.
+    ok(call(
+        &mona,
+        "rename_document",
+        json!({"document": first["id"], "title": "Quay plan"}),
+    )
+    .await);
+    let later = ok(call(&mona, "create_document", keyed_create("k-1")).await);
+    assert_eq!(later["id"], first["id"]);
+    assert_eq!(later["title"], "Quay plan");
+    assert_eq!(document_count(&mona).await, before + 1);
+
+    // Another key is another document.
+    let second = ok(call(&mona, "create_document", keyed_create("k-2")).await);
+    assert_ne!(second["id"], first["id"]);
+    assert_eq!(second["url"], "/documents/octo/plans/quay-2");
+}
+
+// The same key with any part of the input different is refused with a conflict that says so,
+// and nothing is created; the first document is untouched.
+#[tokio::test]
+async fn create_document_with_a_used_idempotency_key_and_other_input_is_refused_idempotency_key_reused(
+) {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    s.github.add_repo("octo", "charts");
+    s.github.grant("octo", "charts", "mona", Permission::Write);
+    let first = ok(call(&mona, "create_document", keyed_create("k")).await);
+    let count = document_count(&mona).await;
+    let changed = |field: &str, value: Value| {
+        let mut args = keyed_create("k");
+        args[field] = value;
+        args
+    };
+    let without = |fields: &[&str]| {
+        let mut args = keyed_create("k");
+        for field in fields {
+            args.as_object_mut().unwrap().remove(*field);
+        }
+        args
+    };
+    let others = [
+        ("repository", changed("repository", json!("octo/charts"))),
+        ("title", changed("title", json!("Another survey"))),
+        ("slug", changed("slug", json!("other"))),
+        ("source", changed("source", json!("# Other\n"))),
+        ("brief", changed("brief", json!("Something else."))),
+        ("baseBranch", changed("baseBranch", json!("develop"))),
+        (
+            "baseCommit",
+            changed("baseCommit", json!(SHA1.replace('0', "f"))),
+        ),
+        ("no brief", without(&["brief"])),
+        ("no provenance", without(&["baseBranch", "baseCommit"])),
+    ];
+    for (what, args) in others {
+        let (code, body) = refusal(call(&mona, "create_document", args).await);
+        assert_eq!(code, "idempotency-key-reused", "{what}");
+        let message = body["message"].as_str().unwrap();
+        assert!(message.contains("different input"), "{message}");
+        assert!(
+            message.contains(first["id"].as_str().unwrap()),
+            "names the first document: {message}"
+        );
+    }
+
+    assert_eq!(document_count(&mona).await, count, "nothing created");
+    let charts = ok(call(
+        &mona,
+        "list_documents",
+        json!({"repository": "octo/charts"}),
+    )
+    .await);
+    assert_eq!(charts["documents"], json!([]));
+    let view = ok(call(&mona, "read_document", json!({"document": first["id"]})).await);
+    assert_eq!(view["source"], "# Quay\n");
+    // The same input still gets the first document.
+    assert_eq!(
+        ok(call(&mona, "create_document", keyed_create("k")).await)["id"],
+        first["id"]
+    );
+}
+
+// Keys are kept per account: another writer's call with the same key is its own creation, and
+// a key of 0 or more than 200 characters is refused before anything is created.
+#[tokio::test]
+async fn create_document_idempotency_keys_are_per_account_and_1_to_200_characters() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let lisa = writer(&s, "lisa", 1004).await;
+    let hers = ok(call(&mona, "create_document", keyed_create("shared")).await);
+    let his = ok(call(&lisa, "create_document", keyed_create("shared")).await);
+    assert_ne!(
+        hers["id"], his["id"],
+        "one account's key never answers another's"
+    );
+    let count = document_count(&mona).await;
+    for key in [String::new(), "k".repeat(201)] {
+        let (code, _) = refusal(call(&mona, "create_document", keyed_create(&key)).await);
+        assert_eq!(code, "invalid-arguments", "{} characters", key.len());
+    }
+    assert_eq!(document_count(&mona).await, count, "nothing created");
+    ok(call(&mona, "create_document", keyed_create(&"k".repeat(200))).await);
+}
+
+/// Makes every `create_document` of the store yield a few times before it runs.
+struct YieldOnCreate;
+
+impl Hook for YieldOnCreate {
+    fn call(&self, _: Call) {}
+
+    fn hold(&self, method: &'static str, _write: bool) -> Option<Hold> {
+        (method == "create_document").then(|| {
+            Box::pin(async {
+                for _ in 0..10 {
+                    tokio::task::yield_now().await;
+                }
+            }) as Hold
+        })
+    }
+}
+
+// Two calls with one key at once (a client that retries before its first answer came back):
+// they are taken one after the other, so one document is created and both get it. The store
+// yields inside `create_document`, so the two calls really overlap (the memory store alone
+// never yields).
+#[tokio::test]
+async fn create_document_two_calls_with_one_idempotency_key_at_once_create_one_document() {
+    let store: Arc<dyn Store> = Arc::new(Instrumented::new(
+        Arc::new(MemoryStore::new()),
+        YieldOnCreate,
+    ));
+    let s = served_with(store, |_| {}).await;
+    let (first, second) = (client(&s, &s.mona).await, client(&s, &s.mona).await);
+    let before = document_count(&first).await;
+    let (a, b) = tokio::join!(
+        call(&first, "create_document", keyed_create("at-once")),
+        call(&second, "create_document", keyed_create("at-once")),
+    );
+    assert_eq!(ok(a)["id"], ok(b)["id"]);
+    assert_eq!(document_count(&first).await, before + 1, "created once");
 }

@@ -20,9 +20,9 @@ use uuid::Uuid;
 use crate::{
     Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
     Fence, HoldStore, Holder, LeaseAcquire, LeaseStore, LinkHold, NewDocument, NewTranscriptEntry,
-    OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit, Release, RevisionKind, RunRecord,
-    RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult, TranscriptEntry,
-    TranscriptStore, UnixMillis, WriterLease,
+    OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit, Provenance, Release, RevisionKind,
+    RunRecord, RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult,
+    TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
 };
 
 /// One store call, as reported.
@@ -234,6 +234,15 @@ impl<H: Hook> DocumentStore for Instrumented<H> {
     async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>> {
         self.observe("document_brief", READ, self.inner.document_brief(id))
             .await
+    }
+
+    async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>> {
+        self.observe(
+            "document_provenance",
+            READ,
+            self.inner.document_provenance(id),
+        )
+        .await
     }
 
     async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {

@@ -173,6 +173,20 @@ pub struct NewDocument {
     /// [`DocumentStore::document_brief`], never with the document record. The store sets no
     /// bound on it: the server does.
     pub brief: Option<String>,
+    /// The creating agent's repository context (MCP `create_document`'s `baseBranch` and
+    /// `baseCommit`), kept as given; read back with [`DocumentStore::document_provenance`].
+    /// The store checks no shape: the server does.
+    pub provenance: Option<Provenance>,
+}
+
+/// A document's creation provenance: the branch and commit of the checkout the creating agent
+/// worked in, as it said. Never resolved against GitHub; set at creation, never changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Provenance {
+    /// A git branch name, e.g. `main` or `feature/quay`.
+    pub base_branch: String,
+    /// A full git object id: 40 (SHA-1) or 64 (SHA-256) lowercase hex digits.
+    pub base_commit: String,
 }
 
 /// A document with its repository identity and counters.
@@ -429,6 +443,9 @@ pub trait DocumentStore: Send + Sync + 'static {
     /// from [`Document`] so listing and opening documents never carry it.
     /// `NotFound("document")` for an unknown document.
     async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>>;
+    /// The creation provenance of a document (`None` when it was created without one), read on
+    /// its own like the brief. `NotFound("document")` for an unknown document.
+    async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>>;
     /// The children of `parent_id`, in creation order (`created_at_ms`, ties by id), archived
     /// ones included (the caller filters). Empty for a document without children, including a
     /// child. `NotFound("document")` for an unknown parent.

@@ -19,8 +19,8 @@ use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
     Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Fence, Holder,
     LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit,
-    Release, RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult,
-    TranscriptEntry, UnixMillis, WriterLease,
+    Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError,
+    StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
@@ -95,6 +95,8 @@ struct Inner {
     earlier_slugs: BTreeMap<Uuid, Vec<String>>,
     /// Document id → its creation brief, for documents created with one.
     briefs: BTreeMap<Uuid, String>,
+    /// Document id → its creation provenance, for documents created with one.
+    provenances: BTreeMap<Uuid, Provenance>,
     /// Document id → its content; one row per document, made with it.
     content: BTreeMap<Uuid, ContentRow>,
     transcripts: BTreeMap<Uuid, Vec<TranscriptEntry>>,
@@ -356,6 +358,9 @@ impl DocumentStore for MemoryStore {
             if let Some(brief) = &doc.brief {
                 inner.briefs.insert(doc.id, brief.clone());
             }
+            if let Some(provenance) = &doc.provenance {
+                inner.provenances.insert(doc.id, provenance.clone());
+            }
             inner.slugs.insert(slug_key, doc.id);
             inner.content.insert(doc.id, ContentRow::default());
             inner.documents.insert(doc.id, document.clone());
@@ -382,6 +387,15 @@ impl DocumentStore for MemoryStore {
                 return Err(StoreError::NotFound("document"));
             }
             Ok(inner.briefs.get(&id).cloned())
+        })
+    }
+
+    async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>> {
+        self.with(|inner| {
+            if !inner.documents.contains_key(&id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            Ok(inner.provenances.get(&id).cloned())
         })
     }
 

@@ -55,8 +55,8 @@ use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator, Document,
     DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry,
-    OwnerGuard, Ownership, Pending, PlanCommit, Release, RevisionKind, RunRecord, StagePage,
-    StageRecord, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    OwnerGuard, Ownership, Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord,
+    StagePage, StageRecord, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 
 mod group;
@@ -1137,8 +1137,8 @@ where
         sqlx::query(
             "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
              slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id, \
-             creator_account_id, creator_login, brief) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9, $10, $11, $12)",
+             creator_account_id, creator_login, brief, base_branch, base_commit) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9, $10, $11, $12, $13, $14)",
         )
         .bind(DB::Id::from(doc.id))
         .bind(&doc.repo_owner)
@@ -1152,6 +1152,8 @@ where
         .bind(doc.creator.as_ref().map(|c| DB::Id::from(c.account_id)))
         .bind(doc.creator.as_ref().map(|c| c.login.clone()))
         .bind(doc.brief.clone())
+        .bind(doc.provenance.as_ref().map(|p| p.base_branch.clone()))
+        .bind(doc.provenance.as_ref().map(|p| p.base_commit.clone()))
         .execute(&mut *tx)
         .await
         .map_err(conflict_or_backend)?;
@@ -1198,6 +1200,24 @@ where
                 .map_err(|e| sqlx_error("reading a document's brief", e))?;
         match row {
             Some((brief,)) => Ok(brief),
+            None => Err(StoreError::NotFound("document")),
+        }
+    }
+
+    pub(crate) async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>> {
+        let row: Option<(Option<String>, Option<String>)> =
+            sqlx::query_as("SELECT base_branch, base_commit FROM documents WHERE id = $1")
+                .bind(DB::Id::from(id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading a document's provenance", e))?;
+        match row {
+            // The migration keeps the two columns both set or both NULL.
+            Some((Some(base_branch), Some(base_commit))) => Ok(Some(Provenance {
+                base_branch,
+                base_commit,
+            })),
+            Some(_) => Ok(None),
             None => Err(StoreError::NotFound("document")),
         }
     }
@@ -2350,6 +2370,7 @@ macro_rules! sql_store_impls {
                 fn create_document(doc: &NewDocument) -> Document;
                 fn document(id: Uuid) -> Option<Document>;
                 fn document_brief(id: Uuid) -> Option<String>;
+                fn document_provenance(id: Uuid) -> Option<$crate::Provenance>;
                 fn children(parent_id: Uuid) -> Vec<Document>;
                 fn repository_documents(repo_owner: &str, repo_name: &str, limit: u32)
                     -> Vec<Document>;

@@ -13,8 +13,8 @@
 //! never go backwards, the Yjs epoch and wholesale resets), renames that keep former slugs as
 //! aliases unique per repository, child documents (one level, in their parent's repository, never
 //! under an archived or missing parent, listed in creation order, parentage kept across renames,
-//! archiving and reopening), a document's creator and creation brief (kept as written, the brief
-//! read on its own), `NotFound` for unknown documents, and data surviving a reopen.
+//! archiving and reopening), a document's creator, creation brief and creation provenance (kept
+//! as written, the brief and the provenance read on their own), `NotFound` for unknown documents, and data surviving a reopen.
 //! Update and checkpoint bytes are opaque to the store, so the tests use plain byte strings.
 //! Races
 //! run on a two-worker runtime with a barrier, so claimers really overlap.
@@ -31,8 +31,8 @@ use std::sync::Arc;
 use chopin_store::{
     account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator,
     Document, DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, MemoryStore, NewDocument,
-    NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Release, RevisionKind, RunRecord,
-    SqliteStore, StageRecord, Store, StoreError, WriterLease,
+    NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Provenance, Release, RevisionKind,
+    RunRecord, SqliteStore, StageRecord, Store, StoreError, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -209,6 +209,7 @@ conformance! {
     ho_05_a_hold_is_rewritten_without_its_window_once_and_deleted_only_as_written,
     ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_credential,
     own_23_a_documents_creator_and_brief_round_trip_and_survive_reopening,
+    iso_43_a_documents_creation_provenance_round_trips_and_survives_reopening,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -4438,6 +4439,64 @@ async fn own_23_a_documents_creator_and_brief_round_trip_and_survive_reopening(b
         assert_eq!(store.document_brief(bare.id).await.unwrap(), None);
         assert!(is_not_found(
             store.document_brief(Uuid::from_u128(0xdead)).await
+        ));
+    }
+}
+
+// ISO-43: MCP `create_document` keeps the creating agent's `baseBranch` and `baseCommit` as
+// given (the server checked their shape; the store checks nothing). They are read back on their
+// own, as written, for the document made with them only, and survive a rename and reopening.
+async fn iso_43_a_documents_creation_provenance_round_trips_and_survives_reopening(b: &Backend) {
+    let store = b.open().await;
+    // Branch names may be long, nested and not ASCII; a SHA-256 object id is 64 digits.
+    let long = Provenance {
+        base_branch: format!("feature/quay-é/{}", "b".repeat(200)),
+        base_commit: "0123456789abcdef".repeat(4),
+    };
+    let short = Provenance {
+        base_branch: "main".into(),
+        base_commit: "a".repeat(40),
+    };
+    let made = store
+        .create_document(&NewDocument {
+            provenance: Some(long.clone()),
+            ..new_doc(1, "Owner", "Repo", "made")
+        })
+        .await
+        .unwrap();
+    let child = store
+        .create_document(&NewDocument {
+            provenance: Some(short.clone()),
+            ..child_doc(2, "Owner", "Repo", "child", made.id)
+        })
+        .await
+        .unwrap();
+    let bare = store
+        .create_document(&new_doc(3, "Owner", "Repo", "bare"))
+        .await
+        .unwrap();
+    store
+        .rename_document(made.id, "renamed", "Renamed")
+        .await
+        .unwrap();
+
+    for store in [store, b.open().await] {
+        assert_eq!(
+            store.document_provenance(made.id).await.unwrap(),
+            Some(long.clone())
+        );
+        assert_eq!(
+            store.document_provenance(child.id).await.unwrap(),
+            Some(short.clone())
+        );
+        assert_eq!(store.document_provenance(bare.id).await.unwrap(), None);
+        assert_eq!(
+            store.document_brief(made.id).await.unwrap(),
+            None,
+            "provenance is not a brief"
+        );
+        assert!(is_not_found(
+            store.document_provenance(Uuid::from_u128(0xdead)).await
         ));
     }
 }

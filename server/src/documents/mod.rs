@@ -11,6 +11,8 @@
 //! (the planner table).
 
 pub mod children;
+pub mod creations;
+pub mod provenance;
 pub mod updates;
 
 use std::sync::Arc;
@@ -21,7 +23,9 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::runtime::{SharedClock, SharedEntropy};
-use crate::store::{Creator, Document, DocumentStore, NewDocument, StoreError, StoreResult};
+use crate::store::{
+    Creator, Document, DocumentStore, NewDocument, Provenance, StoreError, StoreResult,
+};
 
 /// What a new document is made with besides its repository, title and slug.
 #[derive(Debug, Clone, Default)]
@@ -32,6 +36,9 @@ pub struct Made {
     pub creator: Option<Creator>,
     /// Its creation brief (MCP `create_document`), already checked against [`BRIEF_MAX_BYTES`].
     pub brief: Option<String>,
+    /// Its creation provenance (MCP `create_document`), already checked by
+    /// [`provenance::provenance_of`].
+    pub provenance: Option<Provenance>,
 }
 
 /// Most UTF-8 bytes of a creation brief (our bound; the spec gives none): 64 KiB, as an
@@ -272,6 +279,14 @@ impl Documents {
         self.store.document_brief(id).await.map_err(ApiError::store)
     }
 
+    /// The creation provenance of a document, `None` for one created without it.
+    pub async fn provenance(&self, id: Uuid) -> Result<Option<Provenance>, ApiError> {
+        self.store
+            .document_provenance(id)
+            .await
+            .map_err(ApiError::store)
+    }
+
     /// The document `owner/repo/slug` names (its slug or a former one).
     pub async fn by_slug(
         &self,
@@ -286,7 +301,7 @@ impl Documents {
     }
 
     /// Creates a document in `owner/repo` (GitHub's case), under `made.parent` when given, with
-    /// its creator and brief. A taken slug gets a numeric suffix (`-2`, `-3`, …).
+    /// its creator, brief and provenance. A taken slug gets a numeric suffix (`-2`, `-3`, …).
     pub async fn create(
         &self,
         owner: &str,
@@ -306,6 +321,7 @@ impl Documents {
             parent_id: made.parent,
             creator: made.creator,
             brief: made.brief,
+            provenance: made.provenance,
         };
         for n in 1..=SLUG_ATTEMPTS {
             new.slug = if n == 1 {

@@ -477,6 +477,7 @@ async fn create_child(
                 parent: Some(parent.id),
                 creator: Some(caller.as_creator()),
                 brief: None,
+                provenance: None,
             },
         )
         .await?;

@@ -44,6 +44,8 @@ use super::{Routes, Table};
 use crate::access::{bearer, writer_only, Caller};
 use crate::chat::{Chat, Place, SendReply, SendRequest, Sender, REQUEST_ID_MAX_CHARS};
 use crate::documents::children::Children;
+use crate::documents::creations::{input_digest, Creations, Once};
+use crate::documents::provenance::provenance_of;
 use crate::documents::updates::{Update, Updates};
 use crate::documents::{self, document_json, Locator, Made, BRIEF_MAX_BYTES};
 use crate::error::ApiError;
@@ -63,6 +65,8 @@ pub struct McpDeps {
     /// The document routes' helpers: the same access checks, reads and archiving.
     pub documents: DocumentsDeps,
     pub updates: Arc<Updates>,
+    /// `create_document`'s idempotency keys.
+    pub creations: Arc<Creations>,
     /// `invoke_planner` posts in Chat, as a `chat:send` would.
     pub chat: Arc<Chat>,
     pub children: Arc<Children>,
@@ -228,13 +232,16 @@ struct ReadDocumentArgs {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct CreateArgs {
     repository: String,
     title: String,
     slug: Option<String>,
     source: Option<String>,
     brief: Option<String>,
+    base_branch: Option<String>,
+    base_commit: Option<String>,
+    idempotency_key: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -381,11 +388,20 @@ impl Tools {
         let mut view = view.map_err(|e| invalid_arguments(e.to_string()))?;
         view["archived"] = json!(doc.archived);
         view["repository"] = json!(format!("{}/{}", doc.repo_owner, doc.repo_name));
+        if let Some(provenance) = self.deps.documents.documents.provenance(doc.id).await? {
+            view["provenance"] = json!({
+                "baseBranch": provenance.base_branch,
+                "baseCommit": provenance.base_commit,
+            });
+        }
         let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
         result.structured_content = Some(view);
         Ok(result)
     }
 
+    /// A new document, or — for an `idempotencyKey` this account already created one with,
+    /// from the same input — that document again (`idempotency-key-reused` for other input).
+    /// Every argument is checked before anything is asked of GitHub or created.
     async fn create_document(
         &self,
         caller: &Caller,
@@ -396,6 +412,11 @@ impl Tools {
         let title = documents::new_title(&args.title)?;
         let base = documents::slug_of(args.slug.as_deref(), &title)?;
         let brief = brief_of(args.brief)?;
+        // Only its shape: the branch and commit are never looked up (ISO-43).
+        let provenance = provenance_of(args.base_branch, args.base_commit)?;
+        if let Some(key) = &args.idempotency_key {
+            Creations::check_key(key)?;
+        }
         let source = args.source.unwrap_or_default();
         // Checked as an update of an empty document would be, before anything is created.
         if let Err(refusal) = applied(&chopin_document::edit::replace_source(
@@ -415,42 +436,95 @@ impl Tools {
             return Ok(refusal);
         }
         let access = deps.writable_repository(caller, owner, repo).await?;
-        let mut doc = deps
+        // The input as read: GitHub's names are case-insensitive, an absent slug is the
+        // title's, a blank brief is none.
+        let repository = format!("{}/{}", owner.to_lowercase(), repo.to_lowercase());
+        let input = input_digest(&[
+            Some(&repository),
+            Some(&title),
+            Some(&base),
+            Some(&source),
+            brief.as_deref(),
+            provenance.as_ref().map(|p| p.base_branch.as_str()),
+            provenance.as_ref().map(|p| p.base_commit.as_str()),
+        ]);
+        let made = Made {
+            parent: None,
+            creator: Some(caller.as_creator()),
+            brief,
+            provenance,
+        };
+        let create = self.create(caller, &access, &title, &base, made, &source);
+        let created = match &args.idempotency_key {
+            None => create.await?,
+            Some(key) => {
+                let once = self.deps.creations.once(
+                    caller.account_id,
+                    key,
+                    input,
+                    create,
+                    |created: &Result<Document, CallToolResult>| {
+                        created.as_ref().ok().map(|doc| doc.id)
+                    },
+                );
+                match once.await? {
+                    Once::Made(created) => created,
+                    Once::Again(id) => {
+                        let doc = deps
+                            .documents
+                            .by_id(&id.to_string())
+                            .await?
+                            .ok_or_else(ApiError::not_found)?;
+                        tracing::info!(document = %doc.id, by = %caller.login, "document creation replayed over MCP");
+                        Ok(doc)
+                    }
+                }
+            }
+        };
+        Ok(match created {
+            Ok(doc) => CallToolResult::structured(document_json(&doc)),
+            Err(refusal) => refusal,
+        })
+    }
+
+    /// Creates the document with its first source: the document as it is then, or the
+    /// source's refusal.
+    async fn create(
+        &self,
+        caller: &Caller,
+        access: &RepoAccess,
+        title: &str,
+        base: &str,
+        made: Made,
+        source: &str,
+    ) -> Result<Result<Document, CallToolResult>, ApiError> {
+        let deps = &self.deps.documents;
+        let doc = deps
             .documents
-            .create(
-                &access.owner,
-                &access.repo,
-                &title,
-                &base,
-                Made {
-                    parent: None,
-                    creator: Some(caller.as_creator()),
-                    brief,
-                },
-            )
+            .create(&access.owner, &access.repo, title, base, made)
             .await?;
         tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created over MCP");
-        if !source.is_empty() {
-            let first = Update {
-                revision: doc.plan_revision as u64,
-                source: &source,
-                idempotency_key: &format!("create:{}", doc.id),
-            };
-            let written = self
-                .deps
-                .updates
-                .update(&caller.login, &doc, &first)
-                .await?;
-            if let Err(refusal) = applied(&written) {
-                return Ok(refusal);
-            }
-            doc = deps
-                .documents
-                .by_id(&doc.id.to_string())
-                .await?
-                .ok_or_else(ApiError::not_found)?;
+        if source.is_empty() {
+            return Ok(Ok(doc));
         }
-        Ok(CallToolResult::structured(document_json(&doc)))
+        let first = Update {
+            revision: doc.plan_revision as u64,
+            source,
+            idempotency_key: &format!("create:{}", doc.id),
+        };
+        let written = self
+            .deps
+            .updates
+            .update(&caller.login, &doc, &first)
+            .await?;
+        if let Err(refusal) = applied(&written) {
+            return Ok(Err(refusal));
+        }
+        Ok(Ok(deps
+            .documents
+            .by_id(&doc.id.to_string())
+            .await?
+            .ok_or_else(ApiError::not_found)?))
     }
 
     async fn update_document(
@@ -678,7 +752,7 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "create_document",
-            "Creates a document in a repository you can push to, optionally with its first Markdown source and a brief. You are recorded as its creator.",
+            "Creates a document in a repository you can push to, optionally with its first Markdown source, a brief and the branch and commit of your checkout. You are recorded as its creator. Send an idempotencyKey to retry without creating twice.",
             schema(json!({
                 "type": "object",
                 "properties": {
@@ -687,7 +761,11 @@ fn tools() -> Vec<Tool> {
                     "slug": { "type": "string", "description": "The URL's last part; made from the title when left out." },
                     "source": { "type": "string", "description": "The document's Markdown source." },
                     "brief": { "type": "string", "description": "Why the document exists and what it should become, for whoever reads it next; read_document shows it. At most 64 KiB of UTF-8." },
+                    "baseBranch": { "type": "string", "minLength": 1, "maxLength": 255, "description": "The git branch your checkout is on, read from the checkout (git branch --show-current). Send it with baseCommit, or neither. Only its shape is checked: a valid git branch name." },
+                    "baseCommit": { "type": "string", "pattern": "^([0-9a-f]{40}|[0-9a-f]{64})$", "description": "The full commit id your checkout is at (git rev-parse HEAD): 40 or 64 lowercase hex digits; abbreviated ids are refused. Send it with baseBranch, or neither. Never looked up on GitHub." },
+                    "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 200, "description": "Send the same key with the same arguments again (a retry after a lost answer) to get the same document instead of a second one; the same key with other arguments is refused. Kept 10 minutes." },
                 },
+                "dependentRequired": { "baseBranch": ["baseCommit"], "baseCommit": ["baseBranch"] },
                 "required": ["repository", "title"],
                 "additionalProperties": false,
             })),
