@@ -287,12 +287,7 @@ impl Runs {
                 .transcript
                 .post(document, "system", ended_line(&record))
                 .await;
-            match self.card_of(&record).await {
-                Ok(card) => self.tell(document, card),
-                Err(e) => {
-                    tracing::warn!(%document, error = %e, "a run card could not be read back")
-                }
-            }
+            self.tell_card(document, &record).await;
         }
         stopped
     }
@@ -405,12 +400,7 @@ impl Runs {
                     .post(document, "system", ended_line(&record))
                     .await;
             }
-            match self.card_of(&record).await {
-                Ok(card) => self.tell(document, card),
-                Err(e) => {
-                    tracing::warn!(%document, error = %e, "a run card could not be read back")
-                }
-            }
+            self.tell_card(document, &record).await;
         }
     }
 
@@ -430,6 +420,14 @@ impl Runs {
             tracing::info!(%document, login, "a Stop is held for the Planner's client, which is away");
         }
         held
+    }
+
+    /// Tells `document`'s rooms `record`'s card as storage now has it.
+    async fn tell_card(&self, document: Uuid, record: &RunRecord) {
+        match self.card_of(record).await {
+            Ok(card) => self.tell(document, card),
+            Err(e) => tracing::warn!(%document, error = %e, "a run card could not be read back"),
+        }
     }
 
     /// A `control-result` from a link: the Stop or Resume waiting on it hears it.
