@@ -20,9 +20,8 @@ use http::StatusCode;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::updates::{
-    IDEMPOTENCY_KEY_MAX_CHARS, IDEMPOTENCY_MEMORY_ENTRIES, IDEMPOTENCY_MEMORY_MS,
-};
+pub use super::updates::check_key;
+use super::updates::{IDEMPOTENCY_MEMORY_ENTRIES, IDEMPOTENCY_MEMORY_MS};
 use crate::error::ApiError;
 use crate::runtime::gates::Gates;
 use crate::runtime::recent::Recent;
@@ -80,20 +79,6 @@ impl Creations {
         }
     }
 
-    /// Checks a key's length: 1 to [`IDEMPOTENCY_KEY_MAX_CHARS`] characters
-    /// (`invalid-arguments` otherwise), so a bad key is refused before anything else is done.
-    pub fn check_key(key: &str) -> Result<(), ApiError> {
-        let chars = key.chars().count();
-        if chars == 0 || chars > IDEMPOTENCY_KEY_MAX_CHARS {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid-arguments",
-                format!("idempotencyKey is 1 to {IDEMPOTENCY_KEY_MAX_CHARS} characters"),
-            ));
-        }
-        Ok(())
-    }
-
     /// Runs `create` for `account`'s `key` unless the key already made a document: then the
     /// answer is that document for the same `input`, or `idempotency-key-reused` for another.
     /// `made` names the document a successful `create` made (`None`: it made none worth
@@ -106,7 +91,7 @@ impl Creations {
         create: impl Future<Output = Result<T, ApiError>>,
         made: impl FnOnce(&T) -> Option<Uuid>,
     ) -> Result<Once<T>, ApiError> {
-        Self::check_key(key)?;
+        check_key(key)?;
         let key: Key = (account, key.to_owned());
         let _one_at_a_time = self.keys.lock(key.clone()).await;
         if let Some(remembered) = self.remembered(&key) {

@@ -38,6 +38,20 @@ pub const IDEMPOTENCY_KEY_MAX_CHARS: usize = 200;
 
 type Key = (String, Uuid, String);
 
+/// Checks an idempotency key's length: 1 to [`IDEMPOTENCY_KEY_MAX_CHARS`] characters
+/// (`invalid-arguments` otherwise), so a bad key is refused before anything else is done.
+pub fn check_key(key: &str) -> Result<(), ApiError> {
+    let chars = key.chars().count();
+    if chars == 0 || chars > IDEMPOTENCY_KEY_MAX_CHARS {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-arguments",
+            format!("idempotencyKey is 1 to {IDEMPOTENCY_KEY_MAX_CHARS} characters"),
+        ));
+    }
+    Ok(())
+}
+
 /// The first answer to a key, and the digest of the request it answered.
 struct Remembered {
     request: [u8; 32],
@@ -82,14 +96,7 @@ impl Updates {
         doc: &Document,
         update: &Update<'_>,
     ) -> Result<EditResult, ApiError> {
-        let chars = update.idempotency_key.chars().count();
-        if chars == 0 || chars > IDEMPOTENCY_KEY_MAX_CHARS {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid-arguments",
-                format!("idempotencyKey is 1 to {IDEMPOTENCY_KEY_MAX_CHARS} characters"),
-            ));
-        }
+        check_key(update.idempotency_key)?;
         let key: Key = (login.to_owned(), doc.id, update.idempotency_key.to_owned());
         let request: [u8; 32] = Sha256::new()
             .chain_update(update.revision.to_be_bytes())

@@ -415,7 +415,7 @@ impl Tools {
         // Only its shape: the branch and commit are never looked up (ISO-43).
         let provenance = provenance_of(args.base_branch, args.base_commit)?;
         if let Some(key) = &args.idempotency_key {
-            Creations::check_key(key)?;
+            crate::documents::creations::check_key(key)?;
         }
         let source = args.source.unwrap_or_default();
         // Checked as an update of an empty document would be, before anything is created.
