@@ -183,6 +183,15 @@ struct Window {
     waiting: u32,
 }
 
+impl Window {
+    /// Ends the window early (a resume, or an act that ends the hold): its timer stops and the
+    /// resumes waiting on it hear that it is over.
+    fn end(self) {
+        self.task.abort();
+        let _ = self.ended.send(true);
+    }
+}
+
 enum Slot {
     Attached {
         link: u64,
@@ -405,17 +414,8 @@ impl AgentLinks for Planners {
                     }
                 }
             }
-            LinkHold {
-                document_id: document,
-                account_id: holder.account_id,
-                login: holder.login.clone(),
-                browser_login_id: Some(holder.browser_login_id),
-                generation: *generation,
-                held: serde_json::to_string(&*work).unwrap_or_default(),
-                written_at_ms: *written_at_ms,
-                // A hold in this process has no window in its row any more (HO-05).
-                handover_until_ms: None,
-            }
+            // A hold in this process has no window in its row any more (HO-05).
+            hold_row(document, holder, *generation, work, *written_at_ms, None)
         };
         if let Some(holds) = &self.holds {
             if let Err(e) = holds.put_link_hold(&row).await {
@@ -641,8 +641,7 @@ impl Planners {
                         ..
                     }) => {
                         if let Some(w) = window.take() {
-                            w.task.abort();
-                            let _ = w.ended.send(true);
+                            w.end();
                         }
                         taken = Some((std::mem::take(work), *written_at_ms));
                     }
@@ -862,9 +861,9 @@ impl Planners {
         let _gate = self.gates.lock(doc).await;
         let written_at_ms = {
             let mut table = self.lock();
-            let Some(Slot::Held { .. }) = table.slots.get(&doc) else {
+            if !matches!(table.slots.get(&doc), Some(Slot::Held { .. })) {
                 return;
-            };
+            }
             let Some(Slot::Held {
                 holder,
                 generation,
@@ -876,8 +875,7 @@ impl Planners {
                 return;
             };
             if let Some(w) = window {
-                w.task.abort();
-                let _ = w.ended.send(true);
+                w.end();
             }
             self.begin_grace(&mut table, doc, holder, generation, "emptied");
             written_at_ms
@@ -954,8 +952,7 @@ impl Planners {
                 ..
             } => {
                 if let Some(w) = window {
-                    w.task.abort();
-                    let _ = w.ended.send(true);
+                    w.end();
                 }
                 self.delete_hold_row(doc, written_at_ms).await;
                 if let Some(ended) = self.hold_ended.get() {
@@ -1203,6 +1200,28 @@ impl Planners {
     }
 }
 
+/// The stored row of `doc`'s hold for `holder`, keeping `work`, written at `written_at_ms`,
+/// with a hand-over window until `handover_until_ms` (a cut's) or none.
+fn hold_row(
+    doc: Uuid,
+    holder: &Holder,
+    generation: i64,
+    work: &HeldWork,
+    written_at_ms: UnixMillis,
+    handover_until_ms: Option<UnixMillis>,
+) -> LinkHold {
+    LinkHold {
+        document_id: doc,
+        account_id: holder.account_id,
+        login: holder.login.clone(),
+        browser_login_id: Some(holder.browser_login_id),
+        generation,
+        held: serde_json::to_string(work).unwrap_or_default(),
+        written_at_ms,
+        handover_until_ms,
+    }
+}
+
 /// The hand-over window a hold gets when a process rebuilds it at `now_ms`: the length the cut
 /// wrote with it (`handover_until_ms` − `written_at_ms`, HO-02), to be counted from now (HO-03),
 /// if a cut wrote one and the rebuild is at most an hour after the write (HO-04); else none.
@@ -1262,16 +1281,8 @@ impl Planners {
         };
         let now = self.clock.now_ms();
         let window_ms = self.handover_window_ms;
-        let hold = LinkHold {
-            document_id: doc,
-            account_id: holder.account_id,
-            login: holder.login.clone(),
-            browser_login_id: Some(holder.browser_login_id),
-            generation,
-            held: serde_json::to_string(&work).unwrap_or_default(),
-            written_at_ms: now,
-            handover_until_ms: Some(now.saturating_add(window_ms as i64)),
-        };
+        let until = now.saturating_add(window_ms as i64);
+        let hold = hold_row(doc, &holder, generation, &work, now, Some(until));
         match holds.put_link_hold(&hold).await {
             Ok(()) => {
                 tracing::info!(document = %doc, login = %holder.login, sessions = work.sessions.len(), window_ms, "the stop cut a Planner link; its hold is written for the next process");
@@ -1306,16 +1317,7 @@ impl Planners {
         };
         let now = self.clock.now_ms();
         if let Some(holds) = &self.holds {
-            let hold = LinkHold {
-                document_id: doc,
-                account_id: holder.account_id,
-                login: holder.login.clone(),
-                browser_login_id: Some(holder.browser_login_id),
-                generation,
-                held: serde_json::to_string(&work).unwrap_or_default(),
-                written_at_ms: now,
-                handover_until_ms: None,
-            };
+            let hold = hold_row(doc, &holder, generation, &work, now, None);
             if let Err(e) = holds.put_link_hold(&hold).await {
                 tracing::error!(document = %doc, login = %holder.login, error = %e, "could not write a dropped link's hold; it is kept in this process only");
             }
