@@ -533,19 +533,25 @@ impl Link {
         if how == LinkEnd::Dropped && self.features.contains(&Feature::ResumableSessions) {
             if let Some(session) = self.deps.turns.kept_session(doc) {
                 self.kept_work = true;
-                let (questions, answers) = self.deps.questions.kept_for(doc, link);
-                let work = HeldWork {
-                    sessions: vec![session],
-                    questions,
-                    answers,
-                    stops: Vec::new(),
-                    link: Some(link),
-                };
+                let work = self.work_kept(doc, link, Some(session));
                 planners.link_dropped_with_work(doc, link, work).await;
                 return;
             }
         }
         planners.link_ended(doc, link, how).await;
+    }
+
+    /// What `link`'s hold keeps for its client (AO-18): `session`, the questions the link
+    /// waits on and the answers it could not take.
+    fn work_kept(&self, doc: uuid::Uuid, link: u64, session: Option<String>) -> HeldWork {
+        let (questions, answers) = self.deps.questions.kept_for(doc, link);
+        HeldWork {
+            sessions: session.into_iter().collect(),
+            questions,
+            answers,
+            stops: Vec::new(),
+            link: Some(link),
+        }
     }
 
     /// After `attached` with `kept`, the client's `resume`: the sessions it still holds of those
@@ -926,15 +932,8 @@ impl Link {
                     // process, then the link is told so and closed 1001. No grace period starts
                     // and nothing is released; the next process decides (HO-01, HO-17).
                     let work = if self.features.contains(&Feature::ResumableSessions) {
-                        let (questions, answers) =
-                            self.deps.questions.kept_for(doc.id, bound.link);
-                        HeldWork {
-                            sessions: self.deps.turns.kept_session(doc.id).into_iter().collect(),
-                            questions,
-                            answers,
-                            stops: Vec::new(),
-                            link: None,
-                        }
+                        let session = self.deps.turns.kept_session(doc.id);
+                        self.work_kept(doc.id, bound.link, session)
                     } else {
                         HeldWork::default()
                     };
