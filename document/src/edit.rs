@@ -24,7 +24,7 @@ use crate::DocumentRef;
 /// Most operations in one batch.
 pub const OPS_MAX: usize = 100;
 /// Most bytes of one operation's content.
-pub const CONTENT_MAX_BYTES: usize = 256 * 1024;
+pub const CONTENT_MAX_BYTES: usize = crate::SOURCE_MAX_BYTES;
 
 /// A batch of block operations made from one revision.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +163,24 @@ pub enum EditOutcome {
         op: Option<usize>,
         message: String,
     },
+    /// The result would pass the source limit ([`crate::SOURCE_MAX_BYTES`]).
+    TooLarge {
+        bytes: usize,
+        limit: usize,
+        message: String,
+    },
+}
+
+/// The refusal of a new source past the limit, if it is.
+fn check_size(new_source: &str) -> Result<(), Refusal> {
+    match crate::source_too_large(new_source.len()) {
+        Some(message) => Err(Refusal(EditOutcome::TooLarge {
+            bytes: new_source.len(),
+            limit: crate::SOURCE_MAX_BYTES,
+            message,
+        })),
+        None => Ok(()),
+    }
 }
 
 struct Refusal(EditOutcome);
@@ -173,7 +191,8 @@ fn invalid(op: Option<usize>, message: String) -> Refusal {
 
 /// Applies `batch` to `target`, or says why not. Pure: the caller stores the new source.
 pub fn edit_plan(target: &EditTarget<'_>, batch: &EditBatch) -> EditResult {
-    let outcome = match apply(target, batch) {
+    let outcome = match apply(target, batch).and_then(|source| check_size(&source).map(|()| source))
+    {
         Ok(source) => EditOutcome::Applied {
             base_revision: target.revision,
             revision: target.revision + 1,
@@ -245,6 +264,7 @@ fn check_replacement(
     new_source: &str,
 ) -> Result<(), Refusal> {
     check_writable(target, revision, "the new source")?;
+    check_size(new_source)?;
     let old: Vec<String> = blocks(target.source)
         .into_iter()
         .map(|b| b.digest)

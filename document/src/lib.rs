@@ -17,6 +17,20 @@ pub mod ydoc;
 
 use serde::{Deserialize, Serialize};
 
+/// The most a document's Markdown source may hold, in UTF-8 bytes (the spec's 256 KiB source
+/// limit, ATM-40): every way of writing a document is held to it, and a source of exactly this
+/// many bytes is within it.
+pub const SOURCE_MAX_BYTES: usize = 256 * 1024;
+
+/// The words of a refusal for a source of `bytes` bytes, or `None` within the limit.
+pub fn source_too_large(bytes: usize) -> Option<String> {
+    (bytes > SOURCE_MAX_BYTES).then(|| {
+        format!(
+            "The document would be {bytes} bytes, past its 256 KiB source limit ({SOURCE_MAX_BYTES} bytes), so nothing was saved."
+        )
+    })
+}
+
 /// How a structured result names its document: `document: { id, url }`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DocumentRef {

@@ -48,6 +48,7 @@ fn refusal(result: EditResult) -> (String, Option<usize>, String) {
         EditOutcome::Invalid { op, message } => ("invalid".into(), op, message),
         EditOutcome::Stale { op, message, .. } => ("stale".into(), op, message),
         EditOutcome::Locked { message } => ("locked".into(), None, message),
+        EditOutcome::TooLarge { message, .. } => ("too_large".into(), None, message),
         EditOutcome::Applied { .. } => panic!("expected a refusal"),
     }
 }
@@ -525,4 +526,34 @@ fn update_document_refuses_a_stale_revision_a_lock_and_a_reused_decision_id() {
         message.contains("Decision id `quay` of block 1 is already used by block 0"),
         "{message}"
     );
+}
+
+/// ATM-40/41: one source limit on every write; a result of exactly 256 KiB is within it, one
+/// byte more is refused `too_large` and nothing is applied.
+#[test]
+fn atm_40_an_edit_is_refused_only_past_the_source_limit() {
+    use chopin_document::SOURCE_MAX_BYTES;
+    let base = "# Plan\n";
+    // An insert after block 0 adds a blank line and the content's line.
+    let fill = |extra: usize| "x".repeat(SOURCE_MAX_BYTES - base.len() - 2 + extra);
+    for (extra, fits) in [(0, true), (1, false)] {
+        let result = run(
+            base,
+            vec![EditOp::Insert {
+                after: Some(0),
+                content: fill(extra),
+            }],
+        );
+        match &result.outcome {
+            EditOutcome::Applied { source, .. } => {
+                assert!(fits, "{} bytes applied", source.len());
+                assert_eq!(source.len(), SOURCE_MAX_BYTES);
+            }
+            EditOutcome::TooLarge { bytes, limit, .. } => {
+                assert!(!fits, "{bytes} refused");
+                assert_eq!((*bytes, *limit), (SOURCE_MAX_BYTES + 1, SOURCE_MAX_BYTES));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

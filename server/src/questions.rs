@@ -38,8 +38,10 @@ use crate::store::DocumentStore;
 use crate::transcript::TurnSink;
 
 /// The largest a document's source may grow to; a question whose cards would pass it fails
-/// before any card appears.
-pub const SOURCE_MAX_BYTES: usize = 256 * 1024;
+/// before any card appears (ATM-40), and an answer that would pass it is refused (ATM-41).
+pub use chopin_document::SOURCE_MAX_BYTES;
+/// The most one written answer may hold: one shared-draft edit (ATM-41).
+pub const ANSWER_MAX_BYTES: usize = 64 * 1024;
 /// How many times a change to the cards is tried again when the document moved meanwhile.
 const EDIT_TRIES: usize = 8;
 /// The options of a confirmation card; only the first approves.
@@ -200,6 +202,12 @@ pub enum AnswerRefused {
     NotAsked,
     #[error("The document could not be changed just now; try again.")]
     Unavailable,
+    /// A written answer past one shared-draft edit (ATM-41).
+    #[error("This answer is {0} bytes; one answer holds at most 64 KiB ({ANSWER_MAX_BYTES} bytes). Shorten it and answer again.")]
+    TooLong(usize),
+    /// The answer would take the document past its source limit (ATM-41).
+    #[error("This answer would take the document to {0} bytes, past its 256 KiB source limit ({SOURCE_MAX_BYTES} bytes). Shorten it, or make room in the document, and answer again.")]
+    DocumentTooLarge(usize),
 }
 
 impl AnswerRefused {
@@ -211,6 +219,8 @@ impl AnswerRefused {
             AnswerRefused::Invalid(_) => "invalid-answer",
             AnswerRefused::NotAsked => "not-a-question",
             AnswerRefused::Unavailable => "temporarily-unavailable",
+            AnswerRefused::TooLong(_) => "answer-too-long",
+            AnswerRefused::DocumentTooLarge(_) => "document-too-large",
         }
     }
 }
@@ -310,6 +320,9 @@ pub fn answer_lines(
                 return Err(AnswerRefused::Invalid(
                     "This question takes one of its options.".into(),
                 ));
+            }
+            if text.len() > ANSWER_MAX_BYTES {
+                return Err(AnswerRefused::TooLong(text.len()));
             }
             Ok(vec![Answer::written(login, text)])
         }
@@ -582,16 +595,16 @@ impl Questions {
                     c.render()
                 })
                 .collect();
-            let text = text.join("\n");
-            if source.len() + text.len() + 2 > SOURCE_MAX_BYTES {
-                return Err(format!(
-                    "The cards would take the document past its {} KiB limit, so nothing was asked.",
-                    SOURCE_MAX_BYTES / 1024
-                ));
-            }
-            Ok(Change::Insert(after.0, text))
+            Ok(Change::Insert(after.0, text.join("\n")))
         })
         .await
+        .map_err(|unchanged| match unchanged {
+            Unchanged::TooLarge(_) => format!(
+                "The cards would take the document past its {} KiB source limit, so nothing was asked.",
+                SOURCE_MAX_BYTES / 1024
+            ),
+            other => other.to_string(),
+        })
     }
 
     /// A new prefix for card ids (`q-<hex>`): a question's cards are `<prefix>-1`, ….
@@ -716,7 +729,11 @@ impl Questions {
         if let Some(refused) = refused {
             return Err(refused);
         }
-        changed.map_err(|_| AnswerRefused::Unavailable)?;
+        changed.map_err(|unchanged| match unchanged {
+            Unchanged::TooLarge(bytes) => AnswerRefused::DocumentTooLarge(bytes),
+            Unchanged::Refused(why) => AnswerRefused::Invalid(why),
+            Unchanged::Unavailable(_) => AnswerRefused::Unavailable,
+        })?;
         tracing::info!(%document, decision, login, "a Decision was answered");
         let Some(key) = key else {
             // A question a client waited on before a restart: its answer starts a Planner
@@ -1181,6 +1198,7 @@ impl Questions {
             })
         })
         .await
+        .map_err(|unchanged| unchanged.to_string())
     }
 
     /// Makes the change `decide` picks on the document's source as it is now, as one
@@ -1190,8 +1208,9 @@ impl Questions {
         document: Uuid,
         reference: &DocumentRef,
         mut decide: impl FnMut(&str) -> Result<Change, String>,
-    ) -> Result<(), String> {
-        let unavailable = || "The document could not be changed just now.".to_owned();
+    ) -> Result<(), Unchanged> {
+        let unavailable =
+            || Unchanged::Unavailable("The document could not be changed just now.".to_owned());
         let open = self
             .deps
             .open
@@ -1205,9 +1224,9 @@ impl Questions {
                 .document(document)
                 .await
                 .map_err(|_| unavailable())?
-                .ok_or_else(|| "The document no longer exists.".to_owned())?;
+                .ok_or_else(|| Unchanged::Refused("The document no longer exists.".to_owned()))?;
             let source = open.source().await;
-            let ops = match decide(&source)? {
+            let ops = match decide(&source).map_err(Unchanged::Refused)? {
                 Change::Nothing => return Ok(()),
                 Change::Insert(after, content) => vec![EditOp::Insert { after, content }],
                 Change::Replace(blocks) => blocks
@@ -1237,13 +1256,28 @@ impl Questions {
                 EditOutcome::Applied { .. } => return Ok(()),
                 // The document moved between the read and the commit: decide again.
                 EditOutcome::Stale { .. } => continue,
+                EditOutcome::TooLarge { bytes, .. } => return Err(Unchanged::TooLarge(bytes)),
                 EditOutcome::Invalid { message, .. } | EditOutcome::Locked { message, .. } => {
-                    return Err(message)
+                    return Err(Unchanged::Refused(message))
                 }
             }
         }
         Err(unavailable())
     }
+}
+
+/// Why [`Questions::change`] changed nothing.
+#[derive(Debug, thiserror::Error)]
+enum Unchanged {
+    /// Storage failed, or the document kept moving.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The change itself was refused (the words say why).
+    #[error("{0}")]
+    Refused(String),
+    /// The change would take the source to this many bytes, past its limit.
+    #[error("The change would take the document to {0} bytes, past its 256 KiB source limit, so nothing was changed.")]
+    TooLarge(usize),
 }
 
 fn one_line(text: &str) -> String {

@@ -38,6 +38,9 @@ use crate::store::{NewTranscriptEntry, StoreError, TranscriptEntry, TranscriptSt
 /// `chat:history`'s page size when none is asked for, and its bounds.
 pub const HISTORY_DEFAULT_LIMIT: u32 = 50;
 pub const HISTORY_MAX_LIMIT: u32 = 100;
+/// A `chat:history` page holds at most this many bytes of entries (their JSON), however many
+/// were asked for — but always the newest one asked for, so paging never stalls.
+pub const HISTORY_MAX_BYTES: usize = 256 * 1024;
 /// A recreated Planner session receives at most this many transcript entries (CTX-05) …
 pub const BOOTSTRAP_MAX_ENTRIES: usize = 100;
 /// … and at most this many characters of them (CTX-05).
@@ -563,7 +566,7 @@ impl Transcript {
             });
         }
         let after = (end - limit).max(0);
-        let entries: Vec<ChatMessage> = self
+        let mut entries: Vec<ChatMessage> = self
             .store
             .transcript(
                 document,
@@ -575,6 +578,19 @@ impl Transcript {
             .filter(|e| e.seq <= end)
             .map(ChatMessage::from)
             .collect();
+        // The newest entries that fit the byte bound (at least one): older ones are the next
+        // page, asked for with `before` the oldest seq here.
+        let mut bytes = 0;
+        let keep = entries
+            .iter()
+            .rev()
+            .take_while(|entry| {
+                bytes += serde_json::to_vec(entry).map_or(0, |json| json.len());
+                bytes <= HISTORY_MAX_BYTES
+            })
+            .count()
+            .max(1);
+        entries.drain(..entries.len().saturating_sub(keep));
         // `seq` is gap-free from 1, so older entries exist exactly when this page starts after 1.
         let more = entries.first().is_some_and(|e| e.seq > 1);
         Ok(History { entries, more })

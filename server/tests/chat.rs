@@ -771,3 +771,44 @@ mod attached {
         served.running.stop().await;
     }
 }
+
+/// Hostile input 2: 27 messages of 20,000 emoji (80 KB each) made a `chat:history` page over
+/// 2 MiB, more than a browser's socket could be sent. A page keeps the newest entries within
+/// `HISTORY_MAX_BYTES` (always at least one) and says `more`; paging back reads the rest.
+#[tokio::test]
+async fn hostile_2_a_history_page_is_bounded_by_bytes_and_pages_back_through_everything() {
+    let w = World::new().await;
+    let emoji = "🎹".repeat(transcript::MESSAGE_MAX_CHARS);
+    for i in 1..=27 {
+        w.send(&writer("mona"), &format!("r-{i}"), &emoji).await;
+    }
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let page = w
+            .state
+            .transcript
+            .history(
+                w.place.document,
+                &HistoryQuery {
+                    before,
+                    limit: Some(100),
+                },
+            )
+            .await
+            .unwrap();
+        let bytes = serde_json::to_vec(&page.frame()).unwrap().len();
+        assert!(
+            bytes <= transcript::HISTORY_MAX_BYTES + 256,
+            "a page of {bytes} bytes"
+        );
+        assert!(!page.entries.is_empty());
+        seen.splice(0..0, page.entries.iter().map(|e| e.seq));
+        if !page.more {
+            break;
+        }
+        before = Some(page.entries[0].seq);
+    }
+    assert_eq!(seen, (1..=27).collect::<Vec<_>>());
+    w.stop().await;
+}

@@ -157,7 +157,7 @@ async fn an_idle_room_is_checkpointed_and_unloaded() {
         })
         .await
         .unwrap();
-    let member = open.join(id).await.unwrap();
+    let member = open.join(id, uuid::Uuid::nil()).await.unwrap();
     let document = DocumentRef {
         id: id.to_string(),
         url: "/documents/octo/plans/idle".into(),

@@ -1268,3 +1268,44 @@ async fn create_document_two_calls_with_one_idempotency_key_at_once_create_one_d
     assert_eq!(ok(a)["id"], ok(b)["id"]);
     assert_eq!(document_count(&first).await, before + 1, "created once");
 }
+
+/// ATM-40/41, one limit on every write path: MCP `update_document` and `create_document` take a
+/// source of exactly 256 KiB and refuse one byte more `document-too-large`, writing nothing.
+#[tokio::test]
+async fn atm_40_mcp_writes_take_256_kib_of_source_and_refuse_one_byte_more() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let source = |bytes: usize| format!("{}\n", "x".repeat(bytes - 1));
+    let limit = chopin_document::SOURCE_MAX_BYTES;
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "source": source(limit + 1), "idempotencyKey": "big"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "document-too-large", "{body}");
+    assert_eq!(body["bytes"], limit + 1);
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["revision"], 0, "nothing written");
+    let fits = ok(call(
+        &mona,
+        "update_document",
+        json!({"document": DOC_URL, "planRevision": 0, "source": source(limit), "idempotencyKey": "fits"}),
+    )
+    .await);
+    assert_eq!(fits["planRevision"], 1);
+
+    let before = document_count(&mona).await;
+    let (code, _) = refusal(
+        call(
+            &mona,
+            "create_document",
+            json!({"repository": "octo/plans", "title": "Too big", "source": source(limit + 1)}),
+        )
+        .await,
+    );
+    assert_eq!(code, "document-too-large");
+    assert_eq!(document_count(&mona).await, before, "nothing created");
+}

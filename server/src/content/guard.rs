@@ -22,7 +22,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use yrs::updates::decoder::Decode;
-use yrs::{Doc, ReadTxn, StateVector, Transact, Update};
+use yrs::{Doc, ReadTxn, StateVector, Transact, Update, WriteTxn};
 
 /// Why an update was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,18 +34,47 @@ pub enum Refusal {
     /// poison the document.
     #[error("the update would leave the document unreadable ({0})")]
     Poisonous(&'static str),
+    /// The document would pass a size limit with it: its Markdown source past
+    /// [`chopin_document::SOURCE_MAX_BYTES`], or its whole Yjs state past [`STATE_MAX_BYTES`].
+    #[error("{message}")]
+    TooLarge { bytes: usize, message: String },
+    /// It depends on changes this document never received (its client's clock starts after a
+    /// gap, or it deletes what is not there): nothing of it is taken.
+    #[error("the update depends on {0} this document does not have")]
+    Gapped(&'static str),
 }
+
+/// The most a document's whole Yjs state (its text and the history the text needs) may take
+/// encoded, so that a fresh client's sync step 2 always fits in one frame the server may send
+/// ([`crate::transport`]'s outbound frame bound is twice this).
+pub const STATE_MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// `f` with any panic turned into `None`.
 pub fn guarded<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
+/// What an update did to the document it was applied to.
+struct Applied {
+    /// What the transaction integrated, encoded by yrs: the structs it added and the deletions
+    /// it made, nothing else (no pending structs, not the document's whole delete set).
+    change: Vec<u8>,
+    /// Whether it left structs or deletions yrs could not integrate (a gap before them).
+    pending: bool,
+}
+
 /// Applies `update` in a write transaction of `doc`. `Some(result)` if it returned; `None` if it
 /// panicked, in which case the transaction and the document were leaked, never committed.
-fn apply_in(doc: Doc, update: Update) -> Option<(Doc, Result<(), String>)> {
+fn apply_in(doc: Doc, update: Update) -> Option<(Doc, Result<Applied, String>)> {
     let mut txn = doc.transact_mut();
-    match guarded(|| txn.apply_update(update).map_err(|e| e.to_string())) {
+    let outcome = guarded(|| {
+        txn.apply_update(update).map_err(|e| e.to_string())?;
+        Ok(Applied {
+            change: txn.encode_update_v1(),
+            pending: txn.has_missing_updates(),
+        })
+    });
+    match outcome {
         Some(result) => {
             drop(txn);
             Some((doc, result))
@@ -55,6 +84,20 @@ fn apply_in(doc: Doc, update: Update) -> Option<(Doc, Result<(), String>)> {
             std::mem::forget(doc);
             None
         }
+    }
+}
+
+/// Drops what `doc` holds pending (structs or deletions after a gap it never got). `None` if
+/// yrs panicked doing so; the document was then leaked.
+fn without_pending(doc: Doc) -> Option<Doc> {
+    let mut txn = doc.transact_mut();
+    if guarded(|| txn.prune_pending()).is_some() {
+        drop(txn);
+        Some(doc)
+    } else {
+        std::mem::forget(txn);
+        std::mem::forget(doc);
+        None
     }
 }
 
@@ -73,6 +116,19 @@ pub fn encode_all(doc: &Doc) -> Option<Vec<u8>> {
         doc.transact()
             .encode_state_as_update_v1(&StateVector::default())
     })
+}
+
+/// The UTF-8 length of `doc`'s source text, read in full only when its UTF-16 length says it
+/// could pass the limit (each unit is at most three bytes). `None` if it has no source text.
+fn source_bytes(doc: &Doc) -> Option<usize> {
+    use yrs::{GetString, Text};
+    let txn = doc.transact();
+    let text = txn.get_text(chopin_document::ydoc::SOURCE_TEXT)?;
+    let units = text.len(&txn) as usize;
+    if units.saturating_mul(3) <= chopin_document::SOURCE_MAX_BYTES {
+        return Some(units);
+    }
+    Some(text.get_string(&txn).len())
 }
 
 /// A copy of `live` (its whole state applied to a new document of the same client id).
@@ -114,33 +170,49 @@ impl Shadow {
             return Ok(None);
         }
         let doc = self.doc.take().unwrap_or_else(|| copy_of(live));
-        let before = doc.transact().state_vector();
         let Some((doc, applied)) = apply_in(doc, decoded) else {
             self.doc = Some(copy_of(live));
             return Err(Refusal::Poisonous("yrs panicked applying it"));
         };
-        if let Err(e) = applied {
-            // An update yrs refuses may have changed the shadow half-way: start again from live.
-            drop(doc);
-            self.doc = Some(copy_of(live));
-            return Err(Refusal::Malformed(e));
-        }
-        let change = guarded(|| doc.transact().encode_state_as_update_v1(&before));
-        let whole = change.as_ref().and_then(|_| encode_all(&doc));
-        match (change, whole) {
-            (Some(change), Some(_)) => {
-                self.doc = Some(doc);
-                let empty = Update::decode_v1(&change)
-                    .map(|u| u.is_empty())
-                    .unwrap_or(true);
-                Ok((!empty).then_some(change))
-            }
-            _ => {
+        let applied = match applied {
+            Ok(applied) if !applied.pending => applied,
+            Ok(_) => {
+                // Held apart it would be relayed to nobody and kept by nobody: refused.
                 drop(doc);
                 self.doc = Some(copy_of(live));
-                Err(Refusal::Poisonous("yrs cannot encode the document with it"))
+                return Err(Refusal::Gapped("changes"));
             }
+            Err(e) => {
+                // An update yrs refuses may have changed the shadow half-way: start again.
+                drop(doc);
+                self.doc = Some(copy_of(live));
+                return Err(Refusal::Malformed(e));
+            }
+        };
+        let too_large = match encode_all(&doc) {
+            None => Some(Refusal::Poisonous("yrs cannot encode the document with it")),
+            Some(state) if state.len() > STATE_MAX_BYTES => Some(Refusal::TooLarge {
+                bytes: state.len(),
+                message: format!(
+                    "The document's history would take {} bytes, past the {STATE_MAX_BYTES} bytes a document may hold, so the change was not saved.",
+                    state.len()
+                ),
+            }),
+            Some(_) => source_bytes(&doc).and_then(|bytes| {
+                chopin_document::source_too_large(bytes)
+                    .map(|message| Refusal::TooLarge { bytes, message })
+            }),
+        };
+        if let Some(refusal) = too_large {
+            drop(doc);
+            self.doc = Some(copy_of(live));
+            return Err(refusal);
         }
+        self.doc = Some(doc);
+        let empty = Update::decode_v1(&applied.change)
+            .map(|u| u.is_empty())
+            .unwrap_or(true);
+        Ok((!empty).then_some(applied.change))
     }
 
     /// Applies a change the server made itself (an `edit_plan` batch) to the shadow too.
@@ -174,6 +246,7 @@ pub struct Rebuilt {
 /// the rest still apply.
 pub fn rebuild(client_id: u64, entries: &[(i64, &[u8])]) -> Rebuilt {
     let mut skipped = Vec::new();
+    let mut prune = true;
     'attempt: loop {
         let mut doc = chopin_document::ydoc::empty_doc(client_id);
         for (seq, bytes) in entries {
@@ -196,6 +269,19 @@ pub fn rebuild(client_id: u64, entries: &[(i64, &[u8])]) -> Rebuilt {
                 }
             }
         }
+        // What an older journal kept pending (a gap never filled) is dropped: it could only
+        // ever be relayed again, never read.
+        let doc = if prune {
+            match without_pending(doc) {
+                Some(doc) => doc,
+                None => {
+                    prune = false;
+                    continue 'attempt;
+                }
+            }
+        } else {
+            doc
+        };
         if encode_all(&doc).is_some() {
             return Rebuilt { doc, skipped };
         }
@@ -207,9 +293,13 @@ pub fn rebuild(client_id: u64, entries: &[(i64, &[u8])]) -> Rebuilt {
                 continue;
             }
             let mut shadow = Shadow { doc: None };
-            if shadow.try_update(&probe, bytes).is_err() {
-                found = Some(*seq);
-                break;
+            match shadow.try_update(&probe, bytes) {
+                // An older journal's entry may carry what was pending then: not to blame.
+                Ok(_) | Err(Refusal::Gapped(_)) => {}
+                Err(_) => {
+                    found = Some(*seq);
+                    break;
+                }
             }
             if let Some(next) = shadow.doc.take() {
                 probe = next;
@@ -274,7 +364,10 @@ mod tests {
         for bad in [UNENCODABLE, PANICS] {
             let refused = shadow.try_update(&live, &hex(bad));
             assert!(
-                matches!(refused, Err(Refusal::Poisonous(_) | Refusal::Malformed(_))),
+                matches!(
+                    refused,
+                    Err(Refusal::Poisonous(_) | Refusal::Malformed(_) | Refusal::Gapped(_))
+                ),
                 "{bad}: {refused:?}"
             );
             assert!(encode_all(&live).is_some(), "the live copy still encodes");
@@ -292,9 +385,9 @@ mod tests {
         let entries: Vec<(i64, &[u8])> = vec![(1, &good), (2, &bad), (3, &panics)];
         let rebuilt = rebuild(9, &entries);
         assert_eq!(ydoc::read_source(&rebuilt.doc), "Kept\n");
-        let mut skipped = rebuilt.skipped.clone();
-        skipped.sort();
-        assert_eq!(skipped, vec![2, 3]);
+        // The unencodable entry's damage was a delete set it held pending: dropped on load,
+        // so only the entry that panics is skipped.
+        assert_eq!(rebuilt.skipped, vec![3]);
         assert!(encode_all(&rebuilt.doc).is_some());
     }
 

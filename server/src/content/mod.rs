@@ -68,6 +68,14 @@ const RELAY_BACKLOG: usize = 1024;
 pub const AWARENESS_CLIENTS_PER_SOCKET: usize = 8;
 /// The largest awareness state (its JSON) the server keeps and relays.
 pub const AWARENESS_STATE_BYTES: usize = 16 * 1024;
+/// The most awareness state one account keeps in one document, over all its sockets (two
+/// sockets' worth at most: a person with many tabs open cannot crowd others out).
+pub const AWARENESS_ACCOUNT_BYTES: usize = 2 * AWARENESS_CLIENTS_PER_SOCKET * AWARENESS_STATE_BYTES;
+/// The most awareness state one document keeps over all its sockets.
+pub const AWARENESS_DOCUMENT_BYTES: usize = 1024 * 1024;
+/// The largest awareness frame the server sends: a joiner's snapshot comes in as many frames of
+/// at most this size as it needs.
+pub const AWARENESS_FRAME_BYTES: usize = 128 * 1024;
 
 /// A frame to relay to a document's sockets, with the connection it came from (not sent back).
 /// The frame is encoded once; every socket sends the same bytes.
@@ -88,6 +96,13 @@ pub enum UpdateError {
     /// It would leave the document unreadable (yrs panics on it, or on encoding the result).
     #[error("{0}")]
     Poisonous(String),
+    /// The document would pass its size limit with it (the words say which).
+    #[error("{message}")]
+    TooLarge { bytes: usize, message: String },
+    /// It depends on changes the document never received (a gap in its client's clock, or
+    /// deletions of what is not there), so nothing of it could be integrated and kept.
+    #[error("{0}")]
+    Gapped(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -97,6 +112,8 @@ impl From<Refusal> for UpdateError {
         match r {
             Refusal::Malformed(why) => UpdateError::Malformed(why),
             poisonous @ Refusal::Poisonous(_) => UpdateError::Poisonous(poisonous.to_string()),
+            gapped @ Refusal::Gapped(_) => UpdateError::Gapped(gapped.to_string()),
+            Refusal::TooLarge { bytes, message } => UpdateError::TooLarge { bytes, message },
         }
     }
 }
@@ -142,12 +159,79 @@ pub struct OpenDocument {
     relay: fanout::Sender<Relay>,
     /// The latest awareness state of each Yjs client, by the socket that reported it: a socket
     /// that joins is told everyone present, and a socket that leaves takes its clients along.
-    awareness: Mutex<BTreeMap<u64, BTreeMap<ClientID, AwarenessUpdateEntry>>>,
+    awareness: Mutex<Presence>,
     /// Set once the document is archived: its sockets close.
     archived: tokio::sync::watch::Sender<bool>,
     /// The source last read and its reader's analysis (lines, blocks and digests, Decisions),
     /// reused by every read until the text changes.
     reading: Mutex<Option<Reading>>,
+}
+
+/// A document's awareness: each socket's clients and their states, with the bytes each socket,
+/// each account and the whole document hold, so every bound is checked without a walk.
+#[derive(Default)]
+struct Presence {
+    sockets: BTreeMap<u64, SocketPresence>,
+    /// Bytes of state kept, by account.
+    by_account: BTreeMap<Uuid, usize>,
+    /// Bytes of state kept in all.
+    total: usize,
+}
+
+struct SocketPresence {
+    account: Uuid,
+    clients: BTreeMap<ClientID, AwarenessUpdateEntry>,
+}
+
+impl Presence {
+    /// Keeps `entry` for `client` of socket `from` (an account's) if every bound allows;
+    /// whether it was kept.
+    fn keep(
+        &mut self,
+        from: u64,
+        account: Uuid,
+        client: ClientID,
+        entry: &AwarenessUpdateEntry,
+    ) -> bool {
+        let size = entry.json.len();
+        let mine = self.sockets.entry(from).or_insert_with(|| SocketPresence {
+            account,
+            clients: BTreeMap::new(),
+        });
+        let old = mine.clients.get(&client).map(|e| (e.clock, e.json.len()));
+        if old.is_some_and(|(clock, _)| clock > entry.clock) {
+            return false;
+        }
+        let freed = old.map_or(0, |(_, bytes)| bytes);
+        let account_bytes = self.by_account.get(&account).copied().unwrap_or(0);
+        // `freed` is part of both the account's bytes and the total.
+        if size > AWARENESS_STATE_BYTES
+            || (old.is_none() && mine.clients.len() >= AWARENESS_CLIENTS_PER_SOCKET)
+            || account_bytes + size - freed > AWARENESS_ACCOUNT_BYTES
+            || self.total + size - freed > AWARENESS_DOCUMENT_BYTES
+        {
+            return false;
+        }
+        mine.clients.insert(client, entry.clone());
+        self.by_account
+            .insert(account, account_bytes + size - freed);
+        self.total = self.total + size - freed;
+        true
+    }
+
+    /// Takes socket `from`'s clients out.
+    fn leave(&mut self, from: u64) -> Option<BTreeMap<ClientID, AwarenessUpdateEntry>> {
+        let gone = self.sockets.remove(&from)?;
+        let bytes: usize = gone.clients.values().map(|e| e.json.len()).sum();
+        self.total -= bytes;
+        if let Some(kept) = self.by_account.get_mut(&gone.account) {
+            *kept -= bytes;
+            if *kept == 0 {
+                self.by_account.remove(&gone.account);
+            }
+        }
+        Some(gone.clients)
+    }
 }
 
 /// A source as the reader reads it: the text and its [`Analysis`], made once per text.
@@ -371,9 +455,7 @@ impl OpenDocument {
         }
     }
 
-    fn awareness_lock(
-        &self,
-    ) -> MutexGuard<'_, BTreeMap<u64, BTreeMap<ClientID, AwarenessUpdateEntry>>> {
+    fn awareness_lock(&self) -> MutexGuard<'_, Presence> {
         self.awareness
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -381,25 +463,18 @@ impl OpenDocument {
 
     /// Records a socket's awareness update and relays it to the other sockets (and, for those
     /// that echo, back to it). A socket holds the states of at most
-    /// [`AWARENESS_CLIENTS_PER_SOCKET`] Yjs clients, each at most [`AWARENESS_STATE_BYTES`]:
-    /// clients past the bound, and larger states, are dropped.
-    pub fn relay_awareness(&self, from: u64, update: AwarenessUpdate) {
+    /// [`AWARENESS_CLIENTS_PER_SOCKET`] Yjs clients, each at most [`AWARENESS_STATE_BYTES`]; an
+    /// account at most [`AWARENESS_ACCOUNT_BYTES`] over all its sockets, and the document at
+    /// most [`AWARENESS_DOCUMENT_BYTES`]: states past a bound are dropped.
+    pub fn relay_awareness(&self, member: &Membership, update: AwarenessUpdate) {
+        let from = member.connection;
         let mut taken = BTreeMap::new();
         {
-            let mut all = self.awareness_lock();
-            let mine = all.entry(from).or_default();
+            let mut presence = self.awareness_lock();
             let mut clients: Vec<_> = update.clients.into_iter().collect();
             clients.sort_by_key(|(client, _)| *client);
             for (client, entry) in clients {
-                let known = mine.contains_key(&client);
-                if entry.json.len() > AWARENESS_STATE_BYTES
-                    || (!known && mine.len() >= AWARENESS_CLIENTS_PER_SOCKET)
-                {
-                    continue;
-                }
-                let newer = mine.get(&client).is_none_or(|e| e.clock <= entry.clock);
-                if newer {
-                    mine.insert(client, entry.clone());
+                if presence.keep(from, member.account, client, &entry) {
                     taken.insert(client, entry);
                 }
             }
@@ -414,20 +489,42 @@ impl OpenDocument {
         });
     }
 
-    /// One awareness frame with everyone present, for a socket that just joined.
-    pub fn awareness_snapshot(&self) -> Option<Vec<u8>> {
-        let clients: BTreeMap<ClientID, AwarenessUpdateEntry> = self
-            .awareness_lock()
-            .values()
-            .flat_map(|m| m.iter().map(|(c, e)| (*c, e.clone())))
-            .filter(|(_, e)| &*e.json != "null")
-            .collect();
-        (!clients.is_empty()).then(|| awareness_frame(&clients))
+    /// Everyone present, for a socket that just joined: as few awareness frames as fit in
+    /// [`AWARENESS_FRAME_BYTES`] each (none when nobody is).
+    pub fn awareness_snapshot(&self) -> Vec<Vec<u8>> {
+        let clients: Vec<(ClientID, AwarenessUpdateEntry)> = {
+            let presence = self.awareness_lock();
+            let mut all: Vec<_> = presence
+                .sockets
+                .values()
+                .flat_map(|m| m.clients.iter().map(|(c, e)| (*c, e.clone())))
+                .filter(|(_, e)| &*e.json != "null")
+                .collect();
+            all.sort_by_key(|(c, _)| *c);
+            all
+        };
+        let mut frames = Vec::new();
+        let mut batch = BTreeMap::new();
+        let mut bytes = 0;
+        for (client, entry) in clients {
+            // A client's entry costs its state and at most 30 bytes of numbers.
+            let cost = entry.json.len() + 30;
+            if !batch.is_empty() && bytes + cost > AWARENESS_FRAME_BYTES {
+                frames.push(awareness_frame(&std::mem::take(&mut batch)));
+                bytes = 0;
+            }
+            bytes += cost;
+            batch.insert(client, entry);
+        }
+        if !batch.is_empty() {
+            frames.push(awareness_frame(&batch));
+        }
+        frames
     }
 
     /// A socket left: its clients' awareness is removed for everyone (a `null` state).
     fn leave_awareness(&self, connection: u64) {
-        let Some(gone) = self.awareness_lock().remove(&connection) else {
+        let Some(gone) = self.awareness_lock().leave(connection) else {
             return;
         };
         let clients: BTreeMap<ClientID, AwarenessUpdateEntry> = gone
@@ -437,7 +534,9 @@ impl OpenDocument {
                 (
                     c,
                     AwarenessUpdateEntry {
-                        clock: e.clock + 1,
+                        // The clock a client's removal carries is one past its last; at the
+                        // last clock there is none, and the state it leaves is gone anyway.
+                        clock: e.clock.saturating_add(1),
                         json: Arc::from("null"),
                     },
                 )
@@ -551,6 +650,8 @@ impl Drop for DocumentHandle {
 pub struct Membership {
     pub document: DocumentHandle,
     pub connection: u64,
+    /// The account the socket is signed in as: awareness is bounded per account too.
+    pub account: Uuid,
 }
 
 impl Drop for Membership {
@@ -651,11 +752,16 @@ impl OpenDocuments {
         })
     }
 
-    /// Opens the document for a socket, until the membership is dropped.
-    pub async fn join(self: &Arc<Self>, document_id: Uuid) -> StoreResult<Membership> {
+    /// Opens the document for a socket of `account`, until the membership is dropped.
+    pub async fn join(
+        self: &Arc<Self>,
+        document_id: Uuid,
+        account: Uuid,
+    ) -> StoreResult<Membership> {
         Ok(Membership {
             document: self.open(document_id).await?,
             connection: self.next_connection.fetch_add(1, Ordering::SeqCst),
+            account,
         })
     }
 

@@ -694,6 +694,15 @@ fn applied(result: &EditResult) -> Result<u64, CallToolResult> {
         ),
         EditOutcome::Invalid { message, .. } => ("invalid", message, json!({})),
         EditOutcome::Locked { message } => ("locked", message, json!({})),
+        EditOutcome::TooLarge {
+            message,
+            bytes,
+            limit,
+        } => (
+            "document-too-large",
+            message,
+            json!({ "bytes": bytes, "limit": limit }),
+        ),
     };
     more["document"] = json!(result.document);
     Err(refused(code, message, more))

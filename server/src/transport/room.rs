@@ -106,7 +106,11 @@ async fn endpoint(
         Ok(reader) => reader,
         Err(refusal) => return refusal.into_response(),
     };
-    let membership = match deps.open.join(reader.document.id).await {
+    let membership = match deps
+        .open
+        .join(reader.document.id, reader.login.account.id)
+        .await
+    {
         Ok(m) => m,
         Err(e) => {
             tracing::error!(error = %e, "room: the document's content could not be loaded");
@@ -409,9 +413,14 @@ async fn session(
                         push!(out, reply);
                     }
                     WsMessage::Binary(bytes) => {
-                        match yjs::frame(room, me, sender.can_write, &bytes).await {
+                        match yjs::frame(&member.membership, sender.can_write, &bytes).await {
                             yjs::Answer::None => {}
                             yjs::Answer::Binary(reply) => push!(out, WsMessage::Binary(reply.into())),
+                            yjs::Answer::Frames(replies) => {
+                                for reply in replies {
+                                    push!(out, WsMessage::Binary(reply.into()));
+                                }
+                            }
                             yjs::Answer::Refused { code, message } => push!(out, error_frame(code, &message)),
                         }
                     }

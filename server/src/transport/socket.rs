@@ -136,14 +136,20 @@ impl Liveness {
     }
 }
 
+/// The largest frame the server sends on any socket (a document's whole state for a fresh
+/// client, [`crate::content::guard::STATE_MAX_BYTES`], is half of it). Set apart from what a
+/// socket reads: a browser takes far larger frames than it may send here.
+pub const OUTBOUND_FRAME_MAX_BYTES: usize = 2 * crate::content::guard::STATE_MAX_BYTES;
+
 /// The upgrade with this server's buffer sizes: a small eager read buffer, no write buffering
-/// (the writer task writes and flushes one frame at a time), and `max_message` as the largest
-/// message read and the most a frame may leave in the write buffer.
+/// (the writer task writes and flushes one frame at a time), `max_message` as the largest
+/// message read, and [`OUTBOUND_FRAME_MAX_BYTES`] (or twice `max_message`, if larger) as the
+/// most a frame may leave in the write buffer.
 pub fn tune(upgrade: WebSocketUpgrade, max_message: usize) -> WebSocketUpgrade {
     upgrade
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(0)
-        .max_write_buffer_size(2 * max_message)
+        .max_write_buffer_size(OUTBOUND_FRAME_MAX_BYTES.max(2 * max_message))
         .max_message_size(max_message)
         .max_frame_size(max_message)
 }

@@ -16,6 +16,7 @@
 //! Does not own: who may read or write (`Access::browser_reader`), the document's content
 //! ([`crate::content`]), or presence and Chat (the JSON room socket, [`super::room`]).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::runtime::fanout::RecvError;
@@ -33,7 +34,8 @@ use super::socket::{self, Due, Liveness, Outbox, Rechecks};
 use super::{Routes, Table};
 use crate::access::{Access, Reader, Recheck};
 use crate::content::{
-    guard, write_var_uint, OpenDocument, OpenDocuments, UpdateError, AWARENESS_CLIENTS_PER_SOCKET,
+    guard, write_var_uint, Membership, OpenDocument, OpenDocuments, UpdateError,
+    AWARENESS_CLIENTS_PER_SOCKET,
 };
 use crate::error::ApiError;
 use crate::identity::sign_ins::SignIns;
@@ -49,6 +51,9 @@ const PERMISSION_DENIED: u64 = 0;
 /// The words a reader's refused update carries.
 const READ_ONLY: &str = "You can read this document but not edit it: editing needs push access to its repository. Your change was not saved.";
 
+/// The words a gapped update's refusal carries.
+const GAPPED: &str = "Your change was not saved: it builds on changes this server never received. Reload the document to continue from what is saved.";
+
 /// What a client's binary frame calls for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -56,6 +61,8 @@ pub enum Answer {
     None,
     /// A binary y-protocols frame for the sender.
     Binary(Vec<u8>),
+    /// Several, in order (an awareness snapshot in bounded frames).
+    Frames(Vec<Vec<u8>>),
     /// The frame was refused: a stable code and words for a person.
     Refused { code: &'static str, message: String },
 }
@@ -71,7 +78,8 @@ pub async fn greeting(document: &OpenDocument) -> Vec<Vec<u8>> {
 
 /// Handles one binary (y-protocols) frame from socket `me`. Everybody syncs and shares
 /// awareness; only a writer's updates are taken.
-pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u8]) -> Answer {
+pub async fn frame(member: &Membership, can_write: bool, bytes: &[u8]) -> Answer {
+    let (document, me): (&OpenDocument, u64) = (&member.document, member.connection);
     if let Some(count) = awareness_count(bytes) {
         if count > AWARENESS_CLIENTS_PER_SOCKET as u64 {
             // Refused before decoding: a frame may declare millions of clients in a few bytes.
@@ -127,6 +135,17 @@ pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u
                         message: format!("the update was refused: {why}"),
                     }
                 }
+                Err(UpdateError::Gapped(why)) => {
+                    tracing::info!(%why, "a writer's update was refused: it depends on changes the document never received");
+                    Answer::Refused {
+                        code: "update-gapped",
+                        message: GAPPED.to_owned(),
+                    }
+                }
+                Err(UpdateError::TooLarge { message, .. }) => Answer::Refused {
+                    code: "document-too-large",
+                    message,
+                },
                 Err(UpdateError::Store(e)) => {
                     tracing::error!(error = %e, "an update could not be saved");
                     Answer::Refused {
@@ -137,12 +156,12 @@ pub async fn frame(document: &OpenDocument, me: u64, can_write: bool, bytes: &[u
             }
         }
         Message::Awareness(update) => {
-            document.relay_awareness(me, update);
+            document.relay_awareness(member, update);
             Answer::None
         }
         Message::AwarenessQuery => match document.awareness_snapshot() {
-            Some(present) => Answer::Binary(present),
-            None => Answer::None,
+            present if present.is_empty() => Answer::None,
+            present => Answer::Frames(present),
         },
         Message::Auth(_) | Message::Custom(_, _) => Answer::None,
     }
@@ -226,7 +245,11 @@ async fn endpoint(
         .into_response();
     };
     let admitted = match deps.access.browser_reader(&headers, &id).await {
-        Ok(reader) => match deps.open.join(reader.document.id).await {
+        Ok(reader) => match deps
+            .open
+            .join(reader.document.id, reader.login.account.id)
+            .await
+        {
             Ok(membership) => Ok((reader, membership)),
             Err(e) => Err(ApiError::store(e)),
         },
@@ -264,7 +287,8 @@ async fn run(
     let mut relayed = document.subscribe();
     let mut signed_in = deps.sign_ins.watch(reader.login.id);
     let mut can_write = reader.can_write;
-    let mut told_read_only = false;
+    // Refusals a person should see, each told once per socket (until it can write again).
+    let mut told: BTreeSet<&'static str> = BTreeSet::new();
     for frame in greeting(document).await {
         if out.send(WsMessage::Binary(frame.into())).is_err() {
             return;
@@ -290,7 +314,7 @@ async fn run(
                     if now != can_write {
                         can_write = now;
                         // A writer again is told again if it loses write access later.
-                        told_read_only = false;
+                        told.remove("read-only");
                     }
                     None
                 }
@@ -333,11 +357,19 @@ async fn run(
                 liveness.heard();
                 match message {
                     WsMessage::Binary(bytes) => {
-                        match frame(document, me, can_write, &bytes).await {
+                        match frame(&membership, can_write, &bytes).await {
                             Answer::None => None,
                             Answer::Binary(reply) => Some(WsMessage::Binary(reply.into())),
-                            Answer::Refused { code: "read-only", message } if !told_read_only => {
-                                told_read_only = true;
+                            Answer::Frames(mut replies) => {
+                                let last = replies.pop();
+                                for reply in replies {
+                                    if out.send(WsMessage::Binary(reply.into())).is_err() {
+                                        return;
+                                    }
+                                }
+                                last.map(|reply| WsMessage::Binary(reply.into()))
+                            }
+                            Answer::Refused { code: code @ ("read-only" | "update-gapped" | "document-too-large"), message } if told.insert(code) => {
                                 Some(WsMessage::Binary(permission_denied(&message).into()))
                             }
                             Answer::Refused { code, message } => {
