@@ -1054,6 +1054,11 @@ fn resume_needs_the_feature_and_comes_first() {
     let mut owed = attached_link(&[Feature::ResumableSessions], &["s"]);
     assert!(out_of_order(owed.check_client(&started())).contains("answer with \"resume\" first"));
 
+    // Issue 24 item 12: a `resume` after an `attached` that kept nothing answers nothing: it is
+    // out of order, even as the first frame.
+    let mut nothing_kept = attached_link(&[Feature::ResumableSessions], &[]);
+    assert!(out_of_order(nothing_kept.check_client(&resume)).contains("named no kept sessions"));
+
     // `resumed` before the client's `resume` is the server's fault.
     let resumed = ServerMessage::Resumed(Resumed {
         sessions: vec!["s".into()],

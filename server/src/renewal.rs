@@ -16,9 +16,8 @@
 //! call and the sealing ([`crate::identity`]), or stopping a turn ([`crate::turns`]).
 //!
 //! PERM-11 (RULINGS): a refresh discards every session bound to the old revision, kept ones
-//! included, their runs stopped resumably. This server keeps no session past its turn yet (each
-//! turn starts and destroys its own), so ending the running turns ends every session of the
-//! revision; when kept sessions come, they must be ended here too.
+//! included: a running turn is aborted and waited for, and a session kept past its turn (for its
+//! runs or questions) has its live runs stopped resumably (`stop`) and is then destroyed.
 //!
 //! Invariants: no turn or session of a login runs across its renewal: those running are over
 //! before GitHub is asked, and none starts until the new credential is published; a host tool

@@ -30,7 +30,10 @@ use crate::observe::PlannerEvent;
 use crate::planner::Planners;
 use crate::questions::Questions;
 use crate::repository::{self, Bound, RepositoryTools};
-use crate::runs::Runs;
+use crate::runs::{Control, Runs};
+
+/// The name Chat gives the Planner when it acts on its own (a run paused for a renewal).
+const PLANNER_LOGIN: &str = "chopin";
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{Creator, DocumentStore, Holder, OwnerGuard, OwnershipStore};
 use crate::transcript::{Transcript, TurnSink, MESSAGE_MAX_CHARS};
@@ -362,6 +365,29 @@ impl Turns {
             if ended.changed().await.is_err() {
                 break;
             }
+        }
+        // PERM-11 (RULINGS): kept sessions of the login go too, their live runs stopped
+        // resumably first (the client is sent `stop`), so nothing of them is lost.
+        let kept: Vec<(Uuid, KeptSession)> = {
+            let mut table = self.lock();
+            let documents: Vec<Uuid> = table
+                .kept
+                .iter()
+                .filter(|(_, kept)| kept.login == login)
+                .map(|(document, _)| *document)
+                .collect();
+            documents
+                .into_iter()
+                .filter_map(|d| table.kept.remove(&d).map(|kept| (d, kept)))
+                .collect()
+        };
+        for (document, kept) in kept {
+            tracing::info!(%document, session = kept.session.id(), "a kept session is discarded before its owner's credential renewal");
+            self.deps
+                .runs
+                .control(document, None, Control::Stop, PLANNER_LOGIN)
+                .await;
+            kept.session.destroy().await;
         }
         guard
     }

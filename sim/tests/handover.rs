@@ -1276,3 +1276,119 @@ fn ao_12_the_owner_login_expiring_ends_a_disconnected_hold_at_that_millisecond()
     });
     assert!(holds(&c.world).is_empty());
 }
+
+/// mona's resumable link holding a kept session drops; the Planner is held disconnected.
+fn held_disconnected(c: &mut Cast) -> String {
+    let doc = c.doc;
+    let (agent, _, session) = attached_with_a_kept_session(c);
+    agent.script(TurnScript::new().drop_link());
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    session
+}
+
+/// When (simulated ms) `agent` heard `attached`.
+fn attached_at(agent: &Agent) -> u64 {
+    agent
+        .log()
+        .into_iter()
+        .find_map(|e| match e {
+            AgentEvent::Attached { at_ms, .. } => Some(at_ms),
+            _ => None,
+        })
+        .expect("attached")
+}
+
+/// Hostile input 3: a link answered `attached` with `kept` that never sends `resume` is waited
+/// on for 30 s from `attached` — still attached 1 ms before, closed `out-of-order` (1008) at the
+/// deadline — and, a fault being a drop, its work is held again for the client's return.
+#[test]
+fn hostile_3_a_link_that_never_resumes_is_closed_at_the_resume_deadline_and_its_work_held_again() {
+    let mut c = cast(40, Some(1));
+    let doc = c.doc;
+    let session = held_disconnected(&mut c);
+    let silent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(silent.answer(), Some(Ok(1)));
+    let at = attached_at(&silent);
+    c.world.advance(at + 30_000 - 1 - c.world.now_ms()).unwrap();
+    assert!(silent.closed().is_none(), "1 ms before the deadline");
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Attached);
+    c.world.advance(2).unwrap();
+    let (closed_at, code, _) = silent.closed().expect("closed at the deadline");
+    assert_eq!((closed_at, code), (at + 30_000, 1008));
+    assert_eq!(error_codes(&silent), vec!["out-of-order".to_owned()]);
+    until(&mut c.world, 1_000, "held again", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    assert_eq!(holds(&c.world).len(), 1, "the hold is written again");
+    // The client comes back properly and takes its session.
+    let back = attach(&mut c.world, "mona-3", &c.mona.clone(), doc);
+    back.resume(true);
+    let b = back.clone();
+    until(&mut c.world, 5_000, "resumed", move |_| {
+        !b.frames_of("resumed").is_empty()
+    });
+    assert!(back.frames_of("resumed")[0].1.contains(&session));
+}
+
+/// Hostile input 3: while the server waits for `resume`, a SIGTERM writes the hold (with its
+/// window) and the process gives the lease back within the drain; the next process rebuilds it.
+#[test]
+fn hostile_3_a_stop_while_a_resume_is_awaited_writes_the_hold_and_gives_the_lease_back() {
+    let mut c = cast(41, Some(1));
+    let doc = c.doc;
+    held_disconnected(&mut c);
+    let silent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(silent.answer(), Some(Ok(1)));
+    c.world.advance(1_000).unwrap();
+    let stopped_at = c.world.now_ms();
+    stop(&mut c.world);
+    assert!(
+        c.world.now_ms() - stopped_at < 10_000,
+        "the drain ends within its 10 s"
+    );
+    assert_eq!(error_codes(&silent), vec!["going-away".to_owned()]);
+    let rows = holds(&c.world);
+    assert_eq!(rows.len(), 1, "the hold is written");
+    assert!(rows[0].handover_until_ms.is_some(), "with its window");
+    start(&mut c.world);
+    rebuilt(&c.world, doc);
+}
+
+/// Hostile input 3: a sign-out while the server waits for `resume` closes the link at once and
+/// ends the hold; a late `resume` reaches nothing.
+#[test]
+fn hostile_3_a_sign_out_while_a_resume_is_awaited_closes_the_link_and_ends_the_hold() {
+    let mut c = cast(42, Some(1));
+    let doc = c.doc;
+    held_disconnected(&mut c);
+    let silent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(silent.answer(), Some(Ok(1)));
+    c.world.advance(1_000).unwrap();
+    let cookie = c.mona_cookie.clone();
+    let status = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let out = status.clone();
+    c.world
+        .run_client("sign-out", async move {
+            let request = http::Request::post(format!("{}/auth/logout", chopin_sim::SERVER_ORIGIN))
+                .header("cookie", cookie)
+                .header("origin", chopin_sim::SERVER_ORIGIN)
+                .body(axum::body::Bytes::new())?;
+            let response =
+                chopin_server::runtime::connector::send(&chopin_sim::TurmoilConnector, request)
+                    .await?;
+            *out.lock().unwrap() = Some(response.status.as_u16());
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(*status.lock().unwrap(), Some(204), "signed out");
+    let s = silent.clone();
+    until(&mut c.world, 1_000, "closed", move |_| s.closed().is_some());
+    assert_eq!(silent.closed().unwrap().1, 4401);
+    assert!(holds(&c.world).is_empty(), "the hold ended");
+    assert_eq!(presence(&c.world, doc).0, PresenceState::None);
+    silent.resume(true);
+    c.world.advance(1_000).unwrap();
+    assert!(silent.frames_of("resumed").is_empty());
+}

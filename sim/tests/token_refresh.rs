@@ -393,3 +393,92 @@ fn a_refresh_github_cannot_answer_is_tried_again_a_minute_later() {
     );
     assert_eq!(mona_login(&world).2, 2, "renewed on the retry");
 }
+
+/// PERM-10 / PERM-11 (RULINGS): a renewal discards every session bound to the old revision,
+/// kept ones included: at the renewal's millisecond (not 1 ms before) the kept session's live
+/// run is stopped resumably (`stop`), then the session is destroyed, then GitHub is asked; the
+/// next turn starts a fresh session.
+#[test]
+fn perm_11_a_kept_session_is_stopped_and_discarded_at_the_renewal_and_the_next_turn_is_fresh() {
+    let Setup {
+        mut world,
+        doc,
+        mona,
+        mona_cookie,
+    } = setup(12);
+    let (_, due, _) = mona_login(&world);
+    let agent = attach(&mut world, &mona, doc);
+    let browser = join(&mut world, &mona_cookie, doc);
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .runs("running")
+            .end(TurnStatus::Completed),
+    );
+    let ack = say(&mut world, &browser, "r1", "@chopin start the rollout");
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let app = world.server_app().unwrap();
+    until(&mut world, 10_000, "the session is kept", move || {
+        app.turns.kept_session(doc).is_some()
+    });
+    let first_session = agent.frames_of("start")[0].1.clone();
+
+    world.advance(due - 1 - world.now_ms()).unwrap();
+    assert!(agent.frames_of("stop").is_empty(), "not stopped early");
+    assert!(agent.frames_of("destroy").is_empty(), "not discarded early");
+    assert_eq!(refreshes(&world), 0);
+
+    // At the deadline: the run's stop goes out (it reaches the client one latency later).
+    let a = agent.clone();
+    until(&mut world, 2_000, "stop", move || {
+        !a.frames_of("stop").is_empty()
+    });
+    let (stop_at, stop) = agent.frames_of("stop")[0].clone();
+    assert_eq!(
+        stop_at,
+        due + LATENCY_MS,
+        "sent at the deadline (due {due})"
+    );
+    let stop: Value = serde_json::from_str(&stop).unwrap();
+    assert_eq!(stop["sessionId"], first_session.as_str());
+    agent.send_text(
+        &json!({ "type": "runs", "sessionId": first_session, "runs": [{ "runId": "run-1", "name": "rollout", "status": "paused", "elapsedMs": 1000 }] })
+            .to_string(),
+    );
+    agent.send_text(
+        &json!({ "type": "control-result", "requestId": stop["requestId"], "ok": true })
+            .to_string(),
+    );
+    let a = agent.clone();
+    until(&mut world, 15_000, "destroy", move || {
+        !a.frames_of("destroy").is_empty()
+    });
+    world.advance(1_000).unwrap();
+    let renewed = renewed_at(&world);
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    assert!(
+        agent.frames_of("destroy")[0].0 <= renewed[0].0 + LATENCY_MS,
+        "the kept session was discarded before the refresh"
+    );
+    assert_eq!(world.server_app().unwrap().turns.kept_session(doc), None);
+
+    // The next turn: a fresh session.
+    agent.script(
+        TurnScript::new()
+            .started()
+            .await_turn()
+            .end(TurnStatus::Completed),
+    );
+    let ack = say(&mut world, &browser, "r2", "@chopin again");
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let a = agent.clone();
+    until(&mut world, 5_000, "a new session", move || {
+        a.frames_of("start").len() == 2
+    });
+    assert_ne!(
+        agent.frames_of("start")[1].1,
+        first_session,
+        "a fresh session"
+    );
+}

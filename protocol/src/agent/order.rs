@@ -114,6 +114,11 @@ impl LinkOrder {
                                 name,
                                 "\"resume\" must be the first message after \"attached\"",
                             ))
+                        } else if !self.resume_owed {
+                            Err(Fault::out_of_order(
+                                name,
+                                "\"resume\" answers an \"attached\" that listed kept sessions; this one named no kept sessions",
+                            ))
                         } else {
                             self.resume_owed = false;
                             self.resume_pending = true;

@@ -106,6 +106,9 @@ const READ_LIMIT_BYTES: usize = 4 * MAX_FRAME_BYTES;
 const OPENED_MEMORY: usize = 1024;
 /// Longest wait for the first frame after the upgrade.
 const ATTACH_WAIT: Duration = Duration::from_secs(30);
+/// Longest wait for `resume` after an `attached` that named kept sessions: the same bound as
+/// for `attach` itself.
+pub const RESUME_WAIT: Duration = ATTACH_WAIT;
 /// Pings go out at most this far apart.
 const MAX_PING_INTERVAL_MS: u64 = 30_000;
 /// The features this server implements and accepts when offered.
@@ -218,6 +221,7 @@ async fn endpoint(
                     features: Vec::new(),
                     kept_work: false,
                     runs_saved: None,
+                    awaiting_resume: None,
                 };
                 link.run().await;
             })
@@ -258,6 +262,18 @@ struct Link {
     kept_work: bool,
     /// The task saving this link's `runs` reports; it ends once every queued report is saved.
     runs_saved: Option<tokio::task::JoinHandle<()>>,
+    /// After `attached` told the client what was kept: the `resume` the link waits for.
+    awaiting_resume: Option<AwaitedResume>,
+}
+
+/// A hold's work offered in `attached.kept`, waiting for the client's `resume`.
+struct AwaitedResume {
+    /// The sessions `attached.kept` named.
+    offered: Vec<String>,
+    /// What the hold kept.
+    work: HeldWork,
+    /// When the client has waited too long ([`RESUME_WAIT`] after `attached`).
+    deadline: Instant,
 }
 
 /// The sessions and turns a link opened, as `session:<id>` / `turn:<id>`: every one still open,
@@ -446,8 +462,19 @@ impl Link {
             }
             Vec::new()
         };
-        let resume = match waited {
-            Some(resume) => Some(resume),
+        match waited {
+            Some(resume) => {
+                self.take_back(
+                    &doc,
+                    &live,
+                    &handle,
+                    bound.link,
+                    kept_work,
+                    &kept,
+                    Some(resume),
+                )
+                .await
+            }
             None => {
                 let attached = wire::Attached {
                     document_id: doc.id.to_string(),
@@ -464,43 +491,22 @@ impl Link {
                     return;
                 }
                 if kept.is_empty() {
-                    None
+                    self.take_back(&doc, &live, &handle, bound.link, kept_work, &kept, None)
+                        .await;
                 } else {
-                    match self.next_message().await {
-                        Incoming::Message(ClientMessage::Resume(resume)) => Some(resume),
-                        Incoming::Gone => {
-                            self.lost_before_resume(doc.id, bound.link, &kept, kept_work)
-                                .await;
-                            return;
-                        }
-                        Incoming::Fault(fault) => {
-                            self.end_on_close = Some(LinkEnd::Dropped);
-                            return self.fail(&fault).await;
-                        }
-                        // The order rules let only `resume` follow a non-empty `kept`.
-                        Incoming::Message(_) => {
-                            unreachable!("LinkOrder lets only resume come next")
-                        }
-                    }
+                    // The client's `resume` is read by the attached loop, with every deadline,
+                    // ping and close of an attached link — and its own deadline.
+                    self.awaiting_resume = Some(AwaitedResume {
+                        offered: kept,
+                        work: kept_work,
+                        deadline: Instant::now() + RESUME_WAIT,
+                    });
                 }
             }
-        };
-        let let_go = not_taken_back(&kept_work.sessions, &kept, resume.as_ref());
-        if let Some(resume) = resume {
-            self.hand_back(&doc, &live, &handle, bound.link, kept_work, &resume)
-                .await;
         }
-        self.runs_let_go(doc.id, let_go).await;
         let link = bound.link;
-        {
-            // Answers that waited for a Planner to be attached get a turn now (HO-15).
-            let (turns, id) = (self.deps.turns.clone(), doc.id);
-            self.deps
-                .shutdown
-                .spawn(async move { turns.start_answers(id).await });
-        }
         let ended = self
-            .attached(&doc, &live, bound, &check, &mut command_rx)
+            .attached(&doc, &live, bound, &check, &mut command_rx, &handle)
             .await;
         if let Ended::OnItsOwn(how) = ended {
             self.link_gone(doc.id, link, how).await;
@@ -530,6 +536,13 @@ impl Link {
     /// period.
     async fn link_gone(&mut self, doc: uuid::Uuid, link: u64, how: LinkEnd) {
         let planners = self.deps.planners.clone();
+        if let Some(awaited) = self.awaiting_resume.take() {
+            // Lost before its `resume` (a drop, a fault, silence, the resume's deadline): kept
+            // again as for any drop; a detach lets it go.
+            return self
+                .lost_before_resume(doc, link, &awaited.offered, awaited.work)
+                .await;
+        }
         if how == LinkEnd::Dropped && self.features.contains(&Feature::ResumableSessions) {
             if let Some(session) = self.deps.turns.kept_session(doc) {
                 self.kept_work = true;
@@ -539,6 +552,47 @@ impl Link {
             }
         }
         planners.link_ended(doc, link, how).await;
+    }
+
+    /// What the client takes back of a hold's `work` (`offered` is what `attached.kept` told
+    /// it; `resume` its answer, if any): the sessions it names are handed back, the others let
+    /// go (their runs shown stopped), and answers that waited for an attached Planner get a
+    /// turn (HO-15).
+    #[allow(clippy::too_many_arguments)]
+    async fn take_back(
+        &mut self,
+        doc: &Document,
+        live: &Arc<LiveLogin>,
+        handle: &LinkHandle,
+        link: u64,
+        work: HeldWork,
+        offered: &[String],
+        resume: Option<wire::ClientResume>,
+    ) {
+        let let_go = not_taken_back(&work.sessions, offered, resume.as_ref());
+        if let Some(resume) = resume {
+            self.hand_back(doc, live, handle, link, work, &resume).await;
+        }
+        self.runs_let_go(doc.id, let_go).await;
+        let (turns, id) = (self.deps.turns.clone(), doc.id);
+        self.deps
+            .shutdown
+            .spawn(async move { turns.start_answers(id).await });
+    }
+
+    /// A link awaiting its client's `resume` was closed by an explicit act (a sign-out, an
+    /// expiry, a reset, an archive, lost access): what the hold kept is let go, as when that act
+    /// ends a hold (AO-12).
+    async fn let_go_awaited(&mut self, doc: &Document) {
+        let Some(awaited) = self.awaiting_resume.take() else {
+            return;
+        };
+        if let Some(old) = awaited.work.link {
+            let why = "The Planner's client was closed before it took its work back.";
+            self.deps.questions.withdraw_kept(doc.id, old, why).await;
+        }
+        let sessions: BTreeSet<String> = awaited.work.sessions.into_iter().collect();
+        self.runs_let_go(doc.id, sessions).await;
     }
 
     /// What `link`'s hold keeps for its client (AO-18): `session`, the questions the link
@@ -669,6 +723,10 @@ impl Link {
         let stopping = self.deps.shutdown.stopping();
         tokio::pin!(stopping);
         let mut resume: Option<wire::ClientResume> = None;
+        // The link is pinged and held to its connection timeout while it waits, as when attached.
+        let timeout_ms = self.deps.timers.connection_timeout_ms;
+        let every = Duration::from_millis(ping_interval_ms(timeout_ms));
+        let mut ping = tokio::time::interval_at(self.last_heard + every, every);
         let live = loop {
             let now = self.deps.clock.now_ms();
             if let Some(live) = self.deps.sign_ins.live_login_of(account_id, now) {
@@ -703,6 +761,16 @@ impl Link {
                     }
                 }
                 _ = wait.ended.changed() => {}
+                _ = ping.tick() => {
+                    if self.out.send(Message::Ping(Default::default())).is_err() {
+                        return None;
+                    }
+                }
+                _ = tokio::time::sleep_until(self.last_heard + Duration::from_millis(timeout_ms)) => {
+                    let words = format!("No answer to the server's pings for {timeout_ms} ms; the link is closed as dropped.");
+                    self.close_with(ErrorCode::ConnectionTimeout, words).await;
+                    return None;
+                }
                 incoming = self.next_message() => match incoming {
                     Incoming::Gone => return None,
                     Incoming::Fault(fault) => {
@@ -901,6 +969,7 @@ impl Link {
         mut bound: Bound,
         check: &AccountCheck,
         commands: &mut mpsc::Receiver<LinkCommand>,
+        handle: &LinkHandle,
     ) -> Ended {
         // The harness's sessions and turns, by `session:<id>` / `turn:<id>`. Dropped with the
         // link, which tells each that the client is gone.
@@ -909,10 +978,10 @@ impl Link {
         let mut commands_open = true;
         let c = self.deps.timers;
         let timeout = Duration::from_millis(c.connection_timeout_ms);
-        let mut ping = tokio::time::interval(Duration::from_millis(ping_interval_ms(
-            c.connection_timeout_ms,
-        )));
-        ping.reset(); // the first tick is one interval from now
+        // Pings run on from the client's last frame: a link that waited before this loop (for
+        // its owner's sign-in, HO-10) is pinged at once if it has been quiet a whole interval.
+        let every = Duration::from_millis(ping_interval_ms(c.connection_timeout_ms));
+        let mut ping = tokio::time::interval_at(self.last_heard + every, every);
         let mut recheck = tokio::time::interval(Duration::from_millis(c.access_recheck_ms));
         recheck.reset();
         let now_ms = self.deps.clock.now_ms();
@@ -926,12 +995,17 @@ impl Link {
         tokio::pin!(stopping, writer_ended);
         loop {
             let silent_until = self.last_heard + timeout;
+            let resume_due = self.awaiting_resume.as_ref().map(|a| a.deadline);
+            let awaiting = resume_due.is_some();
             tokio::select! {
                 () = &mut stopping => {
                     // The process is stopping (the cut): the link's hold is written for the next
                     // process, then the link is told so and closed 1001. No grace period starts
                     // and nothing is released; the next process decides (HO-01, HO-17).
-                    let work = if self.features.contains(&Feature::ResumableSessions) {
+                    let work = if let Some(awaited) = self.awaiting_resume.take() {
+                        // Not taken back yet: the hold keeps what it kept.
+                        awaited.work
+                    } else if self.features.contains(&Feature::ResumableSessions) {
                         let session = self.deps.turns.kept_session(doc.id);
                         self.work_kept(doc.id, bound.link, session)
                     } else {
@@ -952,6 +1026,13 @@ impl Link {
                         self.end_on_close = Some(LinkEnd::Detached);
                         self.close(wire::close::NORMAL, "detached").await;
                         return Ended::Done;
+                    }
+                    Incoming::Message(ClientMessage::Resume(resume)) => {
+                        // The order rules let `resume` come only first after a non-empty
+                        // `attached.kept`, which is when a resume is awaited.
+                        if let Some(awaited) = self.awaiting_resume.take() {
+                            self.take_back(doc, live, handle, bound.link, awaited.work, &awaited.offered, Some(resume)).await;
+                        }
                     }
                     Incoming::Message(ClientMessage::ControlResult(result)) => {
                         self.deps.runs.control_result(result);
@@ -1016,7 +1097,8 @@ impl Link {
                         }
                     }
                 },
-                command = commands.recv(), if commands_open => match command {
+                // Nothing goes to a client before it has taken its work back.
+                command = commands.recv(), if commands_open && !awaiting => match command {
                     Some(LinkCommand::Send(message)) => {
                         // An aborted turn, or a session let go, takes its questions along.
                         match &message {
@@ -1055,9 +1137,26 @@ impl Link {
                             }
                         }
                     }
+                    // An explicit act closes it: what a hold kept and the client has not taken
+                    // back yet is let go, as the act would have let the hold go.
+                    self.let_go_awaited(doc).await;
                     if let Some(closing) = closing {
                         self.close_with(closing.code, closing.message).await;
                     }
+                    return Ended::Done;
+                }
+                _ = tokio::time::sleep_until(resume_due.unwrap_or(silent_until)), if awaiting => {
+                    tracing::info!(document = %doc.id, login = %self.login, "the client did not resume within the bound; closing the link as dropped");
+                    let fault = Fault::OutOfOrder {
+                        message_type: "resume".into(),
+                        rule: format!(
+                            "\"attached\" named kept sessions: \"resume\" must follow within {} s",
+                            RESUME_WAIT.as_secs()
+                        ),
+                    };
+                    // A fault is a drop: the work is held again for the client's return.
+                    self.end_on_close = Some(LinkEnd::Dropped);
+                    self.fail(&fault).await;
                     return Ended::Done;
                 }
                 _ = tokio::time::sleep_until(silent_until) => {
