@@ -71,6 +71,18 @@ pub struct Runs {
     cards: Mutex<BTreeMap<Uuid, fanout::Sender<CardChanged>>>,
     /// `stop`/`resume` sent and not answered yet, by request id.
     pending: Mutex<BTreeMap<String, oneshot::Sender<ControlResult>>>,
+    /// Reports taken from a link and not saved yet, by document and run: what the latest of
+    /// them says, so a decision made meanwhile (a turn's end, a link's drop) sees it.
+    unsaved: Mutex<BTreeMap<Uuid, BTreeMap<String, Unsaved>>>,
+}
+
+/// The latest unsaved report of a run.
+#[derive(Debug, Clone)]
+struct Unsaved {
+    session: String,
+    live: bool,
+    /// Reports of it queued and not saved yet.
+    queued: usize,
 }
 
 /// Stop or Resume.
@@ -186,6 +198,47 @@ impl Runs {
             deps,
             cards: Mutex::default(),
             pending: Mutex::default(),
+            unsaved: Mutex::default(),
+        }
+    }
+
+    fn unsaved(&self) -> MutexGuard<'_, BTreeMap<Uuid, BTreeMap<String, Unsaved>>> {
+        self.unsaved.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A link took `report` and queued it to be saved ([`Runs::report`]): until it is, what it
+    /// says counts for [`Runs::session_has_live`].
+    pub fn queued(&self, document: Uuid, report: &wire::Runs) {
+        let mut unsaved = self.unsaved();
+        let runs = unsaved.entry(document).or_default();
+        for run in &report.runs {
+            let entry = runs.entry(run.run_id.clone()).or_insert_with(|| Unsaved {
+                session: report.session_id.clone(),
+                live: false,
+                queued: 0,
+            });
+            entry.session = report.session_id.clone();
+            entry.live = run.status.is_live();
+            entry.queued += 1;
+        }
+    }
+
+    /// A report (queued earlier) of `reported` runs is saved, or given up on.
+    fn settled(&self, document: Uuid, reported: &[String]) {
+        let mut unsaved = self.unsaved();
+        let Some(runs) = unsaved.get_mut(&document) else {
+            return;
+        };
+        for run in reported {
+            if let Some(entry) = runs.get_mut(run) {
+                entry.queued = entry.queued.saturating_sub(1);
+                if entry.queued == 0 {
+                    runs.remove(run);
+                }
+            }
+        }
+        if runs.is_empty() {
+            unsaved.remove(&document);
         }
     }
 
@@ -325,15 +378,34 @@ impl Runs {
     /// Whether `session` of `document` owns a run that has not ended. A storage failure
     /// counts as yes: a session is kept rather than lost.
     pub async fn session_has_live(&self, document: Uuid, session: &str) -> bool {
-        match self.deps.store.runs(document).await {
-            Ok(runs) => runs.iter().any(|r| r.session_id == session && r.is_live()),
-            Err(_) => true,
-        }
+        let stored = match self.deps.store.runs(document).await {
+            Ok(runs) => runs,
+            Err(_) => return true,
+        };
+        // What a report not saved yet says of a run is newer than what storage holds.
+        let unsaved = self.unsaved().get(&document).cloned().unwrap_or_default();
+        let stored_live = stored.iter().any(|r| {
+            r.session_id == session
+                && match unsaved.get(&r.run_id) {
+                    Some(newer) => newer.live && newer.session == session,
+                    None => r.is_live(),
+                }
+        });
+        stored_live
+            || unsaved
+                .values()
+                .any(|newer| newer.live && newer.session == session)
     }
 
     /// Takes a `runs` report from the client attached to `document`. `deltas`: the link
     /// accepted `run-stage-deltas`, so `stages` are only new or changed ones.
     pub async fn report(&self, document: Uuid, report: wire::Runs, deltas: bool) {
+        let runs: Vec<String> = report.runs.iter().map(|r| r.run_id.clone()).collect();
+        self.save_report(document, report, deltas).await;
+        self.settled(document, &runs);
+    }
+
+    async fn save_report(&self, document: Uuid, report: wire::Runs, deltas: bool) {
         let before: BTreeMap<String, RunRecord> = match self.deps.store.runs(document).await {
             Ok(runs) => runs.into_iter().map(|r| (r.run_id.clone(), r)).collect(),
             Err(e) => {

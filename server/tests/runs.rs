@@ -738,3 +738,49 @@ async fn rt_11_ao_12_a_disconnected_hold_ended_by_an_explicit_act_shows_its_runs
         );
     }
 }
+
+/// Holds every `save_run` for 200 ms: a store slower than the link.
+struct SlowRunSaves;
+
+impl chopin_server::store::instrumented::Hook for SlowRunSaves {
+    fn call(&self, _: chopin_server::store::instrumented::Call) {}
+
+    fn hold(
+        &self,
+        method: &'static str,
+        _write: bool,
+    ) -> Option<chopin_server::store::instrumented::Hold> {
+        (method == "save_run").then(|| {
+            Box::pin(tokio::time::sleep(Duration::from_millis(200)))
+                as chopin_server::store::instrumented::Hold
+        })
+    }
+}
+
+/// Issue 24 item 12 (RR-01, SES-02): a `runs` report saying a run is live, followed at once by
+/// `turn-end` on the same link, keeps the session — even when storage saves the report after
+/// the turn has ended.
+#[tokio::test]
+async fn rr_01_a_live_run_reported_right_before_turn_end_keeps_the_session_however_slow_the_save() {
+    use chopin_server::store::instrumented::Instrumented;
+    use chopin_server::store::{MemoryStore, Store};
+    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(Instrumented::new(
+        std::sync::Arc::new(MemoryStore::new()),
+        SlowRunSaves,
+    ));
+    let s = support::served_over(store).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&mut client, &mut room).await;
+    report(&mut client, &session, vec![run(RunStatus::Running, vec![])]).await;
+    end_turn(&s, &mut client, turn_id).await;
+    let heard = heard_within(&mut client, 500).await;
+    assert!(
+        !heard.iter().any(|m| matches!(m, ServerMessage::Destroy(_))),
+        "a session owning a live run is not destroyed: {heard:?}"
+    );
+    assert_eq!(
+        s.state.turns.kept_session(s.doc).as_deref(),
+        Some(session.as_str())
+    );
+}

@@ -1392,3 +1392,68 @@ fn hostile_3_a_sign_out_while_a_resume_is_awaited_closes_the_link_and_ends_the_h
     c.world.advance(1_000).unwrap();
     assert!(silent.frames_of("resumed").is_empty());
 }
+
+/// Hostile input 5 (AO-11, ATM-33, RULINGS RT-12): a resumable link that drops *during* a turn
+/// — its question open and its run live — is held like one that drops between turns: the
+/// question stays waited on and the run live, while the running turn itself ends with an error.
+/// The client comes back and takes its session, question and run back.
+#[test]
+fn hostile_5_rt_12_a_resumable_link_dropped_mid_turn_is_held_with_its_question_and_run() {
+    let mut c = cast(43, Some(1));
+    let doc = c.doc;
+    let agent = connect(&mut c.world, "mona-1", &c.mona.clone());
+    agent.attach_with_features(&doc.to_string(), &["resumable-sessions"]);
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "attached", move |_| {
+        a.answer().is_some()
+    });
+    agent.script(TurnScript::new().started().await_turn());
+    let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
+    room.send_chat("go", "@chopin ask us");
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "turn", move |_| {
+        !a.frames_of("turn").is_empty()
+    });
+    let session = agent.frames_of("start")[0].1.clone();
+    let turn = agent.frames_of("turn")[0]
+        .1
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    agent.send_text(&format!(
+        r#"{{"type":"input-request","sessionId":"{session}","requestId":"q-1","turnId":"{turn}","input":{{"kind":"confirm","title":"Ship it?"}}}}"#
+    ));
+    agent.send_text(&format!(
+        r#"{{"type":"runs","sessionId":"{session}","runs":[{{"runId":"run-1","name":"rollout","status":"running","elapsedMs":10}}]}}"#
+    ));
+    until(&mut c.world, 5_000, "the card is placed", move |w| {
+        decision_ids(w, doc).len() == 1
+    });
+    // The link drops mid-turn, with no close frame.
+    agent.script(TurnScript::new().drop_link());
+    until(&mut c.world, 5_000, "held", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    until(&mut c.world, 5_000, "the turn ended", move |w| {
+        !w.server_app().unwrap().turns.is_running(doc)
+    });
+    let app = c.world.server_app().unwrap();
+    assert_eq!(
+        app.questions.waiting(),
+        1,
+        "the question is still waited on"
+    );
+    let open: Vec<bool> = decisions_of(&c.world, doc).iter().map(|d| d.2).collect();
+    assert_eq!(open, vec![true], "its Decision stays open");
+    assert_eq!(run_statuses(&c.world, doc), vec!["running".to_owned()]);
+    let rows = holds(&c.world);
+    assert_eq!(rows.len(), 1, "the hold is written");
+    // Much later the client returns and takes everything back.
+    c.world.advance(600_000).unwrap();
+    assert_eq!(presence(&c.world, doc).0, PresenceState::Disconnected);
+    let (_, resumed) = resume_all(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(resumed["sessions"], serde_json::json!([session]));
+    assert_eq!(resumed["inputs"], serde_json::json!(["q-1"]), "{resumed}");
+    assert_eq!(run_statuses(&c.world, doc), vec!["running".to_owned()]);
+}

@@ -544,7 +544,13 @@ impl Link {
                 .await;
         }
         if how == LinkEnd::Dropped && self.features.contains(&Feature::ResumableSessions) {
-            if let Some(session) = self.deps.turns.kept_session(doc) {
+            // A session kept past its turn, or the running turn's session, if it has work a
+            // client would come back for (live runs, questions): held (AO-11, RULINGS RT-12).
+            let session = match self.deps.turns.kept_session(doc) {
+                Some(kept) => Some(kept),
+                None => self.session_with_work(doc).await,
+            };
+            if let Some(session) = session {
                 self.kept_work = true;
                 let work = self.work_kept(doc, link, Some(session));
                 planners.link_dropped_with_work(doc, link, work).await;
@@ -593,6 +599,18 @@ impl Link {
         }
         let sessions: BTreeSet<String> = awaited.work.sessions.into_iter().collect();
         self.runs_let_go(doc.id, sessions).await;
+    }
+
+    /// A session this link opened that owns a live run or waits on a question.
+    async fn session_with_work(&self, doc: uuid::Uuid) -> Option<String> {
+        for session in self.opened.sessions() {
+            if self.deps.questions.session_waits_in(doc, &session)
+                || self.deps.runs.session_has_live(doc, &session).await
+            {
+                return Some(session);
+            }
+        }
+        None
     }
 
     /// What `link`'s hold keeps for its client (AO-18): `session`, the questions the link
@@ -1066,7 +1084,9 @@ impl Link {
                         if let ClientMessage::Runs(report) = other {
                             // Saved one after another, in the order they came, without holding
                             // up the link; a client that reports faster than storage takes them
-                            // is at fault.
+                            // is at fault. What it says counts at once (a `turn-end` right
+                            // behind it keeps the session its live run needs).
+                            self.deps.runs.queued(doc.id, &report);
                             if let Err(mpsc::error::TrySendError::Full(_)) = reports.try_send(report) {
                                 let fault = Fault::OutOfOrder {
                                     message_type: "runs".to_owned(),
