@@ -10,8 +10,10 @@
 //! made ([`super::Documents::create`]).
 //!
 //! Invariants: the memory is in this process only (a restart forgets it, as it does
-//! `update_document`'s keys), bounded ([`IDEMPOTENCY_MEMORY_ENTRIES`], the oldest go first) and
-//! keyed by the caller's account id, so one account's key never answers another's call.
+//! `update_document`'s keys), bounded per account ([`IDEMPOTENCY_KEYS_PER_ACCOUNT`], its oldest
+//! go first; at most [`IDEMPOTENCY_ACCOUNTS`] accounts) and keyed by the caller's account id, so
+//! one account's key never answers another's call and one account's flood pushes out only its
+//! own keys.
 
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
@@ -21,12 +23,13 @@ use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 pub use super::updates::check_key;
-use super::updates::{IDEMPOTENCY_MEMORY_ENTRIES, IDEMPOTENCY_MEMORY_MS};
+use super::updates::{IDEMPOTENCY_ACCOUNTS, IDEMPOTENCY_KEYS_PER_ACCOUNT, IDEMPOTENCY_MEMORY_MS};
 use crate::error::ApiError;
 use crate::runtime::gates::Gates;
-use crate::runtime::recent::Recent;
+use crate::runtime::recent::RecentByOwner;
 use crate::runtime::SharedClock;
 
+/// An account's key.
 type Key = (Uuid, String);
 
 /// The document a key made, and the digest of the input it was made from.
@@ -38,7 +41,7 @@ struct Remembered {
 /// Creations of this process and their idempotency keys.
 pub struct Creations {
     clock: SharedClock,
-    memory: Mutex<Recent<Key, Remembered>>,
+    memory: Mutex<RecentByOwner<Uuid, String, Remembered>>,
     keys: Gates<Key>,
 }
 
@@ -71,9 +74,10 @@ impl Creations {
     pub fn new(clock: SharedClock) -> Self {
         Creations {
             clock,
-            memory: Mutex::new(Recent::new(
+            memory: Mutex::new(RecentByOwner::new(
                 IDEMPOTENCY_MEMORY_MS,
-                IDEMPOTENCY_MEMORY_ENTRIES,
+                IDEMPOTENCY_KEYS_PER_ACCOUNT,
+                IDEMPOTENCY_ACCOUNTS,
             )),
             keys: Gates::default(),
         }
@@ -112,7 +116,12 @@ impl Creations {
             self.memory
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .insert(key, Remembered { input, document }, self.clock.now_ms());
+                .insert(
+                    key.0,
+                    key.1,
+                    Remembered { input, document },
+                    self.clock.now_ms(),
+                );
         }
         Ok(Once::Made(result))
     }
@@ -121,13 +130,67 @@ impl Creations {
     fn remembered(&self, key: &Key) -> Option<([u8; 32], Uuid)> {
         let now = self.clock.now_ms();
         let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
-        memory.get(key, now).map(|r| (r.input, r.document))
+        memory
+            .get(&key.0, &key.1, now)
+            .map(|r| (r.input, r.document))
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::input_digest;
+    use super::{input_digest, Creations, Once};
+    use crate::runtime::clock::Clock;
+    use std::sync::Arc;
+    use uuid::Uuid;
+
+    struct At(i64);
+    impl Clock for At {
+        fn now_ms(&self) -> crate::store::UnixMillis {
+            self.0
+        }
+    }
+
+    /// Issue 24 item 6: one account flooding its keys cannot push out another's: that other
+    /// account's retry still finds the document its key made, and creates nothing twice.
+    #[tokio::test]
+    async fn one_accounts_flood_leaves_another_accounts_key_standing() {
+        let creations = Creations::new(Arc::new(At(1_000)));
+        let (victim, flooder) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let input = input_digest(&[Some("octo/plans"), Some("Plan")]);
+        let made = Uuid::from_u128(77);
+        let first = creations
+            .once(victim, "retry-me", input, async { Ok(made) }, |d| Some(*d))
+            .await
+            .unwrap();
+        assert!(matches!(first, Once::Made(_)));
+        for i in 0..20_000u128 {
+            let key = format!("flood-{i}");
+            creations
+                .once(
+                    flooder,
+                    &key,
+                    input,
+                    async move { Ok(Uuid::from_u128(1_000 + i)) },
+                    |d| Some(*d),
+                )
+                .await
+                .unwrap();
+        }
+        let again = creations
+            .once(
+                victim,
+                "retry-me",
+                input,
+                async { Ok(Uuid::from_u128(78)) },
+                |d| Some(*d),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(again, Once::Again(d) if d == made),
+            "the victim's retry made a duplicate"
+        );
+    }
 
     #[test]
     fn an_input_digest_keeps_parts_apart_and_tells_none_from_empty() {

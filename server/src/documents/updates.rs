@@ -10,12 +10,14 @@
 //! Does not own: who may write (the caller checked push access), or what a valid source is
 //! (`chopin_document::edit::replace_source`).
 //!
-//! Invariants: the memory is bounded ([`IDEMPOTENCY_MEMORY_ENTRIES`]) and keyed by the caller's
-//! login as well, so one caller's key never answers another's call.
+//! Invariants: the memory is bounded per caller ([`IDEMPOTENCY_KEYS_PER_ACCOUNT`], at most
+//! [`IDEMPOTENCY_ACCOUNTS`] callers) and keyed by the caller's login, so one caller's key never
+//! answers another's call and one caller's flood never pushes out another's keys; it keeps a
+//! digest of each request and the answer without the source, never a source.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use chopin_document::edit::EditResult;
+use chopin_document::edit::{EditOutcome, EditResult};
 use chopin_document::DocumentRef;
 use http::StatusCode;
 use sha2::{Digest, Sha256};
@@ -25,18 +27,21 @@ use super::{canonical_url, Documents};
 use crate::content::{EditRefused, OpenDocuments};
 use crate::error::ApiError;
 use crate::runtime::gates::Gates;
-use crate::runtime::recent::Recent;
+use crate::runtime::recent::RecentByOwner;
 use crate::runtime::SharedClock;
 use crate::store::Document;
 
 /// How long an idempotency key's answer is remembered.
 pub const IDEMPOTENCY_MEMORY_MS: i64 = 10 * 60 * 1000;
-/// Most answers remembered at once (the oldest go first).
-pub const IDEMPOTENCY_MEMORY_ENTRIES: usize = 10_000;
+/// Most keys remembered per account (its oldest go first).
+pub const IDEMPOTENCY_KEYS_PER_ACCOUNT: usize = 1_000;
+/// Most accounts whose keys are remembered at once (those heard from longest ago go first).
+pub const IDEMPOTENCY_ACCOUNTS: usize = 10_000;
 /// Longest idempotency key, in characters.
 pub const IDEMPOTENCY_KEY_MAX_CHARS: usize = 200;
 
-type Key = (String, Uuid, String);
+/// A key, per caller: the document and the caller's key.
+type Key = (Uuid, String);
 
 /// Checks an idempotency key's length: 1 to [`IDEMPOTENCY_KEY_MAX_CHARS`] characters
 /// (`invalid-arguments` otherwise), so a bad key is refused before anything else is done.
@@ -52,10 +57,21 @@ pub fn check_key(key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The first answer to a key, and the digest of the request it answered.
+/// The first answer to a key (without the source it wrote), and the digest of the request it
+/// answered.
 struct Remembered {
     request: [u8; 32],
     result: EditResult,
+}
+
+/// `result` as it is remembered: an applied one without its new source (the caller is told the
+/// revision it is at, never the source again).
+fn without_source(result: &EditResult) -> EditResult {
+    let mut kept = result.clone();
+    if let EditOutcome::Applied { source, .. } = &mut kept.outcome {
+        *source = String::new();
+    }
+    kept
 }
 
 /// Source replacements of this process and their idempotency keys.
@@ -63,8 +79,8 @@ pub struct Updates {
     documents: Arc<Documents>,
     open: Arc<OpenDocuments>,
     clock: SharedClock,
-    memory: Mutex<Recent<Key, Remembered>>,
-    keys: Gates<Key>,
+    memory: Mutex<RecentByOwner<String, Key, Remembered>>,
+    keys: Gates<(String, Key)>,
 }
 
 /// What an update asks: the source, made from plan revision `revision`.
@@ -80,9 +96,10 @@ impl Updates {
             documents,
             open,
             clock,
-            memory: Mutex::new(Recent::new(
+            memory: Mutex::new(RecentByOwner::new(
                 IDEMPOTENCY_MEMORY_MS,
-                IDEMPOTENCY_MEMORY_ENTRIES,
+                IDEMPOTENCY_KEYS_PER_ACCOUNT,
+                IDEMPOTENCY_ACCOUNTS,
             )),
             keys: Gates::default(),
         }
@@ -97,14 +114,14 @@ impl Updates {
         update: &Update<'_>,
     ) -> Result<EditResult, ApiError> {
         check_key(update.idempotency_key)?;
-        let key: Key = (login.to_owned(), doc.id, update.idempotency_key.to_owned());
+        let key: Key = (doc.id, update.idempotency_key.to_owned());
         let request: [u8; 32] = Sha256::new()
             .chain_update(update.revision.to_be_bytes())
             .chain_update(update.source.as_bytes())
             .finalize()
             .into();
-        let _one_at_a_time = self.keys.lock(key.clone()).await;
-        if let Some(answer) = self.remembered(&key, &request) {
+        let _one_at_a_time = self.keys.lock((login.to_owned(), key.clone())).await;
+        if let Some(answer) = self.remembered(login, &key, &request) {
             return answer;
         }
         let open = self.open.open(doc.id).await.map_err(ApiError::store)?;
@@ -134,21 +151,26 @@ impl Updates {
         };
         let remembered = Remembered {
             request,
-            result: result.clone(),
+            result: without_source(&result),
         };
         self.memory
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, remembered, self.clock.now_ms());
+            .insert(login.to_owned(), key, remembered, self.clock.now_ms());
         Ok(result)
     }
 
     /// The answer remembered for `key`, if any: the same one for the same request, a refusal
     /// for another.
-    fn remembered(&self, key: &Key, request: &[u8; 32]) -> Option<Result<EditResult, ApiError>> {
+    fn remembered(
+        &self,
+        login: &str,
+        key: &Key,
+        request: &[u8; 32],
+    ) -> Option<Result<EditResult, ApiError>> {
         let now = self.clock.now_ms();
         let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
-        let remembered = memory.get(key, now)?;
+        let remembered = memory.get(&login.to_owned(), key, now)?;
         if &remembered.request == request {
             return Some(Ok(remembered.result.clone()));
         }
