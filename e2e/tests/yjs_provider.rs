@@ -110,6 +110,11 @@ async fn the_unmodified_y_websocket_provider_syncs_edits_stays_connected_and_tak
         "{seen}"
     );
 
+    // Issue 24 item 7: archived (the provider is closed 4404, final), then restored: a new
+    // provider syncs at once, on the same server, while the document is still loaded.
+    let (ok, seen) = provider(config("reopen", &id, &[&writer])).await;
+    assert!(ok, "{seen}");
+
     let (status, log) = server.stop().await;
     assert!(status.success(), "{log}");
 }

@@ -130,6 +130,29 @@ if (config.mode === 'edit') {
   // One connection, one close: a provider that retried would have closed again.
   const attempts = count('refused connection-close');
   finish(attempts === 1 && !refused.p.shouldConnect, { attempts, shouldConnect: refused.p.shouldConnect });
+} else if (config.mode === 'reopen') {
+  // A provider is open when the document is archived (4404, final), then restored: a new
+  // provider must sync at once, not be closed 4404 by what the server still held.
+  const first = provider('first', config.cookies[0]);
+  await until('synced', () => first.p.synced);
+  first.doc.getText('source').insert(0, 'Before the archive\n');
+  await until('typed', () => first.text().startsWith('Before the archive\n'));
+  await sleep(200);
+  const post = (archived) => fetch(`${config.origin}/api/documents/${config.document}/archive`, {
+    method: 'POST',
+    headers: { cookie: config.cookies[0], origin: config.origin, 'content-type': 'application/json' },
+    body: JSON.stringify({ archived }),
+  });
+  let answer = await post(true);
+  if (answer.status !== 200) finish(false, { error: `archive answered ${answer.status}` });
+  await until('the first provider was closed 4404', () => count('first closed 4404') === 1);
+  answer = await post(false);
+  if (answer.status !== 200) finish(false, { error: `restore answered ${answer.status}` });
+  const again = provider('again', config.cookies[0]);
+  await until('a provider synced after the restore', () => again.p.synced && again.text() === first.text(), 5000);
+  await sleep(300);
+  const closes = count('again connection-close');
+  finish(closes === 0, { closes, text: again.text() });
 } else {
   finish(false, { error: `unknown mode ${config.mode}` });
 }

@@ -704,14 +704,15 @@ impl OpenDocuments {
         self.skipped_entries.load(Ordering::SeqCst)
     }
 
-    /// `document_id` was archived: its sockets are told, if it is open here.
-    pub fn archived(&self, document_id: Uuid) {
+    /// `document_id` was archived (`true`: its sockets are told and closed, if it is open here)
+    /// or restored (`false`: sockets may open it again at once).
+    pub fn set_archived(&self, document_id: Uuid, archived: bool) {
         let open = self
             .lock()
             .get(&document_id)
             .and_then(|s| s.cell.get().cloned());
         if let Some(open) = open {
-            open.archived.send_replace(true);
+            open.archived.send_replace(archived);
         }
     }
 

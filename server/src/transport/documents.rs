@@ -99,8 +99,11 @@ impl DocumentsDeps {
             self.questions
                 .withdraw(doc.id, &url, Scope::Document, why)
                 .await;
-            self.open.archived(doc.id);
+            self.open.set_archived(doc.id, true);
             self.planners.archived(doc.id).await;
+        } else {
+            // A copy still open here since the archive must not keep closing new sockets.
+            self.open.set_archived(doc.id, false);
         }
         Ok(doc)
     }
