@@ -199,7 +199,7 @@ impl App {
         let children = Arc::new(Children::new(store.clone(), open.clone()));
         let updates = Arc::new(Updates::new(documents.clone(), open.clone(), clock.clone()));
         let creations = Arc::new(Creations::new(clock.clone()));
-        let transcript = Transcript::new(store.clone(), clock.clone(), &shutdown);
+        let transcript = Transcript::new(store.clone(), clock.clone(), entropy.clone(), &shutdown);
         let planners = Planners::new(
             store.clone(),
             clock.clone(),

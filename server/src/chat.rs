@@ -566,6 +566,7 @@ impl Chat {
                     sender.login, focus.url
                 ),
                 created_at_ms: self.clock.now_ms(),
+                key: None,
             };
             notice_saved = Some(self.transcript.queue_gated(place.document, &notice).await);
         }
@@ -577,6 +578,7 @@ impl Chat {
                 kind: "system".into(),
                 body: format!("@{} sent chopin an automatic follow-up.", sender.login),
                 created_at_ms: self.clock.now_ms(),
+                key: None,
             }
         } else {
             NewTranscriptEntry {
@@ -584,6 +586,7 @@ impl Chat {
                 kind: "member".into(),
                 body: request.text,
                 created_at_ms: self.clock.now_ms(),
+                key: None,
             }
         };
         let saved = self.transcript.queue_gated(place.document, &entry).await;

@@ -32,7 +32,7 @@ use uuid::Uuid;
 
 use crate::runtime::fanout::{self, RecvError};
 use crate::runtime::gates::{Gate, Gates};
-use crate::runtime::{SharedClock, Shutdown};
+use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
 use crate::store::{NewTranscriptEntry, StoreError, TranscriptEntry, TranscriptStore, UnixMillis};
 
 /// `chat:history`'s page size when none is asked for, and its bounds.
@@ -186,6 +186,8 @@ pub struct Transcript {
     gates: Gates<Uuid>,
     store: Arc<dyn TranscriptStore>,
     clock: SharedClock,
+    /// Keys for appends ([`NewTranscriptEntry::key`]).
+    entropy: SharedEntropy,
     /// Turn replies and notices waiting to be posted, in the order the turns gave them.
     replies: mpsc::Sender<Queued>,
 }
@@ -195,6 +197,7 @@ impl Transcript {
     pub fn new(
         store: Arc<dyn TranscriptStore>,
         clock: SharedClock,
+        entropy: SharedEntropy,
         shutdown: &Shutdown,
     ) -> Arc<Self> {
         let (replies, mut queue) = mpsc::channel::<Queued>(REPLY_BACKLOG);
@@ -203,6 +206,7 @@ impl Transcript {
             gates: Gates::default(),
             store,
             clock,
+            entropy,
             replies,
         });
         let weak = Arc::downgrade(&transcript);
@@ -370,6 +374,18 @@ impl Transcript {
         entry: &NewTranscriptEntry,
     ) -> impl Future<Output = Result<TranscriptEntry, StoreError>> + Send + 'static {
         let place = self.take_place(document);
+        // Every append carries a key of its own, so storage never makes it twice (a batch run
+        // again after a commit whose outcome was unknown finds it made).
+        let keyed;
+        let entry = if entry.key.is_some() {
+            entry
+        } else {
+            keyed = NewTranscriptEntry {
+                key: Some(self.entropy.token_hex(12)),
+                ..entry.clone()
+            };
+            &keyed
+        };
         let queued = self.store.queue_transcript(document, entry).await;
         let transcript = self.clone();
         async move {
@@ -426,6 +442,7 @@ impl TurnSink for Transcript {
             kind: kind.to_owned(),
             body,
             created_at_ms: self.clock.now_ms(),
+            key: None,
         };
         let _ = self.replies.send(Queued::Entry(document, entry)).await;
     }

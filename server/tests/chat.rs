@@ -475,6 +475,7 @@ async fn history_pages_back_from_the_newest() {
                 kind: "planner".into(),
                 body: "Done.".into(),
                 created_at_ms: T0,
+                key: None,
             },
         )
         .await
@@ -624,6 +625,7 @@ async fn bootstrap_reads_the_newest_entries_and_counts_what_it_leaves_out() {
                     kind: kind.into(),
                     body: format!("message {i:03} {}", "z".repeat(400)),
                     created_at_ms: T0,
+                    key: None,
                 },
             )
             .await

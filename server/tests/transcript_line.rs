@@ -112,6 +112,7 @@ fn said(text: &str) -> NewTranscriptEntry {
         kind: "member".into(),
         body: text.into(),
         created_at_ms: 0,
+        key: None,
     }
 }
 
@@ -119,7 +120,12 @@ fn said(text: &str) -> NewTranscriptEntry {
 async fn entries_in_line_share_commits_and_are_heard_only_once_durable_in_seq_order() {
     let store = Arc::new(HeldCommits::default());
     let shutdown = Shutdown::new();
-    let transcript = Transcript::new(store.clone(), Arc::new(ManualClock::new(0)), &shutdown);
+    let transcript = Transcript::new(
+        store.clone(),
+        Arc::new(ManualClock::new(0)),
+        Arc::new(chopin_server::runtime::entropy::SeededEntropy::new(7)),
+        &shutdown,
+    );
     let doc = Uuid::from_u128(7);
     let mut room = transcript.subscribe(doc);
 
@@ -161,7 +167,12 @@ async fn entries_in_line_share_commits_and_are_heard_only_once_durable_in_seq_or
 async fn a_bootstrap_waits_for_what_is_in_line() {
     let store = Arc::new(HeldCommits::default());
     let shutdown = Shutdown::new();
-    let transcript = Transcript::new(store.clone(), Arc::new(ManualClock::new(0)), &shutdown);
+    let transcript = Transcript::new(
+        store.clone(),
+        Arc::new(ManualClock::new(0)),
+        Arc::new(chopin_server::runtime::entropy::SeededEntropy::new(7)),
+        &shutdown,
+    );
     let doc = Uuid::from_u128(8);
     let held = transcript.gate(doc).await;
     let saved = transcript

@@ -440,6 +440,7 @@ async fn a_new_session_is_given_the_chat_before_the_message() {
                     kind: "member".into(),
                     body: body.into(),
                     created_at_ms: 0,
+                    key: None,
                 },
             )
             .await

@@ -276,7 +276,7 @@ pub struct DocumentContent {
     pub yjs_epoch: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NewTranscriptEntry {
     /// GitHub handle of the person, or `None` for the Planner or the system.
     pub author_login: Option<String>,
@@ -284,6 +284,77 @@ pub struct NewTranscriptEntry {
     pub kind: String,
     pub body: String,
     pub created_at_ms: UnixMillis,
+    /// What makes this append one: an append whose key the document already holds appends
+    /// nothing and answers the entry that key made (so a write run again after a commit whose
+    /// outcome was unknown cannot add the line twice). `None`: always appended.
+    pub key: Option<String>,
+}
+
+/// Text as every backend stores it: U+0000, which PostgreSQL's `text` cannot hold, becomes
+/// U+FFFD (the replacement character) everywhere alike; nothing else changes.
+pub fn storable(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains('\0') {
+        std::borrow::Cow::Owned(text.replace('\0', "\u{fffd}"))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// [`storable`] of an owned string, without copying it when nothing changes.
+fn stored(text: &str) -> String {
+    storable(text).into_owned()
+}
+
+impl NewTranscriptEntry {
+    /// The entry as every backend stores it ([`storable`]).
+    pub fn storable(&self) -> NewTranscriptEntry {
+        NewTranscriptEntry {
+            author_login: self.author_login.as_deref().map(stored),
+            kind: stored(&self.kind),
+            body: stored(&self.body),
+            created_at_ms: self.created_at_ms,
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl NewDocument {
+    /// The document as every backend stores it ([`storable`]).
+    pub fn storable(&self) -> NewDocument {
+        NewDocument {
+            title: stored(&self.title),
+            slug: stored(&self.slug),
+            brief: self.brief.as_deref().map(stored),
+            ..self.clone()
+        }
+    }
+}
+
+impl RunRecord {
+    /// The run as every backend stores it ([`storable`]).
+    pub fn storable(&self) -> RunRecord {
+        RunRecord {
+            run_id: stored(&self.run_id),
+            session_id: stored(&self.session_id),
+            name: stored(&self.name),
+            status: stored(&self.status),
+            root_run_id: self.root_run_id.as_deref().map(stored),
+            ..self.clone()
+        }
+    }
+}
+
+impl StageRecord {
+    /// The stage as every backend stores it ([`storable`]).
+    pub fn storable(&self) -> StageRecord {
+        StageRecord {
+            stage_id: stored(&self.stage_id),
+            name: stored(&self.name),
+            status: stored(&self.status),
+            parent_stage_id: self.parent_stage_id.as_deref().map(stored),
+            ..self.clone()
+        }
+    }
 }
 
 /// One Chat transcript entry. `seq` starts at 1 and grows by one per document, in append order.

@@ -100,6 +100,8 @@ struct Inner {
     /// Document id → its content; one row per document, made with it.
     content: BTreeMap<Uuid, ContentRow>,
     transcripts: BTreeMap<Uuid, Vec<TranscriptEntry>>,
+    /// (document id, append key) → the seq of the entry that key appended.
+    transcript_keys: BTreeMap<(Uuid, String), i64>,
     ownership: BTreeMap<Uuid, Ownership>,
     lease: LeaseRow,
     /// Document id → its runs in first-reported order, each with its stages in reported order.
@@ -326,6 +328,7 @@ impl SignInStore for MemoryStore {
 #[async_trait]
 impl DocumentStore for MemoryStore {
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        let doc = &doc.storable();
         self.write(|inner| {
             let slug_key = (
                 ascii_key(&doc.repo_owner),
@@ -469,6 +472,7 @@ impl DocumentStore for MemoryStore {
         new_slug: &str,
         new_title: &str,
     ) -> StoreResult<Document> {
+        let (new_slug, new_title) = (&*crate::storable(new_slug), &*crate::storable(new_title));
         self.write(|inner| {
             let doc = inner
                 .documents
@@ -664,12 +668,26 @@ impl TranscriptStore for MemoryStore {
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry> {
+        let entry = entry.storable();
         self.write(|inner| {
             if !inner.documents.contains_key(&document_id) {
                 return Err(StoreError::NotFound("document"));
             }
+            if let Some(key) = &entry.key {
+                if let Some(seq) = inner.transcript_keys.get(&(document_id, key.clone())) {
+                    let entries = inner.transcripts.get(&document_id);
+                    if let Some(first) = entries.and_then(|e| e.get(*seq as usize - 1)) {
+                        return Ok(first.clone());
+                    }
+                }
+            }
             let entries = inner.transcripts.entry(document_id).or_default();
             let seq = entries.last().map_or(1, |last| last.seq + 1);
+            if let Some(key) = &entry.key {
+                inner
+                    .transcript_keys
+                    .insert((document_id, key.clone()), seq);
+            }
             let stored = TranscriptEntry {
                 document_id,
                 seq,
@@ -937,6 +955,8 @@ impl RunStore for MemoryStore {
         stages: &[StageRecord],
         replace: bool,
     ) -> StoreResult<()> {
+        let run = &run.storable();
+        let stages: &[StageRecord] = &stages.iter().map(StageRecord::storable).collect::<Vec<_>>();
         self.write(|inner| {
             if !inner.documents.contains_key(&run.document_id) {
                 return Err(StoreError::NotFound("document"));

@@ -1095,6 +1095,7 @@ where
     // --- DocumentStore ---
 
     pub(crate) async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        let doc = &doc.storable();
         let conflict_or_backend = |e: sqlx::Error| match sqlx_error_kind(&e) {
             Some(ErrorKind::UniqueViolation) if is_document_id_conflict(&e) => {
                 StoreError::Conflict("document id already exists".into())
@@ -1309,6 +1310,7 @@ where
         new_slug: &str,
         new_title: &str,
     ) -> StoreResult<Document> {
+        let (new_slug, new_title) = (&*crate::storable(new_slug), &*crate::storable(new_title));
         let mut tx = self.begin_write().await?;
         // A document's repository never changes, so it can be read before taking the lock.
         let repo: Option<(String, String)> =
@@ -1727,10 +1729,27 @@ where
         if !Self::document_exists(tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
             return Ok(Err(StoreError::NotFound("document")));
         }
+        let entry = &entry.storable();
+        if let Some(key) = &entry.key {
+            // Under the document's row lock: an append with this key committed before is seen.
+            let sql = format!(
+                "SELECT {TRANSCRIPT_COLUMNS} FROM chat_transcript \
+                 WHERE document_id = $1 AND append_key = $2"
+            );
+            let made: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&sql)
+                .bind(DB::Id::from(document_id))
+                .bind(key)
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| sqlx_error("reading an append key", e))?;
+            if let Some(made) = made {
+                return Ok(Ok(made.into()));
+            }
+        }
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO chat_transcript \
-             (document_id, seq, author_login, kind, body, created_at_ms) \
-             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5 \
+             (document_id, seq, author_login, kind, body, created_at_ms, append_key) \
+             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6 \
              FROM chat_transcript WHERE document_id = $1 \
              RETURNING seq",
         )
@@ -1739,6 +1758,7 @@ where
         .bind(&entry.kind)
         .bind(&entry.body)
         .bind(entry.created_at_ms)
+        .bind(&entry.key)
         .fetch_one(&mut **tx)
         .await
         .map_err(|e| sqlx_error("appending to a transcript", e))?;
@@ -2035,6 +2055,8 @@ where
         stages: &[StageRecord],
         replace: bool,
     ) -> StoreResult<()> {
+        let run = &run.storable();
+        let stages: &[StageRecord] = &stages.iter().map(StageRecord::storable).collect::<Vec<_>>();
         let mut tx = self.begin_write().await?;
         // Reports of one document's runs queue on its row lock (in SQLite, the write lock), so
         // positions count up from the last committed one.
@@ -2529,6 +2551,7 @@ pub(crate) mod group_commit_check {
                         kind: "member".into(),
                         body: format!("{i}-{j}"),
                         created_at_ms: 2,
+                        key: None,
                     };
                     let chat = chat_store
                         .append_transcript(id, &entry)

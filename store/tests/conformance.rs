@@ -138,6 +138,8 @@ macro_rules! conformance {
 }
 
 conformance! {
+    hostile_8_text_with_nul_is_stored_the_same_way_and_fails_no_batch_mate,
+    hostile_8_an_append_whose_key_is_held_appends_nothing_and_answers_the_first,
     answers_ping_and_names_itself,
     accounts_upsert_updates_login_and_keeps_id,
     account_upsert_race_yields_one_account,
@@ -274,7 +276,106 @@ fn entry(author: Option<&str>, kind: &str, body: &str, at: i64) -> NewTranscript
         kind: kind.into(),
         body: body.into(),
         created_at_ms: at,
+        key: None,
     }
+}
+
+/// Issue 24 item 8: U+0000, which PostgreSQL's text cannot hold, is stored as U+FFFD by every
+/// backend — in a Chat line, a title, a brief, a run's and a stage's names — and a line holding
+/// one never fails the other lines committed in its batch.
+async fn hostile_8_text_with_nul_is_stored_the_same_way_and_fails_no_batch_mate(b: &Backend) {
+    let store = b.open().await;
+    let mut with_nul = new_doc(1, "o", "r", "s");
+    with_nul.title = "Plan\0 A".into();
+    with_nul.brief = Some("brief\0".into());
+    let doc = store.create_document(&with_nul).await.unwrap();
+    assert_eq!(doc.title, "Plan\u{fffd} A");
+    assert_eq!(
+        store.document(doc.id).await.unwrap().unwrap().title,
+        "Plan\u{fffd} A"
+    );
+    assert_eq!(
+        store.document_brief(doc.id).await.unwrap().as_deref(),
+        Some("brief\u{fffd}")
+    );
+    let renamed = store
+        .rename_document(doc.id, "t", "Renamed\0")
+        .await
+        .unwrap();
+    assert_eq!(renamed.title, "Renamed\u{fffd}");
+    // Lines queued together, one of them with a NUL: all are saved.
+    let mut pending = Vec::new();
+    for (i, body) in ["first", "a \0 in the middle", "third"].iter().enumerate() {
+        pending.push(
+            store
+                .queue_transcript(doc.id, &entry(None, "planner", body, 10 + i as i64))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut saved = Vec::new();
+    for p in pending {
+        saved.push(p.await.unwrap());
+    }
+    let bodies: Vec<String> = store
+        .transcript(doc.id, 0, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.body)
+        .collect();
+    assert_eq!(bodies, ["first", "a \u{fffd} in the middle", "third"]);
+    assert_eq!(saved[1].body, "a \u{fffd} in the middle");
+    // A run and its stages.
+    let mut record = run(doc.id, "run-\0", "running");
+    record.name = "roll\0out".into();
+    let mut stages = vec![stage(0, "running")];
+    stages[0].name = "stage\0".into();
+    store.save_run(&record, &stages, true).await.unwrap();
+    let runs = store.runs(doc.id).await.unwrap();
+    assert_eq!(runs[0].name, "roll\u{fffd}out");
+    assert_eq!(runs[0].run_id, "run-\u{fffd}");
+}
+
+/// Issue 24 item 8: an append carrying a key the document already holds (the same append run
+/// again after an ambiguous commit) appends nothing and answers the entry the key made.
+async fn hostile_8_an_append_whose_key_is_held_appends_nothing_and_answers_the_first(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    let mut keyed = entry(Some("mona"), "member", "once", 10);
+    keyed.key = Some("k-1".into());
+    let first = store.append_transcript(doc.id, &keyed).await.unwrap();
+    let other = store
+        .append_transcript(doc.id, &entry(None, "system", "between", 11))
+        .await
+        .unwrap();
+    let again = store
+        .queue_transcript(doc.id, &keyed)
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert_eq!(
+        store.transcript(doc.id, 0, 10).await.unwrap(),
+        vec![first.clone(), other]
+    );
+    // The same key in another document is another key.
+    let elsewhere = store
+        .create_document(&new_doc(2, "o", "r", "t"))
+        .await
+        .unwrap();
+    let there = store.append_transcript(elsewhere.id, &keyed).await.unwrap();
+    assert_eq!(there.seq, 1);
+    // A reopened store still knows the key.
+    drop(store);
+    let store = b.open().await;
+    let replayed = store.append_transcript(doc.id, &keyed).await.unwrap();
+    assert_eq!(replayed, first);
+    assert_eq!(store.last_transcript_seq(doc.id).await.unwrap(), 2);
 }
 
 fn claimed(claim: Claim) -> chopin_store::Ownership {
