@@ -462,6 +462,12 @@ pub async fn start_observed(
     let fence = Fence::new(lease.epoch);
     let lease_store = store.clone();
     let store = store.fenced(fence.clone());
+    // Logins past their expiry or signed out go, with their sealed credentials — first, so that
+    // no owner below is kept, nor hold rebuilt, for a login that ended while no process ran.
+    let swept = store.delete_expired_logins(runtime.clock.now_ms()).await?;
+    if swept > 0 {
+        tracing::info!(swept, "removed expired or signed-out browser logins");
+    }
     // No Planner link survives a process: startup clears every owner reference, except (hosted)
     // the owner of a document whose stored hold names that owner's browser sign-in with a
     // stored credential: the hand-over keeps those (AO-20, OWN-34).
@@ -484,11 +490,6 @@ pub async fn start_observed(
             cleared,
             "cleared Planner owner references left by an earlier process"
         );
-    }
-    // Logins past their expiry or signed out go, with their sealed credentials.
-    let swept = store.delete_expired_logins(runtime.clock.now_ms()).await?;
-    if swept > 0 {
-        tracing::info!(swept, "removed expired or signed-out browser logins");
     }
     let (watch, keeper) = lease::keep(lease_store, runtime.clock.clone(), lease, fence);
     let app = App::wire(config, store, runtime, key, watch, Shutdown::new());

@@ -35,7 +35,7 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use crate::config::Planted;
-use crate::harness::port::AgentLinks;
+use crate::harness::port::{AgentLinks, Kept};
 pub use crate::harness::port::{HeldQuestion, HeldStop, KeptForClient, LinkCommand, LinkHandle};
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns, SignOutNotRecorded};
 use crate::observe::{Observer, PlannerEvent};
@@ -388,7 +388,7 @@ impl AgentLinks for Planners {
         self.presence(document).state == PresenceState::Disconnected
     }
 
-    async fn keep_for_client(&self, document: Uuid, kept: KeptForClient) -> bool {
+    async fn keep_for_client(&self, document: Uuid, kept: KeptForClient) -> Kept {
         let _gate = self.gates.lock(document).await;
         let row = {
             let mut table = self.lock();
@@ -400,7 +400,7 @@ impl AgentLinks for Planners {
                 ..
             }) = table.slots.get_mut(&document)
             else {
-                return false;
+                return Kept::Not;
             };
             match kept {
                 KeptForClient::Answer(result) => {
@@ -409,9 +409,10 @@ impl AgentLinks for Planners {
                 }
                 // One Stop per run (or for every run) is enough to hold.
                 KeptForClient::Stop(stop) => {
-                    if !work.stops.iter().any(|s| s.run_id == stop.run_id) {
-                        work.stops.push(stop);
+                    if work.stops.iter().any(|s| s.run_id == stop.run_id) {
+                        return Kept::Already;
                     }
+                    work.stops.push(stop);
                 }
             }
             // A hold in this process has no window in its row any more (HO-05).
@@ -422,7 +423,7 @@ impl AgentLinks for Planners {
                 tracing::error!(document = %document, error = %e, "could not store what a hold keeps for its client; it is kept in this process only");
             }
         }
-        true
+        Kept::Newly
     }
 }
 

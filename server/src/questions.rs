@@ -31,7 +31,9 @@ use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use crate::content::{EditRefused, OpenDocuments};
-use crate::harness::port::{AgentLinks, HeldQuestion, KeptForClient, LinkCommand, LinkHandle};
+use crate::harness::port::{
+    AgentLinks, HeldQuestion, Kept, KeptForClient, LinkCommand, LinkHandle,
+};
 use crate::runtime::entropy::SharedEntropy;
 use crate::runtime::gates::Gates;
 use crate::store::DocumentStore;
@@ -1093,6 +1095,7 @@ impl Questions {
             .links
             .keep_for_client(document, KeptForClient::Answer(result.clone()))
             .await
+            != Kept::Not
         {
             tracing::info!(%document, request = %result.request_id, "an answer is kept for the Planner's client, which is away");
             return;

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use tokio::sync::oneshot;
 use uuid::Uuid;
 
-use crate::harness::port::{AgentLinks, HeldStop, KeptForClient, LinkCommand};
+use crate::harness::port::{AgentLinks, HeldStop, Kept, KeptForClient, LinkCommand};
 use crate::questions::Questions;
 use crate::runtime::clock::SharedClock;
 use crate::runtime::entropy::SharedEntropy;
@@ -478,7 +478,7 @@ impl Runs {
 
     /// Keeps a Stop for the client of `document`'s hold, if one holds its Planner for a client
     /// that is away.
-    async fn hold_stop(&self, document: Uuid, run: Option<&str>, login: &str) -> bool {
+    async fn hold_stop(&self, document: Uuid, run: Option<&str>, login: &str) -> Kept {
         let stop = HeldStop {
             run_id: run.map(str::to_owned),
             login: login.to_owned(),
@@ -488,7 +488,7 @@ impl Runs {
             .links
             .keep_for_client(document, KeptForClient::Stop(stop))
             .await;
-        if held {
+        if held == Kept::Newly {
             tracing::info!(%document, login, "a Stop is held for the Planner's client, which is away");
         }
         held
@@ -541,15 +541,22 @@ impl Runs {
         }
         let Some(link) = self.deps.links.link_for(document) else {
             // A client that is away hears a Stop when it is back (ATM-35); a Resume is not held.
-            if control == Control::Stop && self.hold_stop(document, run, login).await {
-                let line = format!(
-                    "@{login} asked to pause {}; the Planner's machine is away, so the Stop is held until it is back.",
-                    names_of(&chosen)
-                );
-                self.deps.transcript.post(document, "system", line).await;
-                return chosen.len();
+            if control != Control::Stop {
+                return 0;
             }
-            return 0;
+            return match self.hold_stop(document, run, login).await {
+                Kept::Not => 0,
+                // Already held: Chat said so once; a Stop pressed again adds no line.
+                Kept::Already => chosen.len(),
+                Kept::Newly => {
+                    let line = format!(
+                        "@{login} asked to pause {}; the Planner's machine is away, so the Stop is held until it is back.",
+                        names_of(&chosen)
+                    );
+                    self.deps.transcript.post(document, "system", line).await;
+                    chosen.len()
+                }
+            };
         };
         let mut sessions: BTreeMap<String, Vec<RunRecord>> = BTreeMap::new();
         for r in chosen {
@@ -599,7 +606,7 @@ impl Runs {
                 // return, if its work is kept (ATM-35).
                 _ if control == Control::Stop
                     && self.deps.links.link_for(document).is_none()
-                    && self.hold_stop(document, run, login).await =>
+                    && self.hold_stop(document, run, login).await != Kept::Not =>
                 {
                     asked += runs.len();
                     format!("@{login} asked to pause {names}; the Planner's machine went away before it answered, so the Stop is held until it is back.")

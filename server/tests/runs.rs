@@ -784,3 +784,48 @@ async fn rr_01_a_live_run_reported_right_before_turn_end_keeps_the_session_howev
         Some(session.as_str())
     );
 }
+
+/// Issue 24 item 9: Stops pressed again and again while the Planner is away hold one Stop and
+/// post one Chat line; a socket has one Stop or Resume answered at a time (the others are told
+/// to send again), so a flood of them spawns no unbounded work.
+#[tokio::test]
+async fn atm_35_stops_flooded_while_the_planner_is_away_hold_one_stop_and_post_one_line() {
+    let s = served().await;
+    let (client, mut room, _) = live_run(&s, &["resumable-sessions"]).await;
+    drop(client);
+    planner_state(&mut room, "disconnected").await;
+    let before = chat(&s).await.len();
+    for _ in 0..50 {
+        room.send_json(&json!({ "type": "planner:stop" }))
+            .await
+            .unwrap();
+    }
+    let mut stopped = 0;
+    let mut refused = 0;
+    while stopped + refused < 50 {
+        match tokio::time::timeout(Duration::from_secs(10), room.recv_json())
+            .await
+            .expect("an answer to every frame")
+            .unwrap()
+        {
+            BrowserEvent::Json(v) if v["type"] == "planner:stopped" => stopped += 1,
+            BrowserEvent::Json(v) if v["type"] == "error" => {
+                assert_eq!(v["code"], "temporarily-unavailable", "{v}");
+                refused += 1;
+            }
+            _ => {}
+        }
+    }
+    assert!(stopped >= 1, "{stopped} stopped, {refused} refused");
+    // Once everything answered: one more Stop changes nothing either.
+    room.send_json(&json!({ "type": "planner:stop" }))
+        .await
+        .unwrap();
+    next_of(&mut room, "planner:stopped").await;
+    let held: Vec<String> = chat(&s).await[before..]
+        .iter()
+        .filter(|l| l.contains("the Stop is held"))
+        .cloned()
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+}

@@ -1457,3 +1457,26 @@ fn hostile_5_rt_12_a_resumable_link_dropped_mid_turn_is_held_with_its_question_a
     assert_eq!(resumed["inputs"], serde_json::json!(["q-1"]), "{resumed}");
     assert_eq!(run_statuses(&c.world, doc), vec!["running".to_owned()]);
 }
+
+/// Issue 24 item 9: a login signed out while no process ran keeps no hold: startup sweeps dead
+/// logins before it keeps any owner, so the hold is dropped, the owner cleared and the Planner
+/// free.
+#[test]
+fn hostile_9_a_login_signed_out_while_the_server_was_down_keeps_no_hold() {
+    let mut c = cast(44, Some(1));
+    let doc = c.doc;
+    attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    let rows = holds(&c.world);
+    assert_eq!(rows.len(), 1, "the cut wrote the hold");
+    let login = rows[0].browser_login_id.expect("a browser login");
+    let now = SIM_EPOCH_MS + c.world.now_ms() as i64;
+    assert!(block_on(c.world.store().sign_out_browser_login(login, now)).unwrap());
+    start(&mut c.world);
+    assert!(holds(&c.world).is_empty(), "the hold is dropped");
+    assert_eq!(presence(&c.world, doc).0, PresenceState::None);
+    assert_eq!(
+        block_on(c.world.store().ownership(doc)).unwrap().holder,
+        None
+    );
+}

@@ -98,10 +98,22 @@ pub trait AgentLinks: Send + Sync {
 
     /// `document`'s Planner is held for a client that is away (its resumable link dropped with
     /// work kept, or a deploy cut it): `kept` is kept for that client's return, stored with the
-    /// hold (AO-18), and handed over once when it resumes. False if nothing holds it so.
-    async fn keep_for_client(&self, _document: Uuid, _kept: KeptForClient) -> bool {
-        false
+    /// hold (AO-18), and handed over once when it resumes. [`Kept::Not`] if nothing holds it
+    /// so; [`Kept::Already`] if the same was kept before (a second Stop for one run).
+    async fn keep_for_client(&self, _document: Uuid, _kept: KeptForClient) -> Kept {
+        Kept::Not
     }
+}
+
+/// What [`AgentLinks::keep_for_client`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Nothing holds the Planner for an away client: nothing was kept.
+    Not,
+    /// Kept now.
+    Newly,
+    /// The same was already kept: nothing changed.
+    Already,
 }
 
 /// What a hold keeps for its client beyond its sessions.

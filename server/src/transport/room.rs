@@ -221,6 +221,8 @@ async fn session(
     // Whether this socket was last told the Planner is disconnected: live run cards carry a
     // marker then (ATM-34), so a change of it tells the live cards again.
     let mut disconnected = presence.state == PresenceState::Disconnected;
+    // This socket's Stop or Resume being answered, if one is.
+    let mut controlling: Option<tokio::task::JoinHandle<()>> = None;
     push!(out, planner_frame(&presence));
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
@@ -391,14 +393,30 @@ async fn session(
                             // Stop and Resume wait on the Planner's client (up to 10 s): they
                             // are answered beside the loop, which goes on serving the socket.
                             Some(kind @ ("planner:stop" | "planner:resume")) if sender.can_write => {
-                                let control = if kind == "planner:stop" { Control::Stop } else { Control::Resume };
-                                let run = value.get("runId").and_then(Value::as_str).map(str::to_owned);
-                                let (deps2, out2, doc2, login) = (deps.clone(), out.clone(), doc.clone(), sender.login.clone());
-                                deps.shutdown.spawn(async move {
-                                    let frame = stop_or_resume(&deps2, &doc2, root_id, run.as_deref(), control, &login).await;
-                                    let _ = out2.send(frame);
-                                });
-                                continue;
+                                // One at a time per socket, and within the server's cap on
+                                // sends in flight (MSG-20): a Stop or Resume may post to Chat.
+                                let busy = controlling.as_ref().is_some_and(|c| !c.is_finished());
+                                match (busy, deps.chat.try_admit()) {
+                                    (false, Some(admitted)) => {
+                                        let control = if kind == "planner:stop" { Control::Stop } else { Control::Resume };
+                                        let run = value.get("runId").and_then(Value::as_str).map(str::to_owned);
+                                        let (deps2, out2, doc2, login) = (deps.clone(), out.clone(), doc.clone(), sender.login.clone());
+                                        controlling = Some(deps.shutdown.spawn(async move {
+                                            let _admitted = admitted;
+                                            let frame = stop_or_resume(&deps2, &doc2, root_id, run.as_deref(), control, &login).await;
+                                            let _ = out2.send(frame);
+                                        }));
+                                        continue;
+                                    }
+                                    (true, _) => error_frame(
+                                        "temporarily-unavailable",
+                                        "A Stop or Resume you sent is still being answered; send this one again once it is.",
+                                    ),
+                                    (false, None) => error_frame(
+                                        "temporarily-unavailable",
+                                        "The server is answering as many requests as it takes at once; send it again shortly.",
+                                    ),
+                                }
                             }
                             Some(kind @ ("decision:answer" | "decision:cancel")) => {
                                 decision_frame(deps, doc, &sender, kind, &value).await
