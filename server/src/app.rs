@@ -252,6 +252,14 @@ impl App {
             config.github_mcp_url.clone(),
             runtime.connector.clone(),
         ));
+        {
+            // A retired token's GitHub MCP client is closed at once (RFC-53).
+            let (tools, tracker) = (github_tools.clone(), shutdown.clone());
+            planners.on_token_retired(Arc::new(move |login| {
+                let tools = tools.clone();
+                tracker.spawn(async move { tools.token_retired(login).await });
+            }));
+        }
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),

@@ -609,7 +609,7 @@ impl Chat {
                     id,
                     "not-saved",
                     if to_planner {
-                        "chopin has your message, but it could not be saved to Chat."
+                        "Chat could not save your message. chopin may already have read it; send it again in a moment to have it in Chat."
                     } else {
                         "Your message could not be saved, so it wasn't sent. Send it again in a moment."
                     },

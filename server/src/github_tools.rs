@@ -355,6 +355,12 @@ impl GitHubTools {
         }
     }
 
+    /// `login`'s token is retired (the login ended, or its credential was renewed): its client
+    /// is closed now rather than at its next use (RFC-53).
+    pub async fn token_retired(&self, login: Uuid) {
+        self.forget(login).await;
+    }
+
     async fn forget(&self, login: Uuid) {
         let gone = self.clients.lock().await.by_owner.remove(&login);
         if let Some(mut gone) = gone {

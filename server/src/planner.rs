@@ -232,6 +232,10 @@ enum Slot {
 /// Called when an explicit act ends a hold: the document, what the hold kept, and why.
 pub type HoldEnded = Arc<dyn Fn(Uuid, HeldWork, String) + Send + Sync>;
 
+/// Told a browser login's GitHub token is retired (the login ended, or its credential was
+/// renewed): whatever holds that token on the login's behalf lets it go (RFC-53).
+pub type TokenRetired = Arc<dyn Fn(Uuid) + Send + Sync>;
+
 /// A reattach that arrived within its account's grace period (see [`Planners::hold_grace`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GraceHold {
@@ -361,6 +365,7 @@ pub struct Planners {
     /// Told when an explicit act ends a hold (AO-12), with what it kept and why it ended, so
     /// the questions it kept are withdrawn.
     hold_ended: OnceLock<HoldEnded>,
+    token_retired: OnceLock<TokenRetired>,
     store: Arc<dyn OwnershipStore>,
     clock: SharedClock,
     sign_ins: Arc<SignIns>,
@@ -442,6 +447,7 @@ impl Planners {
             gates: Gates::default(),
             observer: OnceLock::new(),
             hold_ended: OnceLock::new(),
+            token_retired: OnceLock::new(),
             store,
             clock,
             sign_ins,
@@ -464,6 +470,19 @@ impl Planners {
     /// What to do when an explicit act ends a hold (set once, by the composition root).
     pub fn on_hold_ended(&self, ended: HoldEnded) {
         let _ = self.hold_ended.set(ended);
+    }
+
+    /// What to do when a login's GitHub token is retired (set once, by the composition root).
+    pub fn on_token_retired(&self, retired: TokenRetired) {
+        let _ = self.token_retired.set(retired);
+    }
+
+    /// `login_id`'s GitHub token is no longer to be used (its login ended or its credential
+    /// was renewed).
+    pub fn token_retired(&self, login_id: Uuid) {
+        if let Some(retired) = self.token_retired.get() {
+            retired(login_id);
+        }
     }
 
     pub fn observe(&self, observer: Arc<dyn Observer>) {
@@ -983,6 +1002,7 @@ impl Planners {
             });
         }
         self.login_ended(live.id, why).await;
+        self.token_retired(live.id);
         self.sign_ins.record_end(live, why).await
     }
 

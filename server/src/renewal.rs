@@ -86,6 +86,8 @@ impl Renewal {
         drop(guard);
         match outcome {
             Ok(renewed) => {
+                // Nothing keeps using the token the renewal retired (RFC-53).
+                self.planners.token_retired(live.id);
                 self.planners.emit(PlannerEvent::CredentialRenewed {
                     login: renewed.account.login.clone(),
                     revision: renewed.credential_revision,

@@ -106,21 +106,30 @@ const ENDED_STAGE: [&str; 5] = ["completed", "blocked", "failed", "stopped", "sk
 /// marker beside the status it last reported (ATM-34, HO-13); an ended run never does.
 pub fn card(run: &RunRecord, latest: &[StageRecord], earlier: i64, disconnected: bool) -> Value {
     let ended = !run.is_live();
-    let statuses: BTreeMap<&str, &str> = latest
-        .iter()
-        .map(|s| (s.stage_id.as_str(), s.status.as_str()))
-        .collect();
+    let on_card: BTreeMap<&str, &StageRecord> =
+        latest.iter().map(|s| (s.stage_id.as_str(), s)).collect();
+    // Whether an ancestor of `stage` on the card has ended (walked up at most as many steps
+    // as the card has stages, so a cycle in what a client reported cannot loop).
+    let ancestor_ended = |stage: &StageRecord| {
+        let mut parent = stage.parent_stage_id.as_deref();
+        for _ in 0..latest.len() {
+            let Some(above) = parent.and_then(|p| on_card.get(p)) else {
+                return false;
+            };
+            if ENDED_STAGE.contains(&above.status.as_str()) {
+                return true;
+            }
+            parent = above.parent_stage_id.as_deref();
+        }
+        false
+    };
     let stages: Vec<Value> = latest
         .iter()
         .map(|s| {
             let unfinished = !ENDED_STAGE.contains(&s.status.as_str());
-            // An unfinished stage under an ended ancestor (the run itself, or a parent stage
-            // on the card) is already stopped (SES-10).
-            let parent_ended = s
-                .parent_stage_id
-                .as_deref()
-                .and_then(|p| statuses.get(p))
-                .is_some_and(|p| ENDED_STAGE.contains(p));
+            // An unfinished stage under an ended ancestor (the run itself, or any stage above
+            // it on the card) is already stopped (SES-10).
+            let parent_ended = ancestor_ended(s);
             let status = if unfinished && (ended || parent_ended) {
                 "stopped"
             } else {
@@ -330,6 +339,13 @@ impl Runs {
                 continue;
             }
             record.status = "stopped".to_owned();
+            // How long it lasted when its session was let go (SES-20): what the client last
+            // said, plus the time since it said so.
+            let now = self.deps.clock.now_ms();
+            record.elapsed_ms = record
+                .elapsed_ms
+                .map(|ms| ms.saturating_add((now - record.reported_at_ms).max(0)));
+            record.reported_at_ms = now;
             if let Err(e) = self.deps.store.save_run(&record, &[], false).await {
                 tracing::warn!(%document, run = %record.run_id, error = %e, "a gone client's run could not be stored stopped");
                 continue;
@@ -616,5 +632,49 @@ impl Runs {
             self.deps.transcript.post(document, "system", line).await;
         }
         asked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stage(id: &str, status: &str, parent: Option<&str>) -> StageRecord {
+        StageRecord {
+            stage_id: id.into(),
+            name: id.into(),
+            status: status.into(),
+            parent_stage_id: parent.map(str::to_owned),
+            duration_ms: None,
+        }
+    }
+
+    /// SES-10 (issue 24 item 10): an unfinished stage under an ended ancestor — its grandparent,
+    /// not only its parent — is shown stopped; a cycle in the reported parents cannot loop.
+    #[test]
+    fn ses_10_a_stage_under_an_ended_grandparent_is_shown_stopped() {
+        let run = RunRecord {
+            document_id: Uuid::nil(),
+            run_id: "r".into(),
+            session_id: "s".into(),
+            name: "rollout".into(),
+            status: "running".into(),
+            root_run_id: None,
+            elapsed_ms: None,
+            omitted_stages: 0,
+            reported_at_ms: 0,
+        };
+        let stages = [
+            stage("a", "failed", None),
+            stage("b", "running", Some("a")),
+            stage("c", "running", Some("b")),
+            stage("x", "running", Some("y")),
+            stage("y", "running", Some("x")),
+        ];
+        let card = card(&run, &stages, 0, false);
+        let status = |i: usize| card["stages"][i]["status"].as_str().unwrap().to_owned();
+        assert_eq!(status(1), "stopped", "under its ended parent");
+        assert_eq!(status(2), "stopped", "under its ended grandparent");
+        assert_eq!((status(3), status(4)), ("running".into(), "running".into()));
     }
 }

@@ -426,6 +426,12 @@ impl Transcript {
         self.append_gated(document, entry).await
     }
 
+    /// The `seq` of `document`'s newest entry once everything in line is saved (0 for none).
+    pub async fn newest(&self, document: Uuid) -> Result<i64, StoreError> {
+        self.line_done(document).await;
+        self.newest_seq(document).await
+    }
+
     /// The `seq` of `document`'s newest transcript entry (0 for none).
     async fn newest_seq(&self, document: Uuid) -> Result<i64, StoreError> {
         self.store.last_transcript_seq(document).await

@@ -211,9 +211,17 @@ struct Running {
 
 /// A session kept after its turn because it owns live runs or waits on a question (RR-01,
 /// SES-02): the next turn of its document reuses it while the same login holds the Planner.
+/// The document's repository as GitHub gave it to a session's first repository tool: the
+/// default branch it names is the session's for as long as it lasts (EAR-01).
+type SessionRepository = Arc<tokio::sync::OnceCell<crate::identity::github::RepoInfo>>;
+
 struct KeptSession {
     session: Arc<dyn HarnessSession>,
     login: Uuid,
+    repository: SessionRepository,
+    /// The Chat the session has seen: up to this `seq` when its last turn ended. `None` for a
+    /// session a client took back after a reconnect (what it saw is the client's own).
+    seen_upto: Option<i64>,
 }
 
 #[derive(Default)]
@@ -432,7 +440,12 @@ impl Turns {
     /// next turn under `login`, in place of the one its earlier link left (the same id on a
     /// link that is gone, which is not told anything).
     pub async fn adopt_kept(&self, document: Uuid, session: Arc<dyn HarnessSession>, login: Uuid) {
-        let kept = KeptSession { session, login };
+        let kept = KeptSession {
+            session,
+            login,
+            repository: SessionRepository::default(),
+            seen_upto: None,
+        };
         let id = kept.session.id().to_owned();
         let earlier = self.lock().kept.insert(document, kept);
         if let Some(earlier) = earlier {
@@ -669,9 +682,22 @@ impl Turns {
             generation,
             credential_revision,
             step: Mutex::new(String::new()),
-            repository: tokio::sync::OnceCell::new(),
+            repository: std::sync::OnceLock::new(),
         });
-        let prompt = with_context(&d.transcript, document, &request, prompt).await;
+        // A kept session of the turn's owner takes the turn (SES-02): it is given the Chat since
+        // its last turn (CTX-04), a new session the bounded transcript (CTX-05).
+        let kept = self
+            .lock()
+            .kept
+            .get(&document)
+            .filter(|k| k.login == holder_login && k.session.is_usable())
+            .map(|k| (k.seen_upto, k.repository.clone()));
+        let (kept, repository) = match kept {
+            Some((seen, repository)) => (Some(seen), repository),
+            None => (None, SessionRepository::default()),
+        };
+        host.repository_of_session(repository.clone());
+        let prompt = with_context(&d.transcript, document, &request, prompt, kept).await;
         let turn = TurnRequest {
             instructions: INSTRUCTIONS.to_owned(),
             prompt,
@@ -689,6 +715,7 @@ impl Turns {
             turns: self.clone(),
             document,
             login: holder_login,
+            repository,
         };
         let running = run_turn(&watched, session, turn, inbox, host.clone());
         tokio::pin!(running);
@@ -803,18 +830,44 @@ fn chat_messages(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The prompt of a new session: the bounded Chat before the message (CTX-04, CTX-05), then the
-/// message. The message itself, if Chat saved it already, is not repeated.
+/// A turn's prompt: the Chat before the message, then the message (the message itself, if Chat
+/// saved it already, is not repeated). For a new session (`kept` is `None`) that Chat is the
+/// bounded transcript (CTX-05); for a kept session it is the backscroll (CTX-04): what came
+/// after the Chat it has seen (`Some(Some(seq))`), or, when that is not known, after the last
+/// Planner reply.
 async fn with_context(
     transcript: &Transcript,
     document: Uuid,
     request: &PlannerRequest,
     message: String,
+    kept: Option<Option<i64>>,
 ) -> String {
     let Ok(bootstrap) = transcript.bootstrap(document).await else {
         return message;
     };
-    let mut entries = bootstrap.entries;
+    let (mut entries, omitted, heading) = match kept {
+        None => (
+            bootstrap.entries,
+            bootstrap.omitted,
+            "Chat so far, oldest first",
+        ),
+        Some(seen) => {
+            let since: Vec<crate::store::TranscriptEntry> = match seen {
+                Some(seen) => bootstrap
+                    .entries
+                    .into_iter()
+                    .filter(|e| e.seq > seen)
+                    .collect(),
+                None => bootstrap.backscroll.clone(),
+            };
+            let from = crate::transcript::select(&since).backscroll_from;
+            (
+                since[from..].to_vec(),
+                from as i64,
+                "Chat since your last turn, oldest first",
+            )
+        }
+    };
     if entries.last().is_some_and(|e| {
         e.kind == "member"
             && e.author_login.as_deref() == Some(request.from_login.as_str())
@@ -825,12 +878,9 @@ async fn with_context(
     if entries.is_empty() {
         return message;
     }
-    let mut out = String::from("Chat so far, oldest first");
-    if bootstrap.omitted > 0 {
-        out.push_str(&format!(
-            " ({} earlier messages left out)",
-            bootstrap.omitted
-        ));
+    let mut out = String::from(heading);
+    if omitted > 0 {
+        out.push_str(&format!(" ({omitted} earlier messages left out)"));
     }
     out.push_str(":\n");
     for e in &entries {
@@ -990,11 +1040,17 @@ struct PlannerHost {
     credential_revision: i64,
     /// The text of the step being written; published as its own Chat message when the step ends.
     step: Mutex<String>,
-    /// The document's repository as GitHub gave it to the first repository tool of the turn.
-    repository: tokio::sync::OnceCell<crate::identity::github::RepoInfo>,
+    /// The document's repository as GitHub gave it to the session's first repository tool
+    /// (EAR-01): set once, before the turn's first tool call.
+    repository: std::sync::OnceLock<SessionRepository>,
 }
 
 impl PlannerHost {
+    /// The session's repository cell (its default branch captured once per session, EAR-01).
+    fn repository_of_session(&self, repository: SessionRepository) {
+        let _ = self.repository.set(repository);
+    }
+
     /// Publishes the text of the step that just ended as the Planner's Chat message (several,
     /// if it is longer than one message may be), and starts the next step empty.
     async fn publish_step(&self) {
@@ -1217,8 +1273,11 @@ impl PlannerHost {
             Ok(call) => call,
             Err(why) => return HostToolResult::error(why),
         };
-        let info = self
+        let session_repository = self
             .repository
+            .get_or_init(SessionRepository::default)
+            .clone();
+        let info = session_repository
             .get_or_try_init(|| async {
                 let doc = match d.records.document(self.document).await {
                     Ok(Some(doc)) => doc,
@@ -1497,6 +1556,8 @@ struct Started {
     document: Uuid,
     /// The owner's browser login the turn runs under.
     login: Uuid,
+    /// The session's repository (a kept session's own, or a new one's).
+    repository: SessionRepository,
 }
 
 /// A turn's session: after the turn it is kept for the next turn while it owns live runs or
@@ -1506,6 +1567,7 @@ struct Keeping {
     turns: Arc<Turns>,
     document: Uuid,
     login: Uuid,
+    repository: SessionRepository,
 }
 
 #[async_trait]
@@ -1525,9 +1587,12 @@ impl HarnessSession for Keeping {
     async fn destroy(&self) {
         if self.inner.is_usable() && self.turns.needs_keeping(self.document, self.id()).await {
             tracing::info!(document = %self.document, session = self.id(), "session kept after its turn: it owns live runs or waits on a question");
+            let seen_upto = self.turns.deps.transcript.newest(self.document).await.ok();
             let kept = KeptSession {
                 session: self.inner.clone(),
                 login: self.login,
+                repository: self.repository.clone(),
+                seen_upto,
             };
             let earlier = self.turns.lock().kept.insert(self.document, kept);
             if let Some(earlier) = earlier {
@@ -1589,6 +1654,7 @@ impl Harness for Started {
             turns: self.turns.clone(),
             document: self.document,
             login: self.login,
+            repository: self.repository.clone(),
         }))
     }
 }

@@ -146,3 +146,47 @@ async fn rfc_30_a_refused_token_or_an_unreachable_server_fails_the_call_clearly(
     );
     assert_eq!(nowhere.open_clients().await, 0);
 }
+
+#[path = "support/mod.rs"]
+mod support;
+
+/// RFC-53: the GitHub MCP client cached for an owner's token is closed when that token is
+/// retired — the owner's browser login ends (a sign-out, an expiry) — not kept until a later
+/// call happens to notice.
+#[tokio::test]
+async fn rfc_53_a_sign_out_closes_the_owners_github_mcp_client() {
+    use chopin_server::identity::sign_ins::LoginEnd;
+    let s = support::served().await;
+    let account = s
+        .store
+        .account_by_login("mona")
+        .await
+        .unwrap()
+        .expect("mona signed in");
+    let now = chopin_server::runtime::Clock::now_ms(&chopin_server::runtime::clock::SystemClock);
+    let live = s.state.sign_ins.live_login_of(account.id, now).unwrap();
+    let tools = &s.state.github_tools;
+    tools
+        .execute(
+            "pull_request_read",
+            json!({ "method": "get", "pullNumber": 1 }),
+            live.id,
+            live.github_token(),
+            "octo",
+            "plans",
+        )
+        .await;
+    assert_eq!(tools.open_clients().await, 1, "discovered for mona's token");
+    s.state
+        .planners
+        .end_login(&live, LoginEnd::SignedOut)
+        .await
+        .unwrap();
+    for _ in 0..100 {
+        if tools.open_clients().await == 0 {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the client outlived its token's login");
+}

@@ -1309,3 +1309,25 @@ async fn atm_40_mcp_writes_take_256_kib_of_source_and_refuse_one_byte_more() {
     assert_eq!(code, "document-too-large");
     assert_eq!(document_count(&mona).await, before, "nothing created");
 }
+
+/// ATM-43: `invoke_planner` works under any harness; harnesses other than atomic ignore its
+/// `checkout` (it is not refused as an unknown argument).
+#[tokio::test]
+async fn atm_43_invoke_planner_takes_a_checkout_and_ignores_it() {
+    let s = served().await;
+    let _planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": s.doc.to_string(), "instruction": "Plan the quay.", "checkout": "/home/mona/src/plans"}),
+    )
+    .await);
+    assert_eq!(took["status"], "started", "{took}");
+    let posted = chat_entries(&s).await;
+    assert_eq!(posted.len(), 1);
+    assert!(
+        !posted[0].2.contains("/home/mona"),
+        "the path goes nowhere: {posted:?}"
+    );
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use chopin_document::blocks::blocks;
 use chopin_document::decision::{decisions, Decision, DecisionState};
 use chopin_document::edit::{EditBatch, EditOp};
-use chopin_document::DocumentRef;
+use chopin_document::{DocumentRef, SOURCE_MAX_BYTES};
 use chopin_fixtures::agent::AgentClient;
 use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
 use chopin_protocol::agent::{
@@ -952,4 +952,108 @@ async fn atm_39_host_input_is_held_only_to_the_aggregate_bounds() {
     };
     assert_eq!(q.answers[0].options[0].label, "region-24");
     assert_eq!(q.answers[5].text.as_deref(), Some(written.as_str()));
+}
+
+/// How many bytes one confirm card adds after a one-paragraph document (learnt on a server of
+/// its own: the card's text is the same but for its id's hex digits).
+async fn bytes_one_card_adds() -> usize {
+    let s = served().await;
+    let seed_text = "x\n";
+    seed(&s, seed_text).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+    let input = json!({ "kind": "confirm", "title": "Ship it?" });
+    client
+        .send(&request(&session, &turn_id, "q-1", None, input))
+        .await
+        .unwrap();
+    until_cards(&s, 1).await;
+    source(&s).await.len() - seed_text.len()
+}
+
+/// ATM-40 and issue 24 item 12: cards that bring the document to exactly 256 KiB (262,144
+/// bytes) are placed; one byte more and the question fails before any card appears.
+#[tokio::test]
+async fn atm_40_cards_reaching_exactly_256_kib_are_placed_and_one_byte_more_fails() {
+    let added = bytes_one_card_adds().await;
+    for (extra, placed) in [(0usize, true), (1, false)] {
+        let s = served().await;
+        let paragraph = "x".repeat(SOURCE_MAX_BYTES - added - 1 + extra);
+        seed(&s, &format!("{paragraph}\n")).await;
+        let mut client = s.attach(&[]).await;
+        let mut room = room(&s).await;
+        let (session, turn_id) = turn(&s, &mut client, &mut room).await;
+        let input = json!({ "kind": "confirm", "title": "Ship it?" });
+        client
+            .send(&request(&session, &turn_id, "q-1", None, input))
+            .await
+            .unwrap();
+        if placed {
+            until_cards(&s, 1).await;
+            assert_eq!(source(&s).await.len(), SOURCE_MAX_BYTES);
+        } else {
+            let r = result(&mut client).await;
+            assert_eq!(r.status, InputStatus::Failed);
+            assert!(r.message.unwrap().contains("256 KiB"));
+            assert!(cards(&s).await.is_empty());
+        }
+    }
+}
+
+/// ATM-41: a written answer holds at most one shared-draft edit (64 KiB) — one byte more is
+/// refused `answer-too-long`, not `temporarily-unavailable` — and may not take the document past
+/// its 256 KiB (`document-too-large`); text is never cut.
+#[tokio::test]
+async fn atm_41_a_written_answer_is_bounded_by_64_kib_and_by_the_whole_document() {
+    let (s, mut client, mut room, session, turn_id) = begun().await;
+    let editor = json!({ "kind": "editor", "title": "Release notes" });
+    client
+        .send(&request(&session, &turn_id, "q-1", None, editor.clone()))
+        .await
+        .unwrap();
+    let card = until_cards(&s, 1).await[0].1.clone();
+    let over = answer(
+        &mut room,
+        "a1",
+        &card.id,
+        json!({ "text": "y".repeat(64 * 1024 + 1) }),
+    )
+    .await;
+    assert_eq!(over["code"], "answer-too-long", "{over}");
+    assert!(over["message"].as_str().unwrap().contains("64 KiB"));
+    let fits = answer(
+        &mut room,
+        "a2",
+        &card.id,
+        json!({ "text": "y".repeat(64 * 1024) }),
+    )
+    .await;
+    assert_eq!(fits["type"], "decision:answered", "{fits}");
+
+    // A document near its limit: an answer that fits 64 KiB but not the document.
+    let s = served().await;
+    seed(
+        &s,
+        &format!("{}\n", "x".repeat(SOURCE_MAX_BYTES - 10 * 1024)),
+    )
+    .await;
+    let mut client = s.attach(&[]).await;
+    let mut near = self::room(&s).await;
+    let (session, turn_id) = turn(&s, &mut client, &mut near).await;
+    client
+        .send(&request(&session, &turn_id, "q-2", None, editor))
+        .await
+        .unwrap();
+    let card = until_cards(&s, 1).await[0].1.clone();
+    let before = source(&s).await;
+    let big = answer(
+        &mut near,
+        "a3",
+        &card.id,
+        json!({ "text": "z".repeat(20 * 1024) }),
+    )
+    .await;
+    assert_eq!(big["code"], "document-too-large", "{big}");
+    assert_eq!(source(&s).await, before, "nothing written");
 }

@@ -581,3 +581,58 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
         self.clone()
     }
 }
+
+/// EAR-01 (issue 24 item 10): repository reads use the default branch captured when the session
+/// was created: a kept session's next turn still reads the branch its first read found, though
+/// the repository's default branch changed meanwhile.
+#[tokio::test]
+async fn ear_01_a_kept_sessions_turns_read_the_default_branch_captured_for_the_session() {
+    use chopin_protocol::agent::{ClientMessage, Run, RunStatus, Runs, ServerMessage};
+    let mut w = world().await;
+    let first = text(
+        &w.call("read_repository_file", json!({ "path": "README.md" }))
+            .await,
+    );
+    assert!(first.contains("\nref: main\n"), "{first}");
+    // A live run keeps the session past its turn.
+    w.client
+        .send(&ClientMessage::Runs(Runs {
+            session_id: w.begun.session.clone(),
+            runs: vec![Run {
+                run_id: "run-1".into(),
+                name: "rollout".into(),
+                status: RunStatus::Running,
+                root_run_id: None,
+                elapsed_ms: None,
+                stages: vec![],
+                omitted_stages: None,
+            }],
+        }))
+        .await
+        .unwrap();
+    support::end_turn(&w.s, &mut w.client, &w.begun.turn).await;
+    assert_eq!(
+        w.s.state.turns.kept_session(w.s.doc).as_deref(),
+        Some(w.begun.session.as_str())
+    );
+    w.s.github.set_default_branch("octo", "plans", "develop");
+    support::ask_room(
+        &mut w._room,
+        json!({ "type": "chat:send", "requestId": "again", "text": "@chopin read it again" }),
+    )
+    .await;
+    let turn = match support::next(&mut w.client).await {
+        ServerMessage::Turn(t) => t,
+        other => panic!("expected the kept session's turn, got {other:?}"),
+    };
+    assert_eq!(turn.session_id, w.begun.session);
+    w.begun.turn = turn.turn_id;
+    let again = text(
+        &w.call("read_repository_file", json!({ "path": "README.md" }))
+            .await,
+    );
+    assert!(
+        again.contains("\nref: main\n"),
+        "the session's own branch: {again}"
+    );
+}

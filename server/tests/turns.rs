@@ -576,3 +576,43 @@ async fn msg_18_a_stopping_process_starts_no_turn_and_says_nothing() {
     assert!(direct.is_err(), "{direct:?}");
     assert!(!s.state.turns.is_running(s.doc));
 }
+
+/// Fails every Chat append while `failing` is set.
+struct FailingAppends(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl chopin_server::store::instrumented::Hook for FailingAppends {
+    fn call(&self, _: chopin_server::store::instrumented::Call) {}
+
+    fn fail(&self, method: &'static str, _write: bool) -> Option<chopin_server::store::StoreError> {
+        (method == "append_transcript" && self.0.load(std::sync::atomic::Ordering::SeqCst))
+            .then(|| chopin_server::store::StoreError::Backend("disk full".into()))
+    }
+}
+
+/// MSG-14 (issue 24 item 10): refusal words never say anything is kept — a message to the
+/// Planner that Chat could not save is refused without promising it is kept anywhere.
+#[tokio::test]
+async fn msg_14_a_message_chat_could_not_save_is_refused_without_promising_it_is_kept() {
+    use chopin_server::store::instrumented::Instrumented;
+    use chopin_server::store::{MemoryStore, Store};
+    let failing = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let store: std::sync::Arc<dyn Store> = std::sync::Arc::new(Instrumented::new(
+        std::sync::Arc::new(MemoryStore::new()),
+        FailingAppends(failing.clone()),
+    ));
+    let s = support::served_over(store).await;
+    let _client = attached_client(&s, &[]).await;
+    let mut room = s.room().await;
+    failing.store(true, std::sync::atomic::Ordering::SeqCst);
+    let refused = support::ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "r-1", "text": "@chopin plan it" }),
+    )
+    .await;
+    assert_eq!(refused["type"], "chat:refused", "{refused}");
+    assert_eq!(refused["code"], "not-saved", "{refused}");
+    let words = refused["message"].as_str().unwrap().to_lowercase();
+    for promise in ["has your message", "kept", "will be sent", "is saved"] {
+        assert!(!words.contains(promise), "{promise:?} in {words:?}");
+    }
+}

@@ -1480,3 +1480,54 @@ fn hostile_9_a_login_signed_out_while_the_server_was_down_keeps_no_hold() {
         None
     );
 }
+
+/// SES-20 (issue 24 item 10): a run let go when its client leaves for good reads how long it had
+/// lasted *then*: the client's last reported time plus the time since that report.
+#[test]
+fn ses_20_a_run_let_go_reads_how_long_it_lasted_when_its_session_was_let_go() {
+    let mut c = cast(45, Some(1));
+    let doc = c.doc;
+    let agent = attach(&mut c.world, "mona-1", &c.mona.clone(), doc);
+    agent.script(TurnScript::new().started().await_turn());
+    let room = join(&mut c.world, "mona-room", &c.mona_cookie.clone(), doc);
+    room.send_chat("go", "@chopin start the rollout");
+    let a = agent.clone();
+    until(&mut c.world, 5_000, "turn", move |_| {
+        !a.frames_of("turn").is_empty()
+    });
+    let session = agent.frames_of("start")[0].1.clone();
+    let turn = agent.frames_of("turn")[0]
+        .1
+        .split(' ')
+        .next()
+        .unwrap()
+        .to_owned();
+    agent.send_text(&format!(
+        r#"{{"type":"runs","sessionId":"{session}","runs":[{{"runId":"run-1","name":"rollout","status":"running","elapsedMs":95000}}]}}"#
+    ));
+    agent.send_text(&format!(
+        r#"{{"type":"turn-end","turnId":"{turn}","status":"completed"}}"#
+    ));
+    until(&mut c.world, 5_000, "kept", move |w| {
+        w.server_app().unwrap().turns.kept_session(doc).is_some()
+    });
+    // Ten minutes on, the client leaves for good.
+    c.world.advance(600_000).unwrap();
+    agent.detach();
+    let r = room.clone();
+    until(&mut c.world, 5_000, "the line", move |_| {
+        r.chat_messages().iter().any(|h| {
+            h.message["text"]
+                .as_str()
+                .unwrap_or("")
+                .contains("stopped after")
+        })
+    });
+    let line = room
+        .chat_messages()
+        .into_iter()
+        .map(|h| h.message["text"].as_str().unwrap_or("").to_owned())
+        .find(|t| t.contains("stopped after"))
+        .unwrap();
+    assert_eq!(line, "Run \u{201c}rollout\u{201d} stopped after 11m 35s.");
+}

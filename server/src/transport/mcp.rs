@@ -267,6 +267,10 @@ struct InvokeArgs {
     document: String,
     instruction: String,
     idempotency_key: Option<String>,
+    /// A local checkout for the atomic harness's working directory (ATM-43): no harness of this
+    /// server has one, so it is taken and ignored.
+    #[allow(dead_code)]
+    checkout: Option<String>,
     #[serde(rename = "as")]
     as_: Option<InvokeAs>,
 }
@@ -818,6 +822,7 @@ fn tools() -> Vec<Tool> {
                     "instruction": { "type": "string", "minLength": 1, "description": "What the Planner should do; at most 64 KiB of UTF-8." },
                     "idempotencyKey": { "type": "string", "minLength": 1, "maxLength": 100, "description": "Send the same key again to retry without posting twice." },
                     "as": { "type": "string", "enum": ["system"], "description": "\"system\": an automatic follow-up, not a message: Chat shows only a notice naming you, the instruction goes to the Planner alone. Only the document's creator or the account holding its Planner may send one, it needs the Planner idle (planner-busy otherwise), and a document takes at most 10 an hour (rate-limited)." },
+                    "checkout": { "type": "string", "description": "The path of your checkout of the document's repository. Only a harness that runs the Planner in a local working directory uses it; this server's harnesses ignore it." },
                 },
                 "required": ["document", "instruction"],
                 "additionalProperties": false,

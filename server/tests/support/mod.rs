@@ -276,3 +276,17 @@ pub async fn next(client: &mut AgentClient) -> ServerMessage {
         Event::Closed { code, reason } => panic!("closed {code} {reason}"),
     }
 }
+
+/// The client ends `turn` (completed) and the server has taken it: the document is idle.
+pub async fn end_turn(s: &Served, client: &mut AgentClient, turn: &str) {
+    client
+        .send(&ClientMessage::TurnEnd(chopin_protocol::agent::TurnEnd {
+            turn_id: turn.to_owned(),
+            status: chopin_protocol::agent::TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    s.state.turns.until_idle(s.doc).await;
+}
