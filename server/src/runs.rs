@@ -81,6 +81,8 @@ pub struct Runs {
 struct Unsaved {
     session: String,
     live: bool,
+    /// The status it reported, in the connection's words.
+    status: String,
     /// Reports of it queued and not saved yet.
     queued: usize,
 }
@@ -224,10 +226,12 @@ impl Runs {
             let entry = runs.entry(run.run_id.clone()).or_insert_with(|| Unsaved {
                 session: report.session_id.clone(),
                 live: false,
+                status: String::new(),
                 queued: 0,
             });
             entry.session = report.session_id.clone();
             entry.live = run.status.is_live();
+            entry.status = word(run.status);
             entry.queued += 1;
         }
     }
@@ -540,9 +544,19 @@ impl Runs {
         control: Control,
         login: &str,
     ) -> usize {
-        let Ok(runs) = self.deps.store.runs(document).await else {
+        let Ok(mut runs) = self.deps.store.runs(document).await else {
             return 0;
         };
+        // A report taken and not saved yet says what the run is now (a `paused` right before
+        // Resume was pressed).
+        if let Some(unsaved) = self.unsaved().get(&document) {
+            for record in &mut runs {
+                if let Some(newer) = unsaved.get(&record.run_id) {
+                    record.status = newer.status.clone();
+                    record.session_id = newer.session.clone();
+                }
+            }
+        }
         let wanted = |r: &RunRecord| match control {
             Control::Stop => matches!(r.status.as_str(), "running" | "waiting"),
             Control::Resume => r.status == "paused",

@@ -1531,3 +1531,61 @@ fn ses_20_a_run_let_go_reads_how_long_it_lasted_when_its_session_was_let_go() {
         .unwrap();
     assert_eq!(line, "Run \u{201c}rollout\u{201d} stopped after 11m 35s.");
 }
+
+/// Issue 24 item 12: a protocol fault before `resume` is a drop like any other: the questions
+/// the kept session waited on stay waited on, and the hold is kept again.
+#[test]
+fn hostile_12_a_fault_before_resume_keeps_the_questions_and_the_hold() {
+    let mut c = cast(46, Some(1));
+    let doc = c.doc;
+    asked_two_and_dropped(&mut c);
+    let back = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(back.answer(), Some(Ok(1)));
+    // Anything but `resume` first is out of order.
+    back.send_text(r#"{"type":"detach"}"#);
+    let b = back.clone();
+    until(&mut c.world, 5_000, "closed", move |_| b.closed().is_some());
+    assert_eq!(back.closed().unwrap().1, 1008);
+    assert_eq!(error_codes(&back), vec!["out-of-order".to_owned()]);
+    until(&mut c.world, 5_000, "held again", move |w| {
+        w.server_app().unwrap().planners.presence(doc).state == PresenceState::Disconnected
+    });
+    let app = c.world.server_app().unwrap();
+    assert_eq!(app.questions.waiting(), 2, "both questions still waited on");
+    assert_eq!(holds(&c.world).len(), 1);
+    let (_, resumed) = resume_all(&mut c.world, "mona-3", &c.mona.clone(), doc);
+    assert_eq!(resumed["inputs"].as_array().unwrap().len(), 2, "{resumed}");
+}
+
+/// Issue 24 item 12 (HO-10): a link whose `resume` waited 2.5 s for its owner's sign-in is pinged
+/// while it waits, so once resumed it is not closed as silent though it answered every ping.
+#[test]
+fn hostile_12_a_resume_that_waited_for_the_sign_in_is_not_closed_as_silent_after() {
+    let configure: chopin_sim::Configure = Arc::new(|c| c.agent_connection_timeout_ms = 4_000);
+    let mut c = cast_with(
+        47,
+        WorldOptions {
+            fixed_latency_ms: Some(1),
+            configure: Some(configure),
+            ..WorldOptions::default()
+        },
+    );
+    let doc = c.doc;
+    let (_, _, session) = attached_with_a_kept_session(&mut c);
+    stop(&mut c.world);
+    start(&mut c.world);
+    let agent = attach(&mut c.world, "mona-2", &c.mona.clone(), doc);
+    assert_eq!(agent.answer(), Some(Ok(1)));
+    agent.resume(true);
+    c.world.advance(2_500).unwrap();
+    assert!(agent.frames_of("resumed").is_empty(), "it waits");
+    let cookie = c.mona_cookie.clone();
+    join(&mut c.world, "mona-room-2", &cookie, doc);
+    let a = agent.clone();
+    until(&mut c.world, 1_000, "resumed", move |_| {
+        !a.frames_of("resumed").is_empty()
+    });
+    assert!(agent.frames_of("resumed")[0].1.contains(&session));
+    c.world.advance(10_000).unwrap();
+    assert_eq!(agent.closed(), None, "{:?}", error_codes(&agent));
+}

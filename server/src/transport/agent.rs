@@ -379,11 +379,11 @@ impl Link {
             );
         }
         let planners = self.deps.planners.clone();
-        // Features this server implements, of those offered.
-        let features: Vec<Feature> = attach
-            .known_features()
+        // Features this server implements, of those offered, in the protocol's own order.
+        let offered = attach.known_features();
+        let features: Vec<Feature> = Feature::ALL
             .into_iter()
-            .filter(|f| SUPPORTED_FEATURES.contains(f))
+            .filter(|f| offered.contains(f) && SUPPORTED_FEATURES.contains(f))
             .collect();
         self.features = features.clone();
         let resumable = features.contains(&Feature::ResumableSessions);
