@@ -110,6 +110,10 @@ impl App {
         let clock = runtime.clock.clone();
         let entropy = runtime.entropy.clone();
         let metrics = Arc::new(Metrics::new());
+        if config.planted.write_cap_small {
+            // The planted bug: frames capped at twice what the document sockets read.
+            metrics.set_outbound_frame_cap(2 * 1024 * 1024);
+        }
         // Every service's store calls are timed for the metrics.
         let store: Arc<dyn Store> = Arc::new(Instrumented::new(store, metrics.store_hook()));
         let github = GitHub::new(
@@ -411,6 +415,9 @@ impl App {
                 connection_timeout_ms: c.agent_connection_timeout_ms,
                 attach_grace_ms: c.planner_attach_grace_ms,
                 access_recheck_ms: c.access_recheck_ms,
+                // The planted bug: no deadline of its own on the wait for `resume`.
+                resume_wait_ms: (!c.planted.resume_wait_unbounded)
+                    .then_some(crate::transport::agent::RESUME_WAIT.as_millis() as u64),
             },
             shutdown: self.shutdown.clone(),
             metrics: self.metrics.clone(),

@@ -80,6 +80,17 @@ pub struct Planted {
     pub ownership_recheck_off: bool,
     /// Chat admits every send, with no cap on how many are processed at once.
     pub sends_cap_off: bool,
+    /// A writer's Yjs update is journalled and relayed as the whole state the shadow copy
+    /// gained (pending structs and the whole delete set included), and one that leaves anything
+    /// pending is taken (the gapped-update amplification).
+    pub journal_whole_state: bool,
+    /// A socket may send frames of at most twice what it reads (2 MiB for the document sockets),
+    /// so a large document's sync step 2 cannot go out.
+    pub write_cap_small: bool,
+    /// A writer's Yjs update is applied to the live copy unchecked (no shadow copy first).
+    pub poison_guard_off: bool,
+    /// An agent link waits for `resume` with no deadline of its own.
+    pub resume_wait_unbounded: bool,
 }
 
 /// The typed configuration.

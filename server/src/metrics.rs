@@ -90,6 +90,10 @@ pub struct Metrics {
     chat_sends_in_flight: Gauge,
     turns_running: Gauge,
     state_entries: Family<StateLabels, Gauge>,
+    /// Frames a socket was asked to send that were larger than any socket sends.
+    frames_too_large: Counter,
+    /// A smaller largest frame a socket sends than its own (0: none; the simulator plants one).
+    outbound_frame_cap: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -163,6 +167,12 @@ impl Metrics {
             "Entries held now in each per-document or per-login map (they shrink back when idle)",
             state_entries.clone(),
         );
+        let frames_too_large = Counter::default();
+        registry.register(
+            "frames_too_large",
+            "Frames the server would have sent larger than a socket sends (each ended its socket; expected to stay 0)",
+            frames_too_large.clone(),
+        );
         for kind in [SocketKind::Agent, SocketKind::Room, SocketKind::Yjs] {
             let _ = sockets.get_or_create(&SocketLabels { kind: kind.label() });
         }
@@ -176,7 +186,36 @@ impl Metrics {
             chat_sends_in_flight,
             turns_running,
             state_entries,
+            frames_too_large,
+            outbound_frame_cap: std::sync::atomic::AtomicUsize::new(0),
         }
+    }
+
+    /// A largest frame a socket sends set in place of the sockets' own, if any.
+    pub fn outbound_frame_cap(&self) -> Option<usize> {
+        match self
+            .outbound_frame_cap
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            0 => None,
+            cap => Some(cap),
+        }
+    }
+
+    /// Sets a smaller largest frame a socket sends (the simulator plants one).
+    pub fn set_outbound_frame_cap(&self, bytes: usize) {
+        self.outbound_frame_cap
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A frame larger than a socket sends was refused.
+    pub fn frame_too_large(&self) {
+        self.frames_too_large.inc();
+    }
+
+    /// How many frames were refused as larger than any socket sends.
+    pub fn frames_too_large(&self) -> u64 {
+        self.frames_too_large.get()
     }
 
     /// The hook an instrumented store reports each call to.

@@ -75,6 +75,19 @@ pub enum PlannerEvent {
         login: String,
         until_ms: Option<UnixMillis>,
     },
+    /// A link told its client what was kept and waits for its `resume`, until `until_ms` (with
+    /// no deadline: `None`, which no link should ever have).
+    ResumeAwaited {
+        document: Uuid,
+        login: String,
+        until_ms: Option<UnixMillis>,
+    },
+    /// A link stopped waiting for `resume`: `how` is `resumed` or `closed`.
+    ResumeSettled {
+        document: Uuid,
+        login: String,
+        how: String,
+    },
     /// A hand-over window ended with no resume; `cause` says whose return was missing.
     HandoverMissed {
         document: Uuid,

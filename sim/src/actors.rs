@@ -1128,6 +1128,8 @@ async fn run_agent(
                         Err(e) => actor.note(AgentEvent::Failed { at_ms: now_ms(), what: format!("send text: {e}") }),
                     }
                 }
+                // A silent client says nothing, its `resume` included.
+                Some(AgentCommand::Resume(_)) if !reading => {}
                 Some(AgentCommand::Resume(all)) => {
                     let sessions = if all { kept.clone() } else { Vec::new() };
                     let detail = sessions.join(" ");

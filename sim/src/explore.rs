@@ -32,10 +32,31 @@ pub enum FaultClass {
     Latency,
     /// A client's messages to and from the server are lost at random, for a while.
     Drops,
+    /// A browser sends a hostile Yjs update: one after a gap in its clock, or its last one
+    /// again.
+    HostileUpdates,
+    /// A browser fills the document with up to 3 MiB of Yjs state (near its limits).
+    LargeDocuments,
+    /// An agent client goes silent between `attached` and its `resume`.
+    SilentResume,
 }
 
 impl FaultClass {
-    pub const ALL: [FaultClass; 6] = [
+    pub const ALL: [FaultClass; 9] = [
+        FaultClass::Partitions,
+        FaultClass::Crashes,
+        FaultClass::GithubOutage,
+        FaultClass::Revocations,
+        FaultClass::Latency,
+        FaultClass::Drops,
+        FaultClass::HostileUpdates,
+        FaultClass::LargeDocuments,
+        FaultClass::SilentResume,
+    ];
+
+    /// The network, crash and GitHub classes (the first six): what a scenario meets without a
+    /// hostile client.
+    pub const NETWORK: [FaultClass; 6] = [
         FaultClass::Partitions,
         FaultClass::Crashes,
         FaultClass::GithubOutage,
@@ -52,8 +73,11 @@ impl FaultClass {
             "revocations" => Ok(FaultClass::Revocations),
             "latency" => Ok(FaultClass::Latency),
             "drops" => Ok(FaultClass::Drops),
+            "hostile-updates" => Ok(FaultClass::HostileUpdates),
+            "large-documents" => Ok(FaultClass::LargeDocuments),
+            "silent-resume" => Ok(FaultClass::SilentResume),
             other => Err(format!(
-                "unknown fault class {other:?} (partitions, crashes, github-outage, revocations, latency, drops)"
+                "unknown fault class {other:?} (partitions, crashes, github-outage, revocations, latency, drops, hostile-updates, large-documents, silent-resume)"
             )),
         }
     }
@@ -94,6 +118,17 @@ fn hosts_before(file: &ScenarioFile, before: usize) -> Vec<String> {
         .iter()
         .filter_map(|a| match a {
             Action::Agent { name, .. } | Action::Browser { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The browsers `file` has opened by the time its step `before` runs.
+fn browsers_before(file: &ScenarioFile, before: usize) -> Vec<String> {
+    file.steps[..before]
+        .iter()
+        .filter_map(|a| match a {
+            Action::Browser { name, .. } => Some(name.clone()),
             _ => None,
         })
         .collect()
@@ -180,6 +215,52 @@ pub fn schedule(file: &ScenarioFile, seed: u64, classes: &[FaultClass]) -> Vec<F
                 vec![Action::GithubOutage { on: true }],
                 vec![Action::GithubOutage { on: false }],
             ),
+            FaultClass::HostileUpdates | FaultClass::LargeDocuments => {
+                let browsers = browsers_before(file, on);
+                if browsers.is_empty() {
+                    continue;
+                }
+                let browser = browsers[draws.below(browsers.len() as u64) as usize].clone();
+                let step = match class {
+                    FaultClass::HostileUpdates => Action::HostileUpdate {
+                        browser,
+                        kind: if draws.below(2) == 0 {
+                            "gapped"
+                        } else {
+                            "duplicate"
+                        }
+                        .to_owned(),
+                        bytes: 1 + draws.below(32 * 1024) as usize,
+                    },
+                    _ => Action::Fill {
+                        browser,
+                        bytes: 512 * 1024 + draws.below(5 * 512 * 1024) as usize,
+                    },
+                };
+                (vec![step], Vec::new())
+            }
+            FaultClass::SilentResume => {
+                // Right before one of the file's own `resume` steps: the client heard
+                // `attached` and says nothing more.
+                let resumes: Vec<(usize, String)> = file
+                    .steps
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, a)| match a {
+                        Action::Resume { agent, .. } => Some((i, agent.clone())),
+                        _ => None,
+                    })
+                    .collect();
+                if resumes.is_empty() {
+                    continue;
+                }
+                let (at, agent) = resumes[draws.below(resumes.len() as u64) as usize].clone();
+                faults.push(Fault {
+                    before: at,
+                    steps: vec![Action::Silence { agent }],
+                });
+                continue;
+            }
             FaultClass::Revocations => {
                 let (login, role) = if draws.below(2) == 0 {
                     ("mona", "write")

@@ -20,7 +20,14 @@
 //! - **tools run under their owner**: a host tool runs (its rechecks passed) only while the
 //!   turn's owner still holds the Planner at the turn's generation;
 //! - **relayed edits are durable**: text one browser received from another is in storage;
-//! - **at most 20 sends at once**: the server never has more Chat sends under way at once.
+//! - **at most 20 sends at once**: the server never has more Chat sends under way at once;
+//! - **bytes bounded**: a writer's update is journalled and relayed as at most twice its own size
+//!   (plus 256 bytes) — never as pending structs or a whole delete set again;
+//! - **frames fit**: the server never makes a frame larger than a socket sends;
+//! - **a fresh client can open**: every open document encodes whole, within one frame, and what
+//!   a client with nothing is sent it can apply completely (nothing left pending);
+//! - **no wait without a deadline**: a link waiting for `resume` has a deadline, and is done
+//!   waiting within a second of it.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -97,6 +104,18 @@ impl Invariants {
             }
             *highest = ownership.generation;
         }
+        if let Some(app) = &app {
+            bytes_bounded(app)?;
+            let too_large = app.metrics.frames_too_large();
+            if too_large > 0 {
+                return Err(format!(
+                    "frames fit: the server made {too_large} frames larger than a socket sends"
+                ));
+            }
+            for &doc in docs {
+                fresh_client_opens(app, doc)?;
+            }
+        }
         self.planner.check(world)?;
         chat(world, rooms, browsers, sends)?;
         relayed(world, rooms, browsers, typed)?;
@@ -117,6 +136,8 @@ struct PlannerSeen {
     /// An attach that arrived inside its own account's grace period: its generation is owed
     /// (generation, when it arrived, the period's end).
     owed: BTreeMap<(Uuid, String), (i64, u64, i64)>,
+    /// Links waiting for `resume`, and until when (wall-clock ms).
+    awaiting_resume: BTreeMap<(Uuid, String), i64>,
 }
 
 #[derive(Debug)]
@@ -133,7 +154,20 @@ impl PlannerSeen {
         world.with_events(self.read, |events| {
             self.read += events.len();
             events.iter().try_for_each(|e| self.event(e))
-        })
+        })?;
+        // no wait without a deadline: none is overdue by more than a second.
+        let now = world.now_ms() as i64 + crate::clock::SIM_EPOCH_MS;
+        if let Some(((doc, login), until)) = self
+            .awaiting_resume
+            .iter()
+            .find(|(_, until)| now > **until + 1_000)
+        {
+            return Err(format!(
+                "no wait without a deadline: {login}'s link on {doc} still waits for resume {} ms past its deadline",
+                now - until
+            ));
+        }
+        Ok(())
     }
 
     fn event(&mut self, e: &crate::world::TraceEvent) -> Result<(), String> {
@@ -142,6 +176,7 @@ impl PlannerSeen {
             holder,
             grace,
             owed,
+            awaiting_resume,
             ..
         } = self;
         let Event::Planner(p) = &e.event else {
@@ -238,9 +273,90 @@ impl PlannerSeen {
             } => {
                 owed.remove(&(document, login));
             }
+            PlannerEvent::ResumeAwaited {
+                document,
+                login,
+                until_ms,
+            } => match until_ms {
+                Some(until) => {
+                    awaiting_resume.insert((document, login), until);
+                }
+                None => {
+                    return Err(format!(
+                        "no wait without a deadline: {login}'s link on {document} waits for resume with no deadline, from {} ms",
+                        e.at_ms
+                    ))
+                }
+            },
+            PlannerEvent::ResumeSettled {
+                document, login, ..
+            } => {
+                awaiting_resume.remove(&(document, login));
+            }
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// bytes bounded: no writer's update the server took was journalled and relayed as more than
+/// twice its size plus 256 bytes.
+fn bytes_bounded(app: &chopin_server::App) -> Result<(), String> {
+    match app
+        .open
+        .accepted_updates()
+        .into_iter()
+        .find(|(sent, kept)| *kept > 2 * sent + 256)
+    {
+        Some((sent, kept)) => Err(format!(
+            "bytes bounded: an update of {sent} bytes was journalled and relayed as {kept} bytes"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// a fresh client can open: `doc`, if open, encodes whole within one frame a socket sends, and
+/// a client with nothing can apply all of it.
+fn fresh_client_opens(app: &chopin_server::App, doc: Uuid) -> Result<(), String> {
+    let Some(open) = app.open.peek(doc) else {
+        return Ok(());
+    };
+    // A document an update holds now is looked at after a later step (the check must not wait
+    // on the server's runtime, which only runs while the world advances).
+    let Some(whole) = open.try_whole_state() else {
+        return Ok(());
+    };
+    let Some(whole) = whole else {
+        return Err(format!(
+            "a fresh client can open: {doc} cannot be encoded for a client that joins"
+        ));
+    };
+    let frame = chopin_server::content::sync_update_frame(&whole).len();
+    if frame > chopin_server::transport::socket::OUTBOUND_FRAME_MAX_BYTES {
+        return Err(format!(
+            "a fresh client can open: {doc}'s sync step 2 is {frame} bytes, past the largest frame a socket sends"
+        ));
+    }
+    let fresh = chopin_document::ydoc::empty_doc(2);
+    let applied = chopin_server::content::guard::guarded(|| {
+        use yrs::updates::decoder::Decode;
+        use yrs::{ReadTxn, Transact};
+        let update = yrs::Update::decode_v1(&whole).map_err(|e| e.to_string())?;
+        let mut txn = fresh.transact_mut();
+        txn.apply_update(update).map_err(|e| e.to_string())?;
+        Ok::<bool, String>(txn.has_missing_updates())
+    });
+    match applied {
+        Some(Ok(false)) => Ok(()),
+        Some(Ok(true)) => Err(format!(
+            "a fresh client can open: a client joining {doc} is sent changes it can never apply (left pending)"
+        )),
+        Some(Err(e)) => Err(format!(
+            "a fresh client can open: a client joining {doc} cannot apply what it is sent: {e}"
+        )),
+        None => Err(format!(
+            "a fresh client can open: applying {doc}'s state panics in yrs"
+        )),
     }
 }
 

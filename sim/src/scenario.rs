@@ -48,7 +48,8 @@ pub struct ScenarioFile {
     #[serde(default)]
     pub settings: Settings,
     /// Known bugs to plant in the server (`grace-hold-off`, `journal-after-relay`,
-    /// `ownership-recheck-off`, `sends-cap-off`), to show the invariants catch them. Empty in every scenario of `scenarios/`.
+    /// `ownership-recheck-off`, `sends-cap-off`, `journal-whole-state`, `write-cap-small`,
+    /// `poison-guard-off`, `resume-wait-unbounded`), to show the invariants catch them. Empty in every scenario of `scenarios/`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub plant: Vec<String>,
     /// Store calls held this many simulated ms each, by method (`append_transcript = 50`):
@@ -102,11 +103,19 @@ impl Settings {
         let journal_after_relay = planted("journal-after-relay");
         let ownership_recheck_off = planted("ownership-recheck-off");
         let sends_cap_off = planted("sends-cap-off");
+        let journal_whole_state = planted("journal-whole-state");
+        let write_cap_small = planted("write-cap-small");
+        let poison_guard_off = planted("poison-guard-off");
+        let resume_wait_unbounded = planted("resume-wait-unbounded");
         std::sync::Arc::new(move |c| {
             c.planted.grace_hold_off = grace_hold_off;
             c.planted.journal_after_relay = journal_after_relay;
             c.planted.ownership_recheck_off = ownership_recheck_off;
             c.planted.sends_cap_off = sends_cap_off;
+            c.planted.journal_whole_state = journal_whole_state;
+            c.planted.write_cap_small = write_cap_small;
+            c.planted.poison_guard_off = poison_guard_off;
+            c.planted.resume_wait_unbounded = resume_wait_unbounded;
             if let Some(ms) = s.planner_attach_grace_ms {
                 c.planner_attach_grace_ms = ms;
             }
@@ -122,6 +131,13 @@ impl Settings {
         })
     }
 }
+
+/// An update yrs 0.28 applies, leaving a delete set it can never merge: every later encode of a
+/// document holding it panics (issue 15's regression update).
+const POISON: &[u8] = &[
+    0x01, 0x01, 0xd9, 0x0f, 0x00, 0x92, 0x44, 0xf1, 0x07, 0x00, 0x07, 0x42, 0x2d, 0x73, 0x69, 0x64,
+    0x65, 0x20, 0x01, 0xf1, 0x07, 0x01, 0x1a, 0x02,
+];
 
 /// Which events a step looks for: those of `host` (any host if absent) whose timeline line
 /// contains `text`.
@@ -209,6 +225,31 @@ pub enum Action {
     Type {
         browser: String,
         text: String,
+    },
+    /// The browser sends a hostile Yjs update: `gapped` (its client's clock starts after 1,000
+    /// changes never sent, then `bytes` of text), `duplicate` (its last update again), or
+    /// `poison` (an update yrs takes that leaves a document it cannot encode).
+    HostileUpdate {
+        browser: String,
+        kind: String,
+        #[serde(default = "default_hostile_bytes")]
+        bytes: usize,
+    },
+    /// The browser asks for the whole document as a client with nothing does (Yjs sync step 1
+    /// with an empty state vector); the server answers with sync step 2.
+    Sync {
+        browser: String,
+    },
+    /// The browser deletes every other character of the text it typed, in one update: a
+    /// document whose delete set holds many ranges.
+    Scatter {
+        browser: String,
+    },
+    /// The browser fills the document near its limits: `bytes` of map entries (Yjs state the
+    /// source does not show), in updates of at most 256 KiB.
+    Fill {
+        browser: String,
+        bytes: usize,
     },
     /// The browser sends any JSON message (`{ type = "planner:stop" }`, say).
     Send {
@@ -373,6 +414,10 @@ fn yes() -> bool {
     true
 }
 
+fn default_hostile_bytes() -> usize {
+    16 * 1024
+}
+
 fn default_wait() -> u64 {
     DEFAULT_WAIT_MS
 }
@@ -493,6 +538,8 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         rooms: BTreeMap::new(),
         sends: Sends::new(),
         typists: BTreeMap::new(),
+        hostile: BTreeMap::new(),
+        last_update: BTreeMap::new(),
         typed: Typed::new(),
     };
     let mut invariants = Invariants::default();
@@ -552,6 +599,9 @@ struct Run {
     sends: Sends,
     /// Each typing browser's own copy of the document (its client id fixed at its first `type`).
     typists: BTreeMap<String, yrs::Doc>,
+    /// Each browser's hostile client (its gapped updates), and the last update each sent.
+    hostile: BTreeMap<String, yrs::Doc>,
+    last_update: BTreeMap<String, Vec<u8>>,
     /// What each `type` step typed, and by whom.
     typed: Typed,
 }
@@ -701,7 +751,100 @@ impl Run {
                 let source = chopin_document::ydoc::read_source(doc) + text;
                 let update = chopin_document::ydoc::replace_source(doc, &source);
                 b.send_binary(crate::actors::sync_update_frame(&update));
+                self.last_update.insert(browser.clone(), update);
                 self.typed.push((browser.clone(), text.clone()));
+                Ok(())
+            }
+            Action::HostileUpdate {
+                browser,
+                kind,
+                bytes,
+            } => {
+                let b = self.browser(browser)?.clone();
+                let update = match kind.as_str() {
+                    "gapped" => {
+                        // A client of its own whose first 1,000 changes are never sent.
+                        let client = 5_000 + self.hostile.len() as u64;
+                        let doc = self.hostile.entry(browser.clone()).or_insert_with(|| {
+                            let doc = chopin_document::ydoc::empty_doc(client);
+                            chopin_document::ydoc::replace_source(&doc, &"a".repeat(1_000));
+                            doc
+                        });
+                        let source = chopin_document::ydoc::read_source(doc) + &"g".repeat(*bytes);
+                        chopin_document::ydoc::replace_source(doc, &source)
+                    }
+                    // Nothing sent yet: nothing to send again.
+                    "duplicate" => match self.last_update.get(browser) {
+                        Some(update) => update.clone(),
+                        None => return Ok(()),
+                    },
+                    "poison" => POISON.to_vec(),
+                    other => {
+                        return Err(format!(
+                            "hostile-update kind {other:?}: gapped, duplicate or poison"
+                        ))
+                    }
+                };
+                b.send_binary(crate::actors::sync_update_frame(&update));
+                Ok(())
+            }
+            Action::Scatter { browser } => {
+                let b = self.browser(browser)?.clone();
+                let doc = self
+                    .typists
+                    .get(browser)
+                    .ok_or_else(|| format!("{browser} has typed nothing to delete"))?;
+                let update = {
+                    use yrs::{GetString, Text, Transact};
+                    let text = doc.get_or_insert_text(chopin_document::ydoc::SOURCE_TEXT);
+                    let mut txn = doc.transact_mut();
+                    let len = text.get_string(&txn).encode_utf16().count() as u32;
+                    // From the end, so each index still names the character meant.
+                    let mut at = len.saturating_sub(1);
+                    while at > 0 {
+                        text.remove_range(&mut txn, at, 1);
+                        at = at.saturating_sub(2);
+                    }
+                    txn.encode_update_v1()
+                };
+                b.send_binary(crate::actors::sync_update_frame(&update));
+                self.last_update.insert(browser.clone(), update);
+                Ok(())
+            }
+            Action::Sync { browser } => {
+                use yrs::updates::encoder::Encode;
+                let step1 = yrs::sync::Message::Sync(yrs::sync::SyncMessage::SyncStep1(
+                    yrs::StateVector::default(),
+                ))
+                .encode_v1();
+                self.browser(browser)?.send_binary(step1);
+                Ok(())
+            }
+            Action::Fill { browser, bytes } => {
+                let b = self.browser(browser)?.clone();
+                let client = 9_000 + self.typists.len() as u64;
+                let doc = self
+                    .typists
+                    .entry(browser.clone())
+                    .or_insert_with(|| chopin_document::ydoc::empty_doc(client));
+                let map = doc.get_or_insert_map("meta");
+                let mut filled = 0;
+                let mut n = 0usize;
+                while filled < *bytes {
+                    use yrs::{Map, Transact};
+                    let mut txn = doc.transact_mut();
+                    let mut chunk = 0;
+                    while chunk < 256 * 1024 - 1024 && filled < *bytes {
+                        map.insert(&mut txn, format!("k{n}"), "v".repeat(100));
+                        n += 1;
+                        chunk += 110;
+                        filled += 110;
+                    }
+                    let update = txn.encode_update_v1();
+                    drop(txn);
+                    b.send_binary(crate::actors::sync_update_frame(&update));
+                    self.last_update.insert(browser.clone(), update);
+                }
                 Ok(())
             }
             Action::Send { browser, json } => {

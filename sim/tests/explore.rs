@@ -7,7 +7,9 @@
 //! two-writer edit scenario breaks "relayed edits are durable" the same way; with the tool
 //! recheck's ownership check planted off, a reset during a slow recheck breaks "tools run under
 //! their owner"; with Chat's cap on sends planted off, twenty-one senders break "at most 20
-//! sends at once".
+//! sends at once". The hostile-input plants: the whole state journalled for each update breaks
+//! "bytes bounded", a write cap of 2 MiB "frames fit", the shadow check off "a fresh client can
+//! open", and a `resume` awaited with no deadline "no wait without a deadline".
 
 use std::path::Path;
 use std::time::Duration;
@@ -33,11 +35,16 @@ const BUDGET: Duration = Duration::from_secs(600);
 /// `invariant`, shrinks to at most one fault, and the scenario written from it, read back,
 /// breaks it again when replayed from its own seed, to the same trace.
 fn found_by_explore(name: &str, plant: &str, invariant: &str) -> Found {
+    found_by_explore_in(name, plant, invariant, &FaultClass::NETWORK)
+}
+
+/// [`found_by_explore`] drawing faults from `classes`.
+fn found_by_explore_in(name: &str, plant: &str, invariant: &str, classes: &[FaultClass]) -> Found {
     let file = ScenarioFile {
         plant: vec![plant.to_owned()],
         ..scenario(name)
     };
-    let explored = explore(&file, 0..10, &FaultClass::ALL, BUDGET);
+    let explored = explore(&file, 0..10, classes, BUDGET);
     let found = explored.found.expect("found within 10 seeds");
     let (_, why) = found
         .verdict
@@ -118,4 +125,70 @@ fn explore_finds_the_sends_cap_planted_off() {
         "sends-cap-off",
         "at most 20 sends at once",
     );
+}
+
+#[test]
+fn explore_finds_the_whole_state_journalled_planted_and_shrinks_it() {
+    found_by_explore_in(
+        "hostile-1-a-gapped-update-is-refused-and-keystrokes-stay-keystrokes",
+        "journal-whole-state",
+        "bytes bounded",
+        &FaultClass::ALL,
+    );
+}
+
+#[test]
+fn explore_finds_the_small_write_cap_planted_and_shrinks_it() {
+    found_by_explore_in(
+        "hostile-2-a-document-near-its-limits-still-opens-for-a-fresh-client",
+        "write-cap-small",
+        "frames fit",
+        &FaultClass::ALL,
+    );
+}
+
+#[test]
+fn explore_finds_the_poison_guard_planted_off_and_shrinks_it() {
+    found_by_explore_in(
+        "hostile-2-a-poisonous-update-is-refused-and-the-document-still-opens",
+        "poison-guard-off",
+        "a fresh client can open",
+        &FaultClass::ALL,
+    );
+}
+
+#[test]
+fn explore_finds_the_unbounded_resume_wait_planted_and_shrinks_it() {
+    found_by_explore_in(
+        "hostile-3-a-client-silent-before-resume-is-closed-at-the-deadline",
+        "resume-wait-unbounded",
+        "no wait without a deadline",
+        &FaultClass::ALL,
+    );
+}
+
+#[test]
+fn the_hostile_fault_classes_break_nothing_without_a_plant() {
+    // The new fault classes alone, on scenarios with browsers and a resume: no invariant breaks.
+    let classes = [
+        FaultClass::HostileUpdates,
+        FaultClass::LargeDocuments,
+        FaultClass::SilentResume,
+    ];
+    for name in [
+        "edits-relayed-between-writers-survive-a-crash",
+        "atm-35-a-stop-pressed-while-the-link-is-away-is-held-for-its-return",
+    ] {
+        let file = scenario(name);
+        for seed in 0..3 {
+            let faults = schedule(&file, seed, &classes);
+            let played = with_faults(&file, &faults, "test");
+            let verdict = play_as(&played, Some(seed), Mode::Explore);
+            assert!(
+                !verdict.violation,
+                "{name}, seed {seed}: {:?}",
+                verdict.failure
+            );
+        }
+    }
 }

@@ -143,6 +143,16 @@ fn copy_of(live: &Doc) -> Doc {
     copy
 }
 
+/// How [`Shadow::try_update`] takes an update: as it must, or with a bug the simulator plants.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Planted {
+    /// The change is the whole state the shadow gained since the update's start (the whole
+    /// delete set included), as yrs's state-vector encoding gives it.
+    pub whole_state: bool,
+    /// No shadow copy: the client's bytes are taken as they are.
+    pub unguarded: bool,
+}
+
 /// The copy every update is tried on first.
 pub struct Shadow {
     doc: Option<Doc>,
@@ -161,6 +171,17 @@ impl Shadow {
     /// it. `Ok(None)`: nothing new. `Err`: refused; the shadow is as it was (rebuilt from `live`
     /// if the update damaged it).
     pub fn try_update(&mut self, live: &Doc, update: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
+        self.try_update_as(live, update, Planted::default())
+    }
+
+    /// [`Shadow::try_update`], with the bugs of `planted` (the simulator's, to show its
+    /// invariants find them).
+    pub fn try_update_as(
+        &mut self,
+        live: &Doc,
+        update: &[u8],
+        planted: Planted,
+    ) -> Result<Option<Vec<u8>>, Refusal> {
         let decoded = match guarded(|| Update::decode_v1(update)) {
             Some(Ok(decoded)) => decoded,
             Some(Err(e)) => return Err(Refusal::Malformed(e.to_string())),
@@ -169,21 +190,44 @@ impl Shadow {
         if decoded.is_empty() {
             return Ok(None);
         }
+        if planted.unguarded {
+            return Ok(Some(update.to_vec()));
+        }
         let doc = self.doc.take().unwrap_or_else(|| copy_of(live));
+        let before = planted.whole_state.then(|| doc.transact().state_vector());
         let Some((doc, applied)) = apply_in(doc, decoded) else {
             self.doc = Some(copy_of(live));
             return Err(Refusal::Poisonous("yrs panicked applying it"));
         };
-        let applied = match applied {
-            Ok(applied) if !applied.pending => applied,
-            Ok(_) => {
-                // Held apart it would be relayed to nobody and kept by nobody: refused.
+        let applied = match (applied, &before) {
+            (Ok(mut applied), Some(before)) if !applied.pending => {
+                // The planted bug: what the shadow gained, encoded by state vector (the
+                // document's whole delete set with it).
+                let whole = guarded(|| doc.transact().encode_state_as_update_v1(before));
+                applied.change = whole.unwrap_or_default();
+                applied
+            }
+            (Ok(_), Some(_)) => {
                 drop(doc);
                 self.doc = Some(copy_of(live));
                 return Err(Refusal::Gapped("changes"));
             }
-            Err(e) => {
-                // An update yrs refuses may have changed the shadow half-way: start again.
+            (applied, None) => match applied {
+                Ok(applied) if !applied.pending => applied,
+                Ok(_) => {
+                    // Held apart it would be relayed to nobody and kept by nobody: refused.
+                    drop(doc);
+                    self.doc = Some(copy_of(live));
+                    return Err(Refusal::Gapped("changes"));
+                }
+                Err(e) => {
+                    // An update yrs refuses may have changed the shadow half-way: start again.
+                    drop(doc);
+                    self.doc = Some(copy_of(live));
+                    return Err(Refusal::Malformed(e));
+                }
+            },
+            (Err(e), Some(_)) => {
                 drop(doc);
                 self.doc = Some(copy_of(live));
                 return Err(Refusal::Malformed(e));

@@ -149,7 +149,17 @@ struct Deps {
     /// A bug planted by the simulator (see [`Planted::journal_after_relay`]); always off
     /// outside it.
     journal_after_relay: AtomicBool,
+    /// Bugs planted by the simulator in taking an update ([`Planted::journal_whole_state`],
+    /// [`Planted::poison_guard_off`]); always off outside it.
+    journal_whole_state: AtomicBool,
+    poison_guard_off: AtomicBool,
+    /// The latest writers' updates taken, as (bytes sent, bytes journalled and relayed), for
+    /// the simulator's "bytes bounded" invariant; at most [`ACCEPTED_MEMORY`].
+    accepted: Mutex<std::collections::VecDeque<(usize, usize)>>,
 }
+
+/// How many taken updates [`OpenDocuments::accepted_updates`] remembers.
+const ACCEPTED_MEMORY: usize = 1024;
 
 /// One open document.
 pub struct OpenDocument {
@@ -262,6 +272,14 @@ impl OpenDocument {
         txn.encode_state_as_update_v1(sv)
     }
 
+    /// Everything a client with nothing gets in its sync step 2 — `Some(None)` if yrs cannot
+    /// encode the document (it panics doing so) — or `None` when an update holds the document
+    /// now (nothing waits for it: for observers outside the server's runtime).
+    pub fn try_whole_state(&self) -> Option<Option<Vec<u8>>> {
+        let content = self.content.try_lock().ok()?;
+        Some(guard::encode_all(&content.doc))
+    }
+
     /// This document's state vector (for its sync step 1).
     pub async fn state_vector(&self) -> StateVector {
         let content = self.content.lock().await;
@@ -304,7 +322,14 @@ impl OpenDocument {
     pub async fn apply_update(&self, from: u64, update: &[u8]) -> Result<bool, UpdateError> {
         let mut content = self.content.lock().await;
         let content = &mut *content;
-        let Some(change) = content.shadow.try_update(&content.doc, update)? else {
+        let planted = guard::Planted {
+            whole_state: self.deps.journal_whole_state.load(Ordering::Relaxed),
+            unguarded: self.deps.poison_guard_off.load(Ordering::Relaxed),
+        };
+        let Some(change) = content
+            .shadow
+            .try_update_as(&content.doc, update, planted)?
+        else {
             return Ok(false);
         };
         let planted = self.deps.journal_after_relay.load(Ordering::SeqCst);
@@ -331,6 +356,17 @@ impl OpenDocument {
             tracing::error!(document = %self.document_id, seq, "a checked change did not apply to the live copy");
         }
         content.applied(self.document_id, seq);
+        {
+            let mut accepted = self
+                .deps
+                .accepted
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if accepted.len() >= ACCEPTED_MEMORY {
+                accepted.pop_front();
+            }
+            accepted.push_back((update.len(), change.len()));
+        }
         if content.since_checkpoint >= CHECKPOINT_EVERY {
             self.checkpoint(content).await;
         }
@@ -677,6 +713,9 @@ impl OpenDocuments {
                 documents,
                 clock,
                 journal_after_relay: AtomicBool::new(false),
+                journal_whole_state: AtomicBool::new(false),
+                poison_guard_off: AtomicBool::new(false),
+                accepted: Mutex::default(),
             }),
             entropy,
             shutdown,
@@ -688,6 +727,24 @@ impl OpenDocuments {
         self.deps
             .journal_after_relay
             .store(planted.journal_after_relay, Ordering::SeqCst);
+        self.deps
+            .journal_whole_state
+            .store(planted.journal_whole_state, Ordering::SeqCst);
+        self.deps
+            .poison_guard_off
+            .store(planted.poison_guard_off, Ordering::SeqCst);
+    }
+
+    /// The latest writers' updates this process took (at most 1,024), oldest first: the bytes
+    /// each sent, and the bytes it was journalled and relayed as.
+    pub fn accepted_updates(&self) -> Vec<(usize, usize)> {
+        self.deps
+            .accepted
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .copied()
+            .collect()
     }
 
     fn lock(&self) -> MutexGuard<'_, BTreeMap<Uuid, Slot>> {
@@ -714,6 +771,14 @@ impl OpenDocuments {
         if let Some(open) = open {
             open.archived.send_replace(archived);
         }
+    }
+
+    /// The open copy of `document_id`, if it is loaded, without taking a handle (nothing is
+    /// counted: it may unload at any moment). For observers such as the simulator.
+    pub fn peek(&self, document_id: Uuid) -> Option<Arc<OpenDocument>> {
+        self.lock()
+            .get(&document_id)
+            .and_then(|s| s.cell.get().cloned())
     }
 
     /// Whether `document_id` is loaded in this process.

@@ -66,6 +66,9 @@ pub struct LinkTimers {
     pub attach_grace_ms: u64,
     /// `AGENT_ACCESS_RECHECK_MS`.
     pub access_recheck_ms: u64,
+    /// How long a link waits for `resume` ([`RESUME_WAIT`]); `None` only where the simulator
+    /// plants the wait without a deadline.
+    pub resume_wait_ms: Option<u64>,
 }
 
 /// What the agent socket uses.
@@ -199,6 +202,7 @@ async fn endpoint(
                 socket,
                 &shutdown,
                 Duration::from_millis(deps.timers.connection_timeout_ms),
+                &deps.metrics,
             );
             let open = deps.metrics.socket(SocketKind::Agent);
             shutdown.track(async move {
@@ -273,7 +277,7 @@ struct AwaitedResume {
     /// What the hold kept.
     work: HeldWork,
     /// When the client has waited too long ([`RESUME_WAIT`] after `attached`).
-    deadline: Instant,
+    deadline: Option<Instant>,
 }
 
 /// The sessions and turns a link opened, as `session:<id>` / `turn:<id>`: every one still open,
@@ -496,10 +500,16 @@ impl Link {
                 } else {
                     // The client's `resume` is read by the attached loop, with every deadline,
                     // ping and close of an attached link — and its own deadline.
+                    let wait = self.deps.timers.resume_wait_ms.map(Duration::from_millis);
+                    self.deps.planners.emit(PlannerEvent::ResumeAwaited {
+                        document: doc.id,
+                        login: self.login.clone(),
+                        until_ms: wait.map(|w| self.deps.clock.now_ms() + w.as_millis() as i64),
+                    });
                     self.awaiting_resume = Some(AwaitedResume {
                         offered: kept,
                         work: kept_work,
-                        deadline: Instant::now() + RESUME_WAIT,
+                        deadline: wait.map(|w| Instant::now() + w),
                     });
                 }
             }
@@ -536,7 +546,7 @@ impl Link {
     /// period.
     async fn link_gone(&mut self, doc: uuid::Uuid, link: u64, how: LinkEnd) {
         let planners = self.deps.planners.clone();
-        if let Some(awaited) = self.awaiting_resume.take() {
+        if let Some(awaited) = self.settle_resume(doc, "closed") {
             // Lost before its `resume` (a drop, a fault, silence, the resume's deadline): kept
             // again as for any drop; a detach lets it go.
             return self
@@ -586,11 +596,23 @@ impl Link {
             .spawn(async move { turns.start_answers(id).await });
     }
 
+    /// The `resume` the link waited for, if it waited: it waits no more (`how`: `resumed` or
+    /// `closed`).
+    fn settle_resume(&mut self, doc: uuid::Uuid, how: &str) -> Option<AwaitedResume> {
+        let awaited = self.awaiting_resume.take()?;
+        self.deps.planners.emit(PlannerEvent::ResumeSettled {
+            document: doc,
+            login: self.login.clone(),
+            how: how.to_owned(),
+        });
+        Some(awaited)
+    }
+
     /// A link awaiting its client's `resume` was closed by an explicit act (a sign-out, an
     /// expiry, a reset, an archive, lost access): what the hold kept is let go, as when that act
     /// ends a hold (AO-12).
     async fn let_go_awaited(&mut self, doc: &Document) {
-        let Some(awaited) = self.awaiting_resume.take() else {
+        let Some(awaited) = self.settle_resume(doc.id, "closed") else {
             return;
         };
         if let Some(old) = awaited.work.link {
@@ -1013,14 +1035,14 @@ impl Link {
         tokio::pin!(stopping, writer_ended);
         loop {
             let silent_until = self.last_heard + timeout;
-            let resume_due = self.awaiting_resume.as_ref().map(|a| a.deadline);
-            let awaiting = resume_due.is_some();
+            let awaiting = self.awaiting_resume.is_some();
+            let resume_due = self.awaiting_resume.as_ref().and_then(|a| a.deadline);
             tokio::select! {
                 () = &mut stopping => {
                     // The process is stopping (the cut): the link's hold is written for the next
                     // process, then the link is told so and closed 1001. No grace period starts
                     // and nothing is released; the next process decides (HO-01, HO-17).
-                    let work = if let Some(awaited) = self.awaiting_resume.take() {
+                    let work = if let Some(awaited) = self.settle_resume(doc.id, "closed") {
                         // Not taken back yet: the hold keeps what it kept.
                         awaited.work
                     } else if self.features.contains(&Feature::ResumableSessions) {
@@ -1048,7 +1070,7 @@ impl Link {
                     Incoming::Message(ClientMessage::Resume(resume)) => {
                         // The order rules let `resume` come only first after a non-empty
                         // `attached.kept`, which is when a resume is awaited.
-                        if let Some(awaited) = self.awaiting_resume.take() {
+                        if let Some(awaited) = self.settle_resume(doc.id, "resumed") {
                             self.take_back(doc, live, handle, bound.link, awaited.work, &awaited.offered, Some(resume)).await;
                         }
                     }
@@ -1165,7 +1187,7 @@ impl Link {
                     }
                     return Ended::Done;
                 }
-                _ = tokio::time::sleep_until(resume_due.unwrap_or(silent_until)), if awaiting => {
+                _ = tokio::time::sleep_until(resume_due.unwrap_or(silent_until)), if resume_due.is_some() => {
                     tracing::info!(document = %doc.id, login = %self.login, "the client did not resume within the bound; closing the link as dropped");
                     let fault = Fault::OutOfOrder {
                         message_type: "resume".into(),

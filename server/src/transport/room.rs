@@ -169,7 +169,8 @@ macro_rules! push {
 
 async fn run(deps: RoomDeps, socket: WebSocket, doc: Document, member: Member) {
     let _open = deps.metrics.socket(SocketKind::Room);
-    let (mut reader, out) = socket::split(socket, &deps.shutdown, socket::WRITE_STALL);
+    let (mut reader, out) =
+        socket::split(socket, &deps.shutdown, socket::WRITE_STALL, &deps.metrics);
     session(&deps, &mut reader, &out, &doc, member).await;
     socket::linger(&mut reader).await;
 }

@@ -24,6 +24,7 @@ use futures::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::metrics::Metrics;
 use crate::runtime::Shutdown;
 
 /// Frames a socket may have queued and not yet written.
@@ -159,6 +160,9 @@ pub fn tune(upgrade: WebSocketUpgrade, max_message: usize) -> WebSocketUpgrade {
 pub enum Refused {
     /// The peer has not read what is queued (frames or bytes at their bound).
     SlowConsumer,
+    /// The frame is larger than any socket sends ([`OUTBOUND_FRAME_MAX_BYTES`]): a bug upstream
+    /// (every frame's maker bounds it), counted in `/metrics`.
+    TooLarge,
     /// The writer has ended: the connection failed, stalled, or a close went out.
     Gone,
 }
@@ -170,6 +174,8 @@ pub struct Outbox {
     tx: mpsc::Sender<Message>,
     queued_bytes: Arc<AtomicUsize>,
     ended: CancellationToken,
+    /// Where a frame too large to send is counted (and a planted smaller cap read).
+    metrics: Option<Arc<Metrics>>,
 }
 
 /// The reading half and the outbox of an upgraded socket; a frame that cannot be written within
@@ -178,6 +184,7 @@ pub fn split(
     socket: WebSocket,
     shutdown: &Shutdown,
     stall: Duration,
+    metrics: &Arc<Metrics>,
 ) -> (SplitStream<WebSocket>, Outbox) {
     let (mut sink, reader) = socket.split();
     let (tx, mut rx) = mpsc::channel::<Message>(QUEUE_FRAMES);
@@ -218,6 +225,7 @@ pub fn split(
             tx,
             queued_bytes,
             ended,
+            metrics: Some(metrics.clone()),
         },
     )
 }
@@ -237,6 +245,22 @@ impl Outbox {
             return Err(Refused::Gone);
         }
         let size = frame_bytes(&message);
+        let cap = self
+            .metrics
+            .as_ref()
+            .and_then(|m| m.outbound_frame_cap())
+            .unwrap_or(OUTBOUND_FRAME_MAX_BYTES);
+        if size > cap {
+            tracing::error!(
+                size,
+                cap,
+                "a frame larger than any socket sends was refused; the socket ends"
+            );
+            if let Some(metrics) = &self.metrics {
+                metrics.frame_too_large();
+            }
+            return Err(Refused::TooLarge);
+        }
         let before = self.queued_bytes.fetch_add(size, Ordering::SeqCst);
         if before > 0 && before + size > QUEUE_BYTES {
             self.queued_bytes.fetch_sub(size, Ordering::SeqCst);
@@ -282,6 +306,7 @@ mod tests {
                 tx,
                 queued_bytes: Arc::default(),
                 ended: CancellationToken::new(),
+                metrics: None,
             },
             rx,
         )

@@ -259,7 +259,8 @@ async fn endpoint(
         let shutdown = deps.shutdown.clone();
         shutdown.track(async move {
             let _open = deps.metrics.socket(SocketKind::Yjs);
-            let (mut incoming, out) = socket::split(socket, &deps.shutdown, socket::WRITE_STALL);
+            let (mut incoming, out) =
+                socket::split(socket, &deps.shutdown, socket::WRITE_STALL, &deps.metrics);
             match admitted {
                 Ok((reader, membership)) => {
                     run(&deps, &mut incoming, &out, reader, membership).await

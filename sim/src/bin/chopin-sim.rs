@@ -49,11 +49,11 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         from: u64,
         /// Fault classes, comma-separated: partitions, crashes, github-outage, revocations,
-        /// latency, drops.
+        /// latency, drops, hostile-updates, large-documents, silent-resume.
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "partitions,crashes,github-outage,revocations,latency,drops"
+            default_value = "partitions,crashes,github-outage,revocations,latency,drops,hostile-updates,large-documents,silent-resume"
         )]
         faults: Vec<String>,
         /// Stop after this much wall time (`90s`, `5m`), even with seeds left.
