@@ -20,7 +20,9 @@
 //! JSON Schema (type, properties, required, additionalProperties, items, enum, const, numeric
 //! and length bounds; any other keyword is refused rather than ignored).
 
+pub mod provider;
 pub mod remote;
+pub mod report;
 
 use std::sync::{Arc, Mutex, MutexGuard, Once};
 
@@ -76,6 +78,22 @@ pub trait ContractModel: Send + Sync {
     /// the reads above see it. A model the adapter reaches synchronously (the fake) has nothing
     /// to wait for; one behind a wire (remote) does, for what has no answer there (`destroy`).
     async fn settle(&self) {}
+    /// How many calls the adapter made to its model in the last turn, where a wire shows them
+    /// (a provider's requests); `None` where the model is not called that way.
+    fn model_calls(&self) -> Option<usize> {
+        None
+    }
+    /// Everything the adapter sent over its model's wire (each request's headers and body), for
+    /// looking for what must never be there. Empty where there is no such wire.
+    fn wire(&self) -> Vec<String> {
+        Vec::new()
+    }
+    /// Words saying how the model's wire carried a piece of `kind` (`text`, `reasoning`,
+    /// `tool-call`), appended to a failure where that piece went missing; empty where there is
+    /// no wire to name.
+    fn wire_note(&self, _kind: &str) -> String {
+        String::new()
+    }
 }
 
 #[async_trait]
@@ -153,7 +171,7 @@ pub enum SubjectError {
 pub fn supported(name: &str) -> Result<(), SubjectError> {
     harness::adapter(name, &HarnessDeps::default())?;
     match name {
-        "fake" | "remote" => Ok(()),
+        "fake" | "provider" | "remote" => Ok(()),
         other => Err(SubjectError::NoModel(other.to_owned())),
     }
 }
@@ -175,7 +193,7 @@ pub fn subject(name: &str) -> Result<Subject, SubjectError> {
             let harness = harness::adapter(name, &deps)?;
             Ok(Subject { harness, model })
         }
-        "remote" => Err(SubjectError::Async(name.to_owned())),
+        "remote" | "provider" => Err(SubjectError::Async(name.to_owned())),
         other => {
             supported(other)?;
             Err(SubjectError::NoModel(other.to_owned()))
@@ -184,24 +202,52 @@ pub fn subject(name: &str) -> Result<Subject, SubjectError> {
 }
 
 /// The subject for any registry name the suite supports. `remote` starts, in-process, the real
-/// server with a fake GitHub and attaches a scripted client ([`remote::remote_subject`]); the
-/// subject keeps all of it running until its last clone is dropped.
+/// server with a fake GitHub and attaches a scripted client ([`remote::remote_subject`]);
+/// `provider` serves the fake model provider on loopback TCP in OpenAI's wire
+/// ([`provider::provider_subject`]; [`Named::wire`] picks Anthropic's). The subject keeps all
+/// of it running until its last clone is dropped.
 pub async fn open_subject(name: &str) -> Result<Subject, SubjectError> {
-    match name {
-        "remote" => remote::remote_subject().await,
-        other => subject(other),
-    }
+    Named::new(name).open().await
 }
 
-/// A [`SubjectFactory`] building fresh subjects by registry name with [`open_subject`], as the
-/// CLI does.
+/// A [`SubjectFactory`] building fresh subjects by registry name, as the CLI does; for
+/// `provider`, in the wire family named by `wire` (`openai` when `None`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Named(pub String);
+pub struct Named(pub String, pub Option<String>);
+
+impl Named {
+    /// The adapter `name`, in its default wire.
+    pub fn new(name: &str) -> Self {
+        Named(name.to_owned(), None)
+    }
+
+    /// The provider's wire family for this subject: `openai` or `anthropic`.
+    pub fn wire(mut self, wire: &str) -> Self {
+        self.1 = Some(wire.to_owned());
+        self
+    }
+
+    async fn open(&self) -> Result<Subject, SubjectError> {
+        match self.0.as_str() {
+            "remote" => remote::remote_subject().await,
+            "provider" => {
+                let wire = self.1.as_deref().unwrap_or("openai");
+                let family = provider::family(wire).ok_or_else(|| {
+                    SubjectError::Setup(format!(
+                        "unknown wire \"{wire}\"; the provider speaks openai or anthropic"
+                    ))
+                })?;
+                provider::provider_subject(family, None).await
+            }
+            other => subject(other),
+        }
+    }
+}
 
 #[async_trait]
 impl SubjectFactory for Named {
     async fn create(&self) -> Result<Subject, String> {
-        open_subject(&self.0).await.map_err(|e| e.to_string())
+        self.open().await.map_err(|e| e.to_string())
     }
 }
 
@@ -229,6 +275,13 @@ struct SuiteHost {
     calls: Mutex<Vec<(String, Value)>>,
     results: Mutex<Vec<Value>>,
     trigger: Mutex<Option<Trigger>>,
+    /// What happened, in order: `text:…`, `reasoning:…`, `finish-step`, `finish` for parts,
+    /// `run:NAME` for each tool the host ran.
+    log: Mutex<Vec<String>>,
+    /// A result of this many bytes of text, instead of the usual one, when set.
+    big: Mutex<Option<usize>>,
+    /// Runs once, inside the first tool the host runs.
+    on_call: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl SuiteHost {
@@ -239,7 +292,14 @@ impl SuiteHost {
             calls: Mutex::new(Vec::new()),
             results: Mutex::new(Vec::new()),
             trigger: Mutex::new(None),
+            log: Mutex::new(Vec::new()),
+            big: Mutex::new(None),
+            on_call: Mutex::new(None),
         })
+    }
+
+    fn log(&self) -> Vec<String> {
+        lock(&self.log).clone()
     }
 
     fn on_text(&self, text: &str, action: impl FnOnce() + Send + 'static) {
@@ -265,6 +325,16 @@ impl TurnHost for SuiteHost {
             calls.push((name.to_owned(), input.clone()));
             calls.len()
         };
+        lock(&self.log).push(format!("run:{name}"));
+        let on_call = lock(&self.on_call).take();
+        if let Some(action) = on_call {
+            action();
+        }
+        if let Some(size) = *lock(&self.big) {
+            let output = Value::String("r".repeat(size));
+            lock(&self.results).push(output.clone());
+            return HostToolResult::ok(output);
+        }
         // A real host tool would call GitHub with the credential; only the result crosses.
         let output = json!({
             "tool": name,
@@ -278,6 +348,16 @@ impl TurnHost for SuiteHost {
 
     async fn part(&self, part: &Part) {
         lock(&self.parts).push(part.clone());
+        let entry = match part {
+            Part::Text(TextPart { text }) => Some(format!("text:{text}")),
+            Part::Reasoning(TextPart { text }) => Some(format!("reasoning:{text}")),
+            Part::FinishStep(_) => Some("finish-step".to_owned()),
+            Part::Finish(_) => Some("finish".to_owned()),
+            _ => None,
+        };
+        if let Some(entry) = entry {
+            lock(&self.log).push(entry);
+        }
         if let Part::Text(TextPart { text }) = part {
             let fire = {
                 let mut slot = lock(&self.trigger);
@@ -487,8 +567,62 @@ pub fn checks() -> Vec<Check> {
         Check {
             id: "RFC-08",
             name: "no-github-credential",
-            rule: "nothing the model is given contains the host's GitHub credential",
+            rule: "nothing the model is given contains the host's GitHub credential, on its wire (headers and body) included",
             run: |s| Box::pin(no_github_credential(s)),
+        },
+        Check {
+            id: "RFC-75",
+            name: "streaming-order",
+            rule: "parts stream in the model's order: reasoning and text as said, a step's text before its tool runs, the next step's after, finish last",
+            run: |s| Box::pin(streaming_order(s)),
+        },
+        Check {
+            id: "RFC-46",
+            name: "tool-arguments-checked",
+            rule: "a host tool call whose arguments do not match the tool's schema is an error result for the model, never run and never a crash; the turn goes on",
+            run: |s| Box::pin(tool_arguments_checked(s)),
+        },
+        Check {
+            id: "HA-04",
+            name: "parallel-tool-calls",
+            rule: "several tool calls in one model step all run in the host, and each result reaches the model answering its own call",
+            run: |s| Box::pin(parallel_tool_calls(s)),
+        },
+        Check {
+            id: "OWN-08",
+            name: "model-failure-words",
+            rule: "a failing model (refused key, provider error, answer broken off) ends the turn failed with words for Chat that name the failure and promise nothing kept, leaves nothing running, and the next turn works",
+            run: |s| Box::pin(model_failure_words(s)),
+        },
+        Check {
+            id: "SES-27",
+            name: "bounded-retries",
+            rule: "a model call that failed before the model said anything is retried at most the declared number of times; once it said something, never (nothing is replayed)",
+            run: |s| Box::pin(bounded_retries(s)),
+        },
+        Check {
+            id: "RFC-54",
+            name: "abort-during-tool",
+            rule: "a turn stopped while a host tool runs ends aborted with no further model call answered and nothing said after",
+            run: |s| Box::pin(abort_during_tool(s)),
+        },
+        Check {
+            id: "OWN-06",
+            name: "usage-reported",
+            rule: "the turn's finish part reports the tokens the model used",
+            run: |s| Box::pin(usage_reported(s)),
+        },
+        Check {
+            id: "RFC-56",
+            name: "model-call-limit",
+            rule: "a turn makes at most the model calls the adapter declares, then ends failed saying so; an adapter declaring none has no hidden limit",
+            run: |s| Box::pin(model_call_limit(s)),
+        },
+        Check {
+            id: "RFC-20",
+            name: "long-results-cut",
+            rule: "a tool result longer than the adapter declares reaches the model cut, saying how much was left out; an adapter declaring no cut passes it whole",
+            run: |s| Box::pin(long_results_cut(s)),
         },
     ]
 }
@@ -600,6 +734,42 @@ async fn host_tool_results(subject: &Subject) -> CheckResult {
     Ok("read_plan ran once in the host; the model read its result unchanged".to_owned())
 }
 
+/// Whether the response format the model was given is the turn's: the same schema, or the
+/// same object as a provider's strict mode takes it (the same properties, every required one
+/// still required; a provider may require them all, widen optional types to allow `null`, or
+/// drop bounds the driver still checks on the output).
+fn same_shape(given: Option<&Value>, expected: &Value) -> bool {
+    let Some(given) = given else {
+        return false;
+    };
+    if given == expected {
+        return true;
+    }
+    let keys = |v: &Value| -> Vec<String> {
+        let mut keys: Vec<String> = v["properties"]
+            .as_object()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        keys.sort();
+        keys
+    };
+    let required = |v: &Value| -> Vec<String> {
+        v["required"]
+            .as_array()
+            .map(|r| {
+                r.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    given["type"] == expected["type"]
+        && keys(given) == keys(expected)
+        && required(expected)
+            .iter()
+            .all(|r| required(given).contains(r))
+}
+
 fn description_schema() -> Value {
     json!({
         "type": "object",
@@ -624,8 +794,11 @@ async fn structured_output(subject: &Subject) -> CheckResult {
     };
     let (report, _) = drive(subject, turn, |_, _| {}).await;
     let seen = last_turn(subject).await?;
-    if seen.response_format.as_ref() != Some(&description_schema()) {
-        return Err("the model was not given the turn's response format".to_owned());
+    if !same_shape(seen.response_format.as_ref(), &description_schema()) {
+        return Err(format!(
+            "the model was not given the turn's response format: it got {:?}",
+            seen.response_format
+        ));
     }
     match report.result {
         TurnResult::Completed {
@@ -851,6 +1024,15 @@ async fn no_github_credential(subject: &Subject) -> CheckResult {
     if seen.contains(CANARY_CREDENTIAL) {
         return Err("the model was given the host's GitHub credential".to_owned());
     }
+    let wire = subject.model.wire();
+    if wire
+        .iter()
+        .any(|request| request.contains(CANARY_CREDENTIAL))
+    {
+        return Err(
+            "a request to the model's provider carried the host's GitHub credential".to_owned(),
+        );
+    }
     for host in [&host_a, &host_b] {
         let parts = serde_json::to_string(&*lock(&host.parts))
             .map_err(|e| format!("could not read the stream: {e}"))?;
@@ -859,9 +1041,490 @@ async fn no_github_credential(subject: &Subject) -> CheckResult {
         }
     }
     Ok(format!(
-        "canary in {} and the host's tools; absent from everything the model saw",
-        CANARY_VARIABLES.join(", ")
+        "canary in {} and the host's tools; absent from everything the model saw{}",
+        CANARY_VARIABLES.join(", "),
+        if wire.is_empty() {
+            String::new()
+        } else {
+            format!(" and from {} provider request(s)", wire.len())
+        }
     ))
+}
+
+fn text_step(text: &str) -> Step {
+    Step::Text {
+        text: text.to_owned(),
+    }
+}
+
+fn call_step(name: &str, input: Value) -> Step {
+    Step::CallHostTool {
+        name: name.to_owned(),
+        input,
+    }
+}
+
+/// The text a turn's host received, joined.
+fn said(host: &SuiteHost) -> String {
+    host.texts().concat()
+}
+
+async fn streaming_order(subject: &Subject) -> CheckResult {
+    let script = vec![
+        Step::Reasoning {
+            text: "weighing the plan".to_owned(),
+        },
+        text_step("first, "),
+        text_step("the plan"),
+        call_step("read_plan", json!({ "page": 1 })),
+        text_step("then the rest"),
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    let log = host.log();
+    let position = |wanted: &dyn Fn(&str) -> bool| log.iter().position(|e| wanted(e));
+    let Some(ran) = position(&|e| e == "run:read_plan") else {
+        return Err(format!(
+            "the host never ran read_plan; it saw {log:?}{}",
+            subject.model.wire_note("tool-call")
+        ));
+    };
+    let before: String = log[..ran]
+        .iter()
+        .filter_map(|e| e.strip_prefix("text:"))
+        .collect();
+    let after: String = log[ran..]
+        .iter()
+        .filter_map(|e| e.strip_prefix("text:"))
+        .collect();
+    if before != "first, the plan" || after != "then the rest" {
+        return Err(format!(
+            "the model said \"first, the plan\", ran read_plan, then said \"then the rest\"; the host got {before:?} before the tool and {after:?} after{}",
+            subject.model.wire_note("text")
+        ));
+    }
+    let reasoning = position(&|e| e.starts_with("reasoning:"));
+    let first_text = position(&|e| e.starts_with("text:"));
+    match (reasoning, first_text) {
+        (Some(r), Some(t)) if r < t => {}
+        _ => {
+            return Err(format!(
+                "the reasoning did not come before the text it preceded: {log:?}{}",
+                subject.model.wire_note("reasoning")
+            ))
+        }
+    }
+    if let Some(finish) = position(&|e| e == "finish") {
+        if finish != log.len() - 1 {
+            return Err(format!("a part came after finish: {log:?}"));
+        }
+    }
+    if !matches!(report.result, TurnResult::Completed { .. }) {
+        return Err(format!("the turn did not complete: {:?}", report.result));
+    }
+    Ok(format!("{} parts in the model's order", log.len()))
+}
+
+async fn tool_arguments_checked(subject: &Subject) -> CheckResult {
+    let script = vec![
+        call_step("read_plan", json!({ "page": "two" })),
+        text_step("after the refusal"),
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    if !lock(&host.calls).is_empty() {
+        return Err(format!(
+            "the host ran a call whose arguments break the schema: {:?}",
+            lock(&host.calls)
+        ));
+    }
+    let seen = last_turn(subject).await?;
+    let refusal = seen
+        .tool_results
+        .iter()
+        .find(|r| r.name == "read_plan")
+        .ok_or_else(|| "the model never read an answer to its call".to_owned())?;
+    let words = match &refusal.output {
+        Value::String(text) => text.clone(),
+        other => other.to_string(),
+    };
+    if !refusal.is_error || !words.contains("schema") {
+        return Err(format!(
+            "the model read {words:?}, not an error naming the schema"
+        ));
+    }
+    if !matches!(report.result, TurnResult::Completed { .. })
+        || !said(&host).contains("after the refusal")
+    {
+        return Err(format!(
+            "the turn did not go on after the refused call: {:?}",
+            report.result
+        ));
+    }
+    Ok(format!("the model read: {words}"))
+}
+
+async fn parallel_tool_calls(subject: &Subject) -> CheckResult {
+    let script = vec![
+        call_step("read_plan", json!({ "page": 3 })),
+        call_step("list_pull_requests", json!({ "page": 1 })),
+        text_step("both read"),
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    let mut ran: Vec<String> = lock(&host.calls).iter().map(|(n, _)| n.clone()).collect();
+    ran.sort();
+    if ran != ["list_pull_requests", "read_plan"] {
+        return Err(format!(
+            "the host ran {ran:?}, not each call once{}",
+            subject.model.wire_note("tool-call")
+        ));
+    }
+    let seen = last_turn(subject).await?;
+    let mut answered = Vec::new();
+    for result in &seen.tool_results {
+        if result.output["tool"] != Value::String(result.name.clone()) {
+            return Err(format!(
+                "the model read {} as the answer to its {} call",
+                result.output, result.name
+            ));
+        }
+        answered.push(result.name.clone());
+    }
+    answered.sort();
+    if answered != ran {
+        return Err(format!(
+            "the model read answers to {answered:?}, not to both calls"
+        ));
+    }
+    if !matches!(report.result, TurnResult::Completed { .. }) || !said(&host).contains("both read")
+    {
+        return Err(format!("the turn did not complete: {:?}", report.result));
+    }
+    Ok("both calls ran; each answer reached the model with its own call".to_owned())
+}
+
+/// What a turn's failure says, or why it did not fail as it should.
+fn failure_words(report: &TurnReport) -> Result<String, String> {
+    match &report.result {
+        TurnResult::Failed(TurnFailure::Adapter(words)) => Ok(words.clone()),
+        other => Err(format!(
+            "the turn did not end failed by the adapter: {other:?}"
+        )),
+    }
+}
+
+async fn model_failure_words(subject: &Subject) -> CheckResult {
+    let retries = subject.harness.limits().retries.unwrap_or(0) as usize;
+    let again = |step: Step| vec![step; retries + 1];
+    let cases: Vec<(&str, Vec<Step>, Option<&str>)> = vec![
+        (
+            "a refused key",
+            vec![Step::ProviderError {
+                status: 401,
+                retry_after_s: None,
+            }],
+            Some("401"),
+        ),
+        (
+            "a provider error",
+            again(Step::ProviderError {
+                status: 503,
+                retry_after_s: None,
+            }),
+            Some("503"),
+        ),
+        (
+            "an answer broken off",
+            vec![text_step("half an"), Step::BreakOff],
+            None,
+        ),
+    ];
+    let mut said_words = Vec::new();
+    for (what, script, status) in cases {
+        let (report, _host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+        let words = failure_words(&report).map_err(|e| format!("{what}: {e}"))?;
+        if words.trim().is_empty() {
+            return Err(format!("{what}: the turn failed without words"));
+        }
+        if let Some(status) = status {
+            if !words.contains(status) {
+                return Err(format!(
+                    "{what}: the words do not name HTTP {status}: {words:?}"
+                ));
+            }
+        }
+        let lower = words.to_lowercase();
+        if ["kept", "saved", "stored"]
+            .iter()
+            .any(|w| lower.contains(w))
+        {
+            return Err(format!(
+                "{what}: the words speak of something kept (MSG-14): {words:?}"
+            ));
+        }
+        if words.contains(CANARY_CREDENTIAL) || words.contains(provider::CONTRACT_MODEL_KEY) {
+            return Err(format!("{what}: the words carry a credential"));
+        }
+        subject.model.settle().await;
+        let unfinished = subject.model.unfinished_turns();
+        if unfinished != 0 {
+            return Err(format!("{what}: {unfinished} model call(s) still open"));
+        }
+        said_words.push(format!("{what}: {words:?}"));
+    }
+    let (report, host) = drive(
+        subject,
+        Drive::planner(vec![text_step("recovered")]),
+        |_, _| {},
+    )
+    .await;
+    if !matches!(report.result, TurnResult::Completed { .. }) || said(&host) != "recovered" {
+        return Err(format!(
+            "the turn after the failures did not work: {:?}",
+            report.result
+        ));
+    }
+    Ok(said_words.join("; "))
+}
+
+async fn bounded_retries(subject: &Subject) -> CheckResult {
+    let declared = subject.harness.limits().retries;
+    let retries = declared.unwrap_or(0) as usize;
+    let unavailable = Step::ProviderError {
+        status: 503,
+        retry_after_s: None,
+    };
+    // Within the bound: the turn completes.
+    let mut script = vec![unavailable.clone(); retries];
+    script.push(text_step("answered"));
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    if !matches!(report.result, TurnResult::Completed { .. }) || said(&host) != "answered" {
+        return Err(format!(
+            "{retries} failure(s) before any output, within the declared {retries} retries, did not end in the answer: {:?}, said {:?}",
+            report.result,
+            said(&host)
+        ));
+    }
+    let within = subject.model.model_calls();
+    if within.is_some_and(|calls| calls != retries + 1) {
+        return Err(format!(
+            "within the bound the model was called {within:?} times, not {}",
+            retries + 1
+        ));
+    }
+    // Past the bound: the turn fails, after exactly the declared calls.
+    let mut script = vec![unavailable; retries + 1];
+    script.push(text_step("too late"));
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    failure_words(&report).map_err(|e| format!("past the bound: {e}"))?;
+    if said(&host).contains("too late") {
+        return Err("past the bound, the model was asked once more than declared".to_owned());
+    }
+    let past = subject.model.model_calls();
+    if past.is_some_and(|calls| calls != retries + 1) {
+        return Err(format!(
+            "past the bound the model was called {past:?} times, not {}",
+            retries + 1
+        ));
+    }
+    // After output: never again.
+    let script = vec![text_step("partial"), Step::BreakOff, text_step("replayed")];
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    failure_words(&report).map_err(|e| format!("an answer broken off: {e}"))?;
+    let text = said(&host);
+    if text.contains("replayed") || text.matches("partial").count() != 1 {
+        return Err(format!(
+            "an answer broken off after output was replayed: the host got {text:?}"
+        ));
+    }
+    let after = subject.model.model_calls();
+    if after.is_some_and(|calls| calls != 1) {
+        return Err(format!(
+            "after output broke off the model was called {after:?} times, not once"
+        ));
+    }
+    Ok(match declared {
+        Some(n) => format!(
+            "retries within {n}; {} call(s) past it, then failed; none after output",
+            n + 1
+        ),
+        None => "declares no retries: a failure ends the turn at once; nothing replayed".to_owned(),
+    })
+}
+
+async fn abort_during_tool(subject: &Subject) -> CheckResult {
+    let script = vec![
+        call_step("read_plan", json!({ "page": 1 })),
+        text_step("after the tool"),
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |host, control| {
+        let control = control.clone();
+        *lock(&host.on_call) = Some(Box::new(move || {
+            control.cancel("the owner lost access mid-tool")
+        }));
+    })
+    .await;
+    if report.result != TurnResult::Aborted {
+        return Err(format!("the turn ended {:?}, not aborted", report.result));
+    }
+    if report.ended_by != TurnEnder::Adapter {
+        return Err(format!(
+            "the adapter did not end the stopped turn; the host ended it after {} ms",
+            harness::ABORT_WAIT_MS
+        ));
+    }
+    if said(&host).contains("after the tool") {
+        return Err("the model went on after the stop".to_owned());
+    }
+    subject.model.settle().await;
+    let unfinished = subject.model.unfinished_turns();
+    if unfinished != 0 {
+        return Err(format!(
+            "{unfinished} model call(s) still open after the stop"
+        ));
+    }
+    let turns = subject.model.turns();
+    let seen = turns.last().ok_or("the model never ran the turn")?;
+    if subject.model.model_calls().is_some_and(|calls| calls > 1) && !seen.cancelled {
+        return Err("a model call after the stop was answered to its end".to_owned());
+    }
+    Ok("stopped inside read_plan: aborted, nothing said after, no call left open".to_owned())
+}
+
+async fn usage_reported(subject: &Subject) -> CheckResult {
+    let script = vec![
+        text_step("counted"),
+        Step::Usage {
+            input_tokens: 1234,
+            output_tokens: 56,
+        },
+    ];
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    if !matches!(report.result, TurnResult::Completed { .. }) {
+        return Err(format!("the turn did not complete: {:?}", report.result));
+    }
+    let parts = lock(&host.parts).clone();
+    let usage = parts.iter().rev().find_map(|p| match p {
+        Part::Finish(finish) => Some(finish.usage.clone()),
+        _ => None,
+    });
+    match usage {
+        Some(Some(u)) if u.input_tokens == Some(1234) && u.output_tokens == Some(56) => {
+            Ok("finish reports 1234 input and 56 output tokens".to_owned())
+        }
+        Some(other) => Err(format!(
+            "the finish part reports {other:?}, not 1234 in and 56 out"
+        )),
+        None => Err("the turn streamed no finish part".to_owned()),
+    }
+}
+
+async fn model_call_limit(subject: &Subject) -> CheckResult {
+    let declared = subject.harness.limits().max_model_calls;
+    let rounds = declared.map_or(20, |n| n + 1);
+    let mut script = Vec::new();
+    for round in 1..=rounds {
+        script.push(text_step(&format!("round {round}. ")));
+        script.push(call_step("read_plan", json!({ "page": round })));
+    }
+    script.push(text_step("done"));
+    let (report, host) = drive(subject, Drive::planner(script), |_, _| {}).await;
+    let ran = lock(&host.calls).len();
+    match declared {
+        Some(limit) => {
+            let words = failure_words(&report)
+                .map_err(|e| format!("{rounds} rounds past a limit of {limit} model calls: {e}"))?;
+            if !words.contains(&limit.to_string()) {
+                return Err(format!(
+                    "the words do not name the limit of {limit}: {words:?}"
+                ));
+            }
+            if ran > limit {
+                return Err(format!(
+                    "{ran} tool rounds ran under a limit of {limit} model calls"
+                ));
+            }
+            let calls = subject.model.model_calls();
+            if calls.is_some_and(|c| c > limit) {
+                return Err(format!(
+                    "the model was called {calls:?} times under a limit of {limit}"
+                ));
+            }
+            Ok(format!("stopped at {limit} model calls: {words}"))
+        }
+        None => {
+            if !matches!(report.result, TurnResult::Completed { .. }) || ran != rounds {
+                return Err(format!(
+                    "declares no limit, yet {rounds} rounds ended {:?} after {ran}",
+                    report.result
+                ));
+            }
+            Ok(format!("declares no limit; {rounds} rounds ran"))
+        }
+    }
+}
+
+async fn long_results_cut(subject: &Subject) -> CheckResult {
+    let declared = subject.harness.limits().tool_result_max_bytes;
+    let size = declared.map_or(64 * 1024, |max| max * 4);
+    let script = vec![
+        call_step("read_plan", json!({ "page": 1 })),
+        text_step("read"),
+    ];
+    let (report, _host) = drive(subject, Drive::planner(script), |host, _| {
+        *lock(&host.big) = Some(size);
+    })
+    .await;
+    if !matches!(report.result, TurnResult::Completed { .. }) {
+        return Err(format!("the turn did not complete: {:?}", report.result));
+    }
+    let seen = last_turn(subject).await?;
+    let read = seen
+        .tool_results
+        .iter()
+        .find(|r| r.name == "read_plan")
+        .map(|r| match &r.output {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })
+        .ok_or("the model never read the result")?;
+    let whole = "r".repeat(size);
+    match declared {
+        Some(max) => {
+            let Some((kept, note)) = read.split_once(&format!("\n{}", harness::CUT_MARK)) else {
+                return Err(format!(
+                    "a {size}-byte result reached the model as {} bytes with no cut mark",
+                    read.len()
+                ));
+            };
+            if kept.len() > max || !whole.starts_with(kept) {
+                return Err(format!(
+                    "the cut result is {} bytes, over {max} or not the result's start",
+                    kept.len()
+                ));
+            }
+            let left = size - kept.len();
+            if !note.starts_with(&format!("{left} more bytes")) {
+                return Err(format!(
+                    "the cut says {note:?}, not that {left} bytes were left out"
+                ));
+            }
+            Ok(format!(
+                "{size} bytes cut to {} with the note: {}{note}",
+                kept.len(),
+                harness::CUT_MARK
+            ))
+        }
+        None => {
+            if read != whole {
+                return Err(format!(
+                    "declares no cut, yet the model read {} of {size} bytes",
+                    read.len()
+                ));
+            }
+            Ok(format!(
+                "declares no cut; all {size} bytes reached the model"
+            ))
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -891,6 +1554,10 @@ impl std::fmt::Display for Verdict {
 pub struct Row {
     /// `ID name` of the check.
     pub check: String,
+    /// The rule it checks, in words.
+    pub rule: String,
+    /// How long it took, in milliseconds (the host's clock; for reports, never for verdicts).
+    pub millis: u64,
     /// Pass or fail.
     pub result: Verdict,
     /// What was seen.
@@ -951,13 +1618,24 @@ impl std::fmt::Display for Report {
     }
 }
 
+/// The longest one check may take before it fails as stuck.
+pub const CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Run every check against fresh subjects from `factory`.
 pub async fn run(factory: &dyn SubjectFactory) -> Report {
     plant_canary();
     let mut rows = Vec::new();
     for check in checks() {
+        // Wall time for the report only: verdicts never depend on it.
+        let started = std::time::Instant::now();
         let outcome = match factory.create().await {
-            Ok(subject) => check.run(&subject).await,
+            Ok(subject) => match tokio::time::timeout(CHECK_DEADLINE, check.run(&subject)).await {
+                Ok(outcome) => outcome,
+                Err(_) => Err(format!(
+                    "the check did not finish within {} s",
+                    CHECK_DEADLINE.as_secs()
+                )),
+            },
             Err(e) => Err(format!("could not build the adapter: {e}")),
         };
         let (result, detail) = match outcome {
@@ -966,6 +1644,8 @@ pub async fn run(factory: &dyn SubjectFactory) -> Report {
         };
         rows.push(Row {
             check: check.label(),
+            rule: check.rule.to_owned(),
+            millis: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             result,
             detail,
         });

@@ -42,7 +42,7 @@ use chopin_fixtures::github::{FakeGitHub, Permission, DEFAULT_CLIENT_ID, DEFAULT
 use chopin_protocol::agent::{self as wire, ClientMessage, Feature, ServerMessage, TurnStatus};
 use chopin_server::app::{self, Running};
 use chopin_server::config::{Config, Secret};
-use chopin_server::harness::fake::{SessionSeen, Step, ToolResultSeen, TurnSeen};
+use chopin_server::harness::fake::{self, SessionSeen, Step, ToolResultSeen, TurnSeen};
 use chopin_server::harness::{
     self, ErrorPart, FinishPart, FinishReason, HarnessDeps, Part, RemoteDeps, TextPart,
     ToolInputPart,
@@ -380,9 +380,11 @@ impl ContractModel for RemoteModel {
             return;
         };
         let marker = self.next_marker.fetch_add(1, Ordering::SeqCst) + 1;
-        let sent = link.command(LinkCommand::Send(ServerMessage::Destroy(wire::Destroy {
-            session_id: format!("{SETTLE_PREFIX}{marker}"),
-        })));
+        let sent = link.command(LinkCommand::Send(Box::new(ServerMessage::Destroy(
+            wire::Destroy {
+                session_id: format!("{SETTLE_PREFIX}{marker}"),
+            },
+        ))));
         if !sent {
             return;
         }
@@ -411,6 +413,8 @@ struct Live {
     output: Option<Value>,
     wait: Wait,
     steers: VecDeque<String>,
+    /// Usage reported so far (`Step::Usage`), sent on the `finish` part.
+    usage: Option<(u64, u64)>,
 }
 
 fn part(turn_id: &str, part: Part) -> ClientMessage {
@@ -521,6 +525,7 @@ fn answer(
                 output: None,
                 wait: Wait::Nothing,
                 steers: VecDeque::new(),
+                usage: None,
             };
             let (frames, done) = advance(shared, &mut run, steer);
             if !done {
@@ -615,7 +620,12 @@ fn advance(shared: &Shared, run: &mut Live, steer: bool) -> (Vec<ClientMessage>,
                 &turn_id,
                 Part::Finish(FinishPart {
                     finish_reason: FinishReason::Stop,
-                    usage: None,
+                    usage: run.usage.map(|(i, o)| wire::Usage {
+                        input_tokens: Some(i),
+                        output_tokens: Some(o),
+                        reasoning_tokens: None,
+                        cached_input_tokens: None,
+                    }),
                 }),
             ));
             shared.finish();
@@ -682,7 +692,19 @@ fn advance(shared: &Shared, run: &mut Live, steer: bool) -> (Vec<ClientMessage>,
                 }
             },
             Step::AwaitSteer => {}
-            Step::Fail { message } => {
+            Step::Usage {
+                input_tokens,
+                output_tokens,
+            } => {
+                let (i, o) = run.usage.unwrap_or((0, 0));
+                run.usage = Some((i + input_tokens, o + output_tokens));
+            }
+            step @ (Step::Fail { .. } | Step::ProviderError { .. } | Step::BreakOff) => {
+                let message = match step {
+                    Step::Fail { message } => message,
+                    Step::ProviderError { status, .. } => fake::provider_error_words(status),
+                    _ => fake::BREAK_OFF_WORDS.to_owned(),
+                };
                 frames.push(part(
                     &turn_id,
                     Part::Error(ErrorPart {

@@ -59,5 +59,5 @@ fn rfc_24_cli_unknown_harness_exits_2_naming_the_known_ones() {
         stderr.contains("unknown harness \"copilot-sdk\""),
         "{stderr}"
     );
-    assert!(stderr.contains("known: fake, remote"), "{stderr}");
+    assert!(stderr.contains("known: fake, provider, remote"), "{stderr}");
 }

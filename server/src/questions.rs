@@ -1087,7 +1087,7 @@ impl Questions {
             return;
         };
         let frame = ServerMessage::InputResult(result.clone());
-        if handle.command(LinkCommand::Send(frame)) {
+        if handle.command(LinkCommand::Send(Box::new(frame))) {
             return;
         }
         if self
@@ -1305,7 +1305,9 @@ fn failed(request_id: &str, why: String) -> InputResult {
 fn send_result(reply: &Reply, result: InputResult) {
     match reply {
         Reply::Link(link) => {
-            if !link.command(LinkCommand::Send(ServerMessage::InputResult(result))) {
+            if !link.command(LinkCommand::Send(Box::new(ServerMessage::InputResult(
+                result,
+            )))) {
                 tracing::info!("a question's outcome could not be told: its link is gone");
             }
         }

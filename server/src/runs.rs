@@ -610,7 +610,7 @@ impl Runs {
                     run_id,
                 }),
             };
-            if !link.command(LinkCommand::Send(frame)) {
+            if !link.command(LinkCommand::Send(Box::new(frame))) {
                 self.pending().remove(&request_id);
                 continue;
             }

@@ -1658,3 +1658,23 @@ impl Harness for Started {
         }))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver checks a host tool call's arguments against the tool's schema only where the
+    /// schema checker can read all of it: every Planner tool's schema is in that subset, so no
+    /// call of the Planner's reaches its tool unchecked.
+    #[test]
+    fn every_planner_tool_schema_is_one_the_driver_checks() {
+        for tool in host_tools() {
+            assert_eq!(
+                crate::harness::schema::checkable(&tool.input_schema),
+                Ok(()),
+                "{}",
+                tool.name
+            );
+        }
+    }
+}

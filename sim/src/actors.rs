@@ -591,7 +591,7 @@ impl World {
                             recorder.record_in_host(
                                 &host,
                                 Event::Actor {
-                                    what: format!("sent {frame}"),
+                                    what: format!("sent {}", sorted_keys(&frame)),
                                 },
                             );
                             if socket.send_json(&frame).await.is_err() {
@@ -599,7 +599,7 @@ impl World {
                             }
                         }
                         Some(BrowserCommand::SendJson { frame }) => {
-                            recorder.record_in_host(&host, Event::Actor { what: format!("sent {frame}") });
+                            recorder.record_in_host(&host, Event::Actor { what: format!("sent {}", sorted_keys(&frame)) });
                             if socket.send_json(&frame).await.is_err() {
                                 return Ok(());
                             }
@@ -623,7 +623,7 @@ impl World {
                             recorder.record_in_host(
                                 &host,
                                 Event::Actor {
-                                    what: format!("heard {message}"),
+                                    what: format!("heard {}", sorted_keys(&message)),
                                 },
                             );
                             log.lock().unwrap_or_else(|e| e.into_inner()).push(Heard {
@@ -1191,4 +1191,28 @@ pub fn sync_update_frame(update: &[u8]) -> Vec<u8> {
 pub fn typed(client: u64, text: &str) -> Vec<u8> {
     let doc = chopin_document::ydoc::empty_doc(client);
     sync_update_frame(&chopin_document::ydoc::replace_source(&doc, text))
+}
+
+/// A JSON value written with every object's keys in name order, so a trace line does not depend on
+/// the order the server wrote the fields in (serde_json keeps insertion order in this workspace).
+fn sorted_keys(value: &serde_json::Value) -> String {
+    fn sort(value: &serde_json::Value) -> serde_json::Value {
+        match value {
+            serde_json::Value::Object(map) => {
+                let mut fields: Vec<(&String, &serde_json::Value)> = map.iter().collect();
+                fields.sort_by(|a, b| a.0.cmp(b.0));
+                serde_json::Value::Object(
+                    fields
+                        .into_iter()
+                        .map(|(k, v)| (k.clone(), sort(v)))
+                        .collect(),
+                )
+            }
+            serde_json::Value::Array(items) => {
+                serde_json::Value::Array(items.iter().map(sort).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    sort(value).to_string()
 }

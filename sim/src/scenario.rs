@@ -1250,7 +1250,8 @@ fn what(event: &Event) -> String {
     }
 }
 
-/// `kind field=value …` from a tagged JSON object.
+/// `kind field=value …` from a tagged JSON object, its fields in name order (whatever order
+/// the JSON map keeps: a dependency may switch serde_json to insertion order).
 fn compact(v: &Value) -> String {
     let Value::Object(map) = v else {
         return v.to_string();
@@ -1260,7 +1261,9 @@ fn compact(v: &Value) -> String {
     if let Some(kind) = TAGS.iter().find_map(|t| map.get(*t)) {
         out.push_str(kind.as_str().unwrap_or_default());
     }
-    for (k, v) in map {
+    let mut fields: Vec<(&String, &Value)> = map.iter().collect();
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    for (k, v) in fields {
         if TAGS.contains(&k.as_str()) {
             continue;
         }

@@ -27,7 +27,7 @@ pub const ROUTE_BACKLOG: usize = 1024;
 #[derive(Debug)]
 pub enum LinkCommand {
     /// Send this frame to the client.
-    Send(ServerMessage),
+    Send(Box<ServerMessage>),
     /// Route the client's frames for `key` (`session:<id>` or `turn:<id>`) to `to`.
     Route {
         key: String,

@@ -110,10 +110,12 @@ impl Harness for RemoteHarness {
         if !link.command(LinkCommand::Route {
             key: key.clone(),
             to,
-        }) || !link.command(LinkCommand::Send(ServerMessage::Start(wire::Start {
-            session_id: session_id.clone(),
-            mode: request.mode,
-        }))) {
+        }) || !link.command(LinkCommand::Send(Box::new(ServerMessage::Start(
+            wire::Start {
+                session_id: session_id.clone(),
+                mode: request.mode,
+            },
+        )))) {
             return Err(gone());
         }
         let answer = tokio::time::timeout(Duration::from_millis(START_TIMEOUT_MS), async {
@@ -191,7 +193,7 @@ struct RemoteSession {
 
 impl RemoteSession {
     fn send(&self, message: ServerMessage) -> bool {
-        self.link.command(LinkCommand::Send(message))
+        self.link.command(LinkCommand::Send(Box::new(message)))
     }
 }
 
@@ -268,6 +270,8 @@ impl HarnessSession for RemoteSession {
                         // A boundary failure is recorded by the driver, which then cancels.
                         let _ = io.declare_tools(t.tools);
                     }
+                    // Once stopped, what the client's model still says is not the turn's.
+                    Some(ClientMessage::Part(_)) if aborted => {}
                     Some(ClientMessage::Part(p)) => io.emit(p.part).await,
                     Some(ClientMessage::HostToolCall(call)) => {
                         let result = io.call_host_tool(&call.name, call.input).await;
@@ -280,6 +284,10 @@ impl HarnessSession for RemoteSession {
                         if !self.send(ServerMessage::HostToolResult(answer)) {
                             break closed();
                         }
+                    }
+                    // A turn stopped ends stopped, whatever the client says it did after.
+                    Some(ClientMessage::TurnEnd(end)) if aborted && end.status == TurnStatus::Completed => {
+                        break TurnOutcome { status: TurnStatus::Aborted, output: None, message: None }
                     }
                     Some(ClientMessage::TurnEnd(end)) => break TurnOutcome {
                         status: end.status,

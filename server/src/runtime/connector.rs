@@ -156,6 +156,147 @@ pub async fn send_with(
     options: &SendOptions,
     request: http::Request<Bytes>,
 ) -> Result<HttpResponse, HttpError> {
+    let max_body_bytes = options.max_body_bytes;
+    let (head, body, connection) = open(connector, options, request).await?;
+    // A declared length over the cap is refused before anything is read.
+    let declared = head
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > max_body_bytes as u64) {
+        return Err(HttpError::BodyTooLarge {
+            limit_bytes: max_body_bytes,
+        });
+    }
+    // The connection is driven while the body is read, never on a task of its own: dropping
+    // this future (a caller's timeout) drops the connection and closes its socket.
+    let mut state = StreamState {
+        body,
+        connection: Some(connection),
+        read: 0,
+        max_body_bytes,
+    };
+    let mut read = Vec::new();
+    while let Some(chunk) = state.next_chunk().await? {
+        read.extend_from_slice(&chunk);
+    }
+    Ok(HttpResponse {
+        status: head.status,
+        headers: head.headers,
+        body: Bytes::from(read),
+    })
+}
+
+/// `GET url`.
+pub async fn get(connector: &dyn Connector, url: &str) -> Result<HttpResponse, HttpError> {
+    let request = http::Request::get(url).body(Bytes::new())?;
+    send(connector, request).await
+}
+
+/// The connector as the harness layer's HTTP port ([`chopin_harness::transport`]): a response's
+/// body streamed as it is read, at most the cap the caller gives. The connection is driven by
+/// the body stream itself (no task is spawned), so dropping the stream closes the socket.
+pub struct Streaming(pub SharedConnector);
+
+#[async_trait]
+impl chopin_harness::transport::HttpTransport for Streaming {
+    async fn send(
+        &self,
+        request: http::Request<Bytes>,
+        max_body_bytes: usize,
+    ) -> Result<
+        http::Response<chopin_harness::transport::BodyStream>,
+        chopin_harness::transport::TransportError,
+    > {
+        let (head, body, connection) = open(&*self.0, &SendOptions::default(), request)
+            .await
+            .map_err(connection_error)?;
+        let state = StreamState {
+            body,
+            connection: Some(connection),
+            read: 0,
+            max_body_bytes,
+        };
+        let stream = futures::stream::unfold(Some(state), |state| async move {
+            let mut state = state?;
+            match state.next_chunk().await {
+                Ok(Some(chunk)) => Some((Ok(chunk), Some(state))),
+                Ok(None) => None,
+                Err(e) => Some((Err(connection_error(e)), None)),
+            }
+        });
+        Ok(http::Response::from_parts(head, Box::pin(stream)))
+    }
+}
+
+/// An [`HttpError`] as the harness layer's port words it.
+fn connection_error(e: HttpError) -> chopin_harness::transport::TransportError {
+    use chopin_harness::transport::TransportError;
+    match e {
+        HttpError::BadUrl(url) => TransportError::BadUrl(url),
+        HttpError::BodyTooLarge { limit_bytes } => TransportError::BodyTooLarge { limit_bytes },
+        other => TransportError::Connection(other.to_string()),
+    }
+}
+
+/// A streamed body and the connection it comes over, driven together.
+struct StreamState {
+    body: Incoming,
+    connection: Option<Pin<Box<dyn std::future::Future<Output = ()> + Send>>>,
+    read: usize,
+    max_body_bytes: usize,
+}
+
+impl StreamState {
+    /// The next data chunk, `None` at the end.
+    async fn next_chunk(&mut self) -> Result<Option<Bytes>, HttpError> {
+        loop {
+            let frame = match self.connection.as_mut() {
+                Some(connection) => {
+                    tokio::select! {
+                        biased;
+                        frame = self.body.frame() => frame,
+                        () = connection.as_mut() => {
+                            // The connection ended: what the body still holds is read alone.
+                            self.connection = None;
+                            continue;
+                        }
+                    }
+                }
+                None => self.body.frame().await,
+            };
+            let Some(frame) = frame else {
+                return Ok(None);
+            };
+            let Ok(data) = frame?.into_data() else {
+                continue; // trailers
+            };
+            self.read += data.len();
+            if self.read > self.max_body_bytes {
+                return Err(HttpError::BodyTooLarge {
+                    limit_bytes: self.max_body_bytes,
+                });
+            }
+            return Ok(Some(data));
+        }
+    }
+}
+
+/// Connects, sends `request` and reads the response's head: the head, the body still to read
+/// and the connection to drive while reading it.
+async fn open(
+    connector: &dyn Connector,
+    options: &SendOptions,
+    request: http::Request<Bytes>,
+) -> Result<
+    (
+        http::response::Parts,
+        Incoming,
+        Pin<Box<dyn std::future::Future<Output = ()> + Send>>,
+    ),
+    HttpError,
+> {
     let uri = request.uri().clone();
     let secure = match uri.scheme_str() {
         Some("http") => false,
@@ -164,14 +305,15 @@ pub async fn send_with(
     };
     let host = uri
         .host()
-        .ok_or_else(|| HttpError::BadUrl(uri.to_string()))?;
+        .ok_or_else(|| HttpError::BadUrl(uri.to_string()))?
+        .to_owned();
     let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
     let mut io = connector
-        .connect(host, port)
+        .connect(&host, port)
         .await
         .map_err(|e| HttpError::Connect(format!("{host}:{port}"), e))?;
     if secure {
-        let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        let name = rustls::pki_types::ServerName::try_from(host.clone())
             .map_err(|_| HttpError::BadUrl(uri.to_string()))?;
         let stream = tokio_rustls::TlsConnector::from(options.tls.clone())
             .connect(name, io)
@@ -181,6 +323,32 @@ pub async fn send_with(
     }
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(io)).await?;
+    let (parts, body) = origin_form(request, &uri, &host)?.into_parts();
+    let mut connection: Pin<Box<dyn std::future::Future<Output = ()> + Send>> =
+        Box::pin(async move {
+            let _ = connection.await;
+        });
+    let send = sender.send_request(http::Request::from_parts(parts, Full::new(body)));
+    let mut send = std::pin::pin!(send);
+    let response = tokio::select! {
+        biased;
+        response = &mut send => response?,
+        () = connection.as_mut() => {
+            // The connection ended before the head: what hyper read is the answer.
+            connection = Box::pin(std::future::pending());
+            send.await?
+        }
+    };
+    let (head, body) = response.into_parts();
+    Ok((head, body, connection))
+}
+
+/// `request` with a `Host` header and its URI in origin form, as HTTP/1.1 wants on the wire.
+fn origin_form(
+    request: http::Request<Bytes>,
+    uri: &http::Uri,
+    host: &str,
+) -> Result<http::Request<Bytes>, HttpError> {
     let (mut parts, body) = request.into_parts();
     if !parts.headers.contains_key(http::header::HOST) {
         let value = match uri.port_u16() {
@@ -191,75 +359,11 @@ pub async fn send_with(
             parts.headers.insert(http::header::HOST, v);
         }
     }
-    // HTTP/1.1 wants origin-form on the wire.
     parts.uri = uri
         .path_and_query()
         .map(|pq| pq.as_str())
         .unwrap_or("/")
         .parse()
         .map_err(|_| HttpError::BadUrl(uri.to_string()))?;
-    let max_body_bytes = options.max_body_bytes;
-    let exchange = async move {
-        let response = sender
-            .send_request(http::Request::from_parts(parts, Full::new(body)))
-            .await?;
-        let (parts, body) = response.into_parts();
-        let body = read_capped(&parts.headers, body, max_body_bytes).await?;
-        Ok(HttpResponse {
-            status: parts.status,
-            headers: parts.headers,
-            body,
-        })
-    };
-    // The connection is driven here, never on a task of its own: dropping this future (a
-    // caller's timeout) drops the connection and closes its socket.
-    let mut connection = Box::pin(connection);
-    let mut exchange = std::pin::pin!(exchange);
-    tokio::select! {
-        biased;
-        // Returning drops the connection, which closes the socket.
-        answer = &mut exchange => answer,
-        // The connection ended first (the peer closed it, or an error): dropping it tells a
-        // request still waiting; a body already read to its end is still delivered.
-        _ = &mut connection => {
-            drop(connection);
-            exchange.await
-        }
-    }
-}
-
-/// Reads `body` whole, refusing one longer than `max_bytes`: at once when `content-length`
-/// declares it, otherwise at the first frame that passes the cap.
-async fn read_capped(
-    headers: &http::HeaderMap,
-    mut body: Incoming,
-    max_bytes: usize,
-) -> Result<Bytes, HttpError> {
-    let too_large = HttpError::BodyTooLarge {
-        limit_bytes: max_bytes,
-    };
-    let declared = headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|length| length > max_bytes as u64) {
-        return Err(too_large);
-    }
-    let mut read = Vec::new();
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame?.into_data() else {
-            continue; // trailers
-        };
-        if read.len() + data.len() > max_bytes {
-            return Err(too_large);
-        }
-        read.extend_from_slice(&data);
-    }
-    Ok(Bytes::from(read))
-}
-
-/// `GET url`.
-pub async fn get(connector: &dyn Connector, url: &str) -> Result<HttpResponse, HttpError> {
-    let request = http::Request::get(url).body(Bytes::new())?;
-    send(connector, request).await
+    Ok(http::Request::from_parts(parts, body))
 }

@@ -1143,7 +1143,7 @@ impl Link {
                 command = commands.recv(), if commands_open && !awaiting => match command {
                     Some(LinkCommand::Send(message)) => {
                         // An aborted turn, or a session let go, takes its questions along.
-                        match &message {
+                        match message.as_ref() {
                             ServerMessage::Abort(abort) => {
                                 let why = abort.message.clone().unwrap_or_else(|| "The Planner's turn was stopped.".to_owned());
                                 self.withdraw_later(doc, Scope::Turn(bound.link, abort.turn_id.clone()), why);

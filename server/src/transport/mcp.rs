@@ -684,6 +684,8 @@ fn archived() -> ApiError {
 }
 
 /// The plan revision an edit made, or its refusal (`stale`, `invalid`, `locked`) as a tool's.
+// The refusal is returned at once as the call's result, never held or passed along.
+#[allow(clippy::result_large_err)]
 fn applied(result: &EditResult) -> Result<u64, CallToolResult> {
     let (code, message, mut more) = match &result.outcome {
         EditOutcome::Applied { revision, .. } => return Ok(*revision),

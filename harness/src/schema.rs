@@ -38,6 +38,90 @@ pub fn validate(schema: &Value, value: &Value) -> Result<(), SchemaViolation> {
     check(schema, value, "")
 }
 
+/// Whether every keyword of `schema` (its nested schemas included) is in the subset, so that
+/// [`validate`] checks all of it: the keyword that is not, otherwise.
+pub fn checkable(schema: &Value) -> Result<(), SchemaViolation> {
+    checkable_at(schema, "")
+}
+
+fn checkable_at(schema: &Value, path: &str) -> Result<(), SchemaViolation> {
+    let map = match schema {
+        Value::Bool(_) => return Ok(()),
+        Value::Object(map) => map,
+        _ => return Err(violation(path, "a schema must be an object or a boolean")),
+    };
+    for key in map.keys() {
+        if !KEYWORDS.contains(&key.as_str()) && !ANNOTATIONS.contains(&key.as_str()) {
+            return Err(violation(
+                path,
+                format!("schema keyword \"{key}\" is not in the supported subset"),
+            ));
+        }
+    }
+    if let Some(Value::Object(properties)) = map.get("properties") {
+        for (name, sub) in properties {
+            checkable_at(sub, &format!("{path}/{name}"))?;
+        }
+    }
+    for key in ["items", "additionalProperties"] {
+        if let Some(sub) = map.get(key) {
+            checkable_at(sub, &format!("{path}/{key}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `schema` with every `additionalProperties: false` taken out, so that properties it does not
+/// name pass: what the driver checks host tool arguments against, because an extra property is
+/// the host's to judge (the GitHub tools overwrite a model's `owner` and `repo`, RFC-31; the
+/// repository tools refuse any property naming a repository).
+pub fn open_objects(schema: &Value) -> Value {
+    match schema {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, v)| {
+                    !(k.as_str() == "additionalProperties" && **v == Value::Bool(false))
+                })
+                .map(|(k, v)| {
+                    let v = match k.as_str() {
+                        "properties" => match v {
+                            Value::Object(props) => Value::Object(
+                                props
+                                    .iter()
+                                    .map(|(n, s)| (n.clone(), open_objects(s)))
+                                    .collect(),
+                            ),
+                            other => other.clone(),
+                        },
+                        "items" | "additionalProperties" => open_objects(v),
+                        _ => v.clone(),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        other => other.clone(),
+    }
+}
+
+const KEYWORDS: &[&str] = &[
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+];
+
 fn violation(path: &str, message: impl Into<String>) -> SchemaViolation {
     SchemaViolation {
         path: if path.is_empty() {
@@ -102,25 +186,7 @@ fn check(schema: &Value, value: &Value, path: &str) -> Result<(), SchemaViolatio
         _ => return Err(violation(path, "a schema must be an object or a boolean")),
     };
     for key in schema.keys() {
-        let known = matches!(
-            key.as_str(),
-            "type"
-                | "properties"
-                | "required"
-                | "additionalProperties"
-                | "items"
-                | "enum"
-                | "const"
-                | "minimum"
-                | "maximum"
-                | "exclusiveMinimum"
-                | "exclusiveMaximum"
-                | "minLength"
-                | "maxLength"
-                | "minItems"
-                | "maxItems"
-        );
-        if !known && !ANNOTATIONS.contains(&key.as_str()) {
+        if !KEYWORDS.contains(&key.as_str()) && !ANNOTATIONS.contains(&key.as_str()) {
             return Err(violation(
                 path,
                 format!("schema keyword \"{key}\" is not in the supported subset"),
@@ -335,5 +401,31 @@ mod tests {
         let err = validate(&json!({"type": "string", "pattern": "^a"}), &json!("b"))
             .expect_err("pattern is outside the subset");
         assert!(err.message.contains("\"pattern\""));
+    }
+
+    #[test]
+    fn checkable_finds_an_unsupported_keyword_wherever_it_is() {
+        let nested =
+            json!({"type": "object", "properties": {"id": {"type": "string", "pattern": "^a"}}});
+        let err = checkable(&nested).expect_err("pattern under a property");
+        assert_eq!(err.path, "/id");
+        let items = json!({"type": "array", "items": {"oneOf": []}});
+        assert!(checkable(&items).is_err());
+        let fine = json!({"type": "object", "description": "d", "properties": {"n": {"type": "integer", "minimum": 1}}, "additionalProperties": false});
+        assert_eq!(checkable(&fine), Ok(()));
+    }
+
+    #[test]
+    fn open_objects_lets_unnamed_properties_pass_and_keeps_every_other_rule() {
+        let closed = json!({"type": "object", "required": ["n"], "additionalProperties": false,
+            "properties": {"n": {"type": "integer"}, "o": {"type": "object", "additionalProperties": false}}});
+        let open = open_objects(&closed);
+        assert!(validate(&closed, &json!({"n": 1, "owner": "x"})).is_err());
+        assert_eq!(
+            validate(&open, &json!({"n": 1, "owner": "x", "o": {"p": 1}})),
+            Ok(())
+        );
+        assert!(validate(&open, &json!({"n": "one"})).is_err());
+        assert!(validate(&open, &json!({})).is_err());
     }
 }

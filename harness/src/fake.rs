@@ -70,7 +70,35 @@ pub enum Step {
         /// Why.
         message: String,
     },
+    /// The model reports what the turn used so far: the turn's `finish` part carries the sum.
+    Usage {
+        /// Input tokens.
+        input_tokens: u64,
+        /// Output tokens.
+        output_tokens: u64,
+    },
+    /// The model's provider answers this HTTP status instead of the next model call. A model
+    /// with no provider of its own (the fake, a scripted client) fails the turn at once with
+    /// [`provider_error_words`]; an adapter that retries may call again (the next steps).
+    ProviderError {
+        /// The HTTP status: 401, 429, 500…
+        status: u16,
+        /// The `retry-after` the provider asks for, in seconds.
+        retry_after_s: Option<u64>,
+    },
+    /// The model's answer breaks off here (the connection to its provider drops). A model with
+    /// no provider of its own fails the turn with [`BREAK_OFF_WORDS`].
+    BreakOff,
 }
+
+/// What a model with no provider of its own says for [`Step::ProviderError`].
+pub fn provider_error_words(status: u16) -> String {
+    format!("The model provider answered HTTP {status}, so this turn could not finish. Send the message again in a little while.")
+}
+
+/// What a model with no provider of its own says for [`Step::BreakOff`].
+pub const BREAK_OFF_WORDS: &str =
+    "The model's answer stopped partway through. Send the message again.";
 
 /// How the fake harness presents itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -278,6 +306,7 @@ impl FakeModel {
             TurnOutcome::aborted()
         };
         let mut output = None;
+        let mut usage: Option<(u64, u64)> = None;
         for (n, step) in script.into_iter().enumerate() {
             if turn.cancel.is_cancelled() {
                 return cancelled();
@@ -363,6 +392,28 @@ impl FakeModel {
                     .await;
                     return TurnOutcome::failed(message);
                 }
+                Step::Usage {
+                    input_tokens,
+                    output_tokens,
+                } => {
+                    let (i, o) = usage.unwrap_or((0, 0));
+                    usage = Some((i + input_tokens, o + output_tokens));
+                }
+                Step::ProviderError { status, .. } => {
+                    let message = provider_error_words(status);
+                    io.emit(Part::Error(super::ErrorPart {
+                        message: message.clone(),
+                    }))
+                    .await;
+                    return TurnOutcome::failed(message);
+                }
+                Step::BreakOff => {
+                    io.emit(Part::Error(super::ErrorPart {
+                        message: BREAK_OFF_WORDS.to_owned(),
+                    }))
+                    .await;
+                    return TurnOutcome::failed(BREAK_OFF_WORDS);
+                }
             }
         }
         if turn.cancel.is_cancelled() {
@@ -370,7 +421,12 @@ impl FakeModel {
         }
         io.emit(Part::Finish(FinishPart {
             finish_reason: FinishReason::Stop,
-            usage: None,
+            usage: usage.map(|(i, o)| chopin_protocol::agent::Usage {
+                input_tokens: Some(i),
+                output_tokens: Some(o),
+                reasoning_tokens: None,
+                cached_input_tokens: None,
+            }),
         }))
         .await;
         TurnOutcome {

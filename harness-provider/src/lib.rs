@@ -1,0 +1,626 @@
+//! The `provider` adapter: the Planner's model runs in this process, through a model provider's
+//! API — any OpenAI-compatible endpoint (OpenAI, Azure OpenAI's v1 endpoint, Ollama, vLLM,
+//! llama.cpp's server, OpenRouter…) or Anthropic's Messages API — over the rig model library
+//! (`rig-core` for providers, streaming and tool-call JSON; `rig-agent` for the agent loop).
+//! It fills the role hosted-agent.md gives the in-server `copilot-sdk` adapter.
+//!
+//! Owns: [`ProviderHarness`] and its sessions: each turn builds a rig agent whose only tools are
+//! the turn's host tools (each call checked against the tool's schema, then run by the host
+//! through [`TurnIo::call_host_tool`], its result cut to
+//! [`ProviderConfig::tool_result_max_bytes`]), streams what the model says as the turn's parts,
+//! gives a person's steer message to the model when it next stops to answer, ends promptly when
+//! the turn is cancelled (dropping the stream closes the HTTP request), and keeps the
+//! conversation for the session's next turn. Model calls go out through the host's transport
+//! ([`transport::RigHttp`]) with a deadline and a body cap each; a call that fails before the
+//! model said anything is tried again at most [`ProviderConfig::retries`] times (after the
+//! provider's `retry-after`, or a doubling pause), on tokio's clock — the simulator's in
+//! scenarios. A failure ends the turn with words for the people in Chat ([`words`]).
+//! Does not own: which host tools exist or what they do (the host), the turn driver's checks
+//! (`chopin_harness::run_turn`), or which model and key to use (the server's settings).
+//!
+//! Trust boundary: the adapter has no built-in tools, no shell, no filesystem and starts no
+//! process; the model is offered exactly the turn's host tools. Nothing it is given holds a
+//! GitHub credential — host tools run in the host with the owner's token, and only their
+//! results cross. The model credential is the operator's ([`ApiKey`]), sent only to the
+//! provider, never logged.
+
+pub mod transport;
+pub mod words;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chopin_harness::transport::HttpTransport;
+use chopin_harness::{
+    Capabilities, ErrorPart, FinishPart, FinishReason, Harness, HarnessError, HarnessSession,
+    Limits, Part, SessionRequest, TextPart, ToolInputPart, ToolSpec, TurnIo, TurnOutcome,
+    TurnRequest,
+};
+use futures::StreamExt;
+use rig_agent::agent::{
+    HookContext, InvalidToolCallAction, ModelTurnAction, ModelTurnFinished, MultiTurnStreamItem,
+    ReasoningDelta, TextDelta, ToolCallDelta,
+};
+use rig_agent::{AgentBuilder, AgentHook};
+use rig_core::message::Message;
+use rig_core::tool::{DynamicTool, ToolErrorKind, ToolExecutionError, ToolOutput};
+use serde_json::Value;
+
+pub use transport::Bounds;
+use words::Failure;
+
+/// The name the server's map registers this adapter under (`HARNESS=provider`).
+pub const NAME: &str = "provider";
+
+/// Which wire the provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    /// OpenAI's Chat Completions (any OpenAI-compatible endpoint).
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+impl Family {
+    /// The `MODEL` prefix naming it: `openai` or `anthropic`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::OpenAi => "openai",
+            Family::Anthropic => "anthropic",
+        }
+    }
+}
+
+/// The operator's model credential. Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ApiKey(String);
+
+impl ApiKey {
+    pub fn new(key: impl Into<String>) -> Self {
+        ApiKey(key.into())
+    }
+}
+
+impl std::fmt::Debug for ApiKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ApiKey(<redacted>)")
+    }
+}
+
+/// What the adapter runs: the server builds it from its settings.
+#[derive(Debug, Clone)]
+pub struct ProviderConfig {
+    pub family: Family,
+    /// The model id the provider knows (`MODEL` without its `provider/` prefix).
+    pub model: String,
+    /// The API's base URL, e.g. `https://api.openai.com/v1` or `http://127.0.0.1:11434/v1`.
+    pub base_url: String,
+    /// The key, when the endpoint needs one.
+    pub api_key: Option<ApiKey>,
+    /// A reasoning effort (`minimal`, `low`, `medium`, `high`) where the model has one.
+    pub reasoning: Option<String>,
+    /// The most tokens one model call may write; `None`: the provider's default (Anthropic, which
+    /// has none, gets [`ANTHROPIC_MAX_OUTPUT_TOKENS`]).
+    pub max_output_tokens: Option<u64>,
+    /// The most model calls one turn makes (each tool round is one).
+    pub max_model_calls: usize,
+    /// The most bytes of one tool result the model is given; a longer one is cut, and says so.
+    pub tool_result_max_bytes: usize,
+    /// How often a model call that failed before any output is tried again.
+    pub retries: u32,
+    /// The first pause before a retry when the provider names none; it doubles each time.
+    pub retry_base_ms: u64,
+    /// The most any one pause before a retry lasts, whatever the provider asks.
+    pub retry_max_ms: u64,
+    /// Each model call's deadline and body cap.
+    pub bounds: Bounds,
+}
+
+impl ProviderConfig {
+    /// A configuration with this adapter's defaults: 16 tool rounds, tool results cut at
+    /// 32 KiB, 2 retries from 1 s (at most 30 s), a model's answer begun within 60 s and never
+    /// silent for 60 s, at most 16 MiB.
+    pub fn new(family: Family, model: impl Into<String>, base_url: impl Into<String>) -> Self {
+        ProviderConfig {
+            family,
+            model: model.into(),
+            base_url: base_url.into(),
+            api_key: None,
+            reasoning: None,
+            max_output_tokens: None,
+            max_model_calls: 16,
+            tool_result_max_bytes: 32 * 1024,
+            retries: 2,
+            retry_base_ms: 1_000,
+            retry_max_ms: 30_000,
+            bounds: Bounds {
+                head_ms: 60_000,
+                idle_ms: 60_000,
+                max_body_bytes: 16 * 1024 * 1024,
+            },
+        }
+    }
+}
+
+/// The output-token bound of an Anthropic call when none is set (its API requires one).
+pub const ANTHROPIC_MAX_OUTPUT_TOKENS: u64 = 8192;
+
+/// A session the adapter opened, and how often it was torn down (what the contract suite reads).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionLedger {
+    pub id: String,
+    /// Planner or isolated, as asked.
+    pub mode: chopin_harness::SessionMode,
+    /// The model it runs.
+    pub model: String,
+    /// The reasoning level asked for, if any.
+    pub thinking_level: Option<String>,
+    /// How often it was torn down (once, however often `destroy` is called).
+    pub teardowns: u32,
+}
+
+/// What the adapter is built from.
+#[derive(Clone)]
+pub struct ProviderDeps {
+    pub config: ProviderConfig,
+    /// The host's outbound HTTP.
+    pub transport: Arc<dyn HttpTransport>,
+    /// A fresh session id each call (the host's randomness).
+    pub session_ids: Arc<dyn Fn() -> String + Send + Sync>,
+    /// Where sessions are recorded; shared by every adapter built from these deps.
+    pub ledger: Arc<Mutex<Vec<SessionLedger>>>,
+}
+
+impl std::fmt::Debug for ProviderDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderDeps")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The adapter.
+pub struct ProviderHarness {
+    deps: ProviderDeps,
+}
+
+impl ProviderHarness {
+    pub fn new(deps: ProviderDeps) -> Self {
+        ProviderHarness { deps }
+    }
+
+    /// Every session opened so far, with its teardowns.
+    pub fn sessions(&self) -> Vec<SessionLedger> {
+        lock(&self.deps.ledger).clone()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[async_trait]
+impl Harness for ProviderHarness {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    /// None: the model has no tool of its own, only the turn's host tools.
+    fn builtin_tools(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn can_filter_builtins(&self) -> bool {
+        true
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            steer: true,
+            model_catalog: false,
+            images: false,
+        }
+    }
+
+    fn limits(&self) -> Limits {
+        let c = &self.deps.config;
+        Limits {
+            max_model_calls: Some(c.max_model_calls.max(1)),
+            tool_result_max_bytes: Some(c.tool_result_max_bytes),
+            retries: Some(c.retries),
+        }
+    }
+
+    async fn start_session(
+        &self,
+        request: SessionRequest,
+    ) -> Result<Box<dyn HarnessSession>, HarnessError> {
+        let mut config = self.deps.config.clone();
+        if let Some(model) = request.model.clone().filter(|m| !m.is_empty()) {
+            config.model = model;
+        }
+        if let Some(level) = request.thinking_level.clone() {
+            config.reasoning = Some(level);
+        }
+        let id = (self.deps.session_ids)();
+        lock(&self.deps.ledger).push(SessionLedger {
+            id: id.clone(),
+            mode: request.mode,
+            model: config.model.clone(),
+            thinking_level: request.thinking_level.clone(),
+            teardowns: 0,
+        });
+        Ok(Box::new(ProviderSession {
+            id,
+            config,
+            transport: self.deps.transport.clone(),
+            ledger: self.deps.ledger.clone(),
+            history: Mutex::new(Vec::new()),
+            destroyed: AtomicBool::new(false),
+        }))
+    }
+}
+
+/// One session: the conversation so far, kept for its next turn.
+pub struct ProviderSession {
+    id: String,
+    config: ProviderConfig,
+    transport: Arc<dyn HttpTransport>,
+    ledger: Arc<Mutex<Vec<SessionLedger>>>,
+    history: Mutex<Vec<Message>>,
+    destroyed: AtomicBool,
+}
+
+#[async_trait]
+impl HarnessSession for ProviderSession {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    async fn run_turn(&self, turn: TurnRequest, io: TurnIo) -> TurnOutcome {
+        let mut retried = 0u32;
+        loop {
+            let spoke = Arc::new(AtomicBool::new(false));
+            let failure = match self.attempt(&turn, &io, spoke.clone()).await {
+                Ok(outcome) => return outcome,
+                Err(failure) => failure,
+            };
+            let before_output = !spoke.load(Ordering::SeqCst);
+            if failure.retryable
+                && before_output
+                && retried < self.config.retries
+                && !turn.cancel.is_cancelled()
+            {
+                let pause = failure
+                    .retry_after_ms
+                    .unwrap_or(self.config.retry_base_ms << retried)
+                    .min(self.config.retry_max_ms);
+                tracing::info!(session = %self.id, retried, pause_ms = pause, error = %failure.words, "a model call failed before any output; trying again");
+                retried += 1;
+                tokio::select! {
+                    biased;
+                    _ = turn.cancel.cancelled() => return TurnOutcome::aborted(),
+                    () = tokio::time::sleep(Duration::from_millis(pause)) => {}
+                }
+                continue;
+            }
+            tracing::warn!(session = %self.id, retried, error = %failure.detail, "the model provider failed the turn");
+            io.emit(Part::Error(ErrorPart {
+                message: failure.words.clone(),
+            }))
+            .await;
+            return TurnOutcome::failed(failure.words);
+        }
+    }
+
+    async fn destroy(&self) {
+        if self.destroyed.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        lock(&self.history).clear();
+        if let Some(entry) = lock(&self.ledger).iter_mut().find(|s| s.id == self.id) {
+            entry.teardowns += 1;
+        }
+    }
+
+    fn is_usable(&self) -> bool {
+        !self.destroyed.load(Ordering::SeqCst)
+    }
+}
+
+impl ProviderSession {
+    /// One run of the turn on rig's agent loop: the outcome, or why it failed.
+    async fn attempt(
+        &self,
+        turn: &TurnRequest,
+        io: &TurnIo,
+        spoke: Arc<AtomicBool>,
+    ) -> Result<TurnOutcome, Failure> {
+        let http = transport::RigHttp::new(self.transport.clone(), self.config.bounds);
+        let key = self
+            .config
+            .api_key
+            .as_ref()
+            .map(|k| k.0.clone())
+            .unwrap_or_default();
+        let tools: Vec<DynamicTool> = turn
+            .host_tools
+            .iter()
+            .map(|spec| host_tool(spec, io, self.config.tool_result_max_bytes))
+            .collect::<Result<_, _>>()?;
+        let rounds = self.config.max_model_calls.max(1);
+        let effort = self.config.reasoning.as_deref().and_then(effort);
+        let max_output_tokens = match self.config.family {
+            Family::Anthropic => Some(
+                self.config
+                    .max_output_tokens
+                    .unwrap_or(ANTHROPIC_MAX_OUTPUT_TOKENS),
+            ),
+            Family::OpenAi => self.config.max_output_tokens,
+        };
+        let output_schema = match &turn.response_format {
+            Some(schema) => Some(
+                rig_core::schemars::Schema::try_from(schema.clone()).map_err(|e| {
+                    Failure::internal(format!("the response format is not a JSON Schema: {e}"))
+                })?,
+            ),
+            None => None,
+        };
+        macro_rules! build {
+            ($model:expr) => {{
+                let mut builder = AgentBuilder::new($model)
+                    .preamble(turn.instructions.clone())
+                    .default_max_turns(rounds);
+                if let Some(effort) = effort {
+                    builder = builder.reasoning(effort);
+                }
+                if let Some(max) = max_output_tokens {
+                    builder = builder.max_tokens(max);
+                }
+                if let Some(schema) = output_schema.clone() {
+                    builder = builder.output_schema_raw(schema);
+                }
+                builder.dynamic_tools(tools).build()
+            }};
+        }
+        let agent = match self.config.family {
+            Family::OpenAi => build!(rig_core::providers::openai::OpenAIConfig::new(key)
+                .with_base_url(self.config.base_url.clone())
+                .connect(http)
+                .chat(self.config.model.clone())),
+            Family::Anthropic => build!(rig_core::providers::anthropic::AnthropicConfig::new(key)
+                .with_base_url(&self.config.base_url)
+                .connect(http)
+                .completion(self.config.model.clone())),
+        };
+        let history = lock(&self.history).clone();
+        let hook = TurnHook {
+            io: io.clone(),
+            spoke: spoke.clone(),
+            steps: Arc::new(AtomicUsize::new(0)),
+        };
+        let mut stream = agent
+            .prompt(turn.prompt.clone())
+            .history(history)
+            .max_turns(rounds)
+            .add_hook(hook)
+            .stream();
+        loop {
+            let item = tokio::select! {
+                biased;
+                _ = turn.cancel.cancelled() => {
+                    // Dropping the stream drops the model call and closes its connection.
+                    drop(stream);
+                    return Ok(TurnOutcome::aborted());
+                }
+                item = stream.next() => item,
+            };
+            match item {
+                None => {
+                    return Err(Failure::internal(
+                        "the model's run ended without an answer".to_owned(),
+                    ))
+                }
+                Some(Ok(MultiTurnStreamItem::FinalResponse(response))) => {
+                    lock(&self.history).extend(response.messages.clone());
+                    let usage = usage_of(&response.usage);
+                    io.emit(Part::Finish(FinishPart {
+                        finish_reason: FinishReason::Stop,
+                        usage: Some(usage),
+                    }))
+                    .await;
+                    let output = match turn.response_format {
+                        None => None,
+                        Some(_) => {
+                            let text = final_text(&response.content);
+                            Some(serde_json::from_str::<Value>(text.trim()).map_err(|e| {
+                                Failure::internal(format!(
+                                    "the model's structured output is not JSON: {e}"
+                                ))
+                            })?)
+                        }
+                    };
+                    return Ok(TurnOutcome::completed(output));
+                }
+                Some(Ok(_)) => {}
+                Some(Err(error)) => {
+                    let secret = self.config.api_key.as_ref().map(|k| k.0.as_str());
+                    return Err(words::classify(&error, self.config.max_model_calls, secret));
+                }
+            }
+        }
+    }
+}
+
+/// A `reasoning` setting as rig's effort.
+fn effort(level: &str) -> Option<rig_core::completion::Reasoning> {
+    use rig_core::completion::{Effort, Reasoning};
+    Some(Reasoning::Effort(match level {
+        "minimal" => Effort::Minimal,
+        "low" => Effort::Low,
+        "medium" => Effort::Medium,
+        "high" => Effort::High,
+        _ => return None,
+    }))
+}
+
+fn usage_of(usage: &rig_core::completion::Usage) -> chopin_protocol::agent::Usage {
+    chopin_protocol::agent::Usage {
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+        reasoning_tokens: usage.reasoning_tokens,
+        cached_input_tokens: usage.cached_input_tokens,
+    }
+}
+
+/// The text of the model's final answer.
+fn final_text(content: &[rig_core::message::AssistantContent]) -> String {
+    content
+        .iter()
+        .filter_map(|c| match c {
+            rig_core::message::AssistantContent::Text(t) => Some(t.text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The rig tool for one host tool: run by the host (whose driver first checks the arguments
+/// against the tool's schema: a mismatch is an error result for the model, never a crash); its
+/// result cut to `max`.
+fn host_tool(spec: &ToolSpec, io: &TurnIo, max: usize) -> Result<DynamicTool, Failure> {
+    let name = rig_core::message::ToolName::new(spec.name.clone())
+        .map_err(|e| Failure::internal(format!("a host tool has no name: {e}")))?;
+    let io = io.clone();
+    let spec_for_call = spec.clone();
+    Ok(DynamicTool::new(
+        name,
+        spec.description.clone(),
+        spec.input_schema.clone(),
+        move |arguments: Value| {
+            let io = io.clone();
+            let spec = spec_for_call.clone();
+            Box::pin(async move {
+                let result = io.call_host_tool(&spec.name, arguments).await;
+                let text = match result.output {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let text = chopin_harness::cut_result(text, max);
+                if result.is_error {
+                    Err(ToolExecutionError::new(ToolErrorKind::Other, text.clone())
+                        .with_model_feedback(text))
+                } else {
+                    Ok(ToolOutput::text(text))
+                }
+            })
+        },
+    ))
+}
+
+/// The turn's hook on rig's loop: what the model says becomes the turn's parts as it streams,
+/// in the loop's own order, and a steer message waiting when the model stops to answer is
+/// given to it then.
+struct TurnHook {
+    io: TurnIo,
+    /// Whether the model said anything yet (after which nothing is retried).
+    spoke: Arc<AtomicBool>,
+    /// Model calls finished so far this turn.
+    steps: Arc<AtomicUsize>,
+}
+
+impl TurnHook {
+    async fn emit(&self, part: Part) {
+        self.spoke.store(true, Ordering::SeqCst);
+        self.io.emit(part).await;
+    }
+}
+
+impl AgentHook for TurnHook {
+    async fn on_text_delta(
+        &self,
+        _ctx: &HookContext,
+        event: TextDelta<'_>,
+    ) -> rig_agent::agent::ObservationAction {
+        self.emit(Part::Text(TextPart {
+            text: event.delta.to_owned(),
+        }))
+        .await;
+        rig_agent::agent::ObservationAction::Continue
+    }
+
+    async fn on_reasoning_delta(
+        &self,
+        _ctx: &HookContext,
+        event: ReasoningDelta<'_>,
+    ) -> rig_agent::agent::ObservationAction {
+        self.emit(Part::Reasoning(TextPart {
+            text: event.delta.to_owned(),
+        }))
+        .await;
+        rig_agent::agent::ObservationAction::Continue
+    }
+
+    async fn on_tool_call_delta(
+        &self,
+        _ctx: &HookContext,
+        event: ToolCallDelta<'_>,
+    ) -> rig_agent::agent::ObservationAction {
+        self.emit(Part::ToolInput(ToolInputPart {
+            tool_call_id: format!(
+                "call-{}-{}",
+                self.steps.load(Ordering::SeqCst),
+                event.part.index()
+            ),
+            tool_name: event.tool_name.to_owned(),
+            delta: event.delta.to_owned(),
+        }))
+        .await;
+        rig_agent::agent::ObservationAction::Continue
+    }
+
+    async fn on_invalid_tool_call(
+        &self,
+        _ctx: &HookContext,
+        event: &rig_agent::agent::InvalidToolCallContext,
+    ) -> Option<InvalidToolCallAction> {
+        // A call outside the turn's tools: the host's boundary check fails the turn.
+        self.emit(Part::ToolInput(ToolInputPart {
+            tool_call_id: format!("call-{}-invalid", self.steps.load(Ordering::SeqCst)),
+            tool_name: event.tool_name.clone(),
+            delta: event.args.clone().unwrap_or_default(),
+        }))
+        .await;
+        Some(InvalidToolCallAction::Stop {
+            reason: format!("{} is not one of the turn's tools", event.tool_name),
+        })
+    }
+
+    async fn on_model_turn_finished(
+        &self,
+        _ctx: &HookContext,
+        event: ModelTurnFinished<'_>,
+    ) -> ModelTurnAction {
+        self.steps.fetch_add(1, Ordering::SeqCst);
+        let calls_tools = event
+            .content
+            .iter()
+            .any(|c| matches!(c, rig_core::message::AssistantContent::ToolCall(_)));
+        self.emit(Part::FinishStep(FinishPart {
+            finish_reason: if calls_tools {
+                FinishReason::ToolCalls
+            } else {
+                FinishReason::Stop
+            },
+            usage: Some(usage_of(&event.usage)),
+        }))
+        .await;
+        if !calls_tools {
+            if let Some(steer) = self.io.try_steer() {
+                return ModelTurnAction::retry_with_feedback(steer);
+            }
+        }
+        ModelTurnAction::Continue
+    }
+}
