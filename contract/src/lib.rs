@@ -94,6 +94,12 @@ pub trait ContractModel: Send + Sync {
     fn wire_note(&self, _kind: &str) -> String {
         String::new()
     }
+    /// Words saying how the model's wire carried text, appended to every failed check's detail
+    /// that does not already say it, so a failure after a library bump shows what the provider
+    /// sent; empty where there is no wire to name.
+    fn wire_context(&self) -> String {
+        String::new()
+    }
 }
 
 #[async_trait]
@@ -1621,6 +1627,16 @@ impl std::fmt::Display for Report {
 /// The longest one check may take before it fails as stuck.
 pub const CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
 
+/// A failure's detail with the model's wire context, unless it already names the wire.
+fn with_context(detail: String, subject: &Subject) -> String {
+    let context = subject.model.wire_context();
+    if context.is_empty() || detail.contains("the provider streamed") {
+        detail
+    } else {
+        format!("{detail}{context}")
+    }
+}
+
 /// Run every check against fresh subjects from `factory`.
 pub async fn run(factory: &dyn SubjectFactory) -> Report {
     plant_canary();
@@ -1630,10 +1646,14 @@ pub async fn run(factory: &dyn SubjectFactory) -> Report {
         let started = std::time::Instant::now();
         let outcome = match factory.create().await {
             Ok(subject) => match tokio::time::timeout(CHECK_DEADLINE, check.run(&subject)).await {
-                Ok(outcome) => outcome,
-                Err(_) => Err(format!(
-                    "the check did not finish within {} s",
-                    CHECK_DEADLINE.as_secs()
+                Ok(Ok(detail)) => Ok(detail),
+                Ok(Err(detail)) => Err(with_context(detail, &subject)),
+                Err(_) => Err(with_context(
+                    format!(
+                        "the check did not finish within {} s",
+                        CHECK_DEADLINE.as_secs()
+                    ),
+                    &subject,
                 )),
             },
             Err(e) => Err(format!("could not build the adapter: {e}")),

@@ -219,6 +219,13 @@ impl ContractModel for ProviderModel {
         self.fake.requests().iter().map(Recorded::as_text).collect()
     }
 
+    fn wire_context(&self) -> String {
+        format!(
+            "; the provider streamed text as {}",
+            self.fake.wire_shape(self.family.name(), "text")
+        )
+    }
+
     fn wire_note(&self, kind: &str) -> String {
         format!(
             "; the provider streamed it as {}",
