@@ -111,7 +111,7 @@ pub async fn provider_subject(
             session_ids: Arc::new(move || {
                 format!("provider-{}", next.fetch_add(1, Ordering::SeqCst) + 1)
             }),
-            ledger: ledger.clone(),
+            ledger: Some(ledger.clone()),
         }),
         ..HarnessDeps::default()
     };

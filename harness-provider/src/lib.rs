@@ -169,8 +169,9 @@ pub struct ProviderDeps {
     pub transport: Arc<dyn HttpTransport>,
     /// A fresh session id each call (the host's randomness).
     pub session_ids: Arc<dyn Fn() -> String + Send + Sync>,
-    /// Where sessions are recorded; shared by every adapter built from these deps.
-    pub ledger: Arc<Mutex<Vec<SessionLedger>>>,
+    /// Where sessions are recorded, for a test that counts them; shared by every adapter built
+    /// from these deps. `None` in a server, which keeps no record of ended sessions.
+    pub ledger: Option<Arc<Mutex<Vec<SessionLedger>>>>,
 }
 
 impl std::fmt::Debug for ProviderDeps {
@@ -193,7 +194,11 @@ impl ProviderHarness {
 
     /// Every session opened so far, with its teardowns.
     pub fn sessions(&self) -> Vec<SessionLedger> {
-        lock(&self.deps.ledger).clone()
+        self.deps
+            .ledger
+            .as_ref()
+            .map(|l| lock(l).clone())
+            .unwrap_or_default()
     }
 }
 
@@ -245,13 +250,15 @@ impl Harness for ProviderHarness {
             config.reasoning = Some(level);
         }
         let id = (self.deps.session_ids)();
-        lock(&self.deps.ledger).push(SessionLedger {
-            id: id.clone(),
-            mode: request.mode,
-            model: config.model.clone(),
-            thinking_level: request.thinking_level.clone(),
-            teardowns: 0,
-        });
+        if let Some(ledger) = &self.deps.ledger {
+            lock(ledger).push(SessionLedger {
+                id: id.clone(),
+                mode: request.mode,
+                model: config.model.clone(),
+                thinking_level: request.thinking_level.clone(),
+                teardowns: 0,
+            });
+        }
         Ok(Box::new(ProviderSession {
             id,
             config,
@@ -268,7 +275,7 @@ pub struct ProviderSession {
     id: String,
     config: ProviderConfig,
     transport: Arc<dyn HttpTransport>,
-    ledger: Arc<Mutex<Vec<SessionLedger>>>,
+    ledger: Option<Arc<Mutex<Vec<SessionLedger>>>>,
     history: Mutex<Vec<Message>>,
     destroyed: AtomicBool,
 }
@@ -320,8 +327,10 @@ impl HarnessSession for ProviderSession {
             return;
         }
         lock(&self.history).clear();
-        if let Some(entry) = lock(&self.ledger).iter_mut().find(|s| s.id == self.id) {
-            entry.teardowns += 1;
+        if let Some(ledger) = &self.ledger {
+            if let Some(entry) = lock(ledger).iter_mut().find(|s| s.id == self.id) {
+                entry.teardowns += 1;
+            }
         }
     }
 

@@ -278,6 +278,10 @@ impl App {
             clock: clock.clone(),
             shutdown: shutdown.clone(),
             harness: config.harness.clone(),
+            provider: config.provider.as_ref().map(|settings| {
+                crate::harness::provider_deps(settings, runtime.connector.clone(), entropy.clone())
+            }),
+            metrics: metrics.clone(),
             agent_enabled: config.agent_enabled,
             planted: config.planted,
             runs: runs.clone(),

@@ -175,6 +175,10 @@ pub struct Sender {
     pub login: String,
     /// Push or administration access to the document's repository.
     pub can_write: bool,
+    /// The sender as a Planner owner: their account and live browser login, for a harness
+    /// whose model runs in this process (the first writer to invoke it owns the Planner).
+    /// `None` where the message comes with no browser login (a bearer token's MCP call).
+    pub owner: Option<crate::store::Holder>,
 }
 
 /// The Chat a message is sent in: a root document's. A child document has no Chat of its own;
@@ -535,6 +539,7 @@ impl Chat {
                     document: place.document,
                     document_url: place.url.clone(),
                     from_login: sender.login.clone(),
+                    sender: sender.owner.clone(),
                     text: request.text.clone(),
                     focus: place.focus.clone(),
                     follow_up: match &addressed {

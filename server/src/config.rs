@@ -17,7 +17,11 @@ pub const REMOTE_ATTACHMENT_CEILING_BYTES: u64 = 1024 * 1024;
 const MAX_TIMER_MS: u64 = 86_400_000;
 
 /// Harness adapters this build can run (the code-owned map's keys).
-pub const HARNESSES: &[&str] = &["remote"];
+pub const HARNESSES: &[&str] = &["remote", "provider"];
+/// `HARNESS_AUTH` modes the `provider` harness takes.
+pub const PROVIDER_AUTH_MODES: &[&str] = &["openai", "anthropic", "custom", "auto"];
+/// `MODEL_REASONING` levels.
+pub const REASONING_LEVELS: &[&str] = &["minimal", "low", "medium", "high"];
 /// `HARNESS_AUTH` modes. `auto` falls back to a host-logged-in subscription.
 pub const HARNESS_AUTH_MODES: &[&str] = &[
     "auto",
@@ -102,6 +106,8 @@ pub struct Config {
     pub auth_mode: AuthMode,
     pub harness: String,
     pub harness_auth: Option<String>,
+    /// The model and its API for `HARNESS=provider`; `None` under any other harness.
+    pub provider: Option<ProviderSettings>,
     /// `AGENT=off` prevents Planner turns.
     pub agent_enabled: bool,
     pub planner_attach_grace_ms: u64,
@@ -148,6 +154,35 @@ pub struct Config {
     pub github_app_client_secret: Option<Secret>,
     /// Warnings to log once logging is up (a setting was adjusted).
     pub warnings: Vec<String>,
+}
+
+/// Which API wire a `provider` model speaks: the part of `MODEL` before its first `/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelFamily {
+    /// OpenAI's Chat Completions, as any OpenAI-compatible endpoint serves it.
+    OpenAi,
+    /// Anthropic's Messages API.
+    Anthropic,
+}
+
+/// The `provider` harness's model, its API and its bounds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderSettings {
+    pub family: ModelFamily,
+    /// The model id the API knows (`MODEL` after its first `/`).
+    pub model: String,
+    /// The API's base URL, no trailing slash.
+    pub base_url: String,
+    /// The operator's key, if the API needs one. Never printed.
+    pub api_key: Option<Secret>,
+    /// `MODEL_REASONING`.
+    pub reasoning: Option<String>,
+    pub max_model_calls: u32,
+    pub retries: u32,
+    /// Head and idle deadline of each model call.
+    pub timeout_ms: u64,
+    pub tool_result_max_bytes: u64,
+    pub max_output_tokens: Option<u64>,
 }
 
 /// A setting that stops startup: which variable, what it was given (unless secret), what it
@@ -213,15 +248,99 @@ pub struct Args {
     #[arg(long, env = "AUTH_MODE", value_name = "MODE")]
     pub auth_mode: Option<String>,
 
-    /// Harness adapter that runs the Planner. This build: `remote` (default).
+    /// Harness adapter that runs the Planner: `remote` (default; the model runs in a member's
+    /// client attached to the document) or `provider` (the model runs in this process through
+    /// an OpenAI-compatible or Anthropic API, with the operator's key; needs HARNESS_AUTH and
+    /// MODEL).
     #[arg(long, env = "HARNESS", value_name = "NAME")]
     pub harness: Option<String>,
 
-    /// Not acted on yet: checked, then unused (the `remote` harness takes its model from the
-    /// client). Model-access mode for an in-process harness: auto, direct, ai-gateway, openai,
-    /// anthropic or custom; `auto` needs a loopback-only bind.
+    /// Where the model's credentials come from. With HARNESS=provider, required: `openai`
+    /// (OPENAI_API_KEY, OPENAI_BASE_URL), `anthropic` (ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL),
+    /// `custom` (MODEL_BASE_URL, and MODEL_API_KEY if the endpoint needs one), or `auto` (any
+    /// of those found, else none: for a model server on this machine; loopback-only bind).
+    /// Ignored by `remote`, whose model runs in the client. Every writer's turns bill the
+    /// operator's key; Chopin adds no quota.
     #[arg(long, env = "HARNESS_AUTH", value_name = "MODE")]
     pub harness_auth: Option<String>,
+
+    /// The Planner's model as provider/model, e.g. openai/gpt-4.1 or
+    /// anthropic/claude-sonnet-4-5: the part before the first `/` names the API's wire
+    /// (`openai` for any OpenAI-compatible endpoint: Azure OpenAI, Ollama, vLLM, llama.cpp,
+    /// OpenRouter). Required with HARNESS=provider.
+    #[arg(long, env = "MODEL", value_name = "PROVIDER/MODEL")]
+    pub model: Option<String>,
+
+    /// Reasoning effort asked of the model where it has one: minimal, low, medium or high.
+    /// Unset: the model's own default.
+    #[arg(long, env = "MODEL_REASONING", value_name = "LEVEL")]
+    pub model_reasoning: Option<String>,
+
+    /// The API's base URL for HARNESS_AUTH=custom (or auto), e.g. http://127.0.0.1:11434/v1
+    /// for Ollama.
+    #[arg(long, env = "MODEL_BASE_URL", value_name = "URL")]
+    pub model_base_url: Option<String>,
+
+    /// The key for MODEL_BASE_URL, if it needs one. Never printed or stored.
+    #[arg(
+        long,
+        env = "MODEL_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub model_api_key: Option<String>,
+
+    /// OpenAI key for HARNESS_AUTH=openai. Never printed or stored.
+    #[arg(
+        long,
+        env = "OPENAI_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub openai_api_key: Option<String>,
+
+    /// OpenAI API base for HARNESS_AUTH=openai. Default https://api.openai.com/v1.
+    #[arg(long, env = "OPENAI_BASE_URL", value_name = "URL")]
+    pub openai_base_url: Option<String>,
+
+    /// Anthropic key for HARNESS_AUTH=anthropic. Never printed or stored.
+    #[arg(
+        long,
+        env = "ANTHROPIC_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub anthropic_api_key: Option<String>,
+
+    /// Anthropic API base for HARNESS_AUTH=anthropic. Default https://api.anthropic.com.
+    #[arg(long, env = "ANTHROPIC_BASE_URL", value_name = "URL")]
+    pub anthropic_base_url: Option<String>,
+
+    /// The most model calls one Planner turn makes (each round of tool calls is one), 1 to
+    /// 256. Default 16.
+    #[arg(long, env = "PROVIDER_MAX_MODEL_CALLS", value_name = "N")]
+    pub provider_max_model_calls: Option<String>,
+
+    /// How often a model call that failed before any output (429, 5xx, a refused connection)
+    /// is tried again, 0 to 10; the pause doubles from 1 s, or is what the provider's
+    /// retry-after asks, at most 30 s. Default 2.
+    #[arg(long, env = "PROVIDER_RETRIES", value_name = "N")]
+    pub provider_retries: Option<String>,
+
+    /// How long the provider may take to start answering, and may then stay silent, before a
+    /// model call is given up, in ms. Default 60000.
+    #[arg(long, env = "PROVIDER_TIMEOUT_MS", value_name = "MS")]
+    pub provider_timeout_ms: Option<String>,
+
+    /// The most bytes of one tool result the model is given (1024 to 1048576); a longer one
+    /// is cut, with a note saying how much was left out. Default 32768.
+    #[arg(long, env = "PROVIDER_TOOL_RESULT_MAX_BYTES", value_name = "BYTES")]
+    pub provider_tool_result_max_bytes: Option<String>,
+
+    /// The most tokens one model call may write. Unset: the provider's default (Anthropic,
+    /// which needs one, gets 8192).
+    #[arg(long, env = "PROVIDER_MAX_OUTPUT_TOKENS", value_name = "N")]
+    pub provider_max_output_tokens: Option<String>,
 
     /// `on` (default) or `off`: off refuses every message to the Planner (no turns run); Chat
     /// between people is unchanged.
@@ -330,6 +449,174 @@ pub struct Args {
         hide_env_values = true
     )]
     pub github_app_client_secret: Option<String>,
+}
+
+/// `HARNESS=provider`'s settings: an explicit `HARNESS_AUTH` (RFC-55), `MODEL` as
+/// provider/model in a family the mode serves, a key where the mode needs one.
+fn provider_settings(args: &Args, auth: Option<&str>) -> Result<ProviderSettings, ConfigError> {
+    let Some(auth) = auth else {
+        return Err(ConfigError::new(
+            "HARNESS_AUTH",
+            None,
+            "HARNESS=provider needs an explicit HARNESS_AUTH: openai, anthropic, custom, or auto (loopback-only bind)",
+        ));
+    };
+    if !PROVIDER_AUTH_MODES.contains(&auth) {
+        return Err(ConfigError::new(
+            "HARNESS_AUTH",
+            Some(auth),
+            "HARNESS=provider takes openai, anthropic, custom or auto; direct and ai-gateway are for other harnesses",
+        ));
+    }
+    let Some(raw_model) = given(&args.model) else {
+        return Err(ConfigError::new(
+            "MODEL",
+            None,
+            "HARNESS=provider needs MODEL as provider/model, e.g. openai/gpt-4.1 or anthropic/claude-sonnet-4-5",
+        ));
+    };
+    let (family, model) = match raw_model.split_once('/') {
+        Some(("openai", id)) if !id.trim().is_empty() => (ModelFamily::OpenAi, id.trim()),
+        Some(("anthropic", id)) if !id.trim().is_empty() => (ModelFamily::Anthropic, id.trim()),
+        _ => {
+            return Err(ConfigError::new(
+                "MODEL",
+                Some(raw_model),
+                "expected provider/model with provider openai (any OpenAI-compatible API) or anthropic, e.g. openai/gpt-4.1",
+            ))
+        }
+    };
+    let family_name = match family {
+        ModelFamily::OpenAi => "openai",
+        ModelFamily::Anthropic => "anthropic",
+    };
+    if matches!(auth, "openai" | "anthropic") && auth != family_name {
+        return Err(ConfigError::new(
+            "MODEL",
+            Some(raw_model),
+            format!("HARNESS_AUTH={auth} serves {auth}/… models; use HARNESS_AUTH=custom for another API"),
+        ));
+    }
+    let (key_var, key, base_var, base, default_base) = match family {
+        ModelFamily::OpenAi => (
+            "OPENAI_API_KEY",
+            &args.openai_api_key,
+            "OPENAI_BASE_URL",
+            &args.openai_base_url,
+            "https://api.openai.com/v1",
+        ),
+        ModelFamily::Anthropic => (
+            "ANTHROPIC_API_KEY",
+            &args.anthropic_api_key,
+            "ANTHROPIC_BASE_URL",
+            &args.anthropic_base_url,
+            "https://api.anthropic.com",
+        ),
+    };
+    let (base_url, api_key) = match auth {
+        "custom" => {
+            if given(&args.model_base_url).is_none() {
+                return Err(ConfigError::new(
+                    "MODEL_BASE_URL",
+                    None,
+                    "HARNESS_AUTH=custom needs the API's base URL, e.g. http://127.0.0.1:11434/v1",
+                ));
+            }
+            (
+                parse_base_url("MODEL_BASE_URL", &args.model_base_url, default_base)?,
+                given(&args.model_api_key).map(Secret::new),
+            )
+        }
+        "auto" => {
+            let base = if given(&args.model_base_url).is_some() {
+                parse_base_url("MODEL_BASE_URL", &args.model_base_url, default_base)?
+            } else {
+                parse_base_url(base_var, base, default_base)?
+            };
+            let key = given(&args.model_api_key)
+                .or_else(|| given(key))
+                .map(Secret::new);
+            (base, key)
+        }
+        _ => {
+            let Some(key) = given(key) else {
+                return Err(ConfigError::new(
+                    key_var,
+                    None,
+                    format!("HARNESS_AUTH={auth} needs the operator's key in {key_var}"),
+                ));
+            };
+            (
+                parse_base_url(base_var, base, default_base)?,
+                Some(Secret::new(key)),
+            )
+        }
+    };
+    let reasoning = match given(&args.model_reasoning) {
+        None => None,
+        Some(_) => Some(
+            one_of(
+                "MODEL_REASONING",
+                &args.model_reasoning,
+                "",
+                REASONING_LEVELS,
+            )?
+            .to_owned(),
+        ),
+    };
+    let bounded = |variable: &'static str,
+                   v: &Option<String>,
+                   default: u64,
+                   range: std::ops::RangeInclusive<u64>| {
+        let n = parse_u64(variable, v, default, "a whole number")?;
+        if range.contains(&n) {
+            Ok(n)
+        } else {
+            Err(ConfigError::new(
+                variable,
+                given(v),
+                format!(
+                    "expected a whole number from {} to {}",
+                    range.start(),
+                    range.end()
+                ),
+            ))
+        }
+    };
+    let max_model_calls = bounded(
+        "PROVIDER_MAX_MODEL_CALLS",
+        &args.provider_max_model_calls,
+        16,
+        1..=256,
+    )?;
+    let retries = bounded("PROVIDER_RETRIES", &args.provider_retries, 2, 0..=10)?;
+    let tool_result_max_bytes = bounded(
+        "PROVIDER_TOOL_RESULT_MAX_BYTES",
+        &args.provider_tool_result_max_bytes,
+        32 * 1024,
+        1024..=1024 * 1024,
+    )?;
+    let max_output_tokens = match given(&args.provider_max_output_tokens) {
+        None => None,
+        Some(_) => Some(bounded(
+            "PROVIDER_MAX_OUTPUT_TOKENS",
+            &args.provider_max_output_tokens,
+            0,
+            1..=1_000_000,
+        )?),
+    };
+    Ok(ProviderSettings {
+        family,
+        model: model.to_owned(),
+        base_url,
+        api_key,
+        reasoning,
+        max_model_calls: u32::try_from(max_model_calls).unwrap_or(16),
+        retries: u32::try_from(retries).unwrap_or(2),
+        timeout_ms: parse_ms("PROVIDER_TIMEOUT_MS", &args.provider_timeout_ms, 60_000)?,
+        tool_result_max_bytes,
+        max_output_tokens,
+    })
 }
 
 /// An unset or empty value counts as unset.
@@ -621,6 +908,11 @@ impl Config {
                 ),
             ));
         }
+        let provider = if harness == "provider" {
+            Some(provider_settings(args, harness_auth.as_deref())?)
+        } else {
+            None
+        };
         let agent_enabled = one_of("AGENT", &args.agent, "on", &["on", "off"])? == "on";
         let log_format = match one_of(
             "CHOPIN_LOG_FORMAT",
@@ -721,6 +1013,7 @@ impl Config {
             auth_mode,
             harness,
             harness_auth,
+            provider,
             agent_enabled,
             planner_attach_grace_ms: parse_ms(
                 "PLANNER_ATTACH_GRACE_MS",
@@ -1053,5 +1346,229 @@ mod key_tests {
             c.credential_key_file,
             PathBuf::from("/var/lib/chopin/credential.key")
         );
+    }
+}
+
+#[cfg(test)]
+mod provider_tests {
+    use super::*;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let mut argv = vec!["chopin".to_string()];
+        for (flag, value) in pairs {
+            argv.push(format!("--{flag}={value}"));
+        }
+        let args = Args::try_parse_from(argv).expect("flags parse as text");
+        Config::from_args(&args)
+    }
+
+    fn provider(pairs: &[(&str, &str)]) -> Result<ProviderSettings, ConfigError> {
+        let mut all = vec![("harness", "provider")];
+        all.extend_from_slice(pairs);
+        parse(&all).map(|c| c.provider.expect("provider settings"))
+    }
+
+    #[test]
+    fn rfc_55_provider_needs_an_explicit_harness_auth() {
+        let e = parse(&[("harness", "provider"), ("model", "openai/gpt-4.1")]).unwrap_err();
+        assert_eq!(e.variable, "HARNESS_AUTH");
+        assert!(e.problem.contains("explicit HARNESS_AUTH"), "{e}");
+        for mode in ["direct", "ai-gateway"] {
+            let e = provider(&[("harness-auth", mode), ("model", "openai/gpt-4.1")]).unwrap_err();
+            assert_eq!(e.variable, "HARNESS_AUTH", "{mode}");
+            assert!(
+                e.problem.contains("openai, anthropic, custom or auto"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn provider_needs_model_as_provider_slash_model() {
+        let e = provider(&[("harness-auth", "openai"), ("openai-api-key", "sk-x")]).unwrap_err();
+        assert_eq!(e.variable, "MODEL");
+        for bad in ["gpt-4.1", "gemini/pro", "openai/", "/gpt"] {
+            let e = provider(&[
+                ("harness-auth", "custom"),
+                ("model", bad),
+                ("model-base-url", "http://127.0.0.1:11434/v1"),
+            ])
+            .unwrap_err();
+            assert_eq!(e.variable, "MODEL", "{bad}");
+            assert!(e.problem.contains("provider/model"), "{bad}: {e}");
+        }
+        // A model id may hold further slashes (OpenRouter's `vendor/model`).
+        let s = provider(&[
+            ("harness-auth", "custom"),
+            ("model", "openai/meta-llama/llama-3.1-8b"),
+            ("model-base-url", "https://openrouter.ai/api/v1"),
+        ])
+        .unwrap();
+        assert_eq!(s.model, "meta-llama/llama-3.1-8b");
+        assert_eq!(s.family, ModelFamily::OpenAi);
+    }
+
+    #[test]
+    fn openai_and_anthropic_modes_need_their_key_and_have_default_bases() {
+        let e = provider(&[("harness-auth", "openai"), ("model", "openai/gpt-4.1")]).unwrap_err();
+        assert_eq!(e.variable, "OPENAI_API_KEY");
+        let s = provider(&[
+            ("harness-auth", "openai"),
+            ("model", "openai/gpt-4.1"),
+            ("openai-api-key", "sk-operator"),
+        ])
+        .unwrap();
+        assert_eq!(s.base_url, "https://api.openai.com/v1");
+        assert_eq!(s.api_key.as_ref().map(Secret::expose), Some("sk-operator"));
+        assert_eq!(
+            (
+                s.max_model_calls,
+                s.retries,
+                s.timeout_ms,
+                s.tool_result_max_bytes
+            ),
+            (16, 2, 60_000, 32 * 1024)
+        );
+        assert_eq!(s.max_output_tokens, None);
+
+        let e =
+            provider(&[("harness-auth", "anthropic"), ("model", "anthropic/claude")]).unwrap_err();
+        assert_eq!(e.variable, "ANTHROPIC_API_KEY");
+        let s = provider(&[
+            ("harness-auth", "anthropic"),
+            ("model", "anthropic/claude-sonnet-4-5"),
+            ("anthropic-api-key", "sk-ant"),
+            ("anthropic-base-url", "http://127.0.0.1:9000"),
+        ])
+        .unwrap();
+        assert_eq!(s.family, ModelFamily::Anthropic);
+        assert_eq!(s.base_url, "http://127.0.0.1:9000");
+
+        // A mode serves its own family only.
+        let e = provider(&[
+            ("harness-auth", "openai"),
+            ("model", "anthropic/claude"),
+            ("openai-api-key", "sk-x"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "MODEL");
+        assert!(e.problem.contains("HARNESS_AUTH=custom"), "{e}");
+    }
+
+    #[test]
+    fn a_key_is_never_shown_in_an_error_or_debug() {
+        let s = provider(&[
+            ("harness-auth", "openai"),
+            ("model", "openai/gpt-4.1"),
+            ("openai-api-key", "sk-very-secret"),
+        ])
+        .unwrap();
+        assert!(!format!("{s:?}").contains("sk-very-secret"));
+        let c = parse(&[
+            ("harness", "provider"),
+            ("harness-auth", "openai"),
+            ("model", "openai/gpt-4.1"),
+            ("openai-api-key", "sk-very-secret"),
+        ])
+        .unwrap();
+        assert!(!format!("{c:?}").contains("sk-very-secret"));
+    }
+
+    #[test]
+    fn custom_needs_a_base_url_and_takes_an_optional_key() {
+        let e = provider(&[("harness-auth", "custom"), ("model", "openai/llama3")]).unwrap_err();
+        assert_eq!(e.variable, "MODEL_BASE_URL");
+        let s = provider(&[
+            ("harness-auth", "custom"),
+            ("model", "openai/llama3"),
+            ("model-base-url", "http://127.0.0.1:11434/v1"),
+        ])
+        .unwrap();
+        assert_eq!(s.base_url, "http://127.0.0.1:11434/v1");
+        assert_eq!(s.api_key, None);
+        let e = provider(&[
+            ("harness-auth", "custom"),
+            ("model", "openai/llama3"),
+            ("model-base-url", "ftp://x"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "MODEL_BASE_URL");
+    }
+
+    #[test]
+    fn rfc_77_auto_runs_only_on_loopback_and_takes_what_it_finds() {
+        let e = provider(&[
+            ("server-host", "0.0.0.0"),
+            ("harness-auth", "auto"),
+            ("model", "openai/llama3"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "HARNESS_AUTH");
+        let s = provider(&[("harness-auth", "auto"), ("model", "openai/llama3")]).unwrap();
+        assert_eq!(s.base_url, "https://api.openai.com/v1");
+        assert_eq!(s.api_key, None);
+        let s = provider(&[
+            ("harness-auth", "auto"),
+            ("model", "anthropic/claude"),
+            ("anthropic-api-key", "sk-ant"),
+        ])
+        .unwrap();
+        assert_eq!(s.api_key.as_ref().map(Secret::expose), Some("sk-ant"));
+    }
+
+    #[test]
+    fn bounds_and_reasoning_are_checked() {
+        let base = [
+            ("harness-auth", "custom"),
+            ("model", "openai/llama3"),
+            ("model-base-url", "http://127.0.0.1:11434/v1"),
+        ];
+        let with = |extra: (&'static str, &'static str)| {
+            let mut all = base.to_vec();
+            all.push(extra);
+            provider(&all)
+        };
+        let s = with(("model-reasoning", "high")).unwrap();
+        assert_eq!(s.reasoning.as_deref(), Some("high"));
+        assert_eq!(
+            with(("model-reasoning", "max")).unwrap_err().variable,
+            "MODEL_REASONING"
+        );
+        for (flag, bad, variable) in [
+            ("provider-max-model-calls", "0", "PROVIDER_MAX_MODEL_CALLS"),
+            (
+                "provider-max-model-calls",
+                "257",
+                "PROVIDER_MAX_MODEL_CALLS",
+            ),
+            ("provider-retries", "11", "PROVIDER_RETRIES"),
+            ("provider-timeout-ms", "0", "PROVIDER_TIMEOUT_MS"),
+            (
+                "provider-tool-result-max-bytes",
+                "100",
+                "PROVIDER_TOOL_RESULT_MAX_BYTES",
+            ),
+            (
+                "provider-max-output-tokens",
+                "0",
+                "PROVIDER_MAX_OUTPUT_TOKENS",
+            ),
+        ] {
+            let e = with((flag, bad)).unwrap_err();
+            assert_eq!(e.variable, variable, "{flag}={bad}");
+        }
+        let s = with(("provider-max-model-calls", "1")).unwrap();
+        assert_eq!(s.max_model_calls, 1);
+        let s = with(("provider-max-model-calls", "256")).unwrap();
+        assert_eq!(s.max_model_calls, 256);
+        let s = with(("provider-retries", "0")).unwrap();
+        assert_eq!(s.retries, 0);
+    }
+
+    #[test]
+    fn remote_has_no_provider_settings() {
+        let c = parse(&[("model", "openai/gpt-4.1")]).unwrap();
+        assert_eq!(c.harness, "remote");
+        assert_eq!(c.provider, None);
     }
 }

@@ -32,6 +32,18 @@ struct StoreLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    harness: String,
+    kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TurnLabels {
+    harness: String,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GitHubLabels {
     call: &'static str,
     outcome: &'static str,
@@ -92,6 +104,10 @@ pub struct Metrics {
     state_entries: Family<StateLabels, Gauge>,
     /// Frames a socket was asked to send that were larger than any socket sends.
     frames_too_large: Counter,
+    /// Model tokens the Planner's turns used, as their harness reported them.
+    model_tokens: Family<TokenLabels, Counter>,
+    /// Planner turns ended, by harness and result.
+    turns_ended: Family<TurnLabels, Counter>,
     /// A smaller largest frame a socket sends than its own (0: none; the simulator plants one).
     outbound_frame_cap: std::sync::atomic::AtomicUsize,
 }
@@ -173,6 +189,18 @@ impl Metrics {
             "Frames the server would have sent larger than a socket sends (each ended its socket; expected to stay 0)",
             frames_too_large.clone(),
         );
+        let model_tokens = Family::<TokenLabels, Counter>::default();
+        registry.register(
+            "model_tokens",
+            "Model tokens used by Planner turns, by harness and kind (input, output), as the harness reported them at each turn's end",
+            model_tokens.clone(),
+        );
+        let turns_ended = Family::<TurnLabels, Counter>::default();
+        registry.register(
+            "turns_ended",
+            "Planner turns ended, by harness and result (completed, aborted, failed)",
+            turns_ended.clone(),
+        );
         for kind in [SocketKind::Agent, SocketKind::Room, SocketKind::Yjs] {
             let _ = sockets.get_or_create(&SocketLabels { kind: kind.label() });
         }
@@ -187,6 +215,8 @@ impl Metrics {
             turns_running,
             state_entries,
             frames_too_large,
+            model_tokens,
+            turns_ended,
             outbound_frame_cap: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -216,6 +246,28 @@ impl Metrics {
     /// How many frames were refused as larger than any socket sends.
     pub fn frames_too_large(&self) -> u64 {
         self.frames_too_large.get()
+    }
+
+    /// A Planner turn under `harness` used these many model tokens.
+    pub fn model_tokens(&self, harness: &str, input: u64, output: u64) {
+        for (kind, n) in [("input", input), ("output", output)] {
+            self.model_tokens
+                .get_or_create(&TokenLabels {
+                    harness: harness.to_owned(),
+                    kind,
+                })
+                .inc_by(n);
+        }
+    }
+
+    /// A Planner turn under `harness` ended with `result` (`completed`, `aborted`, `failed`).
+    pub fn turn_ended(&self, harness: &str, result: &'static str) {
+        self.turns_ended
+            .get_or_create(&TurnLabels {
+                harness: harness.to_owned(),
+                result,
+            })
+            .inc();
     }
 
     /// The hook an instrumented store reports each call to.

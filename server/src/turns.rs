@@ -35,7 +35,7 @@ use crate::runs::{Control, Runs};
 /// The name Chat gives the Planner when it acts on its own (a run paused for a renewal).
 const PLANNER_LOGIN: &str = "chopin";
 use crate::runtime::{SharedClock, SharedEntropy, Shutdown};
-use crate::store::{Creator, DocumentStore, Holder, OwnerGuard, OwnershipStore};
+use crate::store::{Claim, Creator, DocumentStore, Holder, OwnerGuard, OwnershipStore};
 use crate::transcript::{Transcript, TurnSink, MESSAGE_MAX_CHARS};
 
 /// A person's message to the Planner.
@@ -46,6 +46,10 @@ pub struct PlannerRequest {
     pub document_url: String,
     /// GitHub login of the sender.
     pub from_login: String,
+    /// The sender as a Planner owner (account and live browser login), where the message came
+    /// with one: under a harness whose model runs in this process, the first writer to invoke
+    /// the Planner owns it (OWN-02).
+    pub sender: Option<Holder>,
     pub text: String,
     /// Sent from a child document's room (ISO-25): the child, the focus of the message.
     pub focus: Option<Focus>,
@@ -107,6 +111,7 @@ impl PlannerRequest {
             document,
             document_url,
             from_login,
+            sender: None,
             text: said
                 .iter()
                 .map(|w| split_words(w).1)
@@ -254,6 +259,10 @@ pub struct TurnsDeps {
     pub shutdown: Shutdown,
     /// `HARNESS`: the adapter's name in the registry.
     pub harness: String,
+    /// The `provider` adapter's settings, transport and session ids (`HARNESS=provider`).
+    pub provider: Option<crate::harness::ProviderDeps>,
+    /// Where turns' ends and model usage are counted.
+    pub metrics: Arc<crate::metrics::Metrics>,
     /// `AGENT`: false (`off`) refuses every message to the Planner (SES-30).
     pub agent_enabled: bool,
     /// Bugs the simulator planted (always off outside it).
@@ -285,6 +294,10 @@ pub const OWN_TURN_BUSY_WORDS: &str =
     "Chopin is working on something else. Try again when it has finished.";
 /// The words for a message that arrived while a turn was starting or ending.
 pub const PASSING_WORDS: &str = "chopin is between steps just now; send it again in a moment.";
+/// The words for work that waits for a Planner turn when the document's Planner has no owner
+/// signed in and nobody sent it (under a harness whose model runs in this process).
+pub const NO_OWNER_WORDS: &str =
+    "chopin has no signed-in owner for this document; send it a message from the document's page to start it.";
 /// The words for a message to the Planner under `AGENT=off` (SES-30).
 pub const AGENT_OFF_WORDS: &str =
     "chopin is turned off on this server, so this message wasn't sent.";
@@ -492,7 +505,7 @@ impl Turns {
         if !self.lock().answers.contains_key(&document) {
             return;
         }
-        let Ok(holder) = d.planners.attached_for_request(document).await else {
+        let Ok(holder) = self.owner(document, "", None).await else {
             return;
         };
         let Ok(harness) = self.harness(document) else {
@@ -521,13 +534,13 @@ impl Turns {
         if !d.agent_enabled {
             return Err(Refused::Unavailable(AGENT_OFF_WORDS.to_owned()));
         }
-        let holder = d
-            .planners
-            .attached_for_request(request.document)
-            .await
-            .map_err(|not_attached| {
-                Refused::NotAttached(not_attached.words(&request.document_url))
-            })?;
+        let holder = self
+            .owner(
+                request.document,
+                &request.document_url,
+                request.sender.as_ref(),
+            )
+            .await?;
         if let Some(follow_up) = &request.follow_up {
             follow_up.check(&holder)?;
         }
@@ -567,6 +580,67 @@ impl Turns {
         Ok(Accepted::Started)
     }
 
+    /// Who owns `document`'s Planner for a turn starting now. Under `remote`, the attached
+    /// client's account, rechecked as the periodic recheck would (UNA-03). Under a harness whose
+    /// model runs in this process, the stored owner while their browser sign-in is live; else
+    /// `sender` (the writer invoking the Planner, OWN-02), claimed in storage under a new
+    /// generation; with no sender (work a restart left waiting), nobody.
+    async fn owner(
+        &self,
+        document: Uuid,
+        document_url: &str,
+        sender: Option<&Holder>,
+    ) -> Result<Holder, Refused> {
+        let d = &self.deps;
+        if d.harness == "remote" {
+            return d
+                .planners
+                .attached_for_request(document)
+                .await
+                .map_err(|not_attached| Refused::NotAttached(not_attached.words(document_url)));
+        }
+        let unavailable = |e: &dyn std::fmt::Display| {
+            tracing::warn!(%document, error = %e, "the Planner's ownership could not be read or claimed");
+            Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned())
+        };
+        let now = d.clock.now_ms();
+        let live = |h: &Holder| d.sign_ins.get_live(h.browser_login_id, now).is_some();
+        let stored = d
+            .ownership
+            .ownership(document)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        if let Some(holder) = stored.holder.as_ref().filter(|h| live(h)) {
+            return Ok(holder.clone());
+        }
+        let Some(sender) = sender.filter(|s| live(s)) else {
+            return Err(Refused::NotAttached(NO_OWNER_WORDS.to_owned()));
+        };
+        if stored.holder.is_some() {
+            // The owner's sign-in has ended: the Planner passes to the writer invoking it.
+            d.ownership
+                .release_ownership(document, stored.generation)
+                .await
+                .map_err(|e| unavailable(&e))?;
+        }
+        match d
+            .ownership
+            .claim_ownership(document, sender, now)
+            .await
+            .map_err(|e| unavailable(&e))?
+        {
+            Claim::Claimed(_) => {
+                tracing::info!(%document, login = %sender.login, "the Planner's owner is the writer who invoked it");
+                Ok(sender.clone())
+            }
+            // Another writer's message claimed it first.
+            Claim::HeldByOther(o) => match o.holder.filter(|h| live(h)) {
+                Some(holder) => Ok(holder),
+                None => Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned())),
+            },
+        }
+    }
+
     /// The configured adapter, from the code-owned registry, for `document`'s turns.
     fn harness(&self, document: Uuid) -> Result<Arc<dyn Harness>, Refused> {
         let d = &self.deps;
@@ -576,6 +650,7 @@ impl Turns {
                 document,
                 entropy: d.entropy.clone(),
             }),
+            provider: d.provider.clone(),
             ..HarnessDeps::default()
         };
         crate::harness::adapter(&d.harness, &deps).map_err(|e| {
@@ -626,7 +701,7 @@ impl Turns {
         let started = if d.shutdown.is_stopping() {
             None
         } else {
-            match d.planners.attached_for_request(document).await {
+            match self.owner(document, document_url, None).await {
                 Ok(holder) => match self.harness(document) {
                     Ok(harness) => Some((holder, harness)),
                     Err(_) => None,
@@ -757,6 +832,13 @@ impl Turns {
                 };
                 sink.post(document, "system", words).await
             }
+            // An in-server adapter's failure is already said for people (the provider's
+            // refusal words); a client's is quoted.
+            TurnResult::Failed(crate::harness::TurnFailure::Adapter(words))
+                if d.harness != "remote" =>
+            {
+                sink.post(document, "system", words.clone()).await
+            }
             TurnResult::Failed(failure) => {
                 sink.post(
                     document,
@@ -766,6 +848,14 @@ impl Turns {
                 .await
             }
         }
+        d.metrics.turn_ended(
+            &d.harness,
+            match &report.result {
+                TurnResult::Completed { .. } => "completed",
+                TurnResult::Aborted => "aborted",
+                TurnResult::Failed(_) => "failed",
+            },
+        );
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
         if !report.unread_steers.is_empty()
             && self
@@ -1213,7 +1303,18 @@ impl TurnHost for PlannerHost {
                 .unwrap_or_else(PoisonError::into_inner)
                 .push_str(&text.text),
             // The step ended, or the model moved on to a tool: what it said is published now.
-            Part::FinishStep(_) | Part::Finish(_) | Part::ToolCall(_) => self.publish_step().await,
+            Part::Finish(finish) => {
+                if let Some(usage) = &finish.usage {
+                    let d = &self.turns.deps;
+                    d.metrics.model_tokens(
+                        &d.harness,
+                        usage.input_tokens.unwrap_or(0),
+                        usage.output_tokens.unwrap_or(0),
+                    );
+                }
+                self.publish_step().await
+            }
+            Part::FinishStep(_) | Part::ToolCall(_) => self.publish_step().await,
             _ => {}
         }
     }
@@ -1345,10 +1446,15 @@ impl PlannerHost {
         );
         // The Planner's link closing ends the wait (and so the turn): nobody is left to take
         // the answer.
+        // Under a harness whose model runs in this process there is no link: nothing but the
+        // answer, a withdrawal or the turn's end stops the wait.
         let link = self.turns.deps.planners.link_for(self.document);
+        let in_server = self.turns.deps.harness != "remote";
         let link_gone = async move {
-            if let Some(link) = link {
-                link.commands.closed().await;
+            match link {
+                Some(link) => link.commands.closed().await,
+                None if in_server => std::future::pending().await,
+                None => {}
             }
         };
         let waiting = questions.ask_and_wait(

@@ -125,6 +125,7 @@ fn writer(login: &str) -> Sender {
     Sender {
         login: login.into(),
         can_write: true,
+        owner: None,
     }
 }
 
@@ -257,6 +258,7 @@ async fn msg_06_a_reader_is_refused_read_only() {
     let reader = Sender {
         login: "hubot".into(),
         can_write: false,
+        owner: None,
     };
     for text in ["hello", "@chopin steer this"] {
         let reply = w.send(&reader, "r-1", text).await;

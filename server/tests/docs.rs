@@ -173,13 +173,19 @@ fn a_route_named_as_the_start_of_a_longer_one_does_not_count() {
 #[test]
 fn settings_not_acted_on_yet_say_so_in_help_and_docs() {
     const NOT_YET: &[&str] = &[
-        "HARNESS_AUTH",
         "PLANNER_PATIENCE_MS",
         "CHAT_ATTACHMENT_MAX_BYTES",
         "CHAT_ATTACHMENT_MAX_COUNT",
         "CHAT_ATTACHMENT_MAX_TOTAL_BYTES",
     ];
-    const ACTED_ON: &[&str] = &["AGENT", "HANDOVER_PLANNER_WINDOW_MS"];
+    const ACTED_ON: &[&str] = &[
+        "AGENT",
+        "HANDOVER_PLANNER_WINDOW_MS",
+        "HARNESS_AUTH",
+        "MODEL",
+        "PROVIDER_RETRIES",
+        "PROVIDER_TIMEOUT_MS",
+    ];
     let command = Args::command();
     let help = |name: &str| -> String {
         command

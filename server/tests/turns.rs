@@ -29,6 +29,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         document: s.doc,
         document_url: DOC_URL.into(),
         from_login: "mona".into(),
+        sender: None,
         text: text.into(),
         focus: None,
         follow_up: None,
@@ -556,6 +557,7 @@ async fn msg_18_a_stopping_process_starts_no_turn_and_says_nothing() {
     let mona = Sender {
         login: "mona".into(),
         can_write: true,
+        owner: None,
     };
     let reply = s
         .state

@@ -149,7 +149,7 @@ pub fn harness(config: ProviderConfig) -> Arc<ProviderHarness> {
                 n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1
             )
         }),
-        ledger: Arc::default(),
+        ledger: Some(Arc::default()),
     }))
 }
 

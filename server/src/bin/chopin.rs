@@ -9,8 +9,9 @@ use chopin_server::config::{Args, Config, LogFormat};
 use chopin_server::{app, store, Runtime};
 
 fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("CHOPIN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("CHOPIN_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("info,rig_agent=warn,rig_core=warn,rig=warn")
+    });
     // Colour only for a terminal: a pipe, a file or journald gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -119,8 +120,13 @@ async fn run(mut config: Config, origin_given: bool) -> anyhow::Result<()> {
         config.app_origin = format!("http://{local}");
     }
     let signals = ShutdownSignals::listen();
+    // Which harness runs the Planner, and for `provider` which model and API (never its key).
+    let planner = match &config.provider {
+        Some(p) => format!("{} ({} at {})", config.harness, p.model, p.base_url),
+        None => config.harness.clone(),
+    };
     let running = app::start(config, store, Runtime::production()).await?;
-    tracing::info!(store = %where_, "chopin listening on http://{local}");
+    tracing::info!(store = %where_, %planner, "chopin listening on http://{local}");
     // Printed as well as logged, so the address is easy to find with any log format.
     println!("chopin listening on http://{local} (data: {where_})");
 

@@ -16,6 +16,8 @@ pub use chopin_harness::*;
 pub mod port;
 pub mod remote;
 
+pub use chopin_harness_provider::ProviderDeps;
+
 use std::sync::Arc;
 
 // ---------------------------------------------------------------------------------------------
@@ -125,6 +127,39 @@ impl Harness for Unconfigured {
         Err(HarnessError::Unavailable {
             message: format!("the {} harness has no settings in this process", self.0),
         })
+    }
+}
+
+/// The `provider` adapter's deps for `settings`: model calls through `connector` (real TCP
+/// and TLS, or the simulator's), session ids from `entropy`, no record of ended sessions.
+pub fn provider_deps(
+    settings: &crate::config::ProviderSettings,
+    connector: crate::runtime::connector::SharedConnector,
+    entropy: crate::runtime::entropy::SharedEntropy,
+) -> ProviderDeps {
+    use chopin_harness_provider::{ApiKey, Bounds, Family, ProviderConfig};
+    let family = match settings.family {
+        crate::config::ModelFamily::OpenAi => Family::OpenAi,
+        crate::config::ModelFamily::Anthropic => Family::Anthropic,
+    };
+    let mut config = ProviderConfig::new(family, &settings.model, &settings.base_url);
+    config.api_key = settings.api_key.as_ref().map(|k| ApiKey::new(k.expose()));
+    config.reasoning = settings.reasoning.clone();
+    config.max_output_tokens = settings.max_output_tokens;
+    config.max_model_calls = usize::try_from(settings.max_model_calls).unwrap_or(16);
+    config.retries = settings.retries;
+    config.tool_result_max_bytes =
+        usize::try_from(settings.tool_result_max_bytes).unwrap_or(32 * 1024);
+    config.bounds = Bounds {
+        head_ms: settings.timeout_ms,
+        idle_ms: settings.timeout_ms,
+        ..config.bounds
+    };
+    ProviderDeps {
+        config,
+        transport: connector_transport(connector),
+        session_ids: Arc::new(move || format!("provider-{}", entropy.token_hex(8))),
+        ledger: None,
     }
 }
 

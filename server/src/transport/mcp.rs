@@ -610,6 +610,11 @@ impl Tools {
                     let sender = Sender {
                         login: caller.login.clone(),
                         can_write: true,
+                        owner: caller.browser.as_ref().map(|live| crate::store::Holder {
+                            account_id: live.account.id,
+                            login: live.account.login.clone(),
+                            browser_login_id: live.id,
+                        }),
                     };
                     let request = SendRequest {
                         request_id,

@@ -1,0 +1,385 @@
+//! The in-server `provider` harness end to end: the release binary with `HARNESS=provider`
+//! against the fake model provider on TCP (OpenAI's streaming wire), a writer signed in through
+//! the fake GitHub's OAuth flow, on SQLite and PostgreSQL. An `@chopin` message runs a turn in
+//! the server that reads the document, edits it, asks a question the writer answers, and
+//! replies; a Stop aborts a model call mid-stream (the request is abandoned); an outage gives
+//! the provider's failure words in Chat and ends the turn.
+
+use std::time::Duration;
+
+use chopin_e2e::{sign_in, Backend, Launch, Server};
+use chopin_fixtures::browser::{BrowserEvent, BrowserSocket};
+use chopin_fixtures::github::{FakeGitHub, Permission};
+use chopin_fixtures::model_provider::{Chunk, FakeProvider, Reply};
+use serde_json::{json, Value};
+
+/// The operator's model key: it must reach the provider and nowhere else.
+const MODEL_KEY: &str = "sk-operator-e2e-0f3c";
+
+struct World {
+    server: Server,
+    provider: FakeProvider,
+    room: BrowserSocket,
+    mona: String,
+    cookie: String,
+    id: String,
+    /// Kept for the test's length: the fake GitHub and the database.
+    _github: FakeGitHub,
+    _backend: Backend,
+}
+
+async fn world(backend: Backend, extra: &[(&str, &str)]) -> World {
+    let github = FakeGitHub::new();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    let mona = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let provider = FakeProvider::new();
+    let provider_url = provider.serve_tcp().await.unwrap();
+    let mut launch = Launch::hosted(&github_url)
+        .on(&backend)
+        .env("HARNESS", "provider")
+        .env("HARNESS_AUTH", "custom")
+        .env("MODEL", "openai/e2e-model")
+        .env("MODEL_BASE_URL", format!("{provider_url}/v1"))
+        .env("MODEL_API_KEY", MODEL_KEY);
+    for (k, v) in extra {
+        launch = launch.env(k, *v);
+    }
+    let server = launch.start().await;
+    let cookie = sign_in(&server, &github, "mona").await;
+    let doc = server
+        .create_document(&mona, "octo/plans", "Provider notes")
+        .await;
+    let id = doc["id"].as_str().unwrap().to_owned();
+    let (host, origin) = (server.host(), server.origin());
+    let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let mut room = BrowserSocket::connect(
+        stream,
+        &host,
+        &format!("/api/documents/{id}/room"),
+        Some(&cookie),
+        Some(&origin),
+    )
+    .await
+    .unwrap();
+    room.next_of_type("session:planner").await.unwrap();
+    World {
+        server,
+        provider,
+        room,
+        mona,
+        cookie,
+        id,
+        _github: github,
+        _backend: backend,
+    }
+}
+
+async fn next_of(room: &mut BrowserSocket, kind: &str) -> Value {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), room.recv_json())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} within 20 s"))
+            .unwrap()
+        {
+            BrowserEvent::Json(v) if v["type"] == kind => return v,
+            BrowserEvent::Closed { code, reason } => panic!("closed {code} {reason}"),
+            _ => {}
+        }
+    }
+}
+
+/// The next Chat message that is not the person's own.
+async fn next_reply(room: &mut BrowserSocket) -> Value {
+    loop {
+        let message = next_of(room, "chat:message").await;
+        if message["author"] != "mona" {
+            return message;
+        }
+    }
+}
+
+async fn send(w: &mut World, id: &str, text: &str) {
+    w.room
+        .send_json(&json!({ "type": "chat:send", "requestId": id, "text": text }))
+        .await
+        .unwrap();
+    let ack = next_of(&mut w.room, "chat:ack").await;
+    assert_eq!(ack["planner"], "started", "{ack}");
+}
+
+async fn get_json(w: &World, path: &str) -> Value {
+    reqwest::Client::new()
+        .get(w.server.url(path))
+        .header("cookie", &w.cookie)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if check() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{what} did not happen within 10 s");
+}
+
+async fn a_turn_reads_edits_asks_and_replies(backend: Backend) {
+    let mut w = world(backend, &[]).await;
+    let p = &w.provider;
+    p.script(Reply::tool_call("read_plan", json!({})));
+    p.script(Reply::tool_call(
+        "edit_plan",
+        json!({ "revision": 0, "ops": [{ "op": "insert", "after": null, "content": "# Rollout\n" }] }),
+    ));
+    p.script(Reply::tool_call(
+        "ask",
+        json!({ "questions": [{ "question": "Ship on Monday?", "options": [{ "label": "Yes" }, { "label": "No" }] }] }),
+    ));
+    p.script(Reply::text("I added the rollout heading; Monday it is."));
+    send(&mut w, "r-1", "@chopin start the rollout plan").await;
+
+    // The question becomes a Decision card in the document; mona answers Yes.
+    let mut tries = 0;
+    let card = loop {
+        let source = get_json(&w, &format!("/api/documents/{}/source", w.id)).await;
+        let text = source["source"].as_str().unwrap_or_default().to_owned();
+        if let Some(line) = text.lines().find(|l| l.starts_with("id: q-")) {
+            break line.trim_start_matches("id: ").to_owned();
+        }
+        tries += 1;
+        assert!(
+            tries < 500,
+            "no Decision card within 10 s: {text}\nmodel calls: {:#?}\nlog: {}",
+            w.provider
+                .requests()
+                .iter()
+                .map(|r| r.body["messages"].to_string())
+                .collect::<Vec<_>>(),
+            w.server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    w.room
+        .send_json(&json!({ "type": "decision:answer", "requestId": "a-1", "decision": card, "options": [0] }))
+        .await
+        .unwrap();
+    let reply = next_reply(&mut w.room).await;
+    assert_eq!(reply["kind"], "planner", "{reply}");
+    assert_eq!(reply["text"], "I added the rollout heading; Monday it is.");
+
+    // The document changed under the turn's owner.
+    let page = reqwest::Client::new()
+        .get(w.server.url(&format!("/api/documents/{}/read", w.id)))
+        .bearer_auth(&w.mona)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("# Rollout"), "{page}");
+
+    // Four model calls: the prompt, then each tool's result fed back.
+    let requests = w.provider.requests();
+    assert_eq!(requests.len(), 4, "{requests:#?}");
+    let first = requests[0].body.to_string();
+    assert!(
+        first.contains("@mona: @chopin start the rollout plan"),
+        "{first}"
+    );
+    assert!(
+        requests[1].body.to_string().contains("revision: 0"),
+        "the read's result went back to the model"
+    );
+    assert!(
+        requests[3].body.to_string().contains("Ship on Monday?"),
+        "the answer went back to the model"
+    );
+    assert!(
+        requests[3].body.to_string().contains("Yes"),
+        "the answer went back to the model"
+    );
+    for r in &requests {
+        assert_eq!(
+            r.header("authorization"),
+            Some(format!("Bearer {MODEL_KEY}").as_str())
+        );
+        let seen = format!("{:?}{}", r.headers, r.body);
+        assert!(
+            !seen.contains(&w.mona),
+            "the writer's GitHub token reached the provider (RFC-08)"
+        );
+        assert!(
+            !seen.contains("chopin_session"),
+            "a cookie reached the provider"
+        );
+    }
+    // Only the host's tools are offered, and the turn's usage is counted.
+    let tools: Vec<String> = requests[0].body["tools"]
+        .as_array()
+        .expect("tools offered")
+        .iter()
+        .map(|t| {
+            t["function"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned()
+        })
+        .collect();
+    assert!(
+        tools.contains(&"read_plan".to_owned()) && tools.contains(&"ask".to_owned()),
+        "{tools:?}"
+    );
+    assert!(
+        !tools
+            .iter()
+            .any(|t| t.contains("bash") || t.contains("shell")),
+        "{tools:?}"
+    );
+    let (_, metrics) = chopin_e2e::get(&w.server.url("/metrics")).await;
+    assert!(
+        metrics.contains(r#"chopin_model_tokens_total{harness="provider",kind="input"} 40"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"chopin_turns_ended_total{harness="provider",result="completed"} 1"#),
+        "{metrics}"
+    );
+    let (status, log) = w.server.stop().await;
+    assert!(status.success(), "{log}");
+    assert!(!log.contains(MODEL_KEY), "the model key is never logged");
+    assert!(!log.contains(&w.mona), "no GitHub token in the log");
+}
+
+#[tokio::test]
+async fn provider_turn_reads_edits_asks_and_replies_on_sqlite() {
+    a_turn_reads_edits_asks_and_replies(Backend::Sqlite(tempfile::tempdir().unwrap())).await;
+}
+
+#[tokio::test]
+async fn provider_turn_reads_edits_asks_and_replies_on_postgres() {
+    let db = chopin_fixtures::pg::shared_postgres()
+        .create_database()
+        .await
+        .expect("a fresh database");
+    a_turn_reads_edits_asks_and_replies(Backend::Postgres(db)).await;
+}
+
+async fn stop_aborts_mid_stream(backend: Backend) {
+    let mut w = world(backend, &[]).await;
+    w.provider.script(Reply::Stream {
+        chunks: vec![
+            Chunk::Text {
+                text: "Thinking about it".into(),
+            },
+            Chunk::Hang,
+        ],
+        input_tokens: 1,
+        output_tokens: 1,
+    });
+    send(&mut w, "r-1", "@chopin think hard").await;
+    let provider = w.provider.clone();
+    eventually("the model call started", || provider.in_flight() == 1).await;
+    w.room
+        .send_json(&json!({ "type": "planner:stop" }))
+        .await
+        .unwrap();
+    let stopped = next_of(&mut w.room, "planner:stopped").await;
+    assert_eq!(stopped["stopped"], true, "{stopped}");
+    // What the model said before the Stop is kept; then Chat says who stopped it.
+    let said = next_reply(&mut w.room).await;
+    assert_eq!(
+        (said["kind"].as_str(), said["text"].as_str()),
+        (Some("planner"), Some("Thinking about it"))
+    );
+    let line = next_reply(&mut w.room).await;
+    assert!(
+        line["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("chopin stopped"),
+        "{line}"
+    );
+    // The HTTP request was abandoned, not left open.
+    eventually("the model call was abandoned", || {
+        provider.in_flight() == 0 && provider.requests().iter().all(|r| r.abandoned)
+    })
+    .await;
+    // The next message runs a fresh turn.
+    w.provider.script(Reply::text("Back."));
+    send(&mut w, "r-2", "@chopin again").await;
+    let reply = next_reply(&mut w.room).await;
+    assert_eq!(reply["text"], "Back.", "{reply}");
+    let (status, log) = w.server.stop().await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test]
+async fn provider_stop_aborts_a_model_call_mid_stream_on_sqlite() {
+    stop_aborts_mid_stream(Backend::Sqlite(tempfile::tempdir().unwrap())).await;
+}
+
+#[tokio::test]
+async fn provider_stop_aborts_a_model_call_mid_stream_on_postgres() {
+    let db = chopin_fixtures::pg::shared_postgres()
+        .create_database()
+        .await
+        .expect("a fresh database");
+    stop_aborts_mid_stream(Backend::Postgres(db)).await;
+}
+
+#[tokio::test]
+async fn provider_outage_gives_the_failure_words_and_ends_the_turn() {
+    let mut w = world(
+        Backend::Sqlite(tempfile::tempdir().unwrap()),
+        &[("PROVIDER_RETRIES", "1")],
+    )
+    .await;
+    for _ in 0..2 {
+        w.provider.script(Reply::Error {
+            status: 503,
+            retry_after_s: None,
+            message: "upstream overloaded".into(),
+        });
+    }
+    send(&mut w, "r-1", "@chopin hello").await;
+    let line = next_reply(&mut w.room).await;
+    assert_eq!(line["kind"], "system", "{line}");
+    assert_eq!(
+        line["text"],
+        "The model provider failed to answer (HTTP 503). Send the message again in a little while."
+    );
+    assert_eq!(w.provider.requests().len(), 2, "one call and one retry");
+    // Bad credentials say so, and are not retried.
+    w.provider.script(Reply::Error {
+        status: 401,
+        retry_after_s: None,
+        message: "invalid api key".into(),
+    });
+    send(&mut w, "r-2", "@chopin hello again").await;
+    let line = next_reply(&mut w.room).await;
+    assert!(
+        line["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("refused the server's credentials (HTTP 401)"),
+        "{line}"
+    );
+    assert_eq!(w.provider.requests().len(), 3);
+    let (_, metrics) = chopin_e2e::get(&w.server.url("/metrics")).await;
+    assert!(
+        metrics.contains(r#"chopin_turns_ended_total{harness="provider",result="failed"} 2"#),
+        "{metrics}"
+    );
+    let (status, log) = w.server.stop().await;
+    assert!(status.success(), "{log}");
+    assert!(!log.contains(MODEL_KEY), "the model key is never logged");
+}
