@@ -188,3 +188,19 @@ fn cli_junit_report_it_cannot_write_exits_2() {
         "{stderr}"
     );
 }
+
+#[test]
+fn rfc_14_ci_runs_the_suite_for_every_adapter_in_the_map() {
+    let ci = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../.ci/run"))
+        .expect(".ci/run exists");
+    for name in chopin_contract::known_harnesses() {
+        assert!(
+            ci.contains(&format!("--harness {name}")),
+            ".ci/run does not run the contract for {name}"
+        );
+    }
+    for wire in ["openai", "anthropic"] {
+        assert!(ci.contains(&format!("--wire {wire}")), "{wire} not run");
+    }
+    assert!(ci.contains("--report \"junit="), "{ci}");
+}
