@@ -105,9 +105,11 @@ pub fn classify(error: &PromptError, max_rounds: usize, secret: Option<&str>) ->
             ),
         };
     }
+    // An answer that began and then went silent or broke off is never asked again (SES-27:
+    // an interrupted turn is not replayed), whether or not any of it reached the host yet.
     if detail.contains(NO_HEAD_MARK) || detail.contains(IDLE_MARK) {
         return Failure::new(
-            true,
+            detail.contains(NO_HEAD_MARK),
             "The model provider did not answer in time. Send the message again in a little while.",
             detail,
         );
@@ -121,7 +123,7 @@ pub fn classify(error: &PromptError, max_rounds: usize, secret: Option<&str>) ->
     }
     if detail.contains(BROKE_MARK) {
         return Failure::new(
-            true,
+            false,
             "The model provider's answer stopped partway through. Send the message again.",
             detail,
         );
@@ -137,7 +139,7 @@ pub fn classify(error: &PromptError, max_rounds: usize, secret: Option<&str>) ->
     );
     match kind {
         _ if truncated => Failure::new(
-            true,
+            false,
             "The model provider's answer stopped partway through. Send the message again.",
             detail,
         ),

@@ -274,9 +274,29 @@ async fn provider_errors_become_words_in_chat_and_the_turn_ends_cleanly() {
         assert_eq!(host.texts(), "after the pause");
         assert_eq!(fake.requests().len(), 2);
 
+        // A stream cut in the same read as its first text (found by the simulator's explorer:
+        // it used to be asked again, since the host had seen nothing yet): an answer that began
+        // is never replayed (SES-27).
+        let (fake, config) = provider(family).await;
+        fake.script(stream(vec![
+            Chunk::Text {
+                text: "half an ans".into(),
+            },
+            Chunk::Cut,
+        ]));
+        fake.script(Reply::text("a replay"));
+        let host = Arc::new(Host::default());
+        let report = turn(&*harness(config), host.clone(), None, |_, _| {}).await;
+        let words = failure(&report);
+        assert!(words.contains("stopped partway"), "{family:?}: {words}");
+        assert_eq!(
+            fake.requests().len(),
+            1,
+            "{family:?}: an answer that began is not asked again"
+        );
+
         // A stream cut after the model spoke: not retried (nothing is replayed). (The pause lets
-        // the text reach the host first; a cut in the same read as the text would be retried,
-        // since nobody saw anything.)
+        // the text reach the host first.)
         let (fake, config) = provider(family).await;
         fake.script(stream(vec![
             Chunk::Text {

@@ -88,6 +88,22 @@ pub enum PlannerEvent {
         login: String,
         how: String,
     },
+    /// Under a harness whose model runs in this process, `login` (the writer who invoked the
+    /// Planner) became its owner at `generation` (no link is attached).
+    Owned {
+        document: Uuid,
+        login: String,
+        generation: i64,
+    },
+    /// A Planner turn began for a message (or answers) from `from`, owned by `owner`.
+    TurnStarted {
+        document: Uuid,
+        from: String,
+        owner: String,
+    },
+    /// A Planner turn ended: `result` is `completed`, `aborted`, `failed` or `stopping` (the
+    /// process's stop ended it).
+    TurnEnded { document: Uuid, result: String },
     /// A hand-over window ended with no resume; `cause` says whose return was missing.
     HandoverMissed {
         document: Uuid,

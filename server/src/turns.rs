@@ -629,8 +629,13 @@ impl Turns {
             .await
             .map_err(|e| unavailable(&e))?
         {
-            Claim::Claimed(_) => {
+            Claim::Claimed(o) => {
                 tracing::info!(%document, login = %sender.login, "the Planner's owner is the writer who invoked it");
+                d.planners.emit(PlannerEvent::Owned {
+                    document,
+                    login: sender.login.clone(),
+                    generation: o.generation,
+                });
                 Ok(sender.clone())
             }
             // Another writer's message claimed it first.
@@ -670,6 +675,11 @@ impl Turns {
     ) {
         let (control, inbox) = TurnControl::new(&*harness);
         let cancel = control.cancel_signal();
+        self.deps.planners.emit(PlannerEvent::TurnStarted {
+            document: request.document,
+            from: request.from_login.clone(),
+            owner: holder.login.clone(),
+        });
         table.turns.insert(
             request.document,
             Running {
@@ -815,6 +825,10 @@ impl Turns {
         if d.shutdown.is_stopping() {
             // A graceful stop posts no Chat line about the links or the turns (HO-17).
             tracing::info!(document = %document, result = ?report.result, "Planner turn ended by the server's stop");
+            d.planners.emit(PlannerEvent::TurnEnded {
+                document,
+                result: "stopping".to_owned(),
+            });
             for words in &report.unread_steers {
                 let (login, text) = split_words(words);
                 sink.post(document, "system", did_not_read(&login, &text))
@@ -848,14 +862,16 @@ impl Turns {
                 .await
             }
         }
-        d.metrics.turn_ended(
-            &d.harness,
-            match &report.result {
-                TurnResult::Completed { .. } => "completed",
-                TurnResult::Aborted => "aborted",
-                TurnResult::Failed(_) => "failed",
-            },
-        );
+        let result = match &report.result {
+            TurnResult::Completed { .. } => "completed",
+            TurnResult::Aborted => "aborted",
+            TurnResult::Failed(_) => "failed",
+        };
+        d.metrics.turn_ended(&d.harness, result);
+        d.planners.emit(PlannerEvent::TurnEnded {
+            document,
+            result: result.to_owned(),
+        });
         tracing::info!(document = %document, result = ?report.result, "Planner turn ended");
         if !report.unread_steers.is_empty()
             && self

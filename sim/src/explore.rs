@@ -39,10 +39,14 @@ pub enum FaultClass {
     LargeDocuments,
     /// An agent client goes silent between `attached` and its `resume`.
     SilentResume,
+    /// Under `harness = "provider"`: the model provider answers a call with a 429 (with or
+    /// without `retry-after`), a 5xx, a stream cut or malformed mid-answer, or no answer at all;
+    /// or it is down (every call a 503) for a while; or the network to it is cut for a while.
+    Provider,
 }
 
 impl FaultClass {
-    pub const ALL: [FaultClass; 9] = [
+    pub const ALL: [FaultClass; 10] = [
         FaultClass::Partitions,
         FaultClass::Crashes,
         FaultClass::GithubOutage,
@@ -52,6 +56,7 @@ impl FaultClass {
         FaultClass::HostileUpdates,
         FaultClass::LargeDocuments,
         FaultClass::SilentResume,
+        FaultClass::Provider,
     ];
 
     /// The network, crash and GitHub classes (the first six): what a scenario meets without a
@@ -76,8 +81,9 @@ impl FaultClass {
             "hostile-updates" => Ok(FaultClass::HostileUpdates),
             "large-documents" => Ok(FaultClass::LargeDocuments),
             "silent-resume" => Ok(FaultClass::SilentResume),
+            "provider" => Ok(FaultClass::Provider),
             other => Err(format!(
-                "unknown fault class {other:?} (partitions, crashes, github-outage, revocations, latency, drops, hostile-updates, large-documents, silent-resume)"
+                "unknown fault class {other:?} (partitions, crashes, github-outage, revocations, latency, drops, hostile-updates, large-documents, silent-resume, provider)"
             )),
         }
     }
@@ -139,6 +145,15 @@ fn browsers_before(file: &ScenarioFile, before: usize) -> Vec<String> {
 /// to the end), so it spans part of the scenario without adding time of its own; a crash is one
 /// restart.
 pub fn schedule(file: &ScenarioFile, seed: u64, classes: &[FaultClass]) -> Vec<Fault> {
+    // The provider class applies only to a file whose server runs the Planner itself; left out
+    // elsewhere, it changes no other file's schedules.
+    let in_server = file.settings.harness.as_deref() == Some("provider");
+    let classes: Vec<FaultClass> = classes
+        .iter()
+        .copied()
+        .filter(|c| *c != FaultClass::Provider || in_server)
+        .collect();
+    let classes = classes.as_slice();
     let mut draws = Draws(seed ^ 0x5ca1_ab1e);
     let count = 1 + draws.below(3) as usize;
     let steps = file.steps.len();
@@ -215,6 +230,60 @@ pub fn schedule(file: &ScenarioFile, seed: u64, classes: &[FaultClass]) -> Vec<F
                 vec![Action::GithubOutage { on: true }],
                 vec![Action::GithubOutage { on: false }],
             ),
+            FaultClass::Provider => {
+                if file.settings.harness.as_deref() != Some("provider") {
+                    continue;
+                }
+                use chopin_fixtures::model_provider::{Chunk, Reply};
+                let text = |t: &str| Chunk::Text { text: t.to_owned() };
+                let broken = |last: Chunk| Reply::Stream {
+                    chunks: vec![text("Partly "), last],
+                    input_tokens: 1,
+                    output_tokens: 1,
+                };
+                match draws.below(8) {
+                    0 => (
+                        vec![Action::ProviderOutage { status: Some(503) }],
+                        vec![Action::ProviderOutage { status: None }],
+                    ),
+                    1 => (
+                        vec![Action::Partition {
+                            a: server.clone(),
+                            b: crate::world::MODEL_HOST.to_owned(),
+                        }],
+                        vec![Action::Repair {
+                            a: server,
+                            b: crate::world::MODEL_HOST.to_owned(),
+                        }],
+                    ),
+                    pick => {
+                        let reply = match pick {
+                            2 => Reply::Error {
+                                status: 429,
+                                retry_after_s: Some(draws.below(40)),
+                                message: "slow down".to_owned(),
+                            },
+                            3 => Reply::Error {
+                                status: 429,
+                                retry_after_s: None,
+                                message: "slow down".to_owned(),
+                            },
+                            4 => Reply::Error {
+                                status: 500 + draws.below(4) as u16,
+                                retry_after_s: None,
+                                message: "upstream failed".to_owned(),
+                            },
+                            5 => broken(Chunk::Cut),
+                            6 => broken(Chunk::Malformed),
+                            _ => Reply::Hang,
+                        };
+                        (
+                            vec![Action::ProviderReply { reply, next: true }],
+                            Vec::new(),
+                        )
+                    }
+                }
+            }
             FaultClass::HostileUpdates | FaultClass::LargeDocuments => {
                 let browsers = browsers_before(file, on);
                 if browsers.is_empty() {

@@ -27,7 +27,13 @@
 //! - **a fresh client can open**: every open document encodes whole, within one frame, and what
 //!   a client with nothing is sent it can apply completely (nothing left pending);
 //! - **no wait without a deadline**: a link waiting for `resume` has a deadline, and is done
-//!   waiting within a second of it.
+//!   waiting within a second of it;
+//! - **one turn at a time**: a document's Planner turn starts only once the one before it ended;
+//! - **no model call replayed**: under the in-server harness, a model call is sent again with
+//!   the same conversation only after the provider refused it outright (an error status or no
+//!   answer) — never after it began answering (SES-27);
+//! - **nothing dangles**: under the in-server harness, once no turn has run for a second, no
+//!   question is left waiting (a failed, stopped or cut turn withdraws what it asked).
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -67,8 +73,12 @@ impl Invariants {
         browsers: &BTreeMap<String, Browser>,
         sends: &Sends,
         typed: &Typed,
+        provider: Option<&chopin_fixtures::model_provider::FakeProvider>,
     ) -> Result<(), String> {
         let app = world.server_app();
+        if let Some(provider) = provider {
+            no_model_call_replayed(provider)?;
+        }
         if let Some(app) = &app {
             let most = app.chat.most_processing_at_once();
             if most > chopin_server::chat::SENDS_IN_FLIGHT_MAX {
@@ -117,6 +127,10 @@ impl Invariants {
             }
         }
         self.planner.check(world)?;
+        // After the trace's newest events are read: which turns run now.
+        if let (Some(_), Some(app)) = (provider, &app) {
+            self.planner.nothing_dangles(world, app)?;
+        }
         chat(world, rooms, browsers, sends)?;
         relayed(world, rooms, browsers, typed)?;
         turns(agents)
@@ -138,6 +152,10 @@ struct PlannerSeen {
     owed: BTreeMap<(Uuid, String), (i64, u64, i64)>,
     /// Links waiting for `resume`, and until when (wall-clock ms).
     awaiting_resume: BTreeMap<(Uuid, String), i64>,
+    /// Documents with a turn running, and since when (simulated ms).
+    turns_running: BTreeMap<Uuid, u64>,
+    /// When the last turn ended (simulated ms).
+    last_turn_ended: u64,
 }
 
 #[derive(Debug)]
@@ -177,6 +195,8 @@ impl PlannerSeen {
             grace,
             owed,
             awaiting_resume,
+            turns_running,
+            last_turn_ended,
             ..
         } = self;
         let Event::Planner(p) = &e.event else {
@@ -293,10 +313,68 @@ impl PlannerSeen {
             } => {
                 awaiting_resume.remove(&(document, login));
             }
+            PlannerEvent::Owned {
+                document,
+                login,
+                generation,
+            } => {
+                newest.insert(document, generation);
+                holder.insert(document, (login, generation));
+            }
+            PlannerEvent::TurnStarted { document, .. } => {
+                if let Some(since) = turns_running.insert(document, e.at_ms) {
+                    return Err(format!(
+                        "one turn at a time: a turn started on {document} at {} ms while the one started at {since} ms ran",
+                        e.at_ms
+                    ));
+                }
+            }
+            PlannerEvent::TurnEnded { document, .. } => {
+                turns_running.remove(&document);
+                *last_turn_ended = e.at_ms;
+            }
             _ => {}
         }
         Ok(())
     }
+}
+
+impl PlannerSeen {
+    /// nothing dangles: under the in-server harness no question waits once no turn has run for
+    /// a second (its withdrawal is spawned as the turn ends).
+    fn nothing_dangles(&self, world: &World, app: &chopin_server::App) -> Result<(), String> {
+        if !self.turns_running.is_empty() || world.now_ms() < self.last_turn_ended + 1_000 {
+            return Ok(());
+        }
+        match app.questions.waiting() {
+            0 => Ok(()),
+            n => Err(format!(
+                "nothing dangles: no turn has run since {} ms, yet {n} question(s) still wait",
+                self.last_turn_ended
+            )),
+        }
+    }
+}
+
+/// no model call replayed: a call carrying the same conversation as an earlier one follows
+/// only an earlier call the provider refused outright (an error status, or no answer).
+fn no_model_call_replayed(
+    provider: &chopin_fixtures::model_provider::FakeProvider,
+) -> Result<(), String> {
+    let calls = provider.requests();
+    for (j, later) in calls.iter().enumerate() {
+        if let Some(i) = calls[..j]
+            .iter()
+            .position(|earlier| earlier.body == later.body && earlier.status == 200)
+        {
+            return Err(format!(
+                "no model call replayed: model call {} repeats call {} word for word, which the provider had begun answering",
+                j + 1,
+                i + 1
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// bytes bounded: no writer's update the server took was journalled and relayed as more than

@@ -84,6 +84,13 @@ impl ScenarioFile {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Settings {
+    /// `provider`: the server runs the Planner itself against the fake model provider (on the
+    /// `model` host), and `provider-reply` steps script it. Unset: `remote`.
+    pub harness: Option<String>,
+    /// With `harness = "provider"`: `PROVIDER_TIMEOUT_MS` (default 60000).
+    pub provider_timeout_ms: Option<u64>,
+    /// With `harness = "provider"`: `PROVIDER_RETRIES` (default 2).
+    pub provider_retries: Option<u32>,
     /// `PLANNER_ATTACH_GRACE_MS`.
     pub planner_attach_grace_ms: Option<u64>,
     /// `AGENT_CONNECTION_TIMEOUT_MS`.
@@ -116,6 +123,13 @@ impl Settings {
             c.planted.write_cap_small = write_cap_small;
             c.planted.poison_guard_off = poison_guard_off;
             c.planted.resume_wait_unbounded = resume_wait_unbounded;
+            if s.harness.as_deref() == Some("provider") {
+                c.harness = "provider".to_owned();
+                c.provider = Some(crate::world::provider_settings(
+                    s.provider_timeout_ms.unwrap_or(60_000),
+                    s.provider_retries.unwrap_or(2),
+                ));
+            }
             if let Some(ms) = s.planner_attach_grace_ms {
                 c.planner_attach_grace_ms = ms;
             }
@@ -291,6 +305,20 @@ pub enum Action {
     /// GitHub answers nothing but errors (`on = true`) or is back (`on = false`).
     GithubOutage {
         on: bool,
+    },
+    // --- the model provider (`harness = "provider"`) ------------------------------------------
+    /// The fake provider's answer to the next model call, as `fixtures::model_provider::Reply`
+    /// (`reply = "stream"` with `chunks`, `reply = "error"` with `status`, or `reply = "hang"`).
+    ProviderReply {
+        reply: chopin_fixtures::model_provider::Reply,
+        /// Ahead of the replies scripted so far (the next call takes it), rather than after.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        next: bool,
+    },
+    /// The fake provider answers every call with `status` (a 503 outage), or is back (unset).
+    ProviderOutage {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        status: Option<u16>,
     },
     // --- the network and the server -----------------------------------------------------------
     /// Messages between hosts `a` and `b` are lost until `repair`.
@@ -541,7 +569,11 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         hostile: BTreeMap::new(),
         last_update: BTreeMap::new(),
         typed: Typed::new(),
+        provider: None,
     };
+    if file.settings.harness.as_deref() == Some("provider") {
+        run.provider = Some(run.world.serve_model_provider());
+    }
     let mut invariants = Invariants::default();
     let mut failure = None;
     let mut violation = false;
@@ -562,6 +594,7 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
             &run.browsers,
             &run.sends,
             &run.typed,
+            run.provider.as_ref(),
         ) {
             failure = Some((i + 1, format!("invariant broken — {why}")));
             violation = true;
@@ -604,6 +637,8 @@ struct Run {
     last_update: BTreeMap<String, Vec<u8>>,
     /// What each `type` step typed, and by whom.
     typed: Typed,
+    /// The fake model provider, under `harness = "provider"`.
+    provider: Option<chopin_fixtures::model_provider::FakeProvider>,
 }
 
 fn sim(e: SimError) -> String {
@@ -906,6 +941,24 @@ impl Run {
                 self.world.github().set_outage(*on);
                 Ok(())
             }
+            Action::ProviderReply { reply, next } => match &self.provider {
+                Some(provider) => {
+                    if *next {
+                        provider.script_next(reply.clone());
+                    } else {
+                        provider.script(reply.clone());
+                    }
+                    Ok(())
+                }
+                None => Err("provider-reply needs settings.harness = \"provider\"".to_owned()),
+            },
+            Action::ProviderOutage { status } => match &self.provider {
+                Some(provider) => {
+                    provider.set_outage(*status);
+                    Ok(())
+                }
+                None => Err("provider-outage needs settings.harness = \"provider\"".to_owned()),
+            },
             Action::Partition { a, b } => {
                 self.world.partition(a, b);
                 Ok(())

@@ -43,6 +43,9 @@ pub const SERVER_HOST: &str = "server";
 pub const GITHUB_HOST: &str = "github";
 /// The fake GitHub's port inside the simulation.
 pub const GITHUB_PORT: u16 = 80;
+/// The host the fake model provider runs on once a world asks for it
+/// ([`World::serve_model_provider`]), on [`GITHUB_PORT`].
+pub const MODEL_HOST: &str = "model";
 /// The host the fake GitHub MCP server runs on once a test asks for it
 /// ([`World::serve_github_mcp`]); the server's `GITHUB_MCP_URL` names it on [`GITHUB_PORT`].
 pub const GITHUB_MCP_HOST: &str = "github-mcp";
@@ -751,6 +754,23 @@ impl World {
         mcp
     }
 
+    /// Starts the fake model provider on [`MODEL_HOST`] and returns it to script and read.
+    /// Point the server at it with [`provider_settings`] (`HARNESS=provider`). Worlds that never
+    /// call this have no such host, so existing scenarios keep their hosts and traces.
+    pub fn serve_model_provider(&mut self) -> chopin_fixtures::model_provider::FakeProvider {
+        let provider = chopin_fixtures::model_provider::FakeProvider::new();
+        let served = provider.clone();
+        self.sim.host(MODEL_HOST, move || {
+            let router = served.router();
+            async move {
+                let listener = TurmoilListener::bind(("0.0.0.0", GITHUB_PORT)).await?;
+                axum::serve(listener, router).await?;
+                Ok(())
+            }
+        });
+        provider
+    }
+
     /// Runs `client` as a one-off client host named `name` until it finishes, advancing the
     /// simulation meanwhile (a check that needs its own code on a simulated host).
     pub fn run_client<F>(&mut self, name: &str, client: F) -> Result<(), SimError>
@@ -1107,6 +1127,23 @@ pub fn run(scenario: &Scenario) -> Result<Trace, SimError> {
 // ---------------------------------------------------------------------------------------------
 // Host software
 // ---------------------------------------------------------------------------------------------
+
+/// `HARNESS=provider` settings for a world's server: OpenAI's wire at [`MODEL_HOST`], a fixed
+/// key, the adapter's defaults but for `timeout_ms` and `retries`.
+pub fn provider_settings(timeout_ms: u64, retries: u32) -> chopin_server::config::ProviderSettings {
+    chopin_server::config::ProviderSettings {
+        family: chopin_server::config::ModelFamily::OpenAi,
+        model: "sim-model".to_owned(),
+        base_url: format!("http://{MODEL_HOST}:{GITHUB_PORT}/v1"),
+        api_key: Some(chopin_server::config::Secret::new("sk-sim-operator")),
+        reasoning: None,
+        max_model_calls: 16,
+        retries,
+        timeout_ms,
+        tool_result_max_bytes: 32 * 1024,
+        max_output_tokens: None,
+    }
+}
 
 /// One incarnation of a server host: start (take the lease, clear owner references), listen,
 /// serve until the lease is lost or a stop is asked.

@@ -58,9 +58,17 @@ impl HttpTransport for PlainHttp {
             .unwrap();
         let request = http::Request::from_parts(parts, http_body_util::Full::new(body));
         let mut connection = Box::pin(connection);
+        let send = sender.send_request(request);
+        tokio::pin!(send);
         let response = tokio::select! {
-            response = sender.send_request(request) => response.map_err(|e| TransportError::Connection(e.to_string()))?,
-            ended = &mut connection => return Err(TransportError::Connection(format!("the connection ended: {ended:?}"))),
+            biased;
+            response = &mut send => response.map_err(|e| TransportError::Connection(e.to_string()))?,
+            // The connection finished first (the server answered and closed in one go): a
+            // head it read is still delivered.
+            ended = &mut connection => match send.await {
+                Ok(response) => response,
+                Err(e) => return Err(TransportError::Connection(format!("the connection ended ({ended:?}): {e}"))),
+            },
         };
         let (head, body) = response.into_parts();
         struct State<C> {

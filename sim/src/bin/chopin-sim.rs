@@ -49,11 +49,12 @@ enum Command {
         #[arg(long, default_value_t = 0)]
         from: u64,
         /// Fault classes, comma-separated: partitions, crashes, github-outage, revocations,
-        /// latency, drops, hostile-updates, large-documents, silent-resume.
+        /// latency, drops, hostile-updates, large-documents, silent-resume, provider (only in a
+        /// file with `settings.harness = "provider"`).
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "partitions,crashes,github-outage,revocations,latency,drops,hostile-updates,large-documents,silent-resume"
+            default_value = "partitions,crashes,github-outage,revocations,latency,drops,hostile-updates,large-documents,silent-resume,provider"
         )]
         faults: Vec<String>,
         /// Stop after this much wall time (`90s`, `5m`), even with seeds left.
