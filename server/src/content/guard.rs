@@ -46,7 +46,7 @@ pub enum Refusal {
 
 /// The most a document's whole Yjs state (its text and the history the text needs) may take
 /// encoded, so that a fresh client's sync step 2 always fits in one frame the server may send
-/// ([`crate::transport`]'s outbound frame bound is twice this).
+/// (the sockets' outbound frame bound is defined as twice this).
 pub const STATE_MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// `f` with any panic turned into `None`.
