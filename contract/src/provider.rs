@@ -356,6 +356,35 @@ fn value_of(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
 }
 
+/// The text of a request's first user message: the turn's prompt.
+fn first_user_text(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .find(|m| m["role"] == "user")
+        .map(|m| text_of(&m["content"]))
+        .unwrap_or_default()
+}
+
+/// The tools a request offered: each entry's `name`, `description` and the schema under
+/// `schema`, in the object `inner` finds in the entry (OpenAI wraps it in `function`).
+fn tool_specs(tools: &Value, inner: impl Fn(&Value) -> &Value, schema: &str) -> Vec<ToolSpec> {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
+    tools
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(inner)
+                .map(|t| ToolSpec {
+                    name: text(&t["name"]),
+                    description: text(&t["description"]),
+                    input_schema: t[schema].clone(),
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// One turn's [`TurnSeen`] from its requests (at least one).
 fn seen(family: Family, requests: &[Recorded]) -> TurnSeen {
     let first = &requests[0].body;
@@ -373,30 +402,8 @@ fn seen(family: Family, requests: &[Recorded]) -> TurnSeen {
                 .map(|m| text_of(&m["content"]))
                 .collect::<Vec<_>>()
                 .join("\n");
-            turn.prompt = messages
-                .iter()
-                .find(|m| m["role"] == "user")
-                .map(|m| text_of(&m["content"]))
-                .unwrap_or_default();
-            turn.tools = first["tools"]
-                .as_array()
-                .map(|tools| {
-                    tools
-                        .iter()
-                        .map(|t| ToolSpec {
-                            name: t["function"]["name"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_owned(),
-                            description: t["function"]["description"]
-                                .as_str()
-                                .unwrap_or_default()
-                                .to_owned(),
-                            input_schema: t["function"]["parameters"].clone(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            turn.prompt = first_user_text(&messages);
+            turn.tools = tool_specs(&first["tools"], |t| &t["function"], "parameters");
             turn.response_format = first
                 .pointer("/response_format/json_schema/schema")
                 .cloned();
@@ -438,24 +445,8 @@ fn seen(family: Family, requests: &[Recorded]) -> TurnSeen {
         Family::Anthropic => {
             turn.instructions = text_of(&first["system"]);
             let messages = first["messages"].as_array().cloned().unwrap_or_default();
-            turn.prompt = messages
-                .iter()
-                .find(|m| m["role"] == "user")
-                .map(|m| text_of(&m["content"]))
-                .unwrap_or_default();
-            turn.tools = first["tools"]
-                .as_array()
-                .map(|tools| {
-                    tools
-                        .iter()
-                        .map(|t| ToolSpec {
-                            name: t["name"].as_str().unwrap_or_default().to_owned(),
-                            description: t["description"].as_str().unwrap_or_default().to_owned(),
-                            input_schema: t["input_schema"].clone(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
+            turn.prompt = first_user_text(&messages);
+            turn.tools = tool_specs(&first["tools"], |t| t, "input_schema");
             turn.response_format = first.pointer("/output_config/format/schema").cloned();
             let messages = last["messages"].as_array().cloned().unwrap_or_default();
             let mut names = std::collections::BTreeMap::new();
