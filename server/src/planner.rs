@@ -596,11 +596,7 @@ impl Planners {
         handle: LinkHandle,
     ) -> Result<Bound, Refusal> {
         let _gate = self.gates.lock(doc).await;
-        let holder = Holder {
-            account_id: live.account.id,
-            login: live.account.login.clone(),
-            browser_login_id: live.id,
-        };
+        let holder = live.as_holder();
         {
             let table = self.lock();
             match table.slots.get(&doc) {

@@ -118,6 +118,15 @@ pub struct LiveLogin {
 }
 
 impl LiveLogin {
+    /// This sign-in as a Planner owner: its account, login and browser login.
+    pub fn as_holder(&self) -> crate::store::Holder {
+        crate::store::Holder {
+            account_id: self.account.id,
+            login: self.account.login.clone(),
+            browser_login_id: self.id,
+        }
+    }
+
     /// The GitHub user access token. Never log it or send it to a harness.
     pub fn github_token(&self) -> &str {
         self.credential.token.expose()

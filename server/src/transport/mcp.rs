@@ -610,11 +610,7 @@ impl Tools {
                     let sender = Sender {
                         login: caller.login.clone(),
                         can_write: true,
-                        owner: caller.browser.as_ref().map(|live| crate::store::Holder {
-                            account_id: live.account.id,
-                            login: live.account.login.clone(),
-                            browser_login_id: live.id,
-                        }),
+                        owner: caller.browser.as_ref().map(|live| live.as_holder()),
                     };
                     let request = SendRequest {
                         request_id,

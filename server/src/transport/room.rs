@@ -209,11 +209,7 @@ async fn session(
     let mut sender = chat::Sender {
         login: member.login.clone(),
         can_write: member.can_write,
-        owner: Some(crate::store::Holder {
-            account_id: member.live.account.id,
-            login: member.login.clone(),
-            browser_login_id: member.login_id,
-        }),
+        owner: Some(member.live.as_holder()),
     };
     let hello = json!({
         "type": "session:hello",
