@@ -277,6 +277,15 @@ pub struct TurnsDeps {
     pub github_tools: Arc<GitHubTools>,
 }
 
+impl TurnsDeps {
+    /// Whether the Planner's model runs in this process (any harness but `remote`, whose model
+    /// runs in an attached client): no link is needed, and the writer who invokes the Planner
+    /// owns it.
+    fn model_in_server(&self) -> bool {
+        self.harness != "remote"
+    }
+}
+
 /// The Planner turns of this process: at most one per document.
 pub struct Turns {
     running: Mutex<Table>,
@@ -592,7 +601,7 @@ impl Turns {
         sender: Option<&Holder>,
     ) -> Result<Holder, Refused> {
         let d = &self.deps;
-        if d.harness == "remote" {
+        if !d.model_in_server() {
             return d
                 .planners
                 .attached_for_request(document)
@@ -849,7 +858,7 @@ impl Turns {
             // An in-server adapter's failure is already said for people (the provider's
             // refusal words); a client's is quoted.
             TurnResult::Failed(crate::harness::TurnFailure::Adapter(words))
-                if d.harness != "remote" =>
+                if d.model_in_server() =>
             {
                 sink.post(document, "system", words.clone()).await
             }
@@ -1465,7 +1474,7 @@ impl PlannerHost {
         // Under a harness whose model runs in this process there is no link: nothing but the
         // answer, a withdrawal or the turn's end stops the wait.
         let link = self.turns.deps.planners.link_for(self.document);
-        let in_server = self.turns.deps.harness != "remote";
+        let in_server = self.turns.deps.model_in_server();
         let link_gone = async move {
             match link {
                 Some(link) => link.commands.closed().await,
