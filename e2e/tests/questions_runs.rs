@@ -191,10 +191,20 @@ async fn whole_run(backend: Backend) {
     // after the restart the run still reads stopped, stages kept (SES-13).
     drop(client);
     drop(room);
+    // The server notices the client has gone before it is stopped: a stop that came first would
+    // be a cut, which keeps the run live for the client's return (a deploy's hand-over).
+    let runs_path = format!("/api/documents/{id}/runs");
+    for _ in 0..500 {
+        let runs = get_json(&server, &cookie, &runs_path).await;
+        if runs["runs"][0]["status"] == "stopped" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let (status, _) = server.stop().await;
     assert!(status.success());
     let server = launch.start().await;
-    let runs = get_json(&server, &cookie, &format!("/api/documents/{id}/runs")).await;
+    let runs = get_json(&server, &cookie, &runs_path).await;
     assert_eq!(runs["runs"][0]["status"], "stopped", "{runs}");
     let page = get_json(&server, &cookie, &stages_path).await;
     assert_eq!(page["total"], 3, "{page}");
