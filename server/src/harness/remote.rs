@@ -270,8 +270,10 @@ impl HarnessSession for RemoteSession {
                         // A boundary failure is recorded by the driver, which then cancels.
                         let _ = io.declare_tools(t.tools);
                     }
-                    // Once stopped, what the client's model still says is not the turn's.
-                    Some(ClientMessage::Part(_)) if aborted => {}
+                    // Once stopped, what the client's model still says is not the turn's: the
+                    // signal is read here too, since the stop may come while this loop is busy
+                    // and the client's next frame can be read before the stop's own branch.
+                    Some(ClientMessage::Part(_)) if aborted || turn.cancel.is_cancelled() => {}
                     Some(ClientMessage::Part(p)) => io.emit(p.part).await,
                     Some(ClientMessage::HostToolCall(call)) => {
                         let result = io.call_host_tool(&call.name, call.input).await;
@@ -286,7 +288,7 @@ impl HarnessSession for RemoteSession {
                         }
                     }
                     // A turn stopped ends stopped, whatever the client says it did after.
-                    Some(ClientMessage::TurnEnd(end)) if aborted && end.status == TurnStatus::Completed => {
+                    Some(ClientMessage::TurnEnd(end)) if (aborted || turn.cancel.is_cancelled()) && end.status == TurnStatus::Completed => {
                         break TurnOutcome { status: TurnStatus::Aborted, output: None, message: None }
                     }
                     Some(ClientMessage::TurnEnd(end)) => break TurnOutcome {
@@ -347,6 +349,169 @@ mod tests {
             output,
             is_error: false,
         }
+    }
+
+    /// A link whose client pipelines: on `turn` it sends a host tool call, its next words and a
+    /// completed `turn-end` at once, without waiting for the tool's result.
+    struct Pipelining {
+        handle: LinkHandle,
+    }
+
+    struct Allowed;
+
+    #[async_trait]
+    impl super::super::port::LinkAccess for Allowed {
+        async fn recheck(&self) -> Result<(), AccessDenied> {
+            Ok(())
+        }
+    }
+
+    #[async_trait]
+    impl AgentLinks for Pipelining {
+        fn link_for(&self, _document: Uuid) -> Option<LinkHandle> {
+            Some(self.handle.clone())
+        }
+    }
+
+    fn pipelining_link() -> (Pipelining, tokio::task::JoinHandle<Vec<ServerMessage>>) {
+        let (commands, mut rx) = mpsc::channel(64);
+        let task = tokio::spawn(async move {
+            let mut routes: std::collections::BTreeMap<String, mpsc::Sender<ClientMessage>> =
+                Default::default();
+            let mut heard = Vec::new();
+            while let Some(command) = rx.recv().await {
+                match command {
+                    LinkCommand::Route { key, to } => {
+                        routes.insert(key, to);
+                    }
+                    LinkCommand::Unroute { key } => {
+                        routes.remove(&key);
+                    }
+                    LinkCommand::Send(message) => {
+                        match &*message {
+                            ServerMessage::Start(start) => {
+                                let to = &routes[&format!("session:{}", start.session_id)];
+                                let started = wire::Started {
+                                    session_id: start.session_id.clone(),
+                                };
+                                to.send(ClientMessage::Started(started)).await.unwrap();
+                            }
+                            ServerMessage::Turn(turn) => {
+                                let to = &routes[&format!("turn:{}", turn.turn_id)];
+                                let id = turn.turn_id.clone();
+                                for frame in [
+                                    ClientMessage::HostToolCall(wire::HostToolCall {
+                                        turn_id: id.clone(),
+                                        call_id: "c-1".into(),
+                                        name: "read_plan".into(),
+                                        input: serde_json::json!({}),
+                                    }),
+                                    ClientMessage::Part(wire::PartMessage {
+                                        turn_id: id.clone(),
+                                        part: wire::Part::Text(wire::TextPart {
+                                            text: "said after the stop".into(),
+                                        }),
+                                    }),
+                                    ClientMessage::TurnEnd(wire::TurnEnd {
+                                        turn_id: id,
+                                        status: TurnStatus::Completed,
+                                        output: None,
+                                        message: None,
+                                    }),
+                                ] {
+                                    to.send(frame).await.unwrap();
+                                }
+                            }
+                            _ => {}
+                        }
+                        heard.push(*message);
+                    }
+                }
+            }
+            heard
+        });
+        let handle = LinkHandle {
+            commands,
+            features: Vec::new(),
+            access: Arc::new(Allowed),
+        };
+        (Pipelining { handle }, task)
+    }
+
+    /// The host: its one tool stops the turn while it runs, and it keeps every part it is given.
+    struct StoppingHost {
+        control: std::sync::Mutex<Option<Arc<super::super::TurnControl>>>,
+        parts: std::sync::Mutex<Vec<super::super::Part>>,
+    }
+
+    #[async_trait]
+    impl super::super::TurnHost for StoppingHost {
+        async fn execute(
+            &self,
+            _name: &str,
+            _input: serde_json::Value,
+            _cancel: super::super::CancelSignal,
+        ) -> super::super::HostToolResult {
+            if let Some(control) = self.control.lock().unwrap().as_ref() {
+                control.cancel("the owner lost access mid-tool");
+            }
+            super::super::HostToolResult::ok(serde_json::json!("the plan"))
+        }
+
+        async fn part(&self, part: &super::super::Part) {
+            self.parts.lock().unwrap().push(part.clone());
+        }
+    }
+
+    /// RFC-54: a stop that comes while a host tool runs ends the turn stopped, and what the
+    /// client already sent behind the call (read after the tool returns, before the stop's own
+    /// branch) is not the turn's: no words reach the host, and a `turn-end` that says completed
+    /// ends it aborted.
+    #[tokio::test]
+    async fn rfc_54_words_queued_behind_a_tool_the_stop_interrupted_never_reach_the_host() {
+        use super::super::{run_turn, SessionRequest, TurnControl, TurnReport, TurnResult};
+        let (links, _task) = pipelining_link();
+        let harness = RemoteHarness::new(
+            Arc::new(links),
+            Uuid::nil(),
+            Arc::new(crate::runtime::entropy::SeededEntropy::new(7)),
+        );
+        let (control, steer) = TurnControl::new(&harness);
+        let control = Arc::new(control);
+        let host = Arc::new(StoppingHost {
+            control: std::sync::Mutex::new(Some(control.clone())),
+            parts: Default::default(),
+        });
+        let turn = TurnRequest {
+            instructions: "plan".into(),
+            prompt: "@chopin go".into(),
+            host_tools: vec![wire::ToolSpec {
+                name: "read_plan".into(),
+                description: "Read the plan.".into(),
+                input_schema: serde_json::json!({ "type": "object" }),
+            }],
+            response_format: None,
+            cancel: control.cancel_signal(),
+        };
+        let session = SessionRequest {
+            mode: SessionMode::Planner,
+            model: None,
+            thinking_level: None,
+        };
+        let report: TurnReport = run_turn(&harness, session, turn, steer, host.clone()).await;
+        assert_eq!(report.result, TurnResult::Aborted, "{report:?}");
+        let said: Vec<_> = host
+            .parts
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|p| matches!(p, super::super::Part::Text(_)))
+            .cloned()
+            .collect();
+        assert!(
+            said.is_empty(),
+            "the model went on after the stop: {said:?}"
+        );
     }
 
     #[test]
