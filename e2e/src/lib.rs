@@ -4,6 +4,8 @@
 //! Owns: finding the binary, starting it with a chosen environment, reading the address it
 //! prints, and stopping it (SIGTERM, then kill). Does not own: any server behaviour.
 
+pub mod browser;
+
 use std::path::PathBuf;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;

@@ -50,6 +50,7 @@ use crate::transport::documents::DocumentsDeps;
 use crate::transport::health::HealthDeps;
 use crate::transport::mcp::McpDeps;
 use crate::transport::room::RoomDeps;
+use crate::transport::web::WebDeps;
 use crate::transport::yjs::YjsDeps;
 use crate::transport::{self, Routes};
 use crate::turns::{Turns, TurnsDeps};
@@ -429,6 +430,13 @@ impl App {
             runs: self.runs.clone(),
             turns: self.turns.clone(),
         }))
+        .merge(transport::web::routes(WebDeps {
+            access: self.access.clone(),
+            documents: self.documents.clone(),
+            database: self.store.backend(),
+            harness: c.harness.clone(),
+            github_sign_in: c.auth_mode == AuthMode::Hosted,
+        }))
     }
 }
 
@@ -541,7 +549,10 @@ impl Running {
 
     /// The router to serve.
     pub fn router(&self) -> axum::Router {
-        self.app.routes().into_router()
+        self.app
+            .routes()
+            .into_router()
+            .fallback(transport::web::not_found)
     }
 
     /// Resolves when the writer lease is lost: the process must drain and stop.

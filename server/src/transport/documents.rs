@@ -168,6 +168,7 @@ impl DocumentsDeps {
 pub fn routes(deps: DocumentsDeps) -> Routes {
     Table::new()
         .post("/api/repositories/{owner}/{repo}/documents", create)
+        .get("/api/repositories/{owner}/{repo}/documents", list)
         .get(
             "/api/repositories/{owner}/{repo}/documents/{slug}",
             get_by_slug,
@@ -296,6 +297,34 @@ async fn create(
         .await?;
     tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created");
     Ok((StatusCode::CREATED, Json(document_json(&doc))).into_response())
+}
+
+/// `GET /api/repositories/{owner}/{repo}/documents`: the repository's documents that are not
+/// archived, oldest first (at most [`documents::REPOSITORY_LIST_MAX`]), each with its parent's
+/// id; a child's `url` nests under its parent's. Read access decides first, as for a slug.
+async fn list(
+    State(deps): State<DocumentsDeps>,
+    Path((owner, repo)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    deps.access
+        .repository_readable(&caller, &owner, &repo)
+        .await?;
+    let found = deps.documents.of_repository(&owner, &repo).await?;
+    let listed: Vec<Value> = found
+        .iter()
+        .filter(|d| !d.archived)
+        .map(|d| {
+            let mut v = document_json(d);
+            if let Some(parent) = d.parent_id.and_then(|p| found.iter().find(|f| f.id == p)) {
+                v["url"] = json!(child_url(parent, d));
+            }
+            v["parentId"] = json!(d.parent_id);
+            v
+        })
+        .collect();
+    Ok(Json(json!({ "documents": listed })))
 }
 
 /// `GET /api/repositories/{owner}/{repo}/documents/{slug}`. Read access to `owner/repo` is

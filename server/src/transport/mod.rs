@@ -16,6 +16,7 @@ pub mod health;
 pub mod mcp;
 pub mod room;
 pub mod socket;
+pub mod web;
 pub mod yjs;
 
 use std::future::Future;
