@@ -392,6 +392,15 @@ fn apply(target: &EditTarget<'_>, batch: &EditBatch) -> Result<String, Refusal> 
         pieces.extend(placed_after(Some(i)));
     }
 
+    // A piece that something follows ends its last line, and the line end is the piece's own,
+    // as every block's is: a last block typed with none gets one here.
+    let followed = pieces.len().saturating_sub(1);
+    for piece in &mut pieces[..followed] {
+        if !piece.text.ends_with('\n') {
+            piece.text.push_str(eol);
+        }
+    }
+
     // Join: original gaps between consecutive slots, one blank line anywhere else.
     let lead_end = all.first().map_or(source.len(), |b| b.bytes.start);
     let trail_start = all.last().map_or(source.len(), |b| b.bytes.end);

@@ -557,3 +557,36 @@ fn atm_40_an_edit_is_refused_only_past_the_source_limit() {
         }
     }
 }
+
+/// A document whose last line has no line end (as typed in an editor): something inserted after
+/// its last block goes after a line end and a blank line, and the block is kept as it was.
+#[test]
+fn insert_after_a_last_block_with_no_line_end() {
+    let card = "```decision\nid: q-1\nstate: open\nquestion: Q?\n```";
+    for source in [
+        "Hello",
+        "# Title\n\nHello",
+        "<script>x</script> <img src=x>",
+        "- a\n- b",
+    ] {
+        let out = applied(run(
+            source,
+            vec![EditOp::Insert {
+                after: Some(blocks(source).len() - 1),
+                content: card.into(),
+            }],
+        ));
+        assert_eq!(out, format!("{source}\n\n{card}\n"), "{source:?}");
+    }
+    // Moving the last block up keeps it whole too.
+    let source = "One\n\nTwo";
+    let out = applied(run(
+        source,
+        vec![EditOp::Move {
+            index: 1,
+            digest: digest(source, 1),
+            after: None,
+        }],
+    ));
+    assert_eq!(out, "Two\n\nOne\n");
+}
