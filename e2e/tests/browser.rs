@@ -164,6 +164,30 @@ async fn editing_together(backend: Backend, name: &str) {
         })
         .await;
 
+    // How long a page takes from navigation to an editable document (printed, not asserted).
+    let mut loads = Vec::new();
+    for _ in 0..10 {
+        let began = Instant::now();
+        mona.step("load the document", async {
+            mona.goto(&url).await?;
+            mona.until_script(
+                "return document.querySelector('#connection')?.textContent === 'Connected' && document.querySelector('.cm-content')?.getAttribute('contenteditable')",
+                10 * SECOND,
+                |v| v == "true",
+            )
+            .await
+        })
+        .await;
+        loads.push(began.elapsed().as_millis());
+    }
+    loads.sort_unstable();
+    eprintln!(
+        "navigation to an editable document, {name}: median of 10 loads {} ms (fastest {}, slowest {})",
+        loads[loads.len() / 2],
+        loads[0],
+        loads[loads.len() - 1]
+    );
+
     // The server restarts on the same address: both pages reconnect and nothing is lost.
     let relaunch = launch.at(&server);
     let (status, _) = server.stop().await;
@@ -242,4 +266,336 @@ async fn two_people_edit_one_document_in_chromium_on_postgres() {
         .await
         .expect("a fresh database");
     editing_together(Backend::Postgres(db), "edit-postgres").await;
+}
+
+mod planner {
+    use super::*;
+    use chopin_fixtures::agent::{connect, AgentClient, Event, Upgrade};
+    use chopin_protocol::agent::{
+        ClientMessage, ControlResult, HostInput, InputAnswer, InputRequest, Part, PartMessage, Run,
+        RunStatus, Runs, Select, ServerMessage, Started, TextPart, TurnEnd, TurnStatus,
+    };
+
+    async fn next(client: &mut AgentClient) -> ServerMessage {
+        match tokio::time::timeout(Duration::from_secs(15), client.recv())
+            .await
+            .expect("a frame within 15 s")
+            .unwrap()
+        {
+            Event::Message(m) => m,
+            Event::Closed { code, reason } => panic!("closed {code} {reason}"),
+        }
+    }
+
+    /// The next turn (answering `start` if a new session comes first): its session, id and
+    /// prompt.
+    async fn started_turn(client: &mut AgentClient) -> (String, String, String) {
+        loop {
+            match next(client).await {
+                ServerMessage::Start(s) => client
+                    .send(&ClientMessage::Started(Started {
+                        session_id: s.session_id,
+                    }))
+                    .await
+                    .unwrap(),
+                ServerMessage::Turn(t) => return (t.session_id, t.turn_id, t.prompt),
+                _ => {}
+            }
+        }
+    }
+
+    async fn say(client: &mut AgentClient, turn: &str, text: &str) {
+        client
+            .send(&ClientMessage::Part(PartMessage {
+                turn_id: turn.into(),
+                part: Part::Text(TextPart { text: text.into() }),
+            }))
+            .await
+            .unwrap();
+    }
+
+    /// Things that must stay text: if any ran, the page's title would change.
+    const HOSTILE: &str = "<script>document.title='pwned'</script> <img src=x onerror=\"document.title='pwned'\"> [click](javascript:document.title='pwned')";
+
+    /// What the page holds that could run: script elements, any element with an inline handler,
+    /// images from the text (CodeMirror's own `img.cm-widgetBuffer` spacers are not), and
+    /// javascript: links.
+    const RUNNABLE: &str = "return { title: document.title, scripts: document.querySelectorAll('main script').length, handlers: document.querySelectorAll('main [onerror], main [onload], main [onclick]').length, images: document.querySelectorAll('main img:not(.cm-widgetBuffer)').length, js: [...document.querySelectorAll('a')].filter(a => a.href.startsWith('javascript:')).length };";
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_planner_in_chromium_replies_takes_an_answer_and_is_stopped_and_nothing_hostile_runs(
+    ) {
+        let github = github();
+        let mona_token = github.issue_token("mona");
+        let github_url = github.serve_tcp().await.unwrap();
+        // Kept for the whole test: dropping it deletes the server's data folder.
+        let backend = Backend::Sqlite(tempfile::tempdir().unwrap());
+        let server = Launch::hosted(&github_url).on(&backend).start().await;
+        let doc = server
+            .create_document(&mona_token, "octo/plans", "Planner page")
+            .await;
+        let id = doc["id"].as_str().unwrap().to_owned();
+        let url = format!("{}{}", server.origin(), doc["url"].as_str().unwrap());
+        let driver = Driver::start("planner").await;
+        let mona = signed_in(&driver, &github, &server, "mona").await;
+        mona.step("open the document", async {
+            mona.goto(&url).await?;
+            mona.until_text("#connection", 10 * SECOND, |t| t == "Connected")
+                .await?;
+            mona.until_text("#presence", 10 * SECOND, |t| t == "Planner: none")
+                .await
+        })
+        .await;
+
+        // mona's Planner client attaches: the page shows it.
+        let host = server.host();
+        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        let mut client = connect(stream, &Upgrade::new(host.clone(), Some(&mona_token)))
+            .await
+            .unwrap();
+        let attached = client.attach(&id, &[]).await.unwrap();
+        assert!(
+            matches!(attached, ServerMessage::Attached(_)),
+            "{attached:?}"
+        );
+        mona.step("see the Planner attached", async {
+            mona.until_text("#presence", 10 * SECOND, |t| {
+                t == "Planner: attached (mona)"
+            })
+            .await
+        })
+        .await;
+
+        mona.step("write the plan", async {
+            mona.click(".cm-content").await?;
+            mona.type_into(
+                ".cm-content",
+                "# Rollout\n\nShip the canary region by region, watching the error budget.",
+            )
+            .await
+        })
+        .await;
+
+        // @chopin from the page starts a turn; the client asks a question.
+        mona.step("ask the Planner", async {
+            mona.type_into("#chat-text", "@chopin which region first?")
+                .await?;
+            mona.click("#send").await
+        })
+        .await;
+        let (session, turn, prompt) = started_turn(&mut client).await;
+        assert!(prompt.contains("which region first?"), "{prompt}");
+        client
+            .send(&ClientMessage::InputRequest(InputRequest {
+                session_id: session.clone(),
+                request_id: "q-1".into(),
+                turn_id: Some(turn.clone()),
+                run_id: None,
+                block: None,
+                input: HostInput::Select(Select {
+                    title: "Which region goes first?".into(),
+                    options: vec!["eu-west".into(), "us-east".into()],
+                }),
+            }))
+            .await
+            .unwrap();
+        // The card appears in the page; mona picks us-east and answers.
+        mona.step("answer the card", async {
+            mona.until_text("#decisions .question", 10 * SECOND, |t| {
+                t == "Which region goes first?"
+            })
+            .await?;
+            // The screenshot at the top of the README: a document with a question open.
+            mona.save("document-page").await;
+            mona.click("#decisions .option:nth-of-type(2) input")
+                .await?;
+            mona.click("#decisions button[type=submit]").await
+        })
+        .await;
+        let result = mona
+            .step("the answer reaches the client", async {
+                loop {
+                    match tokio::time::timeout(10 * SECOND, client.recv()).await {
+                        Ok(Ok(Event::Message(ServerMessage::InputResult(r)))) => return Ok(r),
+                        Ok(Ok(Event::Message(_))) => {}
+                        other => return Err(format!("no input-result: {other:?}")),
+                    }
+                }
+            })
+            .await;
+        match result.answer {
+            Some(InputAnswer::Select(a)) => assert_eq!(a.choice, "us-east"),
+            other => panic!("the answer reached the client as {other:?}"),
+        }
+        mona.step("the answered card leaves", async {
+            mona.until_script(
+                "return document.querySelectorAll('#decisions .card').length",
+                5 * SECOND,
+                |v| v == 0,
+            )
+            .await
+        })
+        .await;
+        // The client replies; the reply appears in the page's Chat.
+        say(&mut client, &turn, "us-east first, then eu-west.").await;
+        client
+            .send(&ClientMessage::TurnEnd(TurnEnd {
+                turn_id: turn,
+                status: TurnStatus::Completed,
+                output: None,
+                message: None,
+            }))
+            .await
+            .unwrap();
+        mona.step("see the reply", async {
+            mona.until_text("#messages .planner:last-child .text", 10 * SECOND, |t| {
+                t == "us-east first, then eu-west."
+            })
+            .await
+        })
+        .await;
+
+        // Hostile text in the document and in Chat stays text.
+        mona.step("type hostile text", async {
+            mona.click(".cm-content").await?;
+            mona.type_into(".cm-content", TO_THE_END).await?;
+            mona.type_into(".cm-content", HOSTILE).await?;
+            mona.type_into("#chat-text", HOSTILE).await?;
+            mona.click("#send").await?;
+            mona.until_text("#messages", 5 * SECOND, |t| t.contains("<script>"))
+                .await
+        })
+        .await;
+
+        // A second turn, stopped from the page: its turn hears `abort`, its run `stop`.
+        mona.step("ask again", async {
+            mona.type_into("#chat-text", "@chopin keep going").await?;
+            mona.click("#send").await
+        })
+        .await;
+        let (session, turn, _) = started_turn(&mut client).await;
+        // The turn reports a workflow run: its card shows in the page.
+        client
+            .send(&ClientMessage::Runs(Runs {
+                session_id: session.clone(),
+                runs: vec![Run {
+                    run_id: "run-1".into(),
+                    name: "canary-rollout".into(),
+                    status: RunStatus::Running,
+                    root_run_id: None,
+                    elapsed_ms: Some(1_000),
+                    stages: Vec::new(),
+                    omitted_stages: None,
+                }],
+            }))
+            .await
+            .unwrap();
+        mona.step("see the run card", async {
+            mona.until_text("#runs .run", 10 * SECOND, |t| {
+                t.contains("canary-rollout") && t.contains("running")
+            })
+            .await
+        })
+        .await;
+        mona.step("press Stop", mona.click("#stop")).await;
+        // The running turn hears `abort`, its live run `stop`.
+        let (mut aborted, mut stopped) = (false, false);
+        while !(aborted && stopped) {
+            match next(&mut client).await {
+                ServerMessage::Abort(a) => {
+                    assert_eq!(a.turn_id, turn);
+                    aborted = true;
+                    client
+                        .send(&ClientMessage::TurnEnd(TurnEnd {
+                            turn_id: turn.clone(),
+                            status: TurnStatus::Aborted,
+                            output: None,
+                            message: None,
+                        }))
+                        .await
+                        .unwrap();
+                }
+                ServerMessage::Stop(stop) => {
+                    stopped = true;
+                    client
+                        .send(&ClientMessage::ControlResult(ControlResult {
+                            request_id: stop.request_id,
+                            ok: true,
+                            message: None,
+                        }))
+                        .await
+                        .unwrap();
+                }
+                _ => {}
+            }
+        }
+        mona.step("Chat says it stopped", async {
+            mona.until_text("#messages", 10 * SECOND, |t| t.contains("stopped"))
+                .await
+        })
+        .await;
+
+        // Nothing hostile ran, in the page that took it or in a fresh one.
+        let fresh = signed_in(&driver, &github, &server, "lisa").await;
+        fresh
+            .step("open the document afresh", async {
+                fresh.goto(&url).await?;
+                fresh
+                    .until_text("#messages", 10 * SECOND, |t| t.contains("<script>"))
+                    .await
+            })
+            .await;
+        for page in [&mona, &fresh] {
+            page.step("nothing hostile ran", async {
+                let v = page
+                    .client
+                    .execute(RUNNABLE, vec![])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ok = v["title"].as_str().is_some_and(|t| t != "pwned")
+                    && v["scripts"] == 0
+                    && v["handlers"] == 0
+                    && v["images"] == 0
+                    && v["js"] == 0;
+                if ok {
+                    Ok(())
+                } else {
+                    Err(format!("{v}"))
+                }
+            })
+            .await;
+        }
+        server.stop().await;
+    }
+}
+
+/// A local server (`AUTH_MODE=local`) has no web sign-in: the start page runs GitHub's device
+/// flow, shows the code to type at GitHub, and signs the browser in once GitHub approves it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_server_signs_the_browser_in_with_the_device_flow() {
+    let github = github();
+    let github_url = github.serve_tcp().await.unwrap();
+    let backend = Backend::Sqlite(tempfile::tempdir().unwrap());
+    let server = Launch::hosted(&github_url)
+        .env("AUTH_MODE", "local")
+        .on(&backend)
+        .start()
+        .await;
+    let driver = Driver::start("local").await;
+    let page = driver.page("mona").await;
+    let code = page
+        .step("start the device flow", async {
+            page.goto(&format!("{}/", server.origin())).await?;
+            page.click("#sign-in").await?;
+            page.until_text("#user-code", 10 * SECOND, |t| !t.is_empty())
+                .await
+        })
+        .await;
+    github.approve_device(&code, "mona");
+    page.step("signed in once GitHub approves", async {
+        page.until_text("#who", 20 * SECOND, |t| t == "Signed in as mona")
+            .await
+    })
+    .await;
+    server.stop().await;
 }
