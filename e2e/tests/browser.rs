@@ -12,6 +12,10 @@ use chopin_fixtures::github::{FakeGitHub, Permission};
 
 const SECOND: Duration = Duration::from_secs(1);
 
+/// How long a step may wait for what another page did. A guard against a hang, not a measure:
+/// how fast typing reaches the other page is printed (`reached … in … ms`), never asserted.
+const WAIT: Duration = Duration::from_secs(10);
+
 fn github() -> FakeGitHub {
     let github = FakeGitHub::new();
     github
@@ -56,23 +60,21 @@ async fn editing_together(backend: Backend, name: &str) {
     mona.step("open the repository", async {
         mona.type_into("#repository", "octo/plans").await?;
         mona.click("#open-repository button").await?;
-        mona.until_text("#repository-status", 10 * SECOND, |t| {
-            t == "No documents yet."
-        })
-        .await
+        mona.until_text("#repository-status", WAIT, |t| t == "No documents yet.")
+            .await
     })
     .await;
     let opened = Instant::now();
     mona.step("create a document", async {
         mona.type_into("#new-title", "Browser plan").await?;
         mona.click("#create-document button").await?;
-        mona.until_text("#title", 10 * SECOND, |t| t == "Browser plan")
+        mona.until_text("#title", WAIT, |t| t == "Browser plan")
             .await?;
-        mona.until_text("#connection", 10 * SECOND, |t| t == "Connected")
+        mona.until_text("#connection", WAIT, |t| t == "Connected")
             .await?;
         mona.until_script(
             "return document.querySelector('.cm-content')?.getAttribute('contenteditable')",
-            10 * SECOND,
+            WAIT,
             |v| v == "true",
         )
         .await
@@ -89,7 +91,7 @@ async fn editing_together(backend: Backend, name: &str) {
     let lisa = signed_in(&driver, &github, &server, "lisa").await;
     lisa.step("open the document", async {
         lisa.goto(&url).await?;
-        lisa.until_text("#connection", 10 * SECOND, |t| t == "Connected")
+        lisa.until_text("#connection", WAIT, |t| t == "Connected")
             .await
     })
     .await;
@@ -100,7 +102,7 @@ async fn editing_together(backend: Backend, name: &str) {
     .await;
     let typed = Instant::now();
     lisa.step("see mona's text", async {
-        lisa.until_script(EDITOR_TEXT, SECOND, |v| {
+        lisa.until_script(EDITOR_TEXT, WAIT, |v| {
             v.as_str().is_some_and(|t| t.contains("Hello from mona"))
         })
         .await
@@ -111,7 +113,7 @@ async fn editing_together(backend: Backend, name: &str) {
         typed.elapsed().as_millis()
     );
     lisa.step("see mona's cursor", async {
-        lisa.until_script(CURSORS, SECOND, |v| v == &serde_json::json!(["mona"]))
+        lisa.until_script(CURSORS, WAIT, |v| v == &serde_json::json!(["mona"]))
             .await
     })
     .await;
@@ -122,11 +124,11 @@ async fn editing_together(backend: Backend, name: &str) {
     })
     .await;
     mona.step("see lisa's text and cursor", async {
-        mona.until_script(EDITOR_TEXT, SECOND, |v| {
+        mona.until_script(EDITOR_TEXT, WAIT, |v| {
             v.as_str().is_some_and(|t| t.contains("And lisa"))
         })
         .await?;
-        mona.until_script(CURSORS, SECOND, |v| v == &serde_json::json!(["lisa"]))
+        mona.until_script(CURSORS, WAIT, |v| v == &serde_json::json!(["lisa"]))
             .await
     })
     .await;
@@ -139,14 +141,14 @@ async fn editing_together(backend: Backend, name: &str) {
         .step("a reader cannot type", async {
             hubot.goto(&url).await?;
             hubot
-                .until_text("#read-only", 10 * SECOND, |t| {
+                .until_text("#read-only", WAIT, |t| {
                     t.contains("you cannot push to octo/plans")
                 })
                 .await?;
             hubot
                 .until_script(
                     "return document.querySelector('.cm-content')?.getAttribute('contenteditable')",
-                    10 * SECOND,
+                    WAIT,
                     |v| v == "false",
                 )
                 .await?;
@@ -172,7 +174,7 @@ async fn editing_together(backend: Backend, name: &str) {
             mona.goto(&url).await?;
             mona.until_script(
                 "return document.querySelector('#connection')?.textContent === 'Connected' && document.querySelector('.cm-content')?.getAttribute('contenteditable')",
-                10 * SECOND,
+                WAIT,
                 |v| v == "true",
             )
             .await
@@ -194,7 +196,7 @@ async fn editing_together(backend: Backend, name: &str) {
     assert!(status.success(), "the server stopped cleanly");
     for page in [&mona, &lisa] {
         page.step("show that it reconnects", async {
-            page.until_text("#connection", 10 * SECOND, |t| t == "Reconnecting…")
+            page.until_text("#connection", WAIT, |t| t == "Reconnecting…")
                 .await
         })
         .await;
@@ -204,7 +206,7 @@ async fn editing_together(backend: Backend, name: &str) {
         page.step("reconnect after the restart", async {
             page.until_text("#connection", 20 * SECOND, |t| t == "Connected")
                 .await?;
-            page.until_script(EDITOR_TEXT, 5 * SECOND, |v| {
+            page.until_script(EDITOR_TEXT, WAIT, |v| {
                 v.as_str()
                     .is_some_and(|t| t.contains("Hello from mona") && t.contains("And lisa"))
             })
@@ -218,7 +220,7 @@ async fn editing_together(backend: Backend, name: &str) {
     })
     .await;
     lisa.step("see it", async {
-        lisa.until_script(EDITOR_TEXT, 2 * SECOND, |v| {
+        lisa.until_script(EDITOR_TEXT, WAIT, |v| {
             v.as_str().is_some_and(|t| t.contains(" again"))
         })
         .await
@@ -340,9 +342,9 @@ mod planner {
         let mona = signed_in(&driver, &github, &server, "mona").await;
         mona.step("open the document", async {
             mona.goto(&url).await?;
-            mona.until_text("#connection", 10 * SECOND, |t| t == "Connected")
+            mona.until_text("#connection", WAIT, |t| t == "Connected")
                 .await?;
-            mona.until_text("#presence", 10 * SECOND, |t| t == "Planner: none")
+            mona.until_text("#presence", WAIT, |t| t == "Planner: none")
                 .await
         })
         .await;
@@ -359,10 +361,8 @@ mod planner {
             "{attached:?}"
         );
         mona.step("see the Planner attached", async {
-            mona.until_text("#presence", 10 * SECOND, |t| {
-                t == "Planner: attached (mona)"
-            })
-            .await
+            mona.until_text("#presence", WAIT, |t| t == "Planner: attached (mona)")
+                .await
         })
         .await;
 
@@ -401,7 +401,7 @@ mod planner {
             .unwrap();
         // The card appears in the page; mona picks us-east and answers.
         mona.step("answer the card", async {
-            mona.until_text("#decisions .question", 10 * SECOND, |t| {
+            mona.until_text("#decisions .question", WAIT, |t| {
                 t == "Which region goes first?"
             })
             .await?;
@@ -415,7 +415,7 @@ mod planner {
         let result = mona
             .step("the answer reaches the client", async {
                 loop {
-                    match tokio::time::timeout(10 * SECOND, client.recv()).await {
+                    match tokio::time::timeout(WAIT, client.recv()).await {
                         Ok(Ok(Event::Message(ServerMessage::InputResult(r)))) => return Ok(r),
                         Ok(Ok(Event::Message(_))) => {}
                         other => return Err(format!("no input-result: {other:?}")),
@@ -430,7 +430,7 @@ mod planner {
         mona.step("the answered card leaves", async {
             mona.until_script(
                 "return document.querySelectorAll('#decisions .card').length",
-                5 * SECOND,
+                WAIT,
                 |v| v == 0,
             )
             .await
@@ -448,7 +448,7 @@ mod planner {
             .await
             .unwrap();
         mona.step("see the reply", async {
-            mona.until_text("#messages .planner:last-child .text", 10 * SECOND, |t| {
+            mona.until_text("#messages .planner:last-child .text", WAIT, |t| {
                 t == "us-east first, then eu-west."
             })
             .await
@@ -462,7 +462,7 @@ mod planner {
             mona.type_into(".cm-content", HOSTILE).await?;
             mona.type_into("#chat-text", HOSTILE).await?;
             mona.click("#send").await?;
-            mona.until_text("#messages", 5 * SECOND, |t| t.contains("<script>"))
+            mona.until_text("#messages", WAIT, |t| t.contains("<script>"))
                 .await
         })
         .await;
@@ -491,7 +491,7 @@ mod planner {
             .await
             .unwrap();
         mona.step("see the run card", async {
-            mona.until_text("#runs .run", 10 * SECOND, |t| {
+            mona.until_text("#runs .run", WAIT, |t| {
                 t.contains("canary-rollout") && t.contains("running")
             })
             .await
@@ -530,7 +530,7 @@ mod planner {
             }
         }
         mona.step("Chat says it stopped", async {
-            mona.until_text("#messages", 10 * SECOND, |t| t.contains("stopped"))
+            mona.until_text("#messages", WAIT, |t| t.contains("stopped"))
                 .await
         })
         .await;
@@ -541,7 +541,7 @@ mod planner {
             .step("open the document afresh", async {
                 fresh.goto(&url).await?;
                 fresh
-                    .until_text("#messages", 10 * SECOND, |t| t.contains("<script>"))
+                    .until_text("#messages", WAIT, |t| t.contains("<script>"))
                     .await
             })
             .await;
@@ -587,8 +587,7 @@ async fn a_local_server_signs_the_browser_in_with_the_device_flow() {
         .step("start the device flow", async {
             page.goto(&format!("{}/", server.origin())).await?;
             page.click("#sign-in").await?;
-            page.until_text("#user-code", 10 * SECOND, |t| !t.is_empty())
-                .await
+            page.until_text("#user-code", WAIT, |t| !t.is_empty()).await
         })
         .await;
     github.approve_device(&code, "mona");
