@@ -349,6 +349,30 @@ mod planner {
         })
         .await;
 
+        // With no Planner attached, a message to it is refused in the server's words, and the
+        // text stays in the box to send again.
+        mona.step("a refusal shows its words", async {
+            mona.type_into("#chat-text", "@chopin are you there?")
+                .await?;
+            mona.click("#send").await?;
+            mona.until_text("#chat-refused", WAIT, |t| {
+                t.starts_with("No Planner is attached to ")
+            })
+            .await?;
+            mona.until_script(
+                "return document.querySelector('#chat-text').value",
+                WAIT,
+                |v| v == "@chopin are you there?",
+            )
+            .await?;
+            mona.client
+                .execute("document.querySelector('#chat-text').value = ''", vec![])
+                .await
+                .map_err(|e| e.to_string())
+                .map(|_| ())
+        })
+        .await;
+
         // mona's Planner client attaches: the page shows it.
         let host = server.host();
         let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
