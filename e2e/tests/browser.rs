@@ -26,6 +26,7 @@ fn github() -> FakeGitHub {
     github.grant("octo", "plans", "mona", Permission::Write);
     github.grant("octo", "plans", "lisa", Permission::Write);
     github.grant("octo", "plans", "hubot", Permission::Read);
+    github.install_app("octo");
     github
 }
 
@@ -58,8 +59,9 @@ async fn editing_together(backend: Backend, name: &str) {
     // mona signs in, opens the repository and creates a document from its page.
     let mona = signed_in(&driver, &github, &server, "mona").await;
     mona.step("open the repository", async {
-        mona.type_into("#repository", "octo/plans").await?;
-        mona.click("#open-repository button").await?;
+        mona.until_text("#repositories", WAIT, |t| t == "octo/plans")
+            .await?;
+        mona.click("#repositories a").await?;
         mona.until_text("#repository-status", WAIT, |t| t == "No documents yet.")
             .await
     })

@@ -38,6 +38,7 @@ async fn every_page_url_answers_its_page_with_the_security_headers_and_nothing_i
         .add_repo("octo", "secret");
     github.grant("octo", "plans", "mona", Permission::Write);
     github.grant("octo", "secret", "mona", Permission::Write);
+    github.install_app("octo");
     let mona = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
     let home = tempfile::tempdir().unwrap();
@@ -170,6 +171,28 @@ async fn every_page_url_answers_its_page_with_the_security_headers_and_nothing_i
         .await
         .unwrap();
     assert_eq!(hidden.status(), 404);
+
+    // The repositories each person reaches through the App, for the start page.
+    for (who, expected) in [
+        (&cookie, serde_json::json!(["octo/plans", "octo/secret"])),
+        (&eve, serde_json::json!([])),
+    ] {
+        let listed: serde_json::Value = get("/api/repositories".into(), Some(who))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(listed["repositories"], expected, "{listed}");
+        assert_eq!(listed["more"], false, "{listed}");
+    }
+    assert_eq!(
+        get("/api/repositories".into(), None)
+            .await
+            .unwrap()
+            .status(),
+        401
+    );
 
     // The assets the page links: cached for good under their hashed names, with an ETag.
     let script = html.find("src=\"/assets/").map(|at| {

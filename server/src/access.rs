@@ -224,6 +224,18 @@ impl Access {
             .await
     }
 
+    /// The repositories the caller reaches through this server's GitHub App, asked with its own
+    /// token.
+    pub async fn repositories(
+        &self,
+        caller: &Caller,
+    ) -> Result<crate::identity::github::Repositories, ApiError> {
+        self.admission
+            .repositories(caller.token())
+            .await
+            .map_err(ApiError::github)
+    }
+
     /// What the caller may do on a repository; `None` when it cannot even read it.
     pub async fn caller_access(
         &self,

@@ -674,3 +674,48 @@ async fn a_hundred_simultaneous_checks_of_one_token_make_one_call_of_each_kind()
     );
     assert_eq!(user_lookups(&w.fake), 3);
 }
+
+/// The start page's listing: every repository the App reaches for the account, across
+/// installations and pages, each once; cut at `REPOSITORIES_MAX` with `more`; nothing for
+/// someone the App reaches nowhere.
+#[tokio::test]
+async fn the_repositories_an_account_reaches_through_the_app_are_listed_page_by_page_and_bounded() {
+    use chopin_server::identity::github::REPOSITORIES_MAX;
+    let w = World::new().await;
+    let token = w.user("mona", 1);
+    let other = w.user("hubot", 2);
+    w.fake.add_repo("Acme", "Plans").add_repo("Zeta", "Notes");
+    w.fake.grant("Acme", "Plans", "mona", Permission::Write);
+    w.fake.grant("Zeta", "Notes", "mona", Permission::Read);
+    w.fake.uninstall_app("Acme").uninstall_app("Zeta");
+    let listed = w.github.repositories(&token).await.unwrap();
+    assert!(
+        listed.names.is_empty(),
+        "not installed anywhere: {listed:?}"
+    );
+    w.fake.install_app("Acme").install_app("Zeta");
+    let names: Vec<String> = (0..120).map(|i| format!("a{i:03}")).collect();
+    for name in &names {
+        w.fake.add_repo("Acme", name);
+        w.fake.grant("Acme", name, "mona", Permission::Read);
+    }
+    let listed = w.github.repositories(&token).await.unwrap();
+    assert_eq!(listed.names.len(), 122, "{listed:?}");
+    assert!(!listed.more);
+    assert!(listed.names.contains(&"Acme/Plans".to_owned()));
+    assert!(listed.names.contains(&"Zeta/Notes".to_owned()));
+    assert!(listed.names.contains(&"Acme/a119".to_owned()));
+    assert_eq!(
+        w.github.repositories(&other).await.unwrap().names,
+        Vec::<String>::new()
+    );
+    // Past the bound: cut, and said so.
+    for i in 0..REPOSITORIES_MAX {
+        let name = format!("z{i:03}");
+        w.fake.add_repo("Zeta", &name);
+        w.fake.grant("Zeta", &name, "mona", Permission::Read);
+    }
+    let listed = w.github.repositories(&token).await.unwrap();
+    assert_eq!(listed.names.len(), REPOSITORIES_MAX);
+    assert!(listed.more);
+}

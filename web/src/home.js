@@ -1,5 +1,5 @@
 // The start page: sign in, or open one of your repositories.
-import { el, clear } from './dom.js';
+import { el, clear, api, words } from './dom.js';
 
 export function homePage(main, signedIn, signIn) {
   if (!signedIn) {
@@ -22,9 +22,13 @@ export function homePage(main, signedIn, signIn) {
     location.assign(`/documents/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}`);
   });
   const recent = recentRepositories();
+  const yours = el('ul', { id: 'repositories' });
+  const status = el('p', { class: 'status', id: 'repositories-status' }, 'Asking GitHub…');
   main.append(
     el('h1', {}, 'Your repositories'),
-    el('p', {}, 'Open a GitHub repository you can read to see its documents.'),
+    status,
+    yours,
+    el('p', {}, 'Or open any GitHub repository you can read:'),
     form,
     recent.length ? el('h2', {}, 'Opened before') : null,
     recent.length ? el('ul', { id: 'recent' }, recent.map((name) => {
@@ -32,6 +36,20 @@ export function homePage(main, signedIn, signIn) {
       return el('li', {}, el('a', { href: `/documents/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}` }, name));
     })) : null,
   );
+  api('/api/repositories').then((answer) => {
+    if (answer.status !== 200) {
+      status.textContent = words(answer);
+      return;
+    }
+    const names = answer.body.repositories ?? [];
+    status.textContent = names.length
+      ? (answer.body.more ? 'The first of the repositories this server\'s GitHub App reaches for you:' : '')
+      : 'This server\'s GitHub App reaches none of your repositories yet: install it on an account or organisation, or open a repository below.';
+    for (const name of names) {
+      const [owner, repo] = name.split('/');
+      yours.append(el('li', {}, el('a', { href: `/documents/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}` }, name)));
+    }
+  });
 }
 
 function recentRepositories() {

@@ -278,6 +278,15 @@ impl Admission {
         answer
     }
 
+    /// The repositories `token`'s account reaches through this server's GitHub App (not
+    /// cached: a start page asks once per visit).
+    pub async fn repositories(
+        &self,
+        token: &str,
+    ) -> Result<crate::identity::github::Repositories, GitHubError> {
+        self.github.repositories(token).await
+    }
+
     /// Whether the GitHub App's installation on `owner` covers `owner/repo` for `token`'s
     /// account (PERM-06), from the cache when an answer younger than
     /// [`INSTALLATION_CACHE_TTL_MS`] is there, otherwise from GitHub. Outages are not cached.

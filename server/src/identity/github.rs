@@ -74,6 +74,18 @@ pub const RATE_LIMIT_MAX_TOKENS: usize = 10_000;
 /// The most pages of one installation listing read (`/user/installations`, or one
 /// installation's repositories) before the answer counts as unavailable rather than guessed.
 pub const INSTALLATION_MAX_PAGES: u32 = 30;
+
+/// Most repositories [`GitHub::repositories`] lists (our bound: a start page, not an index).
+pub const REPOSITORIES_MAX: usize = 300;
+
+/// What [`GitHub::repositories`] found.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Repositories {
+    /// `owner/name`, each once.
+    pub names: Vec<String>,
+    /// The listing was cut at a bound: there are more.
+    pub more: bool,
+}
 /// Installations asked per page (GitHub's maximum is 100).
 const INSTALLATIONS_PER_PAGE: u32 = 100;
 /// Repositories asked per page: a repository's JSON is a few KiB, so 50 stay well inside
@@ -434,6 +446,66 @@ impl GitHub {
         Err(GitHubError::Unavailable(format!(
             "more than {INSTALLATION_MAX_PAGES} pages of the installation's repositories"
         )))
+    }
+
+    /// The repositories `token`'s account reaches through this server's GitHub App, as
+    /// `owner/name` in GitHub's order: every installation the account can see
+    /// (`GET /user/installations`), then each one's repositories
+    /// (`GET /user/installations/{id}/repositories`), page by page, at most
+    /// [`INSTALLATION_MAX_PAGES`] pages of each listing and [`REPOSITORIES_MAX`] names in all;
+    /// `more` says the listing was cut there. A 403 (a token GitHub did not issue to a GitHub
+    /// App) lists nothing.
+    pub async fn repositories(&self, token: &str) -> Result<Repositories, GitHubError> {
+        let mut listed = Repositories::default();
+        let mut installations = Vec::new();
+        for page in 1..=INSTALLATION_MAX_PAGES {
+            let path = format!("/user/installations?per_page={INSTALLATIONS_PER_PAGE}&page={page}");
+            let response = self.get(token, &path).await?;
+            let body: InstallationsBody = match response.status.as_u16() {
+                200 => parse(&response.body)?,
+                403 if !is_rate_limit(&response) => return Ok(listed),
+                _ => return Err(unexpected(&response)),
+            };
+            let last = body.installations.len() < INSTALLATIONS_PER_PAGE as usize;
+            installations.extend(body.installations.into_iter().map(|i| i.id));
+            if last {
+                break;
+            }
+            if page == INSTALLATION_MAX_PAGES {
+                listed.more = true;
+            }
+        }
+        for id in installations {
+            for page in 1..=INSTALLATION_MAX_PAGES {
+                let path = format!(
+                    "/user/installations/{id}/repositories?per_page={INSTALLATION_REPOS_PER_PAGE}&page={page}"
+                );
+                let response = self.get(token, &path).await?;
+                let body: InstallationReposBody = match response.status.as_u16() {
+                    200 => parse(&response.body)?,
+                    // The installation went away between the two calls.
+                    403 | 404 if !is_rate_limit(&response) => break,
+                    _ => return Err(unexpected(&response)),
+                };
+                let last = body.repositories.len() < INSTALLATION_REPOS_PER_PAGE as usize;
+                for repo in body.repositories {
+                    if listed.names.len() == REPOSITORIES_MAX {
+                        listed.more = true;
+                        return Ok(listed);
+                    }
+                    if !listed.names.contains(&repo.full_name) {
+                        listed.names.push(repo.full_name);
+                    }
+                }
+                if last {
+                    break;
+                }
+                if page == INSTALLATION_MAX_PAGES {
+                    listed.more = true;
+                }
+            }
+        }
+        Ok(listed)
     }
 
     /// `GET {api_base}{path}` with the token, bounded by the request timeout. A 401

@@ -169,6 +169,7 @@ pub fn routes(deps: DocumentsDeps) -> Routes {
     Table::new()
         .post("/api/repositories/{owner}/{repo}/documents", create)
         .get("/api/repositories/{owner}/{repo}/documents", list)
+        .get("/api/repositories", repositories)
         .get(
             "/api/repositories/{owner}/{repo}/documents/{slug}",
             get_by_slug,
@@ -297,6 +298,19 @@ async fn create(
         .await?;
     tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created");
     Ok((StatusCode::CREATED, Json(document_json(&doc))).into_response())
+}
+
+/// `GET /api/repositories`: the repositories the caller reaches through this server's GitHub
+/// App, for the start page: `{repositories: ["owner/name", …], more}`.
+async fn repositories(
+    State(deps): State<DocumentsDeps>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let listed = deps.access.repositories(&caller).await?;
+    Ok(Json(
+        json!({ "repositories": listed.names, "more": listed.more }),
+    ))
 }
 
 /// `GET /api/repositories/{owner}/{repo}/documents`: the repository's documents that are not
