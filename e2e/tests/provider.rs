@@ -63,7 +63,16 @@ async fn world(backend: Backend, extra: &[(&str, &str)]) -> World {
     )
     .await
     .unwrap();
-    room.next_of_type("session:planner").await.unwrap();
+    // PRES-06: "Harnesses other than remote never send `session:planner`": the hello, then
+    // straight to the Yjs sync.
+    match room.recv_json().await.unwrap() {
+        BrowserEvent::Json(hello) => assert_eq!(hello["type"], "session:hello", "{hello}"),
+        other => panic!("expected session:hello, got {other:?}"),
+    }
+    match room.recv_json().await.unwrap() {
+        BrowserEvent::Binary(_) => {}
+        other => panic!("PRES-06: after the hello comes the Yjs sync, got {other:?}"),
+    }
     World {
         server,
         provider,

@@ -398,6 +398,7 @@ impl App {
             access_recheck_ms: self.config.access_recheck_ms,
             questions: self.questions.clone(),
             runs: self.runs.clone(),
+            presence: c.harness == "remote",
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),

@@ -36,7 +36,9 @@ export async function documentPage(main, id) {
   document.title = `${doc.title ?? 'Document'} · Chopin`;
 
   const connection = el('span', { class: 'connection', id: 'connection' }, 'Connecting…');
-  const presence = el('span', { class: 'presence', id: 'presence' }, 'Planner: …');
+  // A Planner the server runs itself has no presence to tell (no session:planner comes).
+  const inServer = meta('chopin-harness') !== 'remote';
+  const presence = el('span', { class: 'presence', id: 'presence' }, inServer ? 'Planner: in this server' : 'Planner: …');
   const readOnly = el('p', { class: 'read-only', id: 'read-only', hidden: true });
   const editorHost = el('div', { class: 'editor', id: 'editor' });
   const cards = el('section', { class: 'decisions', id: 'decisions' });

@@ -3,7 +3,8 @@
 //! Owns: the socket's life — the upgrade (a live cookie session, this server's Origin, read
 //! access to the document's repository, all checked before it by [`Access::browser_reader`]),
 //! `session:hello`, then `session:planner` right after it and again on every change of the
-//! document's Planner (PRES-01, PRES-02), the Yjs sync and awareness frames, the Chat frames;
+//! document's Planner (PRES-01, PRES-02; under the `remote` harness only: an in-server Planner
+//! has no presence to tell, PRES-06), the Yjs sync and awareness frames, the Chat frames;
 //! the periodic recheck of the reader's access (`AGENT_ACCESS_RECHECK_MS`, through the admission
 //! caches: read gone closes 4403, push gone makes it a reader's and says `session:access`), and
 //! closing when the sign-in ends (4401) or the document is archived (4404).
@@ -12,7 +13,7 @@
 //!
 //! Messages are JSON text frames with a `type`: the server sends `session:hello`,
 //! `session:planner` and `error`; a browser may send `chat:wake`, answered with the current
-//! `session:planner` (PRES-07). Chat ([`crate::chat`]): a browser sends `chat:send`, answered
+//! `session:planner` (PRES-07; not answered under an in-server harness). Chat ([`crate::chat`]): a browser sends `chat:send`, answered
 //! `chat:ack` or `chat:refused`, and `chat:history`, answered `chat:history`; every socket,
 //! readers too, hears each new transcript entry as `chat:message`, in `seq` order.
 
@@ -67,6 +68,9 @@ pub struct RoomDeps {
     pub questions: Arc<Questions>,
     /// Run cards, and Stop and Resume for runs.
     pub runs: Arc<Runs>,
+    /// The room is told the Planner's presence (`session:planner`): only under the `remote`
+    /// harness, whose Planner is a client that attaches and leaves (PRES-06).
+    pub presence: bool,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -225,7 +229,9 @@ async fn session(
     let mut disconnected = presence.state == PresenceState::Disconnected;
     // This socket's Stop or Resume being answered, if one is.
     let mut controlling: Option<tokio::task::JoinHandle<()>> = None;
-    push!(out, planner_frame(&presence));
+    if deps.presence {
+        push!(out, planner_frame(&presence));
+    }
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
     for frame in yjs::greeting(room).await {
@@ -304,9 +310,11 @@ async fn session(
             },
             change = changes.recv() => {
                 match change {
-                    Ok(frame) => push!(out, shared_text(frame)),
+                    Ok(frame) if deps.presence => push!(out, shared_text(frame)),
+                    Ok(_) => {}
                     // Fell behind: the latest state is what matters.
-                    Err(RecvError::Lagged(_)) => push!(out, planner_frame(&deps.planners.presence(root_id))),
+                    Err(RecvError::Lagged(_)) if deps.presence => push!(out, planner_frame(&deps.planners.presence(root_id))),
+                    Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => return,
                 }
                 let now = deps.planners.presence(root_id).state == PresenceState::Disconnected;
@@ -367,7 +375,9 @@ async fn session(
                         let value = serde_json::from_str::<Value>(&text).unwrap_or(Value::Null);
                         let kind = value.get("type").and_then(Value::as_str);
                         let reply = match kind {
-                            Some("chat:wake") => planner_frame(&deps.planners.presence(root_id)),
+                            Some("chat:wake") if deps.presence => planner_frame(&deps.planners.presence(root_id)),
+                            // PRES-06: no presence to tell under an in-server harness.
+                            Some("chat:wake") => continue,
                             Some("chat:send") => match chat::SendRequest::from_frame(&value) {
                                 // MSG-18: a stopping process says nothing to a message for the Planner.
                                 Ok(request) => {
