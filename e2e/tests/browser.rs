@@ -192,6 +192,16 @@ async fn editing_together(backend: Backend, name: &str) {
         loads[loads.len() - 1]
     );
 
+    // Something said before the restart.
+    mona.step("say something", async {
+        mona.type_into("#chat-text", "said before the restart")
+            .await?;
+        mona.click("#send").await?;
+        lisa.until_text("#messages", WAIT, |t| t.contains("said before the restart"))
+            .await
+    })
+    .await;
+
     // The server restarts on the same address: both pages reconnect and nothing is lost.
     let relaunch = launch.at(&server);
     let (status, _) = server.stop().await;
@@ -216,6 +226,33 @@ async fn editing_together(backend: Backend, name: &str) {
         })
         .await;
     }
+    // Each page read the latest Chat again when it came back: nothing shown twice.
+    for page in [&mona, &lisa] {
+        page.step("the Chat is whole after the restart", async {
+            page.until_script(
+                "return [...document.querySelectorAll('#messages .text')].map(e => e.textContent)",
+                WAIT,
+                |v| v == &serde_json::json!(["said before the restart"]),
+            )
+            .await
+        })
+        .await;
+    }
+    lisa.step("speak after the restart", async {
+        lisa.type_into("#chat-text", "said after the restart")
+            .await?;
+        lisa.click("#send").await
+    })
+    .await;
+    mona.step("hear it, in order", async {
+        mona.until_script(
+            "return [...document.querySelectorAll('#messages .text')].map(e => e.textContent)",
+            WAIT,
+            |v| v == &serde_json::json!(["said before the restart", "said after the restart"]),
+        )
+        .await
+    })
+    .await;
     mona.step("type after the restart", async {
         mona.type_into(".cm-content", TO_THE_END).await?;
         mona.type_into(".cm-content", " again").await

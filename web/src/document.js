@@ -84,10 +84,10 @@ export async function documentPage(main, id) {
       ],
     }),
   });
-  const setWritable = (yes) => {
+  const setWritable = (yes, known = true) => {
     canWrite = yes;
     view.dispatch({ effects: editable.reconfigure([EditorView.editable.of(yes), EditorState.readOnly.of(!yes)]) });
-    readOnly.hidden = yes;
+    readOnly.hidden = yes || !known;
     readOnly.textContent = yes ? '' : `You can read this document but not change it: you cannot push to ${doc.repository}.`;
     for (const b of [send, stop, resume]) b.disabled = !yes;
     text.disabled = !yes;
@@ -137,16 +137,21 @@ export async function documentPage(main, id) {
   const pending = new Map();
   let oldest = null;
   const seen = new Set();
-  function line(entry, atTop = false) {
+  /// One message, in its place by `seq` (history pages, live messages and the pages read again
+  /// after a reconnect all land in order, each once).
+  function line(entry) {
     if (seen.has(entry.seq)) return;
     seen.add(entry.seq);
     const who = entry.kind === 'member' ? (entry.author ?? '') : 'chopin';
     const item = el('li', { class: `message ${entry.kind}`, 'data-seq': entry.seq },
       el('span', { class: 'author' }, who), ' ', el('span', { class: 'text' }, entry.text));
-    if (atTop) messages.prepend(item);
-    else messages.append(item);
+    const later = [...messages.children].find((li) => Number(li.dataset.seq) > entry.seq);
+    if (later) messages.insertBefore(item, later);
+    else {
+      messages.append(item);
+      messages.scrollTop = messages.scrollHeight;
+    }
     if (oldest === null || entry.seq < oldest) oldest = entry.seq;
-    if (!atTop) messages.scrollTop = messages.scrollHeight;
   }
   function showPresence(p) {
     const until = p.until ? ` until ${new Date(p.until).toLocaleTimeString()}` : '';
@@ -176,7 +181,8 @@ export async function documentPage(main, id) {
       switch (frame.type) {
         case 'session:hello':
           setWritable(Boolean(frame.canWrite));
-          if (oldest === null) room.send({ type: 'chat:history', limit: 50 });
+          // Also after a reconnect: what was said meanwhile comes with the latest page.
+          room.send({ type: 'chat:history', limit: 50 });
           break;
         case 'session:access':
           setWritable(Boolean(frame.canWrite));
@@ -189,9 +195,10 @@ export async function documentPage(main, id) {
           break;
         case 'chat:history': {
           const entries = frame.entries ?? [];
-          const atTop = messages.childElementCount > 0;
-          for (const e of (atTop ? [...entries].reverse() : entries)) line(e, atTop);
-          earlier.hidden = !frame.more;
+          for (const e of entries) line(e);
+          // `more` speaks of what is older than this page; a page read after a reconnect says
+          // nothing about pages older than the oldest shown.
+          if (entries.length && entries[0].seq <= oldest) earlier.hidden = !frame.more;
           break;
         }
         case 'run:card':
@@ -246,7 +253,8 @@ export async function documentPage(main, id) {
   });
   stop.addEventListener('click', () => room.send({ type: 'planner:stop', requestId: requestId('stop') }));
   resume.addEventListener('click', () => room.send({ type: 'planner:resume', requestId: requestId('resume') }));
-  setWritable(false);
+  // Nothing may be typed until the room says who you are (`session:hello`).
+  setWritable(false, false);
 }
 
 function closeWords(code) {
