@@ -140,6 +140,22 @@ async fn every_page_url_answers_its_page_with_the_security_headers_and_nothing_i
         assert_eq!(meta(&html, "document"), None, "{path}");
         assert!(meta(&html, "missing").unwrap().contains("No such document"));
     }
+    // GitHub down: the document page says so with 503 and the server's words, not a bare
+    // JSON body (the access answer is cached 30 s, so a document nobody asked about yet).
+    github.set_outage(true);
+    let response = get(secret["url"].as_str().unwrap().into(), Some(&cookie))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    assert_page_headers(&response);
+    let html = response.text().await.unwrap();
+    assert_eq!(meta(&html, "page"), Some("error"), "{html}");
+    assert!(
+        meta(&html, "missing").is_some_and(|m| !m.is_empty()),
+        "{html}"
+    );
+    github.set_outage(false);
+
     // Any other path: a page for a browser, JSON under /api/.
     let response = get("/nowhere/at/all".into(), None).await.unwrap();
     assert_eq!(response.status(), 404);

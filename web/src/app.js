@@ -76,10 +76,10 @@ function deviceSignIn() {
   return box;
 }
 
-function notFound(main) {
+function notFound(main, heading = 'Not found') {
   clear(main);
   main.append(
-    el('h1', { id: 'not-found' }, 'Not found'),
+    el('h1', { id: 'not-found' }, heading),
     el('p', {}, meta('chopin-missing') || 'Nothing is here.'),
     el('p', {}, el('a', { href: '/' }, 'Go to the start page')),
   );
@@ -91,6 +91,7 @@ function start() {
   const page = meta('chopin-page');
   const signedIn = Boolean(meta('chopin-login'));
   if (page === 'not-found') return notFound(main);
+  if (page === 'error') return notFound(main, 'This page could not be shown');
   if (page === 'home') {
     const after = sessionStorage.getItem('chopin-after-sign-in');
     if (signedIn && after && after !== '/') {

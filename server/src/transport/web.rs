@@ -218,11 +218,11 @@ impl WebDeps {
         };
         let caller = match self.access.caller(headers, false).await {
             Ok(caller) => caller,
-            Err(e) => return e.into_response(),
+            Err(e) => return failed(shell, e),
         };
         let doc = match self.documents.resolve(&locator).await {
             Ok(doc) => doc.filter(|d| !d.archived),
-            Err(e) => return crate::error::ApiError::store(e).into_response(),
+            Err(e) => return failed(shell, crate::error::ApiError::store(e)),
         };
         match self.access.readable(&caller, doc).await {
             Ok((doc, _)) => {
@@ -232,9 +232,17 @@ impl WebDeps {
                 page(StatusCode::OK, &shell)
             }
             Err(e) if e.status == StatusCode::NOT_FOUND => gone(shell),
-            Err(e) => e.into_response(),
+            Err(e) => failed(shell, e),
         }
     }
+}
+
+/// A page that could not be made (GitHub or storage did not answer, a sign-in GitHub refused):
+/// the error's status, and a page with its words.
+fn failed(mut shell: Shell, e: crate::error::ApiError) -> Response {
+    shell.page = "error";
+    shell.missing = Some(e.message.clone());
+    page(e.status, &shell)
 }
 
 async fn home(State(deps): State<WebDeps>, headers: HeaderMap) -> Response {
