@@ -263,25 +263,23 @@ impl Page {
         }
     }
 
-    pub async fn click(&self, css: &str) -> Result<(), String> {
-        let el = self
-            .client
+    /// The first element `css` finds, waited for up to 10 s.
+    async fn element(&self, css: &str) -> Result<fantoccini::elements::Element, String> {
+        self.client
             .wait()
             .at_most(Duration::from_secs(10))
             .for_element(Locator::Css(css))
             .await
-            .map_err(|e| format!("{css}: {e}"))?;
+            .map_err(|e| format!("{css}: {e}"))
+    }
+
+    pub async fn click(&self, css: &str) -> Result<(), String> {
+        let el = self.element(css).await?;
         el.click().await.map_err(|e| format!("click {css}: {e}"))
     }
 
     pub async fn type_into(&self, css: &str, text: &str) -> Result<(), String> {
-        let el = self
-            .client
-            .wait()
-            .at_most(Duration::from_secs(10))
-            .for_element(Locator::Css(css))
-            .await
-            .map_err(|e| format!("{css}: {e}"))?;
+        let el = self.element(css).await?;
         el.send_keys(text)
             .await
             .map_err(|e| format!("type into {css}: {e}"))

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use chopin_e2e::browser::{artefacts, Driver, Page};
+use chopin_e2e::browser::{Driver, Page};
 use chopin_e2e::{Backend, Launch, Server};
 use chopin_fixtures::github::{FakeGitHub, Permission};
 
@@ -290,7 +290,6 @@ async fn editing_together(backend: Backend, name: &str) {
         kept.contains("Hello from mona") && kept.contains("And lisa") && kept.contains(" again"),
         "{kept}"
     );
-    let _ = artefacts(name);
     server.stop().await;
 }
 
