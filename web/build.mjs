@@ -2,7 +2,8 @@
 // Output names carry a content hash; manifest.json tells the server which files to link.
 // Deterministic: the same sources and lockfile give the same bytes (a test rebuilds and compares).
 import { build } from 'esbuild';
-import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { gzipSync } from 'node:zlib';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -31,4 +32,9 @@ const manifest = {
   style: files.find((f) => f.endsWith('.css')),
 };
 writeFileSync(join(out, 'manifest.json'), JSON.stringify(manifest, null, 2) + '\n');
+// Each asset also gzipped, served to browsers that accept it (node's gzip writes no time or
+// name into the header, so the bytes are the same on every build).
+for (const name of files) {
+  writeFileSync(join(out, `${name}.gz`), gzipSync(readFileSync(join(out, name)), { level: 9 }));
+}
 console.log(readdirSync(out).sort().join('\n'));

@@ -286,9 +286,11 @@ async fn child(
     .await
 }
 
-/// `GET /assets/{file}`: an embedded file with its `ETag`; `304` when the browser has it.
+/// `GET /assets/{file}`: an embedded file with its `ETag`; `304` when the browser has it; the
+/// build's gzipped copy (`{file}.gz`) with `Content-Encoding: gzip` to a browser that takes it.
 async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
-    let Some(found) = Assets::get(&file).filter(|_| file != "manifest.json") else {
+    let servable = file != "manifest.json" && !file.ends_with(".gz");
+    let Some(found) = Assets::get(&file).filter(|_| servable) else {
         return not_found(
             format!("/assets/{file}")
                 .parse()
@@ -297,12 +299,27 @@ async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
         .await;
     };
     let etag = format!("\"{}\"", hex::encode(&found.metadata.sha256_hash()[..16]));
+    // The build's gzipped copy, for a browser that takes gzip.
+    let gzipped = headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',')
+                .any(|e| e.split(';').next().is_some_and(|e| e.trim() == "gzip"))
+        })
+        .then(|| Assets::get(&format!("{file}.gz")))
+        .flatten();
     let mut response = if headers
         .get(header::IF_NONE_MATCH)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.split(',').any(|t| t.trim() == etag))
     {
         StatusCode::NOT_MODIFIED.into_response()
+    } else if let Some(gz) = gzipped {
+        let mut r = (StatusCode::OK, gz.data.into_owned()).into_response();
+        r.headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        r
     } else {
         (StatusCode::OK, found.data.into_owned()).into_response()
     };
@@ -315,6 +332,7 @@ async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
     };
     let h = response.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(type_));
+    h.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     if let Ok(v) = HeaderValue::from_str(&etag) {
         h.insert(header::ETAG, v);
     }
