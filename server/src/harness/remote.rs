@@ -271,9 +271,9 @@ impl HarnessSession for RemoteSession {
                         let _ = io.declare_tools(t.tools);
                     }
                     // Once stopped, what the client's model still says is not the turn's: the
-                    // signal is read here too, since the stop may come while this loop is busy
-                    // and the client's next frame can be read before the stop's own branch.
-                    Some(ClientMessage::Part(_)) if aborted || turn.cancel.is_cancelled() => {}
+                    // signal itself is read (the stop may come while this loop is busy, and the
+                    // client's next frame can be read before the stop's own branch).
+                    Some(ClientMessage::Part(_)) if turn.cancel.is_cancelled() => {}
                     Some(ClientMessage::Part(p)) => io.emit(p.part).await,
                     Some(ClientMessage::HostToolCall(call)) => {
                         let result = io.call_host_tool(&call.name, call.input).await;
@@ -288,7 +288,7 @@ impl HarnessSession for RemoteSession {
                         }
                     }
                     // A turn stopped ends stopped, whatever the client says it did after.
-                    Some(ClientMessage::TurnEnd(end)) if (aborted || turn.cancel.is_cancelled()) && end.status == TurnStatus::Completed => {
+                    Some(ClientMessage::TurnEnd(end)) if turn.cancel.is_cancelled() && end.status == TurnStatus::Completed => {
                         break TurnOutcome { status: TurnStatus::Aborted, output: None, message: None }
                     }
                     Some(ClientMessage::TurnEnd(end)) => break TurnOutcome {
