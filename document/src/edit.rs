@@ -410,10 +410,8 @@ fn apply(target: &EditTarget<'_>, batch: &EditBatch) -> Result<String, Refusal> 
     let mut made: Vec<bool> = Vec::with_capacity(pieces.len());
     for (p, piece) in pieces.iter().enumerate() {
         if p > 0 {
+            // The previous piece ended its line (above).
             let previous = &pieces[p - 1];
-            if !out.ends_with('\n') {
-                out.push_str(eol);
-            }
             match (previous.slot(), piece.slot()) {
                 (Some(a), Some(b)) if b == a + 1 => {
                     out.push_str(&source[all[a].bytes.end..all[b].bytes.start]);
