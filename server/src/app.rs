@@ -398,7 +398,7 @@ impl App {
             access_recheck_ms: self.config.access_recheck_ms,
             questions: self.questions.clone(),
             runs: self.runs.clone(),
-            presence: c.harness == "remote",
+            presence: !crate::harness::model_in_server(&c.harness),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),

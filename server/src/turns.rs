@@ -282,7 +282,7 @@ impl TurnsDeps {
     /// runs in an attached client): no link is needed, and the writer who invokes the Planner
     /// owns it.
     fn model_in_server(&self) -> bool {
-        self.harness != "remote"
+        crate::harness::model_in_server(&self.harness)
     }
 }
 

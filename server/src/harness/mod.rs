@@ -28,6 +28,13 @@ use std::sync::Arc;
 /// requires the contract suite to pass against it (RFC-14, RFC-22, RFC-66).
 pub const ADAPTERS: &[&str] = &["fake", "provider", "remote"];
 
+/// Whether the adapter `name` runs the Planner's model in this process: every adapter but
+/// `remote`, whose model runs in an attached client. Such a Planner needs no link, is owned by
+/// the writer who invokes it, and has no presence to tell the room (PRES-06).
+pub fn model_in_server(name: &str) -> bool {
+    name != "remote"
+}
+
 /// What adapters may need to be constructed. Holds no GitHub credential. Adapters added later
 /// add their own fields here (the remote adapter: its link registry); build with
 /// `HarnessDeps { field, ..Default::default() }` so new fields do not break callers.
