@@ -67,6 +67,11 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
         )
         .into_response();
     }
+    not_found_page()
+}
+
+/// The page for an address that serves nothing.
+fn not_found_page() -> Response {
     page(
         StatusCode::NOT_FOUND,
         &Shell {
@@ -291,12 +296,7 @@ async fn child(
 async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
     let servable = file != "manifest.json" && !file.ends_with(".gz");
     let Some(found) = Assets::get(&file).filter(|_| servable) else {
-        return not_found(
-            format!("/assets/{file}")
-                .parse()
-                .unwrap_or_else(|_| axum::http::Uri::from_static("/assets")),
-        )
-        .await;
+        return not_found_page();
     };
     let etag = format!("\"{}\"", hex::encode(&found.metadata.sha256_hash()[..16]));
     // The build's gzipped copy, for a browser that takes gzip.
