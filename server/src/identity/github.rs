@@ -384,15 +384,11 @@ impl GitHub {
         }
         let mut found = None;
         'pages: for page in 1..=INSTALLATION_MAX_PAGES {
-            let path = format!("/user/installations?per_page={INSTALLATIONS_PER_PAGE}&page={page}");
-            let response = self.get(token, &path).await?;
-            let body: InstallationsBody = match response.status.as_u16() {
-                200 => parse(&response.body)?,
-                403 if !is_rate_limit(&response) => return Ok(false),
-                _ => return Err(unexpected(&response)),
+            let Some(installations) = self.installations_page(token, page).await? else {
+                return Ok(false);
             };
-            let last = body.installations.len() < INSTALLATIONS_PER_PAGE as usize;
-            for installation in body.installations {
+            let last = installations.len() < INSTALLATIONS_PER_PAGE as usize;
+            for installation in installations {
                 let on_owner = installation
                     .account
                     .as_ref()
@@ -418,20 +414,14 @@ impl GitHub {
             return Ok(true);
         }
         for page in 1..=INSTALLATION_MAX_PAGES {
-            let path = format!(
-                "/user/installations/{}/repositories?per_page={INSTALLATION_REPOS_PER_PAGE}&page={page}",
-                installation.id
-            );
-            let response = self.get(token, &path).await?;
-            let body: InstallationReposBody = match response.status.as_u16() {
-                200 => parse(&response.body)?,
-                // The installation went away between the two calls.
-                403 if !is_rate_limit(&response) => return Ok(false),
-                404 => return Ok(false),
-                _ => return Err(unexpected(&response)),
+            let Some(repositories) = self
+                .installation_repositories_page(token, installation.id, page)
+                .await?
+            else {
+                return Ok(false);
             };
-            let last = body.repositories.len() < INSTALLATION_REPOS_PER_PAGE as usize;
-            let covered = body.repositories.iter().any(|r| {
+            let last = repositories.len() < INSTALLATION_REPOS_PER_PAGE as usize;
+            let covered = repositories.iter().any(|r| {
                 r.full_name.split_once('/').is_some_and(|(o, n)| {
                     o.eq_ignore_ascii_case(owner) && n.eq_ignore_ascii_case(repo)
                 })
@@ -459,15 +449,11 @@ impl GitHub {
         let mut listed = Repositories::default();
         let mut installations = Vec::new();
         for page in 1..=INSTALLATION_MAX_PAGES {
-            let path = format!("/user/installations?per_page={INSTALLATIONS_PER_PAGE}&page={page}");
-            let response = self.get(token, &path).await?;
-            let body: InstallationsBody = match response.status.as_u16() {
-                200 => parse(&response.body)?,
-                403 if !is_rate_limit(&response) => return Ok(listed),
-                _ => return Err(unexpected(&response)),
+            let Some(page_of) = self.installations_page(token, page).await? else {
+                return Ok(listed);
             };
-            let last = body.installations.len() < INSTALLATIONS_PER_PAGE as usize;
-            installations.extend(body.installations.into_iter().map(|i| i.id));
+            let last = page_of.len() < INSTALLATIONS_PER_PAGE as usize;
+            installations.extend(page_of.into_iter().map(|i| i.id));
             if last {
                 break;
             }
@@ -477,18 +463,13 @@ impl GitHub {
         }
         for id in installations {
             for page in 1..=INSTALLATION_MAX_PAGES {
-                let path = format!(
-                    "/user/installations/{id}/repositories?per_page={INSTALLATION_REPOS_PER_PAGE}&page={page}"
-                );
-                let response = self.get(token, &path).await?;
-                let body: InstallationReposBody = match response.status.as_u16() {
-                    200 => parse(&response.body)?,
-                    // The installation went away between the two calls.
-                    403 | 404 if !is_rate_limit(&response) => break,
-                    _ => return Err(unexpected(&response)),
+                let Some(repositories) =
+                    self.installation_repositories_page(token, id, page).await?
+                else {
+                    break;
                 };
-                let last = body.repositories.len() < INSTALLATION_REPOS_PER_PAGE as usize;
-                for repo in body.repositories {
+                let last = repositories.len() < INSTALLATION_REPOS_PER_PAGE as usize;
+                for repo in repositories {
                     if listed.names.len() == REPOSITORIES_MAX {
                         listed.more = true;
                         return Ok(listed);
@@ -506,6 +487,45 @@ impl GitHub {
             }
         }
         Ok(listed)
+    }
+
+    /// One page of `GET /user/installations`; `None` for a 403 that is not a rate limit (a
+    /// token GitHub did not issue to a GitHub App).
+    async fn installations_page(
+        &self,
+        token: &str,
+        page: u32,
+    ) -> Result<Option<Vec<InstallationBody>>, GitHubError> {
+        let path = format!("/user/installations?per_page={INSTALLATIONS_PER_PAGE}&page={page}");
+        let response = self.get(token, &path).await?;
+        match response.status.as_u16() {
+            200 => Ok(Some(
+                parse::<InstallationsBody>(&response.body)?.installations,
+            )),
+            403 if !is_rate_limit(&response) => Ok(None),
+            _ => Err(unexpected(&response)),
+        }
+    }
+
+    /// One page of `GET /user/installations/{id}/repositories`; `None` when the installation
+    /// went away between the calls (a 404, or a 403 that is not a rate limit).
+    async fn installation_repositories_page(
+        &self,
+        token: &str,
+        id: i64,
+        page: u32,
+    ) -> Result<Option<Vec<InstallationRepoBody>>, GitHubError> {
+        let path = format!(
+            "/user/installations/{id}/repositories?per_page={INSTALLATION_REPOS_PER_PAGE}&page={page}"
+        );
+        let response = self.get(token, &path).await?;
+        match response.status.as_u16() {
+            200 => Ok(Some(
+                parse::<InstallationReposBody>(&response.body)?.repositories,
+            )),
+            403 | 404 if !is_rate_limit(&response) => Ok(None),
+            _ => Err(unexpected(&response)),
+        }
     }
 
     /// `GET {api_base}{path}` with the token, bounded by the request timeout. A 401
