@@ -19,10 +19,10 @@ use uuid::Uuid;
 
 use crate::{
     Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
-    Fence, HoldStore, Holder, LeaseAcquire, LeaseStore, LinkHold, NewDocument, NewTranscriptEntry,
-    OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit, Provenance, Release, RevisionKind,
-    RunRecord, RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult,
-    TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
+    Fence, HoldStore, Holder, LeaseAcquire, LeaseStore, LinkHold, ModelChoice, ModelChoiceStore,
+    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit,
+    Provenance, Release, RevisionKind, RunRecord, RunStore, SignInStore, StagePage, StageRecord,
+    Store, StoreError, StoreResult, TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
 };
 
 /// One store call, as reported.
@@ -508,6 +508,32 @@ impl<H: Hook> OwnershipStore for Instrumented<H> {
             self.inner.clear_unheld_ownership(),
         )
         .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> ModelChoiceStore for Instrumented<H> {
+    async fn put_model_choice(&self, choice: &ModelChoice) -> StoreResult<()> {
+        self.observe(
+            "put_model_choice",
+            WRITE,
+            self.inner.put_model_choice(choice),
+        )
+        .await
+    }
+
+    async fn clear_model_choice(&self, document_id: Uuid) -> StoreResult<bool> {
+        self.observe(
+            "clear_model_choice",
+            WRITE,
+            self.inner.clear_model_choice(document_id),
+        )
+        .await
+    }
+
+    async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>> {
+        self.observe("model_choice", READ, self.inner.model_choice(document_id))
+            .await
     }
 }
 

@@ -433,6 +433,7 @@ pub trait Store:
     + LeaseStore
     + RunStore
     + HoldStore
+    + ModelChoiceStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -820,6 +821,34 @@ pub trait HoldStore: Send + Sync + 'static {
     ) -> StoreResult<bool>;
 }
 
+/// A document's Planner model choice (`planner_model_choices`, one row per root document, MOD-02):
+/// the model id and reasoning level exactly as the catalog wrote them when chosen (MOD-15), who
+/// chose and when. No row: nobody chose, the harness runs its own default (MOD-03).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelChoice {
+    pub document_id: Uuid,
+    /// The model id, the entry marked default included (MOD-04).
+    pub model: String,
+    /// The reasoning level; `None`: the model's own (MOD-05).
+    pub thinking_level: Option<String>,
+    /// The GitHub login of the writer who chose.
+    pub chosen_by: String,
+    pub chosen_at_ms: UnixMillis,
+}
+
+/// The documents' Planner model choices (`planner_model_choices`).
+#[async_trait]
+pub trait ModelChoiceStore: Send + Sync + 'static {
+    /// Stores `choice` as its document's, replacing any earlier one. `NotFound("document")` for
+    /// an unknown document.
+    async fn put_model_choice(&self, choice: &ModelChoice) -> StoreResult<()>;
+    /// Deletes the document's choice: its Planner runs the default again (MOD-19). True if there
+    /// was one.
+    async fn clear_model_choice(&self, document_id: Uuid) -> StoreResult<bool>;
+    /// The document's choice, if somebody made one.
+    async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>>;
+}
+
 // --- helpers shared by the backends ---
 
 /// The comparison key of a GitHub owner, repository name or login: GitHub compares them without
@@ -917,7 +946,7 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 /// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        ContentStore, DocumentStore, HoldStore, LeaseStore, OwnershipStore, SignInStore, Store,
-        TranscriptStore,
+        ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore, OwnershipStore,
+        SignInStore, Store, TranscriptStore,
     };
 }

@@ -18,14 +18,14 @@ use uuid::Uuid;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
     Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Fence, Holder,
-    LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit,
-    Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError,
-    StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    LeaseAcquire, LinkHold, ModelChoice, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
+    PlanCommit, Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, Store,
+    StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
-    ContentStore, DocumentStore, HoldStore, LeaseStore, OwnershipStore, RunStore, SignInStore,
-    TranscriptStore,
+    ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore, OwnershipStore, RunStore,
+    SignInStore, TranscriptStore,
 };
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
@@ -108,6 +108,8 @@ struct Inner {
     runs: BTreeMap<Uuid, Vec<(RunRecord, Vec<StageRecord>)>>,
     /// Document id → its Planner link hold.
     holds: BTreeMap<Uuid, LinkHold>,
+    /// Document id → its Planner model choice.
+    model_choices: BTreeMap<Uuid, ModelChoice>,
 }
 
 impl MemoryStore {
@@ -824,6 +826,37 @@ impl OwnershipStore for MemoryStore {
             }
             Ok(cleared)
         })
+    }
+}
+
+#[async_trait]
+impl ModelChoiceStore for MemoryStore {
+    async fn put_model_choice(&self, choice: &ModelChoice) -> StoreResult<()> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&choice.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            inner.model_choices.insert(
+                choice.document_id,
+                ModelChoice {
+                    model: crate::storable(&choice.model).into_owned(),
+                    thinking_level: choice
+                        .thinking_level
+                        .as_deref()
+                        .map(|l| crate::storable(l).into_owned()),
+                    ..choice.clone()
+                },
+            );
+            Ok(())
+        })
+    }
+
+    async fn clear_model_choice(&self, document_id: Uuid) -> StoreResult<bool> {
+        self.write(|inner| Ok(inner.model_choices.remove(&document_id).is_some()))
+    }
+
+    async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>> {
+        self.with(|inner| Ok(inner.model_choices.get(&document_id).cloned()))
     }
 }
 

@@ -54,9 +54,10 @@ use super::fence::FenceCheck;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator, Document,
-    DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, NewDocument, NewTranscriptEntry,
-    OwnerGuard, Ownership, Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord,
-    StagePage, StageRecord, StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, ModelChoice, NewDocument,
+    NewTranscriptEntry, OwnerGuard, Ownership, Pending, PlanCommit, Provenance, Release,
+    RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult, TranscriptEntry,
+    UnixMillis, WriterLease,
 };
 
 mod group;
@@ -2047,6 +2048,72 @@ where
         Ok(changed > 0)
     }
 
+    // --- ModelChoiceStore ---
+
+    pub(crate) async fn put_model_choice(&self, choice: &ModelChoice) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, choice.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        sqlx::query(
+            "INSERT INTO planner_model_choices (document_id, model, thinking_level, chosen_by, \
+             chosen_at_ms) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (document_id) DO UPDATE SET model = excluded.model, \
+             thinking_level = excluded.thinking_level, chosen_by = excluded.chosen_by, \
+             chosen_at_ms = excluded.chosen_at_ms",
+        )
+        .bind(DB::Id::from(choice.document_id))
+        .bind(crate::storable(&choice.model).into_owned())
+        .bind(
+            choice
+                .thinking_level
+                .as_deref()
+                .map(|l| crate::storable(l).into_owned()),
+        )
+        .bind(&choice.chosen_by)
+        .bind(choice.chosen_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("writing a model choice", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a model choice", e))
+    }
+
+    pub(crate) async fn clear_model_choice(&self, document_id: Uuid) -> StoreResult<bool> {
+        let changed = self
+            .write_one(
+                sqlx::query("DELETE FROM planner_model_choices WHERE document_id = $1")
+                    .bind(DB::Id::from(document_id)),
+                (
+                    "clearing a model choice",
+                    "committing a cleared model choice",
+                ),
+            )
+            .await?;
+        Ok(changed > 0)
+    }
+
+    pub(crate) async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>> {
+        let row: Option<(String, Option<String>, String, i64)> = sqlx::query_as(
+            "SELECT model, thinking_level, chosen_by, chosen_at_ms FROM planner_model_choices \
+             WHERE document_id = $1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a model choice", e))?;
+        Ok(row.map(
+            |(model, thinking_level, chosen_by, chosen_at_ms)| ModelChoice {
+                document_id,
+                model,
+                thinking_level,
+                chosen_by,
+                chosen_at_ms,
+            },
+        ))
+    }
+
     // --- RunStore ---
 
     pub(crate) async fn save_run(
@@ -2359,7 +2426,7 @@ macro_rules! sql_store_impls {
                 DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
-                HoldStore, LinkHold,
+                HoldStore, LinkHold, ModelChoice, ModelChoiceStore,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -2439,6 +2506,11 @@ macro_rules! sql_store_impls {
                 fn link_holds() -> Vec<LinkHold>;
                 fn end_handover(document_id: Uuid, written_at_ms: UnixMillis) -> bool;
                 fn delete_link_hold(document_id: Uuid, written_at_ms: UnixMillis) -> bool;
+            } {});
+            sql_store_impls!(@forward $store, ModelChoiceStore {
+                fn put_model_choice(choice: &ModelChoice) -> ();
+                fn clear_model_choice(document_id: Uuid) -> bool;
+                fn model_choice(document_id: Uuid) -> Option<ModelChoice>;
             } {});
             sql_store_impls!(@forward $store, RunStore {
                 fn save_run(run: &RunRecord, stages: &[StageRecord], replace: bool) -> ();

@@ -30,9 +30,9 @@ use std::sync::Arc;
 
 use chopin_store::{
     account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator,
-    Document, DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, MemoryStore, NewDocument,
-    NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Provenance, Release, RevisionKind,
-    RunRecord, SqliteStore, StageRecord, Store, StoreError, WriterLease,
+    Document, DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, MemoryStore, ModelChoice,
+    NewDocument, NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Provenance, Release,
+    RevisionKind, RunRecord, SqliteStore, StageRecord, Store, StoreError, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -212,6 +212,7 @@ conformance! {
     ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_credential,
     own_23_a_documents_creator_and_brief_round_trip_and_survive_reopening,
     iso_43_a_documents_creation_provenance_round_trips_and_survives_reopening,
+    mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_and_survives_reopening,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -1910,6 +1911,19 @@ async fn every_write(
             .map(|deleted| assert!(deleted)),
     );
     record(
+        "put_model_choice",
+        store
+            .put_model_choice(&choice_of(fx.doc, "m-1", Some("high")))
+            .await,
+    );
+    record(
+        "clear_model_choice",
+        store
+            .clear_model_choice(fx.doc)
+            .await
+            .map(|cleared| assert!(cleared)),
+    );
+    record(
         "clear_unheld_ownership",
         store
             .clear_unheld_ownership()
@@ -1932,6 +1946,17 @@ async fn every_write(
             .map(|cleared| assert_eq!(cleared, 1)),
     );
     outcomes
+}
+
+/// mona's choice of `model` at `level` for `doc`.
+fn choice_of(doc: Uuid, model: &str, level: Option<&str>) -> ModelChoice {
+    ModelChoice {
+        document_id: doc,
+        model: model.to_owned(),
+        thinking_level: level.map(str::to_owned),
+        chosen_by: "mona".to_owned(),
+        chosen_at_ms: 9_000,
+    }
 }
 
 /// A hold of `doc` by `holder`, written at `at` with the window `until`.
@@ -1960,6 +1985,7 @@ struct FencedState {
     transcript: Vec<chopin_store::TranscriptEntry>,
     ownership: Vec<chopin_store::Ownership>,
     holds: Vec<LinkHold>,
+    model_choice: Option<ModelChoice>,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -2004,6 +2030,7 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
             store.ownership(fx.other_doc).await.unwrap(),
         ],
         holds: store.link_holds().await.unwrap(),
+        model_choice: store.model_choice(fx.doc).await.unwrap(),
     }
 }
 
@@ -2034,7 +2061,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 23, "every write method is tried");
+    assert_eq!(outcomes.len(), 25, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -4600,4 +4627,65 @@ async fn iso_43_a_documents_creation_provenance_round_trips_and_survives_reopeni
             store.document_provenance(Uuid::from_u128(0xdead)).await
         ));
     }
+}
+
+async fn mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_and_survives_reopening(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let first = store
+        .create_document(&new_doc(91, "octo", "models", "first"))
+        .await
+        .unwrap()
+        .id;
+    let second = store
+        .create_document(&new_doc(92, "octo", "models", "second"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(
+        store.model_choice(first).await.unwrap(),
+        None,
+        "nobody chose"
+    );
+    // Stored exactly as the catalog wrote it: case, spaces and any character kept.
+    let odd = choice_of(first, "Provider/Model Ω 2.0 ", Some("X-High"));
+    store.put_model_choice(&odd).await.unwrap();
+    store
+        .put_model_choice(&choice_of(second, "b", None))
+        .await
+        .unwrap();
+    assert_eq!(store.model_choice(first).await.unwrap(), Some(odd.clone()));
+    // A later choice replaces the document's, and only its own.
+    let later = ModelChoice {
+        chosen_by: "lisa".to_owned(),
+        chosen_at_ms: 9_500,
+        ..choice_of(first, "a", None)
+    };
+    store.put_model_choice(&later).await.unwrap();
+    assert_eq!(
+        store.model_choice(first).await.unwrap(),
+        Some(later.clone())
+    );
+    assert_eq!(
+        store.model_choice(second).await.unwrap(),
+        Some(choice_of(second, "b", None))
+    );
+    // Choosing nothing deletes it (MOD-19); once only.
+    assert!(store.clear_model_choice(second).await.unwrap());
+    assert!(!store.clear_model_choice(second).await.unwrap());
+    assert_eq!(store.model_choice(second).await.unwrap(), None);
+    assert!(is_not_found(
+        store
+            .put_model_choice(&choice_of(Uuid::from_u128(0xdead), "a", None))
+            .await
+    ));
+    drop(store);
+    let reopened = b.open().await;
+    assert_eq!(
+        reopened.model_choice(first).await.unwrap(),
+        Some(later),
+        "kept across a reopen"
+    );
+    assert_eq!(reopened.model_choice(second).await.unwrap(), None);
 }
