@@ -434,6 +434,8 @@ async fn drive(
         host_tools: turn.host_tools,
         response_format: turn.response_format,
         cancel: control.cancel_signal(),
+        model: None,
+        thinking_level: None,
     };
     let session = SessionRequest {
         mode: turn.mode,

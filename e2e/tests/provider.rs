@@ -18,6 +18,8 @@ const MODEL_KEY: &str = "sk-operator-e2e-0f3c";
 
 struct World {
     server: Server,
+    /// How the server was started: a restart starts it again so.
+    launch: Launch,
     provider: FakeProvider,
     room: BrowserSocket,
     mona: String,
@@ -47,6 +49,7 @@ async fn world(backend: Backend, extra: &[(&str, &str)]) -> World {
         launch = launch.env(k, *v);
     }
     let server = launch.start().await;
+    let launch = launch.at(&server);
     let cookie = sign_in(&server, &github, "mona").await;
     let doc = server
         .create_document(&mona, "octo/plans", "Provider notes")
@@ -69,12 +72,27 @@ async fn world(backend: Backend, extra: &[(&str, &str)]) -> World {
         BrowserEvent::Json(hello) => assert_eq!(hello["type"], "session:hello", "{hello}"),
         other => panic!("expected session:hello, got {other:?}"),
     }
+    // MOD-06, MOD-07: a writer is told the model state on join: the operator's MODEL as the
+    // default entry, nobody's choice, no commands (CMD-07).
+    match room.recv_json().await.unwrap() {
+        BrowserEvent::Json(model) => {
+            assert_eq!(model["type"], "chat:model", "{model}");
+            assert_eq!(model["models"][0]["id"], "openai/e2e-model", "{model}");
+            assert_eq!(model["models"][0]["default"], true, "{model}");
+            assert_eq!(model["state"], "default", "{model}");
+            assert_eq!(model["commands"], serde_json::json!([]), "{model}");
+        }
+        other => panic!("MOD-06: a writer's join is told chat:model, got {other:?}"),
+    }
     match room.recv_json().await.unwrap() {
         BrowserEvent::Binary(_) => {}
-        other => panic!("PRES-06: after the hello comes the Yjs sync, got {other:?}"),
+        other => {
+            panic!("PRES-06: after the hello and the model state comes the Yjs sync, got {other:?}")
+        }
     }
     World {
         server,
+        launch,
         provider,
         room,
         mona,
@@ -391,4 +409,128 @@ async fn provider_outage_gives_the_failure_words_and_ends_the_turn() {
     let (status, log) = w.server.stop().await;
     assert!(status.success(), "{log}");
     assert!(!log.contains(MODEL_KEY), "the model key is never logged");
+}
+
+/// The JSON frames a room sends on opening, before the Yjs sync, to the session `cookie`.
+async fn opening_frames(server: &Server, id: &str, cookie: &str) -> Vec<Value> {
+    let stream = tokio::net::TcpStream::connect(&server.host())
+        .await
+        .unwrap();
+    let mut room = BrowserSocket::connect(
+        stream,
+        &server.host(),
+        &format!("/api/documents/{id}/room"),
+        Some(cookie),
+        Some(&server.origin()),
+    )
+    .await
+    .unwrap();
+    let mut frames = Vec::new();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(20), room.recv_json())
+            .await
+            .expect("the opening frames within 20 s")
+            .unwrap()
+        {
+            BrowserEvent::Json(v) => frames.push(v),
+            BrowserEvent::Binary(_) => return frames,
+            other => panic!("the room closed while opening: {other:?}"),
+        }
+    }
+}
+
+/// MOD-01, MOD-02, MOD-07, MOD-09, MOD-14, MOD-30/31: a writer chooses one of the operator's
+/// models and a level; a reader is never sent the model state; the choice survives a restart
+/// and the next turn's model call names that model and level.
+async fn a_chosen_model_survives_a_restart_and_runs(backend: Backend) {
+    let mut w = world(
+        backend,
+        &[("PROVIDER_MODELS", "e2e-large=low|high, e2e-small")],
+    )
+    .await;
+    w.room
+        .send_json(
+            &json!({ "type": "chat:model", "model": "openai/e2e-large", "thinkingLevel": "high" }),
+        )
+        .await
+        .unwrap();
+    let chosen = next_of(&mut w.room, "chat:model").await;
+    assert_eq!(chosen["state"], "chosen", "{chosen}");
+    assert_eq!(
+        chosen["models"]
+            .as_array()
+            .map(|m| m.iter().map(|e| e["id"].clone()).collect::<Vec<_>>()),
+        Some(vec![
+            json!("openai/e2e-model"),
+            json!("openai/e2e-large"),
+            json!("openai/e2e-small")
+        ]),
+        "MOD-07: MODEL first, then PROVIDER_MODELS in order: {chosen}"
+    );
+    w._github.add_user("hubot", 1002);
+    w._github.grant("octo", "plans", "hubot", Permission::Read);
+    let hubot = sign_in(&w.server, &w._github, "hubot").await;
+    let reader = opening_frames(&w.server, &w.id, &hubot).await;
+    assert!(
+        reader
+            .iter()
+            .all(|f| !f["type"].as_str().unwrap_or("").starts_with("chat:model")),
+        "RULINGS MOD-31: {reader:?}"
+    );
+    // A restart keeps the choice (MOD-02).
+    let (status, log) = w.server.stop().await;
+    assert!(status.success(), "{log}");
+    w.server = w.launch.start().await;
+    let opened = opening_frames(&w.server, &w.id, &w.cookie).await;
+    let told = opened
+        .iter()
+        .find(|f| f["type"] == "chat:model")
+        .unwrap_or_else(|| panic!("MOD-06: {opened:?}"));
+    assert_eq!(
+        told["choice"],
+        json!({ "model": "openai/e2e-large", "thinkingLevel": "high", "chosenBy": "mona" }),
+        "MOD-02: {told}"
+    );
+    let stream = tokio::net::TcpStream::connect(&w.server.host())
+        .await
+        .unwrap();
+    w.room = BrowserSocket::connect(
+        stream,
+        &w.server.host(),
+        &format!("/api/documents/{}/room", w.id),
+        Some(&w.cookie),
+        Some(&w.server.origin()),
+    )
+    .await
+    .unwrap();
+    w.provider.script(Reply::text("Planned."));
+    send(&mut w, "m-1", "@chopin plan").await;
+    assert_eq!(next_reply(&mut w.room).await["text"], "Planned.");
+    let request = w.provider.requests().last().cloned().expect("a model call");
+    assert_eq!(
+        request.body["model"], "e2e-large",
+        "MOD-09: {}",
+        request.body
+    );
+    assert_eq!(
+        request.body["reasoning_effort"], "high",
+        "MOD-09: the level rides on the call: {}",
+        request.body
+    );
+    let (status, log) = w.server.stop().await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test]
+async fn mod_02_a_chosen_model_survives_a_restart_and_runs_on_sqlite() {
+    a_chosen_model_survives_a_restart_and_runs(Backend::Sqlite(tempfile::tempdir().unwrap())).await;
+}
+
+#[tokio::test]
+async fn mod_02_a_chosen_model_survives_a_restart_and_runs_on_postgres() {
+    let db = chopin_fixtures::pg::shared_postgres()
+        .create_database()
+        .await
+        .expect("a fresh database");
+    a_chosen_model_survives_a_restart_and_runs(Backend::Postgres(db)).await;
 }

@@ -34,9 +34,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chopin_harness::transport::HttpTransport;
 use chopin_harness::{
-    Capabilities, ErrorPart, FinishPart, FinishReason, Harness, HarnessError, HarnessSession,
-    Limits, Part, SessionRequest, TextPart, ToolInputPart, ToolSpec, TurnIo, TurnOutcome,
-    TurnRequest,
+    Capabilities, Catalog, CatalogModel, ErrorPart, FinishPart, FinishReason, Harness,
+    HarnessError, HarnessSession, Limits, Offer, Part, SessionRequest, TextPart, ToolInputPart,
+    ToolSpec, TurnIo, TurnOutcome, TurnRequest,
 };
 use futures::StreamExt;
 use rig_agent::agent::{
@@ -116,6 +116,19 @@ pub struct ProviderConfig {
     pub retry_max_ms: u64,
     /// Each model call's deadline and body cap.
     pub bounds: Bounds,
+    /// The models besides [`ProviderConfig::model`] a writer may choose (`PROVIDER_MODELS`),
+    /// in the operator's order, on the same API and key. [`ProviderConfig::model`] is offered
+    /// first whether or not it is listed here; listed, it takes the levels given here.
+    pub offered: Vec<OfferedModel>,
+}
+
+/// A model the operator offers writers, as the provider's API knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OfferedModel {
+    /// The id the API knows (no `provider/` prefix).
+    pub model: String,
+    /// The reasoning levels a writer may choose for it; empty: none.
+    pub levels: Vec<String>,
 }
 
 impl ProviderConfig {
@@ -140,7 +153,45 @@ impl ProviderConfig {
                 idle_ms: 60_000,
                 max_body_bytes: 16 * 1024 * 1024,
             },
+            offered: Vec::new(),
         }
+    }
+
+    /// The catalog a writer chooses from (MOD-07, MOD-08 as they fit this adapter): the
+    /// operator's `MODEL` first and marked default, then every other offered model in the
+    /// operator's order, each as `provider/model`. No commands (CMD-07).
+    pub fn catalog(&self) -> Catalog {
+        let levels_of = |model: &str| {
+            self.offered
+                .iter()
+                .find(|o| o.model == model)
+                .map(|o| o.levels.clone())
+                .unwrap_or_default()
+        };
+        let entry = |model: &str, default: bool| CatalogModel {
+            id: format!("{}/{model}", self.family.name()),
+            name: None,
+            description: None,
+            thinking_levels: levels_of(model),
+            input_types: vec!["text".to_owned()],
+            default,
+        };
+        let mut models = vec![entry(&self.model, true)];
+        models.extend(
+            self.offered
+                .iter()
+                .filter(|o| o.model != self.model)
+                .map(|o| entry(&o.model, false)),
+        );
+        Catalog {
+            models,
+            commands: Some(Vec::new()),
+        }
+    }
+
+    /// The API's id for the catalog id `id` (`provider/model`), if it is this family's.
+    fn api_model<'a>(&self, id: &'a str) -> Option<&'a str> {
+        id.strip_prefix(self.family.name())?.strip_prefix('/')
     }
 }
 
@@ -224,9 +275,13 @@ impl Harness for ProviderHarness {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             steer: true,
-            model_catalog: false,
+            model_catalog: true,
             images: false,
         }
+    }
+
+    async fn catalog(&self) -> Result<Offer, HarnessError> {
+        Ok(Offer::Known(self.deps.config.catalog()))
     }
 
     fn limits(&self) -> Limits {
@@ -244,7 +299,8 @@ impl Harness for ProviderHarness {
     ) -> Result<Box<dyn HarnessSession>, HarnessError> {
         let mut config = self.deps.config.clone();
         if let Some(model) = request.model.clone().filter(|m| !m.is_empty()) {
-            config.model = model;
+            // A catalog id (`provider/model`) or the API's own.
+            config.model = config.api_model(&model).unwrap_or(&model).to_owned();
         }
         if let Some(level) = request.thinking_level.clone() {
             config.reasoning = Some(level);
@@ -360,7 +416,20 @@ impl ProviderSession {
             .map(|spec| host_tool(spec, io, self.config.tool_result_max_bytes))
             .collect::<Result<_, _>>()?;
         let rounds = self.config.max_model_calls.max(1);
-        let effort = self.config.reasoning.as_deref().and_then(effort);
+        // The turn's own model and level (MOD-13); with no level chosen, the operator's
+        // `MODEL_REASONING` for their own model, else the model's own.
+        let model = turn
+            .model
+            .as_deref()
+            .and_then(|id| self.config.api_model(id))
+            .unwrap_or(&self.config.model)
+            .to_owned();
+        let reasoning = match (&turn.model, &turn.thinking_level) {
+            (Some(_), Some(level)) => Some(level.clone()),
+            _ if model == self.config.model => self.config.reasoning.clone(),
+            _ => None,
+        };
+        let effort = reasoning.as_deref().and_then(effort);
         let max_output_tokens = match self.config.family {
             Family::Anthropic => Some(
                 self.config
@@ -398,11 +467,11 @@ impl ProviderSession {
             Family::OpenAi => build!(rig_core::providers::openai::OpenAIConfig::new(key)
                 .with_base_url(self.config.base_url.clone())
                 .connect(http)
-                .chat(self.config.model.clone())),
+                .chat(model.clone())),
             Family::Anthropic => build!(rig_core::providers::anthropic::AnthropicConfig::new(key)
                 .with_base_url(&self.config.base_url)
                 .connect(http)
-                .completion(self.config.model.clone())),
+                .completion(model.clone())),
         };
         let history = lock(&self.history).clone();
         let hook = TurnHook {

@@ -64,8 +64,8 @@ use tokio::sync::{mpsc, watch};
 use tracing::Instrument;
 
 pub use chopin_protocol::agent::{
-    ErrorPart, FinishPart, FinishReason, Part, SessionMode, TextPart, ToolBoundary, ToolCallPart,
-    ToolInputPart, ToolResultPart, ToolSpec, TurnStatus, TurnTools,
+    CatalogCommand, CatalogModel, ErrorPart, FinishPart, FinishReason, Part, SessionMode, TextPart,
+    ToolBoundary, ToolCallPart, ToolInputPart, ToolResultPart, ToolSpec, TurnStatus, TurnTools,
 };
 pub use schema::SchemaViolation;
 
@@ -233,6 +233,13 @@ pub struct TurnRequest {
     /// Fires when the host stops the turn; the adapter then ends it promptly as
     /// [`TurnStatus::Aborted`].
     pub cancel: CancelSignal,
+    /// The model this turn runs, an id from the adapter's [`Catalog`]; `None`: the session's
+    /// (its [`SessionRequest::model`], else the adapter's default). A field of the turn, so no
+    /// turn sees another's (MOD-13).
+    pub model: Option<String>,
+    /// A reasoning level of the turn's model; `None`: the model's own. Read only with
+    /// [`TurnRequest::model`] set.
+    pub thinking_level: Option<String>,
 }
 
 /// How an adapter says its turn ended (the agent connection's `turn-end`, 1:1).
@@ -373,11 +380,77 @@ pub trait Harness: Send + Sync {
         Limits::default()
     }
 
+    /// What it offers the composer now. Default: no model choice and no commands (MOD-12,
+    /// CMD-07). An error: the catalog could not be read (MOD-32).
+    async fn catalog(&self) -> Result<Offer, HarnessError> {
+        Ok(Offer::Known(Catalog::none()))
+    }
+
     /// Start a session with every built-in off. The caller destroys it after its turn.
     async fn start_session(
         &self,
         request: SessionRequest,
     ) -> Result<Box<dyn HarnessSession>, HarnessError>;
+}
+
+/// What an adapter offers for the composer's pickers now: the models a document's Planner may
+/// be told to run and the commands it takes after `/` (hosted-agent.md, "Choosing the model and
+/// reasoning level" and "Commands the Planner offers").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Catalog {
+    /// In the adapter's order; a model listed twice is listed twice (MOD-07). Empty: no choice
+    /// is offered (MOD-12, MOD-18).
+    pub models: Vec<CatalogModel>,
+    /// The Planner's own commands; `None`: the list could not be read, and the field is left
+    /// out rather than failing the rest (CMD-09).
+    pub commands: Option<Vec<CatalogCommand>>,
+}
+
+impl Catalog {
+    /// Nothing to choose and no commands (MOD-12, CMD-07).
+    pub fn none() -> Self {
+        Catalog {
+            models: Vec::new(),
+            commands: Some(Vec::new()),
+        }
+    }
+
+    /// The first entry with `id` (a choice of an id listed twice is the first entry's, MOD-07).
+    pub fn model(&self, id: &str) -> Option<&CatalogModel> {
+        self.models.iter().find(|m| m.id == id)
+    }
+}
+
+/// What [`Harness::catalog`] knows.
+#[derive(Clone)]
+pub enum Offer {
+    /// The catalog reported now.
+    Known(Catalog),
+    /// What the Planner offers is not known now: no client is attached, or one that offered a
+    /// catalog has not reported it yet (MOD-27). `pending` is that client's, if one is
+    /// attached: told when a turn has run for want of it (MOD-28).
+    Unknown {
+        pending: Option<Arc<dyn PendingCatalog>>,
+    },
+}
+
+impl std::fmt::Debug for Offer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Offer::Known(c) => f.debug_tuple("Known").field(c).finish(),
+            Offer::Unknown { pending } => f
+                .debug_struct("Unknown")
+                .field("pending", &pending.is_some())
+                .finish(),
+        }
+    }
+}
+
+/// A catalog an attached client offered and has not reported.
+pub trait PendingCatalog: Send + Sync {
+    /// A turn ran without it and fell back: from now on the client counts as offering no
+    /// models until it reports some (MOD-28, MOD-29).
+    fn ran_without(&self);
 }
 
 /// One started session of an adapter.

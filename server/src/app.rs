@@ -34,6 +34,7 @@ use crate::identity::sign_ins::{SignInSettings, SignIns};
 use crate::identity::tokens::{RefresherSettings, TokenRefresher};
 use crate::identity::web_flow::{SignInDeps, WebFlow, WebFlowSettings};
 use crate::metrics::Metrics;
+use crate::models::Models;
 use crate::planner::Planners;
 use crate::questions::{Questions, QuestionsDeps};
 use crate::renewal::Renewal;
@@ -80,6 +81,8 @@ pub struct App {
     pub planners: Arc<Planners>,
     pub turns: Arc<Turns>,
     pub chat: Arc<Chat>,
+    /// The documents' Planner model choices and catalogs.
+    pub models: Arc<Models>,
     pub renewal: Arc<Renewal>,
     pub questions: Arc<Questions>,
     pub runs: Arc<Runs>,
@@ -265,6 +268,15 @@ impl App {
                 tracker.spawn(async move { tools.token_retired(login).await });
             }));
         }
+        let adapters = crate::harness::Adapters {
+            name: config.harness.clone(),
+            links: planners.clone(),
+            entropy: entropy.clone(),
+            provider: config.provider.as_ref().map(|settings| {
+                crate::harness::provider_deps(settings, runtime.connector.clone(), entropy.clone())
+            }),
+        };
+        let models = Arc::new(Models::new(store.clone(), adapters.clone(), clock.clone()));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -279,9 +291,8 @@ impl App {
             clock: clock.clone(),
             shutdown: shutdown.clone(),
             harness: config.harness.clone(),
-            provider: config.provider.as_ref().map(|settings| {
-                crate::harness::provider_deps(settings, runtime.connector.clone(), entropy.clone())
-            }),
+            adapters,
+            models: models.clone(),
             metrics: metrics.clone(),
             agent_enabled: config.agent_enabled,
             planted: config.planted,
@@ -327,6 +338,7 @@ impl App {
             planners,
             turns,
             chat,
+            models,
             renewal,
             questions,
             runs,
@@ -399,6 +411,7 @@ impl App {
             questions: self.questions.clone(),
             runs: self.runs.clone(),
             presence: !crate::harness::model_in_server(&c.harness),
+            models: self.models.clone(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),
@@ -430,6 +443,7 @@ impl App {
             questions: self.questions.clone(),
             runs: self.runs.clone(),
             turns: self.turns.clone(),
+            models: self.models.clone(),
         }))
         .merge(transport::web::routes(WebDeps {
             access: self.access.clone(),

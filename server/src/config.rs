@@ -183,6 +183,66 @@ pub struct ProviderSettings {
     pub timeout_ms: u64,
     pub tool_result_max_bytes: u64,
     pub max_output_tokens: Option<u64>,
+    /// `PROVIDER_MODELS`: the other models writers may choose, with their levels.
+    pub offered: Vec<(String, Vec<String>)>,
+}
+
+/// The most models `PROVIDER_MODELS` lists.
+pub const PROVIDER_MODELS_MAX: usize = 64;
+
+/// `PROVIDER_MODELS` for the family `family` (its `provider/` prefix may be written or not).
+fn offered_models(
+    raw: Option<&str>,
+    family: &str,
+) -> Result<Vec<(String, Vec<String>)>, ConfigError> {
+    let Some(raw) = raw else {
+        return Ok(Vec::new());
+    };
+    let refuse = |problem: String| ConfigError::new("PROVIDER_MODELS", Some(raw), problem);
+    let mut offered: Vec<(String, Vec<String>)> = Vec::new();
+    for entry in raw.split(',').map(str::trim) {
+        let (model, levels) = match entry.split_once('=') {
+            Some((model, levels)) => (model.trim(), Some(levels)),
+            None => (entry, None),
+        };
+        let model = match model.split_once('/') {
+            Some((prefix, rest)) if prefix == family => rest,
+            Some((prefix, _)) if ["openai", "anthropic"].contains(&prefix) => {
+                return Err(refuse(format!(
+                    "{model:?} is not a {family} model: every offered model uses MODEL's API and key"
+                )))
+            }
+            _ => model,
+        };
+        if model.is_empty() || model.chars().any(char::is_control) {
+            return Err(refuse(
+                "expected model ids separated by commas, e.g. \"gpt-4.1-mini, o4-mini=low|high\""
+                    .to_owned(),
+            ));
+        }
+        let mut chosen = Vec::new();
+        for level in levels.into_iter().flat_map(|l| l.split('|')).map(str::trim) {
+            if !REASONING_LEVELS.contains(&level) {
+                return Err(refuse(format!(
+                    "{level:?} is not a reasoning level; expected {}",
+                    REASONING_LEVELS.join(", ")
+                )));
+            }
+            if !chosen.iter().any(|c| c == level) {
+                chosen.push(level.to_owned());
+            }
+        }
+        if offered.iter().any(|(m, _)| m == model) {
+            return Err(refuse(format!("{model:?} is listed twice")));
+        }
+        offered.push((model.to_owned(), chosen));
+    }
+    if offered.len() > PROVIDER_MODELS_MAX {
+        return Err(refuse(format!(
+            "at most {PROVIDER_MODELS_MAX} models may be offered"
+        )));
+    }
+    Ok(offered)
 }
 
 /// A setting that stops startup: which variable, what it was given (unless secret), what it
@@ -341,6 +401,13 @@ pub struct Args {
     /// which needs one, gets 8192).
     #[arg(long, env = "PROVIDER_MAX_OUTPUT_TOKENS", value_name = "N")]
     pub provider_max_output_tokens: Option<String>,
+
+    /// Models besides MODEL that writers may choose for a document's Planner, on the same API
+    /// and key, comma-separated, each optionally with the reasoning levels a writer may pick:
+    /// e.g. "gpt-4.1-mini, o4-mini=low|medium|high". MODEL is always offered, first, as the
+    /// default. Unset: MODEL alone.
+    #[arg(long, env = "PROVIDER_MODELS", value_name = "MODEL[=LEVEL|…],…")]
+    pub provider_models: Option<String>,
 
     /// `on` (default) or `off`: off refuses every message to the Planner (no turns run); Chat
     /// between people is unchanged.
@@ -616,6 +683,13 @@ fn provider_settings(args: &Args, auth: Option<&str>) -> Result<ProviderSettings
         timeout_ms: parse_ms("PROVIDER_TIMEOUT_MS", &args.provider_timeout_ms, 60_000)?,
         tool_result_max_bytes,
         max_output_tokens,
+        offered: offered_models(
+            given(&args.provider_models),
+            match family {
+                ModelFamily::OpenAi => "openai",
+                ModelFamily::Anthropic => "anthropic",
+            },
+        )?,
     })
 }
 

@@ -27,6 +27,7 @@ pub mod harness;
 pub mod housekeeping;
 pub mod identity;
 pub mod metrics;
+pub mod models;
 pub mod observe;
 pub mod planner;
 pub mod questions;

@@ -21,8 +21,8 @@ use crate::documents::children::{ChildError, Children};
 use crate::documents::Documents;
 use crate::github_tools::{self, GitHubTools};
 use crate::harness::{
-    run_turn, CancelSignal, Harness, HarnessDeps, HarnessSession, HostToolResult, RemoteDeps,
-    SessionRequest, SteerError, SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
+    run_turn, CancelSignal, Harness, HarnessSession, HostToolResult, SessionRequest, SteerError,
+    SteerInbox, TurnControl, TurnHost, TurnRequest, TurnResult,
 };
 use crate::identity::admission::Admission;
 use crate::identity::sign_ins::SignIns;
@@ -259,8 +259,10 @@ pub struct TurnsDeps {
     pub shutdown: Shutdown,
     /// `HARNESS`: the adapter's name in the registry.
     pub harness: String,
-    /// The `provider` adapter's settings, transport and session ids (`HARNESS=provider`).
-    pub provider: Option<crate::harness::ProviderDeps>,
+    /// The configured adapter, built per document.
+    pub adapters: crate::harness::Adapters,
+    /// The document's model choice, resolved for every turn a person started (MOD-20).
+    pub models: Arc<crate::models::Models>,
     /// Where turns' ends and model usage are counted.
     pub metrics: Arc<crate::metrics::Metrics>,
     /// `AGENT`: false (`off`) refuses every message to the Planner (SES-30).
@@ -657,17 +659,7 @@ impl Turns {
 
     /// The configured adapter, from the code-owned registry, for `document`'s turns.
     fn harness(&self, document: Uuid) -> Result<Arc<dyn Harness>, Refused> {
-        let d = &self.deps;
-        let deps = HarnessDeps {
-            remote: Some(RemoteDeps {
-                links: d.planners.clone(),
-                document,
-                entropy: d.entropy.clone(),
-            }),
-            provider: d.provider.clone(),
-            ..HarnessDeps::default()
-        };
-        crate::harness::adapter(&d.harness, &deps).map_err(|e| {
+        self.deps.adapters.for_document(document).map_err(|e| {
             tracing::error!(error = %e, "the configured harness is not in the registry");
             Refused::NotAttached(e.to_string())
         })
@@ -792,17 +784,26 @@ impl Turns {
         };
         host.repository_of_session(repository.clone());
         let prompt = with_context(&d.transcript, document, &request, prompt, kept).await;
+        // Every turn a person started resolves the document's model choice again (MOD-20); a
+        // fallback or an unreadable choice is said in Chat first, once (MOD-22, MOD-32).
+        let chosen = d.models.for_turn(document).await;
+        if let Some(words) = &chosen.notice {
+            let sink: &dyn TurnSink = &*d.transcript;
+            sink.post(document, "system", words.clone()).await;
+        }
         let turn = TurnRequest {
             instructions: INSTRUCTIONS.to_owned(),
             prompt,
             host_tools: host_tools(),
             response_format: None,
             cancel,
+            model: chosen.model.clone(),
+            thinking_level: chosen.thinking_level.clone(),
         };
         let session = SessionRequest {
             mode: SessionMode::Planner,
-            model: None,
-            thinking_level: None,
+            model: chosen.model,
+            thinking_level: chosen.thinking_level,
         };
         let watched = Started {
             inner: harness,

@@ -1142,6 +1142,10 @@ pub fn provider_settings(timeout_ms: u64, retries: u32) -> chopin_server::config
         timeout_ms,
         tool_result_max_bytes: 32 * 1024,
         max_output_tokens: None,
+        offered: vec![(
+            "sim-model-large".to_owned(),
+            vec!["low".to_owned(), "high".to_owned()],
+        )],
     }
 }
 

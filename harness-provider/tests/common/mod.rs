@@ -258,6 +258,8 @@ pub async fn turn(
         },
         response_format: response_format.clone(),
         cancel: control.cancel_signal(),
+        model: None,
+        thinking_level: None,
     };
     let session = SessionRequest {
         mode: if response_format.is_some() {

@@ -70,6 +70,36 @@ impl std::fmt::Debug for RemoteDeps {
     }
 }
 
+/// The configured adapter, built for a document on demand: the `HARNESS` name and what
+/// [`adapter`] needs besides the document (the links table for `remote`, the provider's
+/// settings). Shared by the turns and the model catalog, so both see the same adapter.
+#[derive(Clone)]
+pub struct Adapters {
+    /// `HARNESS`.
+    pub name: String,
+    pub links: Arc<dyn port::AgentLinks>,
+    pub entropy: crate::runtime::entropy::SharedEntropy,
+    pub provider: Option<chopin_harness_provider::ProviderDeps>,
+}
+
+impl Adapters {
+    /// The adapter that runs `document`'s Planner.
+    pub fn for_document(&self, document: uuid::Uuid) -> Result<Arc<dyn Harness>, UnknownHarness> {
+        adapter(
+            &self.name,
+            &HarnessDeps {
+                remote: Some(RemoteDeps {
+                    links: self.links.clone(),
+                    document,
+                    entropy: self.entropy.clone(),
+                }),
+                provider: self.provider.clone(),
+                ..HarnessDeps::default()
+            },
+        )
+    }
+}
+
 /// A name that is not in the registry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown harness \"{name}\"; known: {}", ADAPTERS.join(", "))]
@@ -157,6 +187,14 @@ pub fn provider_deps(
     config.retries = settings.retries;
     config.tool_result_max_bytes =
         usize::try_from(settings.tool_result_max_bytes).unwrap_or(32 * 1024);
+    config.offered = settings
+        .offered
+        .iter()
+        .map(|(model, levels)| chopin_harness_provider::OfferedModel {
+            model: model.clone(),
+            levels: levels.clone(),
+        })
+        .collect();
     config.bounds = Bounds {
         head_ms: settings.timeout_ms,
         idle_ms: settings.timeout_ms,

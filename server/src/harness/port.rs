@@ -45,6 +45,76 @@ pub struct LinkHandle {
     pub features: Vec<Feature>,
     /// Asked before every session and every turn the link starts (AC-18).
     pub access: Arc<dyn LinkAccess>,
+    /// What the link's client said it offers (`catalog`), held with the link (CMD-08).
+    pub catalog: Arc<LinkCatalog>,
+}
+
+/// The most models and the most commands kept of one `catalog` report; the rest are dropped
+/// (the composer's pickers and every `chat:model` frame stay bounded).
+pub const CATALOG_ENTRIES_MAX: usize = 256;
+
+/// What an attached link's client has said it offers: held with the link, so a client that
+/// leaves takes its catalog with it, and another client starts from its own (MOD-29, CMD-08).
+#[derive(Debug)]
+pub struct LinkCatalog {
+    state: std::sync::Mutex<CatalogState>,
+}
+
+/// Where a link's catalog stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CatalogState {
+    /// The client did not offer `capability-catalog` (an older client): no models, no commands
+    /// (MOD-10, CMD-06).
+    NotOffered,
+    /// Offered and not reported yet: unknown (MOD-27).
+    Awaited,
+    /// Offered, never reported, and a turn has run for want of it: counted as offering nothing
+    /// until it reports (MOD-28).
+    AwaitedInVain,
+    /// The last report, as written (each replaces the one before).
+    Reported(crate::harness::Catalog),
+}
+
+impl LinkCatalog {
+    /// A link's catalog, awaited if the client offered `capability-catalog`.
+    pub fn new(offered: bool) -> Self {
+        LinkCatalog {
+            state: std::sync::Mutex::new(if offered {
+                CatalogState::Awaited
+            } else {
+                CatalogState::NotOffered
+            }),
+        }
+    }
+
+    /// Where it stands now.
+    pub fn state(&self) -> CatalogState {
+        self.lock().clone()
+    }
+
+    /// The client's `catalog` report, in place of any earlier (MOD-29), cut to
+    /// [`CATALOG_ENTRIES_MAX`] models and commands.
+    pub fn report(&self, mut report: chopin_protocol::agent::Catalog) {
+        report.models.truncate(CATALOG_ENTRIES_MAX);
+        report.commands.truncate(CATALOG_ENTRIES_MAX);
+        *self.lock() = CatalogState::Reported(crate::harness::Catalog {
+            models: report.models,
+            commands: Some(report.commands),
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CatalogState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl crate::harness::PendingCatalog for LinkCatalog {
+    fn ran_without(&self) {
+        let mut state = self.lock();
+        if *state == CatalogState::Awaited {
+            *state = CatalogState::AwaitedInVain;
+        }
+    }
 }
 
 impl std::fmt::Debug for LinkHandle {

@@ -29,10 +29,10 @@ use chopin_protocol::agent::{
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
-use super::port::{AccessDenied, AgentLinks, LinkCommand, LinkHandle, ROUTE_BACKLOG};
+use super::port::{AccessDenied, AgentLinks, CatalogState, LinkCommand, LinkHandle, ROUTE_BACKLOG};
 use super::{
-    Capabilities, Harness, HarnessError, HarnessSession, SessionRequest, TurnIo, TurnOutcome,
-    TurnRequest,
+    Capabilities, Catalog, Harness, HarnessError, HarnessSession, Offer, SessionRequest, TurnIo,
+    TurnOutcome, TurnRequest,
 };
 use crate::runtime::entropy::SharedEntropy;
 
@@ -82,6 +82,21 @@ impl Harness for RemoteHarness {
             model_catalog: features.contains(&Feature::CapabilityCatalog),
             images: false,
         }
+    }
+
+    /// What the attached client reported (MOD-10, CMD-06); unknown with no client attached, or
+    /// before a client that offered `capability-catalog` reports it (MOD-27).
+    async fn catalog(&self) -> Result<Offer, HarnessError> {
+        let Some(link) = self.link() else {
+            return Ok(Offer::Unknown { pending: None });
+        };
+        Ok(match link.catalog.state() {
+            CatalogState::NotOffered | CatalogState::AwaitedInVain => Offer::Known(Catalog::none()),
+            CatalogState::Awaited => Offer::Unknown {
+                pending: Some(link.catalog.clone()),
+            },
+            CatalogState::Reported(catalog) => Offer::Known(catalog),
+        })
     }
 
     async fn start_session(
@@ -250,8 +265,14 @@ impl HarnessSession for RemoteSession {
             instructions: turn.instructions.clone(),
             host_tools: turn.host_tools.clone(),
             response_format: turn.response_format.clone(),
-            model: self.model.clone(),
-            thinking_level: self.thinking_level.clone(),
+            // The turn's own model and level (MOD-13), else what the session started with; a
+            // level only to a client that offered `capability-catalog` (MOD-11).
+            model: turn.model.clone().or_else(|| self.model.clone()),
+            thinking_level: match &turn.model {
+                Some(_) => turn.thinking_level.clone(),
+                None => self.thinking_level.clone(),
+            }
+            .filter(|_| self.link.features.contains(&Feature::CapabilityCatalog)),
             attachments: Vec::new(),
         }));
         if !sent {
@@ -434,6 +455,7 @@ mod tests {
             commands,
             features: Vec::new(),
             access: Arc::new(Allowed),
+            catalog: Arc::new(super::super::port::LinkCatalog::new(false)),
         };
         (Pipelining { handle }, task)
     }
@@ -492,6 +514,8 @@ mod tests {
             }],
             response_format: None,
             cancel: control.cancel_signal(),
+            model: None,
+            thinking_level: None,
         };
         let session = SessionRequest {
             mode: SessionMode::Planner,

@@ -40,7 +40,7 @@ use super::socket::{self, Outbox};
 use super::{Routes, Table};
 use crate::access::{bearer, Access};
 use crate::documents::{self, Documents, Locator};
-use crate::harness::port::{AccessDenied, LinkAccess, COMMAND_BACKLOG, ROUTE_BACKLOG};
+use crate::harness::port::{AccessDenied, LinkAccess, LinkCatalog, COMMAND_BACKLOG, ROUTE_BACKLOG};
 use crate::harness::remote::START_TIMEOUT_MS;
 use crate::identity::admission::{Admission, AdmissionError};
 use crate::identity::github::GitHubError;
@@ -93,6 +93,8 @@ pub struct AgentDeps {
     pub runs: Arc<Runs>,
     /// A session kept for its runs is let go once a report says they all ended.
     pub turns: Arc<Turns>,
+    /// Told when a client reports its catalog, so the rooms hear the new model state.
+    pub models: Arc<crate::models::Models>,
 }
 
 pub fn routes(deps: AgentDeps) -> Routes {
@@ -118,6 +120,7 @@ const MAX_PING_INTERVAL_MS: u64 = 30_000;
 pub const SUPPORTED_FEATURES: &[Feature] = &[
     Feature::ResumableSessions,
     Feature::SteerTurn,
+    Feature::CapabilityCatalog,
     Feature::RunStageDeltas,
 ];
 /// How long `abort` waits for `turn-end` (RT-09 ruling), told in `attached`.
@@ -418,6 +421,9 @@ impl Link {
             commands,
             features: features.clone(),
             access: check.clone(),
+            catalog: Arc::new(LinkCatalog::new(
+                features.contains(&Feature::CapabilityCatalog),
+            )),
         };
         // A resume inside a hand-over window that came before its owner's sign-in: `attached`
         // now, then the client's `resume` waits for the sign-in (HO-10).
@@ -1076,6 +1082,11 @@ impl Link {
                     }
                     Incoming::Message(ClientMessage::ControlResult(result)) => {
                         self.deps.runs.control_result(result);
+                    }
+                    Incoming::Message(ClientMessage::Catalog(catalog)) => {
+                        // Each report replaces the last (MOD-29); the rooms read it again.
+                        handle.catalog.report(catalog);
+                        self.deps.models.changed(doc.id);
                     }
                     Incoming::Message(ClientMessage::InputCancel(cancel)) => {
                         self.withdraw_later(doc, Scope::Request(bound.link, cancel.request_id), "The Planner cancelled the question.".to_owned());

@@ -39,6 +39,7 @@ use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::{LiveLogin, SignIns};
 use crate::metrics::{Metrics, SocketKind};
+use crate::models::{Choose, Models};
 use crate::planner::{Planners, Presence, PresenceState};
 use crate::questions::{Given, Questions, Scope};
 use crate::runs::{Control, Runs};
@@ -71,6 +72,8 @@ pub struct RoomDeps {
     /// The room is told the Planner's presence (`session:planner`): only under the `remote`
     /// harness, whose Planner is a client that attaches and leaves (PRES-06).
     pub presence: bool,
+    /// The document's model state, told to writers only (`chat:model`, RULINGS MOD-31).
+    pub models: Arc<Models>,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -205,6 +208,7 @@ async fn session(
     let mut signed_in = deps.sign_ins.watch(member.login_id);
     let mut chat_feed = deps.transcript.subscribe(root_id);
     let mut cards = deps.runs.subscribe(root_id);
+    let mut model_changes = deps.models.subscribe();
     let place = chat::Place {
         document: doc.id,
         url: url.clone(),
@@ -232,6 +236,12 @@ async fn session(
     if deps.presence {
         push!(out, planner_frame(&presence));
     }
+    // The model state, to writers only (MOD-30, RULINGS MOD-31): sent on join and whenever it
+    // changes, and an unreadable choice after it (MOD-33).
+    let mut model_told = ModelTold::default();
+    for frame in model_told.frames(deps, root_id, sender.can_write).await {
+        push!(out, frame);
+    }
     // Yjs sync: the server's step 1 (its state vector); the client answers with step 2 and its
     // own step 1.
     for frame in yjs::greeting(room).await {
@@ -257,6 +267,9 @@ async fn session(
                 Recheck::Reader { can_write } if can_write != sender.can_write => {
                     sender.can_write = can_write;
                     push!(out, json_frame(&json!({ "type": "session:access", "canWrite": can_write })));
+                    for frame in model_told.frames(deps, root_id, can_write).await {
+                        push!(out, frame);
+                    }
                 }
                 Recheck::Reader { .. } | Recheck::Unanswered => {}
                 Recheck::Archived => {
@@ -317,6 +330,10 @@ async fn session(
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => return,
                 }
+                // A client that attached or left brings or takes its catalog.
+                for frame in model_told.frames(deps, root_id, sender.can_write).await {
+                    push!(out, frame);
+                }
                 let now = deps.planners.presence(root_id).state == PresenceState::Disconnected;
                 if now != disconnected {
                     disconnected = now;
@@ -333,6 +350,15 @@ async fn session(
                         }
                     }
                 }
+            },
+            changed = model_changes.recv() => match changed {
+                Ok(doc) if doc != root_id => {}
+                Ok(_) | Err(RecvError::Lagged(_)) => {
+                    for frame in model_told.frames(deps, root_id, sender.can_write).await {
+                        push!(out, frame);
+                    }
+                }
+                Err(RecvError::Closed) => return,
             },
             said = chat_feed.recv() => {
                 let said = match said {
@@ -430,6 +456,17 @@ async fn session(
                                     ),
                                 }
                             }
+                            Some("chat:model") => match Choose::from_frame(&value) {
+                                Ok(choose) => match deps.models.choose(doc, &sender.login, sender.can_write, choose).await {
+                                    Ok(view) => {
+                                        let frame = view.frame();
+                                        model_told.sent(&frame);
+                                        json_frame(&frame)
+                                    }
+                                    Err(refused) => json_frame(&refused.frame()),
+                                },
+                                Err(refused) => json_frame(&refused.frame()),
+                            },
                             Some(kind @ ("decision:answer" | "decision:cancel")) => {
                                 decision_frame(deps, doc, &sender, kind, &value).await
                             }
@@ -463,6 +500,59 @@ async fn session(
                 }
             }
         }
+    }
+}
+
+/// What one socket was last told of its document's model state, so a change is sent once and
+/// a socket that lost write access is told nothing more.
+#[derive(Default)]
+struct ModelTold {
+    /// The last `chat:model` frame sent, as text.
+    last: Option<String>,
+    /// Whether it was last told the choice is unreadable.
+    unreadable: bool,
+}
+
+impl ModelTold {
+    /// The frames this socket is owed now: `chat:model` if it changed, `chat:model-unreadable`
+    /// if that changed. None for a reader (MOD-30).
+    async fn frames(
+        &mut self,
+        deps: &RoomDeps,
+        root_id: uuid::Uuid,
+        can_write: bool,
+    ) -> Vec<WsMessage> {
+        if !can_write {
+            *self = ModelTold::default();
+            return Vec::new();
+        }
+        let mut frames = Vec::new();
+        match deps.models.view(root_id).await {
+            Ok(view) => {
+                let frame = view.frame();
+                if self.last.as_deref() != Some(frame.to_string().as_str()) {
+                    self.sent(&frame);
+                    frames.push(json_frame(&frame));
+                }
+            }
+            // The next change, or the next socket, tries again; a turn says it in Chat.
+            Err(e) => {
+                tracing::warn!(document = %root_id, error = %e, "room: the model state could not be read")
+            }
+        }
+        let unreadable = deps.models.unreadable(root_id);
+        if unreadable != self.unreadable {
+            self.unreadable = unreadable;
+            frames.push(json_frame(
+                &json!({ "type": "chat:model-unreadable", "unreadable": unreadable }),
+            ));
+        }
+        frames
+    }
+
+    /// `frame` went to the socket.
+    fn sent(&mut self, frame: &Value) {
+        self.last = Some(frame.to_string());
     }
 }
 

@@ -167,6 +167,40 @@ impl Served {
         room
     }
 
+    /// Signs `login` (GitHub user `id`, given `permission` on octo/plans) in through the OAuth
+    /// routes; their browser session (`Cookie` header value).
+    pub async fn sign_in(&self, login: &str, id: u64, permission: Permission) -> String {
+        self.github.add_user(login, id);
+        self.github.grant("octo", "plans", login, permission);
+        self.github.set_browser_user(login);
+        let start = get(&format!("http://{}/auth/github", self.host), None).await;
+        let attempt = cookie(&start, "chopin_oauth");
+        let approve = get(&location(&start), None).await;
+        let done = get(&location(&approve), Some(&attempt)).await;
+        cookie(&done, "chopin_session")
+    }
+
+    /// A room socket on `document` for the browser session `cookie`, read up to its
+    /// `session:hello`.
+    pub async fn room_as(
+        &self,
+        document: Uuid,
+        cookie: &str,
+    ) -> chopin_fixtures::browser::BrowserSocket {
+        let stream = tokio::net::TcpStream::connect(&self.host).await.unwrap();
+        let mut room = chopin_fixtures::browser::BrowserSocket::connect(
+            stream,
+            &self.host,
+            &format!("/api/documents/{document}/room"),
+            Some(cookie),
+            Some(&format!("http://{}", self.host)),
+        )
+        .await
+        .unwrap();
+        room.next_of_type("session:hello").await.unwrap();
+        room
+    }
+
     /// mona's scripted agent client, attached to the document offering `features`.
     pub async fn attach(&self, features: &[&str]) -> AgentClient {
         self.attach_to(self.doc, features).await
