@@ -301,7 +301,9 @@ impl App {
             repository: Arc::new(RepositoryTools::new(github.clone())),
             github_tools: github_tools.clone(),
         }));
-        let chat = Arc::new(Chat::new(transcript.clone(), turns.clone(), clock.clone()));
+        let chat = Arc::new(
+            Chat::new(transcript.clone(), turns.clone(), clock.clone()).with_models(models.clone()),
+        );
         chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
             sign_ins.clone(),

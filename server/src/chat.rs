@@ -130,6 +130,54 @@ impl SendReply {
 pub struct SendRequest {
     pub request_id: String,
     pub text: String,
+    /// The command references the message carries (`references` of kind `command`, CMD-10);
+    /// checked when the message is accepted.
+    pub commands: Vec<CommandRef>,
+}
+
+/// A command chip: the command a message runs, as the composer sent it (CMD-10): its name
+/// (without `/`), the kind the Planner reported, and the range of its `/name` token in the
+/// text (UTF-16 code units, as a browser counts).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandRef {
+    /// Always `command`.
+    #[serde(rename = "type")]
+    pub kind_of_reference: String,
+    pub name: String,
+    pub command_kind: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// The most references one `chat:send` carries.
+pub const REFERENCES_MAX: usize = 16;
+/// The longest command name or kind taken, in characters.
+pub const COMMAND_NAME_MAX_CHARS: usize = 100;
+/// The kind of Chopin's own commands (`/research`, CMD-19): never sent to the Planner.
+pub const CHOPIN_COMMAND_KIND: &str = "chopin";
+
+impl CommandRef {
+    /// The refusal of a command that does not open `text` as its `/name` token (CMD-13).
+    fn opens(&self, text: &str) -> bool {
+        let token = format!("/{}", self.name);
+        let units = token.encode_utf16().count() as u64;
+        self.start == 0
+            && self.end == units
+            && text.starts_with(&token)
+            && text[token.len()..]
+                .chars()
+                .next()
+                .is_none_or(char::is_whitespace)
+    }
+
+    /// The words the turn's prompt is made of (CMD-17, CMD-18).
+    pub fn as_command(&self) -> crate::turns::Command {
+        crate::turns::Command {
+            name: self.name.clone(),
+            kind: self.command_kind.clone(),
+        }
+    }
 }
 
 impl SendRequest {
@@ -140,10 +188,38 @@ impl SendRequest {
         struct Wire {
             request_id: String,
             text: String,
+            #[serde(default)]
+            references: Vec<Value>,
         }
         let wire: Wire = serde_json::from_value(frame.clone()).map_err(|_| {
-            Malformed("chat:send needs a string \"requestId\" and a string \"text\"".into())
+            Malformed("chat:send needs a string \"requestId\" and a string \"text\" (and \"references\", if any, is a list)".into())
         })?;
+        if wire.references.len() > REFERENCES_MAX {
+            return Err(Malformed(format!(
+                "a chat:send carries at most {REFERENCES_MAX} references"
+            )));
+        }
+        let mut commands = Vec::new();
+        for reference in wire.references {
+            match reference.get("type").and_then(Value::as_str) {
+                Some("command") => {}
+                _ => {
+                    return Err(Malformed(
+                        "a reference is {\"type\": \"command\", \"name\", \"commandKind\", \"start\", \"end\"}; no other kind is taken yet".into(),
+                    ))
+                }
+            }
+            let command: CommandRef = serde_json::from_value(reference).map_err(|_| {
+                Malformed("a command reference is {\"type\": \"command\", \"name\": string, \"commandKind\": string, \"start\": number, \"end\": number}".into())
+            })?;
+            let fits = |t: &str| !t.is_empty() && t.chars().count() <= COMMAND_NAME_MAX_CHARS;
+            if !fits(&command.name) || !fits(&command.command_kind) {
+                return Err(Malformed(format!(
+                    "a command's \"name\" and \"commandKind\" are 1 to {COMMAND_NAME_MAX_CHARS} characters"
+                )));
+            }
+            commands.push(command);
+        }
         let id_chars = wire.request_id.chars().count();
         if id_chars == 0 || id_chars > REQUEST_ID_MAX_CHARS {
             return Err(Malformed(format!(
@@ -153,6 +229,7 @@ impl SendRequest {
         Ok(SendRequest {
             request_id: wire.request_id,
             text: wire.text,
+            commands,
         })
     }
 }
@@ -261,6 +338,8 @@ pub struct Chat {
     transcript: Arc<Transcript>,
     turns: Arc<Turns>,
     clock: SharedClock,
+    /// What the Planner offers, for checking a command (`None`: no commands are ever offered).
+    models: Option<Arc<crate::models::Models>>,
 }
 
 type Key = (String, Uuid, String);
@@ -327,7 +406,14 @@ impl Chat {
             transcript,
             turns,
             clock,
+            models: None,
         }
+    }
+
+    /// Checks commands against what `models` says the Planner offers.
+    pub fn with_models(mut self, models: Arc<crate::models::Models>) -> Self {
+        self.models = Some(models);
+        self
     }
 
     fn follow_ups_lock(&self) -> MutexGuard<'_, FollowUps> {
@@ -512,6 +598,61 @@ impl Chat {
         reply
     }
 
+    /// The command `request` runs, checked (CMD-11..15, CMD-19), or the refusal's code and
+    /// words.
+    async fn command(
+        &self,
+        document: Uuid,
+        request: &SendRequest,
+    ) -> Result<Option<CommandRef>, (&'static str, String)> {
+        let Some(command) = request.commands.first() else {
+            return Ok(None);
+        };
+        if request.commands.len() > 1 {
+            return Err(("one-command", "A message can run one command.".to_owned()));
+        }
+        if !command.opens(&request.text) {
+            return Err((
+                "command-not-first",
+                "A command has to open the message.".to_owned(),
+            ));
+        }
+        let name = &command.name;
+        if command.command_kind == CHOPIN_COMMAND_KIND {
+            // Chopin's own commands are never the Planner's (CMD-19); none runs here yet.
+            return Err((
+                "command-unavailable",
+                format!("/{name} is not available on this server yet."),
+            ));
+        }
+        let offered = match &self.models {
+            Some(models) => models.commands(document).await,
+            None => None,
+        };
+        match offered {
+            None => Err((
+                "no-commands",
+                format!("The Planner has not reported any commands, so /{name} cannot run."),
+            )),
+            Some(list) if list.is_empty() => Err((
+                "no-commands",
+                format!("The Planner has not reported any commands, so /{name} cannot run."),
+            )),
+            // Name and kind both: a name two kinds share never runs as the other (CMD-10).
+            Some(list)
+                if list
+                    .iter()
+                    .any(|c| &c.name == name && c.kind == command.command_kind) =>
+            {
+                Ok(Some(command.clone()))
+            }
+            Some(_) => Err((
+                "command-not-offered",
+                format!("/{name} is not one of the commands the Planner offers."),
+            )),
+        }
+    }
+
     async fn process(
         &self,
         place: &Place,
@@ -520,7 +661,15 @@ impl Chat {
         addressed: Addressed,
     ) -> SendReply {
         let id = request.request_id.as_str();
-        let to_planner = addressed != Addressed::AsWritten || mentions_planner(&request.text);
+        // A command is checked when its message is accepted, against what the Planner reports
+        // now (CMD-11..14, RULINGS CMD-21); a message that runs one goes to the Planner.
+        let command = match self.command(place.document, &request).await {
+            Ok(command) => command,
+            Err((code, words)) => return SendReply::refused(id, code, words),
+        };
+        let to_planner = addressed != Addressed::AsWritten
+            || command.is_some()
+            || mentions_planner(&request.text);
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
         let held = self.transcript.gate(place.document).await;
@@ -546,6 +695,7 @@ impl Chat {
                         Addressed::FollowUp(from) => Some(from.clone()),
                         _ => None,
                     },
+                    command: command.as_ref().map(CommandRef::as_command),
                 })
                 .await;
             match asked {
@@ -572,6 +722,7 @@ impl Chat {
                 ),
                 created_at_ms: self.clock.now_ms(),
                 key: None,
+                refs: None,
             };
             notice_saved = Some(self.transcript.queue_gated(place.document, &notice).await);
         }
@@ -584,6 +735,7 @@ impl Chat {
                 body: format!("@{} sent chopin an automatic follow-up.", sender.login),
                 created_at_ms: self.clock.now_ms(),
                 key: None,
+                refs: None,
             }
         } else {
             NewTranscriptEntry {
@@ -592,6 +744,10 @@ impl Chat {
                 body: request.text,
                 created_at_ms: self.clock.now_ms(),
                 key: None,
+                // Kept with the message (CMD-16).
+                refs: command
+                    .as_ref()
+                    .and_then(|c| serde_json::to_string(&[c]).ok()),
             }
         };
         let saved = self.transcript.queue_gated(place.document, &entry).await;

@@ -284,6 +284,16 @@ impl Models {
         self.lock().get(&document).is_some_and(|s| s.unreadable)
     }
 
+    /// The commands `document`'s Planner reports now (CMD-02, CMD-11); `None`: none reported
+    /// (nothing attached, unknown, or unreadable).
+    pub async fn commands(&self, document: Uuid) -> Option<Vec<crate::harness::CatalogCommand>> {
+        let harness = self.adapters.for_document(document).ok()?;
+        match harness.catalog().await {
+            Ok(Offer::Known(catalog)) => catalog.commands,
+            _ => None,
+        }
+    }
+
     /// `document`'s model state now. An error: the catalog or the stored choice could not be
     /// read.
     pub async fn view(&self, document: Uuid) -> Result<ModelView, String> {

@@ -97,6 +97,10 @@ pub struct ChatMessage {
     pub text: String,
     /// When it was saved (server time, Unix ms).
     pub at: UnixMillis,
+    /// The message's typed references (the command it ran, CMD-16); left out when it has
+    /// none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub references: Option<Value>,
 }
 
 impl From<&TranscriptEntry> for ChatMessage {
@@ -107,6 +111,7 @@ impl From<&TranscriptEntry> for ChatMessage {
             kind: e.kind.clone(),
             text: e.body.clone(),
             at: e.created_at_ms,
+            references: e.refs.as_deref().and_then(|r| serde_json::from_str(r).ok()),
         }
     }
 }
@@ -449,6 +454,7 @@ impl TurnSink for Transcript {
             body,
             created_at_ms: self.clock.now_ms(),
             key: None,
+            refs: None,
         };
         let _ = self.replies.send(Queued::Entry(document, entry)).await;
     }

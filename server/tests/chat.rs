@@ -103,6 +103,7 @@ impl World {
                 SendRequest {
                     request_id: id.into(),
                     text: text.into(),
+                    commands: Vec::new(),
                 },
             )
             .await
@@ -478,6 +479,7 @@ async fn history_pages_back_from_the_newest() {
                 body: "Done.".into(),
                 created_at_ms: T0,
                 key: None,
+                refs: None,
             },
         )
         .await
@@ -502,6 +504,7 @@ fn entry(seq: i64, kind: &str, chars: usize) -> TranscriptEntry {
         kind: kind.into(),
         body: "a".repeat(chars),
         created_at_ms: 0,
+        refs: None,
     }
 }
 
@@ -628,6 +631,7 @@ async fn bootstrap_reads_the_newest_entries_and_counts_what_it_leaves_out() {
                     body: format!("message {i:03} {}", "z".repeat(400)),
                     created_at_ms: T0,
                     key: None,
+                    refs: None,
                 },
             )
             .await
@@ -699,6 +703,7 @@ mod attached {
                         SendRequest {
                             request_id: id.into(),
                             text: text.into(),
+                            commands: Vec::new(),
                         },
                     )
                     .await

@@ -76,6 +76,7 @@ impl TranscriptStore for HeldCommits {
             kind: entry.kind.clone(),
             body: entry.body.clone(),
             created_at_ms: entry.created_at_ms,
+            refs: None,
         };
         state.waiting.push((saved.clone(), durable));
         Ok(Box::pin(async move {
@@ -113,6 +114,7 @@ fn said(text: &str) -> NewTranscriptEntry {
         body: text.into(),
         created_at_ms: 0,
         key: None,
+        refs: None,
     }
 }
 

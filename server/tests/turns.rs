@@ -33,6 +33,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         text: text.into(),
         focus: None,
         follow_up: None,
+        command: None,
     }
 }
 
@@ -442,6 +443,7 @@ async fn a_new_session_is_given_the_chat_before_the_message() {
                     body: body.into(),
                     created_at_ms: 0,
                     key: None,
+                    refs: None,
                 },
             )
             .await
@@ -568,6 +570,7 @@ async fn msg_18_a_stopping_process_starts_no_turn_and_says_nothing() {
             SendRequest {
                 request_id: "m-1".into(),
                 text: "@chopin go".into(),
+                commands: Vec::new(),
             },
         )
         .await;

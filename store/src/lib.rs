@@ -288,6 +288,9 @@ pub struct NewTranscriptEntry {
     /// nothing and answers the entry that key made (so a write run again after a commit whose
     /// outcome was unknown cannot add the line twice). `None`: always appended.
     pub key: Option<String>,
+    /// The message's typed references (a command it runs, CMD-16), as the server's own JSON,
+    /// opaque here; `None`: it has none.
+    pub refs: Option<String>,
 }
 
 /// Text as every backend stores it: U+0000, which PostgreSQL's `text` cannot hold, becomes
@@ -314,6 +317,7 @@ impl NewTranscriptEntry {
             body: stored(&self.body),
             created_at_ms: self.created_at_ms,
             key: self.key.clone(),
+            refs: self.refs.as_deref().map(stored),
         }
     }
 }
@@ -366,6 +370,8 @@ pub struct TranscriptEntry {
     pub kind: String,
     pub body: String,
     pub created_at_ms: UnixMillis,
+    /// As [`NewTranscriptEntry::refs`].
+    pub refs: Option<String>,
 }
 
 /// Who holds a document's Planner: an account, through one of its live browser logins.

@@ -697,6 +697,7 @@ impl TranscriptStore for MemoryStore {
                 kind: entry.kind.clone(),
                 body: entry.body.clone(),
                 created_at_ms: entry.created_at_ms,
+                refs: entry.refs.clone(),
             };
             entries.push(stored.clone());
             Ok(stored)

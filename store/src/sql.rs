@@ -380,6 +380,7 @@ struct TranscriptRow<Id> {
     kind: String,
     body: String,
     created_at_ms: i64,
+    refs: Option<String>,
 }
 
 impl<Id: Into<Uuid>> From<TranscriptRow<Id>> for TranscriptEntry {
@@ -391,6 +392,7 @@ impl<Id: Into<Uuid>> From<TranscriptRow<Id>> for TranscriptEntry {
             kind: row.kind,
             body: row.body,
             created_at_ms: row.created_at_ms,
+            refs: row.refs,
         }
     }
 }
@@ -519,7 +521,7 @@ const LOGIN_COLUMNS: &str =
 const DOCUMENT_COLUMNS: &str = "id, repo_owner, repo_name, slug, title, plan_revision, \
      storage_revision, yjs_epoch, archived, created_at_ms, parent_id, creator_account_id, \
      creator_login";
-const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms";
+const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, created_at_ms, refs";
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
 
@@ -1749,8 +1751,8 @@ where
         }
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO chat_transcript \
-             (document_id, seq, author_login, kind, body, created_at_ms, append_key) \
-             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6 \
+             (document_id, seq, author_login, kind, body, created_at_ms, append_key, refs) \
+             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 \
              FROM chat_transcript WHERE document_id = $1 \
              RETURNING seq",
         )
@@ -1760,6 +1762,7 @@ where
         .bind(&entry.body)
         .bind(entry.created_at_ms)
         .bind(&entry.key)
+        .bind(&entry.refs)
         .fetch_one(&mut **tx)
         .await
         .map_err(|e| sqlx_error("appending to a transcript", e))?;
@@ -1770,6 +1773,7 @@ where
             kind: entry.kind.clone(),
             body: entry.body.clone(),
             created_at_ms: entry.created_at_ms,
+            refs: entry.refs.clone(),
         }))
     }
 
@@ -2624,6 +2628,7 @@ pub(crate) mod group_commit_check {
                         body: format!("{i}-{j}"),
                         created_at_ms: 2,
                         key: None,
+                        refs: None,
                     };
                     let chat = chat_store
                         .append_transcript(id, &entry)

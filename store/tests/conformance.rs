@@ -213,6 +213,7 @@ conformance! {
     own_23_a_documents_creator_and_brief_round_trip_and_survive_reopening,
     iso_43_a_documents_creation_provenance_round_trips_and_survives_reopening,
     mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_and_survives_reopening,
+    cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -278,6 +279,7 @@ fn entry(author: Option<&str>, kind: &str, body: &str, at: i64) -> NewTranscript
         body: body.into(),
         created_at_ms: at,
         key: None,
+        refs: None,
     }
 }
 
@@ -4688,4 +4690,33 @@ async fn mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_a
         "kept across a reopen"
     );
     assert_eq!(reopened.model_choice(second).await.unwrap(), None);
+}
+
+async fn cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(93, "octo", "refs", "chat"))
+        .await
+        .unwrap()
+        .id;
+    let refs = r#"[{"type":"command","name":"review","commandKind":"skill","start":0,"end":7}]"#;
+    let with = NewTranscriptEntry {
+        refs: Some(refs.to_owned()),
+        ..entry(Some("mona"), "member", "/review the intro", 1_000)
+    };
+    let made = store.append_transcript(doc, &with).await.unwrap();
+    assert_eq!(made.refs.as_deref(), Some(refs));
+    let plain = store
+        .append_transcript(doc, &entry(Some("mona"), "member", "plain", 1_001))
+        .await
+        .unwrap();
+    assert_eq!(plain.refs, None);
+    drop(store);
+    let reopened = b.open().await;
+    let read = reopened.transcript(doc, 0, 10).await.unwrap();
+    assert_eq!(
+        read.iter().map(|e| e.refs.as_deref()).collect::<Vec<_>>(),
+        vec![Some(refs), None],
+        "kept with their messages across a reopen"
+    );
 }

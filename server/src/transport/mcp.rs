@@ -615,6 +615,7 @@ impl Tools {
                     let request = SendRequest {
                         request_id,
                         text: args.instruction,
+                        commands: Vec::new(),
                     };
                     match args.as_ {
                         Some(InvokeAs::System) => {
