@@ -631,6 +631,154 @@ mod planner {
     }
 }
 
+/// The composer's model and command controls (MOD-06, MOD-11, MOD-21, CMD-01, CMD-10, CMD-17)
+/// in Chromium: a Planner client reports its catalog; mona picks a model and a level and runs a
+/// command from the page; the client's turn carries all three; a model that leaves shows its
+/// notice above the composer.
+mod composer {
+    use super::*;
+    use chopin_fixtures::agent::{connect, Event, Upgrade};
+    use chopin_protocol::agent::{
+        Catalog, CatalogCommand, CatalogModel, ClientMessage, ServerMessage, Started,
+    };
+
+    fn entry(id: &str, levels: &[&str], default: bool) -> CatalogModel {
+        CatalogModel {
+            id: id.into(),
+            name: None,
+            description: None,
+            thinking_levels: levels.iter().map(|l| (*l).to_owned()).collect(),
+            input_types: vec!["text".into()],
+            default,
+        }
+    }
+
+    /// Sets the `<select>` at `css` to `value` as a person would (the change event fires).
+    fn pick(css: &str, value: &str) -> String {
+        format!(
+            "const s = document.querySelector('{css}'); s.value = '{value}'; s.dispatchEvent(new Event('change')); return s.value;"
+        )
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_composer_chooses_the_model_and_runs_a_planner_command_in_chromium() {
+        let github = github();
+        let mona_token = github.issue_token("mona");
+        let github_url = github.serve_tcp().await.unwrap();
+        let backend = Backend::Sqlite(tempfile::tempdir().unwrap());
+        let server = Launch::hosted(&github_url).on(&backend).start().await;
+        let doc = server
+            .create_document(&mona_token, "octo/plans", "Composer")
+            .await;
+        let id = doc["id"].as_str().unwrap().to_owned();
+        let url = format!("{}{}", server.origin(), doc["url"].as_str().unwrap());
+        let driver = Driver::start("composer").await;
+        let mona = signed_in(&driver, &github, &server, "mona").await;
+        mona.step("open the document", async {
+            mona.goto(&url).await?;
+            mona.until_text("#connection", WAIT, |t| t == "Connected")
+                .await
+        })
+        .await;
+        let host = server.host();
+        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        let mut client = connect(stream, &Upgrade::new(host.clone(), Some(&mona_token)))
+            .await
+            .unwrap();
+        let attached = client.attach(&id, &["capability-catalog"]).await.unwrap();
+        assert!(
+            matches!(attached, ServerMessage::Attached(_)),
+            "{attached:?}"
+        );
+        let catalog = |models| {
+            ClientMessage::Catalog(Catalog {
+                models,
+                commands: vec![CatalogCommand {
+                    name: "review".into(),
+                    kind: "skill".into(),
+                    description: "Review the plan".into(),
+                }],
+            })
+        };
+        client
+            .send(&catalog(vec![
+                entry("anthropic/sonnet", &["low", "high"], true),
+                entry("openai/mini", &[], false),
+            ]))
+            .await
+            .unwrap();
+        mona.step("choose a model and a level", async {
+            mona.until_script(
+                "return document.querySelectorAll('#model-choice option').length",
+                WAIT,
+                |v| v == 3,
+            )
+            .await?;
+            let page = &mona;
+            let go = |script: String| async move {
+                page.client
+                    .execute(&script, vec![])
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            go(pick("#model-choice", "anthropic/sonnet")).await?;
+            mona.until_script(
+                "return document.querySelectorAll('#level-choice option').length",
+                WAIT,
+                |v| v == 3,
+            )
+            .await?;
+            go(pick("#level-choice", "high")).await?;
+            // The server's answer redraws the controls with what it stored.
+            mona.until_script(
+                "return document.querySelector('#level-choice').value",
+                WAIT,
+                |v| v == "high",
+            )
+            .await?;
+            go(pick("#command-choice", "0")).await?;
+            mona.until_script(
+                "return document.querySelector('#chat-text').value",
+                WAIT,
+                |v| v == "/review ",
+            )
+            .await?;
+            mona.type_into("#chat-text", "the intro").await?;
+            mona.click("#send").await
+        })
+        .await;
+        let turn = loop {
+            match tokio::time::timeout(WAIT, client.recv()).await {
+                Ok(Ok(Event::Message(ServerMessage::Start(s)))) => client
+                    .send(&ClientMessage::Started(Started {
+                        session_id: s.session_id,
+                    }))
+                    .await
+                    .unwrap(),
+                Ok(Ok(Event::Message(ServerMessage::Turn(t)))) => break t,
+                Ok(Ok(Event::Message(_))) => {}
+                other => panic!("no turn: {other:?}"),
+            }
+        };
+        assert_eq!(turn.prompt, "/review the intro", "CMD-17");
+        assert_eq!(turn.model.as_deref(), Some("anthropic/sonnet"), "MOD-11");
+        assert_eq!(turn.thinking_level.as_deref(), Some("high"), "MOD-11");
+        // The model leaves: the composer says the default runs.
+        client
+            .send(&catalog(vec![entry("openai/mini", &[], true)]))
+            .await
+            .unwrap();
+        mona.step("the notice shows", async {
+            mona.until_text("#model-notice", WAIT, |t| {
+                t == "anthropic/sonnet is not available now: the default model runs until it is."
+            })
+            .await
+        })
+        .await;
+        server.stop().await;
+    }
+}
+
 /// A local server (`AUTH_MODE=local`) has no web sign-in: the start page runs GitHub's device
 /// flow, shows the code to type at GitHub, and signs the browser in once GitHub approves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

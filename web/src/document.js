@@ -8,6 +8,7 @@ import { markdown } from '@codemirror/lang-markdown';
 import { yCollab } from 'y-codemirror.next';
 import { el, clear, api, meta } from './dom.js';
 import { decisions } from './decisions.js';
+import { modelControls } from './model.js';
 
 const COLOURS = ['#30bced', '#6eeb83', '#ffbc42', '#ecd444', '#ee6352', '#9ac2c9', '#8acb88', '#1be7ff'];
 
@@ -50,7 +51,10 @@ export async function documentPage(main, id) {
   const send = el('button', { type: 'submit', id: 'send' }, 'Send');
   const stop = el('button', { type: 'button', id: 'stop' }, 'Stop');
   const resume = el('button', { type: 'button', id: 'resume' }, 'Resume');
-  const form = el('form', { id: 'chat-form' }, text, el('div', { class: 'actions' }, send, stop, resume), refused);
+  // Filled once the room is open: the model and command controls send on it.
+  let room = null;
+  const models = modelControls((frame) => room?.send(frame));
+  const form = el('form', { id: 'chat-form' }, models.box, text, el('div', { class: 'actions' }, send, stop, resume), refused);
 
   main.classList.add('document');
   main.append(
@@ -176,8 +180,9 @@ export async function documentPage(main, id) {
     for (const run of answer.body?.runs ?? []) showRun(run);
   });
 
-  const room = connectRoom(id, {
+  room = connectRoom(id, {
     json(frame) {
+      if (models.frame(frame)) return;
       switch (frame.type) {
         case 'session:hello':
           setWritable(Boolean(frame.canWrite));
@@ -243,8 +248,11 @@ export async function documentPage(main, id) {
       }
     });
     text.value = '';
-    room.send({ type: 'chat:send', requestId: id, text: body });
+    const references = models.references(body);
+    models.sent();
+    room.send(references ? { type: 'chat:send', requestId: id, text: body, references } : { type: 'chat:send', requestId: id, text: body });
   });
+  models.command.addEventListener('change', () => models.pick(text));
   text.addEventListener('keydown', (event) => {
     if (event.key === 'Enter' && !event.shiftKey) {
       event.preventDefault();
