@@ -769,3 +769,45 @@ async fn cmd_18_a_workflow_is_asked_for_in_the_persons_turn_with_its_input_as_da
         "{busy}"
     );
 }
+
+#[tokio::test]
+async fn hostile_a_catalog_is_bounded_before_every_writer_is_sent_it() {
+    let s = served().await;
+    let mut room = s.room().await;
+    let mut client = s.attach(&["capability-catalog"]).await;
+    let mut models: Vec<CatalogModel> = (0..1_000)
+        .map(|i| CatalogModel {
+            name: Some("n".repeat(400)),
+            description: Some("d".repeat(400)),
+            thinking_levels: (0..40).map(|l| format!("l{l}")).collect(),
+            ..entry(&format!("m/{i}"), &[], false)
+        })
+        .collect();
+    // An id too long to keep exactly is left out, never cut into another id.
+    models.insert(0, entry(&"x".repeat(101), &[], true));
+    client
+        .send(&ClientMessage::Catalog(Catalog {
+            models,
+            commands: (0..1_000)
+                .map(|i| CatalogCommand {
+                    name: format!("c{i}"),
+                    kind: "skill".to_owned(),
+                    description: "d".repeat(400),
+                })
+                .collect(),
+        }))
+        .await
+        .unwrap();
+    let told = model_frame(&mut room, |f| f["models"].is_array()).await;
+    let models = told["models"].as_array().unwrap();
+    assert_eq!(models.len(), 256, "at most 256 models");
+    assert_eq!(models[0]["id"], "m/0", "the over-long id is left out");
+    assert_eq!(models[0]["name"].as_str().unwrap().chars().count(), 300);
+    assert_eq!(models[0]["thinkingLevels"].as_array().unwrap().len(), 16);
+    assert_eq!(told["commands"].as_array().unwrap().len(), 256);
+    assert!(
+        told.to_string().len() < 400 * 1024,
+        "the frame every writer gets stays bounded: {} bytes",
+        told.to_string().len()
+    );
+}

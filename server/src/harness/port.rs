@@ -52,6 +52,22 @@ pub struct LinkHandle {
 /// The most models and the most commands kept of one `catalog` report; the rest are dropped
 /// (the composer's pickers and every `chat:model` frame stay bounded).
 pub const CATALOG_ENTRIES_MAX: usize = 256;
+/// The longest model id, command name, kind or level kept, in bytes.
+pub const CATALOG_ID_MAX_BYTES: usize = 100;
+/// The longest name or description kept, in characters (longer ones are cut, ending `…`).
+pub const CATALOG_TEXT_MAX_CHARS: usize = 300;
+/// The most reasoning levels (and input types) kept of one model.
+pub const CATALOG_LEVELS_MAX: usize = 16;
+
+/// `text` cut to [`CATALOG_TEXT_MAX_CHARS`].
+fn cut(text: &str) -> String {
+    if text.chars().count() <= CATALOG_TEXT_MAX_CHARS {
+        return text.to_owned();
+    }
+    let mut short: String = text.chars().take(CATALOG_TEXT_MAX_CHARS - 1).collect();
+    short.push('…');
+    short
+}
 
 /// What an attached link's client has said it offers: held with the link, so a client that
 /// leaves takes its catalog with it, and another client starts from its own (MOD-29, CMD-08).
@@ -92,15 +108,50 @@ impl LinkCatalog {
         self.lock().clone()
     }
 
-    /// The client's `catalog` report, in place of any earlier (MOD-29), cut to
-    /// [`CATALOG_ENTRIES_MAX`] models and commands.
-    pub fn report(&self, mut report: chopin_protocol::agent::Catalog) {
-        report.models.truncate(CATALOG_ENTRIES_MAX);
-        report.commands.truncate(CATALOG_ENTRIES_MAX);
-        *self.lock() = CatalogState::Reported(crate::harness::Catalog {
-            models: report.models,
-            commands: Some(report.commands),
+    /// The client's `catalog` report, in place of any earlier (MOD-29), bounded: at most
+    /// [`CATALOG_ENTRIES_MAX`] models and commands; an entry whose id, name, kind or level is
+    /// longer than [`CATALOG_ID_MAX_BYTES`] is left out (an id is used exactly as written, so
+    /// it is never cut), names and descriptions are cut to [`CATALOG_TEXT_MAX_CHARS`], and a
+    /// model keeps at most [`CATALOG_LEVELS_MAX`] levels. Every writer of the document is sent
+    /// the catalog, so a client cannot make each of them carry more. False if it is the same
+    /// as the last report (nobody needs telling).
+    pub fn report(&self, report: chopin_protocol::agent::Catalog) -> bool {
+        let fits = |id: &str| !id.is_empty() && id.len() <= CATALOG_ID_MAX_BYTES;
+        let models: Vec<_> = report
+            .models
+            .into_iter()
+            .filter(|m| fits(&m.id))
+            .take(CATALOG_ENTRIES_MAX)
+            .map(|mut m| {
+                m.name = m.name.map(|n| cut(&n));
+                m.description = m.description.map(|d| cut(&d));
+                m.thinking_levels.retain(|l| fits(l));
+                m.thinking_levels.truncate(CATALOG_LEVELS_MAX);
+                m.input_types.retain(|t| fits(t));
+                m.input_types.truncate(CATALOG_LEVELS_MAX);
+                m
+            })
+            .collect();
+        let commands: Vec<_> = report
+            .commands
+            .into_iter()
+            .filter(|c| fits(&c.name) && fits(&c.kind))
+            .take(CATALOG_ENTRIES_MAX)
+            .map(|mut c| {
+                c.description = cut(&c.description);
+                c
+            })
+            .collect();
+        let now = CatalogState::Reported(crate::harness::Catalog {
+            models,
+            commands: Some(commands),
         });
+        let mut state = self.lock();
+        if *state == now {
+            return false;
+        }
+        *state = now;
+        true
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CatalogState> {
@@ -224,5 +275,57 @@ pub struct NoLinks;
 impl AgentLinks for NoLinks {
     fn link_for(&self, _document: Uuid) -> Option<LinkHandle> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chopin_protocol::agent::{Catalog, CatalogModel};
+
+    fn report(ids: &[&str]) -> Catalog {
+        Catalog {
+            models: ids
+                .iter()
+                .map(|id| CatalogModel {
+                    id: (*id).to_owned(),
+                    name: None,
+                    description: None,
+                    thinking_levels: Vec::new(),
+                    input_types: Vec::new(),
+                    default: false,
+                })
+                .collect(),
+            commands: Vec::new(),
+        }
+    }
+
+    /// A report the same as the last changes nothing, so no writer is sent the catalog again;
+    /// a different one (MOD-29) does.
+    #[test]
+    fn mod_29_only_a_changed_report_is_news() {
+        let catalog = LinkCatalog::new(true);
+        assert_eq!(catalog.state(), CatalogState::Awaited);
+        assert!(catalog.report(report(&["a"])));
+        assert!(!catalog.report(report(&["a"])));
+        assert!(catalog.report(report(&["a", "b"])));
+        assert!(catalog.report(report(&[])));
+    }
+
+    /// MOD-28: a turn that ran without the catalog makes an awaited one "offers nothing"; it
+    /// changes nothing once the client has reported.
+    #[test]
+    fn mod_28_ran_without_settles_only_an_awaited_catalog() {
+        use crate::harness::PendingCatalog;
+        let awaited = LinkCatalog::new(true);
+        awaited.ran_without();
+        assert_eq!(awaited.state(), CatalogState::AwaitedInVain);
+        let reported = LinkCatalog::new(true);
+        reported.report(report(&["a"]));
+        reported.ran_without();
+        assert!(matches!(reported.state(), CatalogState::Reported(_)));
+        let older = LinkCatalog::new(false);
+        older.ran_without();
+        assert_eq!(older.state(), CatalogState::NotOffered);
     }
 }

@@ -1085,8 +1085,9 @@ impl Link {
                     }
                     Incoming::Message(ClientMessage::Catalog(catalog)) => {
                         // Each report replaces the last (MOD-29); the rooms read it again.
-                        handle.catalog.report(catalog);
-                        self.deps.models.changed(doc.id);
+                        if handle.catalog.report(catalog) {
+                            self.deps.models.changed(doc.id);
+                        }
                     }
                     Incoming::Message(ClientMessage::InputCancel(cancel)) => {
                         self.withdraw_later(doc, Scope::Request(bound.link, cancel.request_id), "The Planner cancelled the question.".to_owned());
