@@ -116,6 +116,9 @@ pub struct ProviderConfig {
     pub retry_max_ms: u64,
     /// Each model call's deadline and body cap.
     pub bounds: Bounds,
+    /// Also offer every model the provider's API lists (`PROVIDER_MODELS` with `*`): read at
+    /// most once a minute, shared by every clone of this configuration. `None`: not asked.
+    pub listing: Option<Arc<ModelListing>>,
     /// The models besides [`ProviderConfig::model`] a writer may choose (`PROVIDER_MODELS`),
     /// in the operator's order, on the same API and key. [`ProviderConfig::model`] is offered
     /// first whether or not it is listed here; listed, it takes the levels given here.
@@ -154,6 +157,7 @@ impl ProviderConfig {
                 max_body_bytes: 16 * 1024 * 1024,
             },
             offered: Vec::new(),
+            listing: None,
         }
     }
 
@@ -161,6 +165,33 @@ impl ProviderConfig {
     /// operator's `MODEL` first and marked default, then every other offered model in the
     /// operator's order, each as `provider/model`. No commands (CMD-07).
     pub fn catalog(&self) -> Catalog {
+        self.catalog_with(&[])
+    }
+
+    /// [`ProviderConfig::catalog`], then the `listed` models it does not have yet, in the API's
+    /// order, up to [`LISTED_MODELS_MAX`] entries in all.
+    pub fn catalog_with(&self, listed: &[String]) -> Catalog {
+        let mut catalog = self.configured();
+        for model in listed {
+            if catalog.models.len() >= LISTED_MODELS_MAX {
+                break;
+            }
+            let id = format!("{}/{model}", self.family.name());
+            if catalog.model(&id).is_none() {
+                catalog.models.push(CatalogModel {
+                    id,
+                    name: None,
+                    description: None,
+                    thinking_levels: Vec::new(),
+                    input_types: vec!["text".to_owned()],
+                    default: false,
+                });
+            }
+        }
+        catalog
+    }
+
+    fn configured(&self) -> Catalog {
         let levels_of = |model: &str| {
             self.offered
                 .iter()
@@ -193,6 +224,104 @@ impl ProviderConfig {
     fn api_model<'a>(&self, id: &'a str) -> Option<&'a str> {
         id.strip_prefix(self.family.name())?.strip_prefix('/')
     }
+}
+
+/// The most models a catalog built with the provider's listing holds.
+pub const LISTED_MODELS_MAX: usize = 256;
+/// How long a model listing (or its failure) is used before the provider is asked again.
+pub const LISTING_FRESH_MS: u64 = 60_000;
+/// The most bytes of a model listing read.
+const LISTING_MAX_BYTES: usize = 1024 * 1024;
+
+/// The provider's model listing (`GET …/models`), read once for everyone who asks within
+/// [`LISTING_FRESH_MS`]: concurrent askers wait for the one request in flight. Time is tokio's.
+#[derive(Debug, Default)]
+pub struct ModelListing {
+    last: tokio::sync::Mutex<Option<Listed>>,
+}
+
+/// When the listing was last read, and what it gave.
+type Listed = (tokio::time::Instant, Result<Vec<String>, String>);
+
+impl ModelListing {
+    /// The ids the provider lists, in its order (at most [`LISTED_MODELS_MAX`]), or why they
+    /// could not be read.
+    pub async fn read(
+        &self,
+        config: &ProviderConfig,
+        transport: &dyn HttpTransport,
+    ) -> Result<Vec<String>, String> {
+        let mut last = self.last.lock().await;
+        if let Some((at, answer)) = &*last {
+            if at.elapsed() < Duration::from_millis(LISTING_FRESH_MS) {
+                return answer.clone();
+            }
+        }
+        let deadline = Duration::from_millis(config.bounds.head_ms.max(1));
+        let answer = match tokio::time::timeout(deadline, list(config, transport)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(format!(
+                "the model provider did not list its models within {} ms",
+                deadline.as_millis()
+            )),
+        };
+        *last = Some((tokio::time::Instant::now(), answer.clone()));
+        answer
+    }
+}
+
+/// One `GET …/models` with the operator's key: `data[].id`.
+async fn list(
+    config: &ProviderConfig,
+    transport: &dyn HttpTransport,
+) -> Result<Vec<String>, String> {
+    let base = config.base_url.trim_end_matches('/');
+    let url = match config.family {
+        Family::OpenAi => format!("{base}/models"),
+        Family::Anthropic if base.ends_with("/v1") => format!("{base}/models"),
+        Family::Anthropic => format!("{base}/v1/models"),
+    };
+    let mut request = http::Request::get(&url);
+    if let Some(key) = &config.api_key {
+        request = match config.family {
+            Family::OpenAi => request.header("authorization", format!("Bearer {}", key.0)),
+            Family::Anthropic => request
+                .header("x-api-key", key.0.as_str())
+                .header("anthropic-version", "2023-06-01"),
+        };
+    }
+    let request = request
+        .body(bytes::Bytes::new())
+        .map_err(|e| format!("the model listing request could not be made: {e}"))?;
+    let response = transport
+        .send(request, LISTING_MAX_BYTES)
+        .await
+        .map_err(|e| format!("the model provider could not be reached to list its models: {e}"))?;
+    let status = response.status();
+    let mut body = Vec::new();
+    let mut chunks = response.into_body();
+    while let Some(chunk) = chunks.next().await {
+        body.extend_from_slice(&chunk.map_err(|e| format!("the model listing broke off: {e}"))?);
+    }
+    if !status.is_success() {
+        return Err(format!(
+            "the model provider answered HTTP {} to the model listing",
+            status.as_u16()
+        ));
+    }
+    let parsed: Value = serde_json::from_slice(&body)
+        .map_err(|_| "the model provider's listing is not JSON".to_owned())?;
+    let ids = parsed
+        .get("data")
+        .and_then(Value::as_array)
+        .ok_or_else(|| "the model provider's listing has no \"data\" list".to_owned())?
+        .iter()
+        .filter_map(|m| m.get("id").and_then(Value::as_str))
+        .filter(|id| !id.is_empty() && id.len() <= 200 && !id.chars().any(char::is_control))
+        .take(LISTED_MODELS_MAX)
+        .map(str::to_owned)
+        .collect();
+    Ok(ids)
 }
 
 /// The output-token bound of an Anthropic call when none is set (its API requires one).
@@ -281,7 +410,15 @@ impl Harness for ProviderHarness {
     }
 
     async fn catalog(&self) -> Result<Offer, HarnessError> {
-        Ok(Offer::Known(self.deps.config.catalog()))
+        let config = &self.deps.config;
+        let Some(listing) = &config.listing else {
+            return Ok(Offer::Known(config.catalog()));
+        };
+        let listed = listing
+            .read(config, &*self.deps.transport)
+            .await
+            .map_err(|message| HarnessError::Unavailable { message })?;
+        Ok(Offer::Known(config.catalog_with(&listed)))
     }
 
     fn limits(&self) -> Limits {

@@ -7,7 +7,7 @@ mod common;
 use std::sync::Arc;
 
 use chopin_fixtures::model_provider::{Chunk, Reply};
-use chopin_harness::{Part, TurnEnder, TurnFailure, TurnResult};
+use chopin_harness::{Harness, HarnessError, Part, TurnEnder, TurnFailure, TurnResult};
 use chopin_harness_provider::Family;
 use common::{harness, provider, turn, Host};
 use serde_json::json;
@@ -563,4 +563,75 @@ async fn a_kept_session_remembers_its_conversation_and_a_destroyed_one_forgets()
         );
         assert!(!session.is_usable());
     }
+}
+
+/// MOD-07 as it fits this adapter: `MODEL` first (the default), then `PROVIDER_MODELS` with
+/// their levels, then what the provider's listing adds, each as `provider/model`; the listing
+/// is read once a minute however many ask (single flight), in both families; a listing that
+/// cannot be read is an error, never a shorter catalog.
+#[tokio::test]
+async fn mod_07_the_catalog_is_the_configured_models_then_the_providers_listing_read_once_a_minute()
+{
+    for family in [Family::OpenAi, Family::Anthropic] {
+        let (fake, mut config) = provider(family).await;
+        fake.set_models(Some(vec![
+            "fake-model".to_owned(),
+            "listed-a".to_owned(),
+            "big".to_owned(),
+        ]));
+        config.offered = vec![chopin_harness_provider::OfferedModel {
+            model: "big".to_owned(),
+            levels: vec!["low".to_owned(), "high".to_owned()],
+        }];
+        config.listing = Some(Arc::new(chopin_harness_provider::ModelListing::default()));
+        let adapter = harness(config);
+        let asks = (0..8).map(|_| adapter.catalog());
+        let answers = futures::future::join_all(asks).await;
+        assert_eq!(
+            fake.listings(),
+            1,
+            "{family:?}: one request for every asker"
+        );
+        let prefix = family.name();
+        for answer in answers {
+            let Ok(chopin_harness::Offer::Known(catalog)) = answer else {
+                panic!("{family:?}: {answer:?}");
+            };
+            let ids: Vec<_> = catalog.models.iter().map(|m| m.id.clone()).collect();
+            assert_eq!(
+                ids,
+                vec![
+                    format!("{prefix}/fake-model"),
+                    format!("{prefix}/big"),
+                    format!("{prefix}/listed-a"),
+                ],
+                "{family:?}"
+            );
+            assert!(catalog.models[0].default);
+            assert_eq!(catalog.models[1].thinking_levels, vec!["low", "high"]);
+            assert_eq!(catalog.commands, Some(Vec::new()), "CMD-07");
+        }
+        // Fresh for a minute: no second request 1 ms before it ends, one just after.
+        tokio::time::pause();
+        tokio::time::advance(std::time::Duration::from_millis(
+            chopin_harness_provider::LISTING_FRESH_MS - 1,
+        ))
+        .await;
+        adapter.catalog().await.unwrap();
+        assert_eq!(fake.listings(), 1, "{family:?}: still fresh at T-1 ms");
+        tokio::time::advance(std::time::Duration::from_millis(2)).await;
+        tokio::time::resume();
+        adapter.catalog().await.unwrap();
+        assert_eq!(fake.listings(), 2, "{family:?}: read again at T+1 ms");
+    }
+    // An API with no listing: the catalog cannot be read (MOD-32), it is not silently shorter.
+    let (fake, mut config) = provider(Family::OpenAi).await;
+    fake.set_models(None);
+    config.listing = Some(Arc::new(chopin_harness_provider::ModelListing::default()));
+    let adapter = harness(config);
+    let refused = adapter.catalog().await;
+    assert!(
+        matches!(&refused, Err(HarnessError::Unavailable { message }) if message.contains("HTTP 404")),
+        "{refused:?}"
+    );
 }

@@ -183,7 +183,8 @@ pub struct ProviderSettings {
     pub timeout_ms: u64,
     pub tool_result_max_bytes: u64,
     pub max_output_tokens: Option<u64>,
-    /// `PROVIDER_MODELS`: the other models writers may choose, with their levels.
+    /// `PROVIDER_MODELS`: the other models writers may choose, with their levels; `*` among
+    /// them: also every model the API lists.
     pub offered: Vec<(String, Vec<String>)>,
 }
 
@@ -201,6 +202,14 @@ fn offered_models(
     let refuse = |problem: String| ConfigError::new("PROVIDER_MODELS", Some(raw), problem);
     let mut offered: Vec<(String, Vec<String>)> = Vec::new();
     for entry in raw.split(',').map(str::trim) {
+        if entry == "*" {
+            // Every model the API lists, too (read by the adapter).
+            if offered.iter().any(|(m, _)| m == "*") {
+                return Err(refuse("\"*\" is listed twice".to_owned()));
+            }
+            offered.push(("*".to_owned(), Vec::new()));
+            continue;
+        }
         let (model, levels) = match entry.split_once('=') {
             Some((model, levels)) => (model.trim(), Some(levels)),
             None => (entry, None),
@@ -209,7 +218,7 @@ fn offered_models(
             Some((prefix, rest)) if prefix == family => rest,
             Some((prefix, _)) if ["openai", "anthropic"].contains(&prefix) => {
                 return Err(refuse(format!(
-                    "{model:?} is not a {family} model: every offered model uses MODEL's API and key"
+                    "{model:?} is for another API than MODEL's ({family}): every offered model uses MODEL's API and key"
                 )))
             }
             _ => model,
@@ -404,7 +413,8 @@ pub struct Args {
 
     /// Models besides MODEL that writers may choose for a document's Planner, on the same API
     /// and key, comma-separated, each optionally with the reasoning levels a writer may pick:
-    /// e.g. "gpt-4.1-mini, o4-mini=low|medium|high". MODEL is always offered, first, as the
+    /// e.g. "gpt-4.1-mini, o4-mini=low|medium|high". `*` also offers every model the API lists
+    /// (its GET /models, read at most once a minute). MODEL is always offered, first, as the
     /// default. Unset: MODEL alone.
     #[arg(long, env = "PROVIDER_MODELS", value_name = "MODEL[=LEVEL|…],…")]
     pub provider_models: Option<String>,
@@ -1454,6 +1464,44 @@ mod provider_tests {
                 e.problem.contains("openai, anthropic, custom or auto"),
                 "{e}"
             );
+        }
+    }
+
+    /// `PROVIDER_MODELS`: ids with optional levels, `*` for the API's listing, the family's
+    /// prefix optional; a level that is not one, a model of the other family, a model listed
+    /// twice and an empty entry are refused naming the variable.
+    #[test]
+    fn provider_models_lists_the_choosable_models_and_refuses_what_is_not_one() {
+        let models = |v: &str| {
+            provider(&[
+                ("harness-auth", "openai"),
+                ("openai-api-key", "sk-x"),
+                ("model", "openai/gpt-4.1"),
+                ("provider-models", v),
+            ])
+        };
+        let ok = models("gpt-4.1-mini, openai/o4-mini=low|high|low, *").unwrap();
+        assert_eq!(
+            ok.offered,
+            vec![
+                ("gpt-4.1-mini".to_owned(), Vec::new()),
+                (
+                    "o4-mini".to_owned(),
+                    vec!["low".to_owned(), "high".to_owned()]
+                ),
+                ("*".to_owned(), Vec::new()),
+            ]
+        );
+        for (bad, words) in [
+            ("o4-mini=ultra", "not a reasoning level"),
+            ("anthropic/claude", "another API than MODEL's (openai)"),
+            ("a, a", "listed twice"),
+            ("a,,b", "expected model ids"),
+            ("*, *", "listed twice"),
+        ] {
+            let e = models(bad).unwrap_err();
+            assert_eq!(e.variable, "PROVIDER_MODELS", "{bad}");
+            assert!(e.problem.contains(words), "{bad}: {e}");
         }
     }
 
