@@ -95,7 +95,7 @@ pub const UNREADABLE_WORDS: &str =
 /// Where the document's choice stands, as the composer shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ChoiceState {
-    /// Nobody chose: the harness runs its own default, and nothing is said (MOD-3, MOD-26).
+    /// Nobody chose: the harness runs its own default, and nothing is said (MOD-03, MOD-26).
     Default,
     /// The choice runs.
     Chosen,
