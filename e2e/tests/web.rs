@@ -156,13 +156,21 @@ async fn every_page_url_answers_its_page_with_the_security_headers_and_nothing_i
     );
     github.set_outage(false);
 
-    // Any other path: a page for a browser, JSON under /api/.
-    let response = get("/nowhere/at/all".into(), None).await.unwrap();
+    // Any other path: a page for a browser, JSON under /api/. The page's top bar says what
+    // every page says of the server, and who is signed in.
+    let response = get("/nowhere/at/all".into(), Some(&cookie)).await.unwrap();
     assert_eq!(response.status(), 404);
     assert_page_headers(&response);
+    let html = response.text().await.unwrap();
+    assert_eq!(meta(&html, "page"), Some("not-found"));
+    assert_eq!(meta(&html, "database"), Some("sqlite"), "{html}");
+    assert_eq!(meta(&html, "harness"), Some("remote"), "{html}");
+    assert_eq!(meta(&html, "login"), Some("mona"), "{html}");
+    let response = get("/assets/no-such-file.js".into(), None).await.unwrap();
+    assert_eq!(response.status(), 404);
     assert_eq!(
-        meta(&response.text().await.unwrap(), "page"),
-        Some("not-found")
+        meta(&response.text().await.unwrap(), "harness"),
+        Some("remote")
     );
     let response = get("/api/nowhere".into(), None).await.unwrap();
     assert_eq!(response.status(), 404);

@@ -447,13 +447,18 @@ impl App {
             turns: self.turns.clone(),
             models: self.models.clone(),
         }))
-        .merge(transport::web::routes(WebDeps {
+        .merge(transport::web::routes(self.web_deps()))
+    }
+
+    /// What the pages need, the not-found page included.
+    fn web_deps(&self) -> WebDeps {
+        WebDeps {
             access: self.access.clone(),
             documents: self.documents.clone(),
             database: self.store.backend(),
-            harness: c.harness.clone(),
-            github_sign_in: c.auth_mode == AuthMode::Hosted,
-        }))
+            harness: self.config.harness.clone(),
+            github_sign_in: self.config.auth_mode == AuthMode::Hosted,
+        }
     }
 }
 
@@ -566,10 +571,14 @@ impl Running {
 
     /// The router to serve.
     pub fn router(&self) -> axum::Router {
-        self.app
-            .routes()
-            .into_router()
-            .fallback(transport::web::not_found)
+        // A path no route serves: the not-found page, with what every page says of the server.
+        let web = self.app.web_deps();
+        self.app.routes().into_router().fallback(
+            move |headers: axum::http::HeaderMap, uri: axum::http::Uri| {
+                let web = web.clone();
+                async move { transport::web::not_found(&web, &headers, uri).await }
+            },
+        )
     }
 
     /// Resolves when the writer lease is lost: the process must drain and stop.

@@ -57,8 +57,9 @@ pub fn routes(deps: WebDeps) -> Routes {
         .with_state(deps)
 }
 
-/// The answer to a path no route serves: a page for a browser, JSON under `/api/`.
-pub async fn not_found(uri: axum::http::Uri) -> Response {
+/// The answer to a path no route serves: a page for a browser (its top bar says what every
+/// page says of the server, and who is signed in), JSON under `/api/`.
+pub async fn not_found(deps: &WebDeps, headers: &HeaderMap, uri: axum::http::Uri) -> Response {
     if uri.path().starts_with("/api/") || uri.path() == "/api" {
         return crate::error::ApiError::new(
             StatusCode::NOT_FOUND,
@@ -67,19 +68,14 @@ pub async fn not_found(uri: axum::http::Uri) -> Response {
         )
         .into_response();
     }
-    not_found_page()
+    not_found_page(deps, headers).await
 }
 
 /// The page for an address that serves nothing.
-fn not_found_page() -> Response {
-    page(
-        StatusCode::NOT_FOUND,
-        &Shell {
-            page: "not-found",
-            missing: Some("Nothing is served at this address.".into()),
-            ..Shell::default()
-        },
-    )
+async fn not_found_page(deps: &WebDeps, headers: &HeaderMap) -> Response {
+    let mut shell = deps.shell(headers, "not-found").await;
+    shell.missing = Some("Nothing is served at this address.".into());
+    page(StatusCode::NOT_FOUND, &shell)
 }
 
 #[derive(Deserialize)]
@@ -293,10 +289,14 @@ async fn child(
 
 /// `GET /assets/{file}`: an embedded file with its `ETag`; `304` when the browser has it; the
 /// build's gzipped copy (`{file}.gz`) with `Content-Encoding: gzip` to a browser that takes it.
-async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
+async fn asset(
+    State(deps): State<WebDeps>,
+    Path(file): Path<String>,
+    headers: HeaderMap,
+) -> Response {
     let servable = file != "manifest.json" && !file.ends_with(".gz");
     let Some(found) = Assets::get(&file).filter(|_| servable) else {
-        return not_found_page();
+        return not_found_page(&deps, &headers).await;
     };
     let etag = format!("\"{}\"", hex::encode(&found.metadata.sha256_hash()[..16]));
     // The build's gzipped copy, for a browser that takes gzip.
