@@ -629,27 +629,25 @@ impl Chat {
             Some(models) => models.commands(document).await,
             None => None,
         };
-        match offered {
-            None => Err((
+        // Nothing attached, or a client that reports none (CMD-12).
+        let offered = offered.unwrap_or_default();
+        if offered.is_empty() {
+            return Err((
                 "no-commands",
                 format!("The Planner has not reported any commands, so /{name} cannot run."),
-            )),
-            Some(list) if list.is_empty() => Err((
-                "no-commands",
-                format!("The Planner has not reported any commands, so /{name} cannot run."),
-            )),
-            // Name and kind both: a name two kinds share never runs as the other (CMD-10).
-            Some(list)
-                if list
-                    .iter()
-                    .any(|c| &c.name == name && c.kind == command.command_kind) =>
-            {
-                Ok(Some(command.clone()))
-            }
-            Some(_) => Err((
+            ));
+        }
+        // Name and kind both: a name two kinds share never runs as the other (CMD-10).
+        if offered
+            .iter()
+            .any(|c| &c.name == name && c.kind == command.command_kind)
+        {
+            Ok(Some(command.clone()))
+        } else {
+            Err((
                 "command-not-offered",
                 format!("/{name} is not one of the commands the Planner offers."),
-            )),
+            ))
         }
     }
 
