@@ -290,7 +290,6 @@ impl App {
             entropy: entropy.clone(),
             clock: clock.clone(),
             shutdown: shutdown.clone(),
-            harness: config.harness.clone(),
             adapters,
             models: models.clone(),
             metrics: metrics.clone(),
