@@ -287,11 +287,19 @@ impl Models {
     /// The commands `document`'s Planner reports now (CMD-02, CMD-11); `None`: none reported
     /// (nothing attached, unknown, or unreadable).
     pub async fn commands(&self, document: Uuid) -> Option<Vec<crate::harness::CatalogCommand>> {
-        let harness = self.adapters.for_document(document).ok()?;
-        match harness.catalog().await {
+        match self.offer(document).await {
             Ok(Offer::Known(catalog)) => catalog.commands,
             _ => None,
         }
+    }
+
+    /// What `document`'s adapter offers now; an error: it could not be read.
+    async fn offer(&self, document: Uuid) -> Result<Offer, String> {
+        let harness = self
+            .adapters
+            .for_document(document)
+            .map_err(|e| e.to_string())?;
+        harness.catalog().await.map_err(|e| e.to_string())
     }
 
     /// `document`'s model state now. An error: the catalog or the stored choice could not be
@@ -323,7 +331,7 @@ impl Models {
                 "A child document uses its parent's model choice; choose it in the parent document.",
             ));
         }
-        let unreadable = |_| {
+        let not_saved = || {
             Refusal::new(
                 "storage-unavailable",
                 "The model choice could not be saved; try again shortly.",
@@ -335,22 +343,17 @@ impl Models {
                 self.choices
                     .clear_model_choice(doc.id)
                     .await
-                    .map_err(|e| unreadable(e.to_string()))?;
+                    .map_err(|_| not_saved())?;
             }
             Some(model) => {
-                let harness = self
-                    .adapters
-                    .for_document(doc.id)
-                    .map_err(|e| unreadable(e.to_string()))?;
                 let catalog =
-                    match harness.catalog().await {
-                        Ok(Offer::Known(catalog)) => catalog,
-                        Ok(Offer::Unknown { .. }) => return Err(Refusal::new(
+                    match self.offer(doc.id).await.map_err(|_| not_saved())? {
+                        Offer::Known(catalog) => catalog,
+                        Offer::Unknown { .. } => return Err(Refusal::new(
                             "model-choice-unavailable",
                             "What chopin offers is not known now (its client is away or has not \
                              reported it yet), so no model can be chosen.",
                         )),
-                        Err(e) => return Err(unreadable(e.to_string())),
                     };
                 if catalog.models.is_empty() {
                     return Err(Refusal::new(
@@ -385,12 +388,12 @@ impl Models {
                         chosen_at_ms: self.clock.now_ms(),
                     })
                     .await
-                    .map_err(|e| unreadable(e.to_string()))?;
+                    .map_err(|_| not_saved())?;
             }
         }
         tracing::info!(document = %doc.id, login, "a writer chose the Planner's model");
         self.changed(doc.id);
-        self.view(doc.id).await.map_err(unreadable)
+        self.view(doc.id).await.map_err(|_| not_saved())
     }
 
     /// What a turn a person started for `document` runs (MOD-20): the stored choice resolved
@@ -465,11 +468,7 @@ impl Models {
     }
 
     async fn read(&self, document: Uuid) -> Result<(Offer, Option<ModelChoice>), String> {
-        let harness = self
-            .adapters
-            .for_document(document)
-            .map_err(|e| e.to_string())?;
-        let offer = harness.catalog().await.map_err(|e| e.to_string())?;
+        let offer = self.offer(document).await?;
         let choice = self
             .choices
             .model_choice(document)

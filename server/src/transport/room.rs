@@ -330,9 +330,12 @@ async fn session(
                     Err(RecvError::Lagged(_)) => {}
                     Err(RecvError::Closed) => return,
                 }
-                // A client that attached or left brings or takes its catalog.
-                for frame in model_told.frames(deps, root_id, sender.can_write).await {
-                    push!(out, frame);
+                // A client that attached or left brings or takes its catalog (only a remote
+                // Planner has a presence, and only its catalog moves with it).
+                if deps.presence {
+                    for frame in model_told.frames(deps, root_id, sender.can_write).await {
+                        push!(out, frame);
+                    }
                 }
                 let now = deps.planners.presence(root_id).state == PresenceState::Disconnected;
                 if now != disconnected {
@@ -458,11 +461,7 @@ async fn session(
                             }
                             Some("chat:model") => match Choose::from_frame(&value) {
                                 Ok(choose) => match deps.models.choose(doc, &sender.login, sender.can_write, choose).await {
-                                    Ok(view) => {
-                                        let frame = view.frame();
-                                        model_told.sent(&frame);
-                                        json_frame(&frame)
-                                    }
+                                    Ok(view) => model_told.sent(view.frame().to_string()),
                                     Err(refused) => json_frame(&refused.frame()),
                                 },
                                 Err(refused) => json_frame(&refused.frame()),
@@ -529,10 +528,9 @@ impl ModelTold {
         let mut frames = Vec::new();
         match deps.models.view(root_id).await {
             Ok(view) => {
-                let frame = view.frame();
-                if self.last.as_deref() != Some(frame.to_string().as_str()) {
-                    self.sent(&frame);
-                    frames.push(json_frame(&frame));
+                let frame = view.frame().to_string();
+                if self.last.as_deref() != Some(frame.as_str()) {
+                    frames.push(self.sent(frame));
                 }
             }
             // The next change, or the next socket, tries again; a turn says it in Chat.
@@ -550,9 +548,10 @@ impl ModelTold {
         frames
     }
 
-    /// `frame` went to the socket.
-    fn sent(&mut self, frame: &Value) {
-        self.last = Some(frame.to_string());
+    /// `frame` goes to the socket: remembered, and the message that carries it.
+    fn sent(&mut self, text: String) -> WsMessage {
+        self.last = Some(text.clone());
+        WsMessage::Text(text.into())
     }
 }
 
