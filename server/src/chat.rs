@@ -158,7 +158,7 @@ pub const COMMAND_NAME_MAX_CHARS: usize = 100;
 pub const CHOPIN_COMMAND_KIND: &str = "chopin";
 
 impl CommandRef {
-    /// The refusal of a command that does not open `text` as its `/name` token (CMD-13).
+    /// Whether the reference is the `/name` token that opens `text` (else CMD-13 refuses it).
     fn opens(&self, text: &str) -> bool {
         let token = format!("/{}", self.name);
         let units = token.encode_utf16().count() as u64;
@@ -171,7 +171,7 @@ impl CommandRef {
                 .is_none_or(char::is_whitespace)
     }
 
-    /// The words the turn's prompt is made of (CMD-17, CMD-18).
+    /// The command as the turn builds its prompt from it (CMD-17, CMD-18).
     pub fn as_command(&self) -> crate::turns::Command {
         crate::turns::Command {
             name: self.name.clone(),

@@ -183,31 +183,36 @@ pub struct ProviderSettings {
     pub timeout_ms: u64,
     pub tool_result_max_bytes: u64,
     pub max_output_tokens: Option<u64>,
-    /// `PROVIDER_MODELS`: the other models writers may choose, with their levels; `*` among
-    /// them: also every model the API lists.
-    pub offered: Vec<(String, Vec<String>)>,
+    /// `PROVIDER_MODELS`: the other models writers may choose, with their levels.
+    pub offered: Vec<OfferedModel>,
+    /// `PROVIDER_MODELS` holds `*`: also every model the API lists.
+    pub list_models: bool,
 }
 
 /// The most models `PROVIDER_MODELS` lists.
 pub const PROVIDER_MODELS_MAX: usize = 64;
 
 /// `PROVIDER_MODELS` for the family `family` (its `provider/` prefix may be written or not).
+/// A model a writer may choose, with the reasoning levels they may pick for it.
+type OfferedModel = (String, Vec<String>);
+
+/// The models it names, and whether it holds `*` (every model the API lists, too).
 fn offered_models(
     raw: Option<&str>,
     family: &str,
-) -> Result<Vec<(String, Vec<String>)>, ConfigError> {
+) -> Result<(Vec<OfferedModel>, bool), ConfigError> {
     let Some(raw) = raw else {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), false));
     };
     let refuse = |problem: String| ConfigError::new("PROVIDER_MODELS", Some(raw), problem);
-    let mut offered: Vec<(String, Vec<String>)> = Vec::new();
+    let mut offered: Vec<OfferedModel> = Vec::new();
+    let mut listed = false;
     for entry in raw.split(',').map(str::trim) {
         if entry == "*" {
-            // Every model the API lists, too (read by the adapter).
-            if offered.iter().any(|(m, _)| m == "*") {
+            if listed {
                 return Err(refuse("\"*\" is listed twice".to_owned()));
             }
-            offered.push(("*".to_owned(), Vec::new()));
+            listed = true;
             continue;
         }
         let (model, levels) = match entry.split_once('=') {
@@ -251,7 +256,7 @@ fn offered_models(
             "at most {PROVIDER_MODELS_MAX} models may be offered"
         )));
     }
-    Ok(offered)
+    Ok((offered, listed))
 }
 
 /// A setting that stops startup: which variable, what it was given (unless secret), what it
@@ -682,6 +687,7 @@ fn provider_settings(args: &Args, auth: Option<&str>) -> Result<ProviderSettings
             1..=1_000_000,
         )?),
     };
+    let (offered, list_models) = offered_models(given(&args.provider_models), family_name)?;
     Ok(ProviderSettings {
         family,
         model: model.to_owned(),
@@ -693,13 +699,8 @@ fn provider_settings(args: &Args, auth: Option<&str>) -> Result<ProviderSettings
         timeout_ms: parse_ms("PROVIDER_TIMEOUT_MS", &args.provider_timeout_ms, 60_000)?,
         tool_result_max_bytes,
         max_output_tokens,
-        offered: offered_models(
-            given(&args.provider_models),
-            match family {
-                ModelFamily::OpenAi => "openai",
-                ModelFamily::Anthropic => "anthropic",
-            },
-        )?,
+        offered,
+        list_models,
     })
 }
 
@@ -1489,9 +1490,9 @@ mod provider_tests {
                     "o4-mini".to_owned(),
                     vec!["low".to_owned(), "high".to_owned()]
                 ),
-                ("*".to_owned(), Vec::new()),
             ]
         );
+        assert!(ok.list_models, "`*`: the API's listing too");
         for (bad, words) in [
             ("o4-mini=ultra", "not a reasoning level"),
             ("anthropic/claude", "another API than MODEL's (openai)"),

@@ -1146,6 +1146,7 @@ pub fn provider_settings(timeout_ms: u64, retries: u32) -> chopin_server::config
             "sim-model-large".to_owned(),
             vec!["low".to_owned(), "high".to_owned()],
         )],
+        list_models: false,
     }
 }
 

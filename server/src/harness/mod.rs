@@ -188,14 +188,11 @@ pub fn provider_deps(
     config.tool_result_max_bytes =
         usize::try_from(settings.tool_result_max_bytes).unwrap_or(32 * 1024);
     config.listing = settings
-        .offered
-        .iter()
-        .any(|(model, _)| model == "*")
+        .list_models
         .then(|| Arc::new(chopin_harness_provider::ModelListing::default()));
     config.offered = settings
         .offered
         .iter()
-        .filter(|(model, _)| model != "*")
         .map(|(model, levels)| chopin_harness_provider::OfferedModel {
             model: model.clone(),
             levels: levels.clone(),
