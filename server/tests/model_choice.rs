@@ -124,16 +124,7 @@ async fn next_of(room: &mut BrowserSocket, kind: &str) -> Value {
 
 /// The JSON frames a room sends on opening, before the Yjs sync.
 async fn opening_frames(s: &Served, cookie: &str) -> Vec<Value> {
-    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
-    let mut room = BrowserSocket::connect(
-        stream,
-        &s.host,
-        &format!("/api/documents/{}/room", s.doc),
-        Some(cookie),
-        Some(&format!("http://{}", s.host)),
-    )
-    .await
-    .unwrap();
+    let mut room = s.connect_room(s.doc, cookie).await;
     let mut frames = Vec::new();
     loop {
         match tokio::time::timeout(Duration::from_secs(10), room.recv_json())

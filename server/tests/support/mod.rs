@@ -68,6 +68,16 @@ fn location(response: &connector::HttpResponse) -> String {
     response.headers["location"].to_str().unwrap().to_owned()
 }
 
+/// Signs in, through the server's OAuth routes, whoever the fake GitHub's browser is signed
+/// in as: their browser session (`Cookie` header value).
+async fn oauth_sign_in(host: &str) -> String {
+    let start = get(&format!("http://{host}/auth/github"), None).await;
+    let attempt = cookie(&start, "chopin_oauth");
+    let approve = get(&location(&start), None).await;
+    let done = get(&location(&approve), Some(&attempt)).await;
+    cookie(&done, "chopin_session")
+}
+
 /// Starts everything; mona is signed in (her account has a live browser sign-in).
 pub async fn served() -> Served {
     served_over(Arc::new(MemoryStore::new())).await
@@ -131,11 +141,7 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
         .await
         .unwrap();
     github.set_browser_user("mona");
-    let start = get(&format!("http://{host}/auth/github"), None).await;
-    let attempt = cookie(&start, "chopin_oauth");
-    let approve = get(&location(&start), None).await;
-    let done = get(&location(&approve), Some(&attempt)).await;
-    let mona_cookie = cookie(&done, "chopin_session");
+    let mona_cookie = oauth_sign_in(&host).await;
     Served {
         state,
         github,
@@ -153,16 +159,7 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
 impl Served {
     /// mona's room socket on the document, read up to its `session:planner`.
     pub async fn room(&self) -> chopin_fixtures::browser::BrowserSocket {
-        let stream = tokio::net::TcpStream::connect(&self.host).await.unwrap();
-        let mut room = chopin_fixtures::browser::BrowserSocket::connect(
-            stream,
-            &self.host,
-            &format!("/api/documents/{}/room", self.doc),
-            Some(&self.mona_cookie),
-            Some(&format!("http://{}", self.host)),
-        )
-        .await
-        .unwrap();
+        let mut room = self.connect_room(self.doc, &self.mona_cookie).await;
         room.next_of_type("session:planner").await.unwrap();
         room
     }
@@ -173,11 +170,7 @@ impl Served {
         self.github.add_user(login, id);
         self.github.grant("octo", "plans", login, permission);
         self.github.set_browser_user(login);
-        let start = get(&format!("http://{}/auth/github", self.host), None).await;
-        let attempt = cookie(&start, "chopin_oauth");
-        let approve = get(&location(&start), None).await;
-        let done = get(&location(&approve), Some(&attempt)).await;
-        cookie(&done, "chopin_session")
+        oauth_sign_in(&self.host).await
     }
 
     /// A room socket on `document` for the browser session `cookie`, read up to its
@@ -187,8 +180,19 @@ impl Served {
         document: Uuid,
         cookie: &str,
     ) -> chopin_fixtures::browser::BrowserSocket {
+        let mut room = self.connect_room(document, cookie).await;
+        room.next_of_type("session:hello").await.unwrap();
+        room
+    }
+
+    /// A room socket on `document` for the browser session `cookie`, nothing read yet.
+    pub async fn connect_room(
+        &self,
+        document: Uuid,
+        cookie: &str,
+    ) -> chopin_fixtures::browser::BrowserSocket {
         let stream = tokio::net::TcpStream::connect(&self.host).await.unwrap();
-        let mut room = chopin_fixtures::browser::BrowserSocket::connect(
+        chopin_fixtures::browser::BrowserSocket::connect(
             stream,
             &self.host,
             &format!("/api/documents/{document}/room"),
@@ -196,9 +200,7 @@ impl Served {
             Some(&format!("http://{}", self.host)),
         )
         .await
-        .unwrap();
-        room.next_of_type("session:hello").await.unwrap();
-        room
+        .unwrap()
     }
 
     /// mona's scripted agent client, attached to the document offering `features`.
