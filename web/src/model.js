@@ -4,6 +4,7 @@
 import { el, clear } from './dom.js';
 
 const DEFAULT = '';
+const UNREADABLE = "This document's model choice couldn't be read: the default model runs until it can be.";
 
 /// Words above the composer for a choice that is not what runs (empty when nothing to say).
 function notice(frame) {
@@ -65,7 +66,12 @@ export function modelControls(send) {
     command.append(el('option', { value: '' }, 'Run a command…'));
     commands.forEach((c, i) => command.append(el('option', { value: String(i) }, `/${c.name}`, c.description ? ` — ${c.description}` : '')));
     command.value = '';
-    words.textContent = unreadable ? "This document's model choice couldn't be read: the default model runs until it can be." : notice(frame);
+    say();
+  }
+
+  /// The line under the lists: an unreadable choice first, else what the last state says.
+  function say() {
+    words.textContent = unreadable ? UNREADABLE : last ? notice(last) : '';
   }
 
   return {
@@ -77,8 +83,7 @@ export function modelControls(send) {
       else if (frame.type === 'chat:model-refused') words.textContent = frame.message ?? frame.code;
       else if (frame.type === 'chat:model-unreadable') {
         unreadable = Boolean(frame.unreadable);
-        if (last) draw(last);
-        else words.textContent = unreadable ? "This document's model choice couldn't be read: the default model runs until it can be." : '';
+        say();
       } else return false;
       return true;
     },
