@@ -55,17 +55,7 @@ async fn world(backend: Backend, extra: &[(&str, &str)]) -> World {
         .create_document(&mona, "octo/plans", "Provider notes")
         .await;
     let id = doc["id"].as_str().unwrap().to_owned();
-    let (host, origin) = (server.host(), server.origin());
-    let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
-    let mut room = BrowserSocket::connect(
-        stream,
-        &host,
-        &format!("/api/documents/{id}/room"),
-        Some(&cookie),
-        Some(&origin),
-    )
-    .await
-    .unwrap();
+    let mut room = connect_room(&server, &id, &cookie).await;
     // PRES-06: "Harnesses other than remote never send `session:planner`": the hello, then
     // straight to the Yjs sync.
     match room.recv_json().await.unwrap() {
@@ -411,12 +401,12 @@ async fn provider_outage_gives_the_failure_words_and_ends_the_turn() {
     assert!(!log.contains(MODEL_KEY), "the model key is never logged");
 }
 
-/// The JSON frames a room sends on opening, before the Yjs sync, to the session `cookie`.
-async fn opening_frames(server: &Server, id: &str, cookie: &str) -> Vec<Value> {
+/// A room socket on document `id` for the browser session `cookie`, nothing read yet.
+async fn connect_room(server: &Server, id: &str, cookie: &str) -> BrowserSocket {
     let stream = tokio::net::TcpStream::connect(&server.host())
         .await
         .unwrap();
-    let mut room = BrowserSocket::connect(
+    BrowserSocket::connect(
         stream,
         &server.host(),
         &format!("/api/documents/{id}/room"),
@@ -424,7 +414,12 @@ async fn opening_frames(server: &Server, id: &str, cookie: &str) -> Vec<Value> {
         Some(&server.origin()),
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// The JSON frames a room sends on opening, before the Yjs sync, to the session `cookie`.
+async fn opening_frames(server: &Server, id: &str, cookie: &str) -> Vec<Value> {
+    let mut room = connect_room(server, id, cookie).await;
     let mut frames = Vec::new();
     loop {
         match tokio::time::timeout(Duration::from_secs(20), room.recv_json())
@@ -491,18 +486,7 @@ async fn a_chosen_model_survives_a_restart_and_runs(backend: Backend) {
         json!({ "model": "openai/e2e-large", "thinkingLevel": "high", "chosenBy": "mona" }),
         "MOD-02: {told}"
     );
-    let stream = tokio::net::TcpStream::connect(&w.server.host())
-        .await
-        .unwrap();
-    w.room = BrowserSocket::connect(
-        stream,
-        &w.server.host(),
-        &format!("/api/documents/{}/room", w.id),
-        Some(&w.cookie),
-        Some(&w.server.origin()),
-    )
-    .await
-    .unwrap();
+    w.room = connect_room(&w.server, &w.id, &w.cookie).await;
     w.provider.script(Reply::text("Planned."));
     send(&mut w, "m-1", "@chopin plan").await;
     assert_eq!(next_reply(&mut w.room).await["text"], "Planned.");
