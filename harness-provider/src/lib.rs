@@ -171,52 +171,37 @@ impl ProviderConfig {
     /// [`ProviderConfig::catalog`], then the `listed` models it does not have yet, in the API's
     /// order, up to [`LISTED_MODELS_MAX`] entries in all.
     pub fn catalog_with(&self, listed: &[String]) -> Catalog {
-        let mut catalog = self.configured();
-        for model in listed {
-            if catalog.models.len() >= LISTED_MODELS_MAX {
+        let mut models = vec![self.entry(&self.model, true)];
+        let others = self.offered.iter().map(|o| o.model.as_str());
+        for model in others.chain(listed.iter().map(String::as_str)) {
+            if models.len() >= LISTED_MODELS_MAX {
                 break;
             }
-            let id = format!("{}/{model}", self.family.name());
-            if catalog.model(&id).is_none() {
-                catalog.models.push(CatalogModel {
-                    id,
-                    name: None,
-                    description: None,
-                    thinking_levels: Vec::new(),
-                    input_types: vec!["text".to_owned()],
-                    default: false,
-                });
+            let entry = self.entry(model, false);
+            if !models.iter().any(|m| m.id == entry.id) {
+                models.push(entry);
             }
         }
-        catalog
-    }
-
-    fn configured(&self) -> Catalog {
-        let levels_of = |model: &str| {
-            self.offered
-                .iter()
-                .find(|o| o.model == model)
-                .map(|o| o.levels.clone())
-                .unwrap_or_default()
-        };
-        let entry = |model: &str, default: bool| CatalogModel {
-            id: format!("{}/{model}", self.family.name()),
-            name: None,
-            description: None,
-            thinking_levels: levels_of(model),
-            input_types: vec!["text".to_owned()],
-            default,
-        };
-        let mut models = vec![entry(&self.model, true)];
-        models.extend(
-            self.offered
-                .iter()
-                .filter(|o| o.model != self.model)
-                .map(|o| entry(&o.model, false)),
-        );
         Catalog {
             models,
             commands: Some(Vec::new()),
+        }
+    }
+
+    /// `model`'s catalog entry: `provider/model`, with the levels `PROVIDER_MODELS` gives it.
+    fn entry(&self, model: &str, default: bool) -> CatalogModel {
+        CatalogModel {
+            id: format!("{}/{model}", self.family.name()),
+            name: None,
+            description: None,
+            thinking_levels: self
+                .offered
+                .iter()
+                .find(|o| o.model == model)
+                .map(|o| o.levels.clone())
+                .unwrap_or_default(),
+            input_types: vec!["text".to_owned()],
+            default,
         }
     }
 
