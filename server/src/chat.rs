@@ -721,6 +721,7 @@ impl Chat {
                 created_at_ms: self.clock.now_ms(),
                 key: None,
                 refs: None,
+                attachments: Vec::new(),
             };
             notice_saved = Some(self.transcript.queue_gated(place.document, &notice).await);
         }
@@ -734,6 +735,7 @@ impl Chat {
                 created_at_ms: self.clock.now_ms(),
                 key: None,
                 refs: None,
+                attachments: Vec::new(),
             }
         } else {
             NewTranscriptEntry {
@@ -746,6 +748,7 @@ impl Chat {
                 refs: command
                     .as_ref()
                     .and_then(|c| serde_json::to_string(&[c]).ok()),
+                attachments: Vec::new(),
             }
         };
         let saved = self.transcript.queue_gated(place.document, &entry).await;

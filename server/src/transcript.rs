@@ -455,6 +455,7 @@ impl TurnSink for Transcript {
             created_at_ms: self.clock.now_ms(),
             key: None,
             refs: None,
+            attachments: Vec::new(),
         };
         let _ = self.replies.send(Queued::Entry(document, entry)).await;
     }

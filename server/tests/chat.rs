@@ -480,6 +480,7 @@ async fn history_pages_back_from_the_newest() {
                 created_at_ms: T0,
                 key: None,
                 refs: None,
+                attachments: Vec::new(),
             },
         )
         .await
@@ -632,6 +633,7 @@ async fn bootstrap_reads_the_newest_entries_and_counts_what_it_leaves_out() {
                     created_at_ms: T0,
                     key: None,
                     refs: None,
+                    attachments: Vec::new(),
                 },
             )
             .await

@@ -115,6 +115,7 @@ fn said(text: &str) -> NewTranscriptEntry {
         created_at_ms: 0,
         key: None,
         refs: None,
+        attachments: Vec::new(),
     }
 }
 

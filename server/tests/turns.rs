@@ -444,6 +444,7 @@ async fn a_new_session_is_given_the_chat_before_the_message() {
                     created_at_ms: 0,
                     key: None,
                     refs: None,
+                    attachments: Vec::new(),
                 },
             )
             .await

@@ -18,11 +18,12 @@ use tokio::time::{Duration, Instant};
 use uuid::Uuid;
 
 use crate::{
-    Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent, DocumentStore,
-    Fence, HoldStore, Holder, LeaseAcquire, LeaseStore, LinkHold, ModelChoice, ModelChoiceStore,
-    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit,
-    Provenance, Release, RevisionKind, RunRecord, RunStore, SignInStore, StagePage, StageRecord,
-    Store, StoreError, StoreResult, TranscriptEntry, TranscriptStore, UnixMillis, WriterLease,
+    Account, Advance, Attachment, AttachmentStore, BrowserLogin, Claim, ContentStore, Document,
+    DocumentContent, DocumentStore, Fence, HoldStore, Holder, Kept, LeaseAcquire, LeaseStore,
+    LinkHold, ModelChoice, ModelChoiceStore, NewAttachment, NewDocument, NewTranscriptEntry,
+    OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit, Provenance, Release, RevisionKind,
+    RunRecord, RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult,
+    TakeBack, TranscriptEntry, TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
 };
 
 /// One store call, as reported.
@@ -506,6 +507,50 @@ impl<H: Hook> OwnershipStore for Instrumented<H> {
             "clear_unheld_ownership",
             WRITE,
             self.inner.clear_unheld_ownership(),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> AttachmentStore for Instrumented<H> {
+    async fn put_attachment(&self, file: &NewAttachment, limit: UnsentLimit) -> StoreResult<Kept> {
+        self.observe(
+            "put_attachment",
+            WRITE,
+            self.inner.put_attachment(file, limit),
+        )
+        .await
+    }
+
+    async fn attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+    ) -> StoreResult<Option<(Attachment, Vec<u8>)>> {
+        self.observe("attachment", READ, self.inner.attachment(document_id, id))
+            .await
+    }
+
+    async fn take_back_attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+        uploader: &str,
+    ) -> StoreResult<TakeBack> {
+        self.observe(
+            "take_back_attachment",
+            WRITE,
+            self.inner.take_back_attachment(document_id, id, uploader),
+        )
+        .await
+    }
+
+    async fn forget_unsent_attachments(&self, before_ms: UnixMillis) -> StoreResult<u64> {
+        self.observe(
+            "forget_unsent_attachments",
+            WRITE,
+            self.inner.forget_unsent_attachments(before_ms),
         )
         .await
     }

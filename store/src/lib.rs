@@ -291,6 +291,10 @@ pub struct NewTranscriptEntry {
     /// The message's typed references (a command it runs, CMD-16), as the server's own JSON,
     /// opaque here; `None`: it has none.
     pub refs: Option<String>,
+    /// Files this message sends (FILE-09): each must be its author's own, in this document and
+    /// not sent yet; the append marks them sent with the entry, or appends nothing
+    /// (`Conflict`) when one is not.
+    pub attachments: Vec<Uuid>,
 }
 
 /// Text as every backend stores it: U+0000, which PostgreSQL's `text` cannot hold, becomes
@@ -318,6 +322,7 @@ impl NewTranscriptEntry {
             created_at_ms: self.created_at_ms,
             key: self.key.clone(),
             refs: self.refs.as_deref().map(stored),
+            attachments: self.attachments.clone(),
         }
     }
 }
@@ -440,6 +445,7 @@ pub trait Store:
     + RunStore
     + HoldStore
     + ModelChoiceStore
+    + AttachmentStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -855,7 +861,138 @@ pub trait ModelChoiceStore: Send + Sync + 'static {
     async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>>;
 }
 
+/// A file uploaded to a document's Chat (`chat_attachments`, FILE-01): its uploader's alone until
+/// a message is sent with it (FILE-09), then part of that message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    pub id: Uuid,
+    pub document_id: Uuid,
+    /// The GitHub login of the person who uploaded it.
+    pub uploader: String,
+    /// The name it was uploaded with.
+    pub name: String,
+    /// `image` or `text`, decided from the bytes (FILE-14).
+    pub kind: String,
+    /// The type its bytes have (FILE-16): a raster image's own, `text/plain` for text.
+    pub mime_type: String,
+    /// Its length in bytes.
+    pub size: i64,
+    pub created_at_ms: UnixMillis,
+    /// The transcript entry that sent it; `None`: not sent yet.
+    pub sent_seq: Option<i64>,
+}
+
+/// A file to keep, with its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewAttachment {
+    pub attachment: Attachment,
+    pub bytes: Vec<u8>,
+}
+
+/// How much one person may leave unsent in one document (FILE-12): files made since `since_ms`
+/// and not sent count; older ones are forgotten (FILE-11).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnsentLimit {
+    pub max_files: u64,
+    pub max_bytes: u64,
+    pub since_ms: UnixMillis,
+}
+
+/// What [`AttachmentStore::put_attachment`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    Kept,
+    /// The uploader already leaves [`UnsentLimit::max_files`] unsent.
+    TooMany,
+    /// With this file the uploader's unsent bytes would pass [`UnsentLimit::max_bytes`].
+    TooMuch,
+}
+
+/// What [`AttachmentStore::take_back_attachment`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TakeBack {
+    /// Deleted.
+    Taken,
+    /// Already sent with a message: kept.
+    Sent,
+    /// No such file of this uploader in this document.
+    Missing,
+}
+
+/// The documents' Chat files (`chat_attachments`).
+#[async_trait]
+pub trait AttachmentStore: Send + Sync + 'static {
+    /// Keeps `file` unless its uploader's unsent files in its document, counted under the same
+    /// write, would pass `limit` with it. `NotFound("document")` for an unknown document.
+    async fn put_attachment(&self, file: &NewAttachment, limit: UnsentLimit) -> StoreResult<Kept>;
+    /// The document's file `id` and its bytes, sent or not.
+    async fn attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+    ) -> StoreResult<Option<(Attachment, Vec<u8>)>>;
+    /// Deletes `uploader`'s file `id` of `document_id` if no message has sent it (FILE-09).
+    async fn take_back_attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+        uploader: &str,
+    ) -> StoreResult<TakeBack>;
+    /// Deletes every file nobody sent that was made before `before_ms` (FILE-11). How many.
+    async fn forget_unsent_attachments(&self, before_ms: UnixMillis) -> StoreResult<u64>;
+}
+
 // --- helpers shared by the backends ---
+
+/// Whether `f` counts toward the unsent limit of the upload `new`: the same person's file in the
+/// same document, not sent, made within the limit's window.
+pub(crate) fn counts_unsent(f: &Attachment, new: &Attachment, limit: &UnsentLimit) -> bool {
+    f.document_id == new.document_id
+        && f.uploader == new.uploader
+        && f.sent_seq.is_none()
+        && f.created_at_ms >= limit.since_ms
+}
+
+/// The refusal of one more unsent file of `size` bytes beside `files` files of `bytes` bytes.
+pub(crate) fn unsent_refusal(
+    files: u64,
+    bytes: u64,
+    size: i64,
+    limit: &UnsentLimit,
+) -> Option<Kept> {
+    if files >= limit.max_files {
+        Some(Kept::TooMany)
+    } else if bytes.saturating_add(size.max(0) as u64) > limit.max_bytes {
+        Some(Kept::TooMuch)
+    } else {
+        None
+    }
+}
+
+/// Whether a message by `author` may send the files found for its ids (`None`: no such file in
+/// the document): each must be the author's and unsent. The `Conflict` says which is not.
+pub(crate) fn check_sendable<'a>(
+    found: impl Iterator<Item = Option<&'a Attachment>>,
+    author: Option<&str>,
+) -> StoreResult<()> {
+    for f in found {
+        match f {
+            Some(f) if Some(f.uploader.as_str()) == author && f.sent_seq.is_none() => {}
+            Some(f) => {
+                return Err(StoreError::Conflict(format!(
+                    "file {} is not an unsent upload of this message's author",
+                    f.id
+                )))
+            }
+            None => {
+                return Err(StoreError::Conflict(
+                    "a file of this message is not in its document".into(),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
 
 /// The comparison key of a GitHub owner, repository name or login: GitHub compares them without
 /// regard to ASCII case (they are ASCII by GitHub's rules).
@@ -952,7 +1089,7 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 /// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore, OwnershipStore,
-        SignInStore, Store, TranscriptStore,
+        AttachmentStore, ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore,
+        OwnershipStore, SignInStore, Store, TranscriptStore,
     };
 }

@@ -17,15 +17,16 @@ use uuid::Uuid;
 
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
-    Account, Advance, BrowserLogin, Checkpoint, Claim, Document, DocumentContent, Fence, Holder,
-    LeaseAcquire, LinkHold, ModelChoice, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
-    PlanCommit, Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, Store,
-    StoreError, StoreResult, TranscriptEntry, UnixMillis, WriterLease,
+    Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
+    Fence, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice, NewAttachment, NewDocument,
+    NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit, Provenance, Release, RevisionKind,
+    RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack, TranscriptEntry,
+    UnixMillis, UnsentLimit, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
-    ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore, OwnershipStore, RunStore,
-    SignInStore, TranscriptStore,
+    AttachmentStore, ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore,
+    OwnershipStore, RunStore, SignInStore, TranscriptStore,
 };
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
@@ -110,6 +111,8 @@ struct Inner {
     holds: BTreeMap<Uuid, LinkHold>,
     /// Document id → its Planner model choice.
     model_choices: BTreeMap<Uuid, ModelChoice>,
+    /// File id → a Chat file and its bytes.
+    attachments: BTreeMap<Uuid, (Attachment, Vec<u8>)>,
 }
 
 impl MemoryStore {
@@ -683,8 +686,27 @@ impl TranscriptStore for MemoryStore {
                     }
                 }
             }
+            let seq = inner
+                .transcripts
+                .get(&document_id)
+                .and_then(|e| e.last())
+                .map_or(1, |last| last.seq + 1);
+            crate::check_sendable(
+                entry.attachments.iter().map(|id| {
+                    inner
+                        .attachments
+                        .get(id)
+                        .map(|(a, _)| a)
+                        .filter(|a| a.document_id == document_id)
+                }),
+                entry.author_login.as_deref(),
+            )?;
+            for id in &entry.attachments {
+                if let Some((a, _)) = inner.attachments.get_mut(id) {
+                    a.sent_seq = Some(seq);
+                }
+            }
             let entries = inner.transcripts.entry(document_id).or_default();
-            let seq = entries.last().map_or(1, |last| last.seq + 1);
             if let Some(key) = &entry.key {
                 inner
                     .transcript_keys
@@ -858,6 +880,79 @@ impl ModelChoiceStore for MemoryStore {
 
     async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>> {
         self.with(|inner| Ok(inner.model_choices.get(&document_id).cloned()))
+    }
+}
+
+#[async_trait]
+impl AttachmentStore for MemoryStore {
+    async fn put_attachment(&self, file: &NewAttachment, limit: UnsentLimit) -> StoreResult<Kept> {
+        self.write(|inner| {
+            let a = &file.attachment;
+            if !inner.documents.contains_key(&a.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let (files, bytes) = inner
+                .attachments
+                .values()
+                .map(|(f, _)| f)
+                .filter(|f| crate::counts_unsent(f, a, &limit))
+                .fold((0u64, 0u64), |(n, b), f| (n + 1, b + f.size as u64));
+            if let Some(refused) = crate::unsent_refusal(files, bytes, a.size, &limit) {
+                return Ok(refused);
+            }
+            let stored = Attachment {
+                name: crate::storable(&a.name).into_owned(),
+                ..a.clone()
+            };
+            inner.attachments.insert(a.id, (stored, file.bytes.clone()));
+            Ok(Kept::Kept)
+        })
+    }
+
+    async fn attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+    ) -> StoreResult<Option<(Attachment, Vec<u8>)>> {
+        self.with(|inner| {
+            Ok(inner
+                .attachments
+                .get(&id)
+                .filter(|(a, _)| a.document_id == document_id)
+                .cloned())
+        })
+    }
+
+    async fn take_back_attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+        uploader: &str,
+    ) -> StoreResult<TakeBack> {
+        self.write(|inner| {
+            let Some((a, _)) = inner
+                .attachments
+                .get(&id)
+                .filter(|(a, _)| a.document_id == document_id && a.uploader == uploader)
+            else {
+                return Ok(TakeBack::Missing);
+            };
+            if a.sent_seq.is_some() {
+                return Ok(TakeBack::Sent);
+            }
+            inner.attachments.remove(&id);
+            Ok(TakeBack::Taken)
+        })
+    }
+
+    async fn forget_unsent_attachments(&self, before_ms: UnixMillis) -> StoreResult<u64> {
+        self.write(|inner| {
+            let before = inner.attachments.len();
+            inner
+                .attachments
+                .retain(|_, (a, _)| a.sent_seq.is_some() || a.created_at_ms >= before_ms);
+            Ok((before - inner.attachments.len()) as u64)
+        })
     }
 }
 

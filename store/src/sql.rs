@@ -53,11 +53,11 @@ use uuid::Uuid;
 use super::fence::FenceCheck;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
-    slug_taken, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator, Document,
-    DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, ModelChoice, NewDocument,
-    NewTranscriptEntry, OwnerGuard, Ownership, Pending, PlanCommit, Provenance, Release,
-    RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult, TranscriptEntry,
-    UnixMillis, WriterLease,
+    slug_taken, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Creator, Document,
+    DocumentContent, Fence, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice, NewAttachment,
+    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, Pending, PlanCommit, Provenance,
+    Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult, TakeBack,
+    TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
 };
 
 mod group;
@@ -452,6 +452,38 @@ impl<Id: Into<Uuid>> From<HoldRow<Id>> for LinkHold {
         }
     }
 }
+
+#[derive(sqlx::FromRow)]
+struct AttachmentRow<Id> {
+    id: Id,
+    document_id: Id,
+    uploader: String,
+    name: String,
+    kind: String,
+    mime_type: String,
+    size: i64,
+    created_at_ms: i64,
+    sent_seq: Option<i64>,
+}
+
+impl<Id: Into<Uuid>> From<AttachmentRow<Id>> for Attachment {
+    fn from(row: AttachmentRow<Id>) -> Self {
+        Attachment {
+            id: row.id.into(),
+            document_id: row.document_id.into(),
+            uploader: row.uploader,
+            name: row.name,
+            kind: row.kind,
+            mime_type: row.mime_type,
+            size: row.size,
+            created_at_ms: row.created_at_ms,
+            sent_seq: row.sent_seq,
+        }
+    }
+}
+
+const ATTACHMENT_COLUMNS: &str =
+    "id, document_id, uploader, name, kind, mime_type, size, created_at_ms, sent_seq";
 
 #[derive(sqlx::FromRow)]
 struct StageRow {
@@ -1749,6 +1781,9 @@ where
                 return Ok(Ok(made.into()));
             }
         }
+        if let Err(e) = Self::check_sendable_in(tx, document_id, entry).await? {
+            return Ok(Err(e));
+        }
         let seq: i64 = sqlx::query_scalar(
             "INSERT INTO chat_transcript \
              (document_id, seq, author_login, kind, body, created_at_ms, append_key, refs) \
@@ -1766,6 +1801,14 @@ where
         .fetch_one(&mut **tx)
         .await
         .map_err(|e| sqlx_error("appending to a transcript", e))?;
+        for id in &entry.attachments {
+            sqlx::query("UPDATE chat_attachments SET sent_seq = $1 WHERE id = $2")
+                .bind(seq)
+                .bind(DB::Id::from(*id))
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| sqlx_error("marking a file sent", e))?;
+        }
         Ok(Ok(TranscriptEntry {
             document_id,
             seq,
@@ -1775,6 +1818,33 @@ where
             created_at_ms: entry.created_at_ms,
             refs: entry.refs.clone(),
         }))
+    }
+
+    /// Whether the files `entry` sends may be sent by its author, read under the document's
+    /// row lock its append holds (see [`crate::check_sendable`]).
+    async fn check_sendable_in(
+        tx: &mut Transaction<'static, DB>,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<StoreResult<()>> {
+        let mut found = Vec::with_capacity(entry.attachments.len());
+        for id in &entry.attachments {
+            let sql = format!(
+                "SELECT {ATTACHMENT_COLUMNS} FROM chat_attachments \
+                 WHERE id = $1 AND document_id = $2"
+            );
+            let row: Option<AttachmentRow<DB::Id>> = sqlx::query_as(&sql)
+                .bind(DB::Id::from(*id))
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| sqlx_error("reading a file to send", e))?;
+            found.push(row.map(Attachment::from));
+        }
+        Ok(crate::check_sendable(
+            found.iter().map(Option::as_ref),
+            entry.author_login.as_deref(),
+        ))
     }
 
     pub(crate) async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
@@ -2118,6 +2188,140 @@ where
         ))
     }
 
+    // --- AttachmentStore ---
+
+    pub(crate) async fn put_attachment(
+        &self,
+        file: &NewAttachment,
+        limit: UnsentLimit,
+    ) -> StoreResult<Kept> {
+        let a = &file.attachment;
+        let mut tx = self.begin_write().await?;
+        // The document's row lock serialises one person's uploads, so two at once cannot both
+        // fit under the limit that only one of them fits.
+        if !Self::document_exists(&mut tx, a.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let (files, bytes): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(size), 0) AS BIGINT) FROM chat_attachments \
+             WHERE document_id = $1 AND uploader = $2 AND sent_seq IS NULL \
+             AND created_at_ms >= $3",
+        )
+        .bind(DB::Id::from(a.document_id))
+        .bind(&a.uploader)
+        .bind(limit.since_ms)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("counting unsent files", e))?;
+        if let Some(refused) =
+            crate::unsent_refusal(files.max(0) as u64, bytes.max(0) as u64, a.size, &limit)
+        {
+            return Ok(refused);
+        }
+        sqlx::query(
+            "INSERT INTO chat_attachments (id, document_id, uploader, name, kind, mime_type, \
+             size, bytes, created_at_ms, sent_seq) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL)",
+        )
+        .bind(DB::Id::from(a.id))
+        .bind(DB::Id::from(a.document_id))
+        .bind(&a.uploader)
+        .bind(crate::storable(&a.name).into_owned())
+        .bind(&a.kind)
+        .bind(&a.mime_type)
+        .bind(a.size)
+        .bind(file.bytes.as_slice())
+        .bind(a.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("keeping a file", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a kept file", e))?;
+        Ok(Kept::Kept)
+    }
+
+    pub(crate) async fn attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+    ) -> StoreResult<Option<(Attachment, Vec<u8>)>> {
+        let sql = format!(
+            "SELECT {ATTACHMENT_COLUMNS} FROM chat_attachments WHERE id = $1 AND document_id = $2"
+        );
+        let row: Option<AttachmentRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a file", e))?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let bytes: Option<Vec<u8>> =
+            sqlx::query_scalar("SELECT bytes FROM chat_attachments WHERE id = $1")
+                .bind(DB::Id::from(id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading a file's bytes", e))?;
+        // Taken back or forgotten between the two reads: gone.
+        Ok(bytes.map(|bytes| (row.into(), bytes)))
+    }
+
+    pub(crate) async fn take_back_attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+        uploader: &str,
+    ) -> StoreResult<TakeBack> {
+        let mut tx = self.begin_write().await?;
+        let sent: Option<Option<i64>> = sqlx::query_scalar(
+            "SELECT sent_seq FROM chat_attachments \
+             WHERE id = $1 AND document_id = $2 AND uploader = $3",
+        )
+        .bind(DB::Id::from(id))
+        .bind(DB::Id::from(document_id))
+        .bind(uploader)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a file to take back", e))?;
+        let outcome = match sent {
+            None => TakeBack::Missing,
+            Some(Some(_)) => TakeBack::Sent,
+            Some(None) => {
+                // Guarded: a send that committed first keeps the file.
+                let done =
+                    sqlx::query("DELETE FROM chat_attachments WHERE id = $1 AND sent_seq IS NULL")
+                        .bind(DB::Id::from(id))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| sqlx_error("taking a file back", e))?;
+                if DB::rows_affected(&done) == 1 {
+                    TakeBack::Taken
+                } else {
+                    TakeBack::Sent
+                }
+            }
+        };
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a file taken back", e))?;
+        Ok(outcome)
+    }
+
+    pub(crate) async fn forget_unsent_attachments(
+        &self,
+        before_ms: UnixMillis,
+    ) -> StoreResult<u64> {
+        self.write_one(
+            sqlx::query(
+                "DELETE FROM chat_attachments WHERE sent_seq IS NULL AND created_at_ms < $1",
+            )
+            .bind(before_ms),
+            ("forgetting unsent files", "committing forgotten files"),
+        )
+        .await
+    }
+
     // --- RunStore ---
 
     pub(crate) async fn save_run(
@@ -2430,7 +2634,8 @@ macro_rules! sql_store_impls {
                 DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
-                HoldStore, LinkHold, ModelChoice, ModelChoiceStore,
+                HoldStore, LinkHold, ModelChoice, ModelChoiceStore, Attachment, AttachmentStore,
+                Kept, NewAttachment, TakeBack, UnsentLimit,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -2515,6 +2720,12 @@ macro_rules! sql_store_impls {
                 fn put_model_choice(choice: &ModelChoice) -> ();
                 fn clear_model_choice(document_id: Uuid) -> bool;
                 fn model_choice(document_id: Uuid) -> Option<ModelChoice>;
+            } {});
+            sql_store_impls!(@forward $store, AttachmentStore {
+                fn put_attachment(file: &NewAttachment, limit: UnsentLimit) -> Kept;
+                fn attachment(document_id: Uuid, id: Uuid) -> Option<(Attachment, Vec<u8>)>;
+                fn take_back_attachment(document_id: Uuid, id: Uuid, uploader: &str) -> TakeBack;
+                fn forget_unsent_attachments(before_ms: UnixMillis) -> u64;
             } {});
             sql_store_impls!(@forward $store, RunStore {
                 fn save_run(run: &RunRecord, stages: &[StageRecord], replace: bool) -> ();
@@ -2629,6 +2840,7 @@ pub(crate) mod group_commit_check {
                         created_at_ms: 2,
                         key: None,
                         refs: None,
+                        attachments: Vec::new(),
                     };
                     let chat = chat_store
                         .append_transcript(id, &entry)

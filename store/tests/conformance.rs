@@ -29,10 +29,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chopin_store::{
-    account_id_for_github_user, Account, Advance, BrowserLogin, Checkpoint, Claim, Creator,
-    Document, DocumentContent, Fence, Holder, LeaseAcquire, LinkHold, MemoryStore, ModelChoice,
-    NewDocument, NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Provenance, Release,
-    RevisionKind, RunRecord, SqliteStore, StageRecord, Store, StoreError, WriterLease,
+    account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
+    Creator, Document, DocumentContent, Fence, Holder, Kept, LeaseAcquire, LinkHold, MemoryStore,
+    ModelChoice, NewAttachment, NewDocument, NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit,
+    Provenance, Release, RevisionKind, RunRecord, SqliteStore, StageRecord, Store, StoreError,
+    TakeBack, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -214,6 +215,8 @@ conformance! {
     iso_43_a_documents_creation_provenance_round_trips_and_survives_reopening,
     mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_and_survives_reopening,
     cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening,
+    file_01_file_09_file_16_a_file_is_kept_with_its_bytes_its_uploaders_until_sent_then_the_messages,
+    file_11_file_12_file_13_unsent_files_count_per_person_and_document_and_are_forgotten_after_the_window,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -280,6 +283,7 @@ fn entry(author: Option<&str>, kind: &str, body: &str, at: i64) -> NewTranscript
         created_at_ms: at,
         key: None,
         refs: None,
+        attachments: Vec::new(),
     }
 }
 
@@ -1926,6 +1930,28 @@ async fn every_write(
             .map(|cleared| assert!(cleared)),
     );
     record(
+        "put_attachment",
+        store
+            .put_attachment(&file_of(fx.doc, 0xa1, "mona", b"one"), roomy())
+            .await
+            .map(|kept| assert_eq!(kept, Kept::Kept)),
+    );
+    record(
+        "take_back_attachment",
+        store
+            .take_back_attachment(fx.doc, Uuid::from_u128(0xa1), "mona")
+            .await
+            .map(|taken| assert_eq!(taken, TakeBack::Taken)),
+    );
+    record(
+        "forget_unsent_attachments",
+        store
+            .put_attachment(&file_of(fx.doc, 0xa2, "mona", b"two"), roomy())
+            .await
+            .and(store.forget_unsent_attachments(i64::MAX).await)
+            .map(|forgotten| assert_eq!(forgotten, 1)),
+    );
+    record(
         "clear_unheld_ownership",
         store
             .clear_unheld_ownership()
@@ -1948,6 +1974,33 @@ async fn every_write(
             .map(|cleared| assert_eq!(cleared, 1)),
     );
     outcomes
+}
+
+/// `uploader`'s text file `id` of `doc`, holding `bytes`, made at 1 000.
+fn file_of(doc: Uuid, id: u128, uploader: &str, bytes: &[u8]) -> NewAttachment {
+    NewAttachment {
+        attachment: Attachment {
+            id: Uuid::from_u128(id),
+            document_id: doc,
+            uploader: uploader.to_owned(),
+            name: format!("f-{id:x}.txt"),
+            kind: "text".to_owned(),
+            mime_type: "text/plain".to_owned(),
+            size: bytes.len() as i64,
+            created_at_ms: 1_000,
+            sent_seq: None,
+        },
+        bytes: bytes.to_vec(),
+    }
+}
+
+/// A limit no test file reaches.
+fn roomy() -> UnsentLimit {
+    UnsentLimit {
+        max_files: 100,
+        max_bytes: 1 << 20,
+        since_ms: 0,
+    }
 }
 
 /// mona's choice of `model` at `level` for `doc`.
@@ -1988,6 +2041,7 @@ struct FencedState {
     ownership: Vec<chopin_store::Ownership>,
     holds: Vec<LinkHold>,
     model_choice: Option<ModelChoice>,
+    files: Vec<Option<(Attachment, Vec<u8>)>>,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -2033,6 +2087,16 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
         ],
         holds: store.link_holds().await.unwrap(),
         model_choice: store.model_choice(fx.doc).await.unwrap(),
+        files: vec![
+            store
+                .attachment(fx.doc, Uuid::from_u128(0xa1))
+                .await
+                .unwrap(),
+            store
+                .attachment(fx.doc, Uuid::from_u128(0xa2))
+                .await
+                .unwrap(),
+        ],
     }
 }
 
@@ -2063,7 +2127,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 25, "every write method is tried");
+    assert_eq!(outcomes.len(), 28, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -4718,5 +4782,283 @@ async fn cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening(b: 
         read.iter().map(|e| e.refs.as_deref()).collect::<Vec<_>>(),
         vec![Some(refs), None],
         "kept with their messages across a reopen"
+    );
+}
+
+async fn file_01_file_09_file_16_a_file_is_kept_with_its_bytes_its_uploaders_until_sent_then_the_messages(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(94, "octo", "files", "chat"))
+        .await
+        .unwrap()
+        .id;
+    let other = store
+        .create_document(&new_doc(95, "octo", "files", "other"))
+        .await
+        .unwrap()
+        .id;
+    let png = [0x89u8, b'P', b'N', b'G', 0, 0xff, 1];
+    let mut image = file_of(doc, 0xb1, "mona", &png);
+    image.attachment.kind = "image".to_owned();
+    image.attachment.mime_type = "image/png".to_owned();
+    image.attachment.name = "shot Ω.png".to_owned();
+    assert_eq!(
+        store.put_attachment(&image, roomy()).await.unwrap(),
+        Kept::Kept
+    );
+    let text = file_of(doc, 0xb2, "mona", b"notes\n");
+    store.put_attachment(&text, roomy()).await.unwrap();
+    let lisas = file_of(doc, 0xb3, "lisa", b"hers");
+    store.put_attachment(&lisas, roomy()).await.unwrap();
+    // Kept with its bytes exactly, under its document only.
+    assert_eq!(
+        store.attachment(doc, Uuid::from_u128(0xb1)).await.unwrap(),
+        Some((image.attachment.clone(), png.to_vec()))
+    );
+    assert_eq!(
+        store
+            .attachment(other, Uuid::from_u128(0xb1))
+            .await
+            .unwrap(),
+        None,
+        "another document's file is not found through this one"
+    );
+    assert!(is_not_found(
+        store
+            .put_attachment(
+                &file_of(Uuid::from_u128(0xdead), 0xb9, "mona", b"x"),
+                roomy()
+            )
+            .await
+    ));
+    // A message sends only its author's own unsent files of its document, all or nothing.
+    let refused = store
+        .append_transcript(
+            doc,
+            &NewTranscriptEntry {
+                attachments: vec![Uuid::from_u128(0xb1), Uuid::from_u128(0xb3)],
+                ..entry(Some("mona"), "member", "with lisa's file", 2_000)
+            },
+        )
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::Conflict(_))),
+        "{refused:?}"
+    );
+    assert_eq!(
+        store.last_transcript_seq(doc).await.unwrap(),
+        0,
+        "nothing appended"
+    );
+    assert_eq!(
+        store
+            .attachment(doc, Uuid::from_u128(0xb1))
+            .await
+            .unwrap()
+            .unwrap()
+            .0
+            .sent_seq,
+        None,
+        "nothing marked sent"
+    );
+    let sent = store
+        .append_transcript(
+            doc,
+            &NewTranscriptEntry {
+                attachments: vec![Uuid::from_u128(0xb1), Uuid::from_u128(0xb2)],
+                ..entry(Some("mona"), "member", "two files", 2_001)
+            },
+        )
+        .await
+        .unwrap();
+    for id in [0xb1, 0xb2] {
+        let (f, _) = store
+            .attachment(doc, Uuid::from_u128(id))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.sent_seq, Some(sent.seq));
+    }
+    // Sent once: a second message cannot send it again.
+    let again = store
+        .append_transcript(
+            doc,
+            &NewTranscriptEntry {
+                attachments: vec![Uuid::from_u128(0xb2)],
+                ..entry(Some("mona"), "member", "again", 2_002)
+            },
+        )
+        .await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    // Taking back: only the uploader, only unsent (FILE-09, RULINGS FILE-10).
+    assert_eq!(
+        store
+            .take_back_attachment(doc, Uuid::from_u128(0xb1), "mona")
+            .await
+            .unwrap(),
+        TakeBack::Sent
+    );
+    assert_eq!(
+        store
+            .take_back_attachment(doc, Uuid::from_u128(0xb3), "mona")
+            .await
+            .unwrap(),
+        TakeBack::Missing,
+        "not hers"
+    );
+    assert_eq!(
+        store
+            .take_back_attachment(other, Uuid::from_u128(0xb3), "lisa")
+            .await
+            .unwrap(),
+        TakeBack::Missing,
+        "not that document's"
+    );
+    assert_eq!(
+        store
+            .take_back_attachment(doc, Uuid::from_u128(0xb3), "lisa")
+            .await
+            .unwrap(),
+        TakeBack::Taken
+    );
+    assert_eq!(
+        store.attachment(doc, Uuid::from_u128(0xb3)).await.unwrap(),
+        None
+    );
+    drop(store);
+    let reopened = b.open().await;
+    let (kept, bytes) = reopened
+        .attachment(doc, Uuid::from_u128(0xb1))
+        .await
+        .unwrap()
+        .expect("kept across a reopen");
+    assert_eq!(bytes, png.to_vec());
+    assert_eq!(kept.name, "shot Ω.png");
+    assert_eq!(kept.sent_seq, Some(sent.seq));
+}
+
+async fn file_11_file_12_file_13_unsent_files_count_per_person_and_document_and_are_forgotten_after_the_window(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(96, "octo", "files", "caps"))
+        .await
+        .unwrap()
+        .id;
+    let other = store
+        .create_document(&new_doc(97, "octo", "files", "caps-2"))
+        .await
+        .unwrap()
+        .id;
+    let limit = UnsentLimit {
+        max_files: 3,
+        max_bytes: 10,
+        since_ms: 500,
+    };
+    let at = |mut f: NewAttachment, ms: i64| {
+        f.attachment.created_at_ms = ms;
+        f
+    };
+    // A file made before the window is forgotten already: it counts for nothing.
+    store
+        .put_attachment(&at(file_of(doc, 0xc0, "mona", b"0123456789"), 499), roomy())
+        .await
+        .unwrap();
+    for (id, bytes) in [(0xc1, &b"1234"[..]), (0xc2, b"5678")] {
+        assert_eq!(
+            store
+                .put_attachment(&at(file_of(doc, id, "mona", bytes), 500), limit)
+                .await
+                .unwrap(),
+            Kept::Kept
+        );
+    }
+    // Bytes: 8 unsent + 3 would pass 10 (RULINGS FILE-13).
+    assert_eq!(
+        store
+            .put_attachment(&file_of(doc, 0xc3, "mona", b"abc"), limit)
+            .await
+            .unwrap(),
+        Kept::TooMuch
+    );
+    assert_eq!(
+        store
+            .put_attachment(&file_of(doc, 0xc4, "mona", b"ab"), limit)
+            .await
+            .unwrap(),
+        Kept::Kept,
+        "exactly at the limit"
+    );
+    assert_eq!(
+        store
+            .put_attachment(&file_of(doc, 0xc5, "mona", b""), limit)
+            .await
+            .unwrap(),
+        Kept::TooMany
+    );
+    // Per person and per document.
+    assert_eq!(
+        store
+            .put_attachment(&file_of(doc, 0xc6, "lisa", b"1234567890"), limit)
+            .await
+            .unwrap(),
+        Kept::Kept
+    );
+    assert_eq!(
+        store
+            .put_attachment(&file_of(other, 0xc7, "mona", b"1234567890"), limit)
+            .await
+            .unwrap(),
+        Kept::Kept
+    );
+    // A sent file no longer counts.
+    store
+        .append_transcript(
+            doc,
+            &NewTranscriptEntry {
+                attachments: vec![Uuid::from_u128(0xc1)],
+                ..entry(Some("mona"), "member", "sent", 2_000)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .put_attachment(&file_of(doc, 0xc8, "mona", b"wxyz"), limit)
+            .await
+            .unwrap(),
+        Kept::Kept
+    );
+    // Forgetting: unsent files made before the cut, and only those.
+    assert_eq!(store.forget_unsent_attachments(1_000).await.unwrap(), 2);
+    assert_eq!(
+        store.attachment(doc, Uuid::from_u128(0xc0)).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.attachment(doc, Uuid::from_u128(0xc2)).await.unwrap(),
+        None
+    );
+    assert!(store
+        .attachment(doc, Uuid::from_u128(0xc1))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(store
+        .attachment(doc, Uuid::from_u128(0xc8))
+        .await
+        .unwrap()
+        .is_some());
+    assert_eq!(store.forget_unsent_attachments(1_001).await.unwrap(), 4);
+    assert!(
+        store
+            .attachment(doc, Uuid::from_u128(0xc1))
+            .await
+            .unwrap()
+            .is_some(),
+        "sent: kept"
     );
 }
