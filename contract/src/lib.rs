@@ -436,6 +436,7 @@ async fn drive(
         cancel: control.cancel_signal(),
         model: None,
         thinking_level: None,
+        attachments: Vec::new(),
     };
     let session = SessionRequest {
         mode: turn.mode,

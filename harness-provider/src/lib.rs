@@ -123,6 +123,9 @@ pub struct ProviderConfig {
     /// in the operator's order, on the same API and key. [`ProviderConfig::model`] is offered
     /// first whether or not it is listed here; listed, it takes the levels given here.
     pub offered: Vec<OfferedModel>,
+    /// The models that read images (API ids); `*` among them: every one. A catalog entry says
+    /// so in its `inputTypes` (FILE-23).
+    pub image_models: Vec<String>,
 }
 
 /// A model the operator offers writers, as the provider's API knows it.
@@ -158,6 +161,7 @@ impl ProviderConfig {
             },
             offered: Vec::new(),
             listing: None,
+            image_models: Vec::new(),
         }
     }
 
@@ -200,9 +204,18 @@ impl ProviderConfig {
                 .find(|o| o.model == model)
                 .map(|o| o.levels.clone())
                 .unwrap_or_default(),
-            input_types: vec!["text".to_owned()],
+            input_types: if self.reads_images(model) {
+                vec!["text".to_owned(), "image".to_owned()]
+            } else {
+                vec!["text".to_owned()]
+            },
             default,
         }
+    }
+
+    /// Whether the API's model `model` reads images (`PROVIDER_IMAGE_MODELS`).
+    pub fn reads_images(&self, model: &str) -> bool {
+        self.image_models.iter().any(|m| m == "*" || m == model)
     }
 
     /// The API's id for the catalog id `id` (`provider/model`), if it is this family's.
@@ -367,6 +380,47 @@ impl ProviderHarness {
     }
 }
 
+/// The person's message as the provider reads it: the prompt, then each file as its own part
+/// (FILE-23) — a text file as a text document titled by its name (its name heads its text too,
+/// since an OpenAI-compatible API keeps no title), an image as an image part in base64.
+fn user_message(prompt: &str, files: &[chopin_harness::TurnFile]) -> rig_core::message::Message {
+    use base64::Engine as _;
+    use rig_core::message::{
+        Document, DocumentMediaType, DocumentSourceKind, ImageMediaType, UserContent,
+    };
+    if files.is_empty() {
+        return rig_core::message::Message::user(prompt);
+    }
+    let mut parts = vec![UserContent::text(prompt)];
+    for file in files {
+        match file {
+            chopin_harness::TurnFile::Text { name, text, .. } => {
+                parts.push(UserContent::Document(Document {
+                    data: DocumentSourceKind::String(format!("[File: {name}]\n{text}")),
+                    media_type: Some(DocumentMediaType::TXT),
+                    additional_params: Some(serde_json::json!({ "title": name })),
+                }));
+            }
+            chopin_harness::TurnFile::Image {
+                mime_type, data, ..
+            } => {
+                let media_type = match mime_type.as_str() {
+                    "image/png" => ImageMediaType::PNG,
+                    "image/jpeg" => ImageMediaType::JPEG,
+                    "image/gif" => ImageMediaType::GIF,
+                    _ => ImageMediaType::WEBP,
+                };
+                parts.push(UserContent::image_base64(
+                    base64::engine::general_purpose::STANDARD.encode(data),
+                    Some(media_type),
+                    None,
+                ));
+            }
+        }
+    }
+    rig_core::message::Message::from(parts)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -390,7 +444,7 @@ impl Harness for ProviderHarness {
         Capabilities {
             steer: true,
             model_catalog: true,
-            images: false,
+            images: !self.deps.config.image_models.is_empty(),
         }
     }
 
@@ -602,7 +656,7 @@ impl ProviderSession {
             steps: Arc::new(AtomicUsize::new(0)),
         };
         let mut stream = agent
-            .prompt(turn.prompt.clone())
+            .prompt(user_message(&turn.prompt, &turn.attachments))
             .history(history)
             .max_turns(rounds)
             .add_hook(hook)

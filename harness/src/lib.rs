@@ -240,6 +240,37 @@ pub struct TurnRequest {
     /// A reasoning level of the turn's model; `None`: the model's own. Read only with
     /// [`TurnRequest::model`] set.
     pub thinking_level: Option<String>,
+    /// Files sent with the person's message, as the message's own parts (FILE-23): text files
+    /// always, images only where the turn's model reads them (the host decided). Empty for a
+    /// turn with none.
+    pub attachments: Vec<TurnFile>,
+}
+
+/// A file sent with a Chat message, given to a turn (FILE-23).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnFile {
+    /// A UTF-8 text file: a file part of type `text/plain`.
+    Text {
+        id: String,
+        name: String,
+        text: String,
+    },
+    /// A PNG, JPEG, WebP or GIF: an image part.
+    Image {
+        id: String,
+        name: String,
+        /// `image/png`, `image/jpeg`, `image/webp` or `image/gif`.
+        mime_type: String,
+        data: Vec<u8>,
+    },
+}
+
+impl TurnFile {
+    pub fn name(&self) -> &str {
+        match self {
+            TurnFile::Text { name, .. } | TurnFile::Image { name, .. } => name,
+        }
+    }
 }
 
 /// How an adapter says its turn ended (the agent connection's `turn-end`, 1:1).

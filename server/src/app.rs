@@ -24,6 +24,7 @@ use crate::documents::children::Children;
 use crate::documents::creations::Creations;
 use crate::documents::updates::Updates;
 use crate::documents::Documents;
+use crate::files::Files;
 use crate::github_tools::GitHubTools;
 use crate::housekeeping;
 use crate::identity::admission::{Admission, AdmissionPolicy};
@@ -83,6 +84,8 @@ pub struct App {
     pub chat: Arc<Chat>,
     /// The documents' Planner model choices and catalogs.
     pub models: Arc<Models>,
+    /// The documents' Chat files.
+    pub files: Arc<Files>,
     pub renewal: Arc<Renewal>,
     pub questions: Arc<Questions>,
     pub runs: Arc<Runs>,
@@ -300,8 +303,20 @@ impl App {
             repository: Arc::new(RepositoryTools::new(github.clone())),
             github_tools: github_tools.clone(),
         }));
+        let files = Arc::new(Files::new(
+            store.clone(),
+            clock.clone(),
+            entropy.clone(),
+            crate::files::Limits {
+                max_bytes: config.chat_attachment_max_bytes,
+                max_count: config.chat_attachment_max_count,
+                max_total_bytes: config.chat_attachment_max_total_bytes,
+            },
+        ));
         let chat = Arc::new(
-            Chat::new(transcript.clone(), turns.clone(), clock.clone()).with_models(models.clone()),
+            Chat::new(transcript.clone(), turns.clone(), clock.clone())
+                .with_models(models.clone())
+                .with_files(files.clone()),
         );
         chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
@@ -315,6 +330,7 @@ impl App {
             &transcript,
             &sign_ins,
             &renewal,
+            &files,
             clock.clone(),
             &shutdown,
         );
@@ -340,6 +356,7 @@ impl App {
             turns,
             chat,
             models,
+            files,
             renewal,
             questions,
             runs,
@@ -388,6 +405,10 @@ impl App {
             local: c.auth_mode == AuthMode::Local,
         }))
         .merge(transport::documents::routes(self.documents_deps()))
+        .merge(transport::files::routes(transport::files::FilesDeps {
+            documents: self.documents_deps(),
+            files: self.files.clone(),
+        }))
         .merge(transport::mcp::routes(McpDeps {
             documents: self.documents_deps(),
             updates: self.updates.clone(),
@@ -413,6 +434,7 @@ impl App {
             runs: self.runs.clone(),
             presence: !crate::harness::model_in_server(&c.harness),
             models: self.models.clone(),
+            attachments: self.files.limits(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),

@@ -133,6 +133,8 @@ pub struct SendRequest {
     /// The command references the message carries (`references` of kind `command`, CMD-10);
     /// checked when the message is accepted.
     pub commands: Vec<CommandRef>,
+    /// The ids of the files the message sends (`attachments`), its sender's uploads.
+    pub files: Vec<Uuid>,
 }
 
 /// A command chip: the command a message runs, as the composer sent it (CMD-10): its name
@@ -150,6 +152,11 @@ pub struct CommandRef {
     pub end: u64,
 }
 
+/// The most file ids one `chat:send` carries, whatever the configured count (which is checked
+/// when the message is accepted).
+pub const ATTACHMENT_IDS_MAX: usize = 64;
+/// The words of an image sent to a Planner whose model does not read images (FILE-24).
+pub const IMAGES_UNREADABLE_WORDS: &str = "This model can't read images";
 /// The most references one `chat:send` carries.
 pub const REFERENCES_MAX: usize = 16;
 /// The longest command name or kind taken, in characters.
@@ -190,10 +197,17 @@ impl SendRequest {
             text: String,
             #[serde(default)]
             references: Vec<Value>,
+            #[serde(default)]
+            attachments: Vec<Uuid>,
         }
         let wire: Wire = serde_json::from_value(frame.clone()).map_err(|_| {
-            Malformed("chat:send needs a string \"requestId\" and a string \"text\" (and \"references\", if any, is a list)".into())
+            Malformed("chat:send needs a string \"requestId\" and a string \"text\" (and \"references\", if any, is a list; \"attachments\", if any, a list of file ids)".into())
         })?;
+        if wire.attachments.len() > ATTACHMENT_IDS_MAX {
+            return Err(Malformed(format!(
+                "a chat:send carries at most {ATTACHMENT_IDS_MAX} file ids"
+            )));
+        }
         if wire.references.len() > REFERENCES_MAX {
             return Err(Malformed(format!(
                 "a chat:send carries at most {REFERENCES_MAX} references"
@@ -230,8 +244,24 @@ impl SendRequest {
             request_id: wire.request_id,
             text: wire.text,
             commands,
+            files: wire.attachments,
         })
     }
+}
+
+/// A message's references as stored with it: its command (CMD-16) and its files, each
+/// `{type: "file", id, name, kind, mimeType, size}`; `None` for neither.
+fn message_refs(command: Option<&CommandRef>, files: &[crate::files::SentFile]) -> Option<String> {
+    let mut refs: Vec<Value> = command
+        .and_then(|c| serde_json::to_value(c).ok())
+        .into_iter()
+        .collect();
+    for f in files {
+        let mut v = crate::files::file_json(&f.file);
+        v["type"] = Value::String("file".into());
+        refs.push(v);
+    }
+    (!refs.is_empty()).then(|| Value::Array(refs).to_string())
 }
 
 /// Whom a message is for: as its words say (`@chopin` addresses the Planner), or the Planner
@@ -340,6 +370,8 @@ pub struct Chat {
     clock: SharedClock,
     /// What the Planner offers, for checking a command (`None`: no commands are ever offered).
     models: Option<Arc<crate::models::Models>>,
+    /// The documents' Chat files, for a message that sends some (`None`: no message may).
+    files: Option<Arc<crate::files::Files>>,
 }
 
 type Key = (String, Uuid, String);
@@ -407,7 +439,14 @@ impl Chat {
             turns,
             clock,
             models: None,
+            files: None,
         }
+    }
+
+    /// Lets a message send the Chat files its sender uploaded (FILE-09).
+    pub fn with_files(mut self, files: Arc<crate::files::Files>) -> Self {
+        self.files = Some(files);
+        self
     }
 
     /// Checks commands against what `models` says the Planner offers.
@@ -651,6 +690,36 @@ impl Chat {
         }
     }
 
+    /// The files `request` sends, checked ([`crate::files::Files::for_message`]), or the
+    /// refusal's code and words.
+    async fn message_files(
+        &self,
+        document: Uuid,
+        sender: &Sender,
+        request: &SendRequest,
+    ) -> Result<Vec<crate::files::SentFile>, (&'static str, String)> {
+        if request.files.is_empty() {
+            return Ok(Vec::new());
+        }
+        let Some(files) = &self.files else {
+            return Err((
+                "not-allowed",
+                "Files are turned off on this server.".to_owned(),
+            ));
+        };
+        match files
+            .for_message(document, &sender.login, &request.files)
+            .await
+        {
+            Ok(found) => Ok(found),
+            Err(crate::files::FileError::Refused(r)) => Err((r.code, r.message)),
+            Err(crate::files::FileError::Store(e)) => {
+                tracing::error!(error = %e, document = %document, "chat: a message's files could not be read");
+                Err(("temporarily-unavailable", "The message's files could not be read just now, so it wasn't sent. Send it again in a moment.".to_owned()))
+            }
+        }
+    }
+
     async fn process(
         &self,
         place: &Place,
@@ -668,6 +737,22 @@ impl Chat {
         let to_planner = addressed != Addressed::AsWritten
             || command.is_some()
             || mentions_planner(&request.text);
+        // The files it sends: its sender's own uploads, within the message's limits (FILE-09,
+        // FILE-19, FILE-20); an image to the Planner only where the model the turn would run
+        // reads images (FILE-24). The same image can go to the room.
+        let files = match self.message_files(place.document, sender, &request).await {
+            Ok(files) => files,
+            Err((code, words)) => return SendReply::refused(id, code, words),
+        };
+        if to_planner && files.iter().any(|f| f.file.kind == "image") {
+            let reads = match &self.models {
+                Some(models) => models.reads_images(place.document).await,
+                None => false,
+            };
+            if !reads {
+                return SendReply::refused(id, "images-unreadable", format!("{IMAGES_UNREADABLE_WORDS}: send the image to the room without @chopin, or choose a model that reads images."));
+            }
+        }
         // One at a time per document, so the transcript, the room and the Planner all see this
         // document's messages in the same order.
         let held = self.transcript.gate(place.document).await;
@@ -694,6 +779,7 @@ impl Chat {
                         _ => None,
                     },
                     command: command.as_ref().map(CommandRef::as_command),
+                    files: files.clone(),
                 })
                 .await;
             match asked {
@@ -744,11 +830,10 @@ impl Chat {
                 body: request.text,
                 created_at_ms: self.clock.now_ms(),
                 key: None,
-                // Kept with the message (CMD-16).
-                refs: command
-                    .as_ref()
-                    .and_then(|c| serde_json::to_string(&[c]).ok()),
-                attachments: Vec::new(),
+                // Kept with the message (CMD-16), and its files as everyone in the room sees
+                // them (FILE-01).
+                refs: message_refs(command.as_ref(), &files),
+                attachments: files.iter().map(|f| f.file.id).collect(),
             }
         };
         let saved = self.transcript.queue_gated(place.document, &entry).await;

@@ -187,6 +187,9 @@ pub struct ProviderSettings {
     pub offered: Vec<OfferedModel>,
     /// `PROVIDER_MODELS` holds `*`: also every model the API lists.
     pub list_models: bool,
+    /// `PROVIDER_IMAGE_MODELS`: the models that read images (ids without the prefix); `["*"]`:
+    /// every one.
+    pub image_models: Vec<String>,
 }
 
 /// The most models `PROVIDER_MODELS` lists.
@@ -424,6 +427,12 @@ pub struct Args {
     #[arg(long, env = "PROVIDER_MODELS", value_name = "MODEL[=LEVEL|…],…")]
     pub provider_models: Option<String>,
 
+    /// Which offered models read images, comma-separated (their `provider/` prefix may be
+    /// written or not); `*`: every one. A message's images go to the Planner only where its
+    /// model reads them. Unset: none does, and images stay in the room.
+    #[arg(long, env = "PROVIDER_IMAGE_MODELS", value_name = "MODEL,…|*")]
+    pub provider_image_models: Option<String>,
+
     /// `on` (default) or `off`: off refuses every message to the Planner (no turns run); Chat
     /// between people is unchanged.
     #[arg(long, env = "AGENT", value_name = "on|off")]
@@ -472,18 +481,17 @@ pub struct Args {
     #[arg(long, env = "AGENT_ACCESS_RECHECK_MS", value_name = "MS")]
     pub agent_access_recheck_ms: Option<String>,
 
-    /// Not acted on yet: checked, then unused (no Chat files in this build). Largest Chat
-    /// attachment, in bytes. Default 1048576 (1 MiB).
+    /// Largest file on a Chat message, in bytes. Default 1048576 (1 MiB); under HARNESS=remote
+    /// at most 1 MiB (a larger value is lowered, with a warning).
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_BYTES", value_name = "BYTES")]
     pub chat_attachment_max_bytes: Option<String>,
 
-    /// Not acted on yet: checked, then unused. Most files on one Chat message; 0 turns
-    /// attachments off. Default 5.
+    /// Most files on one Chat message; 0 turns files off. Default 5.
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_COUNT", value_name = "N")]
     pub chat_attachment_max_count: Option<String>,
 
-    /// Not acted on yet: checked, then unused. Largest total of one message's attachments, in
-    /// bytes. Default 4194304 (4 MiB); under HARNESS=remote both byte caps are at most 1 MiB.
+    /// Largest total of one message's files, in bytes. Default 4194304 (4 MiB); under
+    /// HARNESS=remote at most 1 MiB.
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_TOTAL_BYTES", value_name = "BYTES")]
     pub chat_attachment_max_total_bytes: Option<String>,
 
@@ -688,6 +696,27 @@ fn provider_settings(args: &Args, auth: Option<&str>) -> Result<ProviderSettings
         )?),
     };
     let (offered, list_models) = offered_models(given(&args.provider_models), family_name)?;
+    let image_models = given(&args.provider_image_models)
+        .map(|raw| {
+            raw.split(',')
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(|m| {
+                    m.strip_prefix(family_name)
+                        .and_then(|r| r.strip_prefix('/'))
+                        .unwrap_or(m)
+                        .to_owned()
+                })
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    if image_models.len() > PROVIDER_MODELS_MAX {
+        return Err(ConfigError::new(
+            "PROVIDER_IMAGE_MODELS",
+            given(&args.provider_image_models),
+            format!("at most {PROVIDER_MODELS_MAX} models may be named"),
+        ));
+    }
     Ok(ProviderSettings {
         family,
         model: model.to_owned(),
@@ -701,6 +730,7 @@ fn provider_settings(args: &Args, auth: Option<&str>) -> Result<ProviderSettings
         max_output_tokens,
         offered,
         list_models,
+        image_models,
     })
 }
 

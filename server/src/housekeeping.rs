@@ -7,7 +7,8 @@
 //! logins through [`Planners::end_expired_logins`] (their Planner links close with
 //! `sign-in-required`, their sockets hear it, their tokens are forgotten), renews the due
 //! GitHub credentials ([`Renewal::renew_due`], their Planner sessions ended first), tries again to record every unrecorded
-//! sign-out ([`SignIns::retry_pending_sign_outs`]) and tidies the presence and Chat channels.
+//! sign-out ([`SignIns::retry_pending_sign_outs`]), tidies the presence and Chat channels and
+//! forgets the Chat files nobody sent within a day ([`Files::forget_unsent`]).
 //! Does not own: the maps themselves (the planner table, the transcript, sign-in), or the
 //! stored logins, which startup sweeps.
 //!
@@ -17,6 +18,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::files::Files;
 use crate::identity::sign_ins::SignIns;
 use crate::planner::Planners;
 use crate::renewal::Renewal;
@@ -32,6 +34,7 @@ pub fn spawn(
     transcript: &Arc<Transcript>,
     sign_ins: &Arc<SignIns>,
     renewal: &Arc<Renewal>,
+    files: &Arc<Files>,
     clock: SharedClock,
     shutdown: &Shutdown,
 ) {
@@ -39,6 +42,7 @@ pub fn spawn(
     let transcript = Arc::downgrade(transcript);
     let sign_ins = Arc::downgrade(sign_ins);
     let renewal = Arc::downgrade(renewal);
+    let files = Arc::downgrade(files);
     let stopping = shutdown.stopping();
     shutdown.spawn(async move {
         tokio::pin!(stopping);
@@ -84,6 +88,13 @@ pub fn spawn(
             }
             planners.tidy();
             transcript.tidy();
+            if let Some(files) = files.upgrade() {
+                match files.forget_unsent().await {
+                    Ok(0) => {}
+                    Ok(forgotten) => tracing::debug!(forgotten, "files nobody sent within a day forgotten"),
+                    Err(e) => tracing::warn!(error = %e, "files nobody sent could not be forgotten; trying again at the next round"),
+                }
+            }
         }
     });
 }

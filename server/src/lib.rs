@@ -22,6 +22,7 @@ pub mod config;
 pub mod content;
 pub mod documents;
 pub mod error;
+pub mod files;
 pub mod github_tools;
 pub mod harness;
 pub mod housekeeping;

@@ -161,6 +161,20 @@ impl ModelView {
         frame
     }
 
+    /// Whether the model a turn started now would run reads images (FILE-23, FILE-24): its
+    /// catalog entry (the chosen one, else the one marked default) lists `image` among its
+    /// `inputTypes`. No catalog, or no entry: text only.
+    pub fn reads_images(&self) -> bool {
+        let Some(catalog) = &self.catalog else {
+            return false;
+        };
+        let entry = match self.runs().0 {
+            Some(model) => catalog.models.iter().find(|m| m.id == model),
+            None => catalog.models.iter().find(|m| m.default),
+        };
+        entry.is_some_and(|m| m.input_types.iter().any(|t| t == "image"))
+    }
+
     /// The model and level a turn started now would carry (`None`: the default).
     pub fn runs(&self) -> (Option<String>, Option<String>) {
         match (&self.state, &self.choice) {
@@ -184,6 +198,8 @@ pub struct TurnModel {
     pub thinking_level: Option<String>,
     /// A line for Chat before the turn: a fallback or an unreadable choice, said once.
     pub notice: Option<String>,
+    /// The model the turn runs reads images, by its catalog entry's `inputTypes` (FILE-23).
+    pub reads_images: bool,
 }
 
 /// Why a `chat:model` choice was refused: a code and the composer's words.
@@ -396,6 +412,13 @@ impl Models {
         self.view(doc.id).await.map_err(|_| not_saved())
     }
 
+    /// Whether the model a turn started now for `document` would run reads images (FILE-24).
+    pub async fn reads_images(&self, document: Uuid) -> bool {
+        self.view(document)
+            .await
+            .is_ok_and(|view| view.reads_images())
+    }
+
     /// What a turn a person started for `document` runs (MOD-20): the stored choice resolved
     /// against the catalog now, and the line Chat says first, if any (MOD-22, MOD-28, MOD-32).
     pub async fn for_turn(&self, document: Uuid) -> TurnModel {
@@ -451,6 +474,7 @@ impl Models {
                     model,
                     thinking_level,
                     notice,
+                    reads_images: view.reads_images(),
                 }
             }
         };

@@ -60,6 +60,42 @@ pub struct PlannerRequest {
     /// The Planner command the message runs (its chip, checked when the message was accepted,
     /// CMD-10): the turn is built from it (CMD-17, CMD-18) and needs a turn of its own.
     pub command: Option<Command>,
+    /// The files the message sends, with their bytes (FILE-23): they reach the turn as the
+    /// message's own parts, so a message with files needs a turn of its own too.
+    pub files: Vec<crate::files::SentFile>,
+}
+
+/// The turn's parts for `files`: every text file, and the images where `reads_images`; the
+/// names of the images left out.
+fn turn_files(
+    files: &[crate::files::SentFile],
+    reads_images: bool,
+) -> (Vec<chopin_harness::TurnFile>, Vec<String>) {
+    let mut parts = Vec::new();
+    let mut unshown = Vec::new();
+    for f in files {
+        let id = f.file.id.to_string();
+        let name = f.file.name.clone();
+        if f.file.kind == "image" {
+            if reads_images {
+                parts.push(chopin_harness::TurnFile::Image {
+                    id,
+                    name,
+                    mime_type: f.file.mime_type.clone(),
+                    data: f.bytes.clone(),
+                });
+            } else {
+                unshown.push(name);
+            }
+        } else {
+            parts.push(chopin_harness::TurnFile::Text {
+                id,
+                name,
+                text: String::from_utf8_lossy(&f.bytes).into_owned(),
+            });
+        }
+    }
+    (parts, unshown)
 }
 
 /// A Planner command a message runs: its name (without `/`) and the kind the Planner reported.
@@ -76,6 +112,9 @@ impl Command {
     }
 }
 
+/// A message with files while a turn runs: a steer carries words only.
+const FILES_BUSY_WORDS: &str =
+    "The Planner is busy with a turn, and a message with files needs a turn of its own. Send it again when the turn ends.";
 /// The words for a command sent while a turn runs: nothing a person sends queues behind a
 /// running turn (RULINGS CMD-21/LIFE-27), and a command needs a turn of its own.
 const COMMAND_BUSY_WORDS: &str =
@@ -140,6 +179,7 @@ impl PlannerRequest {
             focus: None,
             follow_up: None,
             command: None,
+            files: Vec::new(),
         };
         (request, said.join("\n"))
     }
@@ -604,6 +644,9 @@ impl Turns {
             if table.turns.contains_key(&request.document) && request.command.is_some() {
                 return Err(Refused::Busy(COMMAND_BUSY_WORDS.to_owned()));
             }
+            if table.turns.contains_key(&request.document) && !request.files.is_empty() {
+                return Err(Refused::Busy(FILES_BUSY_WORDS.to_owned()));
+            }
             if let Some(turn) = table.turns.get(&request.document) {
                 return match turn.phase {
                     Phase::Starting | Phase::Ending => {
@@ -833,7 +876,18 @@ impl Turns {
             let sink: &dyn TurnSink = &*d.transcript;
             sink.post(document, "system", words.clone()).await;
         }
+        // The message's files as its own parts (FILE-23): images only where the model the turn
+        // runs reads them now; those it no longer reads are named in the prompt (FILE-27).
+        let (attachments, unshown) = turn_files(&request.files, chosen.reads_images);
+        let prompt = match unshown.is_empty() {
+            true => prompt,
+            false => format!(
+                "{prompt}\n\n[Images sent with this message and not shown, because the model no longer reads images: {}]",
+                unshown.join(", ")
+            ),
+        };
         let turn = TurnRequest {
+            attachments,
             instructions: INSTRUCTIONS.to_owned(),
             prompt,
             host_tools: host_tools(),

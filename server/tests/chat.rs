@@ -104,6 +104,7 @@ impl World {
                     request_id: id.into(),
                     text: text.into(),
                     commands: Vec::new(),
+                    files: Vec::new(),
                 },
             )
             .await
@@ -706,6 +707,7 @@ mod attached {
                             request_id: id.into(),
                             text: text.into(),
                             commands: Vec::new(),
+                            files: Vec::new(),
                         },
                     )
                     .await

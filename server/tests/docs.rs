@@ -172,13 +172,11 @@ fn a_route_named_as_the_start_of_a_longer_one_does_not_count() {
 /// `HANDOVER_PLANNER_WINDOW_MS`, which the server now acts on, say no such thing.
 #[test]
 fn settings_not_acted_on_yet_say_so_in_help_and_docs() {
-    const NOT_YET: &[&str] = &[
-        "PLANNER_PATIENCE_MS",
+    const NOT_YET: &[&str] = &["PLANNER_PATIENCE_MS"];
+    const ACTED_ON: &[&str] = &[
         "CHAT_ATTACHMENT_MAX_BYTES",
         "CHAT_ATTACHMENT_MAX_COUNT",
         "CHAT_ATTACHMENT_MAX_TOTAL_BYTES",
-    ];
-    const ACTED_ON: &[&str] = &[
         "AGENT",
         "HANDOVER_PLANNER_WINDOW_MS",
         "HARNESS_AUTH",

@@ -34,6 +34,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         focus: None,
         follow_up: None,
         command: None,
+        files: Vec::new(),
     }
 }
 
@@ -572,6 +573,7 @@ async fn msg_18_a_stopping_process_starts_no_turn_and_says_nothing() {
                 request_id: "m-1".into(),
                 text: "@chopin go".into(),
                 commands: Vec::new(),
+                files: Vec::new(),
             },
         )
         .await;

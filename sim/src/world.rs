@@ -1147,6 +1147,7 @@ pub fn provider_settings(timeout_ms: u64, retries: u32) -> chopin_server::config
             vec!["low".to_owned(), "high".to_owned()],
         )],
         list_models: false,
+        image_models: Vec::new(),
     }
 }
 

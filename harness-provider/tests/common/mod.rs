@@ -260,6 +260,7 @@ pub async fn turn(
         cancel: control.cancel_signal(),
         model: None,
         thinking_level: None,
+        attachments: Vec::new(),
     };
     let session = SessionRequest {
         mode: if response_format.is_some() {

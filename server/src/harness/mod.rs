@@ -190,6 +190,7 @@ pub fn provider_deps(
     config.listing = settings
         .list_models
         .then(|| Arc::new(chopin_harness_provider::ModelListing::default()));
+    config.image_models = settings.image_models.clone();
     config.offered = settings
         .offered
         .iter()

@@ -31,8 +31,8 @@ use uuid::Uuid;
 
 use super::port::{AccessDenied, AgentLinks, CatalogState, LinkCommand, LinkHandle, ROUTE_BACKLOG};
 use super::{
-    Capabilities, Catalog, Harness, HarnessError, HarnessSession, Offer, SessionRequest, TurnIo,
-    TurnOutcome, TurnRequest,
+    Capabilities, Catalog, Harness, HarnessError, HarnessSession, Offer, SessionRequest, TurnFile,
+    TurnIo, TurnOutcome, TurnRequest,
 };
 use crate::runtime::entropy::SharedEntropy;
 
@@ -258,10 +258,20 @@ impl HarnessSession for RemoteSession {
         }) {
             return closed();
         }
+        // The files: in the turn's `attachments` to a client that offered the feature, else as
+        // words in the prompt (FILE-26).
+        let with_files = self.link.features.contains(&Feature::Attachments);
+        let (prompt, attachments) = match with_files {
+            true => (
+                turn.prompt.clone(),
+                turn.attachments.iter().map(wire_attachment).collect(),
+            ),
+            false => (files_as_words(&turn.prompt, &turn.attachments), Vec::new()),
+        };
         let sent = self.send(ServerMessage::Turn(wire::Turn {
             session_id: self.id.clone(),
             turn_id: turn_id.clone(),
-            prompt: turn.prompt.clone(),
+            prompt,
             instructions: turn.instructions.clone(),
             host_tools: turn.host_tools.clone(),
             response_format: turn.response_format.clone(),
@@ -273,7 +283,7 @@ impl HarnessSession for RemoteSession {
                 None => self.thinking_level.clone(),
             }
             .filter(|_| self.link.features.contains(&Feature::CapabilityCatalog)),
-            attachments: Vec::new(),
+            attachments,
         }));
         if !sent {
             return closed();
@@ -357,6 +367,57 @@ impl HarnessSession for RemoteSession {
             }));
         }
     }
+}
+
+/// A turn's file as the agent connection sends it (`turn.attachments`).
+fn wire_attachment(file: &TurnFile) -> wire::Attachment {
+    use base64::Engine as _;
+    match file {
+        TurnFile::Text { id, name, text } => wire::Attachment::Text(wire::TextAttachment {
+            id: id.clone(),
+            name: name.clone(),
+            size: text.len() as u64,
+            text: text.clone(),
+        }),
+        TurnFile::Image {
+            id,
+            name,
+            mime_type,
+            data,
+        } => wire::Attachment::Image(wire::ImageAttachment {
+            id: id.clone(),
+            name: name.clone(),
+            mime_type: mime_type.clone(),
+            size: data.len() as u64,
+            data: base64::engine::general_purpose::STANDARD.encode(data),
+        }),
+    }
+}
+
+/// `prompt` with a turn's files written in, for a client without the `attachments` feature:
+/// each text file under its name, each image named only.
+pub fn files_as_words(prompt: &str, files: &[TurnFile]) -> String {
+    if files.is_empty() {
+        return prompt.to_owned();
+    }
+    let mut out = prompt.to_owned();
+    for file in files {
+        match file {
+            TurnFile::Text { name, text, .. } => {
+                out.push_str(&format!("\n\n[File sent with this message: {name}]\n{text}"));
+                if !text.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str(&format!("[End of {name}]"));
+            }
+            TurnFile::Image {
+                name, mime_type, ..
+            } => out.push_str(&format!(
+                "\n\n[Image sent with this message: {name} ({mime_type}); this connection does not carry images, so it is not shown]"
+            )),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -516,6 +577,7 @@ mod tests {
             cancel: control.cancel_signal(),
             model: None,
             thinking_level: None,
+            attachments: Vec::new(),
         };
         let session = SessionRequest {
             mode: SessionMode::Planner,

@@ -122,6 +122,7 @@ pub const SUPPORTED_FEATURES: &[Feature] = &[
     Feature::SteerTurn,
     Feature::CapabilityCatalog,
     Feature::RunStageDeltas,
+    Feature::Attachments,
 ];
 /// How long `abort` waits for `turn-end` (RT-09 ruling), told in `attached`.
 pub const ABORT_WAIT_MS: u64 = 5_000;

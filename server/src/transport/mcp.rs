@@ -616,6 +616,7 @@ impl Tools {
                         request_id,
                         text: args.instruction,
                         commands: Vec::new(),
+                        files: Vec::new(),
                     };
                     match args.as_ {
                         Some(InvokeAs::System) => {

@@ -12,6 +12,7 @@
 pub mod agent;
 pub mod auth;
 pub mod documents;
+pub mod files;
 pub mod health;
 pub mod mcp;
 pub mod room;
@@ -78,6 +79,10 @@ impl<S: Clone + Send + Sync + 'static> Table<S> {
 
     pub fn post<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add("POST", path, axum::routing::post(handler))
+    }
+
+    pub fn delete<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
+        self.add("DELETE", path, axum::routing::delete(handler))
     }
 
     /// The finished routes, given their state.

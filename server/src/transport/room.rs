@@ -74,6 +74,8 @@ pub struct RoomDeps {
     pub presence: bool,
     /// The document's model state, told to writers only (`chat:model`, RULINGS MOD-31).
     pub models: Arc<Models>,
+    /// The attachment limits, told on joining (FILE-21).
+    pub attachments: crate::files::Limits,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -225,6 +227,7 @@ async fn session(
         "url": url,
         "login": member.login,
         "canWrite": member.can_write,
+        "attachments": deps.attachments.json(),
     });
     push!(out, WsMessage::Text(hello.to_string().into()));
     let presence = deps.planners.presence(root_id);
