@@ -7,7 +7,7 @@
 //! FILE-13), the one-day window on the server's clock (FILE-11), the uploader-only rule before a
 //! send (FILE-09, FILE-29) and a message's own checks ([`Files::for_message`]).
 //! Does not own: the bytes at rest ([`crate::store::AttachmentStore`]), the routes and their
-//! headers ([`crate::transport::files`]), or what a turn makes of a file (the turns and the
+//! headers (the transport layer), or what a turn makes of a file (the turns and the
 //! harness adapters).
 //!
 //! Invariants:
