@@ -9,7 +9,7 @@ use std::sync::Arc;
 use chopin_fixtures::model_provider::{Chunk, Reply};
 use chopin_harness::{Harness, HarnessError, Part, TurnEnder, TurnFailure, TurnResult};
 use chopin_harness_provider::Family;
-use common::{harness, provider, turn, Host};
+use common::{harness, provider, turn, turn_with_files, Host};
 use serde_json::json;
 
 const FAMILIES: [Family; 2] = [Family::OpenAi, Family::Anthropic];
@@ -634,4 +634,75 @@ async fn mod_07_the_catalog_is_the_configured_models_then_the_providers_listing_
         matches!(&refused, Err(HarnessError::Unavailable { message }) if message.contains("HTTP 404")),
         "{refused:?}"
     );
+}
+
+/// FILE-23: a message's files reach the provider as parts of the person's message, in each
+/// family's own format: the image in base64 as an image part, the text file as text under its
+/// name; and the catalog says which models read images (`PROVIDER_IMAGE_MODELS`).
+#[tokio::test]
+async fn file_23_a_messages_files_go_to_the_provider_as_parts_of_the_message_in_its_own_format() {
+    let png = vec![0x89u8, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 1, 2, 3];
+    let b64 = "iVBORw0KGgoBAgM=";
+    for family in FAMILIES {
+        let (fake, mut config) = provider(family).await;
+        config.image_models = vec!["fake-model".into()];
+        fake.script(stream(vec![Chunk::Text {
+            text: "seen".into(),
+        }]));
+        let host = Arc::new(Host::default());
+        let files = vec![
+            chopin_harness::TurnFile::Text {
+                id: "f-1".into(),
+                name: "notes.txt".into(),
+                text: "canary first\n".into(),
+            },
+            chopin_harness::TurnFile::Image {
+                id: "f-2".into(),
+                name: "dot.png".into(),
+                mime_type: "image/png".into(),
+                data: png.clone(),
+            },
+        ];
+        let h = harness(config);
+        let report = turn_with_files(&*h, host, None, files, |_, _| {}).await;
+        assert_eq!(
+            report.result,
+            TurnResult::Completed { output: None },
+            "{family:?}"
+        );
+        let body = &fake.requests()[0].body;
+        let user = body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "user")
+            .unwrap()
+            .clone();
+        let parts = user["content"].as_array().expect("the message in parts");
+        let text = serde_json::to_string(parts).unwrap();
+        assert!(text.contains("@chopin tidy the plan"), "{family:?}: {text}");
+        assert!(
+            text.contains("[File: notes.txt]\\ncanary first"),
+            "{family:?}: {text}"
+        );
+        match family {
+            Family::OpenAi => assert!(
+                parts.iter().any(|p| p["type"] == "image_url"
+                    && p["image_url"]["url"] == format!("data:image/png;base64,{b64}")),
+                "{text}"
+            ),
+            Family::Anthropic => assert!(
+                parts.iter().any(|p| p["type"] == "image"
+                    && p["source"]["data"] == b64
+                    && p["source"]["media_type"] == "image/png"),
+                "{text}"
+            ),
+        }
+        let catalog = match h.catalog().await.unwrap() {
+            chopin_harness::Offer::Known(c) => c,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(catalog.models[0].input_types, ["text", "image"]);
+    }
 }

@@ -98,6 +98,17 @@ fn turn_files(
     (parts, unshown)
 }
 
+/// `prompt`, saying which images were sent and not shown (FILE-27).
+fn with_unshown_images(prompt: String, unshown: &[String]) -> String {
+    if unshown.is_empty() {
+        return prompt;
+    }
+    format!(
+        "{prompt}\n\n[Images sent with this message and not shown, because the model no longer reads images: {}]",
+        unshown.join(", ")
+    )
+}
+
 /// A Planner command a message runs: its name (without `/`) and the kind the Planner reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Command {
@@ -879,13 +890,7 @@ impl Turns {
         // The message's files as its own parts (FILE-23): images only where the model the turn
         // runs reads them now; those it no longer reads are named in the prompt (FILE-27).
         let (attachments, unshown) = turn_files(&request.files, chosen.reads_images);
-        let prompt = match unshown.is_empty() {
-            true => prompt,
-            false => format!(
-                "{prompt}\n\n[Images sent with this message and not shown, because the model no longer reads images: {}]",
-                unshown.join(", ")
-            ),
-        };
+        let prompt = with_unshown_images(prompt, &unshown);
         let turn = TurnRequest {
             attachments,
             instructions: INSTRUCTIONS.to_owned(),
@@ -1890,6 +1895,50 @@ impl Harness for Started {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sent(name: &str, kind: &str, mime: &str, bytes: &[u8]) -> crate::files::SentFile {
+        crate::files::SentFile {
+            file: crate::store::Attachment {
+                id: Uuid::from_u128(1),
+                document_id: Uuid::from_u128(2),
+                uploader: "mona".into(),
+                name: name.into(),
+                kind: kind.into(),
+                mime_type: mime.into(),
+                size: bytes.len() as i64,
+                created_at_ms: 0,
+                sent_seq: Some(1),
+            },
+            bytes: bytes.to_vec(),
+        }
+    }
+
+    /// FILE-23, FILE-27: text files always go as parts; images only where the model reads them
+    /// when the turn starts, else the prompt says which were sent and not shown.
+    #[test]
+    fn file_23_file_27_images_go_only_to_a_model_that_reads_them_now_else_the_prompt_names_them() {
+        let files = [
+            sent("notes.txt", "text", "text/plain", b"hi"),
+            sent("dot.png", "image", "image/png", b"\x89PNG"),
+        ];
+        let (parts, unshown) = turn_files(&files, true);
+        assert_eq!(parts.len(), 2);
+        assert!(unshown.is_empty());
+        assert_eq!(with_unshown_images("go".into(), &unshown), "go");
+        let (parts, unshown) = turn_files(&files, false);
+        assert_eq!(
+            parts,
+            [chopin_harness::TurnFile::Text {
+                id: Uuid::from_u128(1).to_string(),
+                name: "notes.txt".into(),
+                text: "hi".into()
+            }]
+        );
+        assert_eq!(
+            with_unshown_images("go".into(), &unshown),
+            "go\n\n[Images sent with this message and not shown, because the model no longer reads images: dot.png]"
+        );
+    }
 
     /// The driver checks a host tool call's arguments against the tool's schema only where the
     /// schema checker can read all of it: every Planner tool's schema is in that subset, so no

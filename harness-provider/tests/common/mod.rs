@@ -245,6 +245,17 @@ pub async fn turn(
     response_format: Option<Value>,
     hook: impl FnOnce(&Arc<Host>, &Arc<TurnControl>),
 ) -> TurnReport {
+    turn_with_files(harness, host, response_format, Vec::new(), hook).await
+}
+
+/// [`turn`] for a message that sent `files`.
+pub async fn turn_with_files(
+    harness: &dyn Harness,
+    host: Arc<Host>,
+    response_format: Option<Value>,
+    files: Vec<chopin_harness::TurnFile>,
+    hook: impl FnOnce(&Arc<Host>, &Arc<TurnControl>),
+) -> TurnReport {
     let (control, steer) = TurnControl::new(harness);
     let control = Arc::new(control);
     hook(&host, &control);
@@ -260,7 +271,7 @@ pub async fn turn(
         cancel: control.cancel_signal(),
         model: None,
         thinking_level: None,
-        attachments: Vec::new(),
+        attachments: files,
     };
     let session = SessionRequest {
         mode: if response_format.is_some() {

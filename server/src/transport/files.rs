@@ -359,6 +359,34 @@ mod tests {
         assert!(UploadQuery::parse(Some(&long)).is_err());
     }
 
+    /// FILE-05: a body with no length, passing the cap while it streams, is given up at the
+    /// chunk that passes it: the chunks after it are never read.
+    #[tokio::test]
+    async fn file_05_a_body_is_read_under_its_cap_and_given_up_as_soon_as_it_passes_it() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let read = Arc::new(AtomicUsize::new(0));
+        let counted = read.clone();
+        let chunks = futures::stream::iter(0..1_000).map(move |_| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'a'; 40]))
+        });
+        use futures::StreamExt as _;
+        let got = read_capped(Body::from_stream(chunks), 100).await.unwrap();
+        assert_eq!(got, None);
+        assert_eq!(
+            read.load(Ordering::SeqCst),
+            3,
+            "stopped at the third 40-byte chunk"
+        );
+        let small =
+            futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"hi"))]);
+        assert_eq!(
+            read_capped(Body::from_stream(small), 2).await.unwrap(),
+            Some(b"hi".to_vec()),
+            "exactly at the cap"
+        );
+    }
+
     #[test]
     fn filenames_are_percent_encoded() {
         assert_eq!(percent("a b\"Ω.txt"), "a%20b%22%CE%A9.txt");
