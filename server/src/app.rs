@@ -86,6 +86,8 @@ pub struct App {
     pub models: Arc<Models>,
     /// The documents' Chat files.
     pub files: Arc<Files>,
+    /// Dictation's transcription; `None` where `TRANSCRIPTION_MODEL` is unset.
+    pub transcription: Option<Arc<crate::dictation::Transcription>>,
     pub renewal: Arc<Renewal>,
     pub questions: Arc<Questions>,
     pub runs: Arc<Runs>,
@@ -313,6 +315,15 @@ impl App {
                 max_total_bytes: config.chat_attachment_max_total_bytes,
             },
         ));
+        let transcription = config.transcription.clone().map(|settings| {
+            Arc::new(crate::dictation::Transcription::new(
+                settings,
+                Arc::new(crate::runtime::connector::Streaming(
+                    runtime.connector.clone(),
+                )),
+                entropy.clone(),
+            ))
+        });
         let chat = Arc::new(
             Chat::new(transcript.clone(), turns.clone(), clock.clone())
                 .with_models(models.clone())
@@ -357,6 +368,7 @@ impl App {
             chat,
             models,
             files,
+            transcription,
             renewal,
             questions,
             runs,
@@ -409,6 +421,12 @@ impl App {
             documents: self.documents_deps(),
             files: self.files.clone(),
         }))
+        .merge(transport::dictation::routes(
+            transport::dictation::DictationDeps {
+                documents: self.documents_deps(),
+                transcription: self.transcription.clone(),
+            },
+        ))
         .merge(transport::mcp::routes(McpDeps {
             documents: self.documents_deps(),
             updates: self.updates.clone(),
@@ -435,6 +453,7 @@ impl App {
             presence: !crate::harness::model_in_server(&c.harness),
             models: self.models.clone(),
             attachments: self.files.limits(),
+            transcription: self.transcription.as_ref().map(|t| t.hello()),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),

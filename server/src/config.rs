@@ -108,6 +108,8 @@ pub struct Config {
     pub harness_auth: Option<String>,
     /// The model and its API for `HARNESS=provider`; `None` under any other harness.
     pub provider: Option<ProviderSettings>,
+    /// The deployment's transcription for dictation (`TRANSCRIPTION_MODEL`); `None`: off.
+    pub transcription: Option<TranscriptionSettings>,
     /// `AGENT=off` prevents Planner turns.
     pub agent_enabled: bool,
     pub planner_attach_grace_ms: u64,
@@ -481,6 +483,31 @@ pub struct Args {
     #[arg(long, env = "AGENT_ACCESS_RECHECK_MS", value_name = "MS")]
     pub agent_access_recheck_ms: Option<String>,
 
+    /// Dictation through the deployment's transcription: a model of an OpenAI-compatible
+    /// `/audio/transcriptions` endpoint, e.g. "gpt-4o-mini-transcribe" (an `openai/` prefix may
+    /// be written). Unset: off, and browsers use their own on-device recognition where they have
+    /// one.
+    #[arg(long, env = "TRANSCRIPTION_MODEL", value_name = "MODEL")]
+    pub transcription_model: Option<String>,
+
+    /// The transcription API's base URL. Default: OPENAI_BASE_URL, else
+    /// https://api.openai.com/v1.
+    #[arg(long, env = "TRANSCRIPTION_BASE_URL", value_name = "URL")]
+    pub transcription_base_url: Option<String>,
+
+    /// The transcription API's key. Default: OPENAI_API_KEY. Never logged.
+    #[arg(
+        long,
+        env = "TRANSCRIPTION_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub transcription_api_key: Option<String>,
+
+    /// The longest recording taken for dictation, in bytes. Default 26214400 (25 MiB).
+    #[arg(long, env = "TRANSCRIPTION_MAX_BYTES", value_name = "BYTES")]
+    pub transcription_max_bytes: Option<String>,
+
     /// Largest file on a Chat message, in bytes. Default 1048576 (1 MiB); under HARNESS=remote
     /// at most 1 MiB (a larger value is lowered, with a warning).
     #[arg(long, env = "CHAT_ATTACHMENT_MAX_BYTES", value_name = "BYTES")]
@@ -732,6 +759,78 @@ fn provider_settings(args: &Args, auth: Option<&str>) -> Result<ProviderSettings
         list_models,
         image_models,
     })
+}
+
+/// Dictation's transcription (`TRANSCRIPTION_MODEL` and its API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TranscriptionSettings {
+    /// The model id the API knows (no `openai/` prefix).
+    pub model: String,
+    /// The API's base URL, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    /// The longest recording taken (`TRANSCRIPTION_MAX_BYTES`, RULINGS DICT-07: 25 MiB).
+    pub max_bytes: u64,
+}
+
+/// The transcription settings, or `None` where `TRANSCRIPTION_MODEL` is unset (DICT-01).
+fn transcription_settings(args: &Args) -> Result<Option<TranscriptionSettings>, ConfigError> {
+    let max_bytes = parse_u64(
+        "TRANSCRIPTION_MAX_BYTES",
+        &args.transcription_max_bytes,
+        25 * 1024 * 1024,
+        "a whole number of bytes",
+    )?;
+    if max_bytes == 0 {
+        return Err(ConfigError::new(
+            "TRANSCRIPTION_MAX_BYTES",
+            given(&args.transcription_max_bytes),
+            "a recording of 0 bytes holds nothing; leave TRANSCRIPTION_MODEL unset to turn dictation off",
+        ));
+    }
+    let Some(raw) = given(&args.transcription_model) else {
+        return Ok(None);
+    };
+    let model = match raw.split_once('/') {
+        Some(("openai", rest)) => rest,
+        Some(("anthropic", _)) => {
+            return Err(ConfigError::new(
+                "TRANSCRIPTION_MODEL",
+                Some(raw),
+                "transcription needs an OpenAI-compatible /audio/transcriptions API; Anthropic has none",
+            ))
+        }
+        _ => raw,
+    };
+    if model.is_empty() || model.chars().any(char::is_control) {
+        return Err(ConfigError::new(
+            "TRANSCRIPTION_MODEL",
+            Some(raw),
+            "expected a model id, e.g. gpt-4o-mini-transcribe",
+        ));
+    }
+    let base_url = if given(&args.transcription_base_url).is_some() {
+        parse_base_url(
+            "TRANSCRIPTION_BASE_URL",
+            &args.transcription_base_url,
+            "https://api.openai.com/v1",
+        )?
+    } else {
+        parse_base_url(
+            "OPENAI_BASE_URL",
+            &args.openai_base_url,
+            "https://api.openai.com/v1",
+        )?
+    };
+    let api_key = given(&args.transcription_api_key)
+        .or_else(|| given(&args.openai_api_key))
+        .map(Secret::new);
+    Ok(Some(TranscriptionSettings {
+        model: model.to_owned(),
+        base_url,
+        api_key,
+        max_bytes,
+    }))
 }
 
 /// An unset or empty value counts as unset.
@@ -1028,6 +1127,7 @@ impl Config {
         } else {
             None
         };
+        let transcription = transcription_settings(args)?;
         let agent_enabled = one_of("AGENT", &args.agent, "on", &["on", "off"])? == "on";
         let log_format = match one_of(
             "CHOPIN_LOG_FORMAT",
@@ -1129,6 +1229,7 @@ impl Config {
             harness,
             harness_auth,
             provider,
+            transcription,
             agent_enabled,
             planner_attach_grace_ms: parse_ms(
                 "PLANNER_ATTACH_GRACE_MS",
@@ -1262,6 +1363,39 @@ mod tests {
         assert_eq!(c.chat_attachment_max_total_bytes, 1024 * 1024);
         assert_eq!(c.warnings.len(), 1);
         assert!(c.warnings[0].contains("CHAT_ATTACHMENT_MAX_TOTAL_BYTES"));
+    }
+
+    #[test]
+    fn dict_01_dict_07_transcription_is_off_by_default_and_takes_25_mib_when_on() {
+        assert_eq!(parse(&[]).unwrap().transcription, None);
+        let c = parse(&[
+            ("transcription-model", "openai/gpt-4o-mini-transcribe"),
+            ("openai-api-key", "sk-x"),
+        ])
+        .unwrap();
+        let t = c.transcription.unwrap();
+        assert_eq!(t.model, "gpt-4o-mini-transcribe");
+        assert_eq!(t.base_url, "https://api.openai.com/v1");
+        assert_eq!(t.max_bytes, 25 * 1024 * 1024);
+        assert_eq!(t.api_key.unwrap().expose(), "sk-x");
+        let e = parse(&[("transcription-model", "anthropic/x")]).unwrap_err();
+        assert_eq!(e.variable, "TRANSCRIPTION_MODEL");
+        let e = parse(&[
+            ("transcription-model", "m"),
+            ("transcription-max-bytes", "0"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "TRANSCRIPTION_MAX_BYTES");
+        let c = parse(&[
+            ("transcription-model", "whisper-1"),
+            ("transcription-base-url", "http://127.0.0.1:9000/v1/"),
+        ])
+        .unwrap();
+        assert!(c
+            .transcription
+            .unwrap()
+            .base_url
+            .starts_with("http://127.0.0.1:9000/v1"));
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod app;
 pub mod chat;
 pub mod config;
 pub mod content;
+pub mod dictation;
 pub mod documents;
 pub mod error;
 pub mod files;

@@ -11,6 +11,7 @@
 
 pub mod agent;
 pub mod auth;
+pub mod dictation;
 pub mod documents;
 pub mod files;
 pub mod health;

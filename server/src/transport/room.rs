@@ -76,6 +76,9 @@ pub struct RoomDeps {
     pub models: Arc<Models>,
     /// The attachment limits, told on joining (FILE-21).
     pub attachments: crate::files::Limits,
+    /// Dictation's transcription as `session:hello` names it (`{provider, maxBytes}`), only
+    /// where `TRANSCRIPTION_MODEL` is set (DICT-06).
+    pub transcription: Option<serde_json::Value>,
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -221,7 +224,7 @@ async fn session(
         can_write: member.can_write,
         owner: Some(member.live.as_holder()),
     };
-    let hello = json!({
+    let mut hello = json!({
         "type": "session:hello",
         "document": document_json(doc),
         "url": url,
@@ -229,6 +232,9 @@ async fn session(
         "canWrite": member.can_write,
         "attachments": deps.attachments.json(),
     });
+    if let Some(transcription) = &deps.transcription {
+        hello["transcription"] = transcription.clone();
+    }
     push!(out, WsMessage::Text(hello.to_string().into()));
     let presence = deps.planners.presence(root_id);
     // Whether this socket was last told the Planner is disconnected: live run cards carry a
