@@ -84,6 +84,8 @@ impl Driver {
                     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
                     "--disable-quic", "--no-first-run", "--disable-background-networking",
                     "--disable-component-update", "--disable-sync", "--window-size=1280,900",
+                    // A fake microphone that needs no permission prompt, for dictation.
+                    "--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream",
                     format!("--user-data-dir={}", profile.path().display()),
                 ],
             }),

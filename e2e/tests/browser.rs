@@ -779,6 +779,133 @@ mod composer {
     }
 }
 
+/// Files and dictation in Chromium (FILE-01, FILE-21, FILE-31, DICT-01, DICT-04, DICT-06): mona
+/// attaches a text file and a picture to a message from the page; lisa, in another browser,
+/// sees the picture load and the text file offered as a download; then mona dictates with the
+/// fake microphone and the fake provider's words land in her draft.
+mod files {
+    use super::*;
+    use chopin_fixtures::model_provider::{FakeProvider, Transcript};
+
+    /// Puts files on the composer's file input as a person choosing them would (a `change`
+    /// event with a FileList): a text file and a 1×1 PNG.
+    const CHOOSE: &str = r#"
+        const png = Uint8Array.from(atob('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAAC0lEQVR42mNkAAIAAAoAAv/lxKUAAAAASUVORK5CYII='), c => c.charCodeAt(0));
+        const dt = new DataTransfer();
+        dt.items.add(new File(['canary first\n'], 'notes.txt', { type: 'text/plain' }));
+        dt.items.add(new File([png], 'dot.png', { type: 'image/png' }));
+        const input = document.querySelector('#file-input');
+        input.files = dt.files;
+        input.dispatchEvent(new Event('change'));
+        return input.files.length;"#;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn files_go_with_a_message_and_dictation_writes_into_the_draft_in_chromium() {
+        let github = github();
+        let mona_token = github.issue_token("mona");
+        let github_url = github.serve_tcp().await.unwrap();
+        let provider = FakeProvider::new();
+        let provider_url = provider.serve_tcp().await.unwrap();
+        provider.set_transcript(Transcript {
+            deltas: vec!["ship ".into(), "the canary".into()],
+            cut: false,
+        });
+        let backend = Backend::Sqlite(tempfile::tempdir().unwrap());
+        let server = Launch::hosted(&github_url)
+            .on(&backend)
+            .env("TRANSCRIPTION_MODEL", "e2e-transcribe")
+            .env("TRANSCRIPTION_BASE_URL", format!("{provider_url}/v1"))
+            .start()
+            .await;
+        let doc = server
+            .create_document(&mona_token, "octo/plans", "Files")
+            .await;
+        let url = format!("{}{}", server.origin(), doc["url"].as_str().unwrap());
+        let driver = Driver::start("files").await;
+        let mona = signed_in(&driver, &github, &server, "mona").await;
+        let lisa = signed_in(&driver, &github, &server, "lisa").await;
+        for page in [&mona, &lisa] {
+            page.step("open the document", async {
+                page.goto(&url).await?;
+                page.until_text("#connection", WAIT, |t| t == "Connected")
+                    .await
+            })
+            .await;
+        }
+        mona.step("attach two files and send them", async {
+            mona.until_script(
+                "return !document.querySelector('#attach').hidden",
+                WAIT,
+                |v| v == true,
+            )
+            .await?;
+            mona.client
+                .execute(CHOOSE, vec![])
+                .await
+                .map_err(|e| e.to_string())?;
+            mona.until_script(
+                "return document.querySelectorAll('#file-chips .chip.uploaded').length",
+                WAIT,
+                |v| v == 2,
+            )
+            .await?;
+            mona.type_into("#chat-text", "the notes and a dot").await?;
+            mona.click("#send").await?;
+            mona.until_script(
+                "return document.querySelectorAll('#file-chips .chip').length",
+                WAIT,
+                |v| v == 0,
+            )
+            .await
+        })
+        .await;
+        lisa.step("see the picture and the download", async {
+            lisa.until_script(
+                "const img = document.querySelector('.message-files img'); return img ? img.complete && img.naturalWidth : 0;",
+                WAIT,
+                |v| v == 1,
+            )
+            .await?;
+            lisa.until_script(
+                "const a = document.querySelector('.message-files a[download]'); return a ? a.getAttribute('download') : null;",
+                WAIT,
+                |v| v == "notes.txt",
+            )
+            .await
+        })
+        .await;
+        mona.step("dictate", async {
+            mona.until_script(
+                "return !document.querySelector('#dictate').hidden",
+                WAIT,
+                |v| v == true,
+            )
+            .await?;
+            mona.click("#dictate").await?;
+            mona.until_script(
+                "return document.querySelector('#dictate').getAttribute('aria-pressed')",
+                WAIT,
+                |v| v == "true",
+            )
+            .await?;
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            mona.click("#dictate").await?;
+            mona.until_script(
+                "return document.querySelector('#chat-text').value",
+                WAIT,
+                |v| v == "ship the canary",
+            )
+            .await
+        })
+        .await;
+        let sent = provider.transcriptions();
+        assert_eq!(sent.len(), 1);
+        let file = sent[0].part("file").unwrap();
+        assert_eq!(file.content_type.as_deref(), Some("audio/webm"), "DICT-03");
+        server.stop().await;
+    }
+}
+
 /// A local server (`AUTH_MODE=local`) has no web sign-in: the start page runs GitHub's device
 /// flow, shows the code to type at GitHub, and signs the browser in once GitHub approves it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,8 @@ import { yCollab } from 'y-codemirror.next';
 import { el, clear, api, meta } from './dom.js';
 import { decisions } from './decisions.js';
 import { modelControls } from './model.js';
+import { fileControls, messageFiles } from './files.js';
+import { dictationControls } from './dictation.js';
 
 const COLOURS = ['#30bced', '#6eeb83', '#ffbc42', '#ecd444', '#ee6352', '#9ac2c9', '#8acb88', '#1be7ff'];
 
@@ -54,7 +56,10 @@ export async function documentPage(main, id) {
   // Filled once the room is open: the model and command controls send on it.
   let room = null;
   const models = modelControls((frame) => room?.send(frame));
-  const form = el('form', { id: 'chat-form' }, models.box, text, el('div', { class: 'actions' }, send, stop, resume), refused);
+  const say = (words) => { refused.textContent = words; };
+  const files = fileControls(id, say);
+  const dictation = dictationControls(id, text, say);
+  const form = el('form', { id: 'chat-form' }, models.box, text, files.box, el('div', { class: 'actions' }, send, dictation.box, stop, resume), refused);
 
   main.classList.add('document');
   main.append(
@@ -95,6 +100,8 @@ export async function documentPage(main, id) {
     readOnly.textContent = yes ? '' : `You can read this document but not change it: you cannot push to ${doc.repository}.`;
     for (const b of [send, stop, resume]) b.disabled = !yes;
     text.disabled = !yes;
+    files.enable(yes);
+    dictation.enable(yes);
     drawCards();
   };
   provider.on('status', ({ status }) => {
@@ -148,7 +155,8 @@ export async function documentPage(main, id) {
     seen.add(entry.seq);
     const who = entry.kind === 'member' ? (entry.author ?? '') : 'chopin';
     const item = el('li', { class: `message ${entry.kind}`, 'data-seq': entry.seq },
-      el('span', { class: 'author' }, who), ' ', el('span', { class: 'text' }, entry.text));
+      el('span', { class: 'author' }, who), ' ', el('span', { class: 'text' }, entry.text),
+      messageFiles(id, entry.references));
     const later = [...messages.children].find((li) => Number(li.dataset.seq) > entry.seq);
     if (later) messages.insertBefore(item, later);
     else {
@@ -185,6 +193,8 @@ export async function documentPage(main, id) {
       if (models.frame(frame)) return;
       switch (frame.type) {
         case 'session:hello':
+          files.limits(frame.attachments);
+          dictation.available(frame.transcription);
           setWritable(Boolean(frame.canWrite));
           // Also after a reconnect: what was said meanwhile comes with the latest page.
           room.send({ type: 'chat:history', limit: 50 });
@@ -239,24 +249,48 @@ export async function documentPage(main, id) {
     event.preventDefault();
     const body = text.value;
     if (!body.trim()) return;
+    if (!files.ready()) {
+      say('Wait for the files to finish uploading.');
+      return;
+    }
+    dictation.stop('the message was sent');
     const id = requestId('send');
     refused.textContent = '';
+    const attachments = files.ids();
     pending.set(id, (answer) => {
       if (answer.type === 'chat:refused') {
         refused.textContent = answer.message;
         if (!text.value) text.value = body;
+      } else if (answer.type === 'chat:ack') {
+        files.sent();
       }
     });
     text.value = '';
+    const frame = { type: 'chat:send', requestId: id, text: body };
     const references = models.references(body);
+    if (references) frame.references = references;
+    if (attachments.length) frame.attachments = attachments;
     models.sent();
-    room.send(references ? { type: 'chat:send', requestId: id, text: body, references } : { type: 'chat:send', requestId: id, text: body });
+    room.send(frame);
   });
   models.command.addEventListener('change', () => models.pick(text));
   text.addEventListener('keydown', (event) => {
     if (event.key === 'Enter' && !event.shiftKey) {
       event.preventDefault();
       form.requestSubmit();
+    }
+  });
+  // A drop on the composer and a paste add files.
+  form.addEventListener('dragover', (event) => event.preventDefault());
+  form.addEventListener('drop', (event) => {
+    event.preventDefault();
+    if (canWrite) files.take([...(event.dataTransfer?.files ?? [])]);
+  });
+  text.addEventListener('paste', (event) => {
+    const pasted = [...(event.clipboardData?.files ?? [])];
+    if (pasted.length && canWrite) {
+      event.preventDefault();
+      files.take(pasted);
     }
   });
   stop.addEventListener('click', () => room.send({ type: 'planner:stop', requestId: requestId('stop') }));

@@ -31,7 +31,7 @@ struct Assets;
 
 /// The security headers of every page.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
-style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; \
+style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; connect-src 'self'; \
 object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'";
 
 /// What the pages show of this server, and what they use.
