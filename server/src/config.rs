@@ -1358,6 +1358,29 @@ mod tests {
     }
 
     #[test]
+    fn file_18_file_19_file_20_file_22_the_defaults_and_the_remote_ceiling() {
+        let provider = parse(&[
+            ("harness", "provider"),
+            ("harness-auth", "custom"),
+            ("model", "openai/m"),
+            ("model-base-url", "http://127.0.0.1:1/v1"),
+        ])
+        .unwrap();
+        assert_eq!(provider.chat_attachment_max_bytes, 1024 * 1024);
+        assert_eq!(provider.chat_attachment_max_count, 5);
+        assert_eq!(provider.chat_attachment_max_total_bytes, 4 * 1024 * 1024);
+        // Under remote, both byte caps are never more than 1 MiB, set or not.
+        let remote = parse(&[]).unwrap();
+        assert_eq!(remote.chat_attachment_max_total_bytes, 1024 * 1024);
+        assert!(
+            remote.warnings.is_empty(),
+            "the default is lowered silently"
+        );
+        let off = parse(&[("chat-attachment-max-count", "0")]).unwrap();
+        assert_eq!(off.chat_attachment_max_count, 0);
+    }
+
+    #[test]
     fn file_33_remote_lowers_a_configured_cap_with_a_warning() {
         let c = parse(&[("chat-attachment-max-total-bytes", "8388608")]).unwrap();
         assert_eq!(c.chat_attachment_max_total_bytes, 1024 * 1024);

@@ -167,6 +167,32 @@ async fn file_05_file_06_file_07_file_08_file_15_file_33_refusals_in_their_order
 }
 
 #[tokio::test]
+async fn file_03_an_upload_needs_a_session_and_the_apps_own_origin() {
+    let s = served().await;
+    let r = request(
+        &s,
+        "POST",
+        &format!("/api/channels/{}/attachments?name=a.txt", s.doc),
+        None,
+        b"hi",
+    )
+    .await;
+    assert_eq!(r.status, 401, "no session");
+    assert_eq!(r.headers["x-content-type-options"], "nosniff");
+    let foreign = http::Request::post(format!(
+        "http://{}/api/channels/{}/attachments?name=a.txt",
+        s.host, s.doc
+    ))
+    .header("origin", "http://evil.example")
+    .header("cookie", &s.mona_cookie)
+    .body(Bytes::from_static(b"hi"))
+    .unwrap();
+    let r = connector::send(&TcpConnector, foreign).await.unwrap();
+    assert_eq!(r.status, 403, "another origin");
+    assert_eq!(json_of(&r)["error"], "foreign-origin");
+}
+
+#[tokio::test]
 async fn file_07_too_much_counts_the_bytes_one_person_leaves_unsent() {
     let s = served_with(Arc::new(MemoryStore::new()), |c| {
         c.chat_attachment_max_total_bytes = 10;
