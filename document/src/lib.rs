@@ -12,6 +12,7 @@ pub mod blocks;
 pub mod decision;
 pub mod edit;
 pub mod lines;
+pub mod mention;
 pub mod reader;
 pub mod ydoc;
 

@@ -327,7 +327,8 @@ impl App {
         let chat = Arc::new(
             Chat::new(transcript.clone(), turns.clone(), clock.clone())
                 .with_models(models.clone())
-                .with_files(files.clone()),
+                .with_files(files.clone())
+                .with_content(open.clone()),
         );
         chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
@@ -421,6 +422,7 @@ impl App {
             documents: self.documents_deps(),
             files: self.files.clone(),
         }))
+        .merge(transport::mentions::routes(self.documents_deps()))
         .merge(transport::dictation::routes(
             transport::dictation::DictationDeps {
                 documents: self.documents_deps(),

@@ -135,6 +135,17 @@ pub struct SendRequest {
     pub commands: Vec<CommandRef>,
     /// The ids of the files the message sends (`attachments`), its sender's uploads.
     pub files: Vec<Uuid>,
+    /// The parts of the document and the repository files the message mentions (`references`
+    /// of kind `heading`, `decision` and `file`), resolved when the message is accepted.
+    pub mentions: Vec<Mention>,
+}
+
+/// A mention as a `chat:send` names it: the part, never its text (CTX-23).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mention {
+    Heading { anchor: String },
+    Decision { decision_id: String },
+    File { path: String },
 }
 
 /// A command chip: the command a message runs, as the composer sent it (CMD-10): its name
@@ -157,6 +168,8 @@ pub struct CommandRef {
 pub const ATTACHMENT_IDS_MAX: usize = 64;
 /// The words of an image sent to a Planner whose model does not read images (FILE-24).
 pub const IMAGES_UNREADABLE_WORDS: &str = "This model can't read images";
+/// The longest heading anchor or Decision id a mention names, in bytes.
+pub const MENTION_NAME_MAX_BYTES: usize = 1024;
 /// The most references one `chat:send` carries.
 pub const REFERENCES_MAX: usize = 16;
 /// The longest command name or kind taken, in characters.
@@ -214,12 +227,51 @@ impl SendRequest {
             )));
         }
         let mut commands = Vec::new();
+        let mut mentions = Vec::new();
         for reference in wire.references {
+            let field = |name: &str| {
+                reference
+                    .get(name)
+                    .and_then(Value::as_str)
+                    .filter(|v| !v.is_empty() && v.len() <= MENTION_NAME_MAX_BYTES)
+                    .map(str::to_owned)
+                    .ok_or_else(|| {
+                        Malformed(format!(
+                            "a {} reference needs a string \"{name}\" of 1 to {MENTION_NAME_MAX_BYTES} bytes",
+                            reference["type"]
+                        ))
+                    })
+            };
             match reference.get("type").and_then(Value::as_str) {
                 Some("command") => {}
+                Some("heading") => {
+                    mentions.push(Mention::Heading {
+                        anchor: field("anchor")?,
+                    });
+                    continue;
+                }
+                Some("decision") => {
+                    mentions.push(Mention::Decision {
+                        decision_id: field("decisionId")?,
+                    });
+                    continue;
+                }
+                Some("file") => {
+                    // A path's own bound is a refusal the composer shows (CTX-28), not a
+                    // malformed frame: only a non-string is malformed here.
+                    let Some(path) = reference.get("path").and_then(Value::as_str) else {
+                        return Err(Malformed(
+                            "a file reference needs a string \"path\"".into(),
+                        ));
+                    };
+                    mentions.push(Mention::File {
+                        path: path.to_owned(),
+                    });
+                    continue;
+                }
                 _ => {
                     return Err(Malformed(
-                        "a reference is {\"type\": \"command\", \"name\", \"commandKind\", \"start\", \"end\"}; no other kind is taken yet".into(),
+                        "a reference is {\"type\": \"command\", \"name\", \"commandKind\", \"start\", \"end\"}, {\"type\": \"heading\", \"anchor\"}, {\"type\": \"decision\", \"decisionId\"} or {\"type\": \"file\", \"path\"}".into(),
                     ))
                 }
             }
@@ -245,20 +297,27 @@ impl SendRequest {
             text: wire.text,
             commands,
             files: wire.attachments,
+            mentions,
         })
     }
 }
 
-/// A message's references as stored with it: its command (CMD-16) and its files, each
-/// `{type: "file", id, name, kind, mimeType, size}`; `None` for neither.
-fn message_refs(command: Option<&CommandRef>, files: &[crate::files::SentFile]) -> Option<String> {
+/// A message's references as stored with it: its command (CMD-16), its mentions (with the
+/// label the server resolved, CTX-23) and its files, each
+/// `{type: "attachment", id, name, kind, mimeType, size}`; `None` for neither.
+fn message_refs(
+    command: Option<&CommandRef>,
+    mentions: &[(Value, String)],
+    files: &[crate::files::SentFile],
+) -> Option<String> {
     let mut refs: Vec<Value> = command
         .and_then(|c| serde_json::to_value(c).ok())
         .into_iter()
         .collect();
+    refs.extend(mentions.iter().map(|(stored, _)| stored.clone()));
     for f in files {
         let mut v = crate::files::file_json(&f.file);
-        v["type"] = Value::String("file".into());
+        v["type"] = Value::String("attachment".into());
         refs.push(v);
     }
     (!refs.is_empty()).then(|| Value::Array(refs).to_string())
@@ -372,6 +431,9 @@ pub struct Chat {
     models: Option<Arc<crate::models::Models>>,
     /// The documents' Chat files, for a message that sends some (`None`: no message may).
     files: Option<Arc<crate::files::Files>>,
+    /// The documents' live text, which a message's mentions resolve against (`None`: a
+    /// mention is refused).
+    content: Option<Arc<crate::content::OpenDocuments>>,
 }
 
 type Key = (String, Uuid, String);
@@ -440,7 +502,14 @@ impl Chat {
             clock,
             models: None,
             files: None,
+            content: None,
         }
+    }
+
+    /// Resolves a message's mentions against the documents' live text (CTX-23).
+    pub fn with_content(mut self, content: Arc<crate::content::OpenDocuments>) -> Self {
+        self.content = Some(content);
+        self
     }
 
     /// Lets a message send the Chat files its sender uploaded (FILE-09).
@@ -690,6 +759,71 @@ impl Chat {
         }
     }
 
+    /// The mentions of `request` resolved against the document the message is sent from, as
+    /// it stands now: each as stored with the message (with the label the person saw) and the
+    /// words the Planner is told (CTX-23..32), or the refusal's code and words.
+    async fn mentions(
+        &self,
+        place: &Place,
+        request: &SendRequest,
+    ) -> Result<Vec<(Value, String)>, (&'static str, String)> {
+        use chopin_document::mention::{self, check_path};
+        if request.mentions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let document = place.focus.as_ref().map_or(place.document, |f| f.document);
+        let source = match &self.content {
+            Some(content) => match content.open(document).await {
+                Ok(open) => Some(open.source().await),
+                Err(e) => {
+                    tracing::error!(error = %e, document = %document, "chat: the document's text could not be read for a mention");
+                    None
+                }
+            },
+            None => None,
+        };
+        let Some(source) = source else {
+            return Err((
+                "temporarily-unavailable",
+                "The document could not be read just now, so its parts cannot be mentioned. Send it again in a moment.".to_owned(),
+            ));
+        };
+        let headings = mention::heading_anchors(&source);
+        let decisions = mention::decision_labels(&source);
+        let mut out = Vec::with_capacity(request.mentions.len());
+        for m in &request.mentions {
+            out.push(match m {
+                Mention::Heading { anchor } => {
+                    let h = headings
+                        .iter()
+                        .find(|h| &h.anchor == anchor)
+                        .ok_or(("mention-gone", mention::HEADING_GONE.to_owned()))?;
+                    (
+                        serde_json::json!({"type": "heading", "anchor": h.anchor, "label": h.text, "level": h.level, "line": h.line}),
+                        mention::told_heading(h),
+                    )
+                }
+                Mention::Decision { decision_id } => {
+                    let d = decisions
+                        .iter()
+                        .find(|d| &d.id == decision_id)
+                        .ok_or(("mention-gone", mention::DECISION_GONE.to_owned()))?;
+                    (
+                        serde_json::json!({"type": "decision", "decisionId": d.id, "label": d.label}),
+                        mention::told_decision(&d.id),
+                    )
+                }
+                Mention::File { path } => {
+                    check_path(path).map_err(|words| ("mention-refused", words.to_owned()))?;
+                    // No listing of the repository's files is read here yet (CTX-38: "with
+                    // neither, … a file mention is refused").
+                    return Err(("mention-refused", mention::FILES_UNLISTED.to_owned()));
+                }
+            });
+        }
+        Ok(out)
+    }
+
     /// The files `request` sends, checked ([`crate::files::Files::for_message`]), or the
     /// refusal's code and words.
     async fn message_files(
@@ -737,6 +871,11 @@ impl Chat {
         let to_planner = addressed != Addressed::AsWritten
             || command.is_some()
             || mentions_planner(&request.text);
+        // The parts it mentions, resolved against the document as it stands now (CTX-23).
+        let mentions = match self.mentions(place, &request).await {
+            Ok(mentions) => mentions,
+            Err((code, words)) => return SendReply::refused(id, code, words),
+        };
         // The files it sends: its sender's own uploads, within the message's limits (FILE-09,
         // FILE-19, FILE-20); an image to the Planner only where the model the turn would run
         // reads images (FILE-24). The same image can go to the room.
@@ -780,6 +919,7 @@ impl Chat {
                     },
                     command: command.as_ref().map(CommandRef::as_command),
                     files: files.clone(),
+                    mentions: mentions.iter().map(|(_, told)| told.clone()).collect(),
                 })
                 .await;
             match asked {
@@ -832,7 +972,7 @@ impl Chat {
                 key: None,
                 // Kept with the message (CMD-16), and its files as everyone in the room sees
                 // them (FILE-01).
-                refs: message_refs(command.as_ref(), &files),
+                refs: message_refs(command.as_ref(), &mentions, &files),
                 attachments: files.iter().map(|f| f.file.id).collect(),
             }
         };

@@ -63,6 +63,9 @@ pub struct PlannerRequest {
     /// The files the message sends, with their bytes (FILE-23): they reach the turn as the
     /// message's own parts, so a message with files needs a turn of its own too.
     pub files: Vec<crate::files::SentFile>,
+    /// What the Planner is told beside the words for each part the message mentions (CTX-30..32),
+    /// one line each after them.
+    pub mentions: Vec<String>,
 }
 
 /// The turn's parts for `files`: every text file, and the images where `reads_images`; the
@@ -191,6 +194,7 @@ impl PlannerRequest {
             follow_up: None,
             command: None,
             files: Vec::new(),
+            mentions: Vec::new(),
         };
         (request, said.join("\n"))
     }
@@ -219,6 +223,10 @@ impl PlannerRequest {
             ),
             None => format!("@{}: {}", self.from_login, self.text),
         };
+        let said = self
+            .mentions
+            .iter()
+            .fold(said, |said, told| format!("{said}\n{told}"));
         match &self.focus {
             Some(focus) => format!(
                 "{FOCUS_LINE}{}, the focus of this message)\n{said}",

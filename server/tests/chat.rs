@@ -105,6 +105,7 @@ impl World {
                     text: text.into(),
                     commands: Vec::new(),
                     files: Vec::new(),
+                    mentions: Vec::new(),
                 },
             )
             .await
@@ -708,6 +709,7 @@ mod attached {
                             text: text.into(),
                             commands: Vec::new(),
                             files: Vec::new(),
+                            mentions: Vec::new(),
                         },
                     )
                     .await

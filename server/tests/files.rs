@@ -257,7 +257,7 @@ async fn file_09_file_10_file_29_file_30_file_31_file_32_who_reads_and_who_takes
     let message = room.next_of_type("chat:message").await.unwrap();
     let refs = message["references"].as_array().unwrap();
     assert_eq!(refs.len(), 2, "{message}");
-    assert_eq!(refs[0]["type"], "file");
+    assert_eq!(refs[0]["type"], "attachment");
     assert_eq!(refs[0]["name"], "deploy notes.txt");
     assert_eq!(refs[1]["mimeType"], "image/png");
     let r = get_file(&s, s.doc, &text, Some(&lisa)).await;

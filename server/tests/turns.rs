@@ -35,6 +35,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         follow_up: None,
         command: None,
         files: Vec::new(),
+        mentions: Vec::new(),
     }
 }
 
@@ -574,6 +575,7 @@ async fn msg_18_a_stopping_process_starts_no_turn_and_says_nothing() {
                 text: "@chopin go".into(),
                 commands: Vec::new(),
                 files: Vec::new(),
+                mentions: Vec::new(),
             },
         )
         .await;

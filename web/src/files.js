@@ -124,7 +124,7 @@ export function fileControls(channel, say) {
 
 /// A sent message's files, for everyone: an image as a picture, a text file as a download.
 export function messageFiles(channel, references) {
-  const files = (references ?? []).filter((r) => r && r.type === 'file' && typeof r.id === 'string');
+  const files = (references ?? []).filter((r) => r && r.type === 'attachment' && typeof r.id === 'string');
   if (!files.length) return null;
   const list = el('ul', { class: 'message-files' });
   for (const f of files) {

@@ -617,6 +617,7 @@ impl Tools {
                         text: args.instruction,
                         commands: Vec::new(),
                         files: Vec::new(),
+                        mentions: Vec::new(),
                     };
                     match args.as_ {
                         Some(InvokeAs::System) => {

@@ -1,0 +1,212 @@
+//! Mentions of the document's own parts in a Chat message, in-process over real sockets under
+//! the `remote` harness: resolved against the document as it stands when the message is sent,
+//! kept with the label the server wrote, told to the Planner beside the words, and refused in
+//! the spec's words once gone. Each test names the rows of CHECKLIST.md it checks.
+
+use chopin_document::ydoc;
+use chopin_protocol::agent::ServerMessage;
+use serde_json::json;
+use uuid::Uuid;
+
+mod support;
+
+use support::{ask_room, next, served, Served};
+
+const TEXT: &str = "# Overview\n\nWhy we plan.\n\n## Roll-out\n\nCanary first.\n\n# Overview\n\n```decision\nid: d-region\nstate: open\nheader: Region\nquestion: Which region first?\n```\n";
+
+/// Puts `text` in the document, as a person typing it would.
+async fn write(s: &Served, text: &str) {
+    let member = s.state.open.join(s.doc, Uuid::nil()).await.unwrap();
+    let update = ydoc::replace_source(&ydoc::empty_doc(4242), text);
+    assert!(member
+        .document
+        .apply_update(member.connection, &update)
+        .await
+        .unwrap());
+}
+
+#[tokio::test]
+async fn ctx_23_ctx_30_ctx_31_mentions_are_resolved_kept_with_their_labels_and_told_to_the_planner()
+{
+    let s = served().await;
+    write(&s, TEXT).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let ack = ask_room(
+        &mut room,
+        json!({"type": "chat:send", "requestId": "m-1", "text": "@chopin see @Overview and @Region",
+               "references": [{"type": "heading", "anchor": "overview-1"}, {"type": "decision", "decisionId": "d-region"}]}),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let message = room.next_of_type("chat:message").await.unwrap();
+    assert_eq!(
+        message["references"],
+        json!([
+            {"type": "heading", "anchor": "overview-1", "label": "Overview", "level": 1, "line": 9},
+            {"type": "decision", "decisionId": "d-region", "label": "Region"}
+        ]),
+        "the label the server resolved, kept with the message"
+    );
+    let session = match next(&mut client).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("{other:?}"),
+    };
+    client
+        .send(&chopin_protocol::agent::ClientMessage::Started(
+            chopin_protocol::agent::Started {
+                session_id: session,
+            },
+        ))
+        .await
+        .unwrap();
+    let turn = loop {
+        if let ServerMessage::Turn(t) = next(&mut client).await {
+            break t;
+        }
+    };
+    assert!(
+        turn.prompt.ends_with(
+            "@mona: @chopin see @Overview and @Region\n[heading anchor \"overview-1\", level 1, line 9 of this document]\n[Decision id \"d-region\" of this document]"
+        ),
+        "{}",
+        turn.prompt
+    );
+}
+
+#[tokio::test]
+async fn ctx_24_ctx_25_ctx_26_ctx_27_ctx_28_a_mention_that_has_gone_is_refused_in_its_words() {
+    let s = served().await;
+    write(&s, TEXT).await;
+    let mut room = s.room().await;
+    let send = |id: &str, reference: serde_json::Value| json!({"type": "chat:send", "requestId": id, "text": "look", "references": [reference]});
+    for (id, reference, code, words) in [
+        (
+            "g-1",
+            json!({"type": "heading", "anchor": "overview-2"}),
+            "mention-gone",
+            "That heading is no longer in the document.",
+        ),
+        (
+            "g-2",
+            json!({"type": "decision", "decisionId": "d-gone"}),
+            "mention-gone",
+            "That Decision is no longer in the document.",
+        ),
+        (
+            "g-3",
+            json!({"type": "file", "path": "a".repeat(1025)}),
+            "mention-refused",
+            "That path is too long to mention.",
+        ),
+        (
+            "g-4",
+            json!({"type": "file", "path": "../etc/passwd"}),
+            "mention-refused",
+            "That file is not in the repository.",
+        ),
+        (
+            "g-5",
+            json!({"type": "file", "path": "src/main.rs"}),
+            "mention-refused",
+            "This repository's files cannot be listed right now, so a file cannot be mentioned.",
+        ),
+    ] {
+        let refused = ask_room(&mut room, send(id, reference)).await;
+        assert_eq!(refused["type"], "chat:refused", "{refused}");
+        assert_eq!(refused["code"], code, "{refused}");
+        assert_eq!(refused["message"], words, "{refused}");
+    }
+    // The same heading, once the text has it again: accepted.
+    write(&s, &format!("{TEXT}\n# Overview\n")).await;
+    let ok = ask_room(
+        &mut room,
+        send("g-6", json!({"type": "heading", "anchor": "overview-2"})),
+    )
+    .await;
+    assert_eq!(ok["type"], "chat:ack", "{ok}");
+}
+
+#[tokio::test]
+async fn ctx_42_a_mention_names_the_part_and_a_malformed_one_is_an_error_frame() {
+    let s = served().await;
+    let mut room = s.room().await;
+    room.send_json(
+        &json!({"type": "chat:send", "requestId": "x-1", "text": "look",
+                           "references": [{"type": "heading"}]}),
+    )
+    .await
+    .unwrap();
+    let error = room.next_of_type("error").await.unwrap();
+    assert_eq!(error["code"], "malformed", "{error}");
+}
+
+async fn get(s: &Served, path: &str, cookie: &str) -> (u16, serde_json::Value) {
+    let request = http::Request::get(format!("http://{}{path}", s.host))
+        .header("cookie", cookie)
+        .body(axum::body::Bytes::new())
+        .unwrap();
+    let r = chopin_server::runtime::connector::send(
+        &chopin_server::runtime::connector::TcpConnector,
+        request,
+    )
+    .await
+    .unwrap();
+    (
+        r.status.as_u16(),
+        serde_json::from_slice(&r.body).unwrap_or_default(),
+    )
+}
+
+#[tokio::test]
+async fn ctx_34_ctx_36_ctx_37_a_reader_is_offered_the_parts_narrowed_and_a_stranger_told_nothing_exists(
+) {
+    let s = served().await;
+    write(&s, TEXT).await;
+    let lisa = s
+        .sign_in("lisa", 1002, chopin_fixtures::github::Permission::Read)
+        .await;
+    let (status, all) = get(&s, &format!("/api/channels/{}/mentions", s.doc), &lisa).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        all["headings"],
+        json!([
+            {"anchor": "overview", "text": "Overview", "level": 1},
+            {"anchor": "roll-out", "text": "Roll-out", "level": 2},
+            {"anchor": "overview-1", "text": "Overview", "level": 1}
+        ])
+    );
+    assert_eq!(
+        all["decisions"],
+        json!([{"id": "d-region", "title": "Region"}])
+    );
+    assert_eq!(all["researchCards"], json!([]));
+    assert!(all.get("files").is_none(), "CTX-38: no listing, no files");
+    let (_, narrowed) = get(
+        &s,
+        &format!("/api/channels/{}/mentions?query=out&limit=1", s.doc),
+        &lisa,
+    )
+    .await;
+    assert_eq!(
+        narrowed["headings"],
+        json!([{"anchor": "roll-out", "text": "Roll-out", "level": 2}])
+    );
+    assert_eq!(narrowed["decisions"], json!([]));
+    let (status, _) = get(
+        &s,
+        &format!("/api/channels/{}/mentions?query={}", s.doc, "a".repeat(65)),
+        &lisa,
+    )
+    .await;
+    assert_eq!(status, 400, "RULINGS CTX-35");
+    let eve = s
+        .sign_in("eve", 1003, chopin_fixtures::github::Permission::Read)
+        .await;
+    s.github.revoke("octo", "plans", "eve");
+    let (status, body) = get(&s, &format!("/api/channels/{}/mentions", s.doc), &eve).await;
+    assert_eq!(
+        (status, body["error"].clone()),
+        (404, json!("document-not-found"))
+    );
+}
