@@ -111,7 +111,58 @@ impl From<&TranscriptEntry> for ChatMessage {
             kind: e.kind.clone(),
             text: e.body.clone(),
             at: e.created_at_ms,
-            references: e.refs.as_deref().and_then(|r| serde_json::from_str(r).ok()),
+            references: e.refs.as_deref().and_then(|r| restored_refs(e.seq, r)),
+        }
+    }
+}
+
+/// A stored reference, in the one shape each kind is persisted in (CTX-43).
+/// Read only to be checked: its fields are never used.
+#[allow(dead_code)]
+#[derive(Debug, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum StoredRef {
+    #[serde(rename_all = "camelCase")]
+    Command {
+        name: String,
+        command_kind: String,
+        start: u64,
+        end: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Heading {
+        anchor: String,
+        label: String,
+        level: u8,
+        line: u64,
+    },
+    #[serde(rename_all = "camelCase")]
+    Decision { decision_id: String, label: String },
+    #[serde(rename_all = "camelCase")]
+    Attachment {
+        id: Uuid,
+        name: String,
+        kind: String,
+        mime_type: String,
+        size: i64,
+    },
+}
+
+/// A message's stored references, strictly checked on restore (CTX-43): every one must be of
+/// a known kind in its persisted shape; otherwise none is shown, and the log says which entry.
+pub fn restored_refs(seq: i64, stored: &str) -> Option<Value> {
+    let value: Value = match serde_json::from_str(stored) {
+        Ok(v) => v,
+        Err(e) => {
+            tracing::warn!(seq, error = %e, "a message's stored references are not JSON; none is shown");
+            return None;
+        }
+    };
+    match serde_json::from_value::<Vec<StoredRef>>(value.clone()) {
+        Ok(_) => Some(value),
+        Err(e) => {
+            tracing::warn!(seq, error = %e, "a message's stored references are not in a shape this server keeps; none is shown");
+            None
         }
     }
 }
@@ -714,5 +765,28 @@ impl Transcript {
             omitted,
             backscroll: window[chosen.backscroll_from..].to_vec(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ctx_43_stored_references_are_strictly_checked_on_restore() {
+        let good = r#"[{"type":"command","name":"review","commandKind":"skill","start":0,"end":7},{"type":"heading","anchor":"overview","label":"Overview","level":1,"line":1},{"type":"decision","decisionId":"d-1","label":"Region"},{"type":"attachment","id":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","name":"a.txt","kind":"text","mimeType":"text/plain","size":3}]"#;
+        assert_eq!(
+            restored_refs(1, good),
+            Some(serde_json::from_str(good).unwrap())
+        );
+        for bad in [
+            r#"[{"type":"url","href":"javascript:alert(1)"}]"#,
+            r#"[{"type":"heading","anchor":"overview","label":"Overview","level":1,"line":1,"href":"x"}]"#,
+            r#"[{"type":"decision","decisionId":"d-1"}]"#,
+            r#"{"type":"command"}"#,
+            "not json",
+        ] {
+            assert_eq!(restored_refs(1, bad), None, "{bad}");
+        }
     }
 }
