@@ -86,6 +86,8 @@ pub struct App {
     pub models: Arc<Models>,
     /// The documents' Chat files.
     pub files: Arc<Files>,
+    /// The repositories' file listings for mentions.
+    pub repo_files: Arc<crate::repo_files::RepoFiles>,
     /// Dictation's transcription; `None` where `TRANSCRIPTION_MODEL` is unset.
     pub transcription: Option<Arc<crate::dictation::Transcription>>,
     pub renewal: Arc<Renewal>,
@@ -281,6 +283,11 @@ impl App {
                 crate::harness::provider_deps(settings, runtime.connector.clone(), entropy.clone())
             }),
         };
+        let repository_tools = Arc::new(RepositoryTools::new(github.clone()));
+        let repo_files = Arc::new(crate::repo_files::RepoFiles::new(
+            repository_tools.clone(),
+            clock.clone(),
+        ));
         let models = Arc::new(Models::new(store.clone(), adapters.clone(), clock.clone()));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
@@ -302,7 +309,7 @@ impl App {
             planted: config.planted,
             runs: runs.clone(),
             questions: questions.clone(),
-            repository: Arc::new(RepositoryTools::new(github.clone())),
+            repository: repository_tools.clone(),
             github_tools: github_tools.clone(),
         }));
         let files = Arc::new(Files::new(
@@ -328,7 +335,8 @@ impl App {
             Chat::new(transcript.clone(), turns.clone(), clock.clone())
                 .with_models(models.clone())
                 .with_files(files.clone())
-                .with_content(open.clone()),
+                .with_content(open.clone())
+                .with_repo_files(repo_files.clone(), store.clone()),
         );
         chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
@@ -369,6 +377,7 @@ impl App {
             chat,
             models,
             files,
+            repo_files,
             transcription,
             renewal,
             questions,
@@ -422,7 +431,12 @@ impl App {
             documents: self.documents_deps(),
             files: self.files.clone(),
         }))
-        .merge(transport::mentions::routes(self.documents_deps()))
+        .merge(transport::mentions::routes(
+            transport::mentions::MentionsDeps {
+                documents: self.documents_deps(),
+                repo_files: self.repo_files.clone(),
+            },
+        ))
         .merge(transport::dictation::routes(
             transport::dictation::DictationDeps {
                 documents: self.documents_deps(),

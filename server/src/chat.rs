@@ -345,6 +345,9 @@ pub struct Sender {
     /// whose model runs in this process (the first writer to invoke it owns the Planner).
     /// `None` where the message comes with no browser login (a bearer token's MCP call).
     pub owner: Option<crate::store::Holder>,
+    /// The sender's browser sign-in, whose GitHub session lists the repository's files for a
+    /// file mention (CTX-38); `None`: no file can be mentioned.
+    pub session: Option<Arc<crate::identity::sign_ins::LiveLogin>>,
 }
 
 /// The Chat a message is sent in: a root document's. A child document has no Chat of its own;
@@ -434,6 +437,12 @@ pub struct Chat {
     /// The documents' live text, which a message's mentions resolve against (`None`: a
     /// mention is refused).
     content: Option<Arc<crate::content::OpenDocuments>>,
+    /// The repositories' file listings and the documents they belong to, for a file mention
+    /// (`None`: every file mention is refused).
+    repo_files: Option<(
+        Arc<crate::repo_files::RepoFiles>,
+        Arc<dyn crate::store::DocumentStore>,
+    )>,
 }
 
 type Key = (String, Uuid, String);
@@ -503,7 +512,18 @@ impl Chat {
             models: None,
             files: None,
             content: None,
+            repo_files: None,
         }
+    }
+
+    /// Checks a file mention against its repository's listing (CTX-26, CTX-38).
+    pub fn with_repo_files(
+        mut self,
+        files: Arc<crate::repo_files::RepoFiles>,
+        documents: Arc<dyn crate::store::DocumentStore>,
+    ) -> Self {
+        self.repo_files = Some((files, documents));
+        self
     }
 
     /// Resolves a message's mentions against the documents' live text (CTX-23).
@@ -765,6 +785,7 @@ impl Chat {
     async fn mentions(
         &self,
         place: &Place,
+        sender: &Sender,
         request: &SendRequest,
     ) -> Result<Vec<(Value, String)>, (&'static str, String)> {
         use chopin_document::mention::{self, check_path};
@@ -815,13 +836,35 @@ impl Chat {
                 }
                 Mention::File { path } => {
                     check_path(path).map_err(|words| ("mention-refused", words.to_owned()))?;
-                    // No listing of the repository's files is read here yet (CTX-38: "with
-                    // neither, … a file mention is refused").
-                    return Err(("mention-refused", mention::FILES_UNLISTED.to_owned()));
+                    let listed = self.repository_files(place.document, sender).await;
+                    let Some(listed) = listed else {
+                        return Err(("mention-refused", mention::FILES_UNLISTED.to_owned()));
+                    };
+                    if !listed.iter().any(|p| p == path) {
+                        return Err(("mention-refused", mention::FILE_NOT_THERE.to_owned()));
+                    }
+                    (
+                        serde_json::json!({"type": "file", "path": path, "label": path}),
+                        mention::told_file(path),
+                    )
                 }
             });
         }
         Ok(out)
+    }
+
+    /// The file paths of `document`'s repository as the sender's own GitHub session lists them
+    /// (kept a minute, CTX-38); `None` where they cannot be listed.
+    async fn repository_files(&self, document: Uuid, sender: &Sender) -> Option<Arc<Vec<String>>> {
+        let (files, documents) = self.repo_files.as_ref()?;
+        let session = sender.session.as_ref()?;
+        let doc = match documents.document(document).await {
+            Ok(Some(doc)) => doc,
+            _ => return None,
+        };
+        files
+            .paths(session.github_token(), &doc.repo_owner, &doc.repo_name)
+            .await
     }
 
     /// The files `request` sends, checked ([`crate::files::Files::for_message`]), or the
@@ -872,7 +915,7 @@ impl Chat {
             || command.is_some()
             || mentions_planner(&request.text);
         // The parts it mentions, resolved against the document as it stands now (CTX-23).
-        let mentions = match self.mentions(place, &request).await {
+        let mentions = match self.mentions(place, sender, &request).await {
             Ok(mentions) => mentions,
             Err((code, words)) => return SendReply::refused(id, code, words),
         };

@@ -34,6 +34,7 @@ pub mod observe;
 pub mod planner;
 pub mod questions;
 pub mod renewal;
+pub mod repo_files;
 pub mod repository;
 pub mod runs;
 pub mod runtime;

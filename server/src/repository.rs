@@ -446,6 +446,56 @@ impl RepositoryTools {
         )))
     }
 
+    /// Every file path of `owner/repo`'s default branch as `token` sees it, at most `max`
+    /// (the first `max` in GitHub's order): what a Chat file mention may name (CTX-38).
+    pub async fn file_paths(
+        &self,
+        token: &str,
+        owner: &str,
+        repo: &str,
+        max: usize,
+    ) -> Result<Vec<String>, Failed> {
+        let info = self
+            .repository(
+                token,
+                &Bound {
+                    owner: owner.to_owned(),
+                    repo: repo.to_owned(),
+                },
+            )
+            .await?;
+        let (reference, _) = Self::reference(&info, None)?;
+        let url = format!("{}/git/trees/{reference}?recursive=1", Self::base(&info));
+        let response = self
+            .github
+            .read(token, &url, ACCEPT_JSON, TREE_MAX_BODY_BYTES)
+            .await
+            .map_err(github_failed)?
+            .ok_or_else(|| "the repository's tree is too large to list".to_owned())?;
+        if response.status.as_u16() != 200 {
+            return Err(format!("GitHub answered {} for the tree", response.status));
+        }
+        #[derive(Deserialize)]
+        struct Tree {
+            tree: Vec<Entry>,
+        }
+        #[derive(Deserialize)]
+        struct Entry {
+            path: String,
+            #[serde(rename = "type")]
+            kind: String,
+        }
+        let tree: Tree = serde_json::from_slice(&response.body)
+            .map_err(|_| "GitHub sent a tree Chopin could not read".to_owned())?;
+        Ok(tree
+            .tree
+            .into_iter()
+            .filter(|e| e.kind == "blob")
+            .map(|e| e.path)
+            .take(max)
+            .collect())
+    }
+
     async fn list_tree(&self, a: TreeArgs, token: &str, info: &RepoInfo) -> Result<Value, Failed> {
         let folder = match a.path.as_deref() {
             Some(p) => {

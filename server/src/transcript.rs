@@ -137,7 +137,14 @@ enum StoredRef {
         line: u64,
     },
     #[serde(rename_all = "camelCase")]
-    Decision { decision_id: String, label: String },
+    Decision {
+        decision_id: String,
+        label: String,
+    },
+    File {
+        path: String,
+        label: String,
+    },
     #[serde(rename_all = "camelCase")]
     Attachment {
         id: Uuid,
@@ -774,7 +781,7 @@ mod tests {
 
     #[test]
     fn ctx_43_stored_references_are_strictly_checked_on_restore() {
-        let good = r#"[{"type":"command","name":"review","commandKind":"skill","start":0,"end":7},{"type":"heading","anchor":"overview","label":"Overview","level":1,"line":1},{"type":"decision","decisionId":"d-1","label":"Region"},{"type":"attachment","id":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","name":"a.txt","kind":"text","mimeType":"text/plain","size":3}]"#;
+        let good = r#"[{"type":"command","name":"review","commandKind":"skill","start":0,"end":7},{"type":"heading","anchor":"overview","label":"Overview","level":1,"line":1},{"type":"decision","decisionId":"d-1","label":"Region"},{"type":"file","path":"src/a.rs","label":"src/a.rs"},{"type":"attachment","id":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","name":"a.txt","kind":"text","mimeType":"text/plain","size":3}]"#;
         assert_eq!(
             restored_refs(1, good),
             Some(serde_json::from_str(good).unwrap())

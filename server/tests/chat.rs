@@ -129,6 +129,7 @@ fn writer(login: &str) -> Sender {
         login: login.into(),
         can_write: true,
         owner: None,
+        session: None,
     }
 }
 
@@ -262,6 +263,7 @@ async fn msg_06_a_reader_is_refused_read_only() {
         login: "hubot".into(),
         can_write: false,
         owner: None,
+        session: None,
     };
     for text in ["hello", "@chopin steer this"] {
         let reply = w.send(&reader, "r-1", text).await;

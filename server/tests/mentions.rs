@@ -75,8 +75,10 @@ async fn ctx_23_ctx_30_ctx_31_mentions_are_resolved_kept_with_their_labels_and_t
 }
 
 #[tokio::test]
-async fn ctx_24_ctx_25_ctx_26_ctx_27_ctx_28_a_mention_that_has_gone_is_refused_in_its_words() {
+async fn ctx_24_ctx_25_ctx_26_ctx_28_a_mention_that_has_gone_is_refused_in_its_words() {
     let s = served().await;
+    s.github
+        .put_file("octo", "plans", "src/lib.rs", "pub fn x() {}\n");
     write(&s, TEXT).await;
     let mut room = s.room().await;
     let send = |id: &str, reference: serde_json::Value| json!({"type": "chat:send", "requestId": id, "text": "look", "references": [reference]});
@@ -109,7 +111,7 @@ async fn ctx_24_ctx_25_ctx_26_ctx_27_ctx_28_a_mention_that_has_gone_is_refused_i
             "g-5",
             json!({"type": "file", "path": "src/main.rs"}),
             "mention-refused",
-            "This repository's files cannot be listed right now, so a file cannot be mentioned.",
+            "That file is not in the repository.",
         ),
     ] {
         let refused = ask_room(&mut room, send(id, reference)).await;
@@ -181,7 +183,11 @@ async fn ctx_34_ctx_36_ctx_37_a_reader_is_offered_the_parts_narrowed_and_a_stran
         json!([{"id": "d-region", "title": "Region"}])
     );
     assert_eq!(all["researchCards"], json!([]));
-    assert!(all.get("files").is_none(), "CTX-38: no listing, no files");
+    assert_eq!(
+        all["files"],
+        json!([]),
+        "CTX-38: an empty repository lists no files"
+    );
     let (_, narrowed) = get(
         &s,
         &format!("/api/channels/{}/mentions?query=out&limit=1", s.doc),
@@ -209,4 +215,134 @@ async fn ctx_34_ctx_36_ctx_37_a_reader_is_offered_the_parts_narrowed_and_a_stran
         (status, body["error"].clone()),
         (404, json!("document-not-found"))
     );
+}
+
+#[tokio::test]
+async fn ctx_26_ctx_32_ctx_38_a_file_in_the_repository_is_mentioned_and_listed_for_the_composer() {
+    let s = served().await;
+    s.github
+        .put_file("octo", "plans", "src/index.ts", "export {}\n")
+        .put_file("octo", "plans", "docs/rollout.md", "Region by region.\n");
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let ack = ask_room(
+        &mut room,
+        json!({"type": "chat:send", "requestId": "f-1", "text": "@chopin read @index.ts",
+               "references": [{"type": "file", "path": "src/index.ts"}]}),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let message = room.next_of_type("chat:message").await.unwrap();
+    assert_eq!(
+        message["references"],
+        json!([{"type": "file", "path": "src/index.ts", "label": "src/index.ts"}])
+    );
+    let session = match next(&mut client).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("{other:?}"),
+    };
+    client
+        .send(&chopin_protocol::agent::ClientMessage::Started(
+            chopin_protocol::agent::Started {
+                session_id: session,
+            },
+        ))
+        .await
+        .unwrap();
+    let turn = loop {
+        if let ServerMessage::Turn(t) = next(&mut client).await {
+            break t;
+        }
+    };
+    assert!(
+        turn.prompt
+            .ends_with("\n[file path \"src/index.ts\" in the repository]"),
+        "{}",
+        turn.prompt
+    );
+    let (status, listed) = get(
+        &s,
+        &format!("/api/channels/{}/mentions?query=roll", s.doc),
+        &s.mona_cookie,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(listed["files"], json!(["docs/rollout.md"]));
+}
+
+#[tokio::test]
+async fn ctx_27_where_github_will_not_list_the_files_a_file_mention_is_refused_and_files_left_out()
+{
+    let s = served().await;
+    write(&s, TEXT).await;
+    let mut room = s.room().await;
+    s.github.set_outage(true);
+    let refused = ask_room(
+        &mut room,
+        json!({"type": "chat:send", "requestId": "f-1", "text": "look",
+               "references": [{"type": "file", "path": "src/index.ts"}]}),
+    )
+    .await;
+    assert_eq!(
+        refused["message"],
+        "This repository's files cannot be listed right now, so a file cannot be mentioned."
+    );
+    // The composer is offered no files then (its access is still the one checked at joining).
+    let (status, listed) = get(
+        &s,
+        &format!("/api/channels/{}/mentions", s.doc),
+        &s.mona_cookie,
+    )
+    .await;
+    assert_eq!(status, 200, "{listed}");
+    assert!(listed.get("files").is_none(), "{listed}");
+    assert_eq!(listed["headings"][0]["anchor"], "overview");
+}
+
+/// CTX-38's minute at both edges, on a clock the test moves: a listing is used 59,999 ms after
+/// it was read and read again at 60,000 ms; two people asking at once read it once.
+#[tokio::test]
+async fn ctx_38_a_listing_is_kept_a_minute_per_repository_and_read_once_for_many() {
+    use chopin_server::identity::github::GitHub;
+    use chopin_server::repo_files::{RepoFiles, LISTING_KEPT_MS};
+    use chopin_server::repository::RepositoryTools;
+    use chopin_server::runtime::clock::ManualClock;
+    use std::sync::Arc;
+    let github = chopin_fixtures::github::FakeGitHub::new();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant(
+        "octo",
+        "plans",
+        "mona",
+        chopin_fixtures::github::Permission::Read,
+    );
+    github.put_file("octo", "plans", "a.md", "a\n");
+    let token = github.issue_token("mona");
+    let url = github.serve_tcp().await.unwrap();
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let client = GitHub::new(
+        url,
+        Arc::new(chopin_server::runtime::connector::TcpConnector),
+        clock.clone(),
+    );
+    let files = RepoFiles::new(Arc::new(RepositoryTools::new(client)), clock.clone());
+    let trees = || github.request_count("/repos/octo/plans/git/trees/");
+    let (a, b) = tokio::join!(
+        files.paths(&token, "octo", "plans"),
+        files.paths(&token, "Octo", "Plans")
+    );
+    assert_eq!(a.unwrap().as_slice(), ["a.md"]);
+    assert_eq!(b.unwrap().as_slice(), ["a.md"]);
+    assert_eq!(trees(), 1, "two at once: one read");
+    github.put_file("octo", "plans", "b.md", "b\n");
+    clock.advance(LISTING_KEPT_MS - 1);
+    assert_eq!(
+        files.paths(&token, "octo", "plans").await.unwrap().len(),
+        1,
+        "kept until its minute is over"
+    );
+    assert_eq!(trees(), 1);
+    clock.advance(1);
+    assert_eq!(files.paths(&token, "octo", "plans").await.unwrap().len(), 2);
+    assert_eq!(trees(), 2, "read again at the minute");
 }

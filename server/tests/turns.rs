@@ -563,6 +563,7 @@ async fn msg_18_a_stopping_process_starts_no_turn_and_says_nothing() {
         login: "mona".into(),
         can_write: true,
         owner: None,
+        session: None,
     };
     let reply = s
         .state

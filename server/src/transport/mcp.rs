@@ -611,6 +611,7 @@ impl Tools {
                         login: caller.login.clone(),
                         can_write: true,
                         owner: caller.browser.as_ref().map(|live| live.as_holder()),
+                        session: caller.browser.clone(),
                     };
                     let request = SendRequest {
                         request_id,

@@ -4,8 +4,9 @@
 //!
 //! Owns: the route, its query (RULINGS CTX-35: `limit` clamped to 1–20, a `query` over 64
 //! characters refused 400) and its answer: `headings` (`anchor`, `text`, `level`), `decisions`
-//! (`id`, `title`) and `researchCards` (none until research workspaces exist). `files` is left
-//! out: no listing of the repository's files is read yet, so a file mention is refused (CTX-38).
+//! (`id`, `title`), `researchCards` (none until research workspaces exist) and `files` (paths,
+//! from the default branch as the asker's own session lists it, kept a minute; left out where
+//! GitHub will not list them, CTX-38).
 //! Does not own: anchors, labels and narrowing ([`chopin_document::mention`]), or access.
 
 use axum::extract::{Path, RawQuery, State};
@@ -18,7 +19,14 @@ use super::documents::DocumentsDeps;
 use super::{Routes, Table};
 use crate::error::ApiError;
 
-pub fn routes(deps: DocumentsDeps) -> Routes {
+/// What the mentions route uses.
+#[derive(Clone)]
+pub struct MentionsDeps {
+    pub documents: DocumentsDeps,
+    pub repo_files: std::sync::Arc<crate::repo_files::RepoFiles>,
+}
+
+pub fn routes(deps: MentionsDeps) -> Routes {
     Table::new()
         .get("/api/channels/{channel}/mentions", mentions)
         .with_state(deps)
@@ -58,15 +66,20 @@ pub fn parse_query(raw: Option<&str>) -> Result<(String, usize), ApiError> {
 }
 
 async fn mentions(
-    State(deps): State<DocumentsDeps>,
+    State(deps): State<MentionsDeps>,
     Path(channel): Path<String>,
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = deps.access.caller(&headers, false).await?;
-    let (doc, _) = deps.readable(&caller, &channel).await?;
+    let caller = deps.documents.access.caller(&headers, false).await?;
+    let (doc, _) = deps.documents.readable(&caller, &channel).await?;
     let (query, limit) = parse_query(raw.as_deref())?;
-    let open = deps.open.open(doc.id).await.map_err(ApiError::store)?;
+    let open = deps
+        .documents
+        .open
+        .open(doc.id)
+        .await
+        .map_err(ApiError::store)?;
     let source = open.source().await;
     let headings = mention::narrow(
         &mention::heading_anchors(&source),
@@ -80,11 +93,37 @@ async fn mentions(
         &query,
         limit,
     );
-    Ok(Json(json!({
+    let mut answer = json!({
         "headings": headings.iter().map(|h| json!({"anchor": h.anchor, "text": h.text, "level": h.level})).collect::<Vec<_>>(),
         "decisions": decisions.iter().map(|d| json!({"id": d.id, "title": d.label})).collect::<Vec<_>>(),
         "researchCards": [],
-    })))
+    });
+    // A file is named by its path; narrowed by its name (the last part) first, then the path.
+    let listed = deps
+        .repo_files
+        .paths(caller.token(), &doc.repo_owner, &doc.repo_name)
+        .await;
+    if let Some(paths) = listed {
+        let files = mention::narrow(
+            &paths,
+            |p: &String| p.rsplit('/').next().unwrap_or(p),
+            &query,
+            limit,
+        );
+        let files = if files.len() < limit {
+            let mut more = files;
+            for p in mention::narrow(&paths, |p: &String| p.as_str(), &query, limit) {
+                if more.len() < limit && !more.contains(&p) {
+                    more.push(p);
+                }
+            }
+            more
+        } else {
+            files
+        };
+        answer["files"] = json!(files);
+    }
+    Ok(Json(answer))
 }
 
 #[cfg(test)]

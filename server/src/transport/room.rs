@@ -223,6 +223,7 @@ async fn session(
         login: member.login.clone(),
         can_write: member.can_write,
         owner: Some(member.live.as_holder()),
+        session: Some(member.live.clone()),
     };
     let mut hello = json!({
         "type": "session:hello",
