@@ -44,6 +44,16 @@ pub enum ReadKind {
     Child,
     /// MCP `read_document`: no block listing.
     McpDocument,
+    /// `read_reference`: a document a Chat message referred to, read as MCP `read_document`
+    /// reads (no block listing: it is evidence, not a document this turn edits).
+    Reference,
+}
+
+impl ReadKind {
+    /// Whether the text leaves the block listing out.
+    fn without_blocks(self) -> bool {
+        matches!(self, ReadKind::McpDocument | ReadKind::Reference)
+    }
 }
 
 /// The child being read by `read_child`.
@@ -420,7 +430,7 @@ impl Read<'_, '_> {
 
     /// Bytes the block listing spends on the blocks starting on `line`.
     fn rows_cost(&self, line: usize) -> usize {
-        if self.doc.kind == ReadKind::McpDocument {
+        if self.doc.kind.without_blocks() {
             return 0;
         }
         self.blocks_on(line, line).map(|b| row(b).len()).sum()
@@ -444,7 +454,7 @@ impl Read<'_, '_> {
         let mut text = self.header(piece.start, piece.end, piece.capped, false, None);
         text.push('\n');
         text.push_str(&self.sections);
-        if self.doc.kind != ReadKind::McpDocument {
+        if !self.doc.kind.without_blocks() {
             text.push_str(&self.blocks_title(first, last));
             let mut any = false;
             for block in self.blocks_on(first, last) {
@@ -490,7 +500,7 @@ impl Read<'_, '_> {
         }
         out.push_str(&format!("revision: {}\n", doc.revision));
         out.push_str(&format!("size: {} characters, ", self.characters));
-        if doc.kind == ReadKind::McpDocument {
+        if doc.kind.without_blocks() {
             out.push_str(&format!("{n} lines\n"));
         } else {
             out.push_str(&format!("{n} lines, {} blocks\n", self.blocks.len()));
@@ -556,6 +566,9 @@ impl Read<'_, '_> {
             ReadKind::McpDocument => {
                 args.push_str(&format!("\"id\":{},", json_string(self.doc.id)));
             }
+            ReadKind::Reference => {
+                args.push_str(&format!("\"reference\":{},", json_string(self.doc.id)));
+            }
         }
         args.push_str(&format!("\"offset\":{line}"));
         if column > 1 {
@@ -575,12 +588,13 @@ impl Read<'_, '_> {
             ReadKind::Plan => "read_plan",
             ReadKind::Child => "read_child",
             ReadKind::McpDocument => "read_document",
+            ReadKind::Reference => "read_reference",
         };
         format!("{tool} {{{args}}}")
     }
 
     fn blocks_title(&self, first: usize, last: usize) -> String {
-        if self.doc.kind == ReadKind::McpDocument {
+        if self.doc.kind.without_blocks() {
             return String::new();
         }
         if self.line_count() == 0 {

@@ -31,7 +31,7 @@ use crate::runtime::SharedClock;
 use crate::store::{NewTranscriptEntry, UnixMillis};
 pub use crate::transcript::Malformed;
 use crate::transcript::Transcript;
-use crate::turns::{Accepted, Focus, FollowUp, PlannerRequest, Refused, Turns};
+use crate::turns::{Accepted, DocumentReference, Focus, FollowUp, PlannerRequest, Refused, Turns};
 
 pub use crate::transcript::MESSAGE_MAX_CHARS;
 /// The longest request id a browser may give a send, in characters.
@@ -143,9 +143,19 @@ pub struct SendRequest {
 /// A mention as a `chat:send` names it: the part, never its text (CTX-23).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mention {
-    Heading { anchor: String },
-    Decision { decision_id: String },
-    File { path: String },
+    /// `#`: another ordinary document of the repository (CTX-18).
+    Document {
+        id: Uuid,
+    },
+    Heading {
+        anchor: String,
+    },
+    Decision {
+        decision_id: String,
+    },
+    File {
+        path: String,
+    },
 }
 
 /// A command chip: the command a message runs, as the composer sent it (CMD-10): its name
@@ -244,6 +254,14 @@ impl SendRequest {
             };
             match reference.get("type").and_then(Value::as_str) {
                 Some("command") => {}
+                Some("document") => {
+                    let id = field("documentId")?;
+                    let id = Uuid::parse_str(&id).map_err(|_| {
+                        Malformed("a document reference's \"documentId\" is a document's id".into())
+                    })?;
+                    mentions.push(Mention::Document { id });
+                    continue;
+                }
                 Some("heading") => {
                     mentions.push(Mention::Heading {
                         anchor: field("anchor")?,
@@ -271,7 +289,7 @@ impl SendRequest {
                 }
                 _ => {
                     return Err(Malformed(
-                        "a reference is {\"type\": \"command\", \"name\", \"commandKind\", \"start\", \"end\"}, {\"type\": \"heading\", \"anchor\"}, {\"type\": \"decision\", \"decisionId\"} or {\"type\": \"file\", \"path\"}".into(),
+                        "a reference is {\"type\": \"command\", \"name\", \"commandKind\", \"start\", \"end\"}, {\"type\": \"document\", \"documentId\"}, {\"type\": \"heading\", \"anchor\"}, {\"type\": \"decision\", \"decisionId\"} or {\"type\": \"file\", \"path\"}".into(),
                     ))
                 }
             }
@@ -787,11 +805,12 @@ impl Chat {
         place: &Place,
         sender: &Sender,
         request: &SendRequest,
-    ) -> Result<Vec<(Value, String)>, (&'static str, String)> {
+    ) -> Result<(Vec<(Value, String)>, Vec<DocumentReference>), (&'static str, String)> {
         use chopin_document::mention::{self, check_path};
         if request.mentions.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), Vec::new()));
         }
+        let mut references = Vec::new();
         let document = place.focus.as_ref().map_or(place.document, |f| f.document);
         let source = match &self.content {
             Some(content) => match content.open(document).await {
@@ -814,6 +833,21 @@ impl Chat {
         let mut out = Vec::with_capacity(request.mentions.len());
         for m in &request.mentions {
             out.push(match m {
+                Mention::Document { id } => {
+                    let doc = self.referable(place, *id).await?;
+                    references.push(DocumentReference {
+                        id: doc.id,
+                        revision: doc.plan_revision,
+                    });
+                    (
+                        serde_json::json!({"type": "document", "documentId": doc.id, "label": doc.title, "revision": doc.plan_revision}),
+                        format!(
+                            "[document reference {} titled {}: read it with read_reference]",
+                            serde_json::Value::String(doc.id.to_string()),
+                            serde_json::Value::String(doc.title.clone())
+                        ),
+                    )
+                }
                 Mention::Heading { anchor } => {
                     let h = headings
                         .iter()
@@ -850,7 +884,41 @@ impl Chat {
                 }
             });
         }
-        Ok(out)
+        Ok((out, references))
+    }
+
+    /// The document `id` if a message from `place` may refer to it (CTX-18): another ordinary
+    /// document (not a child, not archived) of the same repository.
+    async fn referable(
+        &self,
+        place: &Place,
+        id: Uuid,
+    ) -> Result<crate::store::Document, (&'static str, String)> {
+        let refused = || {
+            (
+                "reference-refused",
+                "That document cannot be referred to here: only another document of this repository that is not archived can.".to_owned(),
+            )
+        };
+        let Some((_, documents)) = &self.repo_files else {
+            return Err(refused());
+        };
+        let here = place.focus.as_ref().map_or(place.document, |f| f.document);
+        if id == here || id == place.document {
+            return Err(refused());
+        }
+        let (Ok(Some(this)), Ok(Some(that))) = (
+            documents.document(place.document).await,
+            documents.document(id).await,
+        ) else {
+            return Err(refused());
+        };
+        let same = this.repo_owner.eq_ignore_ascii_case(&that.repo_owner)
+            && this.repo_name.eq_ignore_ascii_case(&that.repo_name);
+        if !same || that.archived || that.parent_id.is_some() {
+            return Err(refused());
+        }
+        Ok(that)
     }
 
     /// The file paths of `document`'s repository as the sender's own GitHub session lists them
@@ -915,7 +983,7 @@ impl Chat {
             || command.is_some()
             || mentions_planner(&request.text);
         // The parts it mentions, resolved against the document as it stands now (CTX-23).
-        let mentions = match self.mentions(place, sender, &request).await {
+        let (mentions, references) = match self.mentions(place, sender, &request).await {
             Ok(mentions) => mentions,
             Err((code, words)) => return SendReply::refused(id, code, words),
         };
@@ -963,6 +1031,7 @@ impl Chat {
                     command: command.as_ref().map(CommandRef::as_command),
                     files: files.clone(),
                     mentions: mentions.iter().map(|(_, told)| told.clone()).collect(),
+                    references: references.clone(),
                 })
                 .await;
             match asked {

@@ -66,6 +66,9 @@ pub struct PlannerRequest {
     /// What the Planner is told beside the words for each part the message mentions (CTX-30..32),
     /// one line each after them.
     pub mentions: Vec<String>,
+    /// The documents the message refers to (`#`, CTX-18): the session holds them for
+    /// `read_reference` (CTX-19).
+    pub references: Vec<DocumentReference>,
 }
 
 /// The turn's parts for `files`: every text file, and the images where `reads_images`; the
@@ -195,6 +198,7 @@ impl PlannerRequest {
             command: None,
             files: Vec::new(),
             mentions: Vec::new(),
+            references: Vec::new(),
         };
         (request, said.join("\n"))
     }
@@ -335,6 +339,31 @@ struct Table {
     /// Answers to Decisions nothing waits on any more (HO-15), waiting for a Planner turn: the
     /// document's URL and each answer's words, by document.
     answers: BTreeMap<Uuid, (String, Vec<String>)>,
+    /// The documents Chat referred to that the document's active Planner session holds
+    /// (CTX-19): what `read_reference` may read, at most [`REFERENCES_RETAINED_MAX`], the
+    /// oldest let go first; a new session starts with its own message's alone.
+    references: BTreeMap<Uuid, Vec<DocumentReference>>,
+}
+
+/// The most document references one Planner session holds (CTX-19: a bounded set).
+pub const REFERENCES_RETAINED_MAX: usize = 32;
+
+/// A document a Chat message referred to: its id and the plan revision it was at when chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DocumentReference {
+    pub id: Uuid,
+    pub revision: i64,
+}
+
+/// Adds `new` to a session's `held` references: one entry per document (the latest choice's
+/// revision), at most [`REFERENCES_RETAINED_MAX`], the oldest let go first.
+fn retain(held: &mut Vec<DocumentReference>, new: &[DocumentReference]) {
+    for r in new {
+        held.retain(|h| h.id != r.id);
+        held.push(*r);
+    }
+    let over = held.len().saturating_sub(REFERENCES_RETAINED_MAX);
+    held.drain(..over);
 }
 
 /// What turns reach: who holds the Planner, sign-ins and admission for the rechecks, the
@@ -672,7 +701,11 @@ impl Turns {
                         Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()))
                     }
                     Phase::Running => match turn.control.steer(words) {
-                        Ok(()) => Ok(Accepted::Steered),
+                        Ok(()) => {
+                            let held = table.references.entry(request.document).or_default();
+                            retain(held, &request.references);
+                            Ok(Accepted::Steered)
+                        }
                         // The turn has not read the steers it was given yet: this one waits
                         // for the sender to try again rather than in memory.
                         Err(SteerError::Full) => {
@@ -881,6 +914,16 @@ impl Turns {
             Some((seen, repository)) => (Some(seen), repository),
             None => (None, SessionRepository::default()),
         };
+        {
+            // A kept session adds this message's references to those it holds; a new one
+            // holds this message's alone (CTX-19).
+            let mut table = self.lock();
+            let held = table.references.entry(document).or_default();
+            if kept.is_none() {
+                held.clear();
+            }
+            retain(held, &request.references);
+        }
         host.repository_of_session(repository.clone());
         // A skill's or prompt's invocation goes alone: the room's earlier words and the
         // focused child's line wait for the next turn (CMD-17).
@@ -1187,6 +1230,21 @@ fn host_tools() -> Vec<ToolSpec> {
             }),
         },
         ToolSpec {
+            name: "read_reference".to_owned(),
+            description: "Read a document someone referred to in Chat (its id is in the message's [document reference …] line), like read_plan; only documents referred to since this conversation began can be read. Says whether it changed since it was chosen. It is evidence to weigh: edits still go to this document.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "reference": { "type": "string" },
+                    "offset": { "type": "integer", "minimum": 1 },
+                    "limit": { "type": "integer", "minimum": 1 },
+                    "column": { "type": "integer", "minimum": 1 }
+                },
+                "required": ["reference"],
+                "additionalProperties": false
+            }),
+        },
+        ToolSpec {
             name: "ask".to_owned(),
             description: "Ask the document's people and wait for their answers: each question becomes a Decision card (after the block whose digest you give as block, when it is unchanged, else at the end). Returns the answers, or an error if the question was withdrawn. Use open_decisions instead when you need not wait.".to_owned(),
             input_schema: serde_json::json!({
@@ -1421,6 +1479,7 @@ impl TurnHost for PlannerHost {
             },
             "read_child" => self.read_child(input).await,
             "edit_child" => self.edit_child(input).await,
+            "read_reference" => self.read_reference(input).await,
             "ask" => self.ask(input).await,
             "open_decision" => self.open_decisions(input, false).await,
             "open_decisions" => self.open_decisions(input, true).await,
@@ -1718,6 +1777,80 @@ impl PlannerHost {
                 Err(e) => HostToolResult::error(e.to_string()),
             },
             Err(ChildError::NotOwner(why)) => self.deny("edit_child", &why).await,
+            Err(e) => HostToolResult::error(e.to_string()),
+        }
+    }
+
+    /// `read_reference`: a document the session holds a reference to (CTX-19), read from its
+    /// latest source, saying whether it changed since it was chosen (CTX-20). Never the room's
+    /// document or its editing target (CTX-22).
+    async fn read_reference(&self, input: Value) -> HostToolResult {
+        let mut input = input;
+        let reference = input
+            .as_object_mut()
+            .and_then(|o| o.remove("reference"))
+            .and_then(|r| r.as_str().map(str::to_owned));
+        let Some(reference) = reference else {
+            return HostToolResult::error(
+                "missing \"reference\": the id of a document referred to in Chat",
+            );
+        };
+        let args: ReadArgs = match serde_json::from_value(input) {
+            Ok(a) => a,
+            Err(e) => {
+                return HostToolResult::error(format!("invalid read_reference arguments: {e}"))
+            }
+        };
+        let held = Uuid::parse_str(&reference).ok().and_then(|id| {
+            self.turns
+                .lock()
+                .references
+                .get(&self.document)
+                .and_then(|refs| refs.iter().find(|r| r.id == id).copied())
+        });
+        let Some(held) = held else {
+            return HostToolResult::error(format!(
+                "{reference:?} is not a document this conversation was referred to; only documents referred to in Chat since it began can be read"
+            ));
+        };
+        let d = &self.turns.deps;
+        let doc = match d.records.document(held.id).await {
+            Ok(Some(doc)) if !doc.archived => doc,
+            Ok(_) => return HostToolResult::error("that document is gone (archived or removed)"),
+            Err(_) => return HostToolResult::error("the document could not be read just now"),
+        };
+        let Ok(open) = d.open.open(doc.id).await else {
+            return HostToolResult::error("the document could not be read just now");
+        };
+        let reading = open.reading().await;
+        let earlier = d.documents.earlier_urls(&doc).await.unwrap_or_default();
+        let id = doc.id.to_string();
+        let url = crate::documents::canonical_url(&doc);
+        let input = DocumentInput {
+            id: &id,
+            url: &url,
+            title: Some(&doc.title),
+            revision: doc.plan_revision as u64,
+            earlier_urls: &earlier,
+            child: None,
+            kind: ReadKind::Reference,
+            source: &reading.source,
+            accepted_comments: &[],
+            brief: None,
+        };
+        let changed = if doc.plan_revision == held.revision {
+            format!(
+                "changed since it was chosen: no (revision {})\n",
+                held.revision
+            )
+        } else {
+            format!(
+                "changed since it was chosen: yes (revision {} then, {} now)\n",
+                held.revision, doc.plan_revision
+            )
+        };
+        match chopin_document::reader::read_text_with(&input, &reading.analysis, &args) {
+            Ok(text) => HostToolResult::ok(Value::String(format!("{changed}{text}"))),
             Err(e) => HostToolResult::error(e.to_string()),
         }
     }

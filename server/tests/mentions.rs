@@ -346,3 +346,151 @@ async fn ctx_38_a_listing_is_kept_a_minute_per_repository_and_read_once_for_many
     assert_eq!(files.paths(&token, "octo", "plans").await.unwrap().len(), 2);
     assert_eq!(trees(), 2, "read again at the minute");
 }
+
+/// A second document of octo/plans, holding `text`: its id.
+async fn another(s: &Served, slug: &str, text: &str, parent: Option<Uuid>) -> Uuid {
+    let id = Uuid::new_v4();
+    s.store
+        .create_document(&chopin_server::store::NewDocument {
+            id,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: slug.into(),
+            title: format!("Title of {slug}"),
+            parent_id: parent,
+            ..chopin_server::store::NewDocument::default()
+        })
+        .await
+        .unwrap();
+    let member = s.state.open.join(id, Uuid::nil()).await.unwrap();
+    let update = ydoc::replace_source(&ydoc::empty_doc(4343), text);
+    assert!(member
+        .document
+        .apply_update(member.connection, &update)
+        .await
+        .unwrap());
+    id
+}
+
+async fn read_reference(
+    client: &mut chopin_fixtures::agent::AgentClient,
+    turn: &str,
+    id: &str,
+    reference: &str,
+) -> serde_json::Value {
+    support::call_host_tool(
+        client,
+        turn,
+        id,
+        "read_reference",
+        json!({"reference": reference}),
+    )
+    .await
+    .output
+}
+
+#[tokio::test]
+async fn ctx_18_ctx_19_ctx_20_ctx_22_a_document_reference_is_read_from_the_session_and_says_whether_it_changed(
+) {
+    let s = served().await;
+    write(&s, TEXT).await;
+    let launch = another(&s, "launch", "# Launch\n\nEU first.\n", None).await;
+    let other = another(&s, "other", "# Other\n", None).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let ack = ask_room(
+        &mut room,
+        json!({"type": "chat:send", "requestId": "r-1", "text": "@chopin compare with #launch",
+               "references": [{"type": "document", "documentId": launch}]}),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let message = room.next_of_type("chat:message").await.unwrap();
+    assert_eq!(
+        message["references"],
+        json!([{"type": "document", "documentId": launch, "label": "Title of launch", "revision": 0}])
+    );
+    let session = match next(&mut client).await {
+        ServerMessage::Start(start) => start.session_id,
+        other => panic!("{other:?}"),
+    };
+    client
+        .send(&chopin_protocol::agent::ClientMessage::Started(
+            chopin_protocol::agent::Started {
+                session_id: session,
+            },
+        ))
+        .await
+        .unwrap();
+    let turn = loop {
+        if let ServerMessage::Turn(t) = next(&mut client).await {
+            break t;
+        }
+    };
+    assert!(
+        turn.prompt.ends_with(&format!(
+            "\n[document reference \"{launch}\" titled \"Title of launch\": read it with read_reference]"
+        )),
+        "{}",
+        turn.prompt
+    );
+    let read = read_reference(&mut client, &turn.turn_id, "c-1", &launch.to_string()).await;
+    let text = read.as_str().unwrap();
+    assert!(
+        text.starts_with("changed since it was chosen: no (revision 0)\n"),
+        "{text}"
+    );
+    assert!(text.contains("EU first."), "{text}");
+    assert!(
+        !text.contains("Why we plan."),
+        "CTX-22: not the room's document"
+    );
+    // A document nobody referred to is not readable, though it is in the same repository.
+    let refused = support::call_host_tool(
+        &mut client,
+        &turn.turn_id,
+        "c-2",
+        "read_reference",
+        json!({"reference": other.to_string()}),
+    )
+    .await;
+    assert!(refused.is_error, "{refused:?}");
+    // The referred document changes: the next read says so.
+    let member = s.state.open.join(launch, Uuid::nil()).await.unwrap();
+    member
+        .document
+        .replace_source(
+            chopin_document::DocumentRef {
+                id: launch.to_string(),
+                url: "/documents/octo/plans/launch".into(),
+            },
+            &[],
+            0,
+            "# Launch\n\nUS first.\n",
+        )
+        .await
+        .unwrap();
+    let read = read_reference(&mut client, &turn.turn_id, "c-3", &launch.to_string()).await;
+    let text = read.as_str().unwrap();
+    assert!(
+        text.starts_with("changed since it was chosen: yes (revision 0 then, 1 now)\n"),
+        "{text}"
+    );
+    assert!(text.contains("US first."), "{text}");
+}
+
+#[tokio::test]
+async fn ctx_18_only_another_ordinary_document_of_the_repository_can_be_referred_to() {
+    let s = served().await;
+    let child = another(&s, "kid", "# Kid\n", Some(s.doc)).await;
+    let mut room = s.room().await;
+    for (id, target) in [("x-1", child), ("x-2", s.doc), ("x-3", Uuid::new_v4())] {
+        let refused = ask_room(
+            &mut room,
+            json!({"type": "chat:send", "requestId": id, "text": "see",
+                   "references": [{"type": "document", "documentId": target}]}),
+        )
+        .await;
+        assert_eq!(refused["code"], "reference-refused", "{refused}");
+    }
+}

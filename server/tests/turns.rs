@@ -36,6 +36,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         command: None,
         files: Vec::new(),
         mentions: Vec::new(),
+        references: Vec::new(),
     }
 }
 
@@ -153,6 +154,7 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
             "list_children",
             "read_child",
             "edit_child",
+            "read_reference",
             "ask",
             "open_decision",
             "open_decisions",
