@@ -997,9 +997,10 @@ impl Chat {
         if to_planner && files.iter().any(|f| f.file.kind == "image") {
             let reads = match &self.models {
                 Some(models) => models.reads_images(place.document).await,
-                None => false,
+                None => Some(false),
             };
-            if !reads {
+            // Unknown (nothing attached yet): the Planner's own answer comes first.
+            if reads == Some(false) {
                 return SendReply::refused(id, "images-unreadable", format!("{IMAGES_UNREADABLE_WORDS}: send the image to the room without @chopin, or choose a model that reads images."));
             }
         }

@@ -413,10 +413,15 @@ impl Models {
     }
 
     /// Whether the model a turn started now for `document` would run reads images (FILE-24).
-    pub async fn reads_images(&self, document: Uuid) -> bool {
-        self.view(document)
-            .await
-            .is_ok_and(|view| view.reads_images())
+    /// `None`: what the Planner offers is not known now (nothing attached, or a catalog still
+    /// awaited): the turn itself decides, and leaves out images its model does not read
+    /// (FILE-27).
+    pub async fn reads_images(&self, document: Uuid) -> Option<bool> {
+        match self.view(document).await {
+            Ok(view) if view.catalog.is_none() => None,
+            Ok(view) => Some(view.reads_images()),
+            Err(_) => Some(false),
+        }
     }
 
     /// What a turn a person started for `document` runs (MOD-20): the stored choice resolved

@@ -498,6 +498,20 @@ async fn file_24_an_image_to_a_planner_whose_model_reads_no_images_is_refused_an
 }
 
 #[tokio::test]
+async fn file_24_with_nothing_attached_an_image_to_the_planner_hears_why_the_planner_cannot_take_it(
+) {
+    let s = served().await;
+    let mut room = s.room().await;
+    let image = kept(&s, &s.mona_cookie, "dot.png", PNG).await;
+    let refused = ask_room(
+        &mut room,
+        json!({"type": "chat:send", "requestId": "p-1", "text": "@chopin look", "attachments": [image]}),
+    )
+    .await;
+    assert_eq!(refused["code"], "planner-not-attached", "{refused}");
+}
+
+#[tokio::test]
 async fn file_24_with_no_catalog_an_image_to_the_planner_is_refused() {
     let s = served().await;
     let (_client, mut room) = planner(&s, &[], false).await;
