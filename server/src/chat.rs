@@ -140,6 +140,11 @@ pub struct SendRequest {
     pub mentions: Vec<Mention>,
 }
 
+/// Whether resolving `m` needs the room's repository (a `#` reference or a file mention).
+fn names_repository(m: &Mention) -> bool {
+    matches!(m, Mention::Document { .. } | Mention::File { .. })
+}
+
 /// A mention as a `chat:send` names it: the part, never its text (CTX-23).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mention {
@@ -830,11 +835,19 @@ impl Chat {
         };
         let headings = mention::heading_anchors(&source);
         let decisions = mention::decision_labels(&source);
+        // The room's document (its repository), read once for every reference and file mention.
+        let room = match (
+            &self.repo_files,
+            request.mentions.iter().any(names_repository),
+        ) {
+            (Some((_, documents)), true) => documents.document(place.document).await.ok().flatten(),
+            _ => None,
+        };
         let mut out = Vec::with_capacity(request.mentions.len());
         for m in &request.mentions {
             out.push(match m {
                 Mention::Document { id } => {
-                    let doc = self.referable(place, *id).await?;
+                    let doc = self.referable(place, room.as_ref(), *id).await?;
                     references.push(DocumentReference {
                         id: doc.id,
                         revision: doc.plan_revision,
@@ -870,7 +883,7 @@ impl Chat {
                 }
                 Mention::File { path } => {
                     check_path(path).map_err(|words| ("mention-refused", words.to_owned()))?;
-                    let listed = self.repository_files(place.document, sender).await;
+                    let listed = self.repository_files(room.as_ref(), sender).await;
                     let Some(listed) = listed else {
                         return Err(("mention-refused", mention::FILES_UNLISTED.to_owned()));
                     };
@@ -892,6 +905,7 @@ impl Chat {
     async fn referable(
         &self,
         place: &Place,
+        room: Option<&crate::store::Document>,
         id: Uuid,
     ) -> Result<crate::store::Document, (&'static str, String)> {
         let refused = || {
@@ -900,17 +914,14 @@ impl Chat {
                 "That document cannot be referred to here: only another document of this repository that is not archived can.".to_owned(),
             )
         };
-        let Some((_, documents)) = &self.repo_files else {
+        let (Some((_, documents)), Some(this)) = (&self.repo_files, room) else {
             return Err(refused());
         };
         let here = place.focus.as_ref().map_or(place.document, |f| f.document);
         if id == here || id == place.document {
             return Err(refused());
         }
-        let (Ok(Some(this)), Ok(Some(that))) = (
-            documents.document(place.document).await,
-            documents.document(id).await,
-        ) else {
+        let Ok(Some(that)) = documents.document(id).await else {
             return Err(refused());
         };
         let same = this.repo_owner.eq_ignore_ascii_case(&that.repo_owner)
@@ -921,15 +932,15 @@ impl Chat {
         Ok(that)
     }
 
-    /// The file paths of `document`'s repository as the sender's own GitHub session lists them
-    /// (kept a minute, CTX-38); `None` where they cannot be listed.
-    async fn repository_files(&self, document: Uuid, sender: &Sender) -> Option<Arc<Vec<String>>> {
-        let (files, documents) = self.repo_files.as_ref()?;
-        let session = sender.session.as_ref()?;
-        let doc = match documents.document(document).await {
-            Ok(Some(doc)) => doc,
-            _ => return None,
-        };
+    /// The file paths of the room document `room`'s repository as the sender's own GitHub
+    /// session lists them (kept a minute, CTX-38); `None` where they cannot be listed.
+    async fn repository_files(
+        &self,
+        room: Option<&crate::store::Document>,
+        sender: &Sender,
+    ) -> Option<Arc<Vec<String>>> {
+        let (files, _) = self.repo_files.as_ref()?;
+        let (session, doc) = (sender.session.as_ref()?, room?);
         files
             .paths(session.github_token(), &doc.repo_owner, &doc.repo_name)
             .await

@@ -67,14 +67,9 @@ async fn transcribe(
             ),
         )
     };
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > max) {
-        return Err(too_large());
-    }
-    let audio = read_capped(body, max).await?.ok_or_else(too_large)?;
+    let audio = read_capped(&headers, body, max)
+        .await?
+        .ok_or_else(too_large)?;
     let Some((mime, file_name)) = sniff_audio(&audio) else {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

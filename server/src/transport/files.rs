@@ -45,7 +45,8 @@ pub fn routes(deps: FilesDeps) -> Routes {
 }
 
 /// Every answer of these routes, refusals included, with the headers of FILE-32.
-fn guarded(mut response: Response) -> Response {
+fn guarded(answer: Result<Response, ApiError>) -> Response {
+    let mut response = answer.unwrap_or_else(IntoResponse::into_response);
     let headers = response.headers_mut();
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
@@ -141,12 +142,7 @@ async fn upload(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    guarded(
-        match upload_inner(&deps, &channel, query, &headers, body).await {
-            Ok(r) => r,
-            Err(e) => e.into_response(),
-        },
-    )
+    guarded(upload_inner(&deps, &channel, query, &headers, body).await)
 }
 
 async fn upload_inner(
@@ -175,16 +171,7 @@ async fn upload_inner(
     }
     let query = UploadQuery::parse(query.as_deref())?;
     let limits = deps.files.limits();
-    let declared_length = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match declared_length {
-        Some(0) => return Err(refused(Refusal::empty())),
-        Some(n) if n > limits.max_bytes => return Err(refused(Refusal::too_large(&limits))),
-        _ => {}
-    }
-    let bytes = read_capped(body, limits.max_bytes)
+    let bytes = read_capped(headers, body, limits.max_bytes)
         .await?
         .ok_or_else(|| refused(Refusal::too_large(&limits)))?;
     let kept = deps
@@ -203,8 +190,20 @@ async fn upload_inner(
 }
 
 /// The body's bytes, read frame by frame and given up as soon as they pass `max` (`None`):
-/// never more than `max` plus one frame is held.
-pub async fn read_capped(body: Body, max: u64) -> Result<Option<Vec<u8>>, ApiError> {
+/// never more than `max` plus one frame is held, and nothing is read of a body whose declared
+/// `Content-Length` is already over it.
+pub async fn read_capped(
+    headers: &HeaderMap,
+    body: Body,
+    max: u64,
+) -> Result<Option<Vec<u8>>, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max) {
+        return Ok(None);
+    }
     let mut body = body;
     let mut bytes = Vec::new();
     while let Some(frame) = body.frame().await {
@@ -233,10 +232,7 @@ async fn read(
     Path((channel, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    guarded(match read_inner(&deps, &channel, &id, &headers).await {
-        Ok(r) => r,
-        Err(e) => e.into_response(),
-    })
+    guarded(read_inner(&deps, &channel, &id, &headers).await)
 }
 
 async fn read_inner(
@@ -294,12 +290,7 @@ async fn take_back(
     Path((channel, id)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    guarded(
-        match take_back_inner(&deps, &channel, &id, &headers).await {
-            Ok(r) => r,
-            Err(e) => e.into_response(),
-        },
-    )
+    guarded(take_back_inner(&deps, &channel, &id, &headers).await)
 }
 
 async fn take_back_inner(
@@ -371,7 +362,9 @@ mod tests {
             Ok::<_, std::io::Error>(bytes::Bytes::from(vec![b'a'; 40]))
         });
         use futures::StreamExt as _;
-        let got = read_capped(Body::from_stream(chunks), 100).await.unwrap();
+        let got = read_capped(&HeaderMap::new(), Body::from_stream(chunks), 100)
+            .await
+            .unwrap();
         assert_eq!(got, None);
         assert_eq!(
             read.load(Ordering::SeqCst),
@@ -381,7 +374,9 @@ mod tests {
         let small =
             futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from_static(b"hi"))]);
         assert_eq!(
-            read_capped(Body::from_stream(small), 2).await.unwrap(),
+            read_capped(&HeaderMap::new(), Body::from_stream(small), 2)
+                .await
+                .unwrap(),
             Some(b"hi".to_vec()),
             "exactly at the cap"
         );
