@@ -707,3 +707,128 @@ impl<H: Hook> RunStore for Instrumented<H> {
             .await
     }
 }
+
+#[async_trait]
+impl<H: Hook> crate::JobStore for Instrumented<H> {
+    async fn enqueue_job(&self, job: &crate::NewJob) -> StoreResult<crate::Enqueued> {
+        self.observe("enqueue_job", WRITE, self.inner.enqueue_job(job))
+            .await
+    }
+
+    async fn job(&self, id: Uuid) -> StoreResult<Option<crate::Job>> {
+        self.observe("job", READ, self.inner.job(id)).await
+    }
+
+    async fn document_jobs(&self, document_id: Uuid, limit: u32) -> StoreResult<Vec<crate::Job>> {
+        self.observe(
+            "document_jobs",
+            READ,
+            self.inner.document_jobs(document_id, limit),
+        )
+        .await
+    }
+
+    async fn last_completed_job(
+        &self,
+        document_id: Uuid,
+        target: &str,
+    ) -> StoreResult<Option<crate::Job>> {
+        self.observe(
+            "last_completed_job",
+            READ,
+            self.inner.last_completed_job(document_id, target),
+        )
+        .await
+    }
+
+    async fn due_jobs(&self, now_ms: UnixMillis, limit: u32) -> StoreResult<Vec<crate::Job>> {
+        self.observe("due_jobs", READ, self.inner.due_jobs(now_ms, limit))
+            .await
+    }
+
+    async fn claim_job(
+        &self,
+        id: Uuid,
+        claim_owner: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<crate::Job>> {
+        self.observe(
+            "claim_job",
+            WRITE,
+            self.inner.claim_job(id, claim_owner, now_ms, ttl_ms),
+        )
+        .await
+    }
+
+    async fn renew_job_claim(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "renew_job_claim",
+            WRITE,
+            self.inner
+                .renew_job_claim(id, claim_generation, now_ms, ttl_ms),
+        )
+        .await
+    }
+
+    async fn set_job_progress(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "set_job_progress",
+            WRITE,
+            self.inner
+                .set_job_progress(id, claim_generation, progress, now_ms),
+        )
+        .await
+    }
+
+    async fn settle_job(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        settlement: &crate::Settlement,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "settle_job",
+            WRITE,
+            self.inner
+                .settle_job(id, claim_generation, settlement, now_ms),
+        )
+        .await
+    }
+
+    async fn cancel_job(&self, id: Uuid, reason: &str, now_ms: UnixMillis) -> StoreResult<bool> {
+        self.observe(
+            "cancel_job",
+            WRITE,
+            self.inner.cancel_job(id, reason, now_ms),
+        )
+        .await
+    }
+
+    async fn interrupt_running_jobs(&self, reason: &str, now_ms: UnixMillis) -> StoreResult<u64> {
+        self.observe(
+            "interrupt_running_jobs",
+            WRITE,
+            self.inner.interrupt_running_jobs(reason, now_ms),
+        )
+        .await
+    }
+
+    async fn job_counts(&self) -> StoreResult<Vec<(crate::JobState, u64)>> {
+        self.observe("job_counts", READ, self.inner.job_counts())
+            .await
+    }
+}

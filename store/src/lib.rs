@@ -27,12 +27,14 @@ use uuid::Uuid;
 
 pub mod fence;
 pub mod instrumented;
+pub mod jobs;
 pub mod memory;
 pub mod postgres;
 mod sql;
 pub mod sqlite;
 
 pub use fence::Fence;
+pub use jobs::{Enqueued, Job, JobState, JobStore, NewJob, Settlement};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
@@ -446,6 +448,7 @@ pub trait Store:
     + HoldStore
     + ModelChoiceStore
     + AttachmentStore
+    + JobStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -1089,7 +1092,7 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 /// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        AttachmentStore, ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore,
-        OwnershipStore, SignInStore, Store, TranscriptStore,
+        AttachmentStore, ContentStore, DocumentStore, HoldStore, JobStore, LeaseStore,
+        ModelChoiceStore, OwnershipStore, SignInStore, Store, TranscriptStore,
     };
 }

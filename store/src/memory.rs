@@ -113,6 +113,8 @@ struct Inner {
     model_choices: BTreeMap<Uuid, ModelChoice>,
     /// File id → a Chat file and its bytes.
     attachments: BTreeMap<Uuid, (Attachment, Vec<u8>)>,
+    /// Job id → a background job.
+    jobs: BTreeMap<Uuid, crate::Job>,
 }
 
 impl MemoryStore {
@@ -1178,6 +1180,210 @@ impl RunStore for MemoryStore {
                 }
             }
             Ok(stopped)
+        })
+    }
+}
+
+#[async_trait]
+impl crate::JobStore for MemoryStore {
+    async fn enqueue_job(&self, new: &crate::NewJob) -> StoreResult<crate::Enqueued> {
+        use crate::{Enqueued, Job, JobState};
+        self.write(|inner| {
+            if !inner.documents.contains_key(&new.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            if let Some(kept) = inner.jobs.values().find(|j| {
+                j.document_id == new.document_id && j.idempotency_key == new.idempotency_key
+            }) {
+                return if kept.fingerprint == new.fingerprint {
+                    Ok(Enqueued::Repeated(kept.clone()))
+                } else {
+                    Err(StoreError::Conflict(crate::jobs::key_reused(
+                        &new.idempotency_key,
+                    )))
+                };
+            }
+            let same_target = |j: &Job| j.document_id == new.document_id && j.target == new.target;
+            let generation = inner
+                .jobs
+                .values()
+                .filter(|j| same_target(j))
+                .map(|j| j.target_generation)
+                .max()
+                .unwrap_or(0)
+                + 1;
+            for j in inner.jobs.values_mut() {
+                if same_target(j) && j.state.is_active() {
+                    j.state = JobState::Superseded;
+                    j.claim_owner = None;
+                    j.claim_expires_at_ms = None;
+                    j.updated_at_ms = new.created_at_ms;
+                }
+            }
+            let job = crate::jobs::new_row(new, generation);
+            inner.jobs.insert(job.id, job.clone());
+            Ok(Enqueued::New(job))
+        })
+    }
+
+    async fn job(&self, id: Uuid) -> StoreResult<Option<crate::Job>> {
+        self.with(|inner| Ok(inner.jobs.get(&id).cloned()))
+    }
+
+    async fn document_jobs(&self, document_id: Uuid, limit: u32) -> StoreResult<Vec<crate::Job>> {
+        self.with(|inner| {
+            let mut jobs: Vec<_> = inner
+                .jobs
+                .values()
+                .filter(|j| j.document_id == document_id)
+                .cloned()
+                .collect();
+            jobs.sort_by(|a, b| (b.created_at_ms, b.id).cmp(&(a.created_at_ms, a.id)));
+            jobs.truncate(limit as usize);
+            Ok(jobs)
+        })
+    }
+
+    async fn last_completed_job(
+        &self,
+        document_id: Uuid,
+        target: &str,
+    ) -> StoreResult<Option<crate::Job>> {
+        self.with(|inner| {
+            Ok(inner
+                .jobs
+                .values()
+                .filter(|j| {
+                    j.document_id == document_id
+                        && j.target == target
+                        && j.state == crate::JobState::Completed
+                })
+                .max_by_key(|j| j.target_generation)
+                .cloned())
+        })
+    }
+
+    async fn due_jobs(&self, now_ms: UnixMillis, limit: u32) -> StoreResult<Vec<crate::Job>> {
+        self.with(|inner| {
+            let mut jobs: Vec<_> = inner
+                .jobs
+                .values()
+                .filter(|j| j.state == crate::JobState::Pending && j.available_at_ms <= now_ms)
+                .cloned()
+                .collect();
+            jobs.sort_by(|a, b| (a.created_at_ms, a.id).cmp(&(b.created_at_ms, b.id)));
+            jobs.truncate(limit as usize);
+            Ok(jobs)
+        })
+    }
+
+    async fn claim_job(
+        &self,
+        id: Uuid,
+        claim_owner: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<crate::Job>> {
+        self.write(|inner| {
+            Ok(inner.jobs.get_mut(&id).and_then(|j| {
+                crate::jobs::claim_row(j, claim_owner, now_ms, ttl_ms).then(|| j.clone())
+            }))
+        })
+    }
+
+    async fn renew_job_claim(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            Ok(match inner.jobs.get_mut(&id) {
+                Some(j) if crate::jobs::holds_claim(j, claim_generation) => {
+                    j.claim_expires_at_ms = Some(now_ms.saturating_add(ttl_ms));
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn set_job_progress(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            Ok(match inner.jobs.get_mut(&id) {
+                Some(j) if crate::jobs::holds_claim(j, claim_generation) => {
+                    j.progress = progress.to_owned();
+                    j.updated_at_ms = now_ms;
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn settle_job(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        settlement: &crate::Settlement,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            Ok(match inner.jobs.get_mut(&id) {
+                Some(j) if crate::jobs::holds_claim(j, claim_generation) => {
+                    crate::jobs::settled_row(j, settlement, now_ms);
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn cancel_job(&self, id: Uuid, reason: &str, now_ms: UnixMillis) -> StoreResult<bool> {
+        self.write(|inner| {
+            Ok(match inner.jobs.get_mut(&id) {
+                Some(j) if j.state.is_active() => {
+                    crate::jobs::cancelled_row(j, reason, now_ms);
+                    true
+                }
+                _ => false,
+            })
+        })
+    }
+
+    async fn interrupt_running_jobs(&self, reason: &str, now_ms: UnixMillis) -> StoreResult<u64> {
+        self.write(|inner| {
+            let mut n = 0;
+            for j in inner.jobs.values_mut() {
+                if j.state == crate::JobState::Running {
+                    crate::jobs::settled_row(
+                        j,
+                        &crate::Settlement::Failed {
+                            reason: reason.to_owned(),
+                        },
+                        now_ms,
+                    );
+                    n += 1;
+                }
+            }
+            Ok(n)
+        })
+    }
+
+    async fn job_counts(&self) -> StoreResult<Vec<(crate::JobState, u64)>> {
+        self.with(|inner| {
+            let mut counts = BTreeMap::new();
+            for j in inner.jobs.values() {
+                *counts.entry(j.state).or_insert(0u64) += 1;
+            }
+            Ok(counts.into_iter().collect())
         })
     }
 }

@@ -486,6 +486,74 @@ const ATTACHMENT_COLUMNS: &str =
     "id, document_id, uploader, name, kind, mime_type, size, created_at_ms, sent_seq";
 
 #[derive(sqlx::FromRow)]
+struct JobRow<Id> {
+    id: Id,
+    document_id: Id,
+    kind: String,
+    version: i64,
+    origin: String,
+    target: String,
+    target_generation: i64,
+    idempotency_key: String,
+    fingerprint: String,
+    input: String,
+    state: String,
+    attempts: i64,
+    failures: i64,
+    max_failures: i64,
+    available_at_ms: i64,
+    claim_owner: Option<String>,
+    claim_generation: i64,
+    claim_expires_at_ms: Option<i64>,
+    progress: String,
+    reason: Option<String>,
+    artifact: Option<String>,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> JobRow<Id> {
+    fn into_job(self) -> StoreResult<crate::Job> {
+        let state = crate::JobState::parse(&self.state).ok_or_else(|| {
+            StoreError::Backend(format!(
+                "a background job has the unknown state {:?}",
+                self.state
+            ))
+        })?;
+        Ok(crate::Job {
+            id: self.id.into(),
+            document_id: self.document_id.into(),
+            kind: self.kind,
+            version: self.version,
+            origin: self.origin,
+            target: self.target,
+            target_generation: self.target_generation,
+            idempotency_key: self.idempotency_key,
+            fingerprint: self.fingerprint,
+            input: self.input,
+            state,
+            attempts: self.attempts,
+            failures: self.failures,
+            max_failures: self.max_failures,
+            available_at_ms: self.available_at_ms,
+            claim_owner: self.claim_owner,
+            claim_generation: self.claim_generation,
+            claim_expires_at_ms: self.claim_expires_at_ms,
+            progress: self.progress,
+            reason: self.reason,
+            artifact: self.artifact,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+        })
+    }
+}
+
+const JOB_COLUMNS: &str = "id, document_id, kind, version, origin, target, target_generation, \
+    idempotency_key, fingerprint, input, state, attempts, failures, max_failures, \
+    available_at_ms, claim_owner, claim_generation, claim_expires_at_ms, progress, reason, \
+    artifact, created_at_ms, updated_at_ms";
+
+#[derive(sqlx::FromRow)]
 struct StageRow {
     stage_id: String,
     name: String,
@@ -2322,6 +2390,373 @@ where
         .await
     }
 
+    // --- JobStore ---
+
+    /// The job `id`, read in `tx` with `lock` (a row lock, or none).
+    async fn job_in(
+        tx: &mut Transaction<'_, DB>,
+        id: Uuid,
+        lock: &str,
+    ) -> StoreResult<Option<crate::Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM background_jobs WHERE id = $1{lock}");
+        let row: Option<JobRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("reading a background job", e))?;
+        row.map(JobRow::into_job).transpose()
+    }
+
+    /// Writes every column of `job` that can change after it was kept.
+    async fn store_job(tx: &mut Transaction<'_, DB>, job: &crate::Job) -> StoreResult<()> {
+        sqlx::query(
+            "UPDATE background_jobs SET state = $2, attempts = $3, failures = $4, \
+             available_at_ms = $5, claim_owner = $6, claim_generation = $7, \
+             claim_expires_at_ms = $8, progress = $9, reason = $10, artifact = $11, \
+             updated_at_ms = $12 WHERE id = $1",
+        )
+        .bind(DB::Id::from(job.id))
+        .bind(job.state.as_str())
+        .bind(job.attempts)
+        .bind(job.failures)
+        .bind(job.available_at_ms)
+        .bind(job.claim_owner.clone())
+        .bind(job.claim_generation)
+        .bind(job.claim_expires_at_ms)
+        .bind(crate::storable(&job.progress).into_owned())
+        .bind(
+            job.reason
+                .as_deref()
+                .map(|r| crate::storable(r).into_owned()),
+        )
+        .bind(
+            job.artifact
+                .as_deref()
+                .map(|a| crate::storable(a).into_owned()),
+        )
+        .bind(job.updated_at_ms)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| sqlx_error("writing a background job", e))?;
+        Ok(())
+    }
+
+    /// Reads job `id` under a row lock, lets `change` decide (and change it), writes it back if
+    /// it changed, commits; what `change` answered.
+    async fn change_job<T>(
+        &self,
+        id: Uuid,
+        change: impl FnOnce(&mut crate::Job) -> (bool, T),
+        doing: &str,
+    ) -> StoreResult<Option<T>> {
+        let mut tx = self.begin_write().await?;
+        let Some(mut job) = Self::job_in(&mut tx, id, DB::FOR_UPDATE).await? else {
+            return Ok(None);
+        };
+        let (changed, answer) = change(&mut job);
+        if changed {
+            Self::store_job(&mut tx, &job).await?;
+            tx.commit().await.map_err(|e| sqlx_error(doing, e))?;
+        }
+        Ok(Some(answer))
+    }
+
+    pub(crate) async fn enqueue_job(&self, new: &crate::NewJob) -> StoreResult<crate::Enqueued> {
+        let mut tx = self.begin_write().await?;
+        // The document's row lock serialises requests for its targets, so two at once take
+        // different generations and the older is superseded.
+        if !Self::document_exists(&mut tx, new.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM background_jobs WHERE document_id = $1 \
+             AND idempotency_key = $2"
+        );
+        let kept: Option<JobRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(new.document_id))
+            .bind(&new.idempotency_key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a background job by key", e))?;
+        if let Some(kept) = kept {
+            let kept = kept.into_job()?;
+            return if kept.fingerprint == new.fingerprint {
+                Ok(crate::Enqueued::Repeated(kept))
+            } else {
+                Err(StoreError::Conflict(crate::jobs::key_reused(
+                    &new.idempotency_key,
+                )))
+            };
+        }
+        let last: Option<i64> = sqlx::query_scalar(
+            "SELECT MAX(target_generation) FROM background_jobs \
+             WHERE document_id = $1 AND target = $2",
+        )
+        .bind(DB::Id::from(new.document_id))
+        .bind(&new.target)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a job target's generation", e))?;
+        sqlx::query(
+            "UPDATE background_jobs SET state = 'superseded', claim_owner = NULL, \
+             claim_expires_at_ms = NULL, updated_at_ms = $3 \
+             WHERE document_id = $1 AND target = $2 AND state IN ('pending', 'running')",
+        )
+        .bind(DB::Id::from(new.document_id))
+        .bind(&new.target)
+        .bind(new.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("superseding older background jobs", e))?;
+        let job = crate::jobs::new_row(new, last.unwrap_or(0) + 1);
+        sqlx::query(
+            "INSERT INTO background_jobs (id, document_id, kind, version, origin, target, \
+             target_generation, idempotency_key, fingerprint, input, state, attempts, failures, \
+             max_failures, available_at_ms, claim_generation, progress, created_at_ms, \
+             updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, 0, 0, $12, \
+             $13, 0, $14, $15, $15)",
+        )
+        .bind(DB::Id::from(job.id))
+        .bind(DB::Id::from(job.document_id))
+        .bind(crate::storable(&job.kind).into_owned())
+        .bind(job.version)
+        .bind(crate::storable(&job.origin).into_owned())
+        .bind(crate::storable(&job.target).into_owned())
+        .bind(job.target_generation)
+        .bind(crate::storable(&job.idempotency_key).into_owned())
+        .bind(&job.fingerprint)
+        .bind(crate::storable(&job.input).into_owned())
+        .bind(job.state.as_str())
+        .bind(job.max_failures)
+        .bind(job.available_at_ms)
+        .bind(&job.progress)
+        .bind(job.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("keeping a background job", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a background job", e))?;
+        Ok(crate::Enqueued::New(job))
+    }
+
+    pub(crate) async fn job(&self, id: Uuid) -> StoreResult<Option<crate::Job>> {
+        let sql = format!("SELECT {JOB_COLUMNS} FROM background_jobs WHERE id = $1");
+        let row: Option<JobRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a background job", e))?;
+        row.map(JobRow::into_job).transpose()
+    }
+
+    /// The jobs of `rows`.
+    fn jobs_of(rows: Result<Vec<JobRow<DB::Id>>, sqlx::Error>) -> StoreResult<Vec<crate::Job>> {
+        rows.map_err(|e| sqlx_error("listing background jobs", e))?
+            .into_iter()
+            .map(JobRow::into_job)
+            .collect()
+    }
+
+    pub(crate) async fn document_jobs(
+        &self,
+        document_id: Uuid,
+        limit: u32,
+    ) -> StoreResult<Vec<crate::Job>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM background_jobs WHERE document_id = $1 \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $2"
+        );
+        Self::jobs_of(
+            sqlx::query_as(&sql)
+                .bind(DB::Id::from(document_id))
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await,
+        )
+    }
+
+    pub(crate) async fn last_completed_job(
+        &self,
+        document_id: Uuid,
+        target: &str,
+    ) -> StoreResult<Option<crate::Job>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM background_jobs WHERE document_id = $1 AND target = $2 \
+             AND state = 'completed' ORDER BY target_generation DESC LIMIT 1"
+        );
+        Ok(Self::jobs_of(
+            sqlx::query_as(&sql)
+                .bind(DB::Id::from(document_id))
+                .bind(target)
+                .fetch_all(&self.pool)
+                .await,
+        )?
+        .pop())
+    }
+
+    pub(crate) async fn due_jobs(
+        &self,
+        now_ms: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<Vec<crate::Job>> {
+        let sql = format!(
+            "SELECT {JOB_COLUMNS} FROM background_jobs WHERE state = 'pending' \
+             AND available_at_ms <= $1 ORDER BY created_at_ms, id LIMIT $2"
+        );
+        Self::jobs_of(
+            sqlx::query_as(&sql)
+                .bind(now_ms)
+                .bind(i64::from(limit))
+                .fetch_all(&self.pool)
+                .await,
+        )
+    }
+
+    pub(crate) async fn claim_job(
+        &self,
+        id: Uuid,
+        claim_owner: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<crate::Job>> {
+        Ok(self
+            .change_job(
+                id,
+                |job| {
+                    let claimed = crate::jobs::claim_row(job, claim_owner, now_ms, ttl_ms);
+                    (claimed, claimed.then(|| job.clone()))
+                },
+                "committing a job claim",
+            )
+            .await?
+            .flatten())
+    }
+
+    pub(crate) async fn renew_job_claim(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        Ok(self
+            .change_job(
+                id,
+                |job| {
+                    let held = crate::jobs::holds_claim(job, claim_generation);
+                    if held {
+                        job.claim_expires_at_ms = Some(now_ms.saturating_add(ttl_ms));
+                    }
+                    (held, held)
+                },
+                "committing a renewed job claim",
+            )
+            .await?
+            .unwrap_or(false))
+    }
+
+    pub(crate) async fn set_job_progress(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        Ok(self
+            .change_job(
+                id,
+                |job| {
+                    let held = crate::jobs::holds_claim(job, claim_generation);
+                    if held {
+                        job.progress = progress.to_owned();
+                        job.updated_at_ms = now_ms;
+                    }
+                    (held, held)
+                },
+                "committing a job's progress",
+            )
+            .await?
+            .unwrap_or(false))
+    }
+
+    pub(crate) async fn settle_job(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        settlement: &crate::Settlement,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        Ok(self
+            .change_job(
+                id,
+                |job| {
+                    let held = crate::jobs::holds_claim(job, claim_generation);
+                    if held {
+                        crate::jobs::settled_row(job, settlement, now_ms);
+                    }
+                    (held, held)
+                },
+                "committing a settled job",
+            )
+            .await?
+            .unwrap_or(false))
+    }
+
+    pub(crate) async fn cancel_job(
+        &self,
+        id: Uuid,
+        reason: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        Ok(self
+            .change_job(
+                id,
+                |job| {
+                    let active = job.state.is_active();
+                    if active {
+                        crate::jobs::cancelled_row(job, reason, now_ms);
+                    }
+                    (active, active)
+                },
+                "committing a cancelled job",
+            )
+            .await?
+            .unwrap_or(false))
+    }
+
+    pub(crate) async fn interrupt_running_jobs(
+        &self,
+        reason: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<u64> {
+        self.write_one(
+            sqlx::query(
+                "UPDATE background_jobs SET state = 'failed', reason = $1, claim_owner = NULL, \
+                 claim_expires_at_ms = NULL, updated_at_ms = $2 WHERE state = 'running'",
+            )
+            .bind(crate::storable(reason).into_owned())
+            .bind(now_ms),
+            ("interrupting running jobs", "committing interrupted jobs"),
+        )
+        .await
+    }
+
+    pub(crate) async fn job_counts(&self) -> StoreResult<Vec<(crate::JobState, u64)>> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT state, COUNT(*) FROM background_jobs GROUP BY state ORDER BY state",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("counting background jobs", e))?;
+        let mut counts: Vec<_> = rows
+            .into_iter()
+            .filter_map(|(state, n)| Some((crate::JobState::parse(&state)?, n.max(0) as u64)))
+            .collect();
+        counts.sort();
+        Ok(counts)
+    }
+
     // --- RunStore ---
 
     pub(crate) async fn save_run(
@@ -2635,7 +3070,8 @@ macro_rules! sql_store_impls {
                 OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
                 HoldStore, LinkHold, ModelChoice, ModelChoiceStore, Attachment, AttachmentStore,
-                Kept, NewAttachment, TakeBack, UnsentLimit,
+                Kept, NewAttachment, TakeBack, UnsentLimit, Enqueued, Job, JobState, JobStore,
+                NewJob, Settlement,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -2726,6 +3162,24 @@ macro_rules! sql_store_impls {
                 fn attachment(document_id: Uuid, id: Uuid) -> Option<(Attachment, Vec<u8>)>;
                 fn take_back_attachment(document_id: Uuid, id: Uuid, uploader: &str) -> TakeBack;
                 fn forget_unsent_attachments(before_ms: UnixMillis) -> u64;
+            } {});
+            sql_store_impls!(@forward $store, JobStore {
+                fn enqueue_job(job: &NewJob) -> Enqueued;
+                fn job(id: Uuid) -> Option<Job>;
+                fn document_jobs(document_id: Uuid, limit: u32) -> Vec<Job>;
+                fn last_completed_job(document_id: Uuid, target: &str) -> Option<Job>;
+                fn due_jobs(now_ms: UnixMillis, limit: u32) -> Vec<Job>;
+                fn claim_job(id: Uuid, claim_owner: &str, now_ms: UnixMillis, ttl_ms: i64)
+                    -> Option<Job>;
+                fn renew_job_claim(id: Uuid, claim_generation: i64, now_ms: UnixMillis,
+                    ttl_ms: i64) -> bool;
+                fn set_job_progress(id: Uuid, claim_generation: i64, progress: &str,
+                    now_ms: UnixMillis) -> bool;
+                fn settle_job(id: Uuid, claim_generation: i64, settlement: &Settlement,
+                    now_ms: UnixMillis) -> bool;
+                fn cancel_job(id: Uuid, reason: &str, now_ms: UnixMillis) -> bool;
+                fn interrupt_running_jobs(reason: &str, now_ms: UnixMillis) -> u64;
+                fn job_counts() -> Vec<(JobState, u64)>;
             } {});
             sql_store_impls!(@forward $store, RunStore {
                 fn save_run(run: &RunRecord, stages: &[StageRecord], replace: bool) -> ();

@@ -30,10 +30,10 @@ use std::sync::Arc;
 
 use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
-    Creator, Document, DocumentContent, Fence, Holder, Kept, LeaseAcquire, LinkHold, MemoryStore,
-    ModelChoice, NewAttachment, NewDocument, NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit,
-    Provenance, Release, RevisionKind, RunRecord, SqliteStore, StageRecord, Store, StoreError,
-    TakeBack, UnsentLimit, WriterLease,
+    Creator, Document, DocumentContent, Enqueued, Fence, Holder, Job, JobState, Kept, LeaseAcquire,
+    LinkHold, MemoryStore, ModelChoice, NewAttachment, NewDocument, NewJob, NewTranscriptEntry,
+    OwnerGuard, PgStore, PlanCommit, Provenance, Release, RevisionKind, RunRecord, Settlement,
+    SqliteStore, StageRecord, Store, StoreError, TakeBack, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -217,6 +217,13 @@ conformance! {
     cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening,
     file_01_file_09_file_16_a_file_is_kept_with_its_bytes_its_uploaders_until_sent_then_the_messages,
     file_11_file_12_file_13_unsent_files_count_per_person_and_document_and_are_forgotten_after_the_window,
+    job_01_a_key_repeats_its_request_and_refuses_other_input,
+    job_01_a_newer_request_supersedes_the_targets_unsettled_jobs,
+    job_01_claim_race_exactly_one_wins,
+    job_01_an_attempt_writes_only_under_its_own_claim,
+    job_01_retries_spend_the_failure_budget_and_wait_their_turn,
+    job_09_own_18_a_new_process_fails_what_the_last_left_running_and_rows_survive_reopening,
+    job_01_jobs_need_their_document_and_are_counted_by_state,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -1952,6 +1959,66 @@ async fn every_write(
             .map(|forgotten| assert_eq!(forgotten, 1)),
     );
     record(
+        "enqueue_job",
+        store
+            .enqueue_job(&job_of(fx.doc, 0x70b1, "t", "k-1", "{}", 5_000))
+            .await
+            .map(|done| assert!(matches!(done, Enqueued::New(_)))),
+    );
+    record(
+        "claim_job",
+        store
+            .claim_job(Uuid::from_u128(0x70b1), "host", 5_000, 30_000)
+            .await
+            .map(|claimed| assert!(claimed.is_some())),
+    );
+    record(
+        "renew_job_claim",
+        store
+            .renew_job_claim(Uuid::from_u128(0x70b1), 1, 5_000, 30_000)
+            .await
+            .map(|renewed| assert!(renewed)),
+    );
+    record(
+        "set_job_progress",
+        store
+            .set_job_progress(Uuid::from_u128(0x70b1), 1, r#"["a"]"#, 5_000)
+            .await
+            .map(|set| assert!(set)),
+    );
+    record(
+        "settle_job",
+        store
+            .settle_job(Uuid::from_u128(0x70b1), 1, &completed("{}"), 5_000)
+            .await
+            .map(|settled| assert!(settled)),
+    );
+    record(
+        "cancel_job",
+        store
+            .enqueue_job(&job_of(fx.doc, 0x70b2, "t", "k-2", "{}", 5_000))
+            .await
+            .and(
+                store
+                    .cancel_job(Uuid::from_u128(0x70b2), "asked", 5_000)
+                    .await,
+            )
+            .map(|cancelled| assert!(cancelled)),
+    );
+    record(
+        "interrupt_running_jobs",
+        store
+            .enqueue_job(&job_of(fx.doc, 0x70b3, "t", "k-3", "{}", 5_000))
+            .await
+            .and(
+                store
+                    .claim_job(Uuid::from_u128(0x70b3), "host", 5_000, 30_000)
+                    .await,
+            )
+            .and(store.interrupt_running_jobs("interrupted", 5_000).await)
+            .map(|n| assert_eq!(n, 1)),
+    );
+    record(
         "clear_unheld_ownership",
         store
             .clear_unheld_ownership()
@@ -2042,6 +2109,7 @@ struct FencedState {
     holds: Vec<LinkHold>,
     model_choice: Option<ModelChoice>,
     files: Vec<Option<(Attachment, Vec<u8>)>>,
+    jobs: Vec<Job>,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -2097,6 +2165,7 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
                 .await
                 .unwrap(),
         ],
+        jobs: store.document_jobs(fx.doc, 100).await.unwrap(),
     }
 }
 
@@ -2127,7 +2196,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 28, "every write method is tried");
+    assert_eq!(outcomes.len(), 35, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -5060,5 +5129,426 @@ async fn file_11_file_12_file_13_unsent_files_count_per_person_and_document_and_
             .unwrap()
             .is_some(),
         "sent: kept"
+    );
+}
+
+// --- background jobs -------------------------------------------------------------------------
+
+/// Job `id` of `doc` for target `target` under `key`, with `input`, made at `at`.
+fn job_of(doc: Uuid, id: u128, target: &str, key: &str, input: &str, at: i64) -> NewJob {
+    NewJob {
+        id: Uuid::from_u128(id),
+        document_id: doc,
+        kind: "document-summary".to_owned(),
+        version: 1,
+        origin: "scheduler".to_owned(),
+        target: target.to_owned(),
+        idempotency_key: key.to_owned(),
+        fingerprint: format!("fp:{input}"),
+        input: input.to_owned(),
+        max_failures: 3,
+        created_at_ms: at,
+    }
+}
+
+fn completed(artifact: &str) -> Settlement {
+    Settlement::Completed {
+        artifact: artifact.to_owned(),
+    }
+}
+
+/// A store with one document, and that document's id.
+async fn job_fixture(b: &Backend) -> (Arc<dyn Store>, Uuid) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(90, "octo", "jobs", "plan"))
+        .await
+        .unwrap();
+    (store, doc.id)
+}
+
+async fn job_01_a_key_repeats_its_request_and_refuses_other_input(b: &Backend) {
+    let (store, doc) = job_fixture(b).await;
+    let first = store
+        .enqueue_job(&job_of(doc, 1, "t", "k", r#"{"a":1}"#, 1_000))
+        .await
+        .unwrap();
+    let Enqueued::New(kept) = first else {
+        panic!("a first request is new: {first:?}")
+    };
+    assert_eq!(kept.state, JobState::Pending);
+    assert_eq!(kept.target_generation, 1);
+    assert_eq!(kept.available_at_ms, 1_000);
+    // The same key and input, under another id: the first job, as it stands.
+    let again = store
+        .enqueue_job(&job_of(doc, 2, "t", "k", r#"{"a":1}"#, 2_000))
+        .await
+        .unwrap();
+    assert_eq!(again, Enqueued::Repeated(kept.clone()));
+    // The same key with other input: refused, nothing kept.
+    let other = store
+        .enqueue_job(&job_of(doc, 3, "t", "k", r#"{"a":2}"#, 3_000))
+        .await;
+    assert!(
+        conflict_words(other).contains("already used"),
+        "a key reused with other input conflicts"
+    );
+    assert_eq!(store.document_jobs(doc, 10).await.unwrap(), vec![kept]);
+    assert_eq!(store.job(Uuid::from_u128(3)).await.unwrap(), None);
+}
+
+async fn job_01_a_newer_request_supersedes_the_targets_unsettled_jobs(b: &Backend) {
+    let (store, doc) = job_fixture(b).await;
+    store
+        .enqueue_job(&job_of(doc, 1, "t", "k1", "1", 1_000))
+        .await
+        .unwrap();
+    store
+        .enqueue_job(&job_of(doc, 2, "t", "k2", "2", 1_001))
+        .await
+        .unwrap();
+    store
+        .claim_job(Uuid::from_u128(2), "host", 1_002, 30_000)
+        .await
+        .unwrap()
+        .expect("claimed");
+    store
+        .enqueue_job(&job_of(doc, 9, "other", "k9", "9", 1_003))
+        .await
+        .unwrap();
+    let third = store
+        .enqueue_job(&job_of(doc, 3, "t", "k3", "3", 1_004))
+        .await
+        .unwrap();
+    assert_eq!(third.job().target_generation, 3);
+    let state = |id: u128| {
+        let store = store.clone();
+        async move { store.job(Uuid::from_u128(id)).await.unwrap().unwrap() }
+    };
+    assert_eq!(state(1).await.state, JobState::Superseded);
+    let running = state(2).await;
+    assert_eq!(running.state, JobState::Superseded, "a running job too");
+    assert_eq!(running.claim_owner, None);
+    assert_eq!(state(3).await.state, JobState::Pending);
+    assert_eq!(
+        state(9).await.state,
+        JobState::Pending,
+        "other targets untouched"
+    );
+    // The superseded attempt's late result does not land.
+    assert!(!store
+        .settle_job(Uuid::from_u128(2), 1, &completed("{}"), 1_005)
+        .await
+        .unwrap());
+    assert_eq!(state(2).await.state, JobState::Superseded);
+    // Listed newest first.
+    let listed: Vec<_> = store
+        .document_jobs(doc, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(
+        listed,
+        [3, 9, 2, 1].map(Uuid::from_u128).to_vec(),
+        "newest first"
+    );
+    assert_eq!(store.document_jobs(doc, 2).await.unwrap().len(), 2);
+}
+
+async fn job_01_claim_race_exactly_one_wins(b: &Backend) {
+    let (store, doc) = job_fixture(b).await;
+    store
+        .enqueue_job(&job_of(doc, 1, "t", "k", "{}", 1_000))
+        .await
+        .unwrap();
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let mut racers = Vec::new();
+    for i in 0..RACERS {
+        let (store, barrier) = (b.open().await, barrier.clone());
+        racers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .claim_job(Uuid::from_u128(1), &format!("host-{i}"), 1_000, 30_000)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut won = Vec::new();
+    for r in racers {
+        if let Some(job) = r.await.unwrap() {
+            won.push(job);
+        }
+    }
+    assert_eq!(won.len(), 1, "exactly one claim");
+    let job = store.job(Uuid::from_u128(1)).await.unwrap().unwrap();
+    assert_eq!(job.state, JobState::Running);
+    assert_eq!(job.attempts, 1);
+    assert_eq!(job.claim_generation, 1);
+    assert_eq!(job.claim_owner, won[0].claim_owner);
+    assert_eq!(job.claim_expires_at_ms, Some(31_000));
+}
+
+async fn job_01_an_attempt_writes_only_under_its_own_claim(b: &Backend) {
+    let (store, doc) = job_fixture(b).await;
+    store
+        .enqueue_job(&job_of(doc, 1, "t", "k", "{}", 1_000))
+        .await
+        .unwrap();
+    let id = Uuid::from_u128(1);
+    // Nothing to renew, progress or settle before a claim.
+    assert!(!store.renew_job_claim(id, 0, 1_000, 10).await.unwrap());
+    assert!(!store
+        .settle_job(id, 0, &completed("{}"), 1_000)
+        .await
+        .unwrap());
+    let job = store
+        .claim_job(id, "host", 1_000, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store
+        .claim_job(id, "other", 1_000, 30_000)
+        .await
+        .unwrap()
+        .is_none());
+    let generation = job.claim_generation;
+    assert!(!store
+        .renew_job_claim(id, generation + 1, 2_000, 30_000)
+        .await
+        .unwrap());
+    assert!(store
+        .renew_job_claim(id, generation, 2_000, 30_000)
+        .await
+        .unwrap());
+    assert!(store
+        .set_job_progress(id, generation, r#"["describe"]"#, 2_500)
+        .await
+        .unwrap());
+    assert!(!store
+        .set_job_progress(id, generation + 1, r#"["x"]"#, 2_500)
+        .await
+        .unwrap());
+    let now = store.job(id).await.unwrap().unwrap();
+    assert_eq!(now.claim_expires_at_ms, Some(32_000));
+    assert_eq!(now.progress, r#"["describe"]"#);
+    assert!(store
+        .settle_job(id, generation, &completed(r#"{"d":"x"}"#), 3_000)
+        .await
+        .unwrap());
+    // Settled once: a second settlement, a cancellation and a claim all find nothing to do.
+    assert!(!store
+        .settle_job(id, generation, &completed(r#"{"d":"y"}"#), 3_001)
+        .await
+        .unwrap());
+    assert!(!store.cancel_job(id, "asked", 3_002).await.unwrap());
+    assert!(store
+        .claim_job(id, "host", 3_003, 30_000)
+        .await
+        .unwrap()
+        .is_none());
+    let done = store.job(id).await.unwrap().unwrap();
+    assert_eq!(done.state, JobState::Completed);
+    assert_eq!(done.artifact.as_deref(), Some(r#"{"d":"x"}"#));
+    assert_eq!(done.claim_owner, None);
+    assert_eq!(
+        store.last_completed_job(doc, "t").await.unwrap(),
+        Some(done.clone())
+    );
+    assert_eq!(store.last_completed_job(doc, "other").await.unwrap(), None);
+    // A newer request for the target keeps the completed one as the last completed.
+    store
+        .enqueue_job(&job_of(doc, 2, "t", "k2", "{}", 4_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.last_completed_job(doc, "t").await.unwrap(),
+        Some(done)
+    );
+    // A cancelled running job voids its claim.
+    let second = store
+        .claim_job(Uuid::from_u128(2), "host", 4_000, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.cancel_job(second.id, "asked", 4_001).await.unwrap());
+    assert!(!store
+        .settle_job(second.id, second.claim_generation, &completed("{}"), 4_002)
+        .await
+        .unwrap());
+    let cancelled = store.job(second.id).await.unwrap().unwrap();
+    assert_eq!(cancelled.state, JobState::Cancelled);
+    assert_eq!(cancelled.reason.as_deref(), Some("asked"));
+}
+
+async fn job_01_retries_spend_the_failure_budget_and_wait_their_turn(b: &Backend) {
+    let (store, doc) = job_fixture(b).await;
+    store
+        .enqueue_job(&job_of(doc, 1, "t", "k", "{}", 1_000))
+        .await
+        .unwrap();
+    let id = Uuid::from_u128(1);
+    let retry = |at: i64, failure: bool| Settlement::Retry {
+        reason: "attempt-error".to_owned(),
+        available_at_ms: at,
+        failure,
+    };
+    // A retry that spends nothing (say, no client attached yet) leaves the budget whole.
+    let g = store
+        .claim_job(id, "h", 1_000, 30_000)
+        .await
+        .unwrap()
+        .unwrap()
+        .claim_generation;
+    assert!(store
+        .settle_job(id, g, &retry(2_000, false), 1_100)
+        .await
+        .unwrap());
+    let job = store.job(id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.failures, job.attempts),
+        (JobState::Pending, 0, 1)
+    );
+    // Not due before its time: neither listed nor claimable.
+    assert!(store.due_jobs(1_999, 10).await.unwrap().is_empty());
+    assert!(store
+        .claim_job(id, "h", 1_999, 30_000)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(store.due_jobs(2_000, 10).await.unwrap().len(), 1);
+    // Two failures of a budget of three: pending again; the third settles it failed.
+    for (n, at) in [(1, 3_000), (2, 4_000)] {
+        let g = store
+            .claim_job(id, "h", at - 1_000, 30_000)
+            .await
+            .unwrap()
+            .unwrap()
+            .claim_generation;
+        assert!(store
+            .settle_job(id, g, &retry(at, true), at - 900)
+            .await
+            .unwrap());
+        let job = store.job(id).await.unwrap().unwrap();
+        assert_eq!((job.state, job.failures), (JobState::Pending, n));
+    }
+    let g = store
+        .claim_job(id, "h", 4_000, 30_000)
+        .await
+        .unwrap()
+        .unwrap()
+        .claim_generation;
+    assert!(store
+        .settle_job(id, g, &retry(9_000, true), 4_100)
+        .await
+        .unwrap());
+    let job = store.job(id).await.unwrap().unwrap();
+    assert_eq!(
+        (job.state, job.failures, job.attempts),
+        (JobState::Failed, 3, 4)
+    );
+    assert_eq!(job.reason.as_deref(), Some("attempt-error"));
+    assert!(store.due_jobs(i64::MAX, 10).await.unwrap().is_empty());
+}
+
+async fn job_09_own_18_a_new_process_fails_what_the_last_left_running_and_rows_survive_reopening(
+    b: &Backend,
+) {
+    let (store, doc) = job_fixture(b).await;
+    for n in 1..=3u128 {
+        store
+            .enqueue_job(&job_of(
+                doc,
+                n,
+                &format!("t{n}"),
+                &format!("k{n}"),
+                "{}",
+                1_000,
+            ))
+            .await
+            .unwrap();
+    }
+    let running = store
+        .claim_job(Uuid::from_u128(1), "old-process", 1_000, 30_000)
+        .await
+        .unwrap()
+        .unwrap();
+    drop(store);
+    let store = b.open().await;
+    assert_eq!(
+        store.job(running.id).await.unwrap().unwrap(),
+        running,
+        "kept across a reopen"
+    );
+    // No credential is part of a row: the claim names the process only.
+    assert_eq!(running.claim_owner.as_deref(), Some("old-process"));
+    assert_eq!(
+        store
+            .interrupt_running_jobs("interrupted", 2_000)
+            .await
+            .unwrap(),
+        1
+    );
+    let interrupted = store.job(running.id).await.unwrap().unwrap();
+    assert_eq!(interrupted.state, JobState::Failed);
+    assert_eq!(interrupted.reason.as_deref(), Some("interrupted"));
+    assert_eq!(interrupted.claim_owner, None);
+    // The old attempt's late result does not land; the pending ones wait to be claimed.
+    assert!(!store
+        .settle_job(
+            running.id,
+            running.claim_generation,
+            &completed("{}"),
+            2_001
+        )
+        .await
+        .unwrap());
+    let due: Vec<_> = store
+        .due_jobs(2_000, 10)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| j.id)
+        .collect();
+    assert_eq!(due, [2, 3].map(Uuid::from_u128).to_vec(), "oldest first");
+}
+
+async fn job_01_jobs_need_their_document_and_are_counted_by_state(b: &Backend) {
+    let (store, doc) = job_fixture(b).await;
+    assert!(is_not_found(
+        store
+            .enqueue_job(&job_of(Uuid::from_u128(0xdead), 1, "t", "k", "{}", 1_000))
+            .await
+    ));
+    assert!(store.job_counts().await.unwrap().is_empty());
+    for n in 1..=3u128 {
+        store
+            .enqueue_job(&job_of(
+                doc,
+                n,
+                &format!("t{n}"),
+                &format!("k{n}"),
+                "{}",
+                1_000,
+            ))
+            .await
+            .unwrap();
+    }
+    store
+        .claim_job(Uuid::from_u128(1), "h", 1_000, 10)
+        .await
+        .unwrap();
+    store
+        .cancel_job(Uuid::from_u128(2), "asked", 1_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.job_counts().await.unwrap(),
+        vec![
+            (JobState::Pending, 1),
+            (JobState::Running, 1),
+            (JobState::Cancelled, 1)
+        ]
     );
 }
