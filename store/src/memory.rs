@@ -1238,7 +1238,7 @@ impl crate::JobStore for MemoryStore {
                 .filter(|j| j.document_id == document_id)
                 .cloned()
                 .collect();
-            jobs.sort_by(|a, b| (b.created_at_ms, b.id).cmp(&(a.created_at_ms, a.id)));
+            jobs.sort_by_key(|j| std::cmp::Reverse((j.created_at_ms, j.id)));
             jobs.truncate(limit as usize);
             Ok(jobs)
         })
@@ -1271,7 +1271,7 @@ impl crate::JobStore for MemoryStore {
                 .filter(|j| j.state == crate::JobState::Pending && j.available_at_ms <= now_ms)
                 .cloned()
                 .collect();
-            jobs.sort_by(|a, b| (a.created_at_ms, a.id).cmp(&(b.created_at_ms, b.id)));
+            jobs.sort_by_key(|j| (j.created_at_ms, j.id));
             jobs.truncate(limit as usize);
             Ok(jobs)
         })
