@@ -116,6 +116,8 @@ pub async fn remote_subject() -> Result<Subject, SubjectError> {
     let origin = format!("http://{host}");
     let data = tempfile::tempdir().map_err(|e| setup("a data directory")(e.to_string()))?;
     let mut config = Config::defaults_with_data_dir(data.path().to_path_buf());
+    // The suite drives the Planner's sessions only.
+    config.background_jobs = false;
     config.github_api_url = github_url.clone();
     config.github_web_url = github_url;
     config.github_app_client_id = Some(DEFAULT_CLIENT_ID.to_owned());

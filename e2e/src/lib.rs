@@ -40,8 +40,9 @@ pub enum Backend {
     Postgres(chopin_fixtures::pg::TestDatabase),
 }
 
-/// How to start one `chopin` process. The environment starts empty (plus `PATH`), so nothing
-/// from the developer's shell leaks in.
+/// How to start one `chopin` process. The environment starts empty (plus `PATH`, and
+/// `BACKGROUND_JOBS=off` unless the launch sets it), so nothing from the developer's shell leaks
+/// in.
 #[derive(Debug, Clone, Default)]
 pub struct Launch {
     pub env: Vec<(String, String)>,
@@ -104,6 +105,11 @@ impl Launch {
         cmd.env_clear();
         if let Some(path) = std::env::var_os("PATH") {
             cmd.env("PATH", path);
+        }
+        // Background jobs would start worker sessions on whatever client a test attaches, and
+        // use the fake provider's scripted replies: off unless a test turns them on.
+        if !self.env.iter().any(|(k, _)| k == "BACKGROUND_JOBS") {
+            cmd.env("BACKGROUND_JOBS", "off");
         }
         for (k, v) in &self.env {
             cmd.env(k, v);

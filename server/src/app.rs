@@ -95,6 +95,10 @@ pub struct App {
     pub runs: Arc<Runs>,
     /// The Planner's pull-request tools' GitHub MCP clients.
     pub github_tools: Arc<GitHubTools>,
+    /// Background jobs: the registry, enqueueing and the runner.
+    pub jobs: Arc<crate::jobs::Jobs>,
+    /// Generated document descriptions: their scheduling and the last completed one.
+    pub descriptions: Arc<crate::jobs::description::Descriptions>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -302,7 +306,7 @@ impl App {
             entropy: entropy.clone(),
             clock: clock.clone(),
             shutdown: shutdown.clone(),
-            adapters,
+            adapters: adapters.clone(),
             models: models.clone(),
             metrics: metrics.clone(),
             agent_enabled: config.agent_enabled,
@@ -345,6 +349,39 @@ impl App {
             turns.clone(),
             clock.clone(),
         ));
+        // Background jobs run only while the agent and background jobs are on; what is stored
+        // stays readable either way.
+        let jobs_on = config.agent_enabled && config.background_jobs;
+        let summary: Arc<dyn crate::jobs::Definition> = Arc::new(
+            crate::jobs::description::DocumentSummary::new(open.clone(), store.clone()),
+        );
+        let jobs = crate::jobs::Jobs::new(
+            crate::jobs::Registry::new(vec![summary])
+                .expect("the built-in job definitions are valid"),
+            crate::jobs::JobsDeps {
+                store: store.clone(),
+                planners: planners.clone(),
+                sign_ins: sign_ins.clone(),
+                turns: turns.clone(),
+                adapters,
+                clock: clock.clone(),
+                entropy: entropy.clone(),
+                metrics: metrics.clone(),
+                shutdown: shutdown.clone(),
+            },
+        );
+        let descriptions = crate::jobs::description::Descriptions::new(
+            &jobs,
+            open.clone(),
+            store.clone(),
+            store.clone(),
+            shutdown.clone(),
+            jobs_on,
+        );
+        if jobs_on {
+            open.watch(descriptions.clone());
+            jobs.spawn();
+        }
         housekeeping::spawn(
             &planners,
             &transcript,
@@ -383,6 +420,8 @@ impl App {
             questions,
             runs,
             github_tools,
+            jobs,
+            descriptions,
         }
     }
 
@@ -395,6 +434,8 @@ impl App {
             planners: self.planners.clone(),
             questions: self.questions.clone(),
             runs: self.runs.clone(),
+            descriptions: self.descriptions.clone(),
+            jobs: self.store.clone(),
         }
     }
 
@@ -594,6 +635,17 @@ pub async fn start_observed(
         tracing::info!(
             cleared,
             "cleared Planner owner references left by an earlier process"
+        );
+    }
+    // A background job attempt the last process left mid-way is never run again (OWN-18): it
+    // settles failed as interrupted; pending jobs wait to be claimed by this one.
+    let interrupted = store
+        .interrupt_running_jobs(crate::jobs::INTERRUPTED, runtime.clock.now_ms())
+        .await?;
+    if interrupted > 0 {
+        tracing::info!(
+            interrupted,
+            "background job attempts left running by an earlier process were settled as interrupted"
         );
     }
     let (watch, keeper) = lease::keep(lease_store, runtime.clock.clone(), lease, fence);

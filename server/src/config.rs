@@ -112,6 +112,9 @@ pub struct Config {
     pub transcription: Option<TranscriptionSettings>,
     /// `AGENT=off` prevents Planner turns.
     pub agent_enabled: bool,
+    /// `BACKGROUND_JOBS=off` schedules and runs no background job (stored ones are kept).
+    /// `AGENT=off` does the same whatever this says.
+    pub background_jobs: bool,
     pub planner_attach_grace_ms: u64,
     pub agent_connection_timeout_ms: u64,
     pub handover_planner_window_ms: u64,
@@ -439,6 +442,11 @@ pub struct Args {
     /// between people is unchanged.
     #[arg(long, env = "AGENT", value_name = "on|off")]
     pub agent: Option<String>,
+
+    /// `on` (default) or `off`: off schedules and runs no background job (document
+    /// descriptions); stored jobs and descriptions are kept. `AGENT=off` also turns them off.
+    #[arg(long, env = "BACKGROUND_JOBS", value_name = "on|off")]
+    pub background_jobs: Option<String>,
 
     /// How long a detached or dropped Planner keeps its document, in ms. Default 120000.
     #[arg(long, env = "PLANNER_ATTACH_GRACE_MS", value_name = "MS")]
@@ -1129,6 +1137,12 @@ impl Config {
         };
         let transcription = transcription_settings(args)?;
         let agent_enabled = one_of("AGENT", &args.agent, "on", &["on", "off"])? == "on";
+        let background_jobs = one_of(
+            "BACKGROUND_JOBS",
+            &args.background_jobs,
+            "on",
+            &["on", "off"],
+        )? == "on";
         let log_format = match one_of(
             "CHOPIN_LOG_FORMAT",
             &args.log_format,
@@ -1231,6 +1245,7 @@ impl Config {
             provider,
             transcription,
             agent_enabled,
+            background_jobs,
             planner_attach_grace_ms: parse_ms(
                 "PLANNER_ATTACH_GRACE_MS",
                 &args.planner_attach_grace_ms,

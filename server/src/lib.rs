@@ -28,6 +28,7 @@ pub mod github_tools;
 pub mod harness;
 pub mod housekeeping;
 pub mod identity;
+pub mod jobs;
 pub mod metrics;
 pub mod models;
 pub mod observe;

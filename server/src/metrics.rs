@@ -55,6 +55,17 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobStateLabels {
+    state: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobAttemptLabels {
+    kind: &'static str,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SocketLabels {
     kind: &'static str,
 }
@@ -89,6 +100,9 @@ pub struct Snapshot {
     pub turns_running: usize,
     /// Entries of each per-document or per-login map, by the map's fixed name.
     pub state_entries: Vec<(&'static str, usize)>,
+    /// Stored background jobs in each state (`None`: the store could not be read; the gauges
+    /// keep their last values).
+    pub jobs: Option<Vec<(crate::store::JobState, u64)>>,
 }
 
 /// The server's instruments and their registry.
@@ -108,6 +122,10 @@ pub struct Metrics {
     model_tokens: Family<TokenLabels, Counter>,
     /// Planner turns ended, by harness and result.
     turns_ended: Family<TurnLabels, Counter>,
+    /// Stored background jobs, by state.
+    jobs: Family<JobStateLabels, Gauge>,
+    /// Background job attempts this process ended, by job type and outcome.
+    job_attempts: Family<JobAttemptLabels, Counter>,
     /// A smaller largest frame a socket sends than its own (0: none; the simulator plants one).
     outbound_frame_cap: std::sync::atomic::AtomicUsize,
 }
@@ -201,6 +219,23 @@ impl Metrics {
             "Planner turns ended, by harness and result (completed, aborted, failed)",
             turns_ended.clone(),
         );
+        let jobs = Family::<JobStateLabels, Gauge>::default();
+        registry.register(
+            "jobs",
+            "Stored background jobs, by state (pending: queued; running; completed, failed, cancelled, superseded: settled)",
+            jobs.clone(),
+        );
+        for state in crate::store::JobState::ALL {
+            let _ = jobs.get_or_create(&JobStateLabels {
+                state: state.as_str(),
+            });
+        }
+        let job_attempts = Family::<JobAttemptLabels, Counter>::default();
+        registry.register(
+            "job_attempts",
+            "Background job attempts this process ended, by job type and outcome (completed, retried, failed, lost)",
+            job_attempts.clone(),
+        );
         for kind in [SocketKind::Agent, SocketKind::Room, SocketKind::Yjs] {
             let _ = sockets.get_or_create(&SocketLabels { kind: kind.label() });
         }
@@ -217,6 +252,8 @@ impl Metrics {
             frames_too_large,
             model_tokens,
             turns_ended,
+            jobs,
+            job_attempts,
             outbound_frame_cap: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -270,6 +307,14 @@ impl Metrics {
             .inc();
     }
 
+    /// A background job attempt of type `kind` ended: `outcome` is `completed`, `retried`,
+    /// `failed` or `lost` (its claim was gone when it ended).
+    pub fn job_attempt(&self, kind: &'static str, outcome: &'static str) {
+        self.job_attempts
+            .get_or_create(&JobAttemptLabels { kind, outcome })
+            .inc();
+    }
+
     /// The hook an instrumented store reports each call to.
     pub fn store_hook(self: &Arc<Self>) -> StoreHook {
         StoreHook(self.clone())
@@ -305,6 +350,20 @@ impl Metrics {
         set(&self.documents_open, now.documents_open);
         set(&self.chat_sends_in_flight, now.chat_sends_in_flight);
         set(&self.turns_running, now.turns_running);
+        if let Some(jobs) = now.jobs {
+            for state in crate::store::JobState::ALL {
+                let n = jobs
+                    .iter()
+                    .find(|(s, _)| *s == state)
+                    .map_or(0, |(_, n)| *n);
+                set(
+                    &self.jobs.get_or_create(&JobStateLabels {
+                        state: state.as_str(),
+                    }),
+                    usize::try_from(n).unwrap_or(usize::MAX),
+                );
+            }
+        }
         for (map, n) in now.state_entries {
             set(&self.state_entries.get_or_create(&StateLabels { map }), n);
         }
@@ -376,8 +435,20 @@ mod tests {
             chat_sends_in_flight: 1,
             turns_running: 1,
             state_entries: vec![("logins", 4)],
+            jobs: Some(vec![(crate::store::JobState::Pending, 5)]),
         });
+        metrics.job_attempt("document-summary", "completed");
+        let page = format!(
+            "{page}{}",
+            metrics.render(Snapshot {
+                jobs: None,
+                ..Snapshot::default()
+            })
+        );
         for line in [
+            "chopin_jobs{state=\"pending\"} 5",
+            "chopin_jobs{state=\"failed\"} 0",
+            "chopin_job_attempts_total{kind=\"document-summary\",outcome=\"completed\"} 1",
             "chopin_state_entries{map=\"logins\"} 4",
             "chopin_github_calls_total{call=\"user\",outcome=\"ok\"} 1",
             "chopin_sockets_open{kind=\"room\"} 1",

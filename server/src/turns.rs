@@ -343,6 +343,9 @@ struct Table {
     /// (CTX-19): what `read_reference` may read, at most [`REFERENCES_RETAINED_MAX`], the
     /// oldest let go first; a new session starts with its own message's alone.
     references: BTreeMap<Uuid, Vec<DocumentReference>>,
+    /// Documents whose background job runs a worker now: a person's message to the Planner is
+    /// refused as busy meanwhile, and no Planner turn starts for one.
+    background: BTreeSet<Uuid>,
 }
 
 /// The most document references one Planner session holds (CTX-19: a bounded set).
@@ -418,6 +421,19 @@ pub struct Turns {
     deps: TurnsDeps,
 }
 
+/// A document's background job at work: see [`Turns::begin_background`].
+pub struct BackgroundGuard {
+    turns: Arc<Turns>,
+    document: Uuid,
+}
+
+impl Drop for BackgroundGuard {
+    fn drop(&mut self) {
+        self.turns.lock().background.remove(&self.document);
+        self.turns.ended.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
 /// The words for a harness that takes no input mid-run (MSG rules).
 pub const BUSY_WORDS: &str =
     "chopin can't take messages while it works on this machine. Stop it to ask now.";
@@ -476,6 +492,19 @@ impl Turns {
     /// Whether `document` has a turn running now.
     pub fn is_running(&self, document: Uuid) -> bool {
         self.lock().turns.contains_key(&document)
+    }
+
+    /// Marks `document` as running a background job until the guard is dropped, unless a
+    /// Planner turn runs on it (jobs wait for the running turn) or a job already does.
+    pub fn begin_background(self: &Arc<Self>, document: Uuid) -> Option<BackgroundGuard> {
+        let mut table = self.lock();
+        if table.turns.contains_key(&document) || !table.background.insert(document) {
+            return None;
+        }
+        Some(BackgroundGuard {
+            turns: self.clone(),
+            document,
+        })
     }
 
     /// Stops `document`'s running turn, if any, saying why (the `abort` a remote client is
@@ -684,6 +713,13 @@ impl Turns {
             if table.renewing.contains(&holder.browser_login_id) {
                 // The owner's credential is being renewed; its sessions were just ended.
                 return Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()));
+            }
+            if table.background.contains(&request.document)
+                && !table.turns.contains_key(&request.document)
+            {
+                // A running turn that is a background job's takes no message.
+                tracing::info!(document = %request.document, harness = harness.name(), "a message arrived while a background job works on the document");
+                return Err(Refused::Busy(BUSY_WORDS.to_owned()));
             }
             if table.turns.contains_key(&request.document) && request.follow_up.is_some() {
                 // A follow-up needs a turn of its own (MSG-21).

@@ -1169,6 +1169,8 @@ async fn run_server(
     recorder.record_in_host(&host, Event::ServerBooting { incarnation });
     // The data dir is unused with the memory store.
     let mut config = Config::defaults_with_data_dir(PathBuf::from("/sim/server"));
+    // No scenario scripts a worker session yet.
+    config.background_jobs = false;
     config.github_api_url = format!("http://{GITHUB_HOST}:{GITHUB_PORT}");
     config.github_web_url = config.github_api_url.clone();
     config.github_mcp_url = format!("http://{GITHUB_MCP_HOST}:{GITHUB_PORT}/mcp/");

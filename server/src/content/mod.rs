@@ -156,6 +156,33 @@ struct Deps {
     /// The latest writers' updates taken, as (bytes sent, bytes journalled and relayed), for
     /// the simulator's "bytes bounded" invariant; at most [`ACCEPTED_MEMORY`].
     accepted: Mutex<std::collections::VecDeque<(usize, usize)>>,
+    /// Told when a document is opened for a socket, restored or edited (the description
+    /// scheduler); none until [`OpenDocuments::watch`].
+    watch: std::sync::OnceLock<Arc<dyn ContentWatch>>,
+}
+
+/// What wants to know that a document was opened for a person or changed: told after the fact,
+/// without waiting (the implementation spawns what it does).
+pub trait ContentWatch: Send + Sync + 'static {
+    /// A socket opened `document`, or it was restored from the archive.
+    fn opened(self: Arc<Self>, document: Uuid);
+    /// An edit of `document` was committed (a writer's update, a Planner's batch, an MCP
+    /// replacement).
+    fn edited(self: Arc<Self>, document: Uuid);
+}
+
+impl Deps {
+    fn opened(&self, document: Uuid) {
+        if let Some(watch) = self.watch.get() {
+            watch.clone().opened(document);
+        }
+    }
+
+    fn edited(&self, document: Uuid) {
+        if let Some(watch) = self.watch.get() {
+            watch.clone().edited(document);
+        }
+    }
 }
 
 /// How many taken updates [`OpenDocuments::accepted_updates`] remembers.
@@ -373,6 +400,7 @@ impl OpenDocument {
         if !planted {
             self.relay_update(from, &change);
         }
+        self.deps.edited(self.document_id);
         Ok(true)
     }
 
@@ -474,6 +502,7 @@ impl OpenDocument {
                 if let EditOutcome::Applied { revision, .. } = &mut result.outcome {
                     *revision = plan_revision as u64;
                 }
+                self.deps.edited(self.document_id);
                 Ok(result)
             }
             PlanCommit::Stale { current } => Ok(EditResult {
@@ -716,10 +745,23 @@ impl OpenDocuments {
                 journal_whole_state: AtomicBool::new(false),
                 poison_guard_off: AtomicBool::new(false),
                 accepted: Mutex::default(),
+                watch: std::sync::OnceLock::new(),
             }),
             entropy,
             shutdown,
         }
+    }
+
+    /// Tells `watch` of every document opened for a socket, restored or edited from now on (at
+    /// most one watch; a second is ignored).
+    pub fn watch(&self, watch: Arc<dyn ContentWatch>) {
+        let _ = self.deps.watch.set(watch);
+    }
+
+    /// `document_id` was just created (over MCP, and its first source stored): its watch is
+    /// told as of an opening, so it asks for what a new document needs now.
+    pub fn created(&self, document_id: Uuid) {
+        self.deps.opened(document_id);
     }
 
     /// Plants the bugs of `planted` that live here (the simulator's, to show it finds them).
@@ -770,6 +812,9 @@ impl OpenDocuments {
             .and_then(|s| s.cell.get().cloned());
         if let Some(open) = open {
             open.archived.send_replace(archived);
+        }
+        if !archived {
+            self.deps.opened(document_id);
         }
     }
 
@@ -824,8 +869,10 @@ impl OpenDocuments {
         document_id: Uuid,
         account: Uuid,
     ) -> StoreResult<Membership> {
+        let document = self.open(document_id).await?;
+        self.deps.opened(document_id);
         Ok(Membership {
-            document: self.open(document_id).await?,
+            document,
             connection: self.next_connection.fetch_add(1, Ordering::SeqCst),
             account,
         })

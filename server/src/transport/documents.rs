@@ -38,6 +38,10 @@ pub struct DocumentsDeps {
     pub planners: Arc<Planners>,
     pub questions: Arc<Questions>,
     pub runs: Arc<Runs>,
+    /// The documents' generated descriptions.
+    pub descriptions: Arc<crate::jobs::description::Descriptions>,
+    /// The documents' background jobs, listed for readers.
+    pub jobs: Arc<dyn crate::store::JobStore>,
 }
 
 impl DocumentsDeps {
@@ -182,6 +186,7 @@ pub fn routes(deps: DocumentsDeps) -> Routes {
         .post("/api/documents/{id}/children", create_child)
         .post("/api/documents/{id}/planner/reset", reset_planner)
         .get("/api/documents/{id}/runs", list_runs)
+        .get("/api/documents/{id}/jobs", list_jobs)
         .get("/api/documents/{id}/runs/{run}/stages", run_stages)
         .with_state(deps)
 }
@@ -369,7 +374,61 @@ async fn get_by_id(
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.access.caller(&headers, false).await?;
     let (doc, _) = deps.readable(&caller, &id).await?;
-    Ok(Json(document_json(&doc)))
+    let mut body = document_json(&doc);
+    // The last completed generated description, untrusted model output (JOB-11); kept while
+    // newer work is pending or has failed (JOB-13).
+    body["description"] = match deps.descriptions.read(doc.id).await {
+        Some(d) => json!({ "text": d.text, "planRevision": d.plan_revision }),
+        None => Value::Null,
+    };
+    Ok(Json(body))
+}
+
+/// The most jobs `GET /api/documents/{id}/jobs` lists.
+const JOBS_LISTED_MAX: u32 = 50;
+
+/// `GET /api/documents/{id}/jobs`: the document's background jobs, newest first (at most
+/// [`JOBS_LISTED_MAX`]), for anyone who reads the document: type, state, attempts, the declared
+/// stages passed and the code-owned reason of a failure, and a completed job's artifact
+/// (untrusted model output). Never the input, its fingerprint, the idempotency key or the
+/// claim.
+async fn list_jobs(
+    State(deps): State<DocumentsDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.access.caller(&headers, false).await?;
+    let (doc, _) = deps.readable(&caller, &id).await?;
+    let jobs = deps
+        .jobs
+        .document_jobs(doc.id, JOBS_LISTED_MAX)
+        .await
+        .map_err(ApiError::store)?;
+    let jobs: Vec<Value> = jobs
+        .into_iter()
+        .map(|job| {
+            let progress: Value = serde_json::from_str(&job.progress).unwrap_or(json!([]));
+            let artifact = job
+                .artifact
+                .as_deref()
+                .and_then(|a| serde_json::from_str::<Value>(a).ok());
+            json!({
+                "id": job.id,
+                "type": job.kind,
+                "version": job.version,
+                "origin": job.origin,
+                "state": job.state.as_str(),
+                "attempts": job.attempts,
+                "failures": job.failures,
+                "progress": progress,
+                "reason": job.reason,
+                "artifact": artifact,
+                "createdAt": job.created_at_ms,
+                "updatedAt": job.updated_at_ms,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "jobs": jobs })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -70,6 +70,13 @@ async fn metrics(State(deps): State<HealthDeps>) -> impl IntoResponse {
         chat_sends_in_flight: deps.chat.in_flight(),
         turns_running: deps.turns.running_count(),
         state_entries: state_entries(&deps),
+        jobs: match deps.store.job_counts().await {
+            Ok(counts) => Some(counts),
+            Err(e) => {
+                tracing::warn!(error = %e, "background jobs could not be counted for the metrics");
+                None
+            }
+        },
     });
     (
         [(

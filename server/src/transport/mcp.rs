@@ -509,6 +509,7 @@ impl Tools {
             .await?;
         tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created over MCP");
         if source.is_empty() {
+            deps.open.created(doc.id);
             return Ok(Ok(doc));
         }
         let first = Update {
@@ -524,6 +525,7 @@ impl Tools {
         if let Err(refusal) = applied(&written) {
             return Ok(Err(refusal));
         }
+        deps.open.created(doc.id);
         Ok(Ok(deps
             .documents
             .by_id(&doc.id.to_string())

@@ -108,6 +108,8 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
     config.github_app_client_id = Some(DEFAULT_CLIENT_ID.into());
     config.github_app_client_secret = Some(Secret::new(DEFAULT_CLIENT_SECRET));
     config.app_origin = format!("http://{host}");
+    // Background jobs start worker sessions on an attached client: off unless a test says.
+    config.background_jobs = false;
     configure(&mut config);
     let running = app::start(
         config,
