@@ -518,3 +518,82 @@ async fn mod_02_a_chosen_model_survives_a_restart_and_runs_on_postgres() {
         .expect("a fresh database");
     a_chosen_model_survives_a_restart_and_runs(Backend::Postgres(db)).await;
 }
+
+/// JOB-02, JOB-09, TB-03 on the in-server harness: once the writer who invoked the Planner owns
+/// it, a document description runs as a fresh session on the operator's model with a JSON
+/// schema for its answer, and nothing of it reaches Chat (JOB-03).
+#[tokio::test]
+async fn job_02_job_09_a_description_runs_on_the_operators_model_once_a_writer_owns_the_planner() {
+    let mut w = world(
+        Backend::Sqlite(tempfile::tempdir().unwrap()),
+        &[("BACKGROUND_JOBS", "on")],
+    )
+    .await;
+    // Nobody owns the Planner yet: the description asked for on opening waits.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        w.provider.requests().is_empty(),
+        "no model call without an owner"
+    );
+    w.provider.script(Reply::tool_call(
+        "edit_plan",
+        json!({ "revision": 0, "ops": [{ "op": "insert", "after": null, "content": "# Search revamp\n\nFaster results.\n" }] }),
+    ));
+    w.provider.script(Reply::text("Written."));
+    send(&mut w, "r-1", "@chopin draft it").await;
+    let reply = next_reply(&mut w.room).await;
+    assert_eq!(reply["text"], "Written.");
+    let calls = w.provider.requests().len();
+    w.provider
+        .script(Reply::text(r#"{"description":"PRD for a faster search"}"#));
+    // Opening the document again asks for a description of its new text.
+    let _second = connect_room(&w.server, &w.id, &w.cookie).await;
+    let mut tries = 0;
+    let doc = loop {
+        let doc = get_json(&w, &format!("/api/documents/{}", w.id)).await;
+        if doc["description"]["text"] == "PRD for a faster search" {
+            break doc;
+        }
+        tries += 1;
+        assert!(
+            tries < 500,
+            "no description within 10 s: {doc}\nlog: {}",
+            w.server.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(doc["description"]["planRevision"], 1);
+    let requests = w.provider.requests();
+    assert_eq!(
+        requests.len(),
+        calls + 1,
+        "one model call for the description"
+    );
+    let worker = &requests[calls].body;
+    assert_eq!(
+        worker["response_format"]["type"], "json_schema",
+        "the worker's answer is structured: {worker}"
+    );
+    assert!(
+        worker
+            .get("tools")
+            .is_none_or(|t| t.as_array().is_some_and(|a| a.is_empty())),
+        "a private worker has no tools: {worker}"
+    );
+    assert!(worker["messages"].to_string().contains("Faster results."));
+    // Nothing of it in Chat.
+    let history: Vec<Value> = get_json(&w, &format!("/api/documents/{}/jobs", w.id)).await["jobs"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert!(history.iter().any(|j| j["state"] == "completed"));
+    w.room
+        .send_json(&json!({ "type": "chat:history", "requestId": "h-1" }))
+        .await
+        .unwrap();
+    let page = next_of(&mut w.room, "chat:history").await;
+    assert!(
+        !page.to_string().contains("PRD for a faster search"),
+        "JOB-03: the description is not in Chat: {page}"
+    );
+}
