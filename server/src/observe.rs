@@ -104,6 +104,26 @@ pub enum PlannerEvent {
     /// A Planner turn ended: `result` is `completed`, `aborted`, `failed` or `stopping` (the
     /// process's stop ended it).
     TurnEnded { document: Uuid, result: String },
+    /// A background job of type `job_type` was queued (`origin`: scheduler, planner or user).
+    JobQueued {
+        document: Uuid,
+        job_type: String,
+        origin: String,
+    },
+    /// This process claimed a background job and starts its `attempt` (from 1).
+    JobStarted {
+        document: Uuid,
+        job_type: String,
+        attempt: i64,
+    },
+    /// A background job attempt ended: `outcome` is `completed`, `retried`, `failed` or `lost`
+    /// (its claim was gone); `reason` the code-owned word of a failure.
+    JobEnded {
+        document: Uuid,
+        job_type: String,
+        outcome: String,
+        reason: Option<String>,
+    },
     /// A hand-over window ended with no resume; `cause` says whose return was missing.
     HandoverMissed {
         document: Uuid,

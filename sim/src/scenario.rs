@@ -99,6 +99,8 @@ pub struct Settings {
     pub agent_access_recheck_ms: Option<u64>,
     /// `SESSION_MAX_AGE_MS`: how long a browser sign-in lasts.
     pub session_max_age_ms: Option<u64>,
+    /// `BACKGROUND_JOBS`: `true` runs background jobs (off by default in the simulator).
+    pub background_jobs: Option<bool>,
 }
 
 impl Settings {
@@ -141,6 +143,9 @@ impl Settings {
             }
             if let Some(ms) = s.session_max_age_ms {
                 c.session_max_age_ms = ms;
+            }
+            if let Some(on) = s.background_jobs {
+                c.background_jobs = on;
             }
         })
     }

@@ -34,6 +34,7 @@ use uuid::Uuid;
 use crate::harness::{cancel_pair, CancelHandle, CancelSignal};
 use crate::identity::sign_ins::SignIns;
 use crate::metrics::Metrics;
+use crate::observe::PlannerEvent;
 use crate::planner::Planners;
 use crate::runtime::entropy::SharedEntropy;
 use crate::runtime::{SharedClock, Shutdown};
@@ -480,6 +481,11 @@ impl Jobs {
             .await?;
         if let Enqueued::New(job) = &enqueued {
             tracing::info!(job = %job.id, kind, document = %document, origin = origin.as_str(), "background job queued");
+            self.deps.planners.emit(PlannerEvent::JobQueued {
+                document,
+                job_type: kind.to_owned(),
+                origin: origin.as_str().to_owned(),
+            });
             // A newer request stops the attempt it superseded.
             self.stop_superseded(document).await;
             self.wake.notify_one();
@@ -642,6 +648,11 @@ impl Jobs {
                     continue;
                 }
             };
+            d.planners.emit(PlannerEvent::JobStarted {
+                document: claimed.document_id,
+                job_type: claimed.kind.clone(),
+                attempt: claimed.attempts,
+            });
             let (stop, signal) = cancel_pair();
             self.lock().insert(
                 claimed.id,
@@ -702,29 +713,36 @@ impl Jobs {
                 self.execute(&run, &*definition, &stop).await
             }
         };
-        let outcome = match &settlement {
-            Settlement::Completed { .. } => "completed",
-            Settlement::Retry { .. } => "retried",
-            Settlement::Failed { .. } => "failed",
+        let (outcome, reason) = match &settlement {
+            Settlement::Completed { .. } => ("completed", None),
+            Settlement::Retry { reason, .. } => ("retried", Some(reason.clone())),
+            Settlement::Failed { reason } => ("failed", Some(reason.clone())),
         };
         let settled = d
             .store
             .settle_job(job.id, job.claim_generation, &settlement, d.clock.now_ms())
             .await;
-        match settled {
+        let outcome = match settled {
             Ok(true) => {
                 tracing::info!(job = %job.id, kind, outcome, "background job attempt ended");
-                d.metrics.job_attempt(kind, outcome);
+                outcome
             }
             Ok(false) => {
                 tracing::info!(job = %job.id, kind, "a background job attempt ended after its claim was gone; its result is not kept");
-                d.metrics.job_attempt(kind, "lost");
+                "lost"
             }
             Err(e) => {
                 tracing::warn!(job = %job.id, kind, error = %e, "a background job attempt could not be settled");
-                d.metrics.job_attempt(kind, "lost");
+                "lost"
             }
-        }
+        };
+        d.metrics.job_attempt(kind, outcome);
+        d.planners.emit(PlannerEvent::JobEnded {
+            document: job.document_id,
+            job_type: kind.to_owned(),
+            outcome: outcome.to_owned(),
+            reason: reason.filter(|_| outcome != "lost"),
+        });
         self.lock().remove(&job.id);
         self.wake.notify_one();
     }
