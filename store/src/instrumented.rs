@@ -832,3 +832,25 @@ impl<H: Hook> crate::JobStore for Instrumented<H> {
             .await
     }
 }
+
+#[async_trait]
+impl<H: Hook> crate::TitleStore for Instrumented<H> {
+    async fn title_sidecar(&self, document_id: Uuid) -> StoreResult<crate::TitleSidecar> {
+        self.observe("title_sidecar", READ, self.inner.title_sidecar(document_id))
+            .await
+    }
+
+    async fn draft_title(
+        &self,
+        document_id: Uuid,
+        expected: &str,
+        new_title: &str,
+    ) -> StoreResult<crate::Drafted> {
+        self.observe(
+            "draft_title",
+            WRITE,
+            self.inner.draft_title(document_id, expected, new_title),
+        )
+        .await
+    }
+}

@@ -320,3 +320,39 @@ pub(crate) fn cancelled_row(job: &mut Job, reason: &str, now_ms: UnixMillis) {
     job.claim_expires_at_ms = None;
     job.updated_at_ms = now_ms;
 }
+
+/// Title maintenance's record of a document's title (`document_titles`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TitleSidecar {
+    /// A person renamed the document: no draft replaces its title (OWN-14).
+    pub chosen: bool,
+    /// The title the Planner's title job last drafted (and applied), which a later draft may
+    /// refine (OWN-12).
+    pub planner_title: Option<String>,
+}
+
+/// What [`TitleStore::draft_title`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drafted {
+    /// The document has the drafted title now.
+    Applied,
+    /// Kept as it was: a person chose its title, or it is no longer the title the draft was
+    /// made for.
+    Kept,
+}
+
+/// The documents' title records.
+#[async_trait]
+pub trait TitleStore: Send + Sync + 'static {
+    /// `document_id`'s record (the default where it has none).
+    async fn title_sidecar(&self, document_id: Uuid) -> StoreResult<TitleSidecar>;
+    /// Gives `document_id` the title `new_title`, and records it as the Planner's draft, only
+    /// if nobody chose its title and its title is still `expected` — checked in the same write.
+    /// `NotFound("document")` for an unknown document. Changes no revision counter.
+    async fn draft_title(
+        &self,
+        document_id: Uuid,
+        expected: &str,
+        new_title: &str,
+    ) -> StoreResult<Drafted>;
+}

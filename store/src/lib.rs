@@ -34,7 +34,9 @@ mod sql;
 pub mod sqlite;
 
 pub use fence::Fence;
-pub use jobs::{Enqueued, Job, JobState, JobStore, NewJob, Settlement};
+pub use jobs::{
+    Drafted, Enqueued, Job, JobState, JobStore, NewJob, Settlement, TitleSidecar, TitleStore,
+};
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
 pub use sqlite::SqliteStore;
@@ -449,6 +451,7 @@ pub trait Store:
     + ModelChoiceStore
     + AttachmentStore
     + JobStore
+    + TitleStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -559,7 +562,8 @@ pub trait DocumentStore: Send + Sync + 'static {
     /// children keep their own flag (the caller decides). `NotFound("document")` if there is no
     /// such document.
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()>;
-    /// Gives the document a new slug and title. The old slug becomes an alias of the document
+    /// Gives the document a new slug and title, chosen by a person: its title record is marked
+    /// chosen in the same write, so no title draft replaces it (OWN-14). The old slug becomes an alias of the document
     /// (see [`DocumentStore::earlier_slugs`]); renaming back to a former slug removes that alias. A slug
     /// used in the repository by another document, canonical or alias, is `Conflict` (nothing
     /// changes). The same slug with a new title only retitles. Changes no revision counter and
@@ -1093,6 +1097,6 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 pub mod prelude {
     pub use crate::{
         AttachmentStore, ContentStore, DocumentStore, HoldStore, JobStore, LeaseStore,
-        ModelChoiceStore, OwnershipStore, SignInStore, Store, TranscriptStore,
+        ModelChoiceStore, OwnershipStore, SignInStore, Store, TitleStore, TranscriptStore,
     };
 }

@@ -115,6 +115,8 @@ struct Inner {
     attachments: BTreeMap<Uuid, (Attachment, Vec<u8>)>,
     /// Job id → a background job.
     jobs: BTreeMap<Uuid, crate::Job>,
+    /// Document id → its title record.
+    titles: BTreeMap<Uuid, crate::TitleSidecar>,
 }
 
 impl MemoryStore {
@@ -513,7 +515,9 @@ impl DocumentStore for MemoryStore {
                 .ok_or(StoreError::NotFound("document"))?;
             new_slug.clone_into(&mut doc.slug);
             new_title.clone_into(&mut doc.title);
-            Ok(doc.clone())
+            let doc = doc.clone();
+            inner.titles.entry(document_id).or_default().chosen = true;
+            Ok(doc)
         })
     }
 
@@ -1384,6 +1388,36 @@ impl crate::JobStore for MemoryStore {
                 *counts.entry(j.state).or_insert(0u64) += 1;
             }
             Ok(counts.into_iter().collect())
+        })
+    }
+}
+
+#[async_trait]
+impl crate::TitleStore for MemoryStore {
+    async fn title_sidecar(&self, document_id: Uuid) -> StoreResult<crate::TitleSidecar> {
+        self.with(|inner| Ok(inner.titles.get(&document_id).cloned().unwrap_or_default()))
+    }
+
+    async fn draft_title(
+        &self,
+        document_id: Uuid,
+        expected: &str,
+        new_title: &str,
+    ) -> StoreResult<crate::Drafted> {
+        let new_title = crate::storable(new_title);
+        self.write(|inner| {
+            let chosen = inner.titles.get(&document_id).is_some_and(|t| t.chosen);
+            let doc = inner
+                .documents
+                .get_mut(&document_id)
+                .ok_or(StoreError::NotFound("document"))?;
+            if chosen || doc.title != expected {
+                return Ok(crate::Drafted::Kept);
+            }
+            doc.title = new_title.to_string();
+            inner.titles.entry(document_id).or_default().planner_title =
+                Some(new_title.into_owned());
+            Ok(crate::Drafted::Applied)
         })
     }
 }

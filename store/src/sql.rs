@@ -1508,6 +1508,15 @@ where
                 Some(ErrorKind::UniqueViolation) => taken(),
                 _ => sqlx_error("renaming a document", e),
             })?;
+        // A person chose this title (OWN-14).
+        sqlx::query(
+            "INSERT INTO document_titles (document_id, chosen) VALUES ($1, TRUE) \
+             ON CONFLICT (document_id) DO UPDATE SET chosen = TRUE",
+        )
+        .bind(DB::Id::from(document_id))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("marking a title chosen", e))?;
         tx.commit()
             .await
             .map_err(|e| sqlx_error("committing a rename", e))?;
@@ -2757,6 +2766,76 @@ where
         Ok(counts)
     }
 
+    // --- TitleStore ---
+
+    pub(crate) async fn title_sidecar(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<crate::TitleSidecar> {
+        let row: Option<(bool, Option<String>)> = sqlx::query_as(
+            "SELECT chosen, planner_title FROM document_titles WHERE document_id = $1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a title record", e))?;
+        Ok(row
+            .map(|(chosen, planner_title)| crate::TitleSidecar {
+                chosen,
+                planner_title,
+            })
+            .unwrap_or_default())
+    }
+
+    pub(crate) async fn draft_title(
+        &self,
+        document_id: Uuid,
+        expected: &str,
+        new_title: &str,
+    ) -> StoreResult<crate::Drafted> {
+        let new_title = crate::storable(new_title).into_owned();
+        let mut tx = self.begin_write().await?;
+        let sql = format!(
+            "SELECT title FROM documents WHERE id = $1{}",
+            DB::FOR_NO_KEY_UPDATE
+        );
+        let title: Option<String> = sqlx::query_scalar(&sql)
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a document's title", e))?;
+        let title = title.ok_or(StoreError::NotFound("document"))?;
+        let chosen: Option<bool> =
+            sqlx::query_scalar("SELECT chosen FROM document_titles WHERE document_id = $1")
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a title record", e))?;
+        if chosen == Some(true) || title != expected {
+            return Ok(crate::Drafted::Kept);
+        }
+        sqlx::query("UPDATE documents SET title = $2 WHERE id = $1")
+            .bind(DB::Id::from(document_id))
+            .bind(&new_title)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("writing a drafted title", e))?;
+        sqlx::query(
+            "INSERT INTO document_titles (document_id, chosen, planner_title) \
+             VALUES ($1, FALSE, $2) \
+             ON CONFLICT (document_id) DO UPDATE SET planner_title = excluded.planner_title",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(&new_title)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("recording a drafted title", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a drafted title", e))?;
+        Ok(crate::Drafted::Applied)
+    }
+
     // --- RunStore ---
 
     pub(crate) async fn save_run(
@@ -3071,7 +3150,7 @@ macro_rules! sql_store_impls {
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
                 HoldStore, LinkHold, ModelChoice, ModelChoiceStore, Attachment, AttachmentStore,
                 Kept, NewAttachment, TakeBack, UnsentLimit, Enqueued, Job, JobState, JobStore,
-                NewJob, Settlement,
+                NewJob, Settlement, TitleStore, TitleSidecar, Drafted,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -3180,6 +3259,10 @@ macro_rules! sql_store_impls {
                 fn cancel_job(id: Uuid, reason: &str, now_ms: UnixMillis) -> bool;
                 fn interrupt_running_jobs(reason: &str, now_ms: UnixMillis) -> u64;
                 fn job_counts() -> Vec<(JobState, u64)>;
+            } {});
+            sql_store_impls!(@forward $store, TitleStore {
+                fn title_sidecar(document_id: Uuid) -> TitleSidecar;
+                fn draft_title(document_id: Uuid, expected: &str, new_title: &str) -> Drafted;
             } {});
             sql_store_impls!(@forward $store, RunStore {
                 fn save_run(run: &RunRecord, stages: &[StageRecord], replace: bool) -> ();

@@ -30,10 +30,11 @@ use std::sync::Arc;
 
 use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
-    Creator, Document, DocumentContent, Enqueued, Fence, Holder, Job, JobState, Kept, LeaseAcquire,
-    LinkHold, MemoryStore, ModelChoice, NewAttachment, NewDocument, NewJob, NewTranscriptEntry,
-    OwnerGuard, PgStore, PlanCommit, Provenance, Release, RevisionKind, RunRecord, Settlement,
-    SqliteStore, StageRecord, Store, StoreError, TakeBack, UnsentLimit, WriterLease,
+    Creator, Document, DocumentContent, Drafted, Enqueued, Fence, Holder, Job, JobState, Kept,
+    LeaseAcquire, LinkHold, MemoryStore, ModelChoice, NewAttachment, NewDocument, NewJob,
+    NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Provenance, Release, RevisionKind,
+    RunRecord, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
+    UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -224,6 +225,7 @@ conformance! {
     job_01_retries_spend_the_failure_budget_and_wait_their_turn,
     job_09_own_18_a_new_process_fails_what_the_last_left_running_and_rows_survive_reopening,
     job_01_jobs_need_their_document_and_are_counted_by_state,
+    own_12_own_14_a_draft_lands_only_on_the_title_it_was_made_for_and_never_after_a_rename,
 }
 
 // --- helpers ---------------------------------------------------------------------------------
@@ -2019,6 +2021,14 @@ async fn every_write(
             .map(|n| assert_eq!(n, 1)),
     );
     record(
+        "draft_title",
+        store
+            .draft_title(fx.doc, &doc.title, "A drafted title")
+            .await
+            // Kept: the rename above chose the title; the write is fenced all the same.
+            .map(|drafted| assert_eq!(drafted, Drafted::Kept)),
+    );
+    record(
         "clear_unheld_ownership",
         store
             .clear_unheld_ownership()
@@ -2110,6 +2120,7 @@ struct FencedState {
     model_choice: Option<ModelChoice>,
     files: Vec<Option<(Attachment, Vec<u8>)>>,
     jobs: Vec<Job>,
+    title: TitleSidecar,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -2166,6 +2177,7 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
                 .unwrap(),
         ],
         jobs: store.document_jobs(fx.doc, 100).await.unwrap(),
+        title: store.title_sidecar(fx.doc).await.unwrap(),
     }
 }
 
@@ -2196,7 +2208,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 35, "every write method is tried");
+    assert_eq!(outcomes.len(), 36, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -5551,4 +5563,75 @@ async fn job_01_jobs_need_their_document_and_are_counted_by_state(b: &Backend) {
             (JobState::Cancelled, 1)
         ]
     );
+}
+
+async fn own_12_own_14_a_draft_lands_only_on_the_title_it_was_made_for_and_never_after_a_rename(
+    b: &Backend,
+) {
+    let (store, doc) = job_fixture(b).await;
+    let title =
+        |store: Arc<dyn Store>| async move { store.document(doc).await.unwrap().unwrap().title };
+    assert_eq!(
+        store.title_sidecar(doc).await.unwrap(),
+        TitleSidecar::default()
+    );
+    let first = title(store.clone()).await;
+    // A draft made for another title than the document has now changes nothing.
+    assert_eq!(
+        store
+            .draft_title(doc, "Not the title", "Drafted")
+            .await
+            .unwrap(),
+        Drafted::Kept
+    );
+    assert_eq!(title(store.clone()).await, first);
+    // Made for the title it has: applied, and recorded as the Planner's.
+    assert_eq!(
+        store
+            .draft_title(doc, &first, "Search revamp")
+            .await
+            .unwrap(),
+        Drafted::Applied
+    );
+    assert_eq!(title(store.clone()).await, "Search revamp");
+    let before = store.document(doc).await.unwrap().unwrap();
+    assert_eq!(
+        store.title_sidecar(doc).await.unwrap(),
+        TitleSidecar {
+            chosen: false,
+            planner_title: Some("Search revamp".into())
+        }
+    );
+    // A draft changes no counter.
+    assert_eq!(before.plan_revision, 0);
+    assert_eq!(before.storage_revision, 0);
+    // The record survives a reopen.
+    drop(store);
+    let store = b.open().await;
+    assert_eq!(
+        store
+            .title_sidecar(doc)
+            .await
+            .unwrap()
+            .planner_title
+            .as_deref(),
+        Some("Search revamp")
+    );
+    // A person renames it (even to the Planner's own draft): chosen, and no draft lands again.
+    let renamed = store
+        .rename_document(doc, &before.slug, "Search revamp")
+        .await
+        .unwrap();
+    assert!(store.title_sidecar(doc).await.unwrap().chosen);
+    assert_eq!(
+        store
+            .draft_title(doc, &renamed.title, "Something else")
+            .await
+            .unwrap(),
+        Drafted::Kept
+    );
+    assert_eq!(title(store.clone()).await, "Search revamp");
+    assert!(is_not_found(
+        store.draft_title(Uuid::from_u128(0xdead), "", "x").await
+    ));
 }
