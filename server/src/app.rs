@@ -99,6 +99,8 @@ pub struct App {
     pub jobs: Arc<crate::jobs::Jobs>,
     /// Generated document descriptions: their scheduling and the last completed one.
     pub descriptions: Arc<crate::jobs::description::Descriptions>,
+    /// Who is renaming each document now (`plan:titling`), which title drafts wait for.
+    pub titling: Arc<crate::jobs::title::Titling>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -335,14 +337,6 @@ impl App {
                 entropy.clone(),
             ))
         });
-        let chat = Arc::new(
-            Chat::new(transcript.clone(), turns.clone(), clock.clone())
-                .with_models(models.clone())
-                .with_files(files.clone())
-                .with_content(open.clone())
-                .with_repo_files(repo_files.clone(), store.clone()),
-        );
-        chat.plant(config.planted);
         let renewal = Arc::new(Renewal::new(
             sign_ins.clone(),
             planners.clone(),
@@ -355,8 +349,17 @@ impl App {
         let summary: Arc<dyn crate::jobs::Definition> = Arc::new(
             crate::jobs::description::DocumentSummary::new(open.clone(), store.clone()),
         );
+        let titling = Arc::new(crate::jobs::title::Titling::default());
+        let title: Arc<dyn crate::jobs::Definition> =
+            Arc::new(crate::jobs::title::DocumentTitle::new(
+                store.clone(),
+                store.clone(),
+                store.clone(),
+                titling.clone(),
+                clock.clone(),
+            ));
         let jobs = crate::jobs::Jobs::new(
-            crate::jobs::Registry::new(vec![summary])
+            crate::jobs::Registry::new(vec![summary, title])
                 .expect("the built-in job definitions are valid"),
             crate::jobs::JobsDeps {
                 store: store.clone(),
@@ -378,10 +381,20 @@ impl App {
             shutdown.clone(),
             jobs_on,
         );
+        let titles = crate::jobs::title::Titles::new(&jobs, shutdown.clone(), jobs_on);
         if jobs_on {
             open.watch(descriptions.clone());
             jobs.spawn();
         }
+        let chat = Arc::new(
+            Chat::new(transcript.clone(), turns.clone(), clock.clone())
+                .with_models(models.clone())
+                .with_files(files.clone())
+                .with_content(open.clone())
+                .with_repo_files(repo_files.clone(), store.clone())
+                .with_on_saved(titles.clone()),
+        );
+        chat.plant(config.planted);
         housekeeping::spawn(
             &planners,
             &transcript,
@@ -422,6 +435,7 @@ impl App {
             github_tools,
             jobs,
             descriptions,
+            titling,
         }
     }
 
@@ -452,6 +466,7 @@ impl App {
             turns: self.turns.clone(),
             transcript: self.transcript.clone(),
             sign_ins: self.sign_ins.clone(),
+            titling: self.titling.clone(),
         })
         .merge(transport::auth::routes(AuthDeps {
             access: self.access.clone(),
@@ -510,6 +525,7 @@ impl App {
             presence: !crate::harness::model_in_server(&c.harness),
             models: self.models.clone(),
             attachments: self.files.limits(),
+            titling: self.titling.clone(),
             transcription: self.transcription.as_ref().map(|t| t.hello()),
         }))
         .merge(transport::yjs::routes(YjsDeps {

@@ -466,6 +466,8 @@ pub struct Chat {
         Arc<crate::repo_files::RepoFiles>,
         Arc<dyn crate::store::DocumentStore>,
     )>,
+    /// Told of every member message saved (title maintenance); `None`: nobody.
+    on_saved: Option<Arc<dyn MessageSaved>>,
 }
 
 type Key = (String, Uuid, String);
@@ -536,6 +538,7 @@ impl Chat {
             files: None,
             content: None,
             repo_files: None,
+            on_saved: None,
         }
     }
 
@@ -546,6 +549,12 @@ impl Chat {
         documents: Arc<dyn crate::store::DocumentStore>,
     ) -> Self {
         self.repo_files = Some((files, documents));
+        self
+    }
+
+    /// Tells `on_saved` of every member message saved, after it is durable.
+    pub fn with_on_saved(mut self, on_saved: Arc<dyn MessageSaved>) -> Self {
+        self.on_saved = Some(on_saved);
         self
     }
 
@@ -1109,11 +1118,18 @@ impl Chat {
             }
         }
         match saved.await {
-            Ok(saved) => SendReply::Ack {
-                request_id: id.to_owned(),
-                seq: saved.seq,
-                planner,
-            },
+            Ok(saved) => {
+                if saved.kind == "member" {
+                    if let Some(on_saved) = &self.on_saved {
+                        on_saved.member_message(place.document, saved.seq);
+                    }
+                }
+                SendReply::Ack {
+                    request_id: id.to_owned(),
+                    seq: saved.seq,
+                    planner,
+                }
+            }
             Err(e) => {
                 tracing::error!(error = %e, document = %place.document, to_planner, "chat: a message could not be saved");
                 SendReply::refused(
@@ -1128,6 +1144,13 @@ impl Chat {
             }
         }
     }
+}
+
+/// What wants to know that a member's message was saved: told after it is durable, without
+/// waiting (the implementation spawns what it does).
+pub trait MessageSaved: Send + Sync + 'static {
+    /// A member's message was saved at `seq` of `document`'s Chat.
+    fn member_message(&self, document: Uuid, seq: i64);
 }
 
 fn refusal(request_id: &str, refused: &Refused) -> SendReply {

@@ -36,6 +36,7 @@ pub struct HealthDeps {
     pub turns: Arc<Turns>,
     pub transcript: Arc<Transcript>,
     pub sign_ins: Arc<SignIns>,
+    pub titling: Arc<crate::jobs::title::Titling>,
 }
 
 pub fn routes(deps: HealthDeps) -> Routes {
@@ -58,6 +59,7 @@ fn state_entries(deps: &HealthDeps) -> Vec<(&'static str, usize)> {
         ("chat_channels", chat_channels),
         ("chat_gates", chat_gates),
         ("logins", deps.sign_ins.live_count()),
+        ("titling", deps.titling.len()),
         ("sign_outs_pending", deps.sign_ins.pending_sign_out_count()),
     ]
 }

@@ -79,6 +79,23 @@ pub struct RoomDeps {
     /// Dictation's transcription as `session:hello` names it (`{provider, maxBytes}`), only
     /// where `TRANSCRIPTION_MODEL` is set (DICT-06).
     pub transcription: Option<serde_json::Value>,
+    /// Who is renaming each document (`plan:titling`), which title drafts wait for (OWN-15).
+    pub titling: Arc<crate::jobs::title::Titling>,
+}
+
+/// A room socket's part in [`crate::jobs::title::Titling`]: let go when the socket ends.
+struct TitlingSeat<'a> {
+    titling: &'a crate::jobs::title::Titling,
+    transcript: &'a Transcript,
+    document: uuid::Uuid,
+    connection: u64,
+}
+
+impl Drop for TitlingSeat<'_> {
+    fn drop(&mut self) {
+        self.titling
+            .left(self.document, self.connection, self.transcript.now_ms());
+    }
 }
 
 pub fn routes(deps: RoomDeps) -> Routes {
@@ -209,6 +226,12 @@ async fn session(
     let mut changes = deps.planners.subscribe(root_id);
     let room: &OpenDocument = &member.membership.document;
     let me = member.membership.connection;
+    let _titling = TitlingSeat {
+        titling: &deps.titling,
+        transcript: &deps.transcript,
+        document: root_id,
+        connection: me,
+    };
     let mut relayed = room.subscribe();
     let mut signed_in = deps.sign_ins.watch(member.login_id);
     let mut chat_feed = deps.transcript.subscribe(root_id);
@@ -476,6 +499,20 @@ async fn session(
                                 },
                                 Err(refused) => json_frame(&refused.frame()),
                             },
+                            // OWN-15: the person has the title field open or the caret in the
+                            // heading (`active`), and whether they typed in either (`typed`).
+                            Some("plan:titling") if sender.can_write => {
+                                let active = value.get("active").and_then(Value::as_bool);
+                                let typed = value.get("typed").and_then(Value::as_bool).unwrap_or(false);
+                                match active {
+                                    Some(active) => {
+                                        deps.titling.said(root_id, me, active, typed, deps.transcript.now_ms());
+                                        continue;
+                                    }
+                                    None => error_frame("malformed", "plan:titling carries a boolean \"active\" (and optionally \"typed\")"),
+                                }
+                            }
+                            Some("plan:titling") => continue,
                             Some(kind @ ("decision:answer" | "decision:cancel")) => {
                                 decision_frame(deps, doc, &sender, kind, &value).await
                             }

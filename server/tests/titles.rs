@@ -1,0 +1,308 @@
+//! Title maintenance on the whole stack, under `HARNESS=remote`: after a member's message is
+//! saved, an isolated worker on the attached client drafts the document's title from the
+//! conversation; the draft lands only on a blank title or the one the job drafted itself, never
+//! on a title a person chose, never while somebody is renaming, and a conversation that names
+//! nothing leaves the title alone. Rows: OWN-09, OWN-11..16, OWN-19.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chopin_fixtures::agent::AgentClient;
+use chopin_fixtures::browser::BrowserSocket;
+use chopin_protocol::agent::{
+    ClientMessage, ServerMessage, SessionMode, Started, Turn, TurnEnd, TurnStatus,
+};
+use chopin_server::store::{Job, JobState, MemoryStore, NewDocument};
+use serde_json::{json, Value};
+use support::{ask_room, next, served_with, Served};
+use uuid::Uuid;
+
+async fn served() -> Served {
+    served_with(Arc::new(MemoryStore::new()), |c| c.background_jobs = true).await
+}
+
+/// A document of octo/plans created without a title.
+async fn untitled(s: &Served) -> Uuid {
+    let id = Uuid::new_v4();
+    s.store
+        .create_document(&NewDocument {
+            id,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "untitled".into(),
+            title: String::new(),
+            created_at_ms: 0,
+            parent_id: None,
+            ..NewDocument::default()
+        })
+        .await
+        .unwrap();
+    id
+}
+
+async fn title_of(s: &Served, doc: Uuid) -> String {
+    s.store.document(doc).await.unwrap().unwrap().title
+}
+
+/// The next worker turn the client is asked for, started; description turns on the way are
+/// answered at once. `None` if no title turn comes within `ms`.
+async fn title_turn(client: &mut AgentClient, ms: u64) -> Option<Turn> {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+    loop {
+        let frame = tokio::time::timeout_at(deadline, client.recv())
+            .await
+            .ok()?;
+        let ServerMessage::Start(start) = (match frame.unwrap() {
+            chopin_fixtures::agent::Event::Message(m) => m,
+            other => panic!("the link ended: {other:?}"),
+        }) else {
+            continue;
+        };
+        assert_eq!(start.mode, SessionMode::Isolated);
+        client
+            .send(&ClientMessage::Started(Started {
+                session_id: start.session_id,
+            }))
+            .await
+            .unwrap();
+        let ServerMessage::Turn(turn) = next(client).await else {
+            panic!("expected the worker's turn")
+        };
+        if turn.instructions.contains("one-line description") {
+            end(
+                client,
+                &turn.turn_id,
+                json!({ "description": "Notes about a plan" }),
+            )
+            .await;
+            continue;
+        }
+        assert!(turn.instructions.contains("title"), "{}", turn.instructions);
+        assert!(turn.host_tools.is_empty());
+        return Some(turn);
+    }
+}
+
+async fn end(client: &mut AgentClient, turn: &str, output: Value) {
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: turn.to_owned(),
+            status: TurnStatus::Completed,
+            output: Some(output),
+            message: None,
+        }))
+        .await
+        .unwrap();
+}
+
+async fn say(room: &mut BrowserSocket, id: &str, text: &str) {
+    let ack = ask_room(
+        room,
+        json!({ "type": "chat:send", "requestId": id, "text": text }),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+}
+
+/// The newest title job of `doc`, once settled (at most 10 s).
+async fn settled_title_job(s: &Served, doc: Uuid) -> Job {
+    for _ in 0..200 {
+        let jobs = s.store.document_jobs(doc, 100).await.unwrap();
+        if let Some(job) = jobs.into_iter().find(|j| j.kind == "document-title") {
+            if !job.state.is_active() {
+                return job;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("no settled title job");
+}
+
+fn outcome(job: &Job) -> Value {
+    serde_json::from_str::<Value>(job.artifact.as_deref().unwrap_or("null")).unwrap()["outcome"]
+        .clone()
+}
+
+#[tokio::test]
+async fn own_09_own_12_any_members_message_drafts_a_blank_title_and_the_next_refines_its_own() {
+    let s = served().await;
+    let doc = untitled(&s).await;
+    let mut client = s.attach_to(doc, &[]).await;
+    let mut room = s.room_as(doc, &s.mona_cookie).await;
+    // An ordinary message between people, not addressed to the Planner (OWN-09).
+    say(
+        &mut room,
+        "m1",
+        "Let's plan the search revamp: faster results first.",
+    )
+    .await;
+    let turn = title_turn(&mut client, 10_000)
+        .await
+        .expect("a title draft");
+    assert!(
+        turn.prompt.contains("Current title: (blank)"),
+        "{}",
+        turn.prompt
+    );
+    assert!(
+        turn.prompt.contains("@mona: Let's plan the search revamp"),
+        "{}",
+        turn.prompt
+    );
+    assert_eq!(
+        turn.response_format,
+        Some(chopin_server::jobs::title::schema())
+    );
+    end(
+        &mut client,
+        &turn.turn_id,
+        json!({ "title": "Search revamp." }),
+    )
+    .await;
+    let job = settled_title_job(&s, doc).await;
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(outcome(&job), "applied");
+    assert_eq!(title_of(&s, doc).await, "Search revamp");
+    let sidecar = s.store.title_sidecar(doc).await.unwrap();
+    assert_eq!(sidecar.planner_title.as_deref(), Some("Search revamp"));
+    // A draft changes the title only: no revision of the body (OWN-11).
+    assert_eq!(
+        s.store.document(doc).await.unwrap().unwrap().plan_revision,
+        0
+    );
+    // The next message may refine the Planner's own draft (OWN-12).
+    say(&mut room, "m2", "And typo tolerance.").await;
+    let turn = title_turn(&mut client, 10_000)
+        .await
+        .expect("a second draft");
+    assert!(
+        turn.prompt.contains("Current title: Search revamp"),
+        "{}",
+        turn.prompt
+    );
+    end(
+        &mut client,
+        &turn.turn_id,
+        json!({ "title": "Search revamp with typo tolerance" }),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(settled_title_job(&s, doc).await.state, JobState::Completed);
+    assert_eq!(title_of(&s, doc).await, "Search revamp with typo tolerance");
+}
+
+#[tokio::test]
+async fn own_11_a_conversation_that_names_nothing_leaves_the_title() {
+    let s = served().await;
+    let doc = untitled(&s).await;
+    let mut client = s.attach_to(doc, &[]).await;
+    let mut room = s.room_as(doc, &s.mona_cookie).await;
+    say(&mut room, "m1", "hi all").await;
+    let turn = title_turn(&mut client, 10_000)
+        .await
+        .expect("a title draft");
+    end(&mut client, &turn.turn_id, json!({ "title": null })).await;
+    let job = settled_title_job(&s, doc).await;
+    assert_eq!(outcome(&job), "weak");
+    assert_eq!(title_of(&s, doc).await, "");
+}
+
+#[tokio::test]
+async fn own_13_own_14_a_title_a_person_set_or_renamed_is_never_replaced() {
+    let s = served().await;
+    // The cast's document was created titled "Notes" by a person.
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    say(&mut room, "m1", "Let's plan the search revamp.").await;
+    let job = settled_title_job(&s, s.doc).await;
+    assert_eq!(outcome(&job), "kept", "no draft for a title a person set");
+    assert!(
+        title_turn(&mut client, 500).await.is_none(),
+        "no model call for it"
+    );
+    assert_eq!(title_of(&s, s.doc).await, "Notes");
+    drop(room);
+    drop(client);
+
+    // A blank title the job drafted, then renamed by a person — even to the very draft: from
+    // then on no draft replaces it (OWN-14).
+    let doc = untitled(&s).await;
+    let mut client = s.attach_to(doc, &[]).await;
+    let mut room = s.room_as(doc, &s.mona_cookie).await;
+    say(&mut room, "m1", "Plan the billing migration.").await;
+    let turn = title_turn(&mut client, 10_000).await.expect("a draft");
+    end(
+        &mut client,
+        &turn.turn_id,
+        json!({ "title": "Billing migration" }),
+    )
+    .await;
+    settled_title_job(&s, doc).await;
+    let current = s.store.document(doc).await.unwrap().unwrap();
+    s.state
+        .documents
+        .rename(doc, &current.slug, "Billing migration")
+        .await
+        .unwrap();
+    assert!(s.store.title_sidecar(doc).await.unwrap().chosen);
+    say(&mut room, "m2", "Actually it is about invoices.").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let job = settled_title_job(&s, doc).await;
+    assert_eq!(outcome(&job), "kept");
+    assert!(title_turn(&mut client, 500).await.is_none());
+    assert_eq!(title_of(&s, doc).await, "Billing migration");
+}
+
+#[tokio::test]
+async fn own_15_own_16_a_draft_made_while_somebody_renames_is_dropped_and_not_offered_later() {
+    let s = served().await;
+    let doc = untitled(&s).await;
+    let mut client = s.attach_to(doc, &[]).await;
+    let mut room = s.room_as(doc, &s.mona_cookie).await;
+    room.send_json(&json!({ "type": "plan:titling", "active": true }))
+        .await
+        .unwrap();
+    say(&mut room, "m1", "Plan the onboarding emails.").await;
+    let turn = title_turn(&mut client, 10_000).await.expect("a draft");
+    end(
+        &mut client,
+        &turn.turn_id,
+        json!({ "title": "Onboarding emails" }),
+    )
+    .await;
+    let job = settled_title_job(&s, doc).await;
+    assert_eq!(outcome(&job), "held");
+    assert_eq!(title_of(&s, doc).await, "", "kept while somebody renames");
+    assert!(s.state.titling.holds(doc, s.state.transcript.now_ms()));
+    // The socket closes: the hold runs a minute more, and a draft then is dropped too; the
+    // held draft is not offered again by itself.
+    drop(room);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(s.state.titling.holds(doc, s.state.transcript.now_ms()));
+    assert!(
+        title_turn(&mut client, 500).await.is_none(),
+        "a held draft is not offered later"
+    );
+    assert!(
+        !s.state
+            .titling
+            .holds(doc, s.state.transcript.now_ms() + 60_000),
+        "a minute after the last let go"
+    );
+}
+
+#[tokio::test]
+async fn own_10_agent_off_drafts_no_title() {
+    let s = served_with(Arc::new(MemoryStore::new()), |c| {
+        c.background_jobs = true;
+        c.agent_enabled = false;
+    })
+    .await;
+    let doc = untitled(&s).await;
+    let mut room = s.room_as(doc, &s.mona_cookie).await;
+    say(&mut room, "m1", "Plan the search revamp.").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(s.store.document_jobs(doc, 10).await.unwrap().is_empty());
+}
