@@ -53,16 +53,27 @@ impl StageTools for NoTools {
     }
 }
 
-/// The stage's host: its tools; the stream is not kept (a worker's words are not shown anywhere,
-/// JOB-03).
-struct StageHost(Arc<dyn StageTools>);
+/// The stage's host: its tools, and whether the model said anything yet; the stream itself is
+/// not kept (a worker's words are not shown anywhere, JOB-03).
+struct StageHost {
+    tools: Arc<dyn StageTools>,
+    said: std::sync::atomic::AtomicBool,
+}
 
 #[async_trait]
 impl TurnHost for StageHost {
     async fn execute(&self, name: &str, input: Value, cancel: CancelSignal) -> HostToolResult {
-        self.0.execute(name, input, cancel).await
+        self.said.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.tools.execute(name, input, cancel).await
     }
-    async fn part(&self, _part: &Part) {}
+    async fn part(&self, part: &Part) {
+        if matches!(
+            part,
+            Part::Text(_) | Part::Reasoning(_) | Part::ToolInput(_) | Part::ToolCall(_)
+        ) {
+            self.said.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 impl Worker {
@@ -125,16 +136,27 @@ impl Worker {
             control.cancel(stopped.reason().unwrap_or_default());
             std::future::pending::<()>().await;
         };
+        let host = Arc::new(StageHost {
+            tools,
+            said: std::sync::atomic::AtomicBool::new(false),
+        });
         let report = tokio::select! {
-            report = run_turn(&*harness, session, turn, steer, Arc::new(StageHost(tools))) => report,
+            report = run_turn(&*harness, session, turn, steer, host.clone()) => report,
             _ = relay => unreachable!("the relay never ends"),
         };
+        let said = host.said.load(std::sync::atomic::Ordering::SeqCst);
         match report.result {
             TurnResult::Completed {
                 output: Some(output),
             } => Ok(output),
             TurnResult::Completed { output: None } => Err(Failure::retry("output-missing")),
             TurnResult::Aborted => Err(Failure::fatal(super::INTERRUPTED)),
+            // The model had begun answering: the stage was interrupted, and an interrupted model
+            // stage is never asked again (OWN-18, SES-27).
+            TurnResult::Failed(failure) if said && matches!(failure, TurnFailure::Adapter(_)) => {
+                tracing::warn!(error = %failure, "a job's worker turn failed after the model began answering");
+                Err(Failure::fatal(super::INTERRUPTED))
+            }
             TurnResult::Failed(failure) => {
                 tracing::warn!(error = %failure, "a job's worker turn failed");
                 Err(match failure {
