@@ -358,9 +358,22 @@ impl App {
                 titling.clone(),
                 clock.clone(),
             ));
+        let evidence = Arc::new(crate::jobs::research::Evidence::new(github_tools.clone()));
+        let answer: Arc<dyn crate::jobs::Definition> =
+            Arc::new(crate::jobs::research::Answer::new(
+                store.clone(),
+                documents.clone(),
+                updates.clone(),
+                open.clone(),
+            ));
         let jobs = crate::jobs::Jobs::new(
-            crate::jobs::Registry::new(vec![summary, title])
-                .expect("the built-in job definitions are valid"),
+            crate::jobs::Registry::new(vec![
+                summary,
+                title,
+                evidence.clone() as Arc<dyn crate::jobs::Definition>,
+                answer,
+            ])
+            .expect("the built-in job definitions are valid"),
             crate::jobs::JobsDeps {
                 store: store.clone(),
                 planners: planners.clone(),
@@ -382,13 +395,21 @@ impl App {
             jobs_on,
         );
         let titles = crate::jobs::title::Titles::new(&jobs, shutdown.clone(), jobs_on);
+        let research = crate::jobs::research::Research::new(&jobs, &evidence, shutdown.clone());
         if jobs_on {
             open.watch(descriptions.clone());
             jobs.spawn();
         }
+        let chat = Chat::new(transcript.clone(), turns.clone(), clock.clone());
+        // `/research` runs only where background jobs do; elsewhere it is refused as
+        // unavailable.
+        let chat = if jobs_on {
+            chat.with_research(research)
+        } else {
+            chat
+        };
         let chat = Arc::new(
-            Chat::new(transcript.clone(), turns.clone(), clock.clone())
-                .with_models(models.clone())
+            chat.with_models(models.clone())
                 .with_files(files.clone())
                 .with_content(open.clone())
                 .with_repo_files(repo_files.clone(), store.clone())

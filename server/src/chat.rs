@@ -468,6 +468,8 @@ pub struct Chat {
     )>,
     /// Told of every member message saved (title maintenance); `None`: nobody.
     on_saved: Option<Arc<dyn MessageSaved>>,
+    /// Told of every `/research` message saved; `None`: `/research` is refused as unavailable.
+    research: Option<Arc<dyn ResearchRequests>>,
 }
 
 type Key = (String, Uuid, String);
@@ -539,6 +541,7 @@ impl Chat {
             content: None,
             repo_files: None,
             on_saved: None,
+            research: None,
         }
     }
 
@@ -549,6 +552,12 @@ impl Chat {
         documents: Arc<dyn crate::store::DocumentStore>,
     ) -> Self {
         self.repo_files = Some((files, documents));
+        self
+    }
+
+    /// Runs `/research`: each such message, once saved, is handed to `research`.
+    pub fn with_research(mut self, research: Arc<dyn ResearchRequests>) -> Self {
+        self.research = Some(research);
         self
     }
 
@@ -779,7 +788,13 @@ impl Chat {
         }
         let name = &command.name;
         if command.command_kind == CHOPIN_COMMAND_KIND {
-            // Chopin's own commands are never the Planner's (CMD-19); none runs here yet.
+            // Chopin's own commands are never the Planner's (CMD-19).
+            if name == RESEARCH_COMMAND && self.research.is_some() {
+                if research_brief(&request.text).is_none() {
+                    return Err(("research-brief-missing", RESEARCH_BRIEF_WORDS.to_owned()));
+                }
+                return Ok(Some(command.clone()));
+            }
             return Err((
                 "command-unavailable",
                 format!("/{name} is not available on this server yet."),
@@ -999,9 +1014,15 @@ impl Chat {
             Ok(command) => command,
             Err((code, words)) => return SendReply::refused(id, code, words),
         };
-        let to_planner = addressed != Addressed::AsWritten
-            || command.is_some()
-            || mentions_planner(&request.text);
+        // `/research` is Chopin's own: its message is not for the Planner (CMD-19), however it
+        // is worded.
+        let research = command
+            .as_ref()
+            .is_some_and(|c| c.command_kind == CHOPIN_COMMAND_KIND && c.name == RESEARCH_COMMAND);
+        let to_planner = !research
+            && (addressed != Addressed::AsWritten
+                || command.is_some()
+                || mentions_planner(&request.text));
         // The parts it mentions, resolved against the document as it stands now (CTX-23).
         let (mentions, references) = match self.mentions(place, sender, &request).await {
             Ok(mentions) => mentions,
@@ -1124,6 +1145,12 @@ impl Chat {
                         on_saved.member_message(place.document, saved.seq);
                     }
                 }
+                if research {
+                    if let (Some(runs), Some(brief)) = (&self.research, research_brief(&saved.body))
+                    {
+                        runs.requested(place.document, saved.seq, brief);
+                    }
+                }
                 SendReply::Ack {
                     request_id: id.to_owned(),
                     seq: saved.seq,
@@ -1144,6 +1171,30 @@ impl Chat {
             }
         }
     }
+}
+
+/// Chopin's own research command (CMD-19).
+pub const RESEARCH_COMMAND: &str = "research";
+/// The refusal of `/research` with nothing to research.
+pub const RESEARCH_BRIEF_WORDS: &str =
+    "Say what to research after /research (at most 4,000 characters).";
+
+/// The longest research brief, in characters.
+pub const RESEARCH_BRIEF_MAX_CHARS: usize = 4_000;
+
+/// The brief of `text` (a message opening with `/research`): the rest, trimmed, exactly as
+/// written. `None` if it is empty or longer than [`RESEARCH_BRIEF_MAX_CHARS`].
+pub fn research_brief(text: &str) -> Option<String> {
+    let brief = text.strip_prefix("/research")?.trim();
+    (!brief.is_empty() && brief.chars().count() <= RESEARCH_BRIEF_MAX_CHARS)
+        .then(|| brief.to_owned())
+}
+
+/// What starts a research request once its `/research` message is saved.
+pub trait ResearchRequests: Send + Sync + 'static {
+    /// `document`'s message `seq` asked to research `brief` (the message's words after the
+    /// command, exactly).
+    fn requested(&self, document: Uuid, seq: i64, brief: String);
 }
 
 /// What wants to know that a member's message was saved: told after it is durable, without

@@ -311,6 +311,25 @@ impl GitHubTools {
             Ok(a) => a,
             Err(why) => return HostToolResult::error(why),
         };
+        self.call(name, arguments, login, token).await
+    }
+
+    /// GitHub MCP's `web_search` for `query`, as the Planner owner `login` with its current
+    /// `token`: the research evidence worker's one tool (JOB-06). Its answer is the server's
+    /// text, bounded like every tool result.
+    pub async fn web_search(&self, query: &str, login: Uuid, token: &str) -> HostToolResult {
+        let arguments = serde_json::Map::from_iter([("query".to_owned(), Value::from(query))]);
+        self.call("web_search", arguments, login, token).await
+    }
+
+    /// Calls tool `name` of GitHub's MCP server with `arguments`.
+    async fn call(
+        &self,
+        name: &str,
+        arguments: serde_json::Map<String, Value>,
+        login: Uuid,
+        token: &str,
+    ) -> HostToolResult {
         let peer = match self.client_for(login, token).await {
             Ok(peer) => peer,
             Err(e) => return HostToolResult::error(e.to_string()),

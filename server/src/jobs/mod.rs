@@ -19,6 +19,7 @@
 //! read only where something asks for it.
 
 pub mod description;
+pub mod research;
 pub mod title;
 pub mod worker;
 
@@ -145,6 +146,10 @@ pub struct Execution {
     pub input: Value,
     /// Opens the attempt's disposable worker sessions on the document's harness.
     pub worker: worker::Worker,
+    /// The document's active Planner owner when the attempt was claimed (JOB-09), whose
+    /// process-local credential a host tool of the attempt uses; never stored. `None` for a job
+    /// that needs none.
+    pub owner: Option<crate::store::Holder>,
     /// Fires when the attempt must stop (cancelled, superseded, timed out, claim lost, the
     /// process stopping); the attempt's writes are refused after it regardless.
     pub cancel: CancelSignal,
@@ -215,6 +220,10 @@ pub trait Definition: Send + Sync + 'static {
     async fn publish(&self, _run: &Execution, _artifact: &Value) -> Result<(), Failure> {
         Ok(())
     }
+    /// After the job was settled completed with `artifact` (a follow-on job, say). Runs once
+    /// per completion in this process; what it does must be idempotent on its own (a request
+    /// keyed by this job).
+    async fn completed(&self, _jobs: &Arc<Jobs>, _job: &Job, _artifact: &Value) {}
 }
 
 /// A definition the registry refuses, and why.
@@ -536,25 +545,42 @@ impl Jobs {
         Ok(cancelled)
     }
 
-    /// Whether `document`'s Planner has an owner whose model a job may use now (JOB-09): under
-    /// `remote` an attached client; else the stored owner while their browser sign-in is live.
-    /// Never claims one (JOB-12, OWN-19).
+    /// Whether `document`'s Planner has an owner whose model a job may use now (JOB-09).
     async fn owner_ready(&self, document: Uuid) -> bool {
+        self.owner(document).await.is_some()
+    }
+
+    /// `document`'s active Planner owner (JOB-09): under `remote` the attached client's
+    /// account; else the stored owner while their browser sign-in is live. Never claims one
+    /// (JOB-12, OWN-19).
+    pub async fn owner(&self, document: Uuid) -> Option<crate::store::Holder> {
         let d = &self.deps;
+        let live = |h: &crate::store::Holder| {
+            d.sign_ins
+                .get_live(h.browser_login_id, d.clock.now_ms())
+                .is_some()
+        };
         if !crate::harness::model_in_server(&d.adapters.name) {
-            return d.planners.link_for(document).is_some();
+            d.planners.link_for(document)?;
+            return d.planners.holder(document).filter(live);
         }
         match d.store.ownership(document).await {
-            Ok(o) => o.holder.is_some_and(|h| {
-                d.sign_ins
-                    .get_live(h.browser_login_id, d.clock.now_ms())
-                    .is_some()
-            }),
+            Ok(o) => o.holder.filter(live),
             Err(e) => {
                 tracing::warn!(%document, error = %e, "a document's Planner owner could not be read for its jobs");
-                false
+                None
             }
         }
+    }
+
+    /// The live sign-in of `holder`, whose GitHub token a job's host tool may use now.
+    pub fn live_login(
+        &self,
+        holder: &crate::store::Holder,
+    ) -> Option<Arc<crate::identity::sign_ins::LiveLogin>> {
+        self.deps
+            .sign_ins
+            .get_live(holder.browser_login_id, self.deps.clock.now_ms())
     }
 
     /// Starts the runner on the process's task tracker. It stops with the process.
@@ -696,7 +722,12 @@ impl Jobs {
                 }
             }
             Ok(input) => {
+                let owner = match definition.credential() {
+                    Credential::ActivePlanner => self.owner(job.document_id).await,
+                    Credential::None => None,
+                };
                 let run = Execution {
+                    owner,
                     job: job.clone(),
                     input,
                     worker: worker::Worker::new(
@@ -726,6 +757,11 @@ impl Jobs {
         let outcome = match settled {
             Ok(true) => {
                 tracing::info!(job = %job.id, kind, outcome, "background job attempt ended");
+                if let Settlement::Completed { artifact } = &settlement {
+                    if let Ok(artifact) = serde_json::from_str::<Value>(artifact) {
+                        definition.completed(&self, &job, &artifact).await;
+                    }
+                }
                 outcome
             }
             Ok(false) => {

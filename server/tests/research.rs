@@ -1,0 +1,320 @@
+//! Research requests on the whole stack, under `HARNESS=remote`: `/research <brief>` in Chat is
+//! kept with its exact brief and starts at once; a public worker on the attached client gets
+//! the brief alone and `web_search` (GitHub's MCP server, with the owner's token); a private
+//! worker then reads the parent document, another writes the report, and the report is
+//! published as a child document, never as an edit of the parent. Rows: JOB-03, JOB-04,
+//! JOB-06..08, COA-22, OWN-28, RFC-34, RT-05, CMD-19.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chopin_fixtures::agent::AgentClient;
+use chopin_protocol::agent::{
+    ClientMessage, HostToolCall, ServerMessage, SessionMode, Started, Turn, TurnEnd, TurnStatus,
+};
+use chopin_server::documents::updates::Update;
+use chopin_server::store::{JobState, MemoryStore};
+use serde_json::{json, Value};
+use support::{ask_room, next, served_with, Served};
+
+const PARENT: &str =
+    "# Checkout\n\nWe serve EU shoppers from one region; latency hurts conversion.\n";
+const BRIEF: &str = "edge caching for  EU shoppers";
+
+async fn served() -> Served {
+    let s = served_with(Arc::new(MemoryStore::new()), |c| c.background_jobs = true).await;
+    let doc = s.store.document(s.doc).await.unwrap().unwrap();
+    s.state
+        .updates
+        .update(
+            "mona",
+            &doc,
+            &Update {
+                revision: 0,
+                source: PARENT,
+                idempotency_key: "parent",
+            },
+        )
+        .await
+        .unwrap();
+    s
+}
+
+fn research(text: &str) -> Value {
+    json!({
+        "type": "chat:send",
+        "requestId": "r1",
+        "text": text,
+        "references": [{ "type": "command", "name": "research", "commandKind": "chopin", "start": 0, "end": 9 }]
+    })
+}
+
+/// The next worker turn that is not a description's (those are answered at once).
+async fn worker_turn(client: &mut AgentClient) -> Turn {
+    loop {
+        let start = match next(client).await {
+            ServerMessage::Start(start) => start,
+            _ => continue,
+        };
+        assert_eq!(start.mode, SessionMode::Isolated);
+        client
+            .send(&ClientMessage::Started(Started {
+                session_id: start.session_id,
+            }))
+            .await
+            .unwrap();
+        let ServerMessage::Turn(turn) = next(client).await else {
+            panic!("expected the worker's turn")
+        };
+        if turn.instructions.contains("one-line description") {
+            end(
+                client,
+                &turn.turn_id,
+                json!({ "description": "Plan for checkout" }),
+            )
+            .await;
+            continue;
+        }
+        return turn;
+    }
+}
+
+async fn end(client: &mut AgentClient, turn: &str, output: Value) {
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: turn.to_owned(),
+            status: TurnStatus::Completed,
+            output: Some(output),
+            message: None,
+        }))
+        .await
+        .unwrap();
+}
+
+async fn search(client: &mut AgentClient, turn: &str, query: &str) -> Value {
+    client
+        .send(&ClientMessage::HostToolCall(HostToolCall {
+            turn_id: turn.into(),
+            call_id: "c1".into(),
+            name: "web_search".into(),
+            input: json!({ "query": query }),
+        }))
+        .await
+        .unwrap();
+    loop {
+        if let ServerMessage::HostToolResult(r) = next(client).await {
+            assert!(!r.is_error, "{r:?}");
+            return serde_json::from_str(r.output.as_str().unwrap()).unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn job_04_job_06_job_07_job_08_a_research_request_publishes_its_report_as_a_child() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let ack = ask_room(&mut room, research(&format!("/research {BRIEF}"))).await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    assert_eq!(
+        ack["planner"],
+        Value::Null,
+        "CMD-19: /research is not the Planner's"
+    );
+
+    // The public worker: the exact brief and nothing else, web_search its one tool (JOB-06).
+    let evidence = worker_turn(&mut client).await;
+    assert_eq!(evidence.prompt, BRIEF, "only the brief, exactly");
+    let tools: Vec<_> = evidence
+        .host_tools
+        .iter()
+        .map(|t| t.name.as_str())
+        .collect();
+    assert_eq!(tools, ["web_search"]);
+    assert!(!evidence.prompt.contains("latency hurts conversion"));
+    let found = search(&mut client, &evidence.turn_id, "EU edge caching").await;
+    let url = found["results"][0]["url"].as_str().unwrap().to_owned();
+    end(
+        &mut client,
+        &evidence.turn_id,
+        json!({
+            "findings": ["Edge caches cut EU latency."],
+            "sources": [
+                { "url": url, "title": "Overview" },
+                { "url": "https://made-up.example/never-searched", "title": "Invented" }
+            ]
+        }),
+    )
+    .await;
+
+    // The private analysis worker: the brief and the parent, no tools (JOB-07).
+    let analysis = worker_turn(&mut client).await;
+    assert!(analysis.host_tools.is_empty());
+    assert!(
+        analysis.prompt.contains("latency hurts conversion"),
+        "{}",
+        analysis.prompt
+    );
+    assert!(analysis.prompt.contains(BRIEF));
+    end(
+        &mut client,
+        &analysis.turn_id,
+        json!({ "findings": ["One region serves the EU."] }),
+    )
+    .await;
+
+    // The report worker: the evidence (only searched sources) and the findings.
+    let report = worker_turn(&mut client).await;
+    assert!(report.host_tools.is_empty());
+    assert!(report.prompt.contains(&url), "{}", report.prompt);
+    assert!(
+        !report.prompt.contains("made-up.example"),
+        "a source no search returned is dropped: {}",
+        report.prompt
+    );
+    assert!(report.prompt.contains("One region serves the EU."));
+    end(
+        &mut client,
+        &report.turn_id,
+        json!({ "title": "Edge caching for EU shoppers", "body": format!("Cache at the edge ([overview]({url})).") }),
+    )
+    .await;
+
+    // Published as an ordinary child of the document (JOB-08).
+    let mut child = None;
+    for _ in 0..100 {
+        if let Some(c) = s.store.children(s.doc).await.unwrap().into_iter().next() {
+            child = Some(c);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let child = child.expect("a child document");
+    assert_eq!(child.title, "Edge caching for EU shoppers");
+    let text = s.state.open.open(child.id).await.unwrap().source().await;
+    assert!(text.contains("Cache at the edge"), "{text}");
+    // The parent's prose is untouched.
+    assert_eq!(
+        s.state.open.open(s.doc).await.unwrap().source().await,
+        PARENT
+    );
+    // The exact brief is kept with the request (JOB-04).
+    let jobs = s.store.document_jobs(s.doc, 50).await.unwrap();
+    let evidence_job = jobs.iter().find(|j| j.kind == "research-evidence").unwrap();
+    assert!(
+        evidence_job
+            .input
+            .contains(&format!("\"brief\":\"{BRIEF}\"")),
+        "{}",
+        evidence_job.input
+    );
+    assert_eq!(evidence_job.origin, "user");
+    let answer_job = jobs.iter().find(|j| j.kind == "research-answer").unwrap();
+    assert_eq!(answer_job.state, JobState::Completed);
+    // JOB-03: Chat holds the request only.
+    let said: Vec<_> = s
+        .store
+        .transcript(s.doc, 0, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.body)
+        .collect();
+    assert_eq!(said, [format!("/research {BRIEF}")]);
+    // The search ran with the owner's own token.
+    let calls = s.github_mcp.tool_calls();
+    assert!(
+        calls
+            .iter()
+            .any(|c| format!("{c:?}").contains("web_search")),
+        "{calls:?}"
+    );
+}
+
+#[tokio::test]
+async fn job_08_a_report_citing_a_source_the_evidence_does_not_hold_is_not_published() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    ask_room(&mut room, research("/research caching")).await;
+    let evidence = worker_turn(&mut client).await;
+    end(
+        &mut client,
+        &evidence.turn_id,
+        json!({ "findings": ["x"], "sources": [] }),
+    )
+    .await;
+    let analysis = worker_turn(&mut client).await;
+    end(&mut client, &analysis.turn_id, json!({ "findings": [] })).await;
+    let report = worker_turn(&mut client).await;
+    end(
+        &mut client,
+        &report.turn_id,
+        json!({ "title": "Caching", "body": "See https://unsearched.example/page." }),
+    )
+    .await;
+    for _ in 0..100 {
+        let jobs = s.store.document_jobs(s.doc, 50).await.unwrap();
+        if let Some(answer) = jobs.iter().find(|j| j.kind == "research-answer") {
+            if answer.state == JobState::Pending && answer.failures == 1 {
+                assert_eq!(
+                    answer.reason.as_deref(),
+                    Some("report-cites-unknown-source")
+                );
+                assert!(s.store.children(s.doc).await.unwrap().is_empty());
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the report was not refused");
+}
+
+#[tokio::test]
+async fn own_28_coa_22_a_research_request_waits_for_a_client_and_claims_no_planner() {
+    let s = served().await;
+    let mut room = s.room().await;
+    let refused = ask_room(&mut room, research("/research   ")).await;
+    assert_eq!(refused["type"], "chat:refused");
+    assert_eq!(refused["code"], "research-brief-missing");
+    let ack = ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "r2", "text": "/research edge caching",
+                "references": [{ "type": "command", "name": "research", "commandKind": "chopin", "start": 0, "end": 9 }] }),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let jobs = s.store.document_jobs(s.doc, 50).await.unwrap();
+    let waiting = jobs.iter().find(|j| j.kind == "research-evidence").unwrap();
+    assert_eq!((waiting.state, waiting.attempts), (JobState::Pending, 0));
+    assert_eq!(s.store.ownership(s.doc).await.unwrap().holder, None);
+    // COA-22: an ordinary message starts no research.
+    ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "r3", "text": "research caching please" }),
+    )
+    .await;
+    let jobs = s.store.document_jobs(s.doc, 50).await.unwrap();
+    assert_eq!(
+        jobs.iter()
+            .filter(|j| j.kind.starts_with("research"))
+            .count(),
+        1
+    );
+    // A client attaches: the request runs on it.
+    let mut client = s.attach(&[]).await;
+    let evidence = worker_turn(&mut client).await;
+    assert_eq!(evidence.prompt, "edge caching");
+}
+
+#[tokio::test]
+async fn cmd_19_research_is_refused_as_unavailable_where_background_jobs_are_off() {
+    let s = served_with(Arc::new(MemoryStore::new()), |c| c.background_jobs = false).await;
+    let mut room = s.room().await;
+    let refused = ask_room(&mut room, research("/research caching")).await;
+    assert_eq!(refused["type"], "chat:refused", "{refused}");
+    assert_eq!(refused["code"], "command-unavailable");
+}
