@@ -629,6 +629,8 @@ impl Jobs {
         };
         let mut next: Option<u64> = None;
         let mut soon = |ms: u64| next = Some(next.map_or(ms, |n| n.min(ms)));
+        // Each document's owner is asked once per look, however many of its jobs wait.
+        let mut owners: BTreeMap<Uuid, bool> = BTreeMap::new();
         for job in pending {
             if job.available_at_ms > now {
                 soon(u64::try_from(job.available_at_ms - now).unwrap_or(u64::MAX));
@@ -651,11 +653,19 @@ impl Jobs {
             let Some(definition) = d.registry_get(&self.registry, &job) else {
                 continue;
             };
-            if definition.credential() == Credential::ActivePlanner
-                && !self.owner_ready(job.document_id).await
-            {
-                soon(POLL_MS);
-                continue;
+            if definition.credential() == Credential::ActivePlanner {
+                let ready = match owners.get(&job.document_id) {
+                    Some(ready) => *ready,
+                    None => {
+                        let ready = self.owner_ready(job.document_id).await;
+                        owners.insert(job.document_id, ready);
+                        ready
+                    }
+                };
+                if !ready {
+                    soon(POLL_MS);
+                    continue;
+                }
             }
             let Some(guard) = d.turns.begin_background(job.document_id) else {
                 // A Planner turn runs on the document: jobs wait for it.
