@@ -213,6 +213,10 @@ async fn job_04_job_06_job_07_job_08_a_research_request_publishes_its_report_as_
     assert_eq!(evidence_job.origin, "user");
     let answer_job = jobs.iter().find(|j| j.kind == "research-answer").unwrap();
     assert_eq!(answer_job.state, JobState::Completed);
+    assert_eq!(
+        answer_job.progress, r#"["analyzing","writing","publishing"]"#,
+        "every stage passed is kept"
+    );
     // JOB-03: Chat holds the request only.
     let said: Vec<_> = s
         .store

@@ -168,6 +168,8 @@ struct Progress {
     store: Arc<dyn Store>,
     clock: SharedClock,
     declared: &'static [&'static str],
+    /// The stages recorded so far, earlier attempts' included.
+    stages: Mutex<Vec<String>>,
 }
 
 impl Progress {
@@ -176,11 +178,13 @@ impl Progress {
             tracing::error!(kind = %job.kind, stage, "an undeclared progress stage; not recorded");
             return true;
         }
-        let mut stages: Vec<String> = serde_json::from_str(&job.progress).unwrap_or_default();
-        stages.push(stage.to_owned());
-        let over = stages.len().saturating_sub(PROGRESS_MAX);
-        stages.drain(..over);
-        let text = serde_json::to_string(&stages).unwrap_or_else(|_| "[]".to_owned());
+        let text = {
+            let mut stages = self.stages.lock().unwrap_or_else(PoisonError::into_inner);
+            stages.push(stage.to_owned());
+            let over = stages.len().saturating_sub(PROGRESS_MAX);
+            stages.drain(..over);
+            serde_json::to_string(&*stages).unwrap_or_else(|_| "[]".to_owned())
+        };
         match self
             .store
             .set_job_progress(job.id, job.claim_generation, &text, self.clock.now_ms())
@@ -750,6 +754,7 @@ impl Jobs {
                         store: d.store.clone(),
                         clock: d.clock.clone(),
                         declared: definition.progress(),
+                        stages: Mutex::new(serde_json::from_str(&job.progress).unwrap_or_default()),
                     },
                 };
                 self.execute(&run, &*definition, &stop).await
