@@ -394,7 +394,13 @@ impl App {
             shutdown.clone(),
             jobs_on,
         );
-        let titles = crate::jobs::title::Titles::new(&jobs, shutdown.clone(), jobs_on);
+        let titles = crate::jobs::title::Titles::new(
+            &jobs,
+            store.clone(),
+            store.clone(),
+            shutdown.clone(),
+            jobs_on,
+        );
         let research = crate::jobs::research::Research::new(&jobs, &evidence, shutdown.clone());
         if jobs_on {
             open.watch(descriptions.clone());

@@ -321,10 +321,7 @@ impl Definition for DocumentTitle {
             .map_err(unavailable)?;
         // Only a blank title or the job's own last draft may be refined; a title a person set
         // (at creation, or by renaming) stays (OWN-12, OWN-13, OWN-14).
-        let refinable = !sidecar.chosen
-            && (doc.title.trim().is_empty()
-                || sidecar.planner_title.as_deref() == Some(doc.title.as_str()));
-        if !refinable {
+        if !refinable(&doc.title, &sidecar) {
             return Ok(json!({ "outcome": "kept", "title": null }));
         }
         let conversation = self.conversation(document, seq).await?;
@@ -373,14 +370,30 @@ impl Definition for DocumentTitle {
 /// The trigger: a member message was saved.
 pub struct Titles {
     jobs: Weak<Jobs>,
+    records: Arc<dyn DocumentStore>,
+    titles: Arc<dyn TitleStore>,
     shutdown: crate::runtime::Shutdown,
     enabled: bool,
 }
 
+/// Whether a draft may replace `title` under `sidecar`: nobody chose it, and it is blank or
+/// the job's own last draft (OWN-12..14).
+fn refinable(title: &str, sidecar: &crate::store::TitleSidecar) -> bool {
+    !sidecar.chosen && (title.trim().is_empty() || sidecar.planner_title.as_deref() == Some(title))
+}
+
 impl Titles {
-    pub fn new(jobs: &Arc<Jobs>, shutdown: crate::runtime::Shutdown, enabled: bool) -> Arc<Titles> {
+    pub fn new(
+        jobs: &Arc<Jobs>,
+        records: Arc<dyn DocumentStore>,
+        titles: Arc<dyn TitleStore>,
+        shutdown: crate::runtime::Shutdown,
+        enabled: bool,
+    ) -> Arc<Titles> {
         Arc::new(Titles {
             jobs: Arc::downgrade(jobs),
+            records,
+            titles,
             shutdown,
             enabled,
         })
@@ -395,6 +408,15 @@ impl Titles {
         let Some(jobs) = self.jobs.upgrade() else {
             return;
         };
+        // A title a person chose asks for nothing (no row per message for it).
+        if let (Ok(Some(doc)), Ok(sidecar)) = (
+            self.records.document(document).await,
+            self.titles.title_sidecar(document).await,
+        ) {
+            if !refinable(&doc.title, &sidecar) {
+                return;
+            }
+        }
         if let Err(e) = jobs
             .enqueue(
                 Origin::Scheduler,
@@ -421,6 +443,8 @@ impl crate::chat::MessageSaved for Titles {
         };
         let titles = Titles {
             jobs: Arc::downgrade(&jobs),
+            records: self.records.clone(),
+            titles: self.titles.clone(),
             shutdown: self.shutdown.clone(),
             enabled: true,
         };
