@@ -8,7 +8,8 @@
 //! - services: [`identity`] (GitHub, admission, sign-ins, sealing, the web and device flows),
 //!   [`access`] (who is calling, the Origin policy, repository checks), [`documents`] (records,
 //!   locators, slugs, children), [`content`] (documents open in this process), [`transcript`]
-//!   and [`chat`], [`planner`] (ownership), [`turns`], [`harness`] (reaching the agent link
+//!   and [`chat`], [`planner`] (ownership), [`turns`], [`jobs`] (background work: descriptions,
+//!   titles, research), [`harness`] (reaching the agent link
 //!   through a port trait), [`renewal`] (renewing expiring GitHub credentials, sessions ended
 //!   first), [`housekeeping`] (ending expired logins, renewals, retrying unrecorded sign-outs,
 //!   dropping unused channels).
