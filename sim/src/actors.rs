@@ -111,8 +111,12 @@ pub enum TurnStep {
     FinishStep,
     /// Wait until `count` more `steer` frames have arrived (each is logged as it arrives).
     AwaitSteers { count: usize },
-    /// Send `turn-end` with `status`.
-    End { status: TurnStatus },
+    /// Send `turn-end` with `status`, and `output` (a worker's structured result) if given.
+    End {
+        status: TurnStatus,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output: Option<Value>,
+    },
     /// From now on, for the actor's whole life, never answer an `abort` (by default the actor
     /// answers it with `turn-end` `aborted` and drops the rest of the current script).
     IgnoreAbort,
@@ -187,7 +191,10 @@ impl TurnScript {
     }
 
     pub fn end(mut self, status: TurnStatus) -> Self {
-        self.steps.push(TurnStep::End { status });
+        self.steps.push(TurnStep::End {
+            status,
+            output: None,
+        });
         self
     }
 
@@ -976,12 +983,12 @@ impl AgentActor {
                     }
                     s.steers_used += count;
                 }
-                TurnStep::End { status } => {
+                TurnStep::End { status, output } => {
                     s.ended.insert(turn.clone());
                     let end = ClientMessage::TurnEnd(TurnEnd {
                         turn_id: turn.clone(),
                         status,
-                        output: None,
+                        output,
                         message: (status == TurnStatus::Failed)
                             .then(|| "the script ended the turn as failed".to_owned()),
                     });

@@ -212,7 +212,7 @@ pub enum Action {
     /// The agent plays this turn script when the server asks for a turn (steps as in
     /// `TurnStep`: `{ step = "started" }`, `{ step = "host-tool-call", name, input }`,
     /// `{ step = "text", text }`, `{ step = "await-steers", count }`, `{ step = "sleep", ms }`,
-    /// `{ step = "ignore-abort" }`, `{ step = "end", status }`, `{ step = "drop" }`).
+    /// `{ step = "ignore-abort" }`, `{ step = "end", status, output? }` (output: a worker's structured result), `{ step = "drop" }`).
     Turn {
         agent: String,
         script: Vec<TurnStep>,
