@@ -356,3 +356,59 @@ async fn job_12_background_jobs_off_schedules_nothing() {
     s.state.descriptions.ensure(s.doc).await;
     assert!(jobs(&s).await.is_empty());
 }
+
+#[tokio::test]
+async fn iso_25_job_09_a_child_documents_description_runs_on_its_roots_planner() {
+    let s = served().await;
+    let child = uuid::Uuid::new_v4();
+    s.store
+        .create_document(&chopin_server::store::NewDocument {
+            id: child,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "notes-child".into(),
+            title: "Child notes".into(),
+            created_at_ms: 0,
+            parent_id: Some(s.doc),
+            ..chopin_server::store::NewDocument::default()
+        })
+        .await
+        .unwrap();
+    let doc = s.store.document(child).await.unwrap().unwrap();
+    s.state
+        .updates
+        .update(
+            "mona",
+            &doc,
+            &Update {
+                revision: 0,
+                source: "# Child\n\nA part of the plan.\n",
+                idempotency_key: "c1",
+            },
+        )
+        .await
+        .unwrap();
+    // The client attaches to the root: the child has no Planner of its own.
+    let mut client = s.attach(&[]).await;
+    s.state.descriptions.ensure(child).await;
+    let turn = worker_turn(&mut client).await;
+    assert!(
+        turn.prompt.contains("A part of the plan."),
+        "{}",
+        turn.prompt
+    );
+    end_worker(
+        &mut client,
+        &turn.turn_id,
+        json!({ "description": "Plan for a part" }),
+    )
+    .await;
+    for _ in 0..100 {
+        let jobs = s.store.document_jobs(child, 10).await.unwrap();
+        if jobs.first().is_some_and(|j| j.state == JobState::Completed) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the child's description never completed");
+}

@@ -559,6 +559,7 @@ impl Jobs {
     /// (JOB-12, OWN-19).
     pub async fn owner(&self, document: Uuid) -> Option<crate::store::Holder> {
         let d = &self.deps;
+        let document = self.planner_document(document).await;
         let live = |h: &crate::store::Holder| {
             d.sign_ins
                 .get_live(h.browser_login_id, d.clock.now_ms())
@@ -574,6 +575,15 @@ impl Jobs {
                 tracing::warn!(%document, error = %e, "a document's Planner owner could not be read for its jobs");
                 None
             }
+        }
+    }
+
+    /// The document whose Planner serves `document`: its root for a child (a child has no
+    /// Planner of its own, ISO-25), else itself.
+    async fn planner_document(&self, document: Uuid) -> Uuid {
+        match self.deps.store.document(document).await {
+            Ok(Some(doc)) => doc.parent_id.unwrap_or(document),
+            _ => document,
         }
     }
 
@@ -671,7 +681,8 @@ impl Jobs {
                     continue;
                 }
             }
-            let Some(guard) = d.turns.begin_background(job.document_id) else {
+            let planner = self.planner_document(job.document_id).await;
+            let Some(guard) = d.turns.begin_background(planner) else {
                 // A Planner turn runs on the document: jobs wait for it.
                 soon(POLL_MS);
                 continue;
@@ -746,7 +757,7 @@ impl Jobs {
                     input,
                     worker: worker::Worker::new(
                         d.adapters.clone(),
-                        job.document_id,
+                        self.planner_document(job.document_id).await,
                         signal.clone(),
                     ),
                     cancel: signal.clone(),
