@@ -358,7 +358,8 @@ impl App {
                 titling.clone(),
                 clock.clone(),
             ));
-        let evidence = Arc::new(crate::jobs::research::Evidence::new(github_tools.clone()));
+        let evidence: Arc<dyn crate::jobs::Definition> =
+            Arc::new(crate::jobs::research::Evidence::new(github_tools.clone()));
         let answer: Arc<dyn crate::jobs::Definition> =
             Arc::new(crate::jobs::research::Answer::new(
                 store.clone(),
@@ -367,13 +368,8 @@ impl App {
                 open.clone(),
             ));
         let jobs = crate::jobs::Jobs::new(
-            crate::jobs::Registry::new(vec![
-                summary,
-                title,
-                evidence.clone() as Arc<dyn crate::jobs::Definition>,
-                answer,
-            ])
-            .expect("the built-in job definitions are valid"),
+            crate::jobs::Registry::new(vec![summary, title, evidence, answer])
+                .expect("the built-in job definitions are valid"),
             crate::jobs::JobsDeps {
                 store: store.clone(),
                 planners: planners.clone(),
@@ -401,7 +397,7 @@ impl App {
             shutdown.clone(),
             jobs_on,
         );
-        let research = crate::jobs::research::Research::new(&jobs, &evidence, shutdown.clone());
+        let research = crate::jobs::research::Research::new(&jobs, shutdown.clone());
         if jobs_on {
             open.watch(descriptions.clone());
             jobs.spawn();

@@ -25,7 +25,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::{Credential, Definition, Execution, Failure, Jobs, Limits, Origin};
+use super::{one_line, Credential, Definition, Execution, Failure, Jobs, Limits, Origin};
 use crate::content::OpenDocuments;
 use crate::runtime::Shutdown;
 use crate::store::{DocumentStore, JobStore};
@@ -72,11 +72,6 @@ pub fn schema() -> Value {
 /// The SHA-256 of `source`, in hex: what a request and its artifact are tied to.
 pub fn source_hash(source: &str) -> String {
     hex::encode(Sha256::digest(source.as_bytes()))
-}
-
-/// `text` as one physical line: every run of whitespace one space, trimmed.
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 fn object(value: &Value) -> Result<&Map<String, Value>, String> {

@@ -150,6 +150,7 @@ pub struct Execution {
     /// process-local credential a host tool of the attempt uses; never stored. `None` for a job
     /// that needs none.
     pub owner: Option<crate::store::Holder>,
+    sign_ins: Arc<SignIns>,
     /// Fires when the attempt must stop (cancelled, superseded, timed out, claim lost, the
     /// process stopping); the attempt's writes are refused after it regardless.
     pub cancel: CancelSignal,
@@ -157,6 +158,13 @@ pub struct Execution {
 }
 
 impl Execution {
+    /// The owner's live sign-in now (its GitHub token is current); `None` once it has ended.
+    pub fn owner_login(&self) -> Option<Arc<crate::identity::sign_ins::LiveLogin>> {
+        let owner = self.owner.as_ref()?;
+        self.sign_ins
+            .get_live(owner.browser_login_id, self.progress.clock.now_ms())
+    }
+
     /// Records that the attempt reached `stage` (one the definition declares); false if the
     /// claim is gone (the attempt should stop).
     pub async fn progress(&self, stage: &'static str) -> bool {
@@ -397,6 +405,12 @@ pub fn canonical(value: &Value) -> Result<String, String> {
     serde_json::to_string(&sorted(value)).map_err(|e| e.to_string())
 }
 
+/// `text` as one physical line: every run of whitespace one space, trimmed (model output kept
+/// as a description, a title or a report title).
+pub fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The back-off before the attempt after `failures` failures.
 pub fn backoff_ms(failures: i64) -> i64 {
     let shift = u32::try_from(failures.clamp(0, 16)).unwrap_or(16);
@@ -423,6 +437,16 @@ impl Jobs {
     fn claimer(&self) -> &str {
         self.claimer
             .get_or_init(|| format!("jobs-{}", self.deps.entropy.token_hex(8)))
+    }
+
+    /// The definition a pending row names; a row of a type or version this process does not
+    /// know stays pending for a process that does.
+    fn definition(&self, job: &Job) -> Option<Arc<dyn Definition>> {
+        let found = self.registry.get(&job.kind, job.version).cloned();
+        if found.is_none() {
+            tracing::warn!(job = %job.id, kind = %job.kind, version = job.version, "a pending job names a type this process does not know; left pending");
+        }
+        found
     }
 
     /// The registry.
@@ -531,24 +555,6 @@ impl Jobs {
         self.wake.notify_one();
     }
 
-    /// Cancels job `id` of `document`; a running attempt is stopped. False if it was settled
-    /// already or is not that document's.
-    pub async fn cancel(&self, document: Uuid, id: Uuid) -> Result<bool, StoreError> {
-        match self.deps.store.job(id).await? {
-            Some(job) if job.document_id == document => {}
-            _ => return Ok(false),
-        }
-        let cancelled = self
-            .deps
-            .store
-            .cancel_job(id, "cancelled", self.deps.clock.now_ms())
-            .await?;
-        if let Some(a) = self.lock().get(&id) {
-            a.stop.cancel("cancelled");
-        }
-        Ok(cancelled)
-    }
-
     /// Whether `document`'s Planner has an owner whose model a job may use now (JOB-09).
     async fn owner_ready(&self, document: Uuid) -> bool {
         self.owner(document).await.is_some()
@@ -585,16 +591,6 @@ impl Jobs {
             Ok(Some(doc)) => doc.parent_id.unwrap_or(document),
             _ => document,
         }
-    }
-
-    /// The live sign-in of `holder`, whose GitHub token a job's host tool may use now.
-    pub fn live_login(
-        &self,
-        holder: &crate::store::Holder,
-    ) -> Option<Arc<crate::identity::sign_ins::LiveLogin>> {
-        self.deps
-            .sign_ins
-            .get_live(holder.browser_login_id, self.deps.clock.now_ms())
     }
 
     /// Starts the runner on the process's task tracker. It stops with the process.
@@ -664,7 +660,7 @@ impl Jobs {
             if busy_document {
                 continue;
             }
-            let Some(definition) = d.registry_get(&self.registry, &job) else {
+            let Some(definition) = self.definition(&job) else {
                 continue;
             };
             if definition.credential() == Credential::ActivePlanner {
@@ -753,6 +749,7 @@ impl Jobs {
                 };
                 let run = Execution {
                     owner,
+                    sign_ins: d.sign_ins.clone(),
                     job: job.clone(),
                     input,
                     worker: worker::Worker::new(
@@ -891,18 +888,6 @@ impl Jobs {
     /// How many attempts run now.
     pub fn running_count(&self) -> usize {
         self.lock().len()
-    }
-}
-
-impl JobsDeps {
-    /// The definition a claimed row names; a row of a type or version this process does not
-    /// know stays pending for a process that does.
-    fn registry_get(&self, registry: &Registry, job: &Job) -> Option<Arc<dyn Definition>> {
-        let found = registry.get(&job.kind, job.version).cloned();
-        if found.is_none() {
-            tracing::warn!(job = %job.id, kind = %job.kind, version = job.version, "a pending job names a type this process does not know; left pending");
-        }
-        found
     }
 }
 

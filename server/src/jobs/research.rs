@@ -214,15 +214,11 @@ impl StageTools for WebSearch {
 /// `research-evidence@1`.
 pub struct Evidence {
     github: Arc<GitHubTools>,
-    jobs: Mutex<Weak<Jobs>>,
 }
 
 impl Evidence {
     pub fn new(github: Arc<GitHubTools>) -> Self {
-        Evidence {
-            github,
-            jobs: Mutex::new(Weak::new()),
-        }
+        Evidence { github }
     }
 }
 
@@ -299,20 +295,12 @@ impl Definition for Evidence {
     }
 
     async fn execute(&self, run: &Execution) -> Result<Value, Failure> {
-        let Some(jobs) = self
-            .jobs
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .upgrade()
-        else {
-            return Err(Failure::retry("runner-unavailable"));
-        };
         let owner = run
             .owner
             .as_ref()
             .ok_or(Failure::fatal(super::INTERRUPTED))?;
-        let login = jobs
-            .live_login(owner)
+        let login = run
+            .owner_login()
             .ok_or(Failure::fatal(super::INTERRUPTED))?;
         let tools = Arc::new(WebSearch {
             github: self.github.clone(),
@@ -510,12 +498,7 @@ impl Definition for Answer {
                 report_schema(),
             )
             .await?;
-        let title = report["title"]
-            .as_str()
-            .unwrap_or_default()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ");
+        let title = super::one_line(report["title"].as_str().unwrap_or_default());
         let body = report["body"]
             .as_str()
             .unwrap_or_default()
@@ -583,12 +566,7 @@ pub struct Research {
 }
 
 impl Research {
-    pub fn new(
-        jobs: &Arc<Jobs>,
-        evidence: &Evidence,
-        shutdown: crate::runtime::Shutdown,
-    ) -> Arc<Research> {
-        *evidence.jobs.lock().unwrap_or_else(PoisonError::into_inner) = Arc::downgrade(jobs);
+    pub fn new(jobs: &Arc<Jobs>, shutdown: crate::runtime::Shutdown) -> Arc<Research> {
         Arc::new(Research {
             jobs: Arc::downgrade(jobs),
             shutdown,
