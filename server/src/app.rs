@@ -317,6 +317,11 @@ impl App {
             questions: questions.clone(),
             repository: repository_tools.clone(),
             github_tools: github_tools.clone(),
+            classifier: classifier_for(
+                config.classifier.as_ref(),
+                runtime.connector.clone(),
+                entropy.clone(),
+            ),
         }));
         let files = Arc::new(Files::new(
             store.clone(),
@@ -795,4 +800,36 @@ pub struct Stopped {
     pub drained: bool,
     /// The writer lease was given back (not lost, not left to expire).
     pub released: bool,
+}
+
+/// The deployment's classifier: its model where `CLASSIFIER_MODEL` is set, else [`Builtin`].
+fn classifier_for(
+    settings: Option<&crate::config::ClassifierSettings>,
+    connector: crate::runtime::connector::SharedConnector,
+    entropy: crate::runtime::entropy::SharedEntropy,
+) -> Arc<dyn crate::classifier::Classifier> {
+    let Some(settings) = settings else {
+        return Arc::new(crate::classifier::Builtin);
+    };
+    let provider = crate::config::ProviderSettings {
+        family: settings.family,
+        model: settings.model.clone(),
+        base_url: settings.base_url.clone(),
+        api_key: settings.api_key.clone(),
+        reasoning: None,
+        max_model_calls: 1,
+        retries: 0,
+        // The check's own deadline governs: a call is not given up sooner by the adapter.
+        timeout_ms: settings.timeout_ms.saturating_add(1_000),
+        tool_result_max_bytes: 1024,
+        max_output_tokens: Some(256),
+        offered: Vec::new(),
+        list_models: false,
+        image_models: Vec::new(),
+    };
+    let deps = crate::harness::provider_deps(&provider, connector, entropy);
+    Arc::new(crate::classifier::ModelClassifier::new(
+        Arc::new(chopin_harness_provider::ProviderHarness::new(deps)),
+        settings.timeout_ms,
+    ))
 }

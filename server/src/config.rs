@@ -110,6 +110,9 @@ pub struct Config {
     pub provider: Option<ProviderSettings>,
     /// The deployment's transcription for dictation (`TRANSCRIPTION_MODEL`); `None`: off.
     pub transcription: Option<TranscriptionSettings>,
+    /// The deployment's decisions classifier (`CLASSIFIER_MODEL`), whatever `HARNESS` is;
+    /// `None`: the built-in check of the server.
+    pub classifier: Option<ClassifierSettings>,
     /// `AGENT=off` prevents Planner turns.
     pub agent_enabled: bool,
     /// `BACKGROUND_JOBS=off` schedules and runs no background job (stored ones are kept).
@@ -512,6 +515,36 @@ pub struct Args {
     )]
     pub transcription_api_key: Option<String>,
 
+    /// The deployment's decisions classifier, which checks every complete Planner message
+    /// before Chat shows it (a reply is published; a request for input in prose is withheld and
+    /// the Planner asked once to open Decision cards instead): provider/model, e.g.
+    /// openai/gpt-4.1-mini or anthropic/claude-haiku-4-5, called directly whatever HARNESS is.
+    /// A failed, malformed, late or uncertain check withholds the message. Unset: the server's
+    /// built-in check, which counts a message as a request for input when one of its sentences
+    /// ends in a question mark or asks the reader to answer, choose or confirm (code and quoted
+    /// lines aside).
+    #[arg(long, env = "CLASSIFIER_MODEL", value_name = "PROVIDER/MODEL")]
+    pub classifier_model: Option<String>,
+
+    /// The classifier API's base URL. Default: OPENAI_BASE_URL or ANTHROPIC_BASE_URL (by the
+    /// model's provider), else the provider's own.
+    #[arg(long, env = "CLASSIFIER_BASE_URL", value_name = "URL")]
+    pub classifier_base_url: Option<String>,
+
+    /// The classifier API's key. Default: OPENAI_API_KEY or ANTHROPIC_API_KEY (by the model's
+    /// provider). Never logged.
+    #[arg(
+        long,
+        env = "CLASSIFIER_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub classifier_api_key: Option<String>,
+
+    /// How long one check may take, in ms, before the message is withheld. Default 20000.
+    #[arg(long, env = "CLASSIFIER_TIMEOUT_MS", value_name = "MS")]
+    pub classifier_timeout_ms: Option<String>,
+
     /// The longest recording taken for dictation, in bytes. Default 26214400 (25 MiB).
     #[arg(long, env = "TRANSCRIPTION_MAX_BYTES", value_name = "BYTES")]
     pub transcription_max_bytes: Option<String>,
@@ -841,6 +874,70 @@ fn transcription_settings(args: &Args) -> Result<Option<TranscriptionSettings>, 
     }))
 }
 
+/// The decisions classifier's model and API (`CLASSIFIER_MODEL`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClassifierSettings {
+    pub family: ModelFamily,
+    /// The model id the API knows (after the `provider/` prefix).
+    pub model: String,
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    /// The deadline of one check (`CLASSIFIER_TIMEOUT_MS`).
+    pub timeout_ms: u64,
+}
+
+/// The classifier settings, or `None` where `CLASSIFIER_MODEL` is unset (the built-in check).
+fn classifier_settings(args: &Args) -> Result<Option<ClassifierSettings>, ConfigError> {
+    let timeout_ms = parse_ms("CLASSIFIER_TIMEOUT_MS", &args.classifier_timeout_ms, 20_000)?;
+    let Some(raw) = given(&args.classifier_model) else {
+        return Ok(None);
+    };
+    let (family, model) = match raw.split_once('/') {
+        Some(("openai", id)) if !id.trim().is_empty() => (ModelFamily::OpenAi, id.trim()),
+        Some(("anthropic", id)) if !id.trim().is_empty() => (ModelFamily::Anthropic, id.trim()),
+        _ => {
+            return Err(ConfigError::new(
+                "CLASSIFIER_MODEL",
+                Some(raw),
+                "expected provider/model with provider openai (any OpenAI-compatible API) or anthropic, e.g. openai/gpt-4.1-mini",
+            ))
+        }
+    };
+    let (base_var, base, default_base, key) = match family {
+        ModelFamily::OpenAi => (
+            "OPENAI_BASE_URL",
+            &args.openai_base_url,
+            "https://api.openai.com/v1",
+            &args.openai_api_key,
+        ),
+        ModelFamily::Anthropic => (
+            "ANTHROPIC_BASE_URL",
+            &args.anthropic_base_url,
+            "https://api.anthropic.com",
+            &args.anthropic_api_key,
+        ),
+    };
+    let base_url = if given(&args.classifier_base_url).is_some() {
+        parse_base_url(
+            "CLASSIFIER_BASE_URL",
+            &args.classifier_base_url,
+            default_base,
+        )?
+    } else {
+        parse_base_url(base_var, base, default_base)?
+    };
+    let api_key = given(&args.classifier_api_key)
+        .or_else(|| given(key))
+        .map(Secret::new);
+    Ok(Some(ClassifierSettings {
+        family,
+        model: model.to_owned(),
+        base_url,
+        api_key,
+        timeout_ms,
+    }))
+}
+
 /// An unset or empty value counts as unset.
 fn given(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
@@ -1136,6 +1233,7 @@ impl Config {
             None
         };
         let transcription = transcription_settings(args)?;
+        let classifier = classifier_settings(args)?;
         let agent_enabled = one_of("AGENT", &args.agent, "on", &["on", "off"])? == "on";
         let background_jobs = one_of(
             "BACKGROUND_JOBS",
@@ -1244,6 +1342,7 @@ impl Config {
             harness_auth,
             provider,
             transcription,
+            classifier,
             agent_enabled,
             background_jobs,
             planner_attach_grace_ms: parse_ms(

@@ -19,6 +19,7 @@
 pub mod access;
 pub mod app;
 pub mod chat;
+pub mod classifier;
 pub mod config;
 pub mod content;
 pub mod dictation;

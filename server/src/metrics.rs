@@ -66,6 +66,11 @@ struct JobAttemptLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CheckLabels {
+    verdict: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SocketLabels {
     kind: &'static str,
 }
@@ -126,6 +131,7 @@ pub struct Metrics {
     jobs: Family<JobStateLabels, Gauge>,
     /// Background job attempts this process ended, by job type and outcome.
     job_attempts: Family<JobAttemptLabels, Counter>,
+    classifier_checks: Family<CheckLabels, Counter>,
     /// A smaller largest frame a socket sends than its own (0: none; the simulator plants one).
     outbound_frame_cap: std::sync::atomic::AtomicUsize,
 }
@@ -236,6 +242,12 @@ impl Metrics {
             "Background job attempts this process ended, by job type and outcome (completed, retried, failed, lost)",
             job_attempts.clone(),
         );
+        let classifier_checks = Family::<CheckLabels, Counter>::default();
+        registry.register(
+            "classifier_checks",
+            "Planner messages the decisions classifier checked, by verdict (reply is published; request-for-input, uncertain, timed-out, malformed, missing, interrupted and failed are withheld)",
+            classifier_checks.clone(),
+        );
         for kind in [SocketKind::Agent, SocketKind::Room, SocketKind::Yjs] {
             let _ = sockets.get_or_create(&SocketLabels { kind: kind.label() });
         }
@@ -254,6 +266,7 @@ impl Metrics {
             turns_ended,
             jobs,
             job_attempts,
+            classifier_checks,
             outbound_frame_cap: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -312,6 +325,13 @@ impl Metrics {
     pub fn job_attempt(&self, kind: &'static str, outcome: &'static str) {
         self.job_attempts
             .get_or_create(&JobAttemptLabels { kind, outcome })
+            .inc();
+    }
+
+    /// The decisions classifier judged a Planner message `verdict` (or could not).
+    pub fn classifier_check(&self, verdict: &'static str) {
+        self.classifier_checks
+            .get_or_create(&CheckLabels { verdict })
             .inc();
     }
 

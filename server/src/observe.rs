@@ -104,6 +104,17 @@ pub enum PlannerEvent {
     /// A Planner turn ended: `result` is `completed`, `aborted`, `failed` or `stopping` (the
     /// process's stop ended it).
     TurnEnded { document: Uuid, result: String },
+    /// The decisions check judged a complete Planner message (`reply`, `request-for-input`,
+    /// `uncertain`) or could not (`timed-out`, `malformed`, `missing`, `interrupted`,
+    /// `failed`); only a `reply` is published (COA-05, COA-10).
+    /// `ms`: how long the check took, on the server's clock.
+    MessageChecked {
+        document: Uuid,
+        verdict: String,
+        ms: i64,
+    },
+    /// A turn whose message asked for input in prose gets its one continuation (COA-06).
+    TurnContinued { document: Uuid },
     /// A background job of type `job_type` was queued (`origin`: scheduler, planner or user).
     JobQueued {
         document: Uuid,

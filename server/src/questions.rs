@@ -86,6 +86,32 @@ struct Table {
     /// Decisions of questions a client waited on before this process started (HO-15), by
     /// document: nothing here waits on them, and an answer to one is handed to a Planner turn.
     unwaited: BTreeMap<Uuid, BTreeSet<String>>,
+    /// Cards the Planner opened under a stable key (COA-07..09), by document and key.
+    keyed: BTreeMap<(Uuid, String), KeyedCard>,
+}
+
+/// A card opened under a stable key: its id, and the question and passage the key names.
+#[derive(Debug, Clone)]
+struct KeyedCard {
+    id: String,
+    question: String,
+    block: Option<String>,
+}
+
+/// The longest stable key of a card, in bytes.
+pub const CARD_KEY_MAX_BYTES: usize = 100;
+
+/// What opening cards came to (COA-07..09).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Opened {
+    /// The ids of the cards placed now.
+    pub placed: Vec<String>,
+    /// The ids of cards an earlier turn opened under the same keys that still hold their
+    /// question (open, reopened or answered): counted as opened, not placed again.
+    pub existing: Vec<String>,
+    /// The keys of cards a person discarded, or that were withdrawn or closed: never opened
+    /// again, and counted for nothing.
+    pub not_recreated: Vec<String>,
 }
 
 /// An outcome held for a paused run: the link that asked, where it goes, and what it is.
@@ -607,6 +633,91 @@ impl Questions {
             ),
             other => other.to_string(),
         })
+    }
+
+    /// The Planner's independent cards (`open_decisions`), each with its stable key if it has
+    /// one, placed together after `block` (when unchanged): a key that names an earlier card
+    /// for the same question and passage counts that card as opened while it still holds its
+    /// question (COA-07) and never opens it again once it does not (COA-09); a key that names
+    /// a different question or passage refuses the whole batch, nothing opened (COA-08).
+    pub async fn open_cards(
+        &self,
+        document: Uuid,
+        reference: &DocumentRef,
+        cards: Vec<(Option<String>, Decision)>,
+        block: Option<&str>,
+    ) -> Result<Opened, String> {
+        let _gate = self.gates.lock(document).await;
+        let mut seen = BTreeSet::new();
+        for key in cards.iter().filter_map(|(k, _)| k.as_deref()) {
+            if key.is_empty() || key.len() > CARD_KEY_MAX_BYTES || key.chars().any(char::is_control)
+            {
+                return Err(format!(
+                    "a card's key is 1 to {CARD_KEY_MAX_BYTES} bytes of text; nothing was opened"
+                ));
+            }
+            if !seen.insert(key) {
+                return Err(format!(
+                    "the key {key:?} names two cards of this batch; nothing was opened"
+                ));
+            }
+        }
+        let source = match self.deps.open.open(document).await {
+            Ok(open) => open.source().await,
+            Err(_) => return Err("The document could not be changed just now.".to_owned()),
+        };
+        let states: BTreeMap<String, DecisionState> = decisions(&source, &blocks(&source))
+            .into_iter()
+            .map(|(_, d)| (d.id, d.state))
+            .collect();
+        let mut opened = Opened::default();
+        let mut new = Vec::new();
+        {
+            let table = self.lock();
+            for (key, card) in cards {
+                let Some(key) = key else {
+                    new.push((None, card));
+                    continue;
+                };
+                match table.keyed.get(&(document, key.clone())) {
+                    None => new.push((Some(key), card)),
+                    Some(earlier)
+                        if earlier.question != card.question
+                            || earlier.block.as_deref() != block =>
+                    {
+                        return Err(format!(
+                            "the key {key:?} already names a different question or passage; nothing was opened"
+                        ));
+                    }
+                    Some(earlier) => match states.get(&earlier.id) {
+                        Some(
+                            DecisionState::Open | DecisionState::Answered | DecisionState::Resolved,
+                        ) => opened.existing.push(earlier.id.clone()),
+                        _ => opened.not_recreated.push(key),
+                    },
+                }
+            }
+        }
+        if !new.is_empty() {
+            let placing: Vec<Decision> = new.iter().map(|(_, c)| c.clone()).collect();
+            self.insert_cards(document, reference, &placing, block)
+                .await?;
+            let mut table = self.lock();
+            for (key, card) in new {
+                if let Some(key) = key {
+                    table.keyed.insert(
+                        (document, key),
+                        KeyedCard {
+                            id: card.id.clone(),
+                            question: card.question.clone(),
+                            block: block.map(str::to_owned),
+                        },
+                    );
+                }
+                opened.placed.push(card.id);
+            }
+        }
+        Ok(opened)
     }
 
     /// A new prefix for card ids (`q-<hex>`): a question's cards are `<prefix>-1`, ….

@@ -346,6 +346,9 @@ struct Table {
     /// Documents whose background job runs a worker now: a person's message to the Planner is
     /// refused as busy meanwhile, and no Planner turn starts for one.
     background: BTreeSet<Uuid>,
+    /// Documents whose running turn had a message withheld as a request for input: its session
+    /// outlives the turn for the one continuation (COA-06).
+    continuing: BTreeSet<Uuid>,
 }
 
 /// The most document references one Planner session holds (CTX-19: a bounded set).
@@ -402,6 +405,9 @@ pub struct TurnsDeps {
     pub repository: Arc<RepositoryTools>,
     /// The pull-request tools (GitHub's MCP server), run with the owner's token.
     pub github_tools: Arc<GitHubTools>,
+    /// The deployment's decisions classifier: every complete Planner message passes it before
+    /// Chat shows it (COA-05).
+    pub classifier: Arc<dyn crate::classifier::Classifier>,
 }
 
 impl TurnsDeps {
@@ -578,7 +584,8 @@ impl Turns {
     /// Whether `session` of `document` must outlive its turn: it owns a live run or waits on a
     /// question (RR-01, SES-02, RULINGS RFC-13/44).
     async fn needs_keeping(&self, document: Uuid, session: &str) -> bool {
-        self.deps.questions.session_waits_in(document, session)
+        self.lock().continuing.contains(&document)
+            || self.deps.questions.session_waits_in(document, session)
             || self.deps.runs.session_has_live(document, session).await
     }
 
@@ -937,6 +944,7 @@ impl Turns {
             credential_revision,
             step: Mutex::new(String::new()),
             repository: std::sync::OnceLock::new(),
+            checks: Mutex::default(),
         });
         // A kept session of the turn's owner takes the turn (SES-02): it is given the Chat since
         // its last turn (CTX-04), a new session the bounded transcript (CTX-05).
@@ -995,21 +1003,25 @@ impl Turns {
         };
         let watched = Started {
             inner: harness,
+            host: host.clone(),
             turns: self.clone(),
             document,
             login: holder_login,
             repository,
         };
-        let running = run_turn(&watched, session, turn, inbox, host.clone());
-        tokio::pin!(running);
-        let report = tokio::select! {
-            report = &mut running => report,
-            // The process is stopping: the turn is stopped as a Stop would, and ends.
-            () = d.shutdown.stopping() => {
-                self.stop(document, SHUTDOWN_REASON);
-                running.await
-            }
+        let continuation = ContinuationTurn {
+            session: session.clone(),
+            model: turn.model.clone(),
+            thinking_level: turn.thinking_level.clone(),
         };
+        let report = self
+            .run_pass(&watched, host.clone(), session, turn, inbox)
+            .await;
+        // What the last step said, though no `finish-step` ended it.
+        host.publish_step().await;
+        let report = self
+            .continue_if_asked(&watched, &host, report, continuation)
+            .await;
         let stopped_because = match self.lock().turns.get_mut(&document) {
             Some(running) => {
                 running.phase = Phase::Ending;
@@ -1017,8 +1029,6 @@ impl Turns {
             }
             None => None,
         };
-        // What the last step said, though no `finish-step` ended it.
-        host.publish_step().await;
         let sink: &dyn TurnSink = &*d.transcript;
         if d.shutdown.is_stopping() {
             // A graceful stop posts no Chat line about the links or the turns (HO-17).
@@ -1035,6 +1045,11 @@ impl Turns {
             self.finish(document);
             return;
         }
+        // What the check withheld, said without the withheld words (COA-10..12).
+        let failed_to_ask = match &report.result {
+            TurnResult::Completed { .. } => host.say_withheld().await,
+            _ => false,
+        };
         match &report.result {
             TurnResult::Completed { .. } => {}
             TurnResult::Aborted => {
@@ -1061,6 +1076,7 @@ impl Turns {
             }
         }
         let result = match &report.result {
+            TurnResult::Completed { .. } if failed_to_ask => "failed",
             TurnResult::Completed { .. } => "completed",
             TurnResult::Aborted => "aborted",
             TurnResult::Failed(_) => "failed",
@@ -1081,9 +1097,131 @@ impl Turns {
             return;
         }
         self.finish(document);
+        // A session kept for a continuation that never ran is let go.
+        self.release_idle_kept(document).await;
         // Answers that waited for this turn to end get the next one (HO-15).
         self.start_answers(document).await;
     }
+
+    /// One pass of a turn on `watched`, stopped as a Stop would if the process stops meanwhile.
+    async fn run_pass(
+        &self,
+        watched: &Started,
+        host: Arc<PlannerHost>,
+        session: SessionRequest,
+        turn: TurnRequest,
+        inbox: SteerInbox,
+    ) -> crate::harness::TurnReport {
+        let document = watched.document;
+        let running = run_turn(watched, session, turn, inbox, host);
+        tokio::pin!(running);
+        tokio::select! {
+            report = &mut running => report,
+            // The process is stopping: the turn is stopped as a Stop would, and ends.
+            () = self.deps.shutdown.stopping() => {
+                self.stop(document, SHUTDOWN_REASON);
+                running.await
+            }
+        }
+    }
+
+    /// COA-06: a turn one of whose messages the check withheld as a request for input gets
+    /// exactly one continuation on the same session, told only to open those questions as
+    /// Decision cards: the original request and the tools it ran are not sent again. The
+    /// continuation's messages pass the same check and get no continuation of their own. A
+    /// turn that did not complete, or whose session did not outlive it, is not continued.
+    async fn continue_if_asked(
+        self: &Arc<Self>,
+        watched: &Started,
+        host: &Arc<PlannerHost>,
+        first: crate::harness::TurnReport,
+        next: ContinuationTurn,
+    ) -> crate::harness::TurnReport {
+        let document = watched.document;
+        let asked = self.lock().continuing.remove(&document);
+        let completed = matches!(first.result, TurnResult::Completed { .. });
+        if !asked || !completed || self.deps.shutdown.is_stopping() {
+            return first;
+        }
+        let kept = self
+            .lock()
+            .kept
+            .get(&document)
+            .map(|k| k.session.id().to_owned());
+        if kept.is_none() || kept != first.session_id {
+            return first;
+        }
+        // The continuation's own Stop and steers.
+        let (control, inbox) = TurnControl::new(&*watched.inner);
+        let cancel = control.cancel_signal();
+        {
+            let mut table = self.lock();
+            match table.turns.get_mut(&document) {
+                Some(running) if running.stopped_because.is_none() => running.control = control,
+                _ => return first,
+            }
+        }
+        host.begin_continuation();
+        self.deps
+            .planners
+            .emit(PlannerEvent::TurnContinued { document });
+        let turn = TurnRequest {
+            attachments: Vec::new(),
+            instructions: INSTRUCTIONS.to_owned(),
+            prompt: CONTINUATION_PROMPT.to_owned(),
+            host_tools: host_tools(),
+            response_format: None,
+            cancel,
+            model: next.model,
+            thinking_level: next.thinking_level,
+        };
+        let mut report = self
+            .run_pass(watched, host.clone(), next.session, turn, inbox)
+            .await;
+        host.publish_step().await;
+        let mut unread = first.unread_steers;
+        unread.append(&mut report.unread_steers);
+        report.unread_steers = unread;
+        report
+    }
+}
+
+/// What the continuation of a turn runs with: the first pass's session request and model.
+struct ContinuationTurn {
+    session: SessionRequest,
+    model: Option<String>,
+    thinking_level: Option<String>,
+}
+
+/// What the continuation is told (COA-06): only to move the withheld questions into cards.
+pub const CONTINUATION_PROMPT: &str = "Chopin withheld your last message: it asked the document's people for input in Chat prose, \
+and requests for input must be Decision cards. Do not run again the tools you already ran. Open those questions now with \
+open_decisions (give each card a stable key and the block it is about), then end your turn with at most one short \
+sentence that asks nothing.";
+
+/// Chat's fixed summary when both replies were withheld and the turn opened cards (COA-11).
+pub fn withheld_summary(cards: usize) -> String {
+    let noun = if cards == 1 {
+        "decision card"
+    } else {
+        "decision cards"
+    };
+    format!("chopin opened {cards} {noun} in the document for you to answer. Its reply in Chat was withheld.")
+}
+
+/// Chat's words when both replies were withheld and no card was opened (COA-12).
+pub const FAILED_TO_ASK_WORDS: &str =
+    "chopin's turn failed: it asked for input in Chat, and could not move its questions into decision cards.";
+
+/// Chat's words for messages withheld because the check could not be made or was uncertain
+/// (COA-10); the message itself is never shown.
+pub fn unchecked_words(count: usize, why: &str) -> String {
+    let what = if count == 1 {
+        "a message".to_owned()
+    } else {
+        format!("{count} messages")
+    };
+    format!("chopin withheld {what} it could not check: {why}.")
 }
 
 /// Held while a login's credential is renewed (see [`Turns::end_sessions_of`]): its turns may
@@ -1297,7 +1435,7 @@ fn host_tools() -> Vec<ToolSpec> {
             name: "open_decision".to_owned(),
             description: "Open one Decision card for the document's people without waiting for the answer.".to_owned(),
             input_schema: {
-                let mut schema = question_schema();
+                let mut schema = keyed_question_schema();
                 schema["properties"]["block"] = serde_json::json!({ "type": "string" });
                 schema
             },
@@ -1308,7 +1446,7 @@ fn host_tools() -> Vec<ToolSpec> {
             input_schema: serde_json::json!({
                 "type": "object",
                 "properties": {
-                    "decisions": { "type": "array", "minItems": 1, "maxItems": OPEN_DECISIONS_MAX, "items": question_schema() },
+                    "decisions": { "type": "array", "minItems": 1, "maxItems": OPEN_DECISIONS_MAX, "items": keyed_question_schema() },
                     "block": { "type": "string" }
                 },
                 "required": ["decisions"],
@@ -1346,6 +1484,17 @@ fn question_schema() -> Value {
     })
 }
 
+/// The schema of one card of `open_decision(s)`: a question with its optional stable key
+/// (COA-07).
+fn keyed_question_schema() -> Value {
+    let mut schema = question_schema();
+    schema["properties"]["key"] = serde_json::json!({
+        "type": "string",
+        "description": "A stable key for this card: the same key later names the same question about the same passage"
+    });
+    schema
+}
+
 /// The host side of a Planner turn: runs host tools against the room after the permission
 /// rechecks, and collects the reply text.
 struct PlannerHost {
@@ -1362,6 +1511,23 @@ struct PlannerHost {
     /// The document's repository as GitHub gave it to the session's first repository tool
     /// (EAR-01): set once, before the turn's first tool call.
     repository: std::sync::OnceLock<SessionRepository>,
+    /// What the turn's messages came to at the check, and the cards it opened.
+    checks: Mutex<Checks>,
+}
+
+/// What a turn's messages came to at the decisions check (COA-05..12).
+#[derive(Debug, Default)]
+struct Checks {
+    /// The continuation is running (COA-06): what it says is counted apart.
+    continuing: bool,
+    /// Messages Chat showed, in the first pass and in the continuation.
+    published: [usize; 2],
+    /// Messages withheld as requests for input, by pass.
+    requests: [usize; 2],
+    /// Why each message withheld unchecked (or judged uncertain) was withheld.
+    unchecked: Vec<String>,
+    /// Decision cards the turn opened, or counted as opened by their keys (COA-07).
+    cards: usize,
 }
 
 impl PlannerHost {
@@ -1370,18 +1536,112 @@ impl PlannerHost {
         let _ = self.repository.set(repository);
     }
 
-    /// Publishes the text of the step that just ended as the Planner's Chat message (several,
-    /// if it is longer than one message may be), and starts the next step empty.
+    /// The text of the step that just ended, checked by the deployment's classifier (COA-05):
+    /// a reply is published as the Planner's Chat message (several, if it is longer than one
+    /// message may be); a request for input is withheld and asks for the turn's continuation
+    /// (COA-06); an uncertain or failed check withholds it (COA-10). The next step starts empty.
     async fn publish_step(&self) {
         let text = std::mem::take(&mut *self.step.lock().unwrap_or_else(PoisonError::into_inner));
         let text = text.trim();
         if text.is_empty() {
             return;
         }
-        let sink: &dyn TurnSink = &*self.turns.deps.transcript;
-        for message in chat_messages(text) {
-            sink.post(self.document, "planner", message).await;
+        let d = &self.turns.deps;
+        let began = d.clock.now_ms();
+        let verdict = d.classifier.classify(text).await;
+        let took = d.clock.now_ms() - began;
+        let name = match &verdict {
+            Ok(v) => v.name(),
+            Err(e) => e.name(),
+        };
+        d.metrics.classifier_check(name);
+        d.planners.emit(PlannerEvent::MessageChecked {
+            document: self.document,
+            verdict: name.to_owned(),
+            ms: took,
+        });
+        let pass = {
+            let mut checks = self.checks();
+            let pass = usize::from(checks.continuing);
+            match &verdict {
+                Ok(crate::classifier::Verdict::Reply) => checks.published[pass] += 1,
+                Ok(crate::classifier::Verdict::RequestForInput) => checks.requests[pass] += 1,
+                Ok(crate::classifier::Verdict::Uncertain) => checks
+                    .unchecked
+                    .push("the classifier was uncertain".to_owned()),
+                Err(why) => checks.unchecked.push(why.to_string()),
+            }
+            pass
+        };
+        match verdict {
+            Ok(crate::classifier::Verdict::Reply) => {
+                let sink: &dyn TurnSink = &*d.transcript;
+                for message in chat_messages(text) {
+                    sink.post(self.document, "planner", message).await;
+                }
+            }
+            Ok(crate::classifier::Verdict::RequestForInput) if pass == 0 => {
+                tracing::info!(document = %self.document, "a Planner message asking for input in prose was withheld; the turn will be continued once");
+                self.turns.lock().continuing.insert(self.document);
+            }
+            Ok(verdict) => {
+                tracing::info!(document = %self.document, verdict = verdict.name(), "a Planner message was withheld");
+            }
+            Err(why) => {
+                tracing::warn!(document = %self.document, error = %why, "a Planner message was withheld: the decisions check could not be made");
+            }
         }
+    }
+
+    fn checks(&self) -> MutexGuard<'_, Checks> {
+        self.checks.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The continuation starts: what it says is counted apart.
+    fn begin_continuation(&self) {
+        self.checks().continuing = true;
+    }
+
+    /// `n` more Decision cards were opened by the turn (or counted as opened, COA-07).
+    fn opened_cards(&self, n: usize) {
+        self.checks().cards += n;
+    }
+
+    /// At the end of a completed turn, Chat says what the check withheld, never the withheld
+    /// words: a continuation that published nothing either is summed up by the cards the turn
+    /// opened (COA-11), or, with none, reported as the turn's failure (COA-12); messages that
+    /// could not be checked are counted (COA-10). True when the turn failed to ask.
+    async fn say_withheld(&self) -> bool {
+        let (words, failed) = {
+            let checks = self.checks();
+            let mut words = Vec::new();
+            let mut failed = false;
+            if checks.continuing && checks.published[1] == 0 {
+                if checks.cards > 0 {
+                    words.push(withheld_summary(checks.cards));
+                } else {
+                    words.push(FAILED_TO_ASK_WORDS.to_owned());
+                    failed = true;
+                }
+            } else if !checks.continuing && checks.requests[0] > 0 {
+                // The continuation could not run on the same session.
+                if checks.cards > 0 {
+                    words.push(withheld_summary(checks.cards));
+                } else {
+                    words.push(FAILED_TO_ASK_WORDS.to_owned());
+                    failed = true;
+                }
+            }
+            if let Some(why) = checks.unchecked.first() {
+                words.push(unchecked_words(checks.unchecked.len(), why));
+            }
+            (words, failed)
+        };
+        let sink: &dyn TurnSink = &*self.turns.deps.transcript;
+        for words in words {
+            sink.post(self.document, "system", words).await;
+        }
+        failed
     }
 
     /// The rechecks made before every host tool ("Permission checks"), GitHub's first and the
@@ -1580,9 +1840,32 @@ struct AskArgs {
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
 struct OpenArgs {
-    decisions: Vec<chopin_protocol::agent::Question>,
+    decisions: Vec<KeyedQuestion>,
     #[serde(default)]
     block: Option<String>,
+}
+
+/// One card of `open_decision(s)`: the question, and the stable key the Planner gives it, if
+/// any (COA-07).
+#[derive(Debug, serde::Deserialize)]
+#[serde(try_from = "Value")]
+struct KeyedQuestion {
+    key: Option<String>,
+    question: chopin_protocol::agent::Question,
+}
+
+impl TryFrom<Value> for KeyedQuestion {
+    type Error = String;
+
+    fn try_from(mut value: Value) -> Result<Self, String> {
+        let key = match value.as_object_mut().and_then(|o| o.remove("key")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(key)) => Some(key),
+            Some(_) => return Err("a card's key is a string".to_owned()),
+        };
+        let question = serde_json::from_value(value).map_err(|e| e.to_string())?;
+        Ok(KeyedQuestion { key, question })
+    }
 }
 
 impl PlannerHost {
@@ -1752,6 +2035,8 @@ impl PlannerHost {
         }
         let questions = &self.turns.deps.questions;
         let prefix = questions.new_prefix();
+        let (keys, asked): (Vec<Option<String>>, Vec<_>) =
+            asked.into_iter().map(|k| (k.key, k.question)).unzip();
         let input = chopin_protocol::agent::HostInput::Questionnaire(
             chopin_protocol::agent::Questionnaire { questions: asked },
         );
@@ -1761,12 +2046,28 @@ impl PlannerHost {
             url: self.document_url.clone(),
         };
         match questions
-            .place_cards(self.document, &reference, &cards, args.block.as_deref())
+            .open_cards(
+                self.document,
+                &reference,
+                keys.into_iter().zip(cards).collect(),
+                args.block.as_deref(),
+            )
             .await
         {
-            Ok(()) => HostToolResult::ok(serde_json::json!({
-                "decisions": cards.iter().map(|c| c.id.clone()).collect::<Vec<_>>(),
-            })),
+            Ok(opened) => {
+                self.opened_cards(opened.placed.len() + opened.existing.len());
+                let mut result = serde_json::json!({ "decisions": opened.placed });
+                if !opened.existing.is_empty() {
+                    result["existing"] = serde_json::json!(opened.existing);
+                }
+                if !opened.not_recreated.is_empty() {
+                    result["notRecreated"] = serde_json::json!(opened.not_recreated);
+                    result["note"] = serde_json::json!(
+                        "the cards of notRecreated were discarded, withdrawn or closed; they are not opened again and count for nothing"
+                    );
+                }
+                HostToolResult::ok(result)
+            }
             Err(why) => HostToolResult::error(why),
         }
     }
@@ -1962,6 +2263,8 @@ impl PlannerHost {
 /// The turn's harness, watched: once its session has started, messages go to the turn.
 struct Started {
     inner: Arc<dyn Harness>,
+    /// The turn's host: what its last step said is checked before the session ends.
+    host: Arc<PlannerHost>,
     turns: Arc<Turns>,
     document: Uuid,
     /// The owner's browser login the turn runs under.
@@ -1974,6 +2277,7 @@ struct Started {
 /// waits on a question, and destroyed otherwise.
 struct Keeping {
     inner: Arc<dyn HarnessSession>,
+    host: Arc<PlannerHost>,
     turns: Arc<Turns>,
     document: Uuid,
     login: Uuid,
@@ -1991,7 +2295,12 @@ impl HarnessSession for Keeping {
         turn: TurnRequest,
         io: crate::harness::TurnIo,
     ) -> crate::harness::TurnOutcome {
-        self.inner.run_turn(turn, io).await
+        let outcome = self.inner.run_turn(turn, io).await;
+        // What the last step said, though no `finish` part ended it (a remote client's text
+        // before its `turn-end`), is checked now, while the session lives: a request for input
+        // keeps it for the continuation (COA-06).
+        self.host.publish_step().await;
+        outcome
     }
 
     async fn destroy(&self) {
@@ -2061,6 +2370,7 @@ impl Harness for Started {
         }
         Ok(Box::new(Keeping {
             inner: session,
+            host: self.host.clone(),
             turns: self.turns.clone(),
             document: self.document,
             login: self.login,
