@@ -101,6 +101,12 @@ pub struct Settings {
     pub session_max_age_ms: Option<u64>,
     /// `BACKGROUND_JOBS`: `true` runs background jobs (off by default in the simulator).
     pub background_jobs: Option<bool>,
+    /// `CLASSIFIER_MODEL`: `true` checks Planner messages with a classifier model on the fake
+    /// model provider (the `model` host, whatever the harness; `provider-reply` steps script
+    /// its judgments in call order). Unset: the server's built-in check.
+    pub classifier: Option<bool>,
+    /// With `classifier = true`: `CLASSIFIER_TIMEOUT_MS` (default 20000).
+    pub classifier_timeout_ms: Option<u64>,
 }
 
 impl Settings {
@@ -125,6 +131,11 @@ impl Settings {
             c.planted.write_cap_small = write_cap_small;
             c.planted.poison_guard_off = poison_guard_off;
             c.planted.resume_wait_unbounded = resume_wait_unbounded;
+            if s.classifier == Some(true) {
+                c.classifier = Some(crate::world::classifier_settings(
+                    s.classifier_timeout_ms.unwrap_or(20_000),
+                ));
+            }
             if s.harness.as_deref() == Some("provider") {
                 c.harness = "provider".to_owned();
                 c.provider = Some(crate::world::provider_settings(
@@ -576,7 +587,9 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         typed: Typed::new(),
         provider: None,
     };
-    if file.settings.harness.as_deref() == Some("provider") {
+    if file.settings.harness.as_deref() == Some("provider")
+        || file.settings.classifier == Some(true)
+    {
         run.provider = Some(run.world.serve_model_provider());
     }
     let mut invariants = Invariants::default();
@@ -955,7 +968,7 @@ impl Run {
                     }
                     Ok(())
                 }
-                None => Err("provider-reply needs settings.harness = \"provider\"".to_owned()),
+                None => Err("provider-reply needs settings.harness = \"provider\" or settings.classifier = true".to_owned()),
             },
             Action::ProviderOutage { status } => match &self.provider {
                 Some(provider) => {

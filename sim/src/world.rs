@@ -1151,6 +1151,18 @@ pub fn provider_settings(timeout_ms: u64, retries: u32) -> chopin_server::config
     }
 }
 
+/// `CLASSIFIER_MODEL` settings for a world's server: OpenAI's wire at [`MODEL_HOST`] (the same
+/// fake provider as the Planner's model), a fixed key, `timeout_ms`.
+pub fn classifier_settings(timeout_ms: u64) -> chopin_server::config::ClassifierSettings {
+    chopin_server::config::ClassifierSettings {
+        family: chopin_server::config::ModelFamily::OpenAi,
+        model: "sim-classifier".to_owned(),
+        base_url: format!("http://{MODEL_HOST}:{GITHUB_PORT}/v1"),
+        api_key: Some(chopin_server::config::Secret::new("sk-sim-operator")),
+        timeout_ms,
+    }
+}
+
 /// One incarnation of a server host: start (take the lease, clear owner references), listen,
 /// serve until the lease is lost or a stop is asked.
 #[allow(clippy::too_many_arguments)]
