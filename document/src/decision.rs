@@ -35,7 +35,7 @@ pub const TEXT_MAX_CHARS: usize = 64 * 1024;
 pub const LOGIN_MAX_CHARS: usize = 39;
 /// Every key a Decision block may hold, as errors list them.
 pub const KEYS: &str =
-    "id, state, header, question, about, multi, hint, prefill, option, detail, preview, answer, chose";
+    "id, state, header, question, about, applied, multi, hint, prefill, option, detail, preview, answer, chose";
 
 /// Where a Decision stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -144,6 +144,10 @@ pub struct Decision {
     /// The digest (`sha256:…`) of the block the Decision is about, when it is linked to one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub about: Option<String>,
+    /// How many of its answers the passage it is about already reflects (`applied: N`),
+    /// written with the passage by the prose update that reflected them (COA-17).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applied: Option<u64>,
     pub answers: Vec<Answer>,
 }
 
@@ -160,6 +164,7 @@ impl Decision {
             hint: None,
             prefill: None,
             about: None,
+            applied: None,
             answers: Vec::new(),
         }
     }
@@ -188,6 +193,9 @@ impl Decision {
         line("question", &self.question);
         if let Some(about) = &self.about {
             line("about", about);
+        }
+        if let Some(applied) = self.applied {
+            line("applied", &applied.to_string());
         }
         if self.multi {
             line("multi", "yes");
@@ -293,6 +301,8 @@ pub enum DecisionProblem {
     OptionNote(&'static str),
     #[error("`multi` is `yes` or `no`, not `{0}`")]
     BadMulti(String),
+    #[error("`applied: {0}` is not a whole number of answers")]
+    BadApplied(String),
     #[error("`chose: @{login}: {label}` names no option of this Decision")]
     NoSuchOption { login: String, label: String },
     #[error("`{0}` appears more than once")]
@@ -370,6 +380,7 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
     let mut question = None;
     let mut header = None;
     let mut about = None;
+    let mut applied = None;
     let mut multi = None;
     let mut hint = None;
     let mut prefill = None;
@@ -431,6 +442,14 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
             "about" => {
                 once(&about, "about", line)?;
                 about = Some(non_empty(value, "about", TEXT_MAX_CHARS, line)?);
+            }
+            "applied" => {
+                once(&applied, "applied", line)?;
+                applied = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| error(line, DecisionProblem::BadApplied(value.into())))?,
+                );
             }
             "hint" => {
                 once(&hint, "hint", line)?;
@@ -505,6 +524,7 @@ pub fn parse_decision(block_text: &str) -> Result<Decision, DecisionError> {
         hint,
         prefill,
         about,
+        applied,
         answers: answers.into_iter().map(|(a, _)| a).collect(),
     })
 }
@@ -681,6 +701,7 @@ mod tests {
         let mut d = Decision::open("q-1", "Which region goes first?\nSay why.");
         d.header = Some("Rollout".into());
         d.about = Some("sha256:00ff".into());
+        d.applied = Some(2);
         d.multi = true;
         d.hint = Some("  leading space kept".into());
         d.prefill = Some("line one\nline two".into());
