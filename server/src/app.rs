@@ -101,6 +101,8 @@ pub struct App {
     pub descriptions: Arc<crate::jobs::description::Descriptions>,
     /// Who is renaming each document now (`plan:titling`), which title drafts wait for.
     pub titling: Arc<crate::jobs::title::Titling>,
+    /// Asks for anchored prose updates when answers are saved (COA-15).
+    pub prose_updates: Arc<crate::jobs::prose::ProseUpdates>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -372,8 +374,11 @@ impl App {
                 updates.clone(),
                 open.clone(),
             ));
+        let prose: Arc<dyn crate::jobs::Definition> = Arc::new(
+            crate::jobs::prose::ProseUpdate::new(open.clone(), store.clone(), store.clone()),
+        );
         let jobs = crate::jobs::Jobs::new(
-            crate::jobs::Registry::new(vec![summary, title, evidence, answer])
+            crate::jobs::Registry::new(vec![summary, title, evidence, answer, prose])
                 .expect("the built-in job definitions are valid"),
             crate::jobs::JobsDeps {
                 store: store.clone(),
@@ -403,6 +408,7 @@ impl App {
             jobs_on,
         );
         let research = crate::jobs::research::Research::new(&jobs, shutdown.clone());
+        let prose_updates = crate::jobs::prose::ProseUpdates::new(&jobs, jobs_on);
         if jobs_on {
             open.watch(descriptions.clone());
             jobs.spawn();
@@ -464,6 +470,7 @@ impl App {
             jobs,
             descriptions,
             titling,
+            prose_updates,
         }
     }
 
@@ -554,6 +561,7 @@ impl App {
             models: self.models.clone(),
             attachments: self.files.limits(),
             titling: self.titling.clone(),
+            prose: self.prose_updates.clone(),
             transcription: self.transcription.as_ref().map(|t| t.hello()),
         }))
         .merge(transport::yjs::routes(YjsDeps {

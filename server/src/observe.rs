@@ -113,6 +113,17 @@ pub enum PlannerEvent {
         verdict: String,
         ms: i64,
     },
+    /// A Planner turn opened Decision cards without waiting (`open_decision(s)`): their ids,
+    /// comma-separated.
+    CardsOpened { document: Uuid, decisions: String },
+    /// A person's answer to a card nothing waits on was handed to the Planner: `waiting`
+    /// answers now share the turn that starts at `starts_at` (server ms) at the earliest
+    /// (COA-20, COA-21).
+    AnswerHanded {
+        document: Uuid,
+        waiting: usize,
+        starts_at: i64,
+    },
     /// A turn whose message asked for input in prose gets its one continuation (COA-06).
     TurnContinued { document: Uuid },
     /// A background job of type `job_type` was queued (`origin`: scheduler, planner or user).

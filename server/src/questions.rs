@@ -217,6 +217,34 @@ pub enum Given {
     Text(String),
 }
 
+/// What saving a person's answer came to, beyond the card.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Saved {
+    /// What to tell a Planner turn about the answer, when no blocking question takes it: the
+    /// answer to a card the Planner opened without waiting (COA-20), or to a question a client
+    /// waited on before a restart (HO-15).
+    pub handed: Option<String>,
+    /// The answer is to a Planner Decision anchored to a passage: the passage's prose update
+    /// is due (COA-15).
+    pub anchored: Option<Anchored>,
+}
+
+/// An answer saved on an anchored Planner Decision (COA-15).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Anchored {
+    pub decision: String,
+    /// The digest of the block the Decision is about.
+    pub about: String,
+    /// How many answers the Decision holds now: the answer generation to reflect.
+    pub generation: u64,
+}
+
+/// Whether `id` names a card the Planner opened (`ask`, `open_decision(s)`, a client's
+/// questions): the `q-` ids the server gives them.
+pub fn is_planner_card(id: &str) -> bool {
+    id.starts_with("q-")
+}
+
 /// Why an answer or cancellation from the room was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AnswerRefused {
@@ -790,9 +818,10 @@ impl Questions {
     }
 
     /// A person's answer to a card. Closes the card; once every card of the question it belongs
-    /// to is answered, the client hears `input-result` `answered`. `Some(words)` for the answer
-    /// to a card of a question a client waited on before a restart: what to tell a Planner
-    /// turn (HO-15).
+    /// to is answered, the client hears `input-result` `answered`. The answer to a card nothing
+    /// waits on (one the Planner opened without waiting, COA-20, or of a question a client
+    /// waited on before a restart, HO-15) is handed back as what to tell a Planner turn; the
+    /// answer to an anchored Planner card names its passage (COA-15).
     pub async fn answer(
         &self,
         reference: &DocumentRef,
@@ -800,7 +829,7 @@ impl Questions {
         decision: &str,
         login: &str,
         given: Given,
-    ) -> Result<Option<String>, AnswerRefused> {
+    ) -> Result<Saved, AnswerRefused> {
         let _gate = self.gates.lock(document).await;
         let (key, position, kind) = match self.card_of(document, decision) {
             Some((key, position, input)) => (Some(key), position, Some(input)),
@@ -809,6 +838,7 @@ impl Questions {
         let mut refused = None;
         let mut added = Vec::new();
         let mut question = String::new();
+        let mut anchored = None;
         let changed = self
             .change(document, reference, |source| {
                 let all = blocks(source);
@@ -829,6 +859,15 @@ impl Questions {
                         added = lines.clone();
                         card.answers.extend(lines);
                         card.state = DecisionState::Answered;
+                        anchored = card
+                            .about
+                            .clone()
+                            .filter(|_| is_planner_card(&card.id))
+                            .map(|about| Anchored {
+                                decision: card.id.clone(),
+                                about,
+                                generation: card.answers.len() as u64,
+                            });
                     }
                     Err(e) => {
                         refused = Some(e);
@@ -848,9 +887,11 @@ impl Questions {
             Unchanged::Unavailable(_) => AnswerRefused::Unavailable,
         })?;
         tracing::info!(%document, decision, login, "a Decision was answered");
+        let said: Vec<&str> = added.iter().map(|a| a.text.as_str()).collect();
         let Some(key) = key else {
             // A question a client waited on before a restart: its answer starts a Planner
-            // turn once one is attached (HO-15).
+            // turn once one is attached (HO-15); so does the answer to a card the Planner
+            // opened without waiting (COA-20).
             let unwaited = {
                 let mut table = self.lock();
                 let taken = table
@@ -866,15 +907,22 @@ impl Questions {
                 }
                 taken
             };
-            if !unwaited {
-                return Ok(None);
-            }
-            let said: Vec<&str> = added.iter().map(|a| a.text.as_str()).collect();
-            return Ok(Some(format!(
-                "answered the Decision \u{201c}{}\u{201d} ({decision}), asked before the server restarted: {}",
-                one_line(&question),
-                said.join("; ")
-            )));
+            let handed = if unwaited {
+                Some(format!(
+                    "answered the Decision \u{201c}{}\u{201d} ({decision}), asked before the server restarted: {}",
+                    one_line(&question),
+                    said.join("; ")
+                ))
+            } else if is_planner_card(decision) {
+                Some(format!(
+                    "answered the Decision \u{201c}{}\u{201d} ({decision}): {}",
+                    one_line(&question),
+                    said.join("; ")
+                ))
+            } else {
+                None
+            };
+            return Ok(Saved { handed, anchored });
         };
         let done = {
             let mut table = self.lock();
@@ -928,7 +976,10 @@ impl Questions {
                 }
             }
         }
-        Ok(None)
+        Ok(Saved {
+            handed: None,
+            anchored,
+        })
     }
 
     /// A workflow run's report: its root, and whether it is paused. Only a root's own report

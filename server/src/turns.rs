@@ -349,7 +349,14 @@ struct Table {
     /// Documents whose running turn had a message withheld as a request for input: its session
     /// outlives the turn for the one continuation (COA-06).
     continuing: BTreeSet<Uuid>,
+    /// When each document's waiting answers may start their turn: [`ANSWERS_SHARE_MS`] after
+    /// the last of them was handed (COA-21).
+    answers_due: BTreeMap<Uuid, i64>,
 }
+
+/// Answers saved within this many ms of each other share one Planner turn (RULINGS COA-21): a
+/// turn for answers starts once this long has passed since the last was saved.
+pub const ANSWERS_SHARE_MS: u64 = 2_000;
 
 /// The most document references one Planner session holds (CTX-19: a bounded set).
 pub const REFERENCES_RETAINED_MAX: usize = 32;
@@ -437,6 +444,13 @@ impl Drop for BackgroundGuard {
     fn drop(&mut self) {
         self.turns.lock().background.remove(&self.document);
         self.turns.ended.send_modify(|n| *n = n.wrapping_add(1));
+        // Answers that waited for the job's worker get their turn now.
+        let turns = self.turns.clone();
+        let document = self.document;
+        self.turns
+            .deps
+            .shutdown
+            .spawn(async move { turns.start_answers(document).await });
     }
 }
 
@@ -645,9 +659,11 @@ impl Turns {
             .map(|k| k.session.id().to_owned())
     }
 
-    /// A person answered a Decision of a question a client waited on before a restart, which
-    /// nothing waits on now (HO-15): the answer goes to a Planner turn, at once if one can
-    /// start, else once a Planner is attached and idle. Answers given meanwhile share a turn.
+    /// A person answered a Decision nothing waits on: one the Planner opened without waiting
+    /// (COA-20), or of a question a client waited on before a restart (HO-15). The answer goes
+    /// to a Planner turn [`ANSWERS_SHARE_MS`] after the last answer saved (COA-21), once a
+    /// Planner is attached and idle and no background job's worker runs. Answers given
+    /// meanwhile share the turn.
     pub async fn hand_answer(
         self: &Arc<Self>,
         document: Uuid,
@@ -655,13 +671,31 @@ impl Turns {
         login: &str,
         words: &str,
     ) {
-        self.lock()
-            .answers
-            .entry(document)
-            .or_insert_with(|| (url.to_owned(), Vec::new()))
-            .1
-            .push(format!("@{login}: {words}"));
-        self.start_answers(document).await;
+        let due = self.deps.clock.now_ms() + ANSWERS_SHARE_MS as i64;
+        let waiting = {
+            let mut table = self.lock();
+            let waiting = &mut table
+                .answers
+                .entry(document)
+                .or_insert_with(|| (url.to_owned(), Vec::new()))
+                .1;
+            waiting.push(format!("@{login}: {words}"));
+            let count = waiting.len();
+            table.answers_due.insert(document, due);
+            count
+        };
+        self.deps.planners.emit(PlannerEvent::AnswerHanded {
+            document,
+            waiting,
+            starts_at: due,
+        });
+        // COA-21: the turn starts once no answer came for ANSWERS_SHARE_MS; one saved meanwhile
+        // moves the start and shares the turn.
+        let turns = self.clone();
+        self.deps.shutdown.spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(ANSWERS_SHARE_MS)).await;
+            turns.start_answers(document).await;
+        });
     }
 
     /// Starts a turn for `document`'s answers waiting for one, if a Planner is attached and no
@@ -671,8 +705,18 @@ impl Turns {
         if d.shutdown.is_stopping() || !d.agent_enabled {
             return;
         }
-        if !self.lock().answers.contains_key(&document) {
-            return;
+        {
+            let table = self.lock();
+            if !table.answers.contains_key(&document) || table.background.contains(&document) {
+                return;
+            }
+            if table
+                .answers_due
+                .get(&document)
+                .is_some_and(|due| *due > d.clock.now_ms())
+            {
+                return;
+            }
         }
         let Ok(holder) = self.owner(document, "", None).await else {
             return;
@@ -688,6 +732,7 @@ impl Turns {
         let Some((url, answers)) = table.answers.remove(&document) else {
             return;
         };
+        table.answers_due.remove(&document);
         let (request, words) = PlannerRequest::of_words(document, url, &answers);
         tracing::info!(%document, answers = answers.len(), "a turn starts for answers to questions nothing waits on since a restart");
         self.begin(&mut table, harness, request, holder, words);
@@ -2056,6 +2101,12 @@ impl PlannerHost {
         {
             Ok(opened) => {
                 self.opened_cards(opened.placed.len() + opened.existing.len());
+                if !opened.placed.is_empty() {
+                    self.turns.deps.planners.emit(PlannerEvent::CardsOpened {
+                        document: self.document,
+                        decisions: opened.placed.join(","),
+                    });
+                }
                 let mut result = serde_json::json!({ "decisions": opened.placed });
                 if !opened.existing.is_empty() {
                     result["existing"] = serde_json::json!(opened.existing);

@@ -19,6 +19,7 @@
 //! read only where something asks for it.
 
 pub mod description;
+pub mod prose;
 pub mod research;
 pub mod title;
 pub mod worker;

@@ -81,6 +81,8 @@ pub struct RoomDeps {
     pub transcription: Option<serde_json::Value>,
     /// Who is renaming each document (`plan:titling`), which title drafts wait for (OWN-15).
     pub titling: Arc<crate::jobs::title::Titling>,
+    /// Asks for a passage's update when an answer on its anchored Decision is saved (COA-15).
+    pub prose: Arc<crate::jobs::prose::ProseUpdates>,
 }
 
 /// A room socket's part in [`crate::jobs::title::Titling`]: let go when the socket ends.
@@ -738,11 +740,18 @@ async fn decision_frame(
             .questions
             .answer(&reference, doc.id, decision, &sender.login, given)
             .await;
-        if let Ok(Some(words)) = &answered {
-            // Nothing waits on it since a restart: a Planner turn takes it (HO-15).
-            deps.turns
-                .hand_answer(doc.id, &reference.url, &sender.login, words)
-                .await;
+        if let Ok(saved) = &answered {
+            // COA-15: the passage's update is stored before anyone is answered.
+            if let Some(anchored) = &saved.anchored {
+                deps.prose.saved(doc.id, anchored).await;
+            }
+            // Nothing waits on it (a card opened without waiting, COA-20, or a question asked
+            // before a restart, HO-15): a Planner turn takes it.
+            if let Some(words) = &saved.handed {
+                deps.turns
+                    .hand_answer(doc.id, &reference.url, &sender.login, words)
+                    .await;
+            }
         }
         answered.map(|_| "decision:answered")
     };
