@@ -262,6 +262,11 @@ async fn an_answer_rewrites_its_passage(backend: Backend) {
     while !(rewrote && handed) {
         let turn = next_turn(&mut w.client).await;
         if turn.instructions.contains("rewrite one passage") {
+            assert_eq!(
+                (turn.model.as_deref(), turn.thinking_level.as_deref()),
+                (None, None),
+                "MOD-24: a background job's turn carries no model choice"
+            );
             assert!(turn.prompt.contains(PASSAGE.trim()), "{}", turn.prompt);
             assert!(
                 turn.prompt.contains("How often should the export ship?")

@@ -1382,9 +1382,16 @@ async fn with_context(
     out
 }
 
-const INSTRUCTIONS: &str = "You are chopin, the Planner of a collaborative Markdown document. \
+pub const INSTRUCTIONS: &str = "You are chopin, the Planner of a collaborative Markdown document. \
 Read it with read_plan before you change it, and change it only with edit_plan against the revision you read. \
-People speak to you in Chat as @handle: text; answer them in plain words.";
+People speak to you in Chat as @handle: text; answer them in plain words. \
+Early on, write a small provisional account of the problem from the document and the repository's evidence, \
+and keep apart what people reported, what you verified, your hypotheses, your own recommendations and what people decided: \
+a remedy someone mentions is not an agreed requirement. \
+Every request for input from people (missing intent, a clarification, a choice) goes through open_decisions, \
+never as a question in Chat: draft the provisional prose first, then open the independent questions you know of \
+(up to ten) as cards after the passages they inform, each with a stable key. \
+An unanswered, cancelled or expired question is not consent.";
 
 fn host_tools() -> Vec<ToolSpec> {
     vec![
@@ -2481,6 +2488,20 @@ mod tests {
     /// The driver checks a host tool call's arguments against the tool's schema only where the
     /// schema checker can read all of it: every Planner tool's schema is in that subset, so no
     /// call of the Planner's reaches its tool unchecked.
+    #[test]
+    fn coa_01_the_instructions_ask_for_a_provisional_account_and_cards_for_every_request_for_input()
+    {
+        for words in [
+            "provisional account",
+            "what people reported, what you verified, your hypotheses, your own recommendations and what people decided",
+            "Every request for input from people",
+            "open_decisions",
+            "not consent",
+        ] {
+            assert!(INSTRUCTIONS.contains(words), "{words}");
+        }
+    }
+
     #[test]
     fn every_planner_tool_schema_is_one_the_driver_checks() {
         for tool in host_tools() {

@@ -404,3 +404,135 @@ async fn coa_10_the_builtin_check_never_withholds_a_plain_reply_and_a_turn_witho
         )]
     );
 }
+
+#[tokio::test]
+async fn coa_04_coa_20_cards_stay_open_after_the_turn_and_are_answered_in_any_order() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let (session, turn) = begin(&s, &mut client, "@chopin plan the export").await;
+    let opened = call(
+        &mut client,
+        &turn,
+        "c1",
+        "open_decisions",
+        json!({ "decisions": [card("Which export format?", "format"), card("Which columns?", "columns")] }),
+    )
+    .await;
+    let ids: Vec<String> = opened["output"]["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect();
+    say(&mut client, &turn, "I opened two cards.").await;
+    end_turn(&mut client, &turn).await;
+    assert_eq!(destroyed(&mut client).await, session);
+    settle(&s).await;
+    // The turn is over; the cards are still open, and the second is answered first.
+    for (n, id) in ids.iter().rev().enumerate() {
+        let answered = support::ask_room(
+            &mut room,
+            json!({ "type": "decision:answer", "requestId": format!("a-{n}"), "decision": id, "options": [1] }),
+        )
+        .await;
+        assert_eq!(answered["type"], "decision:answered", "{answered}");
+    }
+    let source = s.state.open.open(s.doc).await.unwrap().source().await;
+    assert_eq!(source.matches("state: answered").count(), 2, "{source}");
+    // COA-20: both answers reach one Planner turn, in the order they were saved.
+    let (_, prompt) = loop {
+        match next(&mut client).await {
+            ServerMessage::Start(start) => {
+                client
+                    .send(&ClientMessage::Started(Started {
+                        session_id: start.session_id.clone(),
+                    }))
+                    .await
+                    .unwrap();
+            }
+            ServerMessage::Turn(t) => break (t.turn_id, t.prompt),
+            _ => {}
+        }
+    };
+    let columns = prompt.find("Which columns?").expect("the columns answer");
+    let format = prompt
+        .find("Which export format?")
+        .expect("the format answer");
+    assert!(columns < format, "{prompt}");
+}
+
+#[tokio::test]
+async fn coa_13_a_cancelled_question_is_never_taken_for_an_answer() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let (_, turn) = begin(&s, &mut client, "@chopin may I ship").await;
+    client
+        .send(&ClientMessage::HostToolCall(HostToolCall {
+            turn_id: turn.clone(),
+            call_id: "ask-1".into(),
+            name: "ask".into(),
+            input: json!({ "questions": [{ "question": "Ship it?", "options": [{ "label": "Yes" }, { "label": "No" }] }] }),
+        }))
+        .await
+        .unwrap();
+    // The card appears; a writer cancels the question instead of answering it.
+    let id = loop {
+        let source = s.state.open.open(s.doc).await.unwrap().source().await;
+        if let Some(line) = source.lines().find(|l| l.starts_with("id: q-")) {
+            break line.trim_start_matches("id: ").to_owned();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let cancelled = support::ask_room(
+        &mut room,
+        json!({ "type": "decision:cancel", "requestId": "x-1", "decision": id }),
+    )
+    .await;
+    assert_eq!(cancelled["type"], "decision:cancelled", "{cancelled}");
+    let result = loop {
+        if let ServerMessage::HostToolResult(r) = next(&mut client).await {
+            break r;
+        }
+    };
+    assert!(result.is_error, "{result:?}");
+    let said = result.output.to_string();
+    assert!(said.contains("not answered"), "{said}");
+    assert!(
+        !said.contains("Yes"),
+        "no option is made the answer: {said}"
+    );
+}
+
+#[tokio::test]
+async fn coa_24_an_unaddressed_message_starts_no_turn_and_is_not_checked() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let ack = support::ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "m-1", "text": "Which day do we ship?" }),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    assert!(ack.get("planner").is_none_or(Value::is_null), "{ack}");
+    settle(&s).await;
+    let entries = s.store.transcript(s.doc, 0, 10).await.unwrap();
+    assert_eq!(entries.len(), 1);
+    assert_eq!(
+        entries[0].body, "Which day do we ship?",
+        "a person's words are never checked"
+    );
+    let metrics = metrics(&s).await;
+    assert!(
+        !metrics.contains("chopin_classifier_checks_total{"),
+        "{metrics}"
+    );
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), client.recv())
+            .await
+            .is_err(),
+        "no session was started"
+    );
+}
