@@ -88,6 +88,8 @@ pub struct App {
     pub files: Arc<Files>,
     /// The repositories' file listings for mentions.
     pub repo_files: Arc<crate::repo_files::RepoFiles>,
+    /// The people a message can mention (CTX-39..41).
+    pub people: Arc<crate::people::People>,
     /// Dictation's transcription; `None` where `TRANSCRIPTION_MODEL` is unset.
     pub transcription: Option<Arc<crate::dictation::Transcription>>,
     pub renewal: Arc<Renewal>,
@@ -296,6 +298,12 @@ impl App {
             repository_tools.clone(),
             clock.clone(),
         ));
+        let people = Arc::new(crate::people::People::new(
+            github.clone(),
+            store.clone(),
+            clock.clone(),
+            config.github_web_url.clone(),
+        ));
         let models = Arc::new(Models::new(store.clone(), adapters.clone(), clock.clone()));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
@@ -462,6 +470,7 @@ impl App {
             models,
             files,
             repo_files,
+            people,
             transcription,
             renewal,
             questions,
@@ -526,6 +535,7 @@ impl App {
             transport::mentions::MentionsDeps {
                 documents: self.documents_deps(),
                 repo_files: self.repo_files.clone(),
+                people: self.people.clone(),
             },
         ))
         .merge(transport::dictation::routes(

@@ -102,6 +102,32 @@ pub struct GitHubUser {
     pub login: String,
 }
 
+/// A person GitHub lists as a repository's collaborator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collaborator {
+    pub login: String,
+    /// Their GitHub picture.
+    pub avatar_url: Option<String>,
+}
+
+/// The most collaborator pages read (CTX-39: three pages of 100).
+pub const COLLABORATOR_PAGES_MAX: usize = 3;
+
+/// The path of the page after this one, from a GitHub `Link` header's `rel="next"` (only its
+/// path and query, so the answer can never send the token elsewhere).
+fn next_page(link: Option<&str>) -> Option<String> {
+    link?.split(',').find_map(|part| {
+        let (url, rel) = part.split_once(';')?;
+        if !rel.contains("rel=\"next\"") {
+            return None;
+        }
+        let url = url.trim().strip_prefix('<')?.strip_suffix('>')?;
+        let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let path = &after_scheme[after_scheme.find('/')?..];
+        Some(path.to_owned())
+    })
+}
+
 /// What one token may do on one repository.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoAccess {
@@ -339,6 +365,59 @@ impl GitHub {
             404 => Ok(None),
             _ => Err(unexpected(&response)),
         }
+    }
+
+    /// The people with access to `owner/repo` (`GET /repos/{owner}/{repo}/collaborators`, 100
+    /// a page, following GitHub's `Link` paging for at most [`COLLABORATOR_PAGES_MAX`] pages),
+    /// bots left out. `Ok(None)` where GitHub will not list them to this token (it lists them
+    /// only to people who can push, 403, or the repository is not visible, 404).
+    pub async fn collaborators(
+        &self,
+        token: &str,
+        owner: &str,
+        repo: &str,
+    ) -> Result<Option<Vec<Collaborator>>, GitHubError> {
+        #[derive(Deserialize)]
+        struct Body {
+            login: String,
+            #[serde(default)]
+            avatar_url: Option<String>,
+            #[serde(rename = "type", default)]
+            kind: Option<String>,
+        }
+        if !is_github_name(owner) || !is_github_name(repo) {
+            return Ok(None);
+        }
+        let mut people = Vec::new();
+        let mut path = format!("/repos/{owner}/{repo}/collaborators?per_page=100&page=1");
+        let prefix = format!("/repos/{owner}/{repo}/collaborators?");
+        for _ in 0..COLLABORATOR_PAGES_MAX {
+            let response = self.get(token, &path).await?;
+            match response.status.as_u16() {
+                200 => {}
+                403 | 404 => return Ok(None),
+                _ => return Err(unexpected(&response)),
+            }
+            let page: Vec<Body> = parse(&response.body)?;
+            people.extend(
+                page.into_iter()
+                    .filter(|p| p.kind.as_deref() != Some("Bot"))
+                    .map(|p| Collaborator {
+                        login: p.login,
+                        avatar_url: p.avatar_url,
+                    }),
+            );
+            let link = response.headers.get("link").and_then(|v| v.to_str().ok());
+            // Only a next page of the same listing is followed.
+            match next_page(link).and_then(|next| {
+                let (_, query) = next.split_once('?')?;
+                Some(format!("{prefix}{query}"))
+            }) {
+                Some(next) => path = next,
+                None => break,
+            }
+        }
+        Ok(Some(people))
     }
 
     /// Whether `token`'s account is an active member of `org`
@@ -901,6 +980,19 @@ pub(crate) fn is_github_name(name: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ctx_39_the_next_collaborator_page_is_read_from_githubs_link_header() {
+        let link = "<https://api.github.com/repositories/42/collaborators?per_page=100&page=2>; rel=\"next\", <https://api.github.com/repositories/42/collaborators?per_page=100&page=4>; rel=\"last\"";
+        assert_eq!(
+            next_page(Some(link)).as_deref(),
+            Some("/repositories/42/collaborators?per_page=100&page=2")
+        );
+        let last = "<https://api.github.com/repositories/42/collaborators?per_page=100&page=1>; rel=\"prev\", <https://api.github.com/repositories/42/collaborators?per_page=100&page=1>; rel=\"first\"";
+        assert_eq!(next_page(Some(last)), None, "the last page names no next");
+        assert_eq!(next_page(None), None);
+        assert_eq!(next_page(Some("garbage")), None);
+    }
+
     use super::*;
 
     #[test]

@@ -7,6 +7,8 @@
 //! (`id`, `title`), `researchCards` (none until research workspaces exist) and `files` (paths,
 //! from the default branch as the asker's own session lists it, kept a minute; left out where
 //! GitHub will not list them, CTX-38).
+//! `GET /api/channels/{channel}/people` (CTX-39..41) answers who can be mentioned as a person
+//! ([`crate::people`]).
 //! Does not own: anchors, labels and narrowing ([`chopin_document::mention`]), or access.
 
 use axum::extract::{Path, RawQuery, State};
@@ -24,11 +26,13 @@ use crate::error::ApiError;
 pub struct MentionsDeps {
     pub documents: DocumentsDeps,
     pub repo_files: std::sync::Arc<crate::repo_files::RepoFiles>,
+    pub people: std::sync::Arc<crate::people::People>,
 }
 
 pub fn routes(deps: MentionsDeps) -> Routes {
     Table::new()
         .get("/api/channels/{channel}/mentions", mentions)
+        .get("/api/channels/{channel}/people", people)
         .with_state(deps)
 }
 
@@ -124,6 +128,24 @@ async fn mentions(
         answer["files"] = json!(files);
     }
     Ok(Json(answer))
+}
+
+/// `GET /api/channels/{channel}/people` (CTX-39..41): the repository's people as GitHub lists
+/// them to the asker (`authoritative: true`), else the document's creator and its recent Chat
+/// authors (`authoritative: false`). Anyone who cannot read the document is told it does not
+/// exist.
+async fn people(
+    State(deps): State<MentionsDeps>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.documents.access.caller(&headers, false).await?;
+    let (doc, _) = deps.documents.readable(&caller, &channel).await?;
+    let listed = deps.people.list(caller.token(), &doc).await;
+    Ok(Json(json!({
+        "people": listed.people.iter().map(|p| json!({ "login": p.login, "avatarUrl": p.avatar_url })).collect::<Vec<_>>(),
+        "authoritative": listed.authoritative,
+    })))
 }
 
 #[cfg(test)]
