@@ -14,6 +14,7 @@ pub mod edit;
 pub mod lines;
 pub mod mention;
 pub mod reader;
+pub mod snapshot;
 pub mod ydoc;
 
 use serde::{Deserialize, Serialize};

@@ -126,6 +126,15 @@ pub enum PlannerEvent {
     },
     /// A turn whose message asked for input in prose gets its one continuation (COA-06).
     TurnContinued { document: Uuid },
+    /// An `ask` or `open_decisions` result was given the `current_plan` snapshot (`outcome`
+    /// `whole` or `shortened`) or not (`over-budget`: the 50 ms ran out; `not-owner`;
+    /// `unavailable`; `no-room`: not even its header fit the result), `ms` after it began on
+    /// the server's clock (CTX-12..17).
+    CurrentPlan {
+        document: Uuid,
+        outcome: String,
+        ms: i64,
+    },
     /// A background job of type `job_type` was queued (`origin`: scheduler, planner or user).
     JobQueued {
         document: Uuid,

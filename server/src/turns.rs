@@ -1878,6 +1878,10 @@ fn child_and_rest(mut input: Value) -> Result<(String, Value), String> {
 /// The most cards one `open_decisions` call opens (COA-03).
 pub const OPEN_DECISIONS_MAX: usize = 10;
 
+/// How long `ask` and `open_decisions` wait for the `current_plan` snapshot: the document
+/// lookup, the owner's revalidation and the room together (CTX-13).
+pub const CURRENT_PLAN_BUDGET: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// `ask` arguments: questions asked together, answered before the turn goes on.
 #[derive(serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -2039,7 +2043,17 @@ impl PlannerHost {
         };
         match result.status {
             chopin_protocol::agent::InputStatus::Answered => {
-                HostToolResult::ok(serde_json::to_value(&result.answer).unwrap_or(Value::Null))
+                let answer = serde_json::to_value(&result.answer).unwrap_or(Value::Null);
+                // CTX-12, CTX-14: the plan only comes with at least one saved answer.
+                let answered = answer
+                    .get("answers")
+                    .and_then(Value::as_array)
+                    .is_none_or(|a| !a.is_empty());
+                if answered {
+                    HostToolResult::ok(self.with_current_plan(answer).await)
+                } else {
+                    HostToolResult::ok(answer)
+                }
             }
             _ => HostToolResult::error(format!(
                 "the question was not answered: {}",
@@ -2124,7 +2138,8 @@ impl PlannerHost {
                         "the cards of notRecreated were discarded, withdrawn or closed; they are not opened again and count for nothing"
                     );
                 }
-                HostToolResult::ok(result)
+                // CTX-15: the plan as the cards left it.
+                HostToolResult::ok(self.with_current_plan(result).await)
             }
             Err(why) => HostToolResult::error(why),
         }
@@ -2248,6 +2263,82 @@ impl PlannerHost {
             Ok(text) => HostToolResult::ok(Value::String(format!("{changed}{text}"))),
             Err(e) => HostToolResult::error(e.to_string()),
         }
+    }
+
+    /// `current_plan` for a result whose other parts take `outcomes` bytes (CTX-12..17): the
+    /// document as `read_plan`'s structured view sees it, if the lookup, the owner's
+    /// revalidation and the room answer within [`CURRENT_PLAN_BUDGET`], and it fits.
+    async fn current_plan(&self, outcomes: usize) -> Option<Value> {
+        let d = &self.turns.deps;
+        let began = d.clock.now_ms();
+        let (outcome, plan) =
+            match tokio::time::timeout(CURRENT_PLAN_BUDGET, self.plan_snapshot(outcomes)).await {
+                Ok(Ok(Some(plan))) => {
+                    let shortened = plan.get("source_omitted").is_some();
+                    (if shortened { "shortened" } else { "whole" }, Some(plan))
+                }
+                Ok(Ok(None)) => ("no-room", None),
+                Ok(Err(why)) => (why, None),
+                Err(_) => ("over-budget", None),
+            };
+        d.planners.emit(PlannerEvent::CurrentPlan {
+            document: self.document,
+            outcome: outcome.to_owned(),
+            ms: d.clock.now_ms() - began,
+        });
+        plan
+    }
+
+    /// The snapshot without its time budget: `Err` says why there is none.
+    async fn plan_snapshot(&self, outcomes: usize) -> Result<Option<Value>, &'static str> {
+        let d = &self.turns.deps;
+        let doc = match d.records.document(self.document).await {
+            Ok(Some(doc)) if !doc.archived => doc,
+            _ => return Err("unavailable"),
+        };
+        // The turn's owner still owns the document, under the generation it started with.
+        let ownership = d
+            .ownership
+            .ownership(self.document)
+            .await
+            .map_err(|_| "unavailable")?;
+        let owns = ownership.generation == self.generation
+            && ownership
+                .holder
+                .is_some_and(|h| h.account_id == self.holder.account_id);
+        if !owns {
+            return Err("not-owner");
+        }
+        let open = d
+            .open
+            .open(self.document)
+            .await
+            .map_err(|_| "unavailable")?;
+        let reading = open.reading().await;
+        let input = chopin_document::snapshot::PlanInput {
+            document: DocumentRef {
+                id: doc.id.to_string(),
+                url: self.document_url.clone(),
+            },
+            revision: doc.plan_revision as u64,
+            source: &reading.source,
+            comments: &[],
+        };
+        // The result as a whole stays within one read (CTX-17); the key and its comma too.
+        let room = chopin_document::reader::READ_BYTES
+            .saturating_sub(outcomes + r#","current_plan":"#.len());
+        Ok(chopin_document::snapshot::current_plan(&input, room))
+    }
+
+    /// `result` with `current_plan` added when the snapshot comes in time and fits.
+    async fn with_current_plan(&self, mut result: Value) -> Value {
+        let outcomes = chopin_document::snapshot::json_len(&result);
+        if let Some(plan) = self.current_plan(outcomes).await {
+            if let Some(object) = result.as_object_mut() {
+                object.insert("current_plan".to_owned(), plan);
+            }
+        }
+        result
     }
 
     async fn read_plan(&self, input: Value) -> HostToolResult {

@@ -566,6 +566,148 @@ async fn coa_23_ask_waits_for_every_answer_and_returns_them() {
     assert_eq!(r.output["answers"][1]["text"], "@lisa");
 }
 
+async fn plan_revision(s: &Served) -> u64 {
+    s.store
+        .document(s.doc)
+        .await
+        .unwrap()
+        .unwrap()
+        .plan_revision as u64
+}
+
+#[tokio::test]
+async fn ctx_12_an_answered_ask_carries_current_plan_as_read_plans_view_sees_it() {
+    let (s, mut client, mut room, _, turn_id) = begun().await;
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "ask",
+        json!({ "questions": [{ "question": "Which region first?", "options": [{"label": "eu-west"}, {"label": "us-east"}] }] }),
+    )
+    .await;
+    let placed = until_cards(&s, 1).await;
+    answer(&mut room, "a1", &placed[0].1.id, json!({ "options": [0] })).await;
+    let r = tool_result(&mut client).await;
+    assert!(!r.is_error, "{r:?}");
+    let plan = &r.output["current_plan"];
+    let text = source(&s).await;
+    assert_eq!(plan["document"]["url"], DOC_URL, "{plan}");
+    assert_eq!(plan["revision"], plan_revision(&s).await, "{plan}");
+    assert_eq!(plan["source"], text.as_str(), "the answer is in it: {plan}");
+    assert_eq!(
+        plan["blocks"].as_array().map(Vec::len),
+        Some(blocks(&text).len())
+    );
+    assert_eq!(plan["questions"][0]["id"], placed[0].1.id.as_str());
+    assert_eq!(plan["questions"][0]["answers"][0]["text"], "eu-west");
+    assert_eq!(plan["comments"], json!([]));
+    assert_eq!(r.output["answers"][0]["options"][0]["label"], "eu-west");
+}
+
+#[tokio::test]
+async fn ctx_15_open_decisions_returns_current_plan_the_same_way() {
+    let (s, mut client, _room, _, turn_id) = begun().await;
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "open_decisions",
+        json!({ "decisions": [{ "question": "Which region first?" }, { "question": "Who signs off?" }] }),
+    )
+    .await;
+    let r = tool_result(&mut client).await;
+    assert!(!r.is_error, "{r:?}");
+    let plan = &r.output["current_plan"];
+    assert_eq!(plan["revision"], plan_revision(&s).await, "{plan}");
+    assert_eq!(plan["source"], source(&s).await.as_str());
+    let ids: Vec<&str> = plan["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        r.output["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap())
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn ctx_16_ctx_17_a_large_plan_leaves_its_source_out_and_the_result_stays_within_one_read() {
+    let s = served().await;
+    let long = format!(
+        "# Rollout\n\n{}\n",
+        "We ship region by region. ".repeat(1200)
+    );
+    seed(&s, &long).await;
+    let mut client = s.attach(&[]).await;
+    let mut room = room(&s).await;
+    let (_, turn_id) = turn(&s, &mut client, &mut room).await;
+    let questions: Vec<Value> = (1..=10)
+        .map(|n| json!({ "question": format!("Question {n}: {}?", "which way ".repeat(90)), "options": [{"label": "this way"}, {"label": "that way"}] }))
+        .collect();
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "open_decisions",
+        json!({ "decisions": questions }),
+    )
+    .await;
+    let r = tool_result(&mut client).await;
+    assert!(!r.is_error, "{r:?}");
+    let plan = &r.output["current_plan"];
+    assert!(
+        plan.get("source").is_none() && plan.get("blocks").is_none(),
+        "{plan}"
+    );
+    let text = source(&s).await;
+    assert_eq!(plan["source_omitted"]["bytes"], text.len());
+    assert_eq!(plan["source_omitted"]["blocks"], blocks(&text).len());
+    assert_eq!(plan["source_omitted"]["read"], "read_plan");
+    assert_eq!(plan["revision"], plan_revision(&s).await);
+    let kept = plan["questions"].as_array().unwrap().len();
+    assert!(
+        kept < 10,
+        "ten long cards do not fit in 8,000 bytes: {kept}"
+    );
+    assert_eq!(plan["questions_omitted"], 10 - kept);
+    assert_eq!(plan["comments_omitted"], 0);
+    assert!(serde_json::to_vec(plan).unwrap().len() <= 8_000);
+    assert!(serde_json::to_vec(&r.output).unwrap().len() <= 16_000);
+}
+
+#[tokio::test]
+async fn ctx_14_an_owner_that_no_longer_owns_the_document_gets_only_the_outcomes() {
+    let (s, mut client, mut room, _, turn_id) = begun().await;
+    call(
+        &mut client,
+        &turn_id,
+        "c1",
+        "ask",
+        json!({ "questions": [{ "question": "Which region first?", "options": [{"label": "eu-west"}, {"label": "us-east"}] }] }),
+    )
+    .await;
+    let placed = until_cards(&s, 1).await;
+    // The stored ownership moves on while the question waits: the revalidation fails.
+    let owned = s.store.ownership(s.doc).await.unwrap();
+    s.store
+        .release_ownership(s.doc, owned.generation)
+        .await
+        .unwrap();
+    answer(&mut room, "a1", &placed[0].1.id, json!({ "options": [1] })).await;
+    let r = tool_result(&mut client).await;
+    assert!(!r.is_error, "{r:?}");
+    assert_eq!(r.output["answers"][0]["options"][0]["label"], "us-east");
+    assert!(r.output.get("current_plan").is_none(), "{:?}", r.output);
+}
+
 #[tokio::test]
 async fn rt_10_a_turn_that_ends_while_ask_waits_withdraws_its_cards() {
     let (s, mut client, _room, _, turn_id) = begun().await;
