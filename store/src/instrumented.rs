@@ -21,9 +21,10 @@ use crate::{
     Account, Advance, Attachment, AttachmentStore, BrowserLogin, Claim, ContentStore, Document,
     DocumentContent, DocumentStore, Fence, HoldStore, Holder, Kept, LeaseAcquire, LeaseStore,
     LinkHold, ModelChoice, ModelChoiceStore, NewAttachment, NewDocument, NewTranscriptEntry,
-    OwnerGuard, Ownership, OwnershipStore, Pending, PlanCommit, Provenance, Release, RevisionKind,
-    RunRecord, RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult,
-    TakeBack, TranscriptEntry, TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
+    OwnerGuard, Ownership, OwnershipStore, ParticipationPause, Pending, PlanCommit, Provenance,
+    Release, RevisionKind, RunRecord, RunStore, SignInStore, StagePage, StageRecord, Store,
+    StoreError, StoreResult, TakeBack, TranscriptEntry, TranscriptStore, UnixMillis, UnsentLimit,
+    WriterLease,
 };
 
 /// One store call, as reported.
@@ -579,6 +580,36 @@ impl<H: Hook> ModelChoiceStore for Instrumented<H> {
     async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>> {
         self.observe("model_choice", READ, self.inner.model_choice(document_id))
             .await
+    }
+
+    async fn pause_participation(&self, pause: &ParticipationPause) -> StoreResult<()> {
+        self.observe(
+            "pause_participation",
+            WRITE,
+            self.inner.pause_participation(pause),
+        )
+        .await
+    }
+
+    async fn resume_participation(&self, document_id: Uuid) -> StoreResult<bool> {
+        self.observe(
+            "resume_participation",
+            WRITE,
+            self.inner.resume_participation(document_id),
+        )
+        .await
+    }
+
+    async fn participation_pause(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<ParticipationPause>> {
+        self.observe(
+            "participation_pause",
+            READ,
+            self.inner.participation_pause(document_id),
+        )
+        .await
     }
 }
 

@@ -855,7 +855,18 @@ pub struct ModelChoice {
     pub chosen_at_ms: UnixMillis,
 }
 
-/// The documents' Planner model choices (`planner_model_choices`).
+/// A document's automatic participation, paused (`planner_participation_pauses`, CTX-02,
+/// RULINGS CTX-03): one row per document while paused, shared by everyone in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ParticipationPause {
+    pub document_id: Uuid,
+    /// The GitHub login of the writer who paused it.
+    pub paused_by: String,
+    pub paused_at_ms: UnixMillis,
+}
+
+/// The documents' Planner settings: model choices (`planner_model_choices`) and the pause of
+/// automatic participation (`planner_participation_pauses`).
 #[async_trait]
 pub trait ModelChoiceStore: Send + Sync + 'static {
     /// Stores `choice` as its document's, replacing any earlier one. `NotFound("document")` for
@@ -866,6 +877,16 @@ pub trait ModelChoiceStore: Send + Sync + 'static {
     async fn clear_model_choice(&self, document_id: Uuid) -> StoreResult<bool>;
     /// The document's choice, if somebody made one.
     async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>>;
+    /// Pauses the document's automatic participation, replacing an earlier pause.
+    /// `NotFound("document")` for an unknown document.
+    async fn pause_participation(&self, pause: &ParticipationPause) -> StoreResult<()>;
+    /// Lets automatic participation run again. True if it was paused.
+    async fn resume_participation(&self, document_id: Uuid) -> StoreResult<bool>;
+    /// The document's pause, if it is paused.
+    async fn participation_pause(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<ParticipationPause>>;
 }
 
 /// A file uploaded to a document's Chat (`chat_attachments`, FILE-01): its uploader's alone until

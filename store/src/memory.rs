@@ -19,9 +19,9 @@ use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
     Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
     Fence, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice, NewAttachment, NewDocument,
-    NewTranscriptEntry, OwnerGuard, Ownership, PlanCommit, Provenance, Release, RevisionKind,
-    RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack, TranscriptEntry,
-    UnixMillis, UnsentLimit, WriterLease,
+    NewTranscriptEntry, OwnerGuard, Ownership, ParticipationPause, PlanCommit, Provenance, Release,
+    RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack,
+    TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
@@ -111,6 +111,7 @@ struct Inner {
     holds: BTreeMap<Uuid, LinkHold>,
     /// Document id → its Planner model choice.
     model_choices: BTreeMap<Uuid, ModelChoice>,
+    participation_pauses: BTreeMap<Uuid, ParticipationPause>,
     /// File id → a Chat file and its bytes.
     attachments: BTreeMap<Uuid, (Attachment, Vec<u8>)>,
     /// Job id → a background job.
@@ -886,6 +887,33 @@ impl ModelChoiceStore for MemoryStore {
 
     async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>> {
         self.with(|inner| Ok(inner.model_choices.get(&document_id).cloned()))
+    }
+
+    async fn pause_participation(&self, pause: &ParticipationPause) -> StoreResult<()> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&pause.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            inner.participation_pauses.insert(
+                pause.document_id,
+                ParticipationPause {
+                    paused_by: crate::storable(&pause.paused_by).into_owned(),
+                    ..pause.clone()
+                },
+            );
+            Ok(())
+        })
+    }
+
+    async fn resume_participation(&self, document_id: Uuid) -> StoreResult<bool> {
+        self.write(|inner| Ok(inner.participation_pauses.remove(&document_id).is_some()))
+    }
+
+    async fn participation_pause(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<ParticipationPause>> {
+        self.with(|inner| Ok(inner.participation_pauses.get(&document_id).cloned()))
     }
 }
 

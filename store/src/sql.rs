@@ -55,9 +55,9 @@ use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Creator, Document,
     DocumentContent, Fence, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice, NewAttachment,
-    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, Pending, PlanCommit, Provenance,
-    Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError, StoreResult, TakeBack,
-    TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
+    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, ParticipationPause, Pending,
+    PlanCommit, Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError,
+    StoreResult, TakeBack, TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
 };
 
 mod group;
@@ -2201,6 +2201,60 @@ where
 
     // --- ModelChoiceStore ---
 
+    pub(crate) async fn pause_participation(&self, pause: &ParticipationPause) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, pause.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        sqlx::query(
+            "INSERT INTO planner_participation_pauses (document_id, paused_by, paused_at_ms) \
+             VALUES ($1, $2, $3) ON CONFLICT (document_id) DO UPDATE SET \
+             paused_by = excluded.paused_by, paused_at_ms = excluded.paused_at_ms",
+        )
+        .bind(DB::Id::from(pause.document_id))
+        .bind(crate::storable(&pause.paused_by).into_owned())
+        .bind(pause.paused_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("pausing automatic participation", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a participation pause", e))
+    }
+
+    pub(crate) async fn resume_participation(&self, document_id: Uuid) -> StoreResult<bool> {
+        let changed = self
+            .write_one(
+                sqlx::query("DELETE FROM planner_participation_pauses WHERE document_id = $1")
+                    .bind(DB::Id::from(document_id)),
+                (
+                    "resuming automatic participation",
+                    "committing a participation resume",
+                ),
+            )
+            .await?;
+        Ok(changed > 0)
+    }
+
+    pub(crate) async fn participation_pause(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<ParticipationPause>> {
+        let row: Option<(String, i64)> = sqlx::query_as(
+            "SELECT paused_by, paused_at_ms FROM planner_participation_pauses \
+             WHERE document_id = $1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a participation pause", e))?;
+        Ok(row.map(|(paused_by, paused_at_ms)| ParticipationPause {
+            document_id,
+            paused_by,
+            paused_at_ms,
+        }))
+    }
+
     pub(crate) async fn put_model_choice(&self, choice: &ModelChoice) -> StoreResult<()> {
         let mut tx = self.begin_write().await?;
         if !Self::document_exists(&mut tx, choice.document_id, DB::FOR_NO_KEY_UPDATE).await? {
@@ -3148,7 +3202,7 @@ macro_rules! sql_store_impls {
                 DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
-                HoldStore, LinkHold, ModelChoice, ModelChoiceStore, Attachment, AttachmentStore,
+                HoldStore, LinkHold, ModelChoice, ModelChoiceStore, ParticipationPause, Attachment, AttachmentStore,
                 Kept, NewAttachment, TakeBack, UnsentLimit, Enqueued, Job, JobState, JobStore,
                 NewJob, Settlement, TitleStore, TitleSidecar, Drafted,
             };
@@ -3235,6 +3289,9 @@ macro_rules! sql_store_impls {
                 fn put_model_choice(choice: &ModelChoice) -> ();
                 fn clear_model_choice(document_id: Uuid) -> bool;
                 fn model_choice(document_id: Uuid) -> Option<ModelChoice>;
+                fn pause_participation(pause: &ParticipationPause) -> ();
+                fn resume_participation(document_id: Uuid) -> bool;
+                fn participation_pause(document_id: Uuid) -> Option<ParticipationPause>;
             } {});
             sql_store_impls!(@forward $store, AttachmentStore {
                 fn put_attachment(file: &NewAttachment, limit: UnsentLimit) -> Kept;

@@ -32,9 +32,9 @@ use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
     Creator, Document, DocumentContent, Drafted, Enqueued, Fence, Holder, Job, JobState, Kept,
     LeaseAcquire, LinkHold, MemoryStore, ModelChoice, NewAttachment, NewDocument, NewJob,
-    NewTranscriptEntry, OwnerGuard, PgStore, PlanCommit, Provenance, Release, RevisionKind,
-    RunRecord, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
-    UnsentLimit, WriterLease,
+    NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, Provenance, Release,
+    RevisionKind, RunRecord, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack,
+    TitleSidecar, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -215,6 +215,7 @@ conformance! {
     own_23_a_documents_creator_and_brief_round_trip_and_survive_reopening,
     iso_43_a_documents_creation_provenance_round_trips_and_survives_reopening,
     mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_and_survives_reopening,
+    ctx_02_ctx_03_a_participation_pause_is_kept_per_document_and_survives_reopening,
     cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening,
     file_01_file_09_file_16_a_file_is_kept_with_its_bytes_its_uploaders_until_sent_then_the_messages,
     file_11_file_12_file_13_unsent_files_count_per_person_and_document_and_are_forgotten_after_the_window,
@@ -1939,6 +1940,23 @@ async fn every_write(
             .map(|cleared| assert!(cleared)),
     );
     record(
+        "pause_participation",
+        store
+            .pause_participation(&ParticipationPause {
+                document_id: fx.doc,
+                paused_by: "mona".into(),
+                paused_at_ms: 5_000,
+            })
+            .await,
+    );
+    record(
+        "resume_participation",
+        store
+            .resume_participation(fx.doc)
+            .await
+            .map(|resumed| assert!(resumed)),
+    );
+    record(
         "put_attachment",
         store
             .put_attachment(&file_of(fx.doc, 0xa1, "mona", b"one"), roomy())
@@ -2208,7 +2226,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 36, "every write method is tried");
+    assert_eq!(outcomes.len(), 38, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -4835,6 +4853,64 @@ async fn mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_a
         "kept across a reopen"
     );
     assert_eq!(reopened.model_choice(second).await.unwrap(), None);
+}
+
+async fn ctx_02_ctx_03_a_participation_pause_is_kept_per_document_and_survives_reopening(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let first = store
+        .create_document(&new_doc(94, "octo", "pauses", "first"))
+        .await
+        .unwrap()
+        .id;
+    let second = store
+        .create_document(&new_doc(95, "octo", "pauses", "second"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(store.participation_pause(first).await.unwrap(), None);
+    let pause = |doc, by: &str, at| ParticipationPause {
+        document_id: doc,
+        paused_by: by.to_owned(),
+        paused_at_ms: at,
+    };
+    store
+        .pause_participation(&pause(first, "mona", 1_000))
+        .await
+        .unwrap();
+    store
+        .pause_participation(&pause(second, "lisa", 1_100))
+        .await
+        .unwrap();
+    // A second pause replaces the first: who and when are the latest.
+    store
+        .pause_participation(&pause(first, "lisa", 2_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.participation_pause(first).await.unwrap(),
+        Some(pause(first, "lisa", 2_000))
+    );
+    assert!(store.resume_participation(second).await.unwrap());
+    assert!(
+        !store.resume_participation(second).await.unwrap(),
+        "once only"
+    );
+    assert_eq!(store.participation_pause(second).await.unwrap(), None);
+    assert!(is_not_found(
+        store
+            .pause_participation(&pause(Uuid::from_u128(0xdead), "mona", 1))
+            .await
+    ));
+    drop(store);
+    let reopened = b.open().await;
+    assert_eq!(
+        reopened.participation_pause(first).await.unwrap(),
+        Some(pause(first, "lisa", 2_000)),
+        "kept across a reopen"
+    );
+    assert_eq!(reopened.participation_pause(second).await.unwrap(), None);
 }
 
 async fn cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening(b: &Backend) {
