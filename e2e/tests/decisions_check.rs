@@ -224,3 +224,84 @@ async fn coa_05_coa_06_coa_10_a_request_for_input_becomes_a_card_on_postgres() {
         .expect("a fresh database");
     a_request_for_input_becomes_a_card(Backend::Postgres(db)).await;
 }
+
+/// CTX-01: with `CLASSIFIER_MODEL` set, the turn-taking judgment after a group's quiet window
+/// is the model's: it reads the latest lines and says whether the Planner speaks.
+async fn a_group_line_the_model_judges_worth_answering_reaches_the_planner(backend: Backend) {
+    let mut w = world(backend).await;
+    // mona alone: her line goes to the Planner at once, without @chopin.
+    w.planner.script(Reply::text("Noted, the export it is."));
+    w.classifier.script(judgment("reply"));
+    send(&mut w, "m-1", "let's plan the export").await;
+    let noted = next_reply(&mut w.room).await;
+    assert_eq!(noted["text"], "Noted, the export it is.", "{noted}");
+
+    // lisa joins: a group. Her line waits out the quiet window, then the model judges.
+    w._github.add_user("lisa", 1002);
+    w._github.grant("octo", "plans", "lisa", Permission::Write);
+    let lisa_cookie = sign_in(&w.server, &w._github, "lisa").await;
+    let stream = tokio::net::TcpStream::connect(&w.server.host())
+        .await
+        .unwrap();
+    let mut lisa = BrowserSocket::connect(
+        stream,
+        &w.server.host(),
+        &format!("/api/documents/{}/room", w.id),
+        Some(&lisa_cookie),
+        Some(&w.server.origin()),
+    )
+    .await
+    .unwrap();
+    w.classifier
+        .script(Reply::text(&json!({ "speak": true }).to_string()));
+    w.planner
+        .script(Reply::text("CSV first is the simpler start."));
+    w.classifier.script(judgment("reply"));
+    lisa.send_json(
+        &json!({ "type": "chat:send", "requestId": "l-1", "text": "I'd start with CSV, thoughts?" }),
+    )
+    .await
+    .unwrap();
+    let heard = next_reply(&mut w.room).await;
+    assert_eq!(heard["author"], "lisa", "{heard}");
+    let answer = next_reply(&mut w.room).await;
+    assert_eq!(answer["kind"], "planner", "{answer}");
+    assert_eq!(
+        answer["text"], "CSV first is the simpler start.",
+        "{answer}"
+    );
+    let asked = w
+        .classifier
+        .requests()
+        .iter()
+        .map(|r| r.as_text())
+        .find(|t| t.contains("\"speak\""))
+        .expect("the turn-taking judgment was asked of the model");
+    assert!(
+        asked.contains("@mona: let's plan the export")
+            && asked.contains("chopin: Noted, the export it is.")
+            && asked.contains("@lisa: I'd start with CSV, thoughts?"),
+        "it reads the latest lines: {asked}"
+    );
+    let (status, log) = w.server.stop().await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test]
+async fn ctx_01_a_group_line_the_classifier_model_judges_worth_answering_reaches_the_planner_on_sqlite(
+) {
+    a_group_line_the_model_judges_worth_answering_reaches_the_planner(Backend::Sqlite(
+        tempfile::tempdir().unwrap(),
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn ctx_01_a_group_line_the_classifier_model_judges_worth_answering_reaches_the_planner_on_postgres(
+) {
+    let db = chopin_fixtures::pg::shared_postgres()
+        .create_database()
+        .await
+        .expect("a fresh database");
+    a_group_line_the_model_judges_worth_answering_reaches_the_planner(Backend::Postgres(db)).await;
+}

@@ -157,6 +157,17 @@ async fn titles_follow_chat(backend: Backend) {
         .or_else(|| made["id"].as_str())
         .unwrap_or_else(|| panic!("{made}"))
         .to_owned();
+    // Messages without @chopin here are for the room: automatic participation is paused, so
+    // none becomes a Planner turn (CTX-01) and every turn the client gets is a job's.
+    let paused = reqwest::Client::new()
+        .put(server.url(&format!("/api/channels/{id}/participation")))
+        .header("cookie", &cookie)
+        .header("origin", server.origin())
+        .json(&json!({ "paused": true }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(paused.status().as_u16(), 200);
     let mut client = attach(&server, &mona, &id).await;
     let mut room = open_room(&server, &id, &cookie).await;
     say(&mut room, "m1", "We need a plan for the search revamp.").await;

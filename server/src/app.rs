@@ -82,6 +82,8 @@ pub struct App {
     pub planners: Arc<Planners>,
     pub turns: Arc<Turns>,
     pub chat: Arc<Chat>,
+    /// Automatic participation and its pause.
+    pub participation: Arc<crate::participation::Participation>,
     /// The documents' Planner model choices and catalogs.
     pub models: Arc<Models>,
     /// The documents' Chat files.
@@ -305,6 +307,11 @@ impl App {
             config.github_web_url.clone(),
         ));
         let models = Arc::new(Models::new(store.clone(), adapters.clone(), clock.clone()));
+        let classifier = classifier_for(
+            config.classifier.as_ref(),
+            runtime.connector.clone(),
+            entropy.clone(),
+        );
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -327,11 +334,7 @@ impl App {
             questions: questions.clone(),
             repository: repository_tools.clone(),
             github_tools: github_tools.clone(),
-            classifier: classifier_for(
-                config.classifier.as_ref(),
-                runtime.connector.clone(),
-                entropy.clone(),
-            ),
+            classifier: classifier.clone(),
         }));
         let files = Arc::new(Files::new(
             store.clone(),
@@ -421,6 +424,17 @@ impl App {
             open.watch(descriptions.clone());
             jobs.spawn();
         }
+        let participation =
+            crate::participation::Participation::new(crate::participation::ParticipationDeps {
+                entries: store.clone(),
+                pauses: store.clone(),
+                transcript: transcript.clone(),
+                turns: turns.clone(),
+                classifier,
+                planners: planners.clone(),
+                clock: clock.clone(),
+                shutdown: shutdown.clone(),
+            });
         let chat = Chat::new(transcript.clone(), turns.clone(), clock.clone());
         // `/research` runs only where background jobs do; elsewhere it is refused as
         // unavailable.
@@ -434,7 +448,8 @@ impl App {
                 .with_files(files.clone())
                 .with_content(open.clone())
                 .with_repo_files(repo_files.clone(), store.clone())
-                .with_on_saved(titles.clone()),
+                .with_on_saved(titles.clone())
+                .with_participation(participation.clone()),
         );
         chat.plant(config.planted);
         housekeeping::spawn(
@@ -467,6 +482,7 @@ impl App {
             planners,
             turns,
             chat,
+            participation,
             models,
             files,
             repo_files,
@@ -536,6 +552,12 @@ impl App {
                 documents: self.documents_deps(),
                 repo_files: self.repo_files.clone(),
                 people: self.people.clone(),
+            },
+        ))
+        .merge(transport::participation::routes(
+            transport::participation::ParticipationDeps {
+                documents: self.documents_deps(),
+                participation: self.participation.clone(),
             },
         ))
         .merge(transport::dictation::routes(

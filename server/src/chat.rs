@@ -468,6 +468,8 @@ pub struct Chat {
     )>,
     /// Told of every member message saved (title maintenance); `None`: nobody.
     on_saved: Option<Arc<dyn MessageSaved>>,
+    /// Automatic participation, told of every member message saved.
+    participation: Option<Arc<crate::participation::Participation>>,
     /// Told of every `/research` message saved; `None`: `/research` is refused as unavailable.
     research: Option<Arc<dyn ResearchRequests>>,
 }
@@ -541,6 +543,7 @@ impl Chat {
             content: None,
             repo_files: None,
             on_saved: None,
+            participation: None,
             research: None,
         }
     }
@@ -558,6 +561,15 @@ impl Chat {
     /// Runs `/research`: each such message, once saved, is handed to `research`.
     pub fn with_research(mut self, research: Arc<dyn ResearchRequests>) -> Self {
         self.research = Some(research);
+        self
+    }
+
+    /// Tells automatic participation of every member message saved, after it is durable.
+    pub fn with_participation(
+        mut self,
+        participation: Arc<crate::participation::Participation>,
+    ) -> Self {
+        self.participation = Some(participation);
         self
     }
 
@@ -1143,6 +1155,21 @@ impl Chat {
                 if saved.kind == "member" {
                     if let Some(on_saved) = &self.on_saved {
                         on_saved.member_message(place.document, saved.seq);
+                    }
+                }
+                if let Some(participation) = &self.participation {
+                    if to_planner || research {
+                        participation.addressed(place.document);
+                    } else if saved.kind == "member" && place.focus.is_none() {
+                        participation.heard(crate::participation::Unaddressed {
+                            document: place.document,
+                            document_url: place.url.clone(),
+                            seq: saved.seq,
+                            login: sender.login.clone(),
+                            sender: sender.owner.clone(),
+                            text: saved.body.clone(),
+                            at_ms: saved.created_at_ms,
+                        });
                     }
                 }
                 if research {

@@ -1,7 +1,8 @@
 //! The deployment's decisions classifier: every complete Planner text message is checked
 //! before Chat shows it, on every harness (COA-05).
 //!
-//! Owns: [`Classifier`] (the check), its two kinds — [`ModelClassifier`] (the operator's
+//! Owns: [`Classifier`] (the check, and the turn-taking judgment of automatic participation),
+//! its two kinds — [`ModelClassifier`] (the operator's
 //! `CLASSIFIER_MODEL`, called directly through the in-server adapter's provider wire, whatever
 //! `HARNESS` is) and [`Builtin`] (the server's own rule, used when no model is configured) —
 //! and what a check can come to: a [`Verdict`], or [`Unchecked`] when it could not be made.
@@ -83,6 +84,39 @@ impl Unchecked {
 pub trait Classifier: Send + Sync {
     /// What `message` is, or why that could not be told.
     async fn classify(&self, message: &str) -> Result<Verdict, Unchecked>;
+
+    /// The turn-taking judgment of automatic participation (CTX-01): whether the Planner should
+    /// speak now that a conversation among people has gone quiet. `exchange` is its latest
+    /// lines, oldest first (`@login: text` for people, `chopin: text` for the Planner).
+    async fn take_turn(&self, exchange: &[String]) -> Result<bool, Unchecked>;
+}
+
+/// [`Builtin`]'s turn-taking judgment: the Planner speaks when a person's line since its own
+/// last one calls it by name without `@` ("chopin, what do you think").
+pub fn builtin_take_turn(exchange: &[String]) -> bool {
+    exchange
+        .iter()
+        .rev()
+        .take_while(|line| !line.starts_with(PLANNER_LINE))
+        .any(|line| invites_by_name(line.split_once(": ").map_or(line.as_str(), |(_, t)| t)))
+}
+
+/// How the Planner's own lines start in an exchange.
+pub const PLANNER_LINE: &str = "chopin: ";
+
+/// Whether `text` names chopin as a word of its own, not as a handle (`@chopin`), a domain
+/// (`chopin.dev`) or part of a longer word.
+pub fn invites_by_name(text: &str) -> bool {
+    let lower = text.to_lowercase();
+    lower.match_indices("chopin").any(|(at, word)| {
+        let before = lower[..at].chars().next_back();
+        let mut after = lower[at + word.len()..].chars();
+        let next = after.next();
+        let domain = next == Some('.') && after.next().is_some_and(char::is_alphanumeric);
+        before.is_none_or(|c| !c.is_alphanumeric() && c != '@' && c != '.' && c != '/')
+            && next.is_none_or(|c| !c.is_alphanumeric() && c != '-' && c != '_')
+            && !domain
+    })
 }
 
 /// The server's own check, used where `CLASSIFIER_MODEL` is unset: a message asks for input
@@ -168,6 +202,10 @@ impl Classifier for Builtin {
     async fn classify(&self, message: &str) -> Result<Verdict, Unchecked> {
         Ok(builtin_verdict(message))
     }
+
+    async fn take_turn(&self, exchange: &[String]) -> Result<bool, Unchecked> {
+        Ok(builtin_take_turn(exchange))
+    }
 }
 
 /// The longest message given to the classifier model, in characters; a longer one is judged
@@ -180,6 +218,23 @@ Judge whether the message asks the people in the chat for input: a question for 
 a confirmation or a clarification they must give. Answer \"request-for-input\" if it does, \"reply\" if it does not \
 (an answer, a report, a plan, a summary, rhetorical or quoted questions), and \"uncertain\" only when you cannot tell. \
 Give only the JSON object.";
+
+/// What the classifier model is told for the turn-taking judgment.
+const TURN_INSTRUCTIONS: &str = "You decide whether chopin, the planning assistant of a team's chat, should speak next. \
+You are given the chat's latest lines, oldest first; chopin's own lines start with \"chopin:\". \
+Answer {\"speak\": true} only when the latest lines ask chopin for something, by name or plainly, \
+or leave a question about the plan that nobody is answering; answer {\"speak\": false} while the people are talking among themselves. \
+Give only the JSON object.";
+
+/// The turn-taking judgment's schema.
+fn turn_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": { "speak": { "type": "boolean" } },
+        "required": ["speak"],
+        "additionalProperties": false
+    })
+}
 
 /// The judgment's schema.
 fn schema() -> Value {
@@ -233,15 +288,20 @@ fn bounded(message: &str) -> String {
     format!("{head}\n[…]\n{tail}")
 }
 
-#[async_trait]
-impl Classifier for ModelClassifier {
-    async fn classify(&self, message: &str) -> Result<Verdict, Unchecked> {
+impl ModelClassifier {
+    /// One disposable session asked `prompt` under `instructions` for an object of `schema`.
+    async fn judge(
+        &self,
+        instructions: &str,
+        prompt: String,
+        schema: Value,
+    ) -> Result<Value, Unchecked> {
         let (control, steer) = TurnControl::new(&*self.harness);
         let turn = TurnRequest {
-            instructions: INSTRUCTIONS.to_owned(),
-            prompt: bounded(message),
+            instructions: instructions.to_owned(),
+            prompt,
             host_tools: Vec::new(),
-            response_format: Some(schema()),
+            response_format: Some(schema),
             cancel: control.cancel_signal(),
             model: None,
             thinking_level: None,
@@ -261,12 +321,7 @@ impl Classifier for ModelClassifier {
         match report.result {
             TurnResult::Completed {
                 output: Some(output),
-            } => match output.get("judgment").and_then(Value::as_str) {
-                Some("reply") => Ok(Verdict::Reply),
-                Some("request-for-input") => Ok(Verdict::RequestForInput),
-                Some("uncertain") => Ok(Verdict::Uncertain),
-                _ => Err(Unchecked::Malformed),
-            },
+            } => Ok(output),
             TurnResult::Completed { output: None }
             | TurnResult::Failed(TurnFailure::OutputMissing) => Err(Unchecked::Missing),
             TurnResult::Failed(TurnFailure::OutputInvalid(_)) => Err(Unchecked::Malformed),
@@ -279,9 +334,75 @@ impl Classifier for ModelClassifier {
     }
 }
 
+#[async_trait]
+impl Classifier for ModelClassifier {
+    async fn classify(&self, message: &str) -> Result<Verdict, Unchecked> {
+        let output = self.judge(INSTRUCTIONS, bounded(message), schema()).await?;
+        match output.get("judgment").and_then(Value::as_str) {
+            Some("reply") => Ok(Verdict::Reply),
+            Some("request-for-input") => Ok(Verdict::RequestForInput),
+            Some("uncertain") => Ok(Verdict::Uncertain),
+            _ => Err(Unchecked::Malformed),
+        }
+    }
+
+    async fn take_turn(&self, exchange: &[String]) -> Result<bool, Unchecked> {
+        let output = self
+            .judge(
+                TURN_INSTRUCTIONS,
+                bounded(&exchange.join("\n")),
+                turn_schema(),
+            )
+            .await?;
+        output
+            .get("speak")
+            .and_then(Value::as_bool)
+            .ok_or(Unchecked::Malformed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ctx_02_the_builtin_turn_taking_speaks_when_a_person_calls_chopin_by_name() {
+        for inviting in [
+            "chopin, what do you think?",
+            "Chopin can you draft the intro",
+            "let's ask chopin.",
+            "(chopin) any ideas",
+        ] {
+            assert!(invites_by_name(inviting), "{inviting}");
+        }
+        for not in [
+            "@chopin draft it",
+            "see chopin.dev for the docs",
+            "chopinesque phrasing",
+            "chopin-bot broke",
+            "a nocturne by frederic",
+        ] {
+            assert!(!invites_by_name(not), "{not}");
+        }
+        let lines = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(builtin_take_turn(&lines(&[
+            "@mona: shall we split it?",
+            "@lisa: chopin, which is simpler?",
+            "@mona: good question",
+        ])));
+        assert!(
+            !builtin_take_turn(&lines(&[
+                "@lisa: chopin, which is simpler?",
+                "chopin: The first.",
+                "@mona: ok, thanks",
+            ])),
+            "already answered: only lines since its own count"
+        );
+        assert!(!builtin_take_turn(&lines(&[
+            "@mona: shall we split it?",
+            "@lisa: yes"
+        ])));
+    }
 
     #[test]
     fn coa_05_the_builtin_check_withholds_questions_and_requests_and_passes_replies() {

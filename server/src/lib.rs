@@ -34,6 +34,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod models;
 pub mod observe;
+pub mod participation;
 pub mod people;
 pub mod planner;
 pub mod questions;

@@ -126,6 +126,11 @@ pub enum PlannerEvent {
     },
     /// A turn whose message asked for input in prose gets its one continuation (COA-06).
     TurnContinued { document: Uuid },
+    /// Automatic participation (CTX-01..03) on a message that did not name `@chopin`:
+    /// `judged` is `solo` (it goes to the Planner at once), `quiet-window` (a group
+    /// conversation: it waits 8 s of quiet), `speak` or `yield` (the turn-taking judgment after
+    /// the quiet), `unchecked-<why>` (no judgment: the Planner stays quiet) or `paused`.
+    Participation { document: Uuid, judged: String },
     /// An `ask` or `open_decisions` result was given the `current_plan` snapshot (`outcome`
     /// `whole` or `shortened`) or not (`over-budget`: the 50 ms ran out; `not-owner`;
     /// `unavailable`; `no-room`: not even its header fit the result), `ms` after it began on

@@ -646,6 +646,8 @@ async fn cmd_11_cmd_12_cmd_13_cmd_14_cmd_19_a_command_the_planner_does_not_offer
 #[tokio::test]
 async fn cmd_10_cmd_16_cmd_17_a_skill_runs_as_its_invocation_alone_and_is_kept_with_the_message() {
     let s = served().await;
+    // Messages without @chopin here are for the room: no automatic Planner turn (CTX-01).
+    s.pause_participation(s.doc).await;
     let (mut client, mut room) = reported(&s).await;
     // Earlier words in the room, which a command's turn does not carry (CMD-17).
     let said = support::ask_room(

@@ -837,6 +837,8 @@ async fn atm_35_stops_flooded_while_the_planner_is_away_hold_one_stop_and_post_o
 #[tokio::test]
 async fn ctx_04_a_kept_sessions_next_turn_gets_only_the_chat_since_its_last_turn() {
     let s = served().await;
+    // Messages without @chopin here are for the room: no automatic Planner turn (CTX-01).
+    s.pause_participation(s.doc).await;
     let mut client = s.attach(&[]).await;
     let mut room = room(&s).await;
     let (session, turn_id) = turn(&mut client, &mut room).await;

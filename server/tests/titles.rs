@@ -136,6 +136,8 @@ fn outcome(job: &Job) -> Value {
 async fn own_09_own_12_any_members_message_drafts_a_blank_title_and_the_next_refines_its_own() {
     let s = served().await;
     let doc = untitled(&s).await;
+    // Messages without @chopin here are for the room: no automatic Planner turn (CTX-01).
+    s.pause_participation(doc).await;
     let mut client = s.attach_to(doc, &[]).await;
     let mut room = s.room_as(doc, &s.mona_cookie).await;
     // An ordinary message between people, not addressed to the Planner (OWN-09).
@@ -204,6 +206,8 @@ async fn own_09_own_12_any_members_message_drafts_a_blank_title_and_the_next_ref
 async fn own_11_a_conversation_that_names_nothing_leaves_the_title() {
     let s = served().await;
     let doc = untitled(&s).await;
+    // Messages without @chopin here are for the room: no automatic Planner turn (CTX-01).
+    s.pause_participation(doc).await;
     let mut client = s.attach_to(doc, &[]).await;
     let mut room = s.room_as(doc, &s.mona_cookie).await;
     say(&mut room, "m1", "hi all").await;
@@ -219,6 +223,8 @@ async fn own_11_a_conversation_that_names_nothing_leaves_the_title() {
 #[tokio::test]
 async fn own_13_own_14_a_title_a_person_set_or_renamed_is_never_replaced() {
     let s = served().await;
+    // Messages without @chopin here are for the room: no automatic Planner turn (CTX-01).
+    s.pause_participation(s.doc).await;
     // The cast's document was created titled "Notes" by a person.
     let mut client = s.attach(&[]).await;
     let mut room = s.room().await;
@@ -239,6 +245,7 @@ async fn own_13_own_14_a_title_a_person_set_or_renamed_is_never_replaced() {
     // A blank title the job drafted, then renamed by a person — even to the very draft: from
     // then on no draft replaces it (OWN-14).
     let doc = untitled(&s).await;
+    s.pause_participation(doc).await;
     let mut client = s.attach_to(doc, &[]).await;
     let mut room = s.room_as(doc, &s.mona_cookie).await;
     say(&mut room, "m1", "Plan the billing migration.").await;
@@ -271,6 +278,8 @@ async fn own_13_own_14_a_title_a_person_set_or_renamed_is_never_replaced() {
 async fn own_15_own_16_a_draft_made_while_somebody_renames_is_dropped_and_not_offered_later() {
     let s = served().await;
     let doc = untitled(&s).await;
+    // Messages without @chopin here are for the room: no automatic Planner turn (CTX-01).
+    s.pause_participation(doc).await;
     let mut client = s.attach_to(doc, &[]).await;
     let mut room = s.room_as(doc, &s.mona_cookie).await;
     room.send_json(&json!({ "type": "plan:titling", "active": true }))

@@ -56,7 +56,7 @@ impl DocumentsDeps {
     }
 
     /// The document `id`, if the caller can write it.
-    async fn writable(&self, caller: &Caller, id: &str) -> Result<Document, ApiError> {
+    pub(super) async fn writable(&self, caller: &Caller, id: &str) -> Result<Document, ApiError> {
         let (doc, access) = self.readable(caller, id).await?;
         writer_only(&access, &caller.login)?;
         Ok(doc)

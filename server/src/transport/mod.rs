@@ -17,6 +17,7 @@ pub mod files;
 pub mod health;
 pub mod mcp;
 pub mod mentions;
+pub mod participation;
 pub mod room;
 pub mod socket;
 pub mod web;
@@ -81,6 +82,10 @@ impl<S: Clone + Send + Sync + 'static> Table<S> {
 
     pub fn post<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
         self.add("POST", path, axum::routing::post(handler))
+    }
+
+    pub fn put<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {
+        self.add("PUT", path, axum::routing::put(handler))
     }
 
     pub fn delete<H: Handler<T, S>, T: 'static>(self, path: &'static str, handler: H) -> Self {

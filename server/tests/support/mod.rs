@@ -205,6 +205,19 @@ impl Served {
         .unwrap()
     }
 
+    /// Pauses `document`'s automatic participation in storage (no Chat line): for tests of
+    /// something else that send messages without `@chopin` and want no Planner turn from them.
+    pub async fn pause_participation(&self, document: Uuid) {
+        self.store
+            .pause_participation(&chopin_server::store::ParticipationPause {
+                document_id: document,
+                paused_by: "mona".into(),
+                paused_at_ms: 0,
+            })
+            .await
+            .unwrap();
+    }
+
     /// mona's scripted agent client, attached to the document offering `features`.
     pub async fn attach(&self, features: &[&str]) -> AgentClient {
         self.attach_to(self.doc, features).await
