@@ -3,7 +3,8 @@
 //! the fake GitHub's OAuth flow, on SQLite and PostgreSQL. An `@chopin` message runs a turn in
 //! the server that reads the document, edits it, asks a question the writer answers, and
 //! replies; a Stop aborts a model call mid-stream (the request is abandoned); an outage gives
-//! the provider's failure words in Chat and ends the turn.
+//! the provider's failure words in Chat and ends the turn. A `#` reference to another document
+//! is kept with its message and read by the Planner with `read_reference`.
 
 use std::time::Duration;
 
@@ -596,4 +597,84 @@ async fn job_02_job_09_a_description_runs_on_the_operators_model_once_a_writer_o
         !page.to_string().contains("PRD for a faster search"),
         "JOB-03: the description is not in Chat: {page}"
     );
+}
+
+/// CTX-18, CTX-19, CTX-20: a `#` reference to another document of the repository is kept with
+/// the message, and the in-server Planner reads that document with `read_reference`, told
+/// whether it changed since it was chosen.
+async fn a_document_reference_is_read_by_the_planner(backend: Backend) {
+    let mut w = world(backend, &[]).await;
+    let other = w
+        .server
+        .create_document(&w.mona, "octo/plans", "Launch plan")
+        .await;
+    let other_id = other["id"].as_str().unwrap().to_owned();
+    let mcp = chopin_fixtures::mcp::connect(&w.server.url("/mcp"), &w.mona).await;
+    chopin_fixtures::mcp::ok(
+        chopin_fixtures::mcp::call(
+            &mcp,
+            "update_document",
+            json!({"document": other["url"], "planRevision": 0,
+                   "source": "# Launch\n\nCanary in eu-west first.\n", "idempotencyKey": "e2e-ref"}),
+        )
+        .await,
+    );
+    w.provider.script(Reply::tool_call(
+        "read_reference",
+        json!({ "reference": other_id }),
+    ));
+    w.provider.script(Reply::text(
+        "The launch plan starts with a canary in eu-west.",
+    ));
+    w.room
+        .send_json(&json!({
+            "type": "chat:send", "requestId": "r-1",
+            "text": "@chopin compare with #Launch plan",
+            "references": [{"type": "document", "documentId": other_id}]
+        }))
+        .await
+        .unwrap();
+    let ack = next_of(&mut w.room, "chat:ack").await;
+    assert_eq!(ack["planner"], "started", "{ack}");
+    let mine = next_of(&mut w.room, "chat:message").await;
+    assert_eq!(
+        mine["references"][0]["documentId"], other_id,
+        "kept with the message: {mine}"
+    );
+    assert_eq!(mine["references"][0]["label"], "Launch plan", "{mine}");
+    let reply = next_reply(&mut w.room).await;
+    assert_eq!(
+        reply["text"], "The launch plan starts with a canary in eu-west.",
+        "{reply}"
+    );
+    let requests = w.provider.requests();
+    let first = requests[0].as_text();
+    assert!(
+        first.contains("[document reference") && first.contains(&other_id),
+        "the Planner is told the reference: {first}"
+    );
+    let read = requests
+        .iter()
+        .map(|r| r.as_text())
+        .find(|t| t.contains("Canary in eu-west first."))
+        .expect("the tool result carries the referred document's text");
+    assert!(
+        read.contains("changed since it was chosen: no"),
+        "CTX-20: {read}"
+    );
+}
+
+#[tokio::test]
+async fn ctx_18_ctx_19_a_document_reference_is_read_by_the_planner_on_sqlite() {
+    a_document_reference_is_read_by_the_planner(Backend::Sqlite(tempfile::tempdir().unwrap()))
+        .await;
+}
+
+#[tokio::test]
+async fn ctx_18_ctx_19_a_document_reference_is_read_by_the_planner_on_postgres() {
+    let db = chopin_fixtures::pg::shared_postgres()
+        .create_database()
+        .await
+        .expect("a fresh database");
+    a_document_reference_is_read_by_the_planner(Backend::Postgres(db)).await;
 }
