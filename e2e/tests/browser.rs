@@ -779,6 +779,121 @@ mod composer {
     }
 }
 
+/// Automatic participation in Chromium (CTX-01..03): mona, alone with an attached Planner,
+/// writes without `@chopin` and the Planner gets it; she unticks "chopin joins in without
+/// @chopin", the server stores the pause and Chat says so, and her next plain line reaches
+/// nobody.
+mod participation {
+    use super::*;
+    use chopin_fixtures::agent::{connect, Event, Upgrade};
+    use chopin_protocol::agent::{ClientMessage, ServerMessage, Started, TurnEnd, TurnStatus};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_pauses_chopin_joining_in_from_the_page_in_chromium() {
+        let github = github();
+        let mona_token = github.issue_token("mona");
+        let github_url = github.serve_tcp().await.unwrap();
+        let backend = Backend::Sqlite(tempfile::tempdir().unwrap());
+        let server = Launch::hosted(&github_url).on(&backend).start().await;
+        let doc = server
+            .create_document(&mona_token, "octo/plans", "Participation")
+            .await;
+        let id = doc["id"].as_str().unwrap().to_owned();
+        let url = format!("{}{}", server.origin(), doc["url"].as_str().unwrap());
+        let driver = Driver::start("participation").await;
+        let mona = signed_in(&driver, &github, &server, "mona").await;
+        let host = server.host();
+        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        let mut client = connect(stream, &Upgrade::new(host.clone(), Some(&mona_token)))
+            .await
+            .unwrap();
+        let attached = client.attach(&id, &[]).await.unwrap();
+        assert!(
+            matches!(attached, ServerMessage::Attached(_)),
+            "{attached:?}"
+        );
+        mona.step("open the document: chopin joins in", async {
+            mona.goto(&url).await?;
+            mona.until_text("#connection", WAIT, |t| t == "Connected")
+                .await?;
+            mona.until_script(
+                "const b = document.querySelector('#participation'); return String(b.checked && !b.disabled)",
+                WAIT,
+                |v| v == "true",
+            )
+            .await?;
+            mona.type_into("#chat-text", "what should the intro say").await?;
+            mona.click("#send").await
+        })
+        .await;
+        let turn = loop {
+            match tokio::time::timeout(WAIT, client.recv()).await {
+                Ok(Ok(Event::Message(ServerMessage::Start(s)))) => client
+                    .send(&ClientMessage::Started(Started {
+                        session_id: s.session_id,
+                    }))
+                    .await
+                    .unwrap(),
+                Ok(Ok(Event::Message(ServerMessage::Turn(t)))) => break t,
+                Ok(Ok(Event::Message(_))) => {}
+                other => panic!("CTX-01: a solo line reaches the Planner: {other:?}"),
+            }
+        };
+        assert!(
+            turn.prompt.ends_with("@mona: what should the intro say"),
+            "{}",
+            turn.prompt
+        );
+        client
+            .send(&ClientMessage::TurnEnd(TurnEnd {
+                turn_id: turn.turn_id,
+                status: TurnStatus::Completed,
+                output: None,
+                message: None,
+            }))
+            .await
+            .unwrap();
+        mona.step("pause it", async {
+            mona.click("#participation").await?;
+            mona.until_script(
+                "return document.querySelector('label.participation').dataset.paused",
+                WAIT,
+                |v| v == "yes",
+            )
+            .await?;
+            mona.until_text("#messages", WAIT, |t| {
+                t.contains("mona paused chopin's replies to messages that do not name it")
+            })
+            .await?;
+            mona.type_into("#chat-text", "just a note for the room")
+                .await?;
+            mona.click("#send").await
+        })
+        .await;
+        let state: serde_json::Value = reqwest::Client::new()
+            .get(server.url(&format!("/api/channels/{id}/participation")))
+            .header("authorization", format!("Bearer {mona_token}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(state["paused"], true, "stored: {state}");
+        assert_eq!(state["pausedBy"], "mona");
+        let quiet = tokio::time::timeout(Duration::from_millis(1500), async {
+            loop {
+                if let Ok(Event::Message(ServerMessage::Start(_))) = client.recv().await {
+                    return;
+                }
+            }
+        })
+        .await;
+        assert!(quiet.is_err(), "paused: the plain line starts no turn");
+        server.stop().await;
+    }
+}
+
 /// Files and dictation in Chromium (FILE-01, FILE-21, FILE-31, DICT-01, DICT-04, DICT-06): mona
 /// attaches a text file and a picture to a message from the page; lisa, in another browser,
 /// sees the picture load and the text file offered as a download; then mona dictates with the

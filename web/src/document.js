@@ -11,6 +11,7 @@ import { decisions } from './decisions.js';
 import { modelControls } from './model.js';
 import { fileControls, messageFiles } from './files.js';
 import { dictationControls } from './dictation.js';
+import { participationControl } from './participation.js';
 
 const COLOURS = ['#30bced', '#6eeb83', '#ffbc42', '#ecd444', '#ee6352', '#9ac2c9', '#8acb88', '#1be7ff'];
 
@@ -59,6 +60,7 @@ export async function documentPage(main, id) {
   const say = (words) => { refused.textContent = words; };
   const files = fileControls(id, say);
   const dictation = dictationControls(id, text, say);
+  const participation = participationControl(id, say);
   const form = el('form', { id: 'chat-form' }, models.box, text, files.box, el('div', { class: 'actions' }, send, dictation.box, stop, resume), refused);
 
   main.classList.add('document');
@@ -70,7 +72,7 @@ export async function documentPage(main, id) {
         ' · ', connection, ' · ', presence)),
     el('div', { class: 'columns' },
       el('div', { class: 'left' }, readOnly, editorHost, cards),
-      el('aside', { class: 'chat' }, el('h2', {}, 'Chat'), earlier, messages, runs, form)),
+      el('aside', { class: 'chat' }, el('h2', {}, 'Chat'), participation.label, earlier, messages, runs, form)),
   );
 
   // --- The text ---------------------------------------------------------------------------------
@@ -102,6 +104,7 @@ export async function documentPage(main, id) {
     text.disabled = !yes;
     files.enable(yes);
     dictation.enable(yes);
+    participation.enable(yes);
     drawCards();
   };
   provider.on('status', ({ status }) => {
@@ -196,6 +199,7 @@ export async function documentPage(main, id) {
           files.limits(frame.attachments);
           dictation.available(frame.transcription);
           setWritable(Boolean(frame.canWrite));
+          participation.read();
           // Also after a reconnect: what was said meanwhile comes with the latest page.
           room.send({ type: 'chat:history', limit: 50 });
           break;
@@ -207,6 +211,8 @@ export async function documentPage(main, id) {
           break;
         case 'chat:message':
           line(frame);
+          // A pause changing is said in Chat: read it again.
+          if (frame.kind === 'system') participation.read();
           break;
         case 'chat:history': {
           const entries = frame.entries ?? [];
