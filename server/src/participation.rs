@@ -13,7 +13,6 @@
 //! or not, starts it again; every time is tokio's (the simulator's in scenarios).
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -67,9 +66,15 @@ pub struct ParticipationDeps {
 /// See the module docs.
 pub struct Participation {
     deps: ParticipationDeps,
-    /// Per document, the quiet window that may still end in a turn (its number).
-    waiting: Mutex<BTreeMap<Uuid, u64>>,
-    next: AtomicU64,
+    /// Per document, the quiet window that may still end in a turn: one each, whatever the
+    /// number of messages, so a flood holds one message and one timer per document.
+    waiting: Mutex<BTreeMap<Uuid, Waiting>>,
+}
+
+/// A document's quiet window: the latest message, and when the window ends.
+struct Waiting {
+    message: Unaddressed,
+    ends: tokio::time::Instant,
 }
 
 impl Participation {
@@ -77,7 +82,6 @@ impl Participation {
         Arc::new(Participation {
             deps,
             waiting: Mutex::default(),
-            next: AtomicU64::new(1),
         })
     }
 
@@ -88,25 +92,34 @@ impl Participation {
         });
     }
 
-    /// Ends `document`'s quiet window, if one runs; returns the number of the next one.
-    fn restart(&self, document: Uuid) -> u64 {
-        let number = self.next.fetch_add(1, Ordering::Relaxed);
+    /// Starts `document`'s quiet window again with `message` as its latest. True if no window
+    /// was running, so a timer must be started.
+    fn restart(&self, message: Unaddressed) -> bool {
+        let ends = tokio::time::Instant::now() + QUIET_WINDOW;
         self.waiting
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(document, number);
-        number
+            .insert(message.document, Waiting { message, ends })
+            .is_none()
     }
 
-    /// Whether window `number` is still `document`'s (and ends it if so).
-    fn still_waiting(&self, document: Uuid, number: u64) -> bool {
+    /// `document`'s window: `Ok` with its message once it has ended (and it is taken), `Err`
+    /// with when it ends while it runs, `None` once it was ended some other way.
+    fn ended(&self, document: Uuid) -> Option<Result<Unaddressed, tokio::time::Instant>> {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        if waiting.get(&document) == Some(&number) {
-            waiting.remove(&document);
-            true
-        } else {
-            false
+        let ends = waiting.get(&document)?.ends;
+        if ends > tokio::time::Instant::now() {
+            return Some(Err(ends));
         }
+        waiting.remove(&document).map(|w| Ok(w.message))
+    }
+
+    /// Documents whose quiet window runs now (one timer and one message each).
+    pub fn windows(&self) -> usize {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// A member's message to the Planner was saved: any quiet window of its document ends
@@ -148,19 +161,28 @@ impl Participation {
             self.request(message).await;
             return;
         }
-        let number = self.restart(document);
+        let first = self.restart(message);
         self.emit(document, "quiet-window");
+        if !first {
+            // The running window's timer sees the new end.
+            return;
+        }
         let this = self.clone();
         let stopping = self.deps.shutdown.stopping();
         self.deps.shutdown.spawn(async move {
-            tokio::select! {
-                () = tokio::time::sleep(QUIET_WINDOW) => {}
-                () = stopping => return,
+            tokio::pin!(stopping);
+            let mut until = tokio::time::Instant::now() + QUIET_WINDOW;
+            loop {
+                tokio::select! {
+                    () = tokio::time::sleep_until(until) => {}
+                    () = &mut stopping => return,
+                }
+                match this.ended(document) {
+                    Some(Ok(message)) => return this.judge(message).await,
+                    Some(Err(later)) => until = later,
+                    None => return,
+                }
             }
-            if !this.still_waiting(document, number) {
-                return;
-            }
-            this.judge(message).await;
         });
     }
 

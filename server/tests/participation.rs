@@ -203,3 +203,41 @@ async fn ctx_02_ctx_03_a_writer_pauses_it_for_everyone_durably_and_at_chopin_sti
     );
     assert!(bodies.contains(&resumed_words("mona")), "{bodies:?}");
 }
+
+#[tokio::test]
+async fn ctx_03_a_flood_of_group_lines_holds_one_window_and_one_timer_for_the_document() {
+    let s = served().await;
+    s.pause_participation(s.doc).await;
+    let mut mona = s.room().await;
+    let lisa_cookie = s.sign_in("lisa", 2002, Permission::Write).await;
+    let mut lisa = s.room_as(s.doc, &lisa_cookie).await;
+    send(&mut lisa, "l-0", "hello").await;
+    s.store.resume_participation(s.doc).await.unwrap();
+    let before = s.state.shutdown.running();
+    for n in 0..40 {
+        let (room, who) = if n % 2 == 0 {
+            (&mut mona, "m")
+        } else {
+            (&mut lisa, "l")
+        };
+        send(
+            room,
+            &format!("{who}-{n}"),
+            &format!("line {n} of a long exchange"),
+        )
+        .await;
+    }
+    // Each line was handled on its own task; once they are done, one window is left.
+    for _ in 0..100 {
+        if s.state.shutdown.running() <= before + 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(s.state.participation.windows(), 1);
+    assert!(
+        s.state.shutdown.running() <= before + 1,
+        "one timer for the document, not one per line: {} tasks over {before}",
+        s.state.shutdown.running()
+    );
+}
