@@ -419,6 +419,9 @@ impl App {
             jobs_on,
         );
         let research = crate::jobs::research::Research::new(&jobs, shutdown.clone());
+        if jobs_on {
+            turns.set_research(research.clone());
+        }
         let prose_updates = crate::jobs::prose::ProseUpdates::new(&jobs, jobs_on);
         if jobs_on {
             open.watch(descriptions.clone());

@@ -1086,6 +1086,7 @@ impl Chat {
                     files: files.clone(),
                     mentions: mentions.iter().map(|(_, told)| told.clone()).collect(),
                     references: references.clone(),
+                    explicit: command.is_none() && !follow_up,
                 })
                 .await;
             match asked {
@@ -1206,8 +1207,7 @@ pub const RESEARCH_COMMAND: &str = "research";
 pub const RESEARCH_BRIEF_WORDS: &str =
     "Say what to research after /research (at most 4,000 characters).";
 
-/// The longest research brief, in characters.
-pub const RESEARCH_BRIEF_MAX_CHARS: usize = 4_000;
+pub use crate::turns::RESEARCH_BRIEF_MAX_CHARS;
 
 /// The brief of `text` (a message opening with `/research`): the rest, trimmed, exactly as
 /// written. `None` if it is empty or longer than [`RESEARCH_BRIEF_MAX_CHARS`].
@@ -1217,12 +1217,7 @@ pub fn research_brief(text: &str) -> Option<String> {
         .then(|| brief.to_owned())
 }
 
-/// What starts a research request once its `/research` message is saved.
-pub trait ResearchRequests: Send + Sync + 'static {
-    /// `document`'s message `seq` asked to research `brief` (the message's words after the
-    /// command, exactly).
-    fn requested(&self, document: Uuid, seq: i64, brief: String);
-}
+pub use crate::turns::ResearchRequests;
 
 /// What wants to know that a member's message was saved: told after it is durable, without
 /// waiting (the implementation spawns what it does).

@@ -262,6 +262,7 @@ impl Participation {
                 files: Vec::new(),
                 mentions: Vec::new(),
                 references: Vec::new(),
+                explicit: false,
             })
             .await;
         match asked {

@@ -637,6 +637,18 @@ impl History {
 }
 
 impl Transcript {
+    /// `document`'s latest `limit` entries once everything in line is saved, oldest first.
+    pub async fn latest(
+        &self,
+        document: Uuid,
+        limit: u32,
+    ) -> Result<Vec<TranscriptEntry>, StoreError> {
+        let newest = self.newest(document).await?;
+        self.store
+            .transcript(document, (newest - i64::from(limit)).max(0), limit)
+            .await
+    }
+
     /// Reads one page of `document`'s transcript (anyone in the room may).
     pub async fn history(
         &self,

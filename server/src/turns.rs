@@ -69,6 +69,10 @@ pub struct PlannerRequest {
     /// The documents the message refers to (`#`, CTX-18): the session holds them for
     /// `read_reference` (CTX-19).
     pub references: Vec<DocumentReference>,
+    /// A member wrote it to the Planner themselves (`@chopin` or MCP `invoke_planner`): not an
+    /// automatic follow-up, a command, answers, or automatic participation. Only such a turn
+    /// may start research (JOB-05).
+    pub explicit: bool,
 }
 
 /// The turn's parts for `files`: every text file, and the images where `reads_images`; the
@@ -199,6 +203,7 @@ impl PlannerRequest {
             files: Vec::new(),
             mentions: Vec::new(),
             references: Vec::new(),
+            explicit: false,
         };
         (request, said.join("\n"))
     }
@@ -240,6 +245,40 @@ impl PlannerRequest {
         }
     }
 }
+
+/// What starts a research request once its message is saved: `/research` (JOB-04), or the
+/// Planner's `create_research_workspace` in an explicit member turn (JOB-05).
+pub trait ResearchRequests: Send + Sync + 'static {
+    /// `document`'s message `seq` asked to research `brief` (exactly as written).
+    fn requested(&self, document: Uuid, seq: i64, brief: String);
+}
+
+/// The longest research brief, in characters.
+pub const RESEARCH_BRIEF_MAX_CHARS: usize = 4_000;
+
+/// The brief an explicit member message gives `create_research_workspace` (JOB-05): its words
+/// after a leading `@chopin` (and a `,` or `:` after it), trimmed; nothing else changed.
+pub fn explicit_brief(text: &str) -> String {
+    let words = text.trim_start();
+    let rest = words
+        .get(.."@chopin".len())
+        .filter(|head| head.eq_ignore_ascii_case("@chopin"))
+        .map(|_| &words["@chopin".len()..])
+        .filter(|rest| {
+            !rest
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_' || c == '.')
+        });
+    let words = match rest {
+        Some(rest) => rest.trim_start().strip_prefix([',', ':']).unwrap_or(rest),
+        None => words,
+    };
+    words.trim().to_owned()
+}
+
+/// The refusal of a `create_research_workspace` outside an explicit member turn (JOB-05).
+pub const RESEARCH_NOT_EXPLICIT_WORDS: &str = "create_research_workspace runs only in a turn a member started by writing to chopin; research is started with /research otherwise.";
 
 /// How the line naming a message's child document begins.
 const FOCUS_LINE: &str = "(sent from the child document ";
@@ -432,6 +471,8 @@ pub struct Turns {
     /// Bumped whenever a turn ends.
     ended: tokio::sync::watch::Sender<u64>,
     deps: TurnsDeps,
+    /// Where research starts, once background jobs are wired (JOB-05).
+    research: std::sync::OnceLock<Arc<dyn ResearchRequests>>,
 }
 
 /// A document's background job at work: see [`Turns::begin_background`].
@@ -481,7 +522,18 @@ impl Turns {
             running: Mutex::default(),
             ended: tokio::sync::watch::Sender::new(0),
             deps,
+            research: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Lets explicit member turns start research (`create_research_workspace`, JOB-05): set
+    /// once, where background jobs run.
+    pub fn set_research(&self, research: Arc<dyn ResearchRequests>) {
+        let _ = self.research.set(research);
+    }
+
+    fn research(&self) -> Option<&Arc<dyn ResearchRequests>> {
+        self.research.get()
     }
 
     fn lock(&self) -> MutexGuard<'_, Table> {
@@ -990,6 +1042,9 @@ impl Turns {
             step: Mutex::new(String::new()),
             repository: std::sync::OnceLock::new(),
             checks: Mutex::default(),
+            asked: request
+                .explicit
+                .then(|| (request.from_login.clone(), request.text.clone())),
         });
         // A kept session of the turn's owner takes the turn (SES-02): it is given the Chat since
         // its last turn (CTX-04), a new session the bounded transcript (CTX-05).
@@ -1035,7 +1090,7 @@ impl Turns {
             attachments,
             instructions: INSTRUCTIONS.to_owned(),
             prompt,
-            host_tools: host_tools(),
+            host_tools: host_tools(self.research().is_some()),
             response_format: None,
             cancel,
             model: chosen.model.clone(),
@@ -1214,7 +1269,7 @@ impl Turns {
             attachments: Vec::new(),
             instructions: INSTRUCTIONS.to_owned(),
             prompt: CONTINUATION_PROMPT.to_owned(),
-            host_tools: host_tools(),
+            host_tools: host_tools(self.research().is_some()),
             response_format: None,
             cancel,
             model: next.model,
@@ -1393,8 +1448,8 @@ never as a question in Chat: draft the provisional prose first, then open the in
 (up to ten) as cards after the passages they inform, each with a stable key. \
 An unanswered, cancelled or expired question is not consent.";
 
-fn host_tools() -> Vec<ToolSpec> {
-    vec![
+fn host_tools(research: bool) -> Vec<ToolSpec> {
+    let mut tools = vec![
         ToolSpec {
             name: "read_plan".to_owned(),
             description: "Read the document as paged Markdown text: a header, its outline and blocks, then the source. Use offset/limit/column to page; follow next:.".to_owned(),
@@ -1505,11 +1560,24 @@ fn host_tools() -> Vec<ToolSpec> {
                 "additionalProperties": false
             }),
         },
-    ]
-    .into_iter()
-    .chain(repository::tool_specs())
-    .chain(github_tools::tool_specs())
-    .collect()
+    ];
+    if research {
+        tools.push(ToolSpec {
+            name: "create_research_workspace".to_owned(),
+            description: "Start Chopin's web research on the brief the member wrote to you in this turn's message, exactly as written (without @chopin): do not refine, broaden or replace it. Only in a turn a member started; the report arrives later as a child document.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": { "brief": { "type": "string" } },
+                "required": ["brief"],
+                "additionalProperties": false
+            }),
+        });
+    }
+    tools
+        .into_iter()
+        .chain(repository::tool_specs())
+        .chain(github_tools::tool_specs())
+        .collect()
 }
 
 /// The schema of one question of `ask` and the `open_decision` tools.
@@ -1565,6 +1633,8 @@ struct PlannerHost {
     repository: std::sync::OnceLock<SessionRepository>,
     /// What the turn's messages came to at the check, and the cards it opened.
     checks: Mutex<Checks>,
+    /// The member and words of an explicit member turn (JOB-05).
+    asked: Option<(String, String)>,
 }
 
 /// What a turn's messages came to at the decisions check (COA-05..12).
@@ -1831,6 +1901,7 @@ impl TurnHost for PlannerHost {
             "ask" => self.ask(input).await,
             "open_decision" => self.open_decisions(input, false).await,
             "open_decisions" => self.open_decisions(input, true).await,
+            "create_research_workspace" => self.create_research(input).await,
             name if repository::is_repository_tool(name) => self.repository_tool(name, input).await,
             name if github_tools::is_github_tool(name) => self.github_tool(name, input).await,
             other => HostToolResult::error(format!("unknown host tool {other:?}")),
@@ -2341,6 +2412,51 @@ impl PlannerHost {
         result
     }
 
+    /// `create_research_workspace` (JOB-05): in an explicit member turn, research on exactly
+    /// the brief the member wrote, started as `/research` would start it, keyed by their
+    /// message (a second call for it starts nothing more).
+    async fn create_research(&self, input: Value) -> HostToolResult {
+        let Some(research) = self.turns.research() else {
+            return HostToolResult::error("research is not available on this server");
+        };
+        let Some((login, text)) = &self.asked else {
+            return HostToolResult::error(RESEARCH_NOT_EXPLICIT_WORDS);
+        };
+        let Some(brief) = input.get("brief").and_then(Value::as_str) else {
+            return HostToolResult::error("missing \"brief\": the brief the member wrote");
+        };
+        let wanted = explicit_brief(text);
+        if brief != wanted {
+            return HostToolResult::error(format!(
+                "create_research_workspace takes exactly the brief @{login} wrote, unchanged (no refining, broadening or replacing): {wanted:?}"
+            ));
+        }
+        if wanted.is_empty() || wanted.chars().count() > RESEARCH_BRIEF_MAX_CHARS {
+            return HostToolResult::error(format!(
+                "a research brief is 1 to {} characters",
+                RESEARCH_BRIEF_MAX_CHARS
+            ));
+        }
+        // The member's message, as saved: the request research is kept with.
+        let entries = match self.turns.deps.transcript.latest(self.document, 200).await {
+            Ok(entries) => entries,
+            Err(_) => return HostToolResult::error("Chat could not be read just now"),
+        };
+        let Some(message) = entries.iter().rev().find(|e| {
+            e.kind == "member" && e.author_login.as_deref() == Some(login) && e.body == *text
+        }) else {
+            return HostToolResult::error(
+                "the member's message is no longer among Chat's latest 200",
+            );
+        };
+        research.requested(self.document, message.seq, wanted.clone());
+        HostToolResult::ok(serde_json::json!({
+            "started": true,
+            "brief": wanted,
+            "note": "the report arrives as a child document of this one when the research ends"
+        }))
+    }
+
     async fn read_plan(&self, input: Value) -> HostToolResult {
         let args: ReadArgs = match serde_json::from_value(input) {
             Ok(a) => a,
@@ -2594,8 +2710,27 @@ mod tests {
     }
 
     #[test]
+    fn job_05_the_brief_is_the_message_after_its_leading_at_chopin_and_nothing_else_changes() {
+        assert_eq!(
+            explicit_brief("@chopin edge caching for  EU shoppers"),
+            "edge caching for  EU shoppers"
+        );
+        assert_eq!(
+            explicit_brief("  @Chopin, look into caching "),
+            "look into caching"
+        );
+        assert_eq!(explicit_brief("@chopin: caching"), "caching");
+        assert_eq!(
+            explicit_brief("ask @chopin about caching"),
+            "ask @chopin about caching",
+            "only a leading handle goes"
+        );
+        assert_eq!(explicit_brief("@chopin-bot caching"), "@chopin-bot caching");
+    }
+
+    #[test]
     fn every_planner_tool_schema_is_one_the_driver_checks() {
-        for tool in host_tools() {
+        for tool in host_tools(true) {
             assert_eq!(
                 crate::harness::schema::checkable(&tool.input_schema),
                 Ok(()),

@@ -30,6 +30,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         files: Vec::new(),
         mentions: Vec::new(),
         references: Vec::new(),
+        explicit: true,
     }
 }
 

@@ -322,3 +322,178 @@ async fn cmd_19_research_is_refused_as_unavailable_where_background_jobs_are_off
     assert_eq!(refused["type"], "chat:refused", "{refused}");
     assert_eq!(refused["code"], "command-unavailable");
 }
+
+/// The Planner's turn for `text` (description workers on the way are answered): its id and the
+/// tools it was offered.
+async fn planner_turn(client: &mut AgentClient) -> Turn {
+    loop {
+        match next(client).await {
+            ServerMessage::Start(start) => client
+                .send(&ClientMessage::Started(Started {
+                    session_id: start.session_id,
+                }))
+                .await
+                .unwrap(),
+            ServerMessage::Turn(turn) if turn.instructions.contains("one-line description") => {
+                end(
+                    client,
+                    &turn.turn_id,
+                    json!({ "description": "Plan for checkout" }),
+                )
+                .await
+            }
+            ServerMessage::Turn(turn) => return turn,
+            _ => {}
+        }
+    }
+}
+
+/// Answers the document's description worker and waits until it settled: a Planner turn
+/// cannot start beside a job's worker.
+async fn described(s: &Served, client: &mut AgentClient) {
+    loop {
+        match next(client).await {
+            ServerMessage::Start(start) => client
+                .send(&ClientMessage::Started(Started {
+                    session_id: start.session_id,
+                }))
+                .await
+                .unwrap(),
+            ServerMessage::Turn(turn) => {
+                assert!(turn.instructions.contains("one-line description"));
+                end(
+                    client,
+                    &turn.turn_id,
+                    json!({ "description": "Plan for checkout" }),
+                )
+                .await;
+                break;
+            }
+            _ => {}
+        }
+    }
+    for _ in 0..500 {
+        let jobs = s.store.document_jobs(s.doc, 50).await.unwrap();
+        if jobs.iter().all(|j| j.state == JobState::Completed) && !s.state.turns.is_running(s.doc) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the description never settled");
+}
+
+async fn create(client: &mut AgentClient, turn: &str, id: &str, brief: &str) -> (bool, Value) {
+    client
+        .send(&ClientMessage::HostToolCall(HostToolCall {
+            turn_id: turn.into(),
+            call_id: id.into(),
+            name: "create_research_workspace".into(),
+            input: json!({ "brief": brief }),
+        }))
+        .await
+        .unwrap();
+    loop {
+        if let ServerMessage::HostToolResult(r) = next(client).await {
+            assert_eq!(r.call_id, id);
+            return (r.is_error, r.output);
+        }
+    }
+}
+
+#[tokio::test]
+async fn job_05_an_explicit_member_turn_starts_research_only_on_the_exact_brief() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    described(&s, &mut client).await;
+    let ack = ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "m1", "text": format!("@chopin {BRIEF}") }),
+    )
+    .await;
+    assert_eq!(ack["planner"], "started", "{ack}");
+    let seq = ack["seq"].as_i64().unwrap();
+    let turn = planner_turn(&mut client).await;
+    assert!(
+        turn.host_tools
+            .iter()
+            .any(|t| t.name == "create_research_workspace"),
+        "offered where research runs"
+    );
+    for other in [
+        "edge caching",
+        "edge caching for EU shoppers",
+        "edge caching for  EU shoppers and the US",
+    ] {
+        let (refused, words) = create(&mut client, &turn.turn_id, "c-other", other).await;
+        assert!(refused, "JOB-05: {other:?} is not the member's brief");
+        assert!(
+            words
+                .as_str()
+                .unwrap()
+                .contains(&format!("exactly the brief @mona wrote, unchanged (no refining, broadening or replacing): {BRIEF:?}")),
+            "{words}"
+        );
+    }
+    assert!(
+        !s.store
+            .document_jobs(s.doc, 50)
+            .await
+            .unwrap()
+            .iter()
+            .any(|j| j.kind == "research-evidence"),
+        "nothing started for a changed brief"
+    );
+    let (refused, started) = create(&mut client, &turn.turn_id, "c-same", BRIEF).await;
+    assert!(!refused, "{started}");
+    assert_eq!(started["brief"], BRIEF);
+    // A second call for the same message starts nothing more: the request is keyed by it.
+    let (refused, _) = create(&mut client, &turn.turn_id, "c-again", BRIEF).await;
+    assert!(!refused);
+    let mut evidence = Vec::new();
+    for _ in 0..200 {
+        evidence = s
+            .store
+            .document_jobs(s.doc, 50)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|j| j.kind == "research-evidence")
+            .collect();
+        if !evidence.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(evidence.len(), 1, "one request for the message");
+    assert_eq!(evidence[0].idempotency_key, format!("research:{seq}"));
+    assert!(
+        evidence[0]
+            .input
+            .contains(&format!("\"brief\":\"{BRIEF}\"")),
+        "{}",
+        evidence[0].input
+    );
+}
+
+#[tokio::test]
+async fn job_05_a_turn_nobody_asked_for_by_name_cannot_start_research() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    described(&s, &mut client).await;
+    // No @chopin: automatic participation hands it over, but it is not an explicit request.
+    let ack = ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "m1", "text": BRIEF }),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let turn = planner_turn(&mut client).await;
+    let (refused, words) = create(&mut client, &turn.turn_id, "c1", BRIEF).await;
+    assert!(refused);
+    assert_eq!(
+        words.as_str(),
+        Some(chopin_server::turns::RESEARCH_NOT_EXPLICIT_WORDS)
+    );
+}
