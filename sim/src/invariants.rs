@@ -31,7 +31,9 @@
 //! - **one turn at a time**: a document's Planner turn starts only once the one before it ended;
 //! - **no model call replayed**: under the in-server harness, a model call is sent again with
 //!   the same conversation only after the provider refused it outright (an error status or no
-//!   answer) — never after it began answering (SES-27);
+//!   answer) or answered it to its end — never after an answer it began was cut off (SES-27,
+//!   OWN-18); a whole answer that failed its schema may be asked again in a fresh session, as
+//!   JOB-01's failure budget allows;
 //! - **nothing dangles**: under the in-server harness, once no turn has run for a second, no
 //!   question is left waiting (a failed, stopped or cut turn withdraws what it asked).
 
@@ -356,19 +358,18 @@ impl PlannerSeen {
     }
 }
 
-/// no model call replayed: a call carrying the same conversation as an earlier one follows
-/// only an earlier call the provider refused outright (an error status, or no answer).
+/// no model call replayed: a call carrying the same conversation as an earlier one never
+/// follows an earlier call whose answer began and was cut off (the stream not read to its end).
 fn no_model_call_replayed(
     provider: &chopin_fixtures::model_provider::FakeProvider,
 ) -> Result<(), String> {
     let calls = provider.requests();
     for (j, later) in calls.iter().enumerate() {
-        if let Some(i) = calls[..j]
-            .iter()
-            .position(|earlier| earlier.body == later.body && earlier.status == 200)
-        {
+        if let Some(i) = calls[..j].iter().position(|earlier| {
+            earlier.body == later.body && earlier.status == 200 && !earlier.completed
+        }) {
             return Err(format!(
-                "no model call replayed: model call {} repeats call {} word for word, which the provider had begun answering",
+                "no model call replayed: model call {} repeats call {} word for word, whose answer had begun and was cut off",
                 j + 1,
                 i + 1
             ));
