@@ -174,16 +174,31 @@ async fn answer_of(room: &mut BrowserSocket, request_id: &str) -> Value {
     }
 }
 
-/// mona asks the Planner; its turn opens one card about `block`; the card's id.
+/// mona asks the Planner; its turn opens one card about `block`; the card's id. The document's
+/// description worker may be at work on the client when she asks (the document was just
+/// written): a Planner turn cannot start beside it, so she is told `planner-busy`, the worker
+/// is answered, and she asks again.
 async fn open_card(w: &mut World, block: &str) -> String {
-    w.room
-        .send_json(
-            &json!({ "type": "chat:send", "requestId": "r1", "text": "@chopin plan the export" }),
-        )
-        .await
-        .unwrap();
-    assert_eq!(answer_of(&mut w.room, "r1").await["type"], "chat:ack");
-    let turn = next_turn(&mut w.client).await;
+    let mut asked = 0;
+    let turn = loop {
+        asked += 1;
+        let id = format!("r{asked}");
+        w.room
+            .send_json(
+                &json!({ "type": "chat:send", "requestId": id, "text": "@chopin plan the export" }),
+            )
+            .await
+            .unwrap();
+        let answer = answer_of(&mut w.room, &id).await;
+        if answer["type"] == "chat:ack" {
+            break next_turn(&mut w.client).await;
+        }
+        assert_eq!(answer["code"], "planner-busy", "{answer}");
+        assert!(asked < 5, "still busy after {asked} tries: {answer}");
+        // The routine worker's turn is answered; none other is waiting.
+        let _ = tokio::time::timeout(Duration::from_secs(2), next_turn(&mut w.client)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let opened = host_tool(
         &mut w.client,
         &turn.turn_id,
