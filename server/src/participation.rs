@@ -232,12 +232,10 @@ impl Participation {
 
     /// The latest lines of `document`'s Chat, oldest first, for the judgment.
     async fn latest_lines(&self, document: Uuid) -> Result<Vec<String>, crate::store::StoreError> {
-        let newest = self.deps.transcript.newest(document).await?;
-        let after = (newest - i64::from(JUDGMENT_LINES)).max(0);
         let entries = self
             .deps
-            .entries
-            .transcript(document, after, JUDGMENT_LINES)
+            .transcript
+            .latest(document, JUDGMENT_LINES)
             .await?;
         Ok(entries.iter().filter_map(line_of).collect())
     }
@@ -304,7 +302,7 @@ impl Participation {
     ) -> Result<Option<ParticipationPause>, crate::store::StoreError> {
         let before = self.deps.pauses.participation_pause(document).await?;
         let now = self.deps.clock.now_ms();
-        let words = if paused {
+        let (state, words) = if paused {
             self.addressed(document);
             let pause = ParticipationPause {
                 document_id: document,
@@ -312,10 +310,11 @@ impl Participation {
                 paused_at_ms: now,
             };
             self.deps.pauses.pause_participation(&pause).await?;
-            before.is_none().then(|| paused_words(login))
+            let words = before.is_none().then(|| paused_words(login));
+            (Some(pause), words)
         } else {
             let resumed = self.deps.pauses.resume_participation(document).await?;
-            resumed.then(|| resumed_words(login))
+            (None, resumed.then(|| resumed_words(login)))
         };
         if let Some(words) = words {
             let line = NewTranscriptEntry {
@@ -331,7 +330,7 @@ impl Participation {
                 tracing::warn!(%document, error = %e, "automatic participation: Chat could not say the pause changed");
             }
         }
-        self.deps.pauses.participation_pause(document).await
+        Ok(state)
     }
 }
 
