@@ -885,3 +885,87 @@ impl<H: Hook> crate::TitleStore for Instrumented<H> {
         .await
     }
 }
+
+#[async_trait]
+impl<H: Hook> crate::CommentStore for Instrumented<H> {
+    async fn start_comment(
+        &self,
+        thread: &crate::NewCommentThread,
+    ) -> StoreResult<crate::ThreadWithNotes> {
+        self.observe("start_comment", WRITE, self.inner.start_comment(thread))
+            .await
+    }
+
+    async fn reply_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        note: &crate::NewCommentNote,
+        max_replies: i64,
+    ) -> StoreResult<crate::Replied> {
+        self.observe(
+            "reply_comment",
+            WRITE,
+            self.inner
+                .reply_comment(document_id, thread_id, note, max_replies),
+        )
+        .await
+    }
+
+    async fn resolve_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        by: &str,
+        at_ms: UnixMillis,
+    ) -> StoreResult<crate::CommentThread> {
+        self.observe(
+            "resolve_comment",
+            WRITE,
+            self.inner
+                .resolve_comment(document_id, thread_id, by, at_ms),
+        )
+        .await
+    }
+
+    async fn set_comment_result(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        revision: i64,
+    ) -> StoreResult<crate::CommentThread> {
+        self.observe(
+            "set_comment_result",
+            WRITE,
+            self.inner
+                .set_comment_result(document_id, thread_id, revision),
+        )
+        .await
+    }
+
+    async fn comment_thread(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+    ) -> StoreResult<Option<crate::ThreadWithNotes>> {
+        self.observe(
+            "comment_thread",
+            READ,
+            self.inner.comment_thread(document_id, thread_id),
+        )
+        .await
+    }
+
+    async fn comment_threads(
+        &self,
+        document_id: Uuid,
+        limit: i64,
+    ) -> StoreResult<Vec<crate::ThreadWithNotes>> {
+        self.observe(
+            "comment_threads",
+            READ,
+            self.inner.comment_threads(document_id, limit),
+        )
+        .await
+    }
+}

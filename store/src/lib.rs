@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub mod comments;
 pub mod fence;
 pub mod instrumented;
 pub mod jobs;
@@ -33,6 +34,10 @@ pub mod postgres;
 mod sql;
 pub mod sqlite;
 
+pub use comments::{
+    CommentNote, CommentStore, CommentThread, NewCommentNote, NewCommentThread, Replied,
+    ThreadWithNotes,
+};
 pub use fence::Fence;
 pub use jobs::{
     Drafted, Enqueued, Job, JobState, JobStore, NewJob, Settlement, TitleSidecar, TitleStore,
@@ -452,6 +457,7 @@ pub trait Store:
     + AttachmentStore
     + JobStore
     + TitleStore
+    + CommentStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -1117,7 +1123,8 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 /// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        AttachmentStore, ContentStore, DocumentStore, HoldStore, JobStore, LeaseStore,
-        ModelChoiceStore, OwnershipStore, SignInStore, Store, TitleStore, TranscriptStore,
+        AttachmentStore, CommentStore, ContentStore, DocumentStore, HoldStore, JobStore,
+        LeaseStore, ModelChoiceStore, OwnershipStore, SignInStore, Store, TitleStore,
+        TranscriptStore,
     };
 }

@@ -118,6 +118,10 @@ struct Inner {
     jobs: BTreeMap<Uuid, crate::Job>,
     /// Document id → its title record.
     titles: BTreeMap<Uuid, crate::TitleSidecar>,
+    /// Thread id → a comment thread.
+    comment_threads: BTreeMap<Uuid, crate::CommentThread>,
+    /// (thread id, number) → a note of a comment thread.
+    comment_notes: BTreeMap<(Uuid, i64), crate::CommentNote>,
 }
 
 impl MemoryStore {
@@ -1446,6 +1450,144 @@ impl crate::TitleStore for MemoryStore {
             inner.titles.entry(document_id).or_default().planner_title =
                 Some(new_title.into_owned());
             Ok(crate::Drafted::Applied)
+        })
+    }
+}
+
+impl Inner {
+    /// `document_id`'s thread `thread_id`, for a change.
+    fn comment_thread_mut(
+        &mut self,
+        document_id: Uuid,
+        thread_id: Uuid,
+    ) -> StoreResult<&mut crate::CommentThread> {
+        self.comment_threads
+            .get_mut(&thread_id)
+            .filter(|t| t.document_id == document_id)
+            .ok_or(StoreError::NotFound("comment thread"))
+    }
+
+    fn with_notes(&self, thread: &crate::CommentThread) -> crate::ThreadWithNotes {
+        let notes = self
+            .comment_notes
+            .range((thread.id, 0)..=(thread.id, i64::MAX))
+            .map(|(_, n)| n.clone())
+            .collect();
+        (thread.clone(), notes)
+    }
+}
+
+#[async_trait]
+impl crate::CommentStore for MemoryStore {
+    async fn start_comment(
+        &self,
+        thread: &crate::NewCommentThread,
+    ) -> StoreResult<crate::ThreadWithNotes> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&thread.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            if inner.comment_threads.contains_key(&thread.id) {
+                return Err(StoreError::Conflict("comment thread id taken".into()));
+            }
+            let (started, notes) = thread.started();
+            inner.comment_threads.insert(thread.id, started.clone());
+            for note in &notes {
+                inner
+                    .comment_notes
+                    .insert((thread.id, note.seq), note.clone());
+            }
+            Ok((started, notes))
+        })
+    }
+
+    async fn reply_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        note: &crate::NewCommentNote,
+        max_replies: i64,
+    ) -> StoreResult<crate::Replied> {
+        let note = note.storable();
+        self.write(|inner| {
+            let thread = inner.comment_thread_mut(document_id, thread_id)?;
+            if thread.resolved_at_ms.is_some() {
+                return Ok(crate::Replied::Resolved);
+            }
+            if thread.replies >= max_replies {
+                return Ok(crate::Replied::Full);
+            }
+            thread.replies += 1;
+            let saved = note.numbered(thread_id, thread.replies);
+            inner
+                .comment_notes
+                .insert((thread_id, saved.seq), saved.clone());
+            Ok(crate::Replied::Saved(saved))
+        })
+    }
+
+    async fn resolve_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        by: &str,
+        at_ms: UnixMillis,
+    ) -> StoreResult<crate::CommentThread> {
+        let by = crate::storable(by).into_owned();
+        self.write(|inner| {
+            let thread = inner.comment_thread_mut(document_id, thread_id)?;
+            if thread.resolved_at_ms.is_none() {
+                thread.resolved_by = Some(by);
+                thread.resolved_at_ms = Some(at_ms);
+            }
+            Ok(thread.clone())
+        })
+    }
+
+    async fn set_comment_result(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        revision: i64,
+    ) -> StoreResult<crate::CommentThread> {
+        self.write(|inner| {
+            let thread = inner.comment_thread_mut(document_id, thread_id)?;
+            thread.result_revision = Some(revision);
+            Ok(thread.clone())
+        })
+    }
+
+    async fn comment_thread(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+    ) -> StoreResult<Option<crate::ThreadWithNotes>> {
+        self.with(|inner| {
+            Ok(inner
+                .comment_threads
+                .get(&thread_id)
+                .filter(|t| t.document_id == document_id)
+                .map(|t| inner.with_notes(t)))
+        })
+    }
+
+    async fn comment_threads(
+        &self,
+        document_id: Uuid,
+        limit: i64,
+    ) -> StoreResult<Vec<crate::ThreadWithNotes>> {
+        self.with(|inner| {
+            let mut threads: Vec<_> = inner
+                .comment_threads
+                .values()
+                .filter(|t| t.document_id == document_id)
+                .collect();
+            threads.sort_by(|a, b| (b.created_at_ms, b.id).cmp(&(a.created_at_ms, a.id)));
+            Ok(threads
+                .into_iter()
+                .take(usize::try_from(limit.max(0)).unwrap_or(usize::MAX))
+                .map(|t| inner.with_notes(t))
+                .collect())
         })
     }
 }

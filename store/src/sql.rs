@@ -625,6 +625,62 @@ const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, cr
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
 
+const COMMENT_THREAD_COLUMNS: &str = "id, document_id, quote, created_by, created_at_ms, \
+     resolved_by, resolved_at_ms, replies, result_revision";
+
+/// A `comment_threads` row in [`COMMENT_THREAD_COLUMNS`] order.
+type CommentThreadRow<Id> = (
+    Id,
+    Id,
+    String,
+    String,
+    i64,
+    Option<String>,
+    Option<i64>,
+    i64,
+    Option<i64>,
+);
+
+fn comment_thread_of<Id: Into<Uuid>>(row: CommentThreadRow<Id>) -> crate::CommentThread {
+    let (
+        id,
+        document_id,
+        quote,
+        created_by,
+        created_at_ms,
+        resolved_by,
+        resolved_at_ms,
+        replies,
+        result_revision,
+    ) = row;
+    crate::CommentThread {
+        id: id.into(),
+        document_id: document_id.into(),
+        quote,
+        created_by,
+        created_at_ms,
+        resolved_by,
+        resolved_at_ms,
+        replies,
+        result_revision,
+    }
+}
+
+/// A `comment_notes` row.
+type CommentNoteRow<Id> = (Id, i64, Option<String>, bool, String, i64);
+
+fn comment_note_of<Id: Into<Uuid>>(row: CommentNoteRow<Id>) -> crate::CommentNote {
+    let (thread_id, seq, author_login, to_planner, body, created_at_ms) = row;
+    crate::CommentNote {
+        thread_id: thread_id.into(),
+        seq,
+        author_login,
+        to_planner,
+        body,
+        created_at_ms,
+    }
+}
+
 // --- the store methods ---
 //
 // sqlx's bounds for running these statements on `DB`, stated once: its connections execute
@@ -2199,6 +2255,226 @@ where
         Ok(changed > 0)
     }
 
+    // --- CommentStore ---
+
+    /// Reads `document_id`'s thread `thread_id` in `tx`, locked until commit.
+    async fn comment_thread_locked(
+        tx: &mut Transaction<'_, DB>,
+        document_id: Uuid,
+        thread_id: Uuid,
+    ) -> StoreResult<crate::CommentThread> {
+        let sql = format!(
+            "SELECT {COMMENT_THREAD_COLUMNS} FROM comment_threads \
+             WHERE id = $1 AND document_id = $2{}",
+            DB::FOR_UPDATE
+        );
+        let row: Option<CommentThreadRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(thread_id))
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("reading a comment thread", e))?;
+        row.map(comment_thread_of)
+            .ok_or(StoreError::NotFound("comment thread"))
+    }
+
+    async fn insert_comment_note(
+        tx: &mut Transaction<'_, DB>,
+        note: &crate::CommentNote,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO comment_notes \
+             (thread_id, seq, author_login, to_planner, body, created_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(DB::Id::from(note.thread_id))
+        .bind(note.seq)
+        .bind(note.author_login.clone())
+        .bind(note.to_planner)
+        .bind(note.body.clone())
+        .bind(note.created_at_ms)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| sqlx_error("saving a comment note", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn start_comment(
+        &self,
+        thread: &crate::NewCommentThread,
+    ) -> StoreResult<crate::ThreadWithNotes> {
+        let (started, notes) = thread.started();
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, thread.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let taken = sqlx::query("SELECT 1 FROM comment_threads WHERE id = $1")
+            .bind(DB::Id::from(thread.id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a comment thread", e))?;
+        if taken.is_some() {
+            return Err(StoreError::Conflict("comment thread id taken".into()));
+        }
+        sqlx::query(
+            "INSERT INTO comment_threads \
+             (id, document_id, quote, created_by, created_at_ms, replies) \
+             VALUES ($1, $2, $3, $4, $5, 0)",
+        )
+        .bind(DB::Id::from(started.id))
+        .bind(DB::Id::from(started.document_id))
+        .bind(started.quote.clone())
+        .bind(started.created_by.clone())
+        .bind(started.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("starting a comment thread", e))?;
+        for note in &notes {
+            Self::insert_comment_note(&mut tx, note).await?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a comment thread", e))?;
+        Ok((started, notes))
+    }
+
+    pub(crate) async fn reply_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        note: &crate::NewCommentNote,
+        max_replies: i64,
+    ) -> StoreResult<crate::Replied> {
+        let note = note.storable();
+        let mut tx = self.begin_write().await?;
+        let thread = Self::comment_thread_locked(&mut tx, document_id, thread_id).await?;
+        if thread.resolved_at_ms.is_some() {
+            return Ok(crate::Replied::Resolved);
+        }
+        if thread.replies >= max_replies {
+            return Ok(crate::Replied::Full);
+        }
+        let saved = note.numbered(thread_id, thread.replies + 1);
+        Self::insert_comment_note(&mut tx, &saved).await?;
+        sqlx::query("UPDATE comment_threads SET replies = $2 WHERE id = $1")
+            .bind(DB::Id::from(thread_id))
+            .bind(saved.seq)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("counting a comment reply", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a comment reply", e))?;
+        Ok(crate::Replied::Saved(saved))
+    }
+
+    pub(crate) async fn resolve_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        by: &str,
+        at_ms: UnixMillis,
+    ) -> StoreResult<crate::CommentThread> {
+        let mut tx = self.begin_write().await?;
+        let mut thread = Self::comment_thread_locked(&mut tx, document_id, thread_id).await?;
+        if thread.resolved_at_ms.is_none() {
+            thread.resolved_by = Some(crate::storable(by).into_owned());
+            thread.resolved_at_ms = Some(at_ms);
+            sqlx::query(
+                "UPDATE comment_threads SET resolved_by = $2, resolved_at_ms = $3 WHERE id = $1",
+            )
+            .bind(DB::Id::from(thread_id))
+            .bind(thread.resolved_by.clone())
+            .bind(at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("resolving a comment thread", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a resolved comment thread", e))?;
+        Ok(thread)
+    }
+
+    pub(crate) async fn set_comment_result(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        revision: i64,
+    ) -> StoreResult<crate::CommentThread> {
+        let mut tx = self.begin_write().await?;
+        let mut thread = Self::comment_thread_locked(&mut tx, document_id, thread_id).await?;
+        thread.result_revision = Some(revision);
+        sqlx::query("UPDATE comment_threads SET result_revision = $2 WHERE id = $1")
+            .bind(DB::Id::from(thread_id))
+            .bind(revision)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("recording a comment thread's result", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a comment thread's result", e))?;
+        Ok(thread)
+    }
+
+    /// The notes of `threads`, each thread's in order.
+    async fn with_comment_notes(
+        &self,
+        threads: Vec<crate::CommentThread>,
+    ) -> StoreResult<Vec<crate::ThreadWithNotes>> {
+        let mut out = Vec::with_capacity(threads.len());
+        for thread in threads {
+            let rows: Vec<CommentNoteRow<DB::Id>> = sqlx::query_as(
+                "SELECT thread_id, seq, author_login, to_planner, body, created_at_ms \
+                 FROM comment_notes WHERE thread_id = $1 ORDER BY seq",
+            )
+            .bind(DB::Id::from(thread.id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading comment notes", e))?;
+            out.push((thread, rows.into_iter().map(comment_note_of).collect()));
+        }
+        Ok(out)
+    }
+
+    pub(crate) async fn comment_thread(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+    ) -> StoreResult<Option<crate::ThreadWithNotes>> {
+        let sql = format!(
+            "SELECT {COMMENT_THREAD_COLUMNS} FROM comment_threads \
+             WHERE id = $1 AND document_id = $2"
+        );
+        let row: Option<CommentThreadRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(thread_id))
+            .bind(DB::Id::from(document_id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a comment thread", e))?;
+        let threads = row.into_iter().map(comment_thread_of).collect();
+        Ok(self.with_comment_notes(threads).await?.pop())
+    }
+
+    pub(crate) async fn comment_threads(
+        &self,
+        document_id: Uuid,
+        limit: i64,
+    ) -> StoreResult<Vec<crate::ThreadWithNotes>> {
+        let sql = format!(
+            "SELECT {COMMENT_THREAD_COLUMNS} FROM comment_threads WHERE document_id = $1 \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $2"
+        );
+        let rows: Vec<CommentThreadRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(document_id))
+            .bind(limit.max(0))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading comment threads", e))?;
+        self.with_comment_notes(rows.into_iter().map(comment_thread_of).collect())
+            .await
+    }
+
     // --- ModelChoiceStore ---
 
     pub(crate) async fn pause_participation(&self, pause: &ParticipationPause) -> StoreResult<()> {
@@ -3204,7 +3480,8 @@ macro_rules! sql_store_impls {
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
                 HoldStore, LinkHold, ModelChoice, ModelChoiceStore, ParticipationPause, Attachment, AttachmentStore,
                 Kept, NewAttachment, TakeBack, UnsentLimit, Enqueued, Job, JobState, JobStore,
-                NewJob, Settlement, TitleStore, TitleSidecar, Drafted,
+                NewJob, Settlement, TitleStore, TitleSidecar, Drafted, CommentStore, CommentThread,
+                NewCommentNote, NewCommentThread, Replied, ThreadWithNotes,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -3316,6 +3593,18 @@ macro_rules! sql_store_impls {
                 fn cancel_job(id: Uuid, reason: &str, now_ms: UnixMillis) -> bool;
                 fn interrupt_running_jobs(reason: &str, now_ms: UnixMillis) -> u64;
                 fn job_counts() -> Vec<(JobState, u64)>;
+            } {});
+            sql_store_impls!(@forward $store, CommentStore {
+                fn start_comment(thread: &NewCommentThread) -> ThreadWithNotes;
+                fn reply_comment(document_id: Uuid, thread_id: Uuid, note: &NewCommentNote,
+                    max_replies: i64) -> Replied;
+                fn resolve_comment(document_id: Uuid, thread_id: Uuid, by: &str,
+                    at_ms: UnixMillis) -> CommentThread;
+                fn set_comment_result(document_id: Uuid, thread_id: Uuid, revision: i64)
+                    -> CommentThread;
+                fn comment_thread(document_id: Uuid, thread_id: Uuid)
+                    -> Option<ThreadWithNotes>;
+                fn comment_threads(document_id: Uuid, limit: i64) -> Vec<ThreadWithNotes>;
             } {});
             sql_store_impls!(@forward $store, TitleStore {
                 fn title_sidecar(document_id: Uuid) -> TitleSidecar;

@@ -31,10 +31,10 @@ use std::sync::Arc;
 use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
     Creator, Document, DocumentContent, Drafted, Enqueued, Fence, Holder, Job, JobState, Kept,
-    LeaseAcquire, LinkHold, MemoryStore, ModelChoice, NewAttachment, NewDocument, NewJob,
-    NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, Provenance, Release,
-    RevisionKind, RunRecord, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack,
-    TitleSidecar, UnsentLimit, WriterLease,
+    LeaseAcquire, LinkHold, MemoryStore, ModelChoice, NewAttachment, NewCommentNote,
+    NewCommentThread, NewDocument, NewJob, NewTranscriptEntry, OwnerGuard, ParticipationPause,
+    PgStore, PlanCommit, Provenance, Release, Replied, RevisionKind, RunRecord, Settlement,
+    SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -216,6 +216,7 @@ conformance! {
     iso_43_a_documents_creation_provenance_round_trips_and_survives_reopening,
     mod_02_mod_04_mod_15_a_model_choice_is_stored_as_written_per_document_and_survives_reopening,
     ctx_02_ctx_03_a_participation_pause_is_kept_per_document_and_survives_reopening,
+    iso_19_iso_20_iso_21_comment_threads_number_their_notes_cap_replies_and_survive_reopening,
     cmd_16_a_messages_references_are_kept_with_it_and_survive_reopening,
     file_01_file_09_file_16_a_file_is_kept_with_its_bytes_its_uploaders_until_sent_then_the_messages,
     file_11_file_12_file_13_unsent_files_count_per_person_and_document_and_are_forgotten_after_the_window,
@@ -1956,6 +1957,37 @@ async fn every_write(
             .await
             .map(|resumed| assert!(resumed)),
     );
+    let thread = Uuid::from_u128(0xc0_0001);
+    record(
+        "start_comment",
+        store
+            .start_comment(&NewCommentThread {
+                id: thread,
+                document_id: fx.doc,
+                quote: "the passage".into(),
+                first: note_by(Some("mona"), "why?", 5_000),
+            })
+            .await
+            .map(drop),
+    );
+    record(
+        "reply_comment",
+        store
+            .reply_comment(fx.doc, thread, &note_by(None, "because", 5_001), 100)
+            .await
+            .map(|r| assert!(matches!(r, Replied::Saved(_)), "{r:?}")),
+    );
+    record(
+        "set_comment_result",
+        store.set_comment_result(fx.doc, thread, 3).await.map(drop),
+    );
+    record(
+        "resolve_comment",
+        store
+            .resolve_comment(fx.doc, thread, "mona", 5_002)
+            .await
+            .map(drop),
+    );
     record(
         "put_attachment",
         store
@@ -2139,6 +2171,7 @@ struct FencedState {
     files: Vec<Option<(Attachment, Vec<u8>)>>,
     jobs: Vec<Job>,
     title: TitleSidecar,
+    comments: Vec<chopin_store::ThreadWithNotes>,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -2196,6 +2229,7 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
         ],
         jobs: store.document_jobs(fx.doc, 100).await.unwrap(),
         title: store.title_sidecar(fx.doc).await.unwrap(),
+        comments: store.comment_threads(fx.doc, 100).await.unwrap(),
     }
 }
 
@@ -2226,7 +2260,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 38, "every write method is tried");
+    assert_eq!(outcomes.len(), 42, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -5710,4 +5744,146 @@ async fn own_12_own_14_a_draft_lands_only_on_the_title_it_was_made_for_and_never
     assert!(is_not_found(
         store.draft_title(Uuid::from_u128(0xdead), "", "x").await
     ));
+}
+
+fn note_by(author: Option<&str>, body: &str, at: i64) -> NewCommentNote {
+    NewCommentNote {
+        author_login: author.map(str::to_owned),
+        to_planner: false,
+        body: body.to_owned(),
+        created_at_ms: at,
+    }
+}
+
+/// RULINGS ISO-20 ("a comment thread is full at 100 replies") and ISO-19 ("it refuses […] a
+/// resolved or full one"), checked in the same write as the reply; ISO-21's persistence: a
+/// note is numbered and durable when the call returns.
+async fn iso_19_iso_20_iso_21_comment_threads_number_their_notes_cap_replies_and_survive_reopening(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(96, "octo", "comments", "first"))
+        .await
+        .unwrap()
+        .id;
+    let other = store
+        .create_document(&new_doc(97, "octo", "comments", "second"))
+        .await
+        .unwrap()
+        .id;
+    let start = |id: u128, document, at| NewCommentThread {
+        id: Uuid::from_u128(id),
+        document_id: document,
+        quote: "We serve EU\0 shoppers".into(),
+        first: NewCommentNote {
+            to_planner: true,
+            ..note_by(Some("mona"), "Is one region enough?", at)
+        },
+    };
+    let (thread, notes) = store.start_comment(&start(1, doc, 1_000)).await.unwrap();
+    assert_eq!(
+        thread.quote, "We serve EU\u{fffd} shoppers",
+        "stored text has no NUL"
+    );
+    assert_eq!((thread.created_by.as_str(), thread.replies), ("mona", 0));
+    assert_eq!(notes.len(), 1);
+    assert_eq!((notes[0].seq, notes[0].to_planner), (0, true));
+    assert!(matches!(
+        store.start_comment(&start(1, doc, 1_001)).await,
+        Err(StoreError::Conflict(_))
+    ));
+    assert!(is_not_found(
+        store
+            .start_comment(&start(2, Uuid::from_u128(0xdead), 1_001))
+            .await
+    ));
+    // Replies are numbered 1, 2, … and the Planner's has no author.
+    let replied = store
+        .reply_comment(doc, thread.id, &note_by(None, "Yes, for now.", 1_100), 3)
+        .await
+        .unwrap();
+    let Replied::Saved(saved) = replied else {
+        panic!("{replied:?}")
+    };
+    assert_eq!((saved.seq, saved.author_login.as_deref()), (1, None));
+    for at in [1_200, 1_300] {
+        assert!(matches!(
+            store
+                .reply_comment(doc, thread.id, &note_by(Some("lisa"), "ok", at), 3)
+                .await
+                .unwrap(),
+            Replied::Saved(_)
+        ));
+    }
+    assert_eq!(
+        store
+            .reply_comment(doc, thread.id, &note_by(Some("lisa"), "one more", 1_400), 3)
+            .await
+            .unwrap(),
+        Replied::Full,
+        "full at the cap: nothing saved"
+    );
+    // A thread is only found in its own document.
+    assert!(is_not_found(
+        store
+            .reply_comment(other, thread.id, &note_by(Some("lisa"), "x", 1_500), 100)
+            .await
+    ));
+    assert!(is_not_found(
+        store.resolve_comment(other, thread.id, "lisa", 1_500).await
+    ));
+    let result = store.set_comment_result(doc, thread.id, 7).await.unwrap();
+    assert_eq!(result.result_revision, Some(7));
+
+    let (second, _) = store.start_comment(&start(3, doc, 2_000)).await.unwrap();
+    let resolved = store
+        .resolve_comment(doc, second.id, "lisa", 2_100)
+        .await
+        .unwrap();
+    assert_eq!(
+        (resolved.resolved_by.as_deref(), resolved.resolved_at_ms),
+        (Some("lisa"), Some(2_100))
+    );
+    let again = store
+        .resolve_comment(doc, second.id, "mona", 2_200)
+        .await
+        .unwrap();
+    assert_eq!(again, resolved, "a second resolve keeps the first");
+    assert_eq!(
+        store
+            .reply_comment(doc, second.id, &note_by(None, "late", 2_300), 100)
+            .await
+            .unwrap(),
+        Replied::Resolved
+    );
+    drop(store);
+    let reopened = b.open().await;
+    let threads = reopened.comment_threads(doc, 10).await.unwrap();
+    assert_eq!(
+        threads.iter().map(|(t, _)| t.id).collect::<Vec<_>>(),
+        [second.id, thread.id],
+        "newest first"
+    );
+    let (kept, notes) = &threads[1];
+    assert_eq!((kept.replies, kept.result_revision), (3, Some(7)));
+    assert_eq!(
+        notes.iter().map(|n| n.seq).collect::<Vec<_>>(),
+        [0, 1, 2, 3]
+    );
+    assert_eq!(notes[1].body, "Yes, for now.");
+    assert_eq!(reopened.comment_threads(doc, 1).await.unwrap().len(), 1);
+    assert!(reopened
+        .comment_threads(other, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        reopened.comment_thread(doc, thread.id).await.unwrap(),
+        Some(threads[1].clone())
+    );
+    assert_eq!(
+        reopened.comment_thread(other, thread.id).await.unwrap(),
+        None
+    );
 }
