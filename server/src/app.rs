@@ -107,6 +107,8 @@ pub struct App {
     pub titling: Arc<crate::jobs::title::Titling>,
     /// Asks for anchored prose updates when answers are saved (COA-15).
     pub prose_updates: Arc<crate::jobs::prose::ProseUpdates>,
+    /// Comment threads, and the Planner's replies in them.
+    pub comments: Arc<crate::comments::Comments>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -312,6 +314,11 @@ impl App {
             runtime.connector.clone(),
             entropy.clone(),
         );
+        let comments = Arc::new(crate::comments::Comments::new(
+            store.clone(),
+            clock.clone(),
+            entropy.clone(),
+        ));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -335,6 +342,7 @@ impl App {
             repository: repository_tools.clone(),
             github_tools: github_tools.clone(),
             classifier: classifier.clone(),
+            comments: comments.clone(),
         }));
         let files = Arc::new(Files::new(
             store.clone(),
@@ -499,6 +507,7 @@ impl App {
             descriptions,
             titling,
             prose_updates,
+            comments,
         }
     }
 
@@ -597,6 +606,7 @@ impl App {
             attachments: self.files.limits(),
             titling: self.titling.clone(),
             prose: self.prose_updates.clone(),
+            comments: self.comments.clone(),
             transcription: self.transcription.as_ref().map(|t| t.hello()),
         }))
         .merge(transport::yjs::routes(YjsDeps {

@@ -1087,6 +1087,7 @@ impl Chat {
                     mentions: mentions.iter().map(|(_, told)| told.clone()).collect(),
                     references: references.clone(),
                     explicit: command.is_none() && !follow_up,
+                    comment: None,
                 })
                 .await;
             match asked {
@@ -1198,6 +1199,178 @@ impl Chat {
                 )
             }
         }
+    }
+}
+
+/// A comment note sent to the Planner from a room (ISO-17, ISO-18, ISO-25): the thread it
+/// starts or replies to, in the room's own document (the root, or a child).
+#[derive(Debug, Clone)]
+pub struct PlannerComment {
+    pub request_id: String,
+    /// The document whose thread it is.
+    pub document: Uuid,
+    pub thread: Uuid,
+    /// The passage, for a note that starts its thread; `None` for a reply.
+    pub start_quote: Option<String>,
+    pub text: String,
+}
+
+/// What became of a [`PlannerComment`].
+#[derive(Debug, Clone)]
+pub enum CommentReply {
+    /// Saved, and given to the Planner (a new turn, or the running turn about its thread).
+    Saved(Box<crate::comments::Saved>, PlannerTook),
+    /// Refused; nothing saved.
+    Refused(crate::comments::Refusal),
+    /// The process is stopping: no answer, so the browser sends it again to the next one.
+    Unanswered,
+}
+
+impl CommentReply {
+    /// The frame the sender is sent, if any.
+    pub fn frame(&self, request_id: &str) -> Option<Value> {
+        match self {
+            CommentReply::Saved(saved, took) => {
+                let mut ack = saved.ack(request_id);
+                ack["planner"] = serde_json::to_value(took).unwrap_or(Value::Null);
+                Some(ack)
+            }
+            CommentReply::Refused(refusal) => Some(refusal.frame(request_id)),
+            CommentReply::Unanswered => None,
+        }
+    }
+}
+
+impl Chat {
+    /// A comment note to the Planner (ISO-17..19, ISO-25..28, OWN-27, MSG-21, MSG-23): checked
+    /// as a Chat message is (push access, and, from a child, that it still belongs to a live
+    /// root, which the room asked before this), then admitted by the root's Chat: it starts a
+    /// turn about its thread under the sender's claimant session, joins the running turn about
+    /// that same thread, or is refused (`planner-busy`, `planner-not-attached`, …) before
+    /// anything is saved. The note is saved before the turn starts; the root's transcript
+    /// notice names a child it came from.
+    pub async fn comment(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        note: PlannerComment,
+        comments: &crate::comments::Comments,
+    ) -> CommentReply {
+        use crate::comments::Refusal;
+        if !sender.can_write {
+            return CommentReply::Refused(Refusal::new(
+                "read-only",
+                crate::comments::READ_ONLY_WORDS,
+            ));
+        }
+        if let Err(refusal) = crate::comments::check_text(&note.text) {
+            return CommentReply::Refused(refusal);
+        }
+        let quote = match &note.start_quote {
+            Some(quote) => quote.clone(),
+            None => match comments.open_thread(note.document, note.thread).await {
+                Ok(thread) => thread.quote,
+                Err(refusal) => return CommentReply::Refused(refusal),
+            },
+        };
+        if quote.chars().count() > crate::comments::QUOTE_MAX_CHARS {
+            return CommentReply::Refused(Refusal::new(
+                "too-long",
+                "A comment's quoted passage is at most 1,000 characters, so it wasn't saved.",
+            ));
+        }
+        let Some(_in_flight) = self.try_admit() else {
+            return CommentReply::Refused(Refusal::new(
+                "temporarily-unavailable",
+                TOO_MANY_IN_FLIGHT,
+            ));
+        };
+        // In line with the Chat's own sends, so none starts a turn between the check and this.
+        let held = self.transcript.gate(place.document).await;
+        let (saved_tx, saved_rx) = watch::channel(None);
+        let asked = self
+            .turns
+            .request(PlannerRequest {
+                document: place.document,
+                document_url: place.url.clone(),
+                from_login: sender.login.clone(),
+                sender: sender.owner.clone(),
+                text: note.text.clone(),
+                focus: place.focus.clone(),
+                follow_up: None,
+                command: None,
+                files: Vec::new(),
+                mentions: Vec::new(),
+                references: Vec::new(),
+                explicit: false,
+                comment: Some(crate::turns::CommentTurn {
+                    document: note.document,
+                    thread: note.thread,
+                    quote: quote.clone(),
+                    saved: saved_rx,
+                }),
+            })
+            .await;
+        let took = match asked {
+            Ok(accepted) => PlannerTook::from(accepted),
+            Err(Refused::Stopping) => return CommentReply::Unanswered,
+            Err(refused) => {
+                return CommentReply::Refused(Refusal::new(refused.code(), refused.to_string()))
+            }
+        };
+        let saved = match &note.start_quote {
+            Some(_) => {
+                comments
+                    .start(
+                        note.document,
+                        &sender.login,
+                        note.thread,
+                        &quote,
+                        &note.text,
+                        true,
+                    )
+                    .await
+            }
+            None => {
+                comments
+                    .reply(
+                        note.document,
+                        note.thread,
+                        Some(&sender.login),
+                        &note.text,
+                        true,
+                    )
+                    .await
+            }
+        };
+        let _ = saved_tx.send(Some(saved.is_ok()));
+        let saved = match saved {
+            Ok(saved) => saved,
+            Err(refusal) => return CommentReply::Refused(refusal),
+        };
+        let notice = place.focus.as_ref().map(|focus| NewTranscriptEntry {
+            author_login: None,
+            kind: "system".into(),
+            body: format!(
+                "@{} sent chopin a comment from the child document {}.",
+                sender.login, focus.url
+            ),
+            created_at_ms: self.clock.now_ms(),
+            key: None,
+            refs: None,
+            attachments: Vec::new(),
+        });
+        let notice = match &notice {
+            Some(notice) => Some(self.transcript.queue_gated(place.document, notice).await),
+            None => None,
+        };
+        drop(held);
+        if let Some(notice) = notice {
+            if let Err(e) = notice.await {
+                tracing::error!(error = %e, document = %place.document, "chat: the notice naming a child could not be saved");
+            }
+        }
+        CommentReply::Saved(Box::new(saved), took)
     }
 }
 

@@ -20,6 +20,7 @@ pub mod access;
 pub mod app;
 pub mod chat;
 pub mod classifier;
+pub mod comments;
 pub mod config;
 pub mod content;
 pub mod dictation;

@@ -261,6 +261,7 @@ impl Participation {
                 mentions: Vec::new(),
                 references: Vec::new(),
                 explicit: false,
+                comment: None,
             })
             .await;
         match asked {

@@ -73,6 +73,22 @@ pub struct PlannerRequest {
     /// automatic follow-up, a command, answers, or automatic participation. Only such a turn
     /// may start research (JOB-05).
     pub explicit: bool,
+    /// A comment note sent to the Planner (ISO-17..29): the turn is about that one thread, and
+    /// needs a turn of its own unless the running turn is that thread's (it joins it).
+    pub comment: Option<CommentTurn>,
+}
+
+/// The thread a comment turn is about (ISO-18).
+#[derive(Debug, Clone)]
+pub struct CommentTurn {
+    /// The document the thread is in: the turn's own, or the child the note came from (ISO-25).
+    pub document: Uuid,
+    pub thread: Uuid,
+    /// The passage the thread is about.
+    pub quote: String,
+    /// `Some(true)` once the note is saved, which the turn waits for before it starts (ISO-27);
+    /// `Some(false)`, or the sender gone, if it could not be: the turn does not run.
+    pub saved: tokio::sync::watch::Receiver<Option<bool>>,
 }
 
 /// The turn's parts for `files`: every text file, and the images where `reads_images`; the
@@ -204,6 +220,7 @@ impl PlannerRequest {
             mentions: Vec::new(),
             references: Vec::new(),
             explicit: false,
+            comment: None,
         };
         (request, said.join("\n"))
     }
@@ -230,6 +247,13 @@ impl PlannerRequest {
                 "(an automatic follow-up from @{})\n{}",
                 self.from_login, self.text
             ),
+            None if self.comment.is_some() => {
+                let comment = self.comment.as_ref().expect("checked");
+                format!(
+                    "@{} commented to you in the comment thread {} about this passage:\n<<<passage\n{}\npassage>>>\n@{}: {}\n(Answer in that thread with reply_comment {{ \"thread\": \"{}\", \"text\": … }}.)",
+                    self.from_login, comment.thread, comment.quote, self.from_login, self.text, comment.thread
+                )
+            }
             None => format!("@{}: {}", self.from_login, self.text),
         };
         let said = self
@@ -350,6 +374,8 @@ struct Running {
     login: Uuid,
     /// Why the server stopped the turn, said in Chat instead of "chopin stopped.".
     stopped_because: Option<String>,
+    /// The comment thread a comment turn is about: a note to the same thread joins it.
+    thread: Option<Uuid>,
 }
 
 /// A session kept after its turn because it owns live runs or waits on a question (RR-01,
@@ -454,6 +480,8 @@ pub struct TurnsDeps {
     /// The deployment's decisions classifier: every complete Planner message passes it before
     /// Chat shows it (COA-05).
     pub classifier: Arc<dyn crate::classifier::Classifier>,
+    /// Comment threads: a comment turn's `reply_comment` and results (ISO-19..23).
+    pub comments: Arc<crate::comments::Comments>,
 }
 
 impl TurnsDeps {
@@ -502,6 +530,9 @@ pub const BUSY_WORDS: &str =
 /// follow-up, a comment note, a Build draft).
 pub const OWN_TURN_BUSY_WORDS: &str =
     "Chopin is working on something else. Try again when it has finished.";
+/// The refusal of `reply_comment` outside a comment turn (ISO-19, ISO-24).
+pub const REPLY_NOT_COMMENT_TURN_WORDS: &str =
+    "reply_comment runs only in a turn a comment sent to chopin started; this turn was not.";
 /// The words for a message that arrived while a turn was starting or ending.
 pub const PASSING_WORDS: &str = "chopin is between steps just now; send it again in a moment.";
 /// The words for work that waits for a Planner turn when the document's Planner has no owner
@@ -825,6 +856,22 @@ impl Turns {
                 tracing::info!(document = %request.document, harness = harness.name(), "a message arrived while a background job works on the document");
                 return Err(Refused::Busy(BUSY_WORDS.to_owned()));
             }
+            if let (Some(comment), Some(turn)) =
+                (&request.comment, table.turns.get(&request.document))
+            {
+                // A note to the thread the running turn is about joins it (ISO-18); any other
+                // needs a turn of its own (MSG-21).
+                if turn.thread != Some(comment.thread) || turn.phase != Phase::Running {
+                    return Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned()));
+                }
+                return match turn.control.steer(words) {
+                    Ok(()) => Ok(Accepted::Steered),
+                    Err(SteerError::Full) => {
+                        Err(Refused::TemporarilyUnavailable(PASSING_WORDS.to_owned()))
+                    }
+                    Err(_) => Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned())),
+                };
+            }
             if table.turns.contains_key(&request.document) && request.follow_up.is_some() {
                 // A follow-up needs a turn of its own (MSG-21).
                 return Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned()));
@@ -960,6 +1007,7 @@ impl Turns {
                 control,
                 login: holder.browser_login_id,
                 stopped_because: None,
+                thread: request.comment.as_ref().map(|c| c.thread),
             },
         );
         let turns = self.clone();
@@ -1009,6 +1057,40 @@ impl Turns {
         false
     }
 
+    /// A comment turn starts once its note is saved (ISO-27), and, for a note from a child,
+    /// once storage says again that the child still belongs to this live root in the same
+    /// repository (ISO-28). Otherwise it does not run, and Chat says why when it was a child.
+    async fn comment_may_start(&self, request: &PlannerRequest, comment: &CommentTurn) -> bool {
+        let mut saved = comment.saved.clone();
+        let saved = match saved.wait_for(Option::is_some).await {
+            Ok(saved) => *saved == Some(true),
+            Err(_) => false,
+        };
+        if !saved {
+            return false;
+        }
+        let Some(focus) = &request.focus else {
+            return true;
+        };
+        match self.deps.children.of_root(focus.document).await {
+            Ok((root, _)) if root.id == request.document => true,
+            outcome => {
+                tracing::info!(document = %request.document, child = %focus.document, ok = outcome.is_ok(), "a comment turn from a child did not start: the child no longer belongs to this root");
+                let sink: &dyn TurnSink = &*self.deps.transcript;
+                sink.post(
+                    request.document,
+                    "system",
+                    format!(
+                        "chopin did not take @{}'s comment from {}: that document no longer belongs to this one.",
+                        request.from_login, focus.url
+                    ),
+                )
+                .await;
+                false
+            }
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn run(
         self: &Arc<Self>,
@@ -1021,6 +1103,16 @@ impl Turns {
     ) {
         let d = &self.deps;
         let document = request.document;
+        if let Some(comment) = &request.comment {
+            if !self.comment_may_start(&request, comment).await {
+                d.planners.emit(PlannerEvent::TurnEnded {
+                    document,
+                    result: "not-started".to_owned(),
+                });
+                self.finish(document);
+                return;
+            }
+        }
         let generation = d
             .ownership
             .ownership(document)
@@ -1045,6 +1137,9 @@ impl Turns {
             asked: request
                 .explicit
                 .then(|| (request.from_login.clone(), request.text.clone())),
+            comment: request.comment.clone(),
+            replied: std::sync::atomic::AtomicBool::new(false),
+            last_said: Mutex::new(None),
         });
         // A kept session of the turn's owner takes the turn (SES-02): it is given the Chat since
         // its last turn (CTX-04), a new session the bounded transcript (CTX-05).
@@ -1090,7 +1185,7 @@ impl Turns {
             attachments,
             instructions: INSTRUCTIONS.to_owned(),
             prompt,
-            host_tools: host_tools(self.research().is_some()),
+            host_tools: host_tools(self.research().is_some(), request.comment.is_some()),
             response_format: None,
             cancel,
             model: chosen.model.clone(),
@@ -1175,6 +1270,7 @@ impl Turns {
                 .await
             }
         }
+        host.fallback_reply().await;
         let result = match &report.result {
             TurnResult::Completed { .. } if failed_to_ask => "failed",
             TurnResult::Completed { .. } => "completed",
@@ -1269,7 +1365,7 @@ impl Turns {
             attachments: Vec::new(),
             instructions: INSTRUCTIONS.to_owned(),
             prompt: CONTINUATION_PROMPT.to_owned(),
-            host_tools: host_tools(self.research().is_some()),
+            host_tools: host_tools(self.research().is_some(), host.comment.is_some()),
             response_format: None,
             cancel,
             model: next.model,
@@ -1448,7 +1544,7 @@ never as a question in Chat: draft the provisional prose first, then open the in
 (up to ten) as cards after the passages they inform, each with a stable key. \
 An unanswered, cancelled or expired question is not consent.";
 
-fn host_tools(research: bool) -> Vec<ToolSpec> {
+fn host_tools(research: bool, comment: bool) -> Vec<ToolSpec> {
     let mut tools = vec![
         ToolSpec {
             name: "read_plan".to_owned(),
@@ -1561,6 +1657,21 @@ fn host_tools(research: bool) -> Vec<ToolSpec> {
             }),
         },
     ];
+    if comment {
+        tools.push(ToolSpec {
+            name: "reply_comment".to_owned(),
+            description: "Answer the comment thread this turn was sent (its id is in the message): your note is saved in the thread for everyone in the document. Only that thread; not a resolved or full one.".to_owned(),
+            input_schema: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "thread": { "type": "string" },
+                    "text": { "type": "string", "minLength": 1 }
+                },
+                "required": ["thread", "text"],
+                "additionalProperties": false
+            }),
+        });
+    }
     if research {
         tools.push(ToolSpec {
             name: "create_research_workspace".to_owned(),
@@ -1635,6 +1746,12 @@ struct PlannerHost {
     checks: Mutex<Checks>,
     /// The member and words of an explicit member turn (JOB-05).
     asked: Option<(String, String)>,
+    /// The thread a comment turn is about (ISO-18): only it may `reply_comment` there.
+    comment: Option<CommentTurn>,
+    /// The turn said something in its thread (ISO-23).
+    replied: std::sync::atomic::AtomicBool,
+    /// The last message the turn posted in Chat, for the fallback reply (ISO-23).
+    last_said: Mutex<Option<String>>,
 }
 
 /// What a turn's messages came to at the decisions check (COA-05..12).
@@ -1698,7 +1815,14 @@ impl PlannerHost {
         match verdict {
             Ok(crate::classifier::Verdict::Reply) => {
                 let sink: &dyn TurnSink = &*d.transcript;
-                for message in chat_messages(text) {
+                let messages = chat_messages(text);
+                if self.comment.is_some() {
+                    *self
+                        .last_said
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner) = messages.last().cloned();
+                }
+                for message in messages {
                     sink.post(self.document, "planner", message).await;
                 }
             }
@@ -1712,6 +1836,112 @@ impl PlannerHost {
             Err(why) => {
                 tracing::warn!(document = %self.document, error = %why, "a Planner message was withheld: the decisions check could not be made");
             }
+        }
+    }
+
+    /// Whether this is a comment turn whose thread is in `document`.
+    fn comment_on(&self, document: Uuid) -> bool {
+        self.comment
+            .as_ref()
+            .is_some_and(|c| c.document == document)
+    }
+
+    /// Records an applied write of a comment turn as its thread's result (ISO-22, ISO-26).
+    async fn record_result(&self, document: Uuid, result: &Value) {
+        let (Some(comment), Some(revision)) = (
+            &self.comment,
+            result
+                .get("revision")
+                .and_then(Value::as_i64)
+                .filter(|_| result["status"] == "applied"),
+        ) else {
+            return;
+        };
+        self.turns
+            .deps
+            .comments
+            .record_result(document, comment.thread, revision)
+            .await;
+    }
+
+    /// `reply_comment { thread, text }` (ISO-19, ISO-21, ISO-26, ISO-28): only in a comment
+    /// turn, only to its thread, never a resolved or full one; for a child's thread, only while
+    /// storage says the child still belongs to this root. Saved before the room hears it.
+    async fn reply_comment(&self, input: Value) -> HostToolResult {
+        let Some(comment) = &self.comment else {
+            return HostToolResult::error(REPLY_NOT_COMMENT_TURN_WORDS);
+        };
+        let thread = input.get("thread").and_then(Value::as_str).unwrap_or("");
+        let Some(text) = input.get("text").and_then(Value::as_str) else {
+            return HostToolResult::error("reply_comment takes { thread, text }");
+        };
+        if thread.parse::<Uuid>().ok() != Some(comment.thread) {
+            return HostToolResult::error(format!(
+                "reply_comment answers only the thread this turn was sent ({}); {thread:?} is not it.",
+                comment.thread
+            ));
+        }
+        let d = &self.turns.deps;
+        if comment.document != self.document {
+            match d.children.of_root(comment.document).await {
+                Ok((root, _)) if root.id == self.document => {}
+                Err(ChildError::Storage) => {
+                    return HostToolResult::error(
+                        "the child document could not be checked just now; try again",
+                    )
+                }
+                _ => {
+                    return HostToolResult::error(
+                        "that child document no longer belongs to this document, so its thread takes no reply",
+                    )
+                }
+            }
+        }
+        match d
+            .comments
+            .reply(comment.document, comment.thread, None, text, false)
+            .await
+        {
+            Ok(saved) => {
+                self.replied
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+                HostToolResult::ok(serde_json::json!({
+                    "thread": comment.thread,
+                    "seq": saved.note.seq,
+                    "replies": saved.thread.replies,
+                }))
+            }
+            Err(refusal) => HostToolResult::error(refusal.message),
+        }
+    }
+
+    /// ISO-23, ISO-29: a comment turn that said something in Chat but nothing in its thread
+    /// has its last Chat message posted to the thread, to the document the note came from,
+    /// without asking storage again.
+    async fn fallback_reply(&self) {
+        let Some(comment) = &self.comment else {
+            return;
+        };
+        if self.replied.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
+        let last = self
+            .last_said
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let Some(last) = last else {
+            return;
+        };
+        let text: String = last.chars().take(crate::comments::NOTE_MAX_CHARS).collect();
+        if let Err(refusal) = self
+            .turns
+            .deps
+            .comments
+            .reply(comment.document, comment.thread, None, &text, false)
+            .await
+        {
+            tracing::warn!(document = %self.document, thread = %comment.thread, code = refusal.code, "a comment turn's last Chat message could not be posted to its thread");
         }
     }
 
@@ -1902,6 +2132,7 @@ impl TurnHost for PlannerHost {
             "open_decision" => self.open_decisions(input, false).await,
             "open_decisions" => self.open_decisions(input, true).await,
             "create_research_workspace" => self.create_research(input).await,
+            "reply_comment" => self.reply_comment(input).await,
             name if repository::is_repository_tool(name) => self.repository_tool(name, input).await,
             name if github_tools::is_github_tool(name) => self.github_tool(name, input).await,
             other => HostToolResult::error(format!("unknown host tool {other:?}")),
@@ -2254,6 +2485,17 @@ impl PlannerHost {
             .await
         {
             Ok(result) => match serde_json::to_value(&result) {
+                Ok(v)
+                    if result
+                        .document
+                        .id
+                        .parse::<Uuid>()
+                        .is_ok_and(|id| self.comment_on(id)) =>
+                {
+                    let id = result.document.id.parse::<Uuid>().unwrap_or_default();
+                    self.record_result(id, &v).await;
+                    HostToolResult::ok(v)
+                }
                 Ok(v) => HostToolResult::ok(v),
                 Err(e) => HostToolResult::error(e.to_string()),
             },
@@ -2512,6 +2754,10 @@ impl PlannerHost {
             .await
         {
             Ok(result) => match serde_json::to_value(&result) {
+                Ok(v) if self.comment_on(self.document) => {
+                    self.record_result(self.document, &v).await;
+                    HostToolResult::ok(v)
+                }
                 Ok(v) => HostToolResult::ok(v),
                 Err(e) => HostToolResult::error(e.to_string()),
             },
@@ -2729,8 +2975,19 @@ mod tests {
     }
 
     #[test]
+    fn iso_19_iso_24_reply_comment_is_offered_only_to_a_comment_turn() {
+        let named = |research, comment| {
+            host_tools(research, comment)
+                .into_iter()
+                .any(|t| t.name == "reply_comment")
+        };
+        assert!(named(false, true) && named(true, true));
+        assert!(!named(false, false) && !named(true, false));
+    }
+
+    #[test]
     fn every_planner_tool_schema_is_one_the_driver_checks() {
-        for tool in host_tools(true) {
+        for tool in host_tools(true, true) {
             assert_eq!(
                 crate::harness::schema::checkable(&tool.input_schema),
                 Ok(()),

@@ -31,6 +31,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         mentions: Vec::new(),
         references: Vec::new(),
         explicit: true,
+        comment: None,
     }
 }
 

@@ -38,6 +38,7 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         mentions: Vec::new(),
         references: Vec::new(),
         explicit: true,
+        comment: None,
     }
 }
 

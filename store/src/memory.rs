@@ -1582,7 +1582,7 @@ impl crate::CommentStore for MemoryStore {
                 .values()
                 .filter(|t| t.document_id == document_id)
                 .collect();
-            threads.sort_by(|a, b| (b.created_at_ms, b.id).cmp(&(a.created_at_ms, a.id)));
+            threads.sort_by_key(|t| std::cmp::Reverse((t.created_at_ms, t.id)));
             Ok(threads
                 .into_iter()
                 .take(usize::try_from(limit.max(0)).unwrap_or(usize::MAX))

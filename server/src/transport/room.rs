@@ -83,6 +83,8 @@ pub struct RoomDeps {
     pub titling: Arc<crate::jobs::title::Titling>,
     /// Asks for a passage's update when an answer on its anchored Decision is saved (COA-15).
     pub prose: Arc<crate::jobs::prose::ProseUpdates>,
+    /// The document's comment threads (this room's own document's, a child's too).
+    pub comments: Arc<crate::comments::Comments>,
 }
 
 /// A room socket's part in [`crate::jobs::title::Titling`]: let go when the socket ends.
@@ -238,6 +240,7 @@ async fn session(
     let mut signed_in = deps.sign_ins.watch(member.login_id);
     let mut chat_feed = deps.transcript.subscribe(root_id);
     let mut cards = deps.runs.subscribe(root_id);
+    let mut comment_feed = deps.comments.subscribe(doc.id);
     let mut model_changes = deps.models.subscribe();
     let place = chat::Place {
         document: doc.id,
@@ -389,6 +392,12 @@ async fn session(
                     }
                 }
             },
+            changed = comment_feed.recv() => match changed {
+                Ok(frame) => push!(out, shared_text(frame)),
+                // Fell behind: the threads are listed again (`comment:list`).
+                Err(RecvError::Lagged(_)) => push!(out, json_frame(&json!({ "type": "comment:lagged" }))),
+                Err(RecvError::Closed) => return,
+            },
             changed = model_changes.recv() => match changed {
                 Ok(doc) if doc != root_id => {}
                 Ok(_) | Err(RecvError::Lagged(_)) => {
@@ -515,6 +524,15 @@ async fn session(
                                 }
                             }
                             Some("plan:titling") => continue,
+                            Some(kind @ ("comment:start" | "comment:reply" | "comment:resolve" | "comment:list")) => {
+                                match crate::comments::Request::from_frame(kind, &value) {
+                                    Ok(request) => match comment_frame(deps, doc, &place, &sender, request).await {
+                                        Some(frame) => frame,
+                                        None => continue,
+                                    },
+                                    Err(malformed) => json_frame(&malformed.frame(&value)),
+                                }
+                            }
                             Some(kind @ ("decision:answer" | "decision:cancel")) => {
                                 decision_frame(deps, doc, &sender, kind, &value).await
                             }
@@ -687,6 +705,112 @@ pub(super) async fn chat_place(
             "This document no longer belongs to a live root document, whose Chat a child's messages go to, so your message wasn't sent.",
         )),
     }
+}
+
+/// The refusal of a note to the Planner from a child that no longer belongs to a live root in
+/// its repository (ISO-28).
+const CHILD_GONE_COMMENT_WORDS: &str = "This document no longer belongs to a live root document, whose Chat takes a child's comments to chopin, so your comment wasn't saved.";
+
+/// The `comment:*` frames: a note to the room is saved at once; a note sent to the Planner
+/// (`to: "planner"`, ISO-17) goes through the root's Chat ([`Chat::comment`]), from a child
+/// only once storage says again it belongs to a live root (ISO-28). `None`: no answer (the
+/// process is stopping, MSG-18).
+async fn comment_frame(
+    deps: &RoomDeps,
+    doc: &Document,
+    place: &chat::Place,
+    sender: &chat::Sender,
+    request: crate::comments::Request,
+) -> Option<WsMessage> {
+    use crate::comments::{Refusal, Request, READ_ONLY_WORDS};
+    let comments = &deps.comments;
+    let id = request.request_id().to_owned();
+    let answer = |result: Result<Value, Refusal>| {
+        Some(json_frame(&match result {
+            Ok(frame) => frame,
+            Err(refusal) => refusal.frame(&id),
+        }))
+    };
+    if let Request::List { request_id } = &request {
+        return answer(comments.list(doc.id, request_id).await);
+    }
+    if !sender.can_write {
+        return answer(Err(Refusal::new("read-only", READ_ONLY_WORDS)));
+    }
+    if request.to_planner() {
+        let admitted = match chat_place(&deps.children, doc, place, &id).await {
+            Ok(place) => place,
+            // ISO-28: refused before anything is saved.
+            Err(refused) => {
+                return answer(Err(match refused.code() {
+                    Some("storage-unavailable") => Refusal::new(
+                        "storage-unavailable",
+                        "Your comment could not be sent just now; send it again in a moment.",
+                    ),
+                    _ => Refusal::new("document-not-found", CHILD_GONE_COMMENT_WORDS),
+                }))
+            }
+        };
+        let (thread, start_quote, text) = match request {
+            Request::Start {
+                thread,
+                quote,
+                text,
+                ..
+            } => (
+                thread.unwrap_or_else(|| comments.new_thread_id()),
+                Some(quote),
+                text,
+            ),
+            Request::Reply { thread, text, .. } => (thread, None, text),
+            Request::Resolve { .. } | Request::List { .. } => unreachable!("not a note"),
+        };
+        let note = chat::PlannerComment {
+            request_id: id.clone(),
+            document: doc.id,
+            thread,
+            start_quote,
+            text,
+        };
+        return deps
+            .chat
+            .comment(&admitted, sender, note, comments)
+            .await
+            .frame(&id)
+            .map(|frame| json_frame(&frame));
+    }
+    let saved =
+        match request {
+            Request::Start {
+                thread,
+                quote,
+                text,
+                ..
+            } => {
+                let thread = thread.unwrap_or_else(|| comments.new_thread_id());
+                comments
+                    .start(doc.id, &sender.login, thread, &quote, &text, false)
+                    .await
+            }
+            Request::Reply { thread, text, .. } => {
+                comments
+                    .reply(doc.id, thread, Some(&sender.login), &text, false)
+                    .await
+            }
+            Request::Resolve { thread, .. } => {
+                return answer(comments.resolve(doc.id, thread, &sender.login).await.map(
+                    |thread| {
+                        json!({
+                            "type": "comment:ack",
+                            "requestId": id,
+                            "thread": crate::comments::thread_json(&thread),
+                        })
+                    },
+                ));
+            }
+            Request::List { .. } => unreachable!("answered above"),
+        };
+    answer(saved.map(|saved| saved.ack(&id)))
 }
 
 /// `decision:answer` and `decision:cancel`: a writer answers a Decision of this document, or
