@@ -4,7 +4,8 @@
 //! the server that reads the document, edits it, asks a question the writer answers, and
 //! replies; a Stop aborts a model call mid-stream (the request is abandoned); an outage gives
 //! the provider's failure words in Chat and ends the turn. A `#` reference to another document
-//! is kept with its message and read by the Planner with `read_reference`.
+//! is kept with its message and read by the Planner with `read_reference`. A comment note sent
+//! to chopin starts a turn that answers in its thread with `reply_comment`.
 
 use std::time::Duration;
 
@@ -677,4 +678,79 @@ async fn ctx_18_ctx_19_a_document_reference_is_read_by_the_planner_on_postgres()
         .await
         .expect("a fresh database");
     a_document_reference_is_read_by_the_planner(Backend::Postgres(db)).await;
+}
+
+/// ISO-17, ISO-18, ISO-19, ISO-21: a comment note sent to chopin (`to: "planner"`) starts an
+/// in-server turn about its thread, whose `reply_comment` answers in that thread, saved before
+/// the room hears it; the thread and its notes are listed again after a restart.
+async fn a_comment_to_the_planner_is_answered_in_its_thread(backend: Backend) {
+    let mut w = world(backend, &[]).await;
+    let thread = "6f1c1f0e-7a0b-4c57-9a52-3f0f3b8f2a11";
+    w.provider.script(Reply::tool_call(
+        "reply_comment",
+        json!({ "thread": thread, "text": "Yes: one region is enough for launch." }),
+    ));
+    w.provider.script(Reply::text("Answered in the thread."));
+    w.room
+        .send_json(&json!({
+            "type": "comment:start", "requestId": "c-1", "thread": thread,
+            "quote": "We serve EU shoppers from one region.",
+            "text": "Is one region enough?", "to": "planner"
+        }))
+        .await
+        .unwrap();
+    let ack = next_of(&mut w.room, "comment:ack").await;
+    assert_eq!(ack["planner"], "started", "{ack}");
+    assert_eq!(ack["thread"]["id"], thread, "{ack}");
+    let answered = loop {
+        let told = next_of(&mut w.room, "comment:thread").await;
+        if told["note"]["planner"] == true {
+            break told;
+        }
+    };
+    assert_eq!(
+        answered["note"]["text"], "Yes: one region is enough for launch.",
+        "{answered}"
+    );
+    let first = w.provider.requests()[0].as_text();
+    assert!(
+        first.contains(thread) && first.contains("Is one region enough?"),
+        "the turn is about that thread: {first}"
+    );
+    assert!(
+        first.contains("reply_comment"),
+        "offered to that turn: {first}"
+    );
+    let reply = next_reply(&mut w.room).await;
+    assert_eq!(reply["text"], "Answered in the thread.", "{reply}");
+
+    // Kept across a restart.
+    w.server.stop().await;
+    let server = w.launch.start().await;
+    let mut room = connect_room(&server, &w.id, &w.cookie).await;
+    room.send_json(&json!({ "type": "comment:list", "requestId": "l" }))
+        .await
+        .unwrap();
+    let listed = next_of(&mut room, "comment:threads").await;
+    let notes = listed["threads"][0]["notes"].as_array().unwrap().clone();
+    assert_eq!(notes.len(), 2, "{listed}");
+    assert_eq!(notes[1]["author"], Value::Null, "{listed}");
+    assert_eq!(listed["threads"][0]["replies"], 1, "{listed}");
+}
+
+#[tokio::test]
+async fn iso_17_iso_18_iso_21_a_comment_to_the_planner_is_answered_in_its_thread_on_sqlite() {
+    a_comment_to_the_planner_is_answered_in_its_thread(Backend::Sqlite(
+        tempfile::tempdir().unwrap(),
+    ))
+    .await;
+}
+
+#[tokio::test]
+async fn iso_17_iso_18_iso_21_a_comment_to_the_planner_is_answered_in_its_thread_on_postgres() {
+    let db = chopin_fixtures::pg::shared_postgres()
+        .create_database()
+        .await
+        .expect("a fresh database");
+    a_comment_to_the_planner_is_answered_in_its_thread(Backend::Postgres(db)).await;
 }
