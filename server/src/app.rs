@@ -109,6 +109,8 @@ pub struct App {
     pub prose_updates: Arc<crate::jobs::prose::ProseUpdates>,
     /// Comment threads, and the Planner's replies in them.
     pub comments: Arc<crate::comments::Comments>,
+    /// The documents' research cards (the mentions route, research mentions, read_reference).
+    pub research_cards: Arc<crate::research_cards::ResearchCards>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -319,6 +321,7 @@ impl App {
             clock.clone(),
             entropy.clone(),
         ));
+        let research_cards = Arc::new(crate::research_cards::ResearchCards::new(store.clone()));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -343,6 +346,7 @@ impl App {
             github_tools: github_tools.clone(),
             classifier: classifier.clone(),
             comments: comments.clone(),
+            research_cards: research_cards.clone(),
         }));
         let files = Arc::new(Files::new(
             store.clone(),
@@ -460,7 +464,8 @@ impl App {
                 .with_content(open.clone())
                 .with_repo_files(repo_files.clone(), store.clone())
                 .with_on_saved(titles.clone())
-                .with_participation(participation.clone()),
+                .with_participation(participation.clone())
+                .with_research_cards(research_cards.clone()),
         );
         chat.plant(config.planted);
         housekeeping::spawn(
@@ -508,6 +513,7 @@ impl App {
             titling,
             prose_updates,
             comments,
+            research_cards,
         }
     }
 
@@ -564,6 +570,7 @@ impl App {
                 documents: self.documents_deps(),
                 repo_files: self.repo_files.clone(),
                 people: self.people.clone(),
+                research_cards: self.research_cards.clone(),
             },
         ))
         .merge(transport::participation::routes(

@@ -161,6 +161,10 @@ pub enum Mention {
     File {
         path: String,
     },
+    /// `%`: one of the document's research cards (CTX-33).
+    Research {
+        workspace_id: Uuid,
+    },
 }
 
 /// A command chip: the command a message runs, as the composer sent it (CMD-10): its name
@@ -185,6 +189,9 @@ pub const ATTACHMENT_IDS_MAX: usize = 64;
 pub const IMAGES_UNREADABLE_WORDS: &str = "This model can't read images";
 /// The longest heading anchor or Decision id a mention names, in bytes.
 pub const MENTION_NAME_MAX_BYTES: usize = 1024;
+/// The refusal of a research mention that is not one of this document's (CTX-33).
+pub const RESEARCH_NOT_HERE_WORDS: &str =
+    "That research is not this document's, so it cannot be mentioned.";
 /// The most references one `chat:send` carries.
 pub const REFERENCES_MAX: usize = 16;
 /// The longest command name or kind taken, in characters.
@@ -279,6 +286,14 @@ impl SendRequest {
                     });
                     continue;
                 }
+                Some("research") => {
+                    let id = field("workspaceId")?;
+                    let workspace_id = Uuid::parse_str(&id).map_err(|_| {
+                        Malformed("a research reference's \"workspaceId\" is a research card's id".into())
+                    })?;
+                    mentions.push(Mention::Research { workspace_id });
+                    continue;
+                }
                 Some("file") => {
                     // A path's own bound is a refusal the composer shows (CTX-28), not a
                     // malformed frame: only a non-string is malformed here.
@@ -294,7 +309,7 @@ impl SendRequest {
                 }
                 _ => {
                     return Err(Malformed(
-                        "a reference is {\"type\": \"command\", \"name\", \"commandKind\", \"start\", \"end\"}, {\"type\": \"document\", \"documentId\"}, {\"type\": \"heading\", \"anchor\"}, {\"type\": \"decision\", \"decisionId\"} or {\"type\": \"file\", \"path\"}".into(),
+                        "a reference is {\"type\": \"command\", \"name\", \"commandKind\", \"start\", \"end\"}, {\"type\": \"document\", \"documentId\"}, {\"type\": \"heading\", \"anchor\"}, {\"type\": \"decision\", \"decisionId\"}, {\"type\": \"research\", \"workspaceId\"} or {\"type\": \"file\", \"path\"}".into(),
                     ))
                 }
             }
@@ -472,6 +487,8 @@ pub struct Chat {
     participation: Option<Arc<crate::participation::Participation>>,
     /// Told of every `/research` message saved; `None`: `/research` is refused as unavailable.
     research: Option<Arc<dyn ResearchRequests>>,
+    /// The documents' research cards, for a research mention (`None`: refused).
+    research_cards: Option<Arc<crate::research_cards::ResearchCards>>,
 }
 
 type Key = (String, Uuid, String);
@@ -545,7 +562,14 @@ impl Chat {
             on_saved: None,
             participation: None,
             research: None,
+            research_cards: None,
         }
+    }
+
+    /// Resolves a research mention against the document's research cards (CTX-33).
+    pub fn with_research_cards(mut self, cards: Arc<crate::research_cards::ResearchCards>) -> Self {
+        self.research_cards = Some(cards);
+        self
     }
 
     /// Checks a file mention against its repository's listing (CTX-26, CTX-38).
@@ -887,6 +911,7 @@ impl Chat {
                     references.push(DocumentReference {
                         id: doc.id,
                         revision: doc.plan_revision,
+                        kind: crate::turns::ReferenceKind::Document,
                     });
                     (
                         serde_json::json!({"type": "document", "documentId": doc.id, "label": doc.title, "revision": doc.plan_revision}),
@@ -917,6 +942,22 @@ impl Chat {
                         mention::told_decision(&d.id),
                     )
                 }
+                Mention::Research { workspace_id } => {
+                    let card = self.research_card(place, *workspace_id).await?;
+                    references.push(DocumentReference {
+                        id: card.workspace_id,
+                        revision: -1,
+                        kind: crate::turns::ReferenceKind::Research,
+                    });
+                    (
+                        serde_json::json!({"type": "research", "workspaceId": card.workspace_id, "label": card.title}),
+                        format!(
+                            "[research reference {} titled {}: read it with read_reference]",
+                            serde_json::Value::String(card.workspace_id.to_string()),
+                            serde_json::Value::String(card.title.clone())
+                        ),
+                    )
+                }
                 Mention::File { path } => {
                     check_path(path).map_err(|words| ("mention-refused", words.to_owned()))?;
                     let listed = self.repository_files(room.as_ref(), sender).await;
@@ -934,6 +975,28 @@ impl Chat {
             });
         }
         Ok((out, references))
+    }
+
+    /// The research card `workspace` if it is one of the Chat's own document's (CTX-33).
+    async fn research_card(
+        &self,
+        place: &Place,
+        workspace: Uuid,
+    ) -> Result<crate::research_cards::Card, (&'static str, String)> {
+        let Some(cards) = &self.research_cards else {
+            return Err(("mention-refused", RESEARCH_NOT_HERE_WORDS.to_owned()));
+        };
+        match cards.card(place.document, workspace).await {
+            Ok(Some(card)) => Ok(card),
+            Ok(None) => Err(("mention-refused", RESEARCH_NOT_HERE_WORDS.to_owned())),
+            Err(e) => {
+                tracing::error!(error = %e, document = %place.document, "chat: research cards could not be read for a mention");
+                Err((
+                    "temporarily-unavailable",
+                    "This document's research could not be read just now, so it cannot be mentioned. Send it again in a moment.".to_owned(),
+                ))
+            }
+        }
     }
 
     /// The document `id` if a message from `place` may refer to it (CTX-18): another ordinary

@@ -42,6 +42,7 @@ pub mod questions;
 pub mod renewal;
 pub mod repo_files;
 pub mod repository;
+pub mod research_cards;
 pub mod runs;
 pub mod runtime;
 pub mod transcript;

@@ -152,6 +152,11 @@ enum StoredRef {
         label: String,
     },
     #[serde(rename_all = "camelCase")]
+    Research {
+        workspace_id: Uuid,
+        label: String,
+    },
+    #[serde(rename_all = "camelCase")]
     Attachment {
         id: Uuid,
         name: String,
@@ -799,7 +804,7 @@ mod tests {
 
     #[test]
     fn ctx_43_stored_references_are_strictly_checked_on_restore() {
-        let good = r#"[{"type":"command","name":"review","commandKind":"skill","start":0,"end":7},{"type":"heading","anchor":"overview","label":"Overview","level":1,"line":1},{"type":"decision","decisionId":"d-1","label":"Region"},{"type":"document","documentId":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","label":"Launch","revision":3},{"type":"file","path":"src/a.rs","label":"src/a.rs"},{"type":"attachment","id":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","name":"a.txt","kind":"text","mimeType":"text/plain","size":3}]"#;
+        let good = r#"[{"type":"command","name":"review","commandKind":"skill","start":0,"end":7},{"type":"heading","anchor":"overview","label":"Overview","level":1,"line":1},{"type":"decision","decisionId":"d-1","label":"Region"},{"type":"document","documentId":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","label":"Launch","revision":3},{"type":"file","path":"src/a.rs","label":"src/a.rs"},{"type":"research","workspaceId":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","label":"Edge caching"},{"type":"attachment","id":"5d1f0c9e-2b7a-4c55-8e0f-6a3b9d2c1e47","name":"a.txt","kind":"text","mimeType":"text/plain","size":3}]"#;
         assert_eq!(
             restored_refs(1, good),
             Some(serde_json::from_str(good).unwrap())
@@ -808,6 +813,7 @@ mod tests {
             r#"[{"type":"url","href":"javascript:alert(1)"}]"#,
             r#"[{"type":"heading","anchor":"overview","label":"Overview","level":1,"line":1,"href":"x"}]"#,
             r#"[{"type":"decision","decisionId":"d-1"}]"#,
+            r#"[{"type":"research","workspaceId":"not-an-id","label":"x"}]"#,
             r#"{"type":"command"}"#,
             "not json",
         ] {

@@ -426,11 +426,22 @@ pub const ANSWERS_SHARE_MS: u64 = 2_000;
 /// The most document references one Planner session holds (CTX-19: a bounded set).
 pub const REFERENCES_RETAINED_MAX: usize = 32;
 
-/// A document a Chat message referred to: its id and the plan revision it was at when chosen.
+/// A document a Chat message referred to: its id and the plan revision it was at when chosen;
+/// or a research card of the document (`revision` -1), read as its projection (CTX-33).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DocumentReference {
     pub id: Uuid,
     pub revision: i64,
+    pub kind: ReferenceKind,
+}
+
+/// What a held reference names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReferenceKind {
+    /// Another document of the repository (CTX-18).
+    Document,
+    /// A research card (workspace) of this document (CTX-21, CTX-33).
+    Research,
 }
 
 /// Adds `new` to a session's `held` references: one entry per document (the latest choice's
@@ -482,6 +493,8 @@ pub struct TurnsDeps {
     pub classifier: Arc<dyn crate::classifier::Classifier>,
     /// Comment threads: a comment turn's `reply_comment` and results (ISO-19..23).
     pub comments: Arc<crate::comments::Comments>,
+    /// Research cards, which `read_reference` reads for a research reference (CTX-33).
+    pub research_cards: Arc<crate::research_cards::ResearchCards>,
 }
 
 impl TurnsDeps {
@@ -1608,7 +1621,7 @@ fn host_tools(research: bool, comment: bool) -> Vec<ToolSpec> {
         },
         ToolSpec {
             name: "read_reference".to_owned(),
-            description: "Read a document someone referred to in Chat (its id is in the message's [document reference …] line), like read_plan; only documents referred to since this conversation began can be read. Says whether it changed since it was chosen. It is evidence to weigh: edits still go to this document.".to_owned(),
+            description: "Read a document or research someone referred to in Chat (its id is in the message's [document reference …] or [research reference …] line), like read_plan; only documents referred to since this conversation began can be read. Says whether it changed since it was chosen. It is evidence to weigh: edits still go to this document.".to_owned(),
             input_schema: serde_json::json!({
                 "type": "object",
                 "properties": {
@@ -2533,33 +2546,17 @@ impl PlannerHost {
         });
         let Some(held) = held else {
             return HostToolResult::error(format!(
-                "{reference:?} is not a document this conversation was referred to; only documents referred to in Chat since it began can be read"
+                "{reference:?} is not a document or research this conversation was referred to; only those referred to in Chat since it began can be read"
             ));
         };
+        if held.kind == ReferenceKind::Research {
+            return self.read_research(held.id, &args).await;
+        }
         let d = &self.turns.deps;
         let doc = match d.records.document(held.id).await {
             Ok(Some(doc)) if !doc.archived => doc,
             Ok(_) => return HostToolResult::error("that document is gone (archived or removed)"),
             Err(_) => return HostToolResult::error("the document could not be read just now"),
-        };
-        let Ok(open) = d.open.open(doc.id).await else {
-            return HostToolResult::error("the document could not be read just now");
-        };
-        let reading = open.reading().await;
-        let earlier = d.documents.earlier_urls(&doc).await.unwrap_or_default();
-        let id = doc.id.to_string();
-        let url = crate::documents::canonical_url(&doc);
-        let input = DocumentInput {
-            id: &id,
-            url: &url,
-            title: Some(&doc.title),
-            revision: doc.plan_revision as u64,
-            earlier_urls: &earlier,
-            child: None,
-            kind: ReadKind::Reference,
-            source: &reading.source,
-            accepted_comments: &[],
-            brief: None,
         };
         let changed = if doc.plan_revision == held.revision {
             format!(
@@ -2572,8 +2569,63 @@ impl PlannerHost {
                 held.revision, doc.plan_revision
             )
         };
-        match chopin_document::reader::read_text_with(&input, &reading.analysis, &args) {
-            Ok(text) => HostToolResult::ok(Value::String(format!("{changed}{text}"))),
+        self.read_document(&doc, changed, &args).await
+    }
+
+    /// A research reference (CTX-21, CTX-33, ISO-15): the card's bounded projection, then its
+    /// published report read like a document reference, paged with `args`.
+    async fn read_research(&self, workspace: Uuid, args: &ReadArgs) -> HostToolResult {
+        let d = &self.turns.deps;
+        let card = match d.research_cards.card(self.document, workspace).await {
+            Ok(Some(card)) => card,
+            Ok(None) => return HostToolResult::error("that research is no longer this document's"),
+            Err(_) => return HostToolResult::error("the research could not be read just now"),
+        };
+        let report = match card.child {
+            Some(child) => match d.records.document(child).await {
+                Ok(Some(doc)) if !doc.archived => Some(doc),
+                Ok(_) => None,
+                Err(_) => return HostToolResult::error("the research could not be read just now"),
+            },
+            None => None,
+        };
+        let url = report.as_ref().map(crate::documents::canonical_url);
+        let header = crate::research_cards::projection(&card, url.as_deref());
+        match report {
+            Some(doc) => self.read_document(&doc, header, args).await,
+            None => HostToolResult::ok(Value::String(header)),
+        }
+    }
+
+    /// `doc` read like `read_plan` with `args`, after `header`.
+    async fn read_document(
+        &self,
+        doc: &crate::store::Document,
+        header: String,
+        args: &ReadArgs,
+    ) -> HostToolResult {
+        let d = &self.turns.deps;
+        let Ok(open) = d.open.open(doc.id).await else {
+            return HostToolResult::error("the document could not be read just now");
+        };
+        let reading = open.reading().await;
+        let earlier = d.documents.earlier_urls(doc).await.unwrap_or_default();
+        let id = doc.id.to_string();
+        let url = crate::documents::canonical_url(doc);
+        let input = DocumentInput {
+            id: &id,
+            url: &url,
+            title: Some(&doc.title),
+            revision: doc.plan_revision as u64,
+            earlier_urls: &earlier,
+            child: None,
+            kind: ReadKind::Reference,
+            source: &reading.source,
+            accepted_comments: &[],
+            brief: None,
+        };
+        match chopin_document::reader::read_text_with(&input, &reading.analysis, args) {
+            Ok(text) => HostToolResult::ok(Value::String(format!("{header}{text}"))),
             Err(e) => HostToolResult::error(e.to_string()),
         }
     }

@@ -497,3 +497,126 @@ async fn job_05_a_turn_nobody_asked_for_by_name_cannot_start_research() {
         Some(chopin_server::turns::RESEARCH_NOT_EXPLICIT_WORDS)
     );
 }
+
+async fn get(s: &Served, path: &str) -> Value {
+    let request = http::Request::get(format!("http://{}{path}", s.host))
+        .header("cookie", &s.mona_cookie)
+        .body(axum::body::Bytes::new())
+        .unwrap();
+    let r = chopin_server::runtime::connector::send(
+        &chopin_server::runtime::connector::TcpConnector,
+        request,
+    )
+    .await
+    .unwrap();
+    assert_eq!(r.status.as_u16(), 200);
+    serde_json::from_slice(&r.body).unwrap()
+}
+
+/// CTX-21, CTX-33, CTX-36, ISO-15: a research request is a card of its document: offered by
+/// the mentions route, mentioned as `%Title` by its `workspaceId` (only a card of this
+/// document), kept with the message, and read by the Planner with `read_reference` as a
+/// bounded projection followed by its published report.
+#[tokio::test]
+async fn ctx_21_ctx_33_ctx_36_a_research_card_is_offered_mentioned_and_read_by_reference() {
+    let s = served().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    ask_room(&mut room, research("/research caching")).await;
+    let listed = get(&s, &format!("/api/channels/{}/mentions?query=cach", s.doc)).await;
+    let card = listed["researchCards"][0].clone();
+    assert_eq!(
+        card["title"], "caching",
+        "the brief, while it runs: {listed}"
+    );
+    let workspace = card["workspaceId"].as_str().unwrap().to_owned();
+    let evidence = worker_turn(&mut client).await;
+    end(
+        &mut client,
+        &evidence.turn_id,
+        json!({ "findings": ["x"], "sources": [] }),
+    )
+    .await;
+    let analysis = worker_turn(&mut client).await;
+    end(&mut client, &analysis.turn_id, json!({ "findings": [] })).await;
+    let report = worker_turn(&mut client).await;
+    end(
+        &mut client,
+        &report.turn_id,
+        json!({ "title": "Caching at the edge", "body": "Cache static pages at the edge." }),
+    )
+    .await;
+    let mut titled = Value::Null;
+    for _ in 0..100 {
+        let listed = get(&s, &format!("/api/channels/{}/mentions", s.doc)).await;
+        if listed["researchCards"][0]["title"] == "Caching at the edge" {
+            titled = listed;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        titled["researchCards"][0]["workspaceId"], workspace,
+        "the report's title once published: {titled}"
+    );
+
+    // Not a card of this document: refused, nothing sent.
+    let refused = ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "m0", "text": "@chopin see %Other",
+                "references": [{ "type": "research", "workspaceId": uuid::Uuid::new_v4() }] }),
+    )
+    .await;
+    assert_eq!(refused["code"], "mention-refused", "{refused}");
+    assert_eq!(
+        refused["message"],
+        chopin_server::chat::RESEARCH_NOT_HERE_WORDS
+    );
+
+    let ack = ask_room(
+        &mut room,
+        json!({ "type": "chat:send", "requestId": "m1", "text": "@chopin what did %Caching at the edge find?",
+                "references": [{ "type": "research", "workspaceId": workspace }] }),
+    )
+    .await;
+    assert_eq!(ack["type"], "chat:ack", "{ack}");
+    let turn = planner_turn(&mut client).await;
+    assert!(
+        turn.prompt.contains(&format!(
+            "[research reference \"{workspace}\" titled \"Caching at the edge\""
+        )),
+        "{}",
+        turn.prompt
+    );
+    client
+        .send(&ClientMessage::HostToolCall(HostToolCall {
+            turn_id: turn.turn_id.clone(),
+            call_id: "r1".into(),
+            name: "read_reference".into(),
+            input: json!({ "reference": workspace }),
+        }))
+        .await
+        .unwrap();
+    let read = loop {
+        if let ServerMessage::HostToolResult(r) = next(&mut client).await {
+            break r;
+        }
+    };
+    assert!(!read.is_error, "{read:?}");
+    let text = read.output.as_str().unwrap();
+    assert!(text.contains("state: published"), "{text}");
+    assert!(text.contains("brief: caching"), "{text}");
+    assert!(
+        text.contains("Cache static pages at the edge."),
+        "the report: {text}"
+    );
+    end(&mut client, &turn.turn_id, Value::Null).await;
+    // Kept with the message in its stored shape (CTX-43).
+    let kept = s.store.transcript(s.doc, 0, 100).await.unwrap();
+    let message = kept.iter().find(|e| e.body.contains("%Caching")).unwrap();
+    let refs: Value = serde_json::from_str(message.refs.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        refs[0],
+        json!({ "type": "research", "workspaceId": workspace, "label": "Caching at the edge" })
+    );
+}

@@ -19,8 +19,8 @@
 //! Does not own: the runner, or how Chat reads the command.
 //!
 //! Nothing here writes to Chat or a Planner's context (JOB-03): the report is a document.
-//! Not built yet: the Planner's `create_research_workspace` tool (JOB-05), research cards in
-//! the mentions route, and retrying a failed request from the card.
+//! The requests read as research cards elsewhere (the cards module reads these jobs).
+//! Not built yet: retrying a failed request from its card.
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 

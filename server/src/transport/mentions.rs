@@ -4,7 +4,7 @@
 //!
 //! Owns: the route, its query (RULINGS CTX-35: `limit` clamped to 1–20, a `query` over 64
 //! characters refused 400) and its answer: `headings` (`anchor`, `text`, `level`), `decisions`
-//! (`id`, `title`), `researchCards` (none until research workspaces exist) and `files` (paths,
+//! (`id`, `title`), `researchCards` (`workspaceId`, `title`) and `files` (paths,
 //! from the default branch as the asker's own session lists it, kept a minute; left out where
 //! GitHub will not list them, CTX-38).
 //! `GET /api/channels/{channel}/people` (CTX-39..41) answers who can be mentioned as a person
@@ -27,6 +27,7 @@ pub struct MentionsDeps {
     pub documents: DocumentsDeps,
     pub repo_files: std::sync::Arc<crate::repo_files::RepoFiles>,
     pub people: std::sync::Arc<crate::people::People>,
+    pub research_cards: std::sync::Arc<crate::research_cards::ResearchCards>,
 }
 
 pub fn routes(deps: MentionsDeps) -> Routes {
@@ -97,10 +98,17 @@ async fn mentions(
         &query,
         limit,
     );
+    // The document's research cards (CTX-36), narrowed by their titles.
+    let cards = deps
+        .research_cards
+        .of_document(doc.id)
+        .await
+        .map_err(ApiError::store)?;
+    let research = mention::narrow(&cards, |c| &c.title, &query, limit);
     let mut answer = json!({
         "headings": headings.iter().map(|h| json!({"anchor": h.anchor, "text": h.text, "level": h.level})).collect::<Vec<_>>(),
         "decisions": decisions.iter().map(|d| json!({"id": d.id, "title": d.label})).collect::<Vec<_>>(),
-        "researchCards": [],
+        "researchCards": research.iter().map(|c| json!({"workspaceId": c.workspace_id, "title": c.title})).collect::<Vec<_>>(),
     });
     // A file is named by its path; narrowed by its name (the last part) first, then the path.
     let listed = deps
