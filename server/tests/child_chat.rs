@@ -116,7 +116,8 @@ async fn started(client: &mut AgentClient) -> (String, String, String) {
 }
 
 #[tokio::test]
-async fn iso_25_a_message_from_a_child_room_goes_to_the_roots_chat_with_the_child_as_focus() {
+async fn iso_25_msg_08_a_message_from_a_child_room_goes_to_the_roots_chat_with_the_child_as_focus()
+{
     let s = served().await;
     let child = child_of(&s, s.doc).await;
     let mut in_child = room(&s, child).await;

@@ -1331,3 +1331,32 @@ async fn atm_43_invoke_planner_takes_a_checkout_and_ignores_it() {
         "the path goes nowhere: {posted:?}"
     );
 }
+
+/// MSG-22: "An invoke_planner call that is a message is given to the running turn like one
+/// sent in Chat": with a turn running (its client offers steering), the call answers once the
+/// turn has the message, `steered`, and the turn reads it as the caller's words.
+#[tokio::test]
+async fn msg_22_invoke_planner_while_a_turn_runs_is_given_to_that_turn() {
+    let s = served().await;
+    let mut planner = s.attach(&["steer-turn"]).await;
+    let mut room = s.room().await;
+    let begun = support::begin_turn(&mut planner, &mut room, "@chopin plan the quay").await;
+    let mona = client(&s, &s.mona).await;
+    let took = ok(call(
+        &mona,
+        "invoke_planner",
+        json!({"document": s.doc.to_string(), "instruction": "Mind the tides."}),
+    )
+    .await);
+    assert_eq!(took["status"], "steered", "{took}");
+    loop {
+        if let chopin_protocol::agent::ServerMessage::Steer(steer) =
+            support::next(&mut planner).await
+        {
+            assert_eq!(steer.turn_id, begun.turn);
+            assert_eq!(steer.text, "@mona: Mind the tides.");
+            break;
+        }
+    }
+    support::end_turn(&s, &mut planner, &begun.turn).await;
+}

@@ -327,3 +327,66 @@ async fn own_10_agent_off_drafts_no_title() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(s.store.document_jobs(doc, 10).await.unwrap().is_empty());
 }
+
+/// MSG-24, MSG-25: Chopin's own scheduling (here keeping the title) waits for the running turn:
+/// asked for by the message that started a turn, the title job starts no worker while that turn
+/// runs (it waits as a stored row, neither shown nor counted against what a person may send) and
+/// runs once the turn has ended.
+#[tokio::test]
+async fn msg_24_msg_25_a_title_job_asked_for_during_a_turn_waits_for_it_to_end() {
+    let s = served().await;
+    let doc = untitled(&s).await;
+    let mut client = s.attach_to(doc, &[]).await;
+    let mut room = s.connect_room(doc, &s.mona_cookie).await;
+    room.next_of_type("session:planner").await.unwrap();
+    say(
+        &mut room,
+        "m1",
+        "@chopin plan the checkout flow for EU shoppers",
+    )
+    .await;
+    // The Planner's turn, held open.
+    let planner_turn = loop {
+        match next(&mut client).await {
+            ServerMessage::Start(start) if start.mode != SessionMode::Isolated => client
+                .send(&ClientMessage::Started(Started {
+                    session_id: start.session_id,
+                }))
+                .await
+                .unwrap(),
+            ServerMessage::Turn(turn) if !turn.instructions.contains("one-line description") => {
+                break turn
+            }
+            ServerMessage::Start(start) => panic!("a worker started beside the turn: {start:?}"),
+            _ => {}
+        }
+    };
+    assert!(
+        title_turn(&mut client, 1_500).await.is_none(),
+        "no title worker while the turn runs"
+    );
+    assert_eq!(
+        title_jobs(s.store.document_jobs(doc, 100).await.unwrap()),
+        1
+    );
+    // A person may still send: the waiting job takes none of their sends.
+    say(&mut room, "m2", "a note to the room").await;
+    client
+        .send(&ClientMessage::TurnEnd(TurnEnd {
+            turn_id: planner_turn.turn_id,
+            status: TurnStatus::Completed,
+            output: None,
+            message: None,
+        }))
+        .await
+        .unwrap();
+    let title = title_turn(&mut client, 10_000)
+        .await
+        .expect("the title worker once the turn ended");
+    end(
+        &mut client,
+        &title.turn_id,
+        json!({ "title": "EU checkout" }),
+    )
+    .await;
+}
