@@ -518,7 +518,7 @@ async fn get(s: &Served, path: &str) -> Value {
 /// document), kept with the message, and read by the Planner with `read_reference` as a
 /// bounded projection followed by its published report.
 #[tokio::test]
-async fn ctx_21_ctx_33_ctx_36_a_research_card_is_offered_mentioned_and_read_by_reference() {
+async fn ctx_21_ctx_33_ctx_36_iso_15_a_research_card_is_offered_mentioned_and_read_by_reference() {
     let s = served().await;
     let mut client = s.attach(&[]).await;
     let mut room = s.room().await;
