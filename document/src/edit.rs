@@ -533,6 +533,10 @@ fn check_block(text: &str, block: &Block) -> Result<(), String> {
             block.first_line
         ));
     }
+    // DIA-07: a `seecode` or `wireframe` fence it introduces or changes must be valid.
+    if block.kind == BlockKind::Code {
+        crate::diagram::check_fence(text, block.first_line)?;
+    }
     if block.kind == BlockKind::Decision {
         if let Err(error) = parse_decision(text) {
             return Err(format!(

@@ -10,6 +10,7 @@
 
 pub mod blocks;
 pub mod decision;
+pub mod diagram;
 pub mod edit;
 pub mod lines;
 pub mod mention;

@@ -590,3 +590,82 @@ fn insert_after_a_last_block_with_no_line_end() {
     ));
     assert_eq!(out, "Two\n\nOne\n");
 }
+
+#[test]
+fn dia_07_dia_08_a_batch_introducing_an_invalid_seecode_or_wireframe_fence_is_refused() {
+    let source = "# Plan\n\nText.\n";
+    let bad_chart = vec![EditOp::Insert {
+        after: Some(1),
+        content: "```seecode\n{\"type\": \"gauge\"}\n```".into(),
+    }];
+    let (_, op, message) = refusal(run(source, bad_chart));
+    assert_eq!(op, Some(0));
+    assert!(message.contains("not a registered type"), "{message}");
+    let bad_outline = vec![EditOp::Insert {
+        after: Some(1),
+        content: "```wireframe\nscreen\n  |  menu  |\n```".into(),
+    }];
+    let (_, _, message) = refusal(run(source, bad_outline));
+    assert!(
+        message.contains("line 2: box drawing or ASCII art"),
+        "{message}"
+    );
+    let good = vec![EditOp::Insert {
+        after: Some(1),
+        content:
+            "```seecode\n{\"type\": \"pie\", \"items\": [{\"label\": \"EU\", \"value\": 3}]}\n```"
+                .into(),
+    }];
+    assert!(applied(run(source, good)).contains("\"type\": \"pie\""));
+}
+
+#[test]
+fn dia_09_an_unchanged_malformed_seecode_fence_is_carried_through_unrelated_edits_and_moves() {
+    let source = "# Plan\n\n```seecode\n{\"type\": \"bar\"\n```\n\nText.\n";
+    let ops = vec![
+        EditOp::Replace {
+            index: 2,
+            digest: digest(source, 2),
+            content: "New text.".into(),
+        },
+        EditOp::Move {
+            index: 1,
+            digest: digest(source, 1),
+            after: Some(2),
+        },
+    ];
+    assert_eq!(
+        applied(run(source, ops)),
+        "# Plan\n\nNew text.\n\n```seecode\n{\"type\": \"bar\"\n```\n"
+    );
+    // Changing it is checked.
+    let change = vec![EditOp::Replace {
+        index: 1,
+        digest: digest(source, 1),
+        content: "```seecode\n{\"type\": \"bar\"}\n```".into(),
+    }];
+    let (_, _, message) = refusal(run(source, change));
+    assert!(message.contains("labels is a list"), "{message}");
+    // A whole new source (MCP update_document) carries it too, and refuses a new bad one.
+    let target = chopin_document::edit::EditTarget {
+        document: chopin_document::DocumentRef {
+            id: "d".into(),
+            url: "/d".into(),
+        },
+        earlier_urls: &[],
+        revision: 3,
+        source,
+        locked: false,
+    };
+    let kept = chopin_document::edit::replace_source(&target, 3, &format!("{source}More.\n"));
+    assert!(
+        matches!(kept.outcome, EditOutcome::Applied { .. }),
+        "{kept:?}"
+    );
+    let broken = format!("{source}\n```wireframe\nwidget\n```\n");
+    let refused = chopin_document::edit::replace_source(&target, 3, &broken);
+    assert!(
+        matches!(&refused.outcome, EditOutcome::Invalid { message, .. } if message.contains("\"widget\" is not a part")),
+        "{refused:?}"
+    );
+}

@@ -1196,7 +1196,7 @@ impl Turns {
         let prompt = with_unshown_images(prompt, &unshown);
         let turn = TurnRequest {
             attachments,
-            instructions: INSTRUCTIONS.to_owned(),
+            instructions: planner_instructions(),
             prompt,
             host_tools: host_tools(self.research().is_some(), request.comment.is_some()),
             response_format: None,
@@ -1376,7 +1376,7 @@ impl Turns {
             .emit(PlannerEvent::TurnContinued { document });
         let turn = TurnRequest {
             attachments: Vec::new(),
-            instructions: INSTRUCTIONS.to_owned(),
+            instructions: planner_instructions(),
             prompt: CONTINUATION_PROMPT.to_owned(),
             host_tools: host_tools(self.research().is_some(), host.comment.is_some()),
             response_format: None,
@@ -1544,6 +1544,15 @@ async fn with_context(
     out.push_str("\nThe new message:\n");
     out.push_str(&message);
     out
+}
+
+/// What every Planner turn is told: [`INSTRUCTIONS`], then the diagram and wireframe guide
+/// (DIA-02..06; taught on every turn, no setting needed, DIA-03).
+pub fn planner_instructions() -> String {
+    static TEXT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!("{INSTRUCTIONS}\n\n{}", chopin_document::diagram::guide())
+    });
+    TEXT.clone()
 }
 
 pub const INSTRUCTIONS: &str = "You are chopin, the Planner of a collaborative Markdown document. \
@@ -3024,6 +3033,13 @@ mod tests {
             "only a leading handle goes"
         );
         assert_eq!(explicit_brief("@chopin-bot caching"), "@chopin-bot caching");
+    }
+
+    #[test]
+    fn dia_02_dia_03_every_planner_turn_is_taught_the_diagram_guide_with_no_setting() {
+        let told = planner_instructions();
+        assert!(told.starts_with(INSTRUCTIONS));
+        assert!(told.ends_with(&chopin_document::diagram::guide()));
     }
 
     #[test]

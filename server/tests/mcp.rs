@@ -1360,3 +1360,37 @@ async fn msg_22_invoke_planner_while_a_turn_runs_is_given_to_that_turn() {
     }
     support::end_turn(&s, &mut planner, &begun.turn).await;
 }
+
+/// DIA-07, DIA-08: MCP `update_document` refuses a new source that introduces an invalid
+/// `seecode` or `wireframe` fence, naming the problem (a wireframe's failing lines inside the
+/// fence); nothing is written. A valid one is written.
+#[tokio::test]
+async fn dia_07_dia_08_mcp_update_refuses_an_invalid_diagram_fence_and_writes_nothing() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "update_document",
+            json!({"document": DOC_URL, "planRevision": 0, "idempotencyKey": "w1",
+                   "source": "# Plan\n\n```wireframe\nscreen\n  nav | menu\n```\n"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "invalid", "{body}");
+    assert!(
+        body.to_string()
+            .contains("line 2: box drawing or ASCII art"),
+        "{body}"
+    );
+    let view = ok(call(&mona, "read_document", json!({"document": DOC_URL})).await);
+    assert_eq!(view["revision"], 0, "nothing written");
+    let chart = "# Plan\n\n```seecode\n{\"type\": \"line\", \"labels\": [\"Mon\", \"Tue\"], \"series\": [{\"name\": \"p95\", \"values\": [180, 90]}]}\n```\n";
+    let written = ok(call(
+        &mona,
+        "update_document",
+        json!({"document": DOC_URL, "planRevision": 0, "idempotencyKey": "w2", "source": chart}),
+    )
+    .await);
+    assert_eq!(written["status"], "applied", "{written}");
+}
