@@ -754,3 +754,109 @@ async fn iso_17_iso_18_iso_21_a_comment_to_the_planner_is_answered_in_its_thread
         .expect("a fresh database");
     a_comment_to_the_planner_is_answered_in_its_thread(Backend::Postgres(db)).await;
 }
+
+fn assessed(kind: &str, possible: f64, helpful: f64) -> Reply {
+    Reply::text(
+        &json!({ "assessments": [{ "possible": possible, "helpful": helpful, "type": kind }] })
+            .to_string(),
+    )
+}
+
+/// ISO-33..39: one visual admission check for the in-server Planner's `edit_plan` and MCP
+/// creations and updates, with `VISUAL_ASSESSOR_MODEL` on its own fake provider: a passage the
+/// assessment says needs a flowchart is refused with how to write one; the same passage with
+/// the flowchart beside it is admitted from the kept assessment (no second call); prose judged
+/// fine as prose is admitted; MCP `create_document` is refused the same way.
+async fn the_visual_check_gates_planner_and_mcp_writes(backend: Backend) {
+    let assessor = FakeProvider::new();
+    let assessor_url = assessor.serve_tcp().await.unwrap();
+    let base = format!("{assessor_url}/v1");
+    let mut w = world(
+        backend,
+        &[
+            ("VISUAL_ASSESSOR_MODEL", "openai/e2e-assessor"),
+            ("VISUAL_ASSESSOR_BASE_URL", &base),
+            ("VISUAL_ASSESSOR_API_KEY", "sk-assessor-e2e"),
+        ],
+    )
+    .await;
+    let passage = "Orders go from the cart to payment, then to fulfilment.";
+    let chart = r#"```seecode
+{"type": "flowchart", "nodes": [{"id": "c", "label": "Cart"}, {"id": "p", "label": "Payment"}], "edges": [{"from": "c", "to": "p"}]}
+```"#;
+    assessor.script(assessed("flowchart", 0.9, 0.85));
+    w.provider.script(Reply::tool_call(
+        "edit_plan",
+        json!({ "revision": 0, "ops": [{ "op": "insert", "after": null, "content": format!("# Flow\n\n{passage}") }] }),
+    ));
+    w.provider.script(Reply::tool_call(
+        "edit_plan",
+        json!({ "revision": 0, "ops": [{ "op": "insert", "after": null, "content": format!("# Flow\n\n{passage}\n\n{chart}") }] }),
+    ));
+    w.provider.script(Reply::text("Drew the order flow."));
+    send(&mut w, "r-1", "@chopin describe the order flow").await;
+    let reply = next_reply(&mut w.room).await;
+    assert_eq!(reply["text"], "Drew the order flow.", "{reply}");
+    let refused = w.provider.requests()[1].as_text();
+    assert!(
+        refused.contains("needs a `flowchart` diagram") && refused.contains("Nothing was written"),
+        "the refusal reaches the Planner: {refused}"
+    );
+    let source = get_json(&w, &format!("/api/documents/{}/source", w.id)).await;
+    let text = source["source"].as_str().unwrap();
+    assert!(
+        text.contains(passage) && text.contains("\"type\": \"flowchart\""),
+        "{text}"
+    );
+    assert_eq!(
+        assessor.requests().len(),
+        1,
+        "the second write used the kept assessment"
+    );
+    assert!(
+        assessor.requests()[0].as_text().contains(passage),
+        "the assessor sees the passage"
+    );
+
+    // MCP: prose judged fine as prose is admitted; a creation needing a table is refused.
+    let mcp = chopin_fixtures::mcp::connect(&w.server.url("/mcp"), &w.mona).await;
+    assessor.script(assessed("none", 0.2, 0.1));
+    let revision = source["planRevision"].as_u64().unwrap_or(1);
+    chopin_fixtures::mcp::ok(
+        chopin_fixtures::mcp::call(
+            &mcp,
+            "update_document",
+            json!({"document": w.id, "planRevision": revision,
+                   "source": format!("{text}\nWe ship weekly.\n"), "idempotencyKey": "v-1"}),
+        )
+        .await,
+    );
+    assessor.script(assessed("table", 0.95, 0.9));
+    let created = chopin_fixtures::mcp::call(
+        &mcp,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Vendors",
+               "source": "# Vendors\n\nVendor A is cheap but slow; vendor B is fast but costly.\n"}),
+    )
+    .await;
+    let body = format!("{created:?}");
+    assert!(
+        body.contains("invalid") && body.contains("needs a comparison table"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn iso_33_iso_34_iso_38_iso_39_the_visual_check_gates_planner_and_mcp_writes_on_sqlite() {
+    the_visual_check_gates_planner_and_mcp_writes(Backend::Sqlite(tempfile::tempdir().unwrap()))
+        .await;
+}
+
+#[tokio::test]
+async fn iso_33_iso_34_iso_38_iso_39_the_visual_check_gates_planner_and_mcp_writes_on_postgres() {
+    let db = chopin_fixtures::pg::shared_postgres()
+        .create_database()
+        .await
+        .expect("a fresh database");
+    the_visual_check_gates_planner_and_mcp_writes(Backend::Postgres(db)).await;
+}

@@ -111,6 +111,8 @@ pub struct App {
     pub comments: Arc<crate::comments::Comments>,
     /// The documents' research cards (the mentions route, research mentions, read_reference).
     pub research_cards: Arc<crate::research_cards::ResearchCards>,
+    /// The visual admission check of Planner writes and MCP creations and updates.
+    pub visuals: Arc<crate::visuals::VisualAdmission>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -322,6 +324,16 @@ impl App {
             entropy.clone(),
         ));
         let research_cards = Arc::new(crate::research_cards::ResearchCards::new(store.clone()));
+        let visuals = Arc::new(crate::visuals::VisualAdmission::new(
+            config.visuals,
+            assessor_for(
+                config.visual_assessor.as_ref(),
+                runtime.connector.clone(),
+                entropy.clone(),
+            ),
+            clock.clone(),
+            metrics.clone(),
+        ));
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -347,6 +359,7 @@ impl App {
             classifier: classifier.clone(),
             comments: comments.clone(),
             research_cards: research_cards.clone(),
+            visuals: visuals.clone(),
         }));
         let files = Arc::new(Files::new(
             store.clone(),
@@ -514,6 +527,7 @@ impl App {
             prose_updates,
             comments,
             research_cards,
+            visuals,
         }
     }
 
@@ -593,6 +607,7 @@ impl App {
             children: self.children.clone(),
             entropy: self.runtime.entropy.clone(),
             shutdown: self.shutdown.clone(),
+            visuals: self.visuals.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),
@@ -863,14 +878,25 @@ pub struct Stopped {
 }
 
 /// The deployment's classifier: its model where `CLASSIFIER_MODEL` is set, else [`Builtin`].
-fn classifier_for(
+/// The visual admission check's assessor, where `VISUAL_ASSESSOR_MODEL` names one.
+fn assessor_for(
     settings: Option<&crate::config::ClassifierSettings>,
     connector: crate::runtime::connector::SharedConnector,
     entropy: crate::runtime::entropy::SharedEntropy,
-) -> Arc<dyn crate::classifier::Classifier> {
-    let Some(settings) = settings else {
-        return Arc::new(crate::classifier::Builtin);
-    };
+) -> Option<Arc<dyn crate::visuals::Assessor>> {
+    let settings = settings?;
+    let model = model_for(settings, connector, entropy, 2048);
+    Some(Arc::new(crate::visuals::ModelAssessor::new(model)))
+}
+
+/// A structured-answer model called through the provider wire (one call, no retry, the
+/// caller's deadline).
+fn model_for(
+    settings: &crate::config::ClassifierSettings,
+    connector: crate::runtime::connector::SharedConnector,
+    entropy: crate::runtime::entropy::SharedEntropy,
+    max_output_tokens: u64,
+) -> crate::classifier::ModelClassifier {
     let provider = crate::config::ProviderSettings {
         family: settings.family,
         model: settings.model.clone(),
@@ -882,14 +908,25 @@ fn classifier_for(
         // The check's own deadline governs: a call is not given up sooner by the adapter.
         timeout_ms: settings.timeout_ms.saturating_add(1_000),
         tool_result_max_bytes: 1024,
-        max_output_tokens: Some(256),
+        max_output_tokens: Some(max_output_tokens),
         offered: Vec::new(),
         list_models: false,
         image_models: Vec::new(),
     };
     let deps = crate::harness::provider_deps(&provider, connector, entropy);
-    Arc::new(crate::classifier::ModelClassifier::new(
+    crate::classifier::ModelClassifier::new(
         Arc::new(chopin_harness_provider::ProviderHarness::new(deps)),
         settings.timeout_ms,
-    ))
+    )
+}
+
+fn classifier_for(
+    settings: Option<&crate::config::ClassifierSettings>,
+    connector: crate::runtime::connector::SharedConnector,
+    entropy: crate::runtime::entropy::SharedEntropy,
+) -> Arc<dyn crate::classifier::Classifier> {
+    let Some(settings) = settings else {
+        return Arc::new(crate::classifier::Builtin);
+    };
+    Arc::new(model_for(settings, connector, entropy, 256))
 }

@@ -289,6 +289,17 @@ fn bounded(message: &str) -> String {
 }
 
 impl ModelClassifier {
+    /// One disposable session asked `prompt` under `instructions` for an object of `schema`
+    /// (the visual admission check's assessments are asked for this way too).
+    pub async fn structured(
+        &self,
+        instructions: &str,
+        prompt: String,
+        schema: Value,
+    ) -> Result<Value, Unchecked> {
+        self.judge(instructions, prompt, schema).await
+    }
+
     /// One disposable session asked `prompt` under `instructions` for an object of `schema`.
     async fn judge(
         &self,

@@ -113,6 +113,10 @@ pub struct Config {
     /// The deployment's decisions classifier (`CLASSIFIER_MODEL`), whatever `HARNESS` is;
     /// `None`: the built-in check of the server.
     pub classifier: Option<ClassifierSettings>,
+    /// The visual admission check (`VISUAL_ADMISSION`, its thresholds and batch bound) and its
+    /// assessor model (`VISUAL_ASSESSOR_MODEL`; `None`: no model).
+    pub visuals: VisualSettings,
+    pub visual_assessor: Option<ClassifierSettings>,
     /// `AGENT=off` prevents Planner turns.
     pub agent_enabled: bool,
     /// `BACKGROUND_JOBS=off` schedules and runs no background job (stored ones are kept).
@@ -545,6 +549,51 @@ pub struct Args {
     #[arg(long, env = "CLASSIFIER_TIMEOUT_MS", value_name = "MS")]
     pub classifier_timeout_ms: Option<String>,
 
+    /// The visual admission check of new prose in Planner writes and MCP creations and updates:
+    /// model (default) assesses with VISUAL_ASSESSOR_MODEL and, with none set, writes without
+    /// an assessment (logged and counted as unassessed); require refuses new prose when no
+    /// assessor model is set; off runs no check.
+    #[arg(long, env = "VISUAL_ADMISSION", value_name = "model|require|off")]
+    pub visual_admission: Option<String>,
+
+    /// The model that assesses new passages for the visual admission check: provider/model,
+    /// e.g. openai/gpt-4.1-mini, called directly whatever HARNESS is. Unset: no assessment
+    /// (see VISUAL_ADMISSION).
+    #[arg(long, env = "VISUAL_ASSESSOR_MODEL", value_name = "PROVIDER/MODEL")]
+    pub visual_assessor_model: Option<String>,
+
+    /// The assessor API's base URL. Default: OPENAI_BASE_URL or ANTHROPIC_BASE_URL (by the
+    /// model's provider), else the provider's own.
+    #[arg(long, env = "VISUAL_ASSESSOR_BASE_URL", value_name = "URL")]
+    pub visual_assessor_base_url: Option<String>,
+
+    /// The assessor API's key. Default: OPENAI_API_KEY or ANTHROPIC_API_KEY (by the model's
+    /// provider). Never logged.
+    #[arg(
+        long,
+        env = "VISUAL_ASSESSOR_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub visual_assessor_api_key: Option<String>,
+
+    /// How long one assessment call may take, in ms, before the write is refused. Default 20000.
+    #[arg(long, env = "VISUAL_ASSESSOR_TIMEOUT_MS", value_name = "MS")]
+    pub visual_assessor_timeout_ms: Option<String>,
+
+    /// The probability (0 to 1) that a faithful visual is possible at which a selected visual
+    /// is required beside its passage. Default 0.7.
+    #[arg(long, env = "VISUAL_POSSIBLE_THRESHOLD", value_name = "0..1")]
+    pub visual_possible_threshold: Option<String>,
+
+    /// The probability (0 to 1) that the visual would help at which it is required. Default 0.7.
+    #[arg(long, env = "VISUAL_HELPFUL_THRESHOLD", value_name = "0..1")]
+    pub visual_helpful_threshold: Option<String>,
+
+    /// The most passages one assessment call is given (1 to 32). Default 8.
+    #[arg(long, env = "VISUAL_BATCH_MAX", value_name = "N")]
+    pub visual_batch_max: Option<String>,
+
     /// The longest recording taken for dictation, in bytes. Default 26214400 (25 MiB).
     #[arg(long, env = "TRANSCRIPTION_MAX_BYTES", value_name = "BYTES")]
     pub transcription_max_bytes: Option<String>,
@@ -874,6 +923,41 @@ fn transcription_settings(args: &Args) -> Result<Option<TranscriptionSettings>, 
     }))
 }
 
+/// What the visual admission check does (`VISUAL_ADMISSION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VisualMode {
+    /// Assess with the assessor model; with none configured, admit writes *unassessed* (said
+    /// in the log at startup and counted, never reported as assessed).
+    Model,
+    /// Assess with the assessor model; with none configured, refuse a write that brings new
+    /// prose.
+    Require,
+    /// No check.
+    Off,
+}
+
+/// The visual admission check's settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VisualSettings {
+    pub mode: VisualMode,
+    /// A visual is required when both probabilities reach these (RULINGS ISO-42).
+    pub possible: f64,
+    pub helpful: f64,
+    /// The most passages one assessment call is given (ISO-36).
+    pub batch_max: usize,
+}
+
+impl Default for VisualSettings {
+    fn default() -> Self {
+        VisualSettings {
+            mode: VisualMode::Model,
+            possible: 0.7,
+            helpful: 0.7,
+            batch_max: 8,
+        }
+    }
+}
+
 /// The decisions classifier's model and API (`CLASSIFIER_MODEL`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClassifierSettings {
@@ -888,8 +972,96 @@ pub struct ClassifierSettings {
 
 /// The classifier settings, or `None` where `CLASSIFIER_MODEL` is unset (the built-in check).
 fn classifier_settings(args: &Args) -> Result<Option<ClassifierSettings>, ConfigError> {
-    let timeout_ms = parse_ms("CLASSIFIER_TIMEOUT_MS", &args.classifier_timeout_ms, 20_000)?;
-    let Some(raw) = given(&args.classifier_model) else {
+    model_api(
+        args,
+        [
+            "CLASSIFIER_MODEL",
+            "CLASSIFIER_BASE_URL",
+            "CLASSIFIER_TIMEOUT_MS",
+        ],
+        [
+            &args.classifier_model,
+            &args.classifier_base_url,
+            &args.classifier_api_key,
+            &args.classifier_timeout_ms,
+        ],
+    )
+}
+
+/// The visual admission check's settings and its assessor model.
+fn visual_settings(
+    args: &Args,
+) -> Result<(VisualSettings, Option<ClassifierSettings>), ConfigError> {
+    use VisualMode as Mode;
+    use VisualSettings as Settings;
+    let mode = match one_of(
+        "VISUAL_ADMISSION",
+        &args.visual_admission,
+        "model",
+        &["model", "require", "off"],
+    )? {
+        "require" => Mode::Require,
+        "off" => Mode::Off,
+        _ => Mode::Model,
+    };
+    let ratio = |variable: &'static str, v: &Option<String>| -> Result<f64, ConfigError> {
+        let Some(raw) = given(v) else {
+            return Ok(0.7);
+        };
+        match raw.parse::<f64>() {
+            Ok(n) if (0.0..=1.0).contains(&n) => Ok(n),
+            _ => Err(ConfigError::new(
+                variable,
+                Some(raw),
+                "expected a probability from 0 to 1, e.g. 0.7",
+            )),
+        }
+    };
+    let batch_max = match given(&args.visual_batch_max) {
+        None => 8,
+        Some(raw) => match raw.parse::<usize>() {
+            Ok(n) if (1..=32).contains(&n) => n,
+            _ => {
+                return Err(ConfigError::new(
+                    "VISUAL_BATCH_MAX",
+                    Some(raw),
+                    "expected a whole number from 1 to 32",
+                ))
+            }
+        },
+    };
+    let settings = Settings {
+        mode,
+        possible: ratio("VISUAL_POSSIBLE_THRESHOLD", &args.visual_possible_threshold)?,
+        helpful: ratio("VISUAL_HELPFUL_THRESHOLD", &args.visual_helpful_threshold)?,
+        batch_max,
+    };
+    let assessor = model_api(
+        args,
+        [
+            "VISUAL_ASSESSOR_MODEL",
+            "VISUAL_ASSESSOR_BASE_URL",
+            "VISUAL_ASSESSOR_TIMEOUT_MS",
+        ],
+        [
+            &args.visual_assessor_model,
+            &args.visual_assessor_base_url,
+            &args.visual_assessor_api_key,
+            &args.visual_assessor_timeout_ms,
+        ],
+    )?;
+    Ok((settings, assessor))
+}
+
+/// A model called directly through the provider wire: `provider/model` in the first variable,
+/// its base URL and key (defaulting to the provider's own settings) and a deadline.
+fn model_api(
+    args: &Args,
+    [model_var, base_var_own, timeout_var]: [&'static str; 3],
+    [model_arg, base_arg, key_arg, timeout_arg]: [&Option<String>; 4],
+) -> Result<Option<ClassifierSettings>, ConfigError> {
+    let timeout_ms = parse_ms(timeout_var, timeout_arg, 20_000)?;
+    let Some(raw) = given(model_arg) else {
         return Ok(None);
     };
     let (family, model) = match raw.split_once('/') {
@@ -897,7 +1069,7 @@ fn classifier_settings(args: &Args) -> Result<Option<ClassifierSettings>, Config
         Some(("anthropic", id)) if !id.trim().is_empty() => (ModelFamily::Anthropic, id.trim()),
         _ => {
             return Err(ConfigError::new(
-                "CLASSIFIER_MODEL",
+                model_var,
                 Some(raw),
                 "expected provider/model with provider openai (any OpenAI-compatible API) or anthropic, e.g. openai/gpt-4.1-mini",
             ))
@@ -917,18 +1089,12 @@ fn classifier_settings(args: &Args) -> Result<Option<ClassifierSettings>, Config
             &args.anthropic_api_key,
         ),
     };
-    let base_url = if given(&args.classifier_base_url).is_some() {
-        parse_base_url(
-            "CLASSIFIER_BASE_URL",
-            &args.classifier_base_url,
-            default_base,
-        )?
+    let base_url = if given(base_arg).is_some() {
+        parse_base_url(base_var_own, base_arg, default_base)?
     } else {
         parse_base_url(base_var, base, default_base)?
     };
-    let api_key = given(&args.classifier_api_key)
-        .or_else(|| given(key))
-        .map(Secret::new);
+    let api_key = given(key_arg).or_else(|| given(key)).map(Secret::new);
     Ok(Some(ClassifierSettings {
         family,
         model: model.to_owned(),
@@ -1234,6 +1400,7 @@ impl Config {
         };
         let transcription = transcription_settings(args)?;
         let classifier = classifier_settings(args)?;
+        let (visuals, visual_assessor) = visual_settings(args)?;
         let agent_enabled = one_of("AGENT", &args.agent, "on", &["on", "off"])? == "on";
         let background_jobs = one_of(
             "BACKGROUND_JOBS",
@@ -1343,6 +1510,8 @@ impl Config {
             provider,
             transcription,
             classifier,
+            visuals,
+            visual_assessor,
             agent_enabled,
             background_jobs,
             planner_attach_grace_ms: parse_ms(
@@ -1432,6 +1601,45 @@ mod tests {
         assert_eq!(parse(&[]).unwrap().handover_planner_window_ms, 60_000);
         let set = parse(&[("handover-planner-window-ms", "45000")]).unwrap();
         assert_eq!(set.handover_planner_window_ms, 45_000);
+    }
+
+    #[test]
+    fn iso_42_the_visual_check_defaults_and_refuses_settings_out_of_range() {
+        let c = parse(&[]).unwrap();
+        assert_eq!(c.visuals, VisualSettings::default());
+        assert_eq!(
+            (
+                c.visuals.mode,
+                c.visuals.possible,
+                c.visuals.helpful,
+                c.visuals.batch_max
+            ),
+            (VisualMode::Model, 0.7, 0.7, 8)
+        );
+        assert_eq!(c.visual_assessor, None);
+        let set = parse(&[
+            ("visual-admission", "require"),
+            ("visual-possible-threshold", "0.5"),
+            ("visual-batch-max", "32"),
+            ("visual-assessor-model", "openai/gpt-4.1-mini"),
+        ])
+        .unwrap();
+        assert_eq!(set.visuals.mode, VisualMode::Require);
+        assert_eq!((set.visuals.possible, set.visuals.batch_max), (0.5, 32));
+        assert_eq!(set.visual_assessor.unwrap().model, "gpt-4.1-mini");
+        for (flag, value, variable) in [
+            ("visual-admission", "maybe", "VISUAL_ADMISSION"),
+            (
+                "visual-helpful-threshold",
+                "1.5",
+                "VISUAL_HELPFUL_THRESHOLD",
+            ),
+            ("visual-batch-max", "0", "VISUAL_BATCH_MAX"),
+            ("visual-assessor-model", "gpt-4", "VISUAL_ASSESSOR_MODEL"),
+        ] {
+            let e = parse(&[(flag, value)]).unwrap_err();
+            assert!(e.to_string().contains(variable), "{e}");
+        }
     }
 
     #[test]

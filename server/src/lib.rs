@@ -48,6 +48,7 @@ pub mod runtime;
 pub mod transcript;
 pub mod transport;
 pub mod turns;
+pub mod visuals;
 
 /// Durable state: the `chopin-store` crate (the Store traits by aggregate and their backends).
 pub use chopin_store as store;

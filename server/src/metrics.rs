@@ -71,6 +71,11 @@ struct CheckLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SocketLabels {
     kind: &'static str,
 }
@@ -132,6 +137,7 @@ pub struct Metrics {
     /// Background job attempts this process ended, by job type and outcome.
     job_attempts: Family<JobAttemptLabels, Counter>,
     classifier_checks: Family<CheckLabels, Counter>,
+    visual_checks: Family<OutcomeLabels, Counter>,
     /// A smaller largest frame a socket sends than its own (0: none; the simulator plants one).
     outbound_frame_cap: std::sync::atomic::AtomicUsize,
 }
@@ -248,6 +254,12 @@ impl Metrics {
             "Planner messages the decisions classifier checked, by verdict (reply is published; request-for-input, uncertain, timed-out, malformed, missing, interrupted and failed are withheld)",
             classifier_checks.clone(),
         );
+        let visual_checks = Family::<OutcomeLabels, Counter>::default();
+        registry.register(
+            "visual_checks",
+            "Writes the visual admission check saw, by outcome (nothing new to assess, admitted, unassessed: no assessor model, refused)",
+            visual_checks.clone(),
+        );
         for kind in [SocketKind::Agent, SocketKind::Room, SocketKind::Yjs] {
             let _ = sockets.get_or_create(&SocketLabels { kind: kind.label() });
         }
@@ -267,6 +279,7 @@ impl Metrics {
             jobs,
             job_attempts,
             classifier_checks,
+            visual_checks,
             outbound_frame_cap: std::sync::atomic::AtomicUsize::new(0),
         }
     }
@@ -332,6 +345,13 @@ impl Metrics {
     pub fn classifier_check(&self, verdict: &'static str) {
         self.classifier_checks
             .get_or_create(&CheckLabels { verdict })
+            .inc();
+    }
+
+    /// A write passed the visual admission check with `outcome` (a fixed word).
+    pub fn visual_check(&self, outcome: &'static str) {
+        self.visual_checks
+            .get_or_create(&OutcomeLabels { outcome })
             .inc();
     }
 

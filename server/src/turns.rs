@@ -495,6 +495,8 @@ pub struct TurnsDeps {
     pub comments: Arc<crate::comments::Comments>,
     /// Research cards, which `read_reference` reads for a research reference (CTX-33).
     pub research_cards: Arc<crate::research_cards::ResearchCards>,
+    /// The visual admission check every foreground write passes (ISO-33).
+    pub visuals: Arc<crate::visuals::VisualAdmission>,
 }
 
 impl TurnsDeps {
@@ -1861,6 +1863,38 @@ impl PlannerHost {
         }
     }
 
+    /// ISO-33: the write `batch` would make to `doc` (as it stands now, outside the room's
+    /// queue) passes the visual admission check. A batch that would be refused anyway is left
+    /// to that refusal; the write itself is still made against the revision it was read at, so
+    /// a concurrent edit makes it stale (ISO-40).
+    async fn visual_check(
+        &self,
+        doc: &crate::store::Document,
+        open: &crate::content::OpenDocument,
+        reference: &DocumentRef,
+        batch: &chopin_document::edit::EditBatch,
+    ) -> Result<(), String> {
+        let current = open.source().await;
+        let target = chopin_document::edit::EditTarget {
+            document: reference.clone(),
+            earlier_urls: &[],
+            revision: doc.plan_revision as u64,
+            source: &current,
+            locked: false,
+        };
+        let proposed = chopin_document::edit::edit_plan(&target, batch);
+        let chopin_document::edit::EditOutcome::Applied { source, .. } = proposed.outcome else {
+            return Ok(());
+        };
+        self.turns
+            .deps
+            .visuals
+            .check(&current, &source)
+            .await
+            .map(drop)
+            .map_err(|crate::visuals::Refused(words)| words)
+    }
+
     /// Whether this is a comment turn whose thread is in `document`.
     fn comment_on(&self, document: Uuid) -> bool {
         self.comment
@@ -2499,6 +2533,24 @@ impl PlannerHost {
             Ok(b) => b,
             Err(e) => return HostToolResult::error(e.to_string()),
         };
+        // ISO-33: the child's write passes the visual admission check too.
+        if let Ok(doc) = self
+            .turns
+            .deps
+            .children
+            .child_of_root(self.document, &child)
+            .await
+        {
+            if let Ok(open) = self.turns.deps.open.open(doc.id).await {
+                let reference = DocumentRef {
+                    id: doc.id.to_string(),
+                    url: String::new(),
+                };
+                if let Err(words) = self.visual_check(&doc, &open, &reference, &batch).await {
+                    return HostToolResult::error(words);
+                }
+            }
+        }
         match self
             .turns
             .deps
@@ -2810,6 +2862,9 @@ impl PlannerHost {
             id: doc.id.to_string(),
             url: self.document_url.clone(),
         };
+        if let Err(words) = self.visual_check(&doc, &open, &reference, &batch).await {
+            return HostToolResult::error(words);
+        }
         match open
             .edit_plan(reference, &earlier, &batch, Some(&self.owner_guard()))
             .await

@@ -72,6 +72,11 @@ impl Children {
         }
     }
 
+    /// One of `root_id`'s own children, every rule rechecked now.
+    pub async fn child_of_root(&self, root_id: Uuid, child: &str) -> Result<Document, ChildError> {
+        Ok(self.root_and_child(root_id, child).await?.1)
+    }
+
     /// The root and one of its own children, every rule rechecked now.
     async fn root_and_child(
         &self,

@@ -72,6 +72,8 @@ pub struct McpDeps {
     pub children: Arc<Children>,
     pub entropy: SharedEntropy,
     pub shutdown: Shutdown,
+    /// The visual admission check creations and updates pass (ISO-33).
+    pub visuals: Arc<crate::visuals::VisualAdmission>,
 }
 
 pub fn routes(deps: McpDeps) -> Routes {
@@ -439,6 +441,10 @@ impl Tools {
         )) {
             return Ok(refusal);
         }
+        // ISO-33: the visual admission check, before anything is created.
+        if let Err(crate::visuals::Refused(words)) = self.deps.visuals.check("", &source).await {
+            return Ok(refused("invalid", &words, json!({})));
+        }
         let access = deps.writable_repository(caller, owner, repo).await?;
         // The input as read: GitHub's names are case-insensitive, an absent slug is the
         // title's, a blank brief is none.
@@ -541,6 +547,28 @@ impl Tools {
         let doc = self.locate_writable(caller, &args.document).await?;
         if doc.archived {
             return Err(archived());
+        }
+        // ISO-33: the visual admission check, outside the room's queue, against the text as it
+        // is now; the write itself is still made against the revision read (ISO-40).
+        if args.plan_revision == doc.plan_revision as u64 {
+            let open = self
+                .deps
+                .documents
+                .open
+                .open(doc.id)
+                .await
+                .map_err(ApiError::store)?;
+            let current = open.source().await;
+            if let Err(crate::visuals::Refused(words)) =
+                self.deps.visuals.check(&current, &args.source).await
+            {
+                let url = crate::documents::canonical_url(&doc);
+                return Ok(refused(
+                    "invalid",
+                    &words,
+                    json!({ "document": { "id": doc.id, "url": url } }),
+                ));
+            }
         }
         let update = Update {
             revision: args.plan_revision,
