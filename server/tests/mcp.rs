@@ -93,7 +93,7 @@ async fn mcp_creates_reads_and_updates_a_document() {
 }
 
 #[tokio::test]
-async fn mcp_update_from_an_old_revision_is_refused_stale_and_writes_nothing() {
+async fn iso_40_mcp_update_from_an_old_revision_is_refused_stale_and_writes_nothing() {
     let s = served().await;
     let mona = client(&s, &s.mona).await;
     let first = ok(call(
