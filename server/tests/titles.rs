@@ -390,3 +390,40 @@ async fn msg_24_msg_25_a_title_job_asked_for_during_a_turn_waits_for_it_to_end()
     )
     .await;
 }
+
+/// OWN-17 (its first two parts), OWN-19: with no client attached, new title work stays
+/// pending (its credential is the attached owner's, and there is none); the member's message
+/// claims no Planner ownership for its sender under `remote`; once a client attaches, the work
+/// runs on it. (The implementation lock of OWN-17 belongs to the lifecycle issue.)
+#[tokio::test]
+async fn own_17_own_19_title_work_waits_for_an_attached_owner_and_claims_nothing_for_a_sender() {
+    let s = served().await;
+    let doc = untitled(&s).await;
+    s.pause_participation(doc).await;
+    let mut room = s.room_as(doc, &s.mona_cookie).await;
+    say(&mut room, "m1", "Let's plan the search revamp.").await;
+    let mut waiting = None;
+    for _ in 0..100 {
+        let jobs = s.store.document_jobs(doc, 100).await.unwrap();
+        if let Some(job) = jobs.into_iter().find(|j| j.kind == "document-title") {
+            waiting = Some(job);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let waiting = waiting.expect("title work was asked for");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let job = s.store.job(waiting.id).await.unwrap().unwrap();
+    assert_eq!((job.state, job.attempts), (JobState::Pending, 0), "pending, never tried");
+    assert_eq!(
+        s.store.ownership(doc).await.unwrap().holder,
+        None,
+        "no ownership claimed for the sender"
+    );
+    let mut client = s.attach_to(doc, &[]).await;
+    let turn = title_turn(&mut client, 10_000)
+        .await
+        .expect("the title work runs on the attached client");
+    end(&mut client, &turn.turn_id, json!({ "title": "Search revamp" })).await;
+    assert_eq!(settled_title_job(&s, doc).await.state, JobState::Completed);
+}
