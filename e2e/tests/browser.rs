@@ -894,6 +894,115 @@ mod participation {
     }
 }
 
+/// Comment threads in Chromium (ISO-17, ISO-18, ISO-19, ISO-21): mona comments on a passage from
+/// the page and sends the note to chopin; the attached Planner's turn answers in that thread
+/// with `reply_comment`, and her page shows chopin's reply under her note; she resolves it.
+mod comments {
+    use super::*;
+    use chopin_fixtures::agent::{connect, Event, Upgrade};
+    use chopin_protocol::agent::{
+        ClientMessage, HostToolCall, ServerMessage, Started, TurnEnd, TurnStatus,
+    };
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_comment_sent_to_chopin_is_answered_in_its_thread_on_the_page_in_chromium() {
+        let github = github();
+        let mona_token = github.issue_token("mona");
+        let github_url = github.serve_tcp().await.unwrap();
+        let backend = Backend::Sqlite(tempfile::tempdir().unwrap());
+        let server = Launch::hosted(&github_url).on(&backend).start().await;
+        let doc = server
+            .create_document(&mona_token, "octo/plans", "Comments")
+            .await;
+        let id = doc["id"].as_str().unwrap().to_owned();
+        let url = format!("{}{}", server.origin(), doc["url"].as_str().unwrap());
+        let driver = Driver::start("comments").await;
+        let mona = signed_in(&driver, &github, &server, "mona").await;
+        let host = server.host();
+        let stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+        let mut client = connect(stream, &Upgrade::new(host.clone(), Some(&mona_token)))
+            .await
+            .unwrap();
+        let attached = client.attach(&id, &[]).await.unwrap();
+        assert!(matches!(attached, ServerMessage::Attached(_)), "{attached:?}");
+        mona.step("comment on a passage, to chopin", async {
+            mona.goto(&url).await?;
+            mona.until_text("#connection", WAIT, |t| t == "Connected").await?;
+            mona.until_script(
+                "return String(!document.querySelector('#comment-text').disabled)",
+                WAIT,
+                |v| v == "true",
+            )
+            .await?;
+            mona.type_into("#comment-quote", "We serve EU shoppers from one region.")
+                .await?;
+            mona.type_into("#comment-text", "Is one region enough?").await?;
+            mona.click("#comment-to-chopin").await?;
+            mona.click("#comment-start").await?;
+            mona.until_text("#threads", WAIT, |t| t.contains("@mona (to chopin): Is one region enough?"))
+                .await
+        })
+        .await;
+        let turn = loop {
+            match tokio::time::timeout(WAIT, client.recv()).await {
+                Ok(Ok(Event::Message(ServerMessage::Start(s)))) => client
+                    .send(&ClientMessage::Started(Started {
+                        session_id: s.session_id,
+                    }))
+                    .await
+                    .unwrap(),
+                Ok(Ok(Event::Message(ServerMessage::Turn(t)))) => break t,
+                Ok(Ok(Event::Message(_))) => {}
+                other => panic!("ISO-18: the note starts a turn: {other:?}"),
+            }
+        };
+        let thread = turn
+            .prompt
+            .split("comment thread ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .expect("the turn names its thread")
+            .to_owned();
+        client
+            .send(&ClientMessage::HostToolCall(HostToolCall {
+                turn_id: turn.turn_id.clone(),
+                call_id: "r1".into(),
+                name: "reply_comment".into(),
+                input: serde_json::json!({ "thread": thread, "text": "Yes, for launch." }),
+            }))
+            .await
+            .unwrap();
+        loop {
+            match tokio::time::timeout(WAIT, client.recv()).await {
+                Ok(Ok(Event::Message(ServerMessage::HostToolResult(r)))) => {
+                    assert!(!r.is_error, "{r:?}");
+                    break;
+                }
+                Ok(Ok(Event::Message(_))) => {}
+                other => panic!("the reply's result: {other:?}"),
+            }
+        }
+        client
+            .send(&ClientMessage::TurnEnd(TurnEnd {
+                turn_id: turn.turn_id,
+                status: TurnStatus::Completed,
+                output: None,
+                message: None,
+            }))
+            .await
+            .unwrap();
+        mona.step("see chopin's reply, then resolve", async {
+            mona.until_text("#threads", WAIT, |t| t.contains("chopin: Yes, for launch."))
+                .await?;
+            mona.click(".thread .resolve").await?;
+            mona.until_text("#threads", WAIT, |t| t.contains("Resolved by @mona"))
+                .await
+        })
+        .await;
+        server.stop().await;
+    }
+}
+
 /// Files and dictation in Chromium (FILE-01, FILE-21, FILE-31, DICT-01, DICT-04, DICT-06): mona
 /// attaches a text file and a picture to a message from the page; lisa, in another browser,
 /// sees the picture load and the text file offered as a download; then mona dictates with the

@@ -12,6 +12,7 @@ import { modelControls } from './model.js';
 import { fileControls, messageFiles } from './files.js';
 import { dictationControls } from './dictation.js';
 import { participationControl } from './participation.js';
+import { commentsPanel } from './comments.js';
 
 const COLOURS = ['#30bced', '#6eeb83', '#ffbc42', '#ecd444', '#ee6352', '#9ac2c9', '#8acb88', '#1be7ff'];
 
@@ -61,6 +62,19 @@ export async function documentPage(main, id) {
   const files = fileControls(id, say);
   const dictation = dictationControls(id, text, say);
   const participation = participationControl(id, say);
+  // Sends a frame with a fresh requestId; resolves with the answer that names it.
+  const request = (frame) => new Promise((resolve) => {
+    const rid = requestId('comment');
+    pending.set(rid, resolve);
+    room.send({ ...frame, requestId: rid });
+  });
+  let view = null;
+  const selection = () => {
+    if (!view) return '';
+    const { from, to } = view.state.selection.main;
+    return view.state.sliceDoc(from, to);
+  };
+  const comments = commentsPanel(request, selection, say);
   const form = el('form', { id: 'chat-form' }, models.box, text, files.box, el('div', { class: 'actions' }, send, dictation.box, stop, resume), refused);
 
   main.classList.add('document');
@@ -71,7 +85,7 @@ export async function documentPage(main, id) {
         el('a', { href: `/documents/${encodeURIComponent(owner)}/${encodeURIComponent(repo)}` }, doc.repository ?? ''),
         ' · ', connection, ' · ', presence)),
     el('div', { class: 'columns' },
-      el('div', { class: 'left' }, readOnly, editorHost, cards),
+      el('div', { class: 'left' }, readOnly, editorHost, cards, comments.section),
       el('aside', { class: 'chat' }, el('h2', {}, 'Chat'), participation.label, earlier, messages, runs, form)),
   );
 
@@ -82,7 +96,7 @@ export async function documentPage(main, id) {
   provider.awareness.setLocalStateField('user', { name: login, color: colourOf(login), colorLight: `${colourOf(login)}33` });
   const editable = new Compartment();
   let canWrite = false;
-  const view = new EditorView({
+  view = new EditorView({
     parent: editorHost,
     state: EditorState.create({
       doc: ytext.toString(),
@@ -105,6 +119,7 @@ export async function documentPage(main, id) {
     files.enable(yes);
     dictation.enable(yes);
     participation.enable(yes);
+    comments.enable(yes);
     drawCards();
   };
   provider.on('status', ({ status }) => {
@@ -194,12 +209,14 @@ export async function documentPage(main, id) {
   room = connectRoom(id, {
     json(frame) {
       if (models.frame(frame)) return;
+      if (comments.frame(frame)) return;
       switch (frame.type) {
         case 'session:hello':
           files.limits(frame.attachments);
           dictation.available(frame.transcription);
           setWritable(Boolean(frame.canWrite));
           participation.read();
+          comments.list();
           // Also after a reconnect: what was said meanwhile comes with the latest page.
           room.send({ type: 'chat:history', limit: 50 });
           break;
