@@ -70,6 +70,10 @@ pub struct EditsArgs {
     /// Measurements (the median is reported).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..))]
     rounds: u64,
+    /// Characters the document holds before the edits (sent as one update before the
+    /// listeners join, so it is not counted). The large case is 200000.
+    #[arg(long, default_value_t = 0)]
+    initial_chars: u64,
 }
 
 fn cores() -> usize {
@@ -392,20 +396,35 @@ async fn relay_turn(relay: &Spawned, sockets: usize, round: u64, steps: u64) -> 
 // ---------------------------------------------------------------------------------------------
 // Live edits
 
-/// `count` y-protocols sync `update` frames from one Yjs client (id `client`), each inserting
-/// one character after the one before.
-fn single_character_updates(client: u64, count: u64) -> Vec<Vec<u8>> {
+/// The frame that fills the document with `initial` characters (none for 0), then `count`
+/// y-protocols sync `update` frames from the same Yjs client (id `client`), each inserting one
+/// character at the end.
+fn single_character_updates(
+    client: u64,
+    count: u64,
+    initial: u64,
+) -> (Option<Vec<u8>>, Vec<Vec<u8>>) {
     use yrs::updates::encoder::Encode;
+    let frame = |update: Vec<u8>| {
+        yrs::sync::Message::Sync(yrs::sync::SyncMessage::Update(update)).encode_v1()
+    };
     let doc = chopin_document::ydoc::empty_doc(client);
-    let mut text = String::new();
-    (0..count)
+    // Lines of 79 characters and a newline, as prose would come.
+    let mut text: String = (0..initial)
+        .map(|i| if i % 80 == 79 { '\n' } else { 'a' })
+        .collect();
+    let prefix = (initial > 0).then(|| frame(chopin_document::ydoc::replace_source(&doc, &text)));
+    let edits = (0..count)
         .map(|_| {
             text.push('x');
-            let update = chopin_document::ydoc::replace_source(&doc, &text);
-            yrs::sync::Message::Sync(yrs::sync::SyncMessage::Update(update)).encode_v1()
+            frame(chopin_document::ydoc::replace_source(&doc, &text))
         })
-        .collect()
+        .collect();
+    (prefix, edits)
 }
+
+/// How long the server (or the relay) is given to take the prefix before listeners join.
+const PREFIX_SETTLE: Duration = Duration::from_millis(500);
 
 /// A relayed Yjs document update (`[0 = sync, 2 = update, …]`).
 fn is_update(event: &BrowserEvent) -> bool {
@@ -414,9 +433,10 @@ fn is_update(event: &BrowserEvent) -> bool {
 
 pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
     println!(
-        "chopin-bench-sockets live-edits: one writer, {} listening socket(s), {} single-character Yjs updates, {} round(s); {} cores",
+        "chopin-bench-sockets live-edits: one writer, {} listening socket(s), {} single-character Yjs updates on a document of {} characters, {} round(s); {} cores",
         args.listeners,
         args.updates,
+        args.initial_chars,
         args.rounds,
         cores()
     );
@@ -424,10 +444,24 @@ pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
     let fixture = Fixture::start(bin).await?;
     let (mut ours, mut theirs) = (Vec::new(), Vec::new());
     for round in 0..args.rounds {
-        let frames = single_character_updates(10_000 + round, args.updates);
-        let took = chopin_edits(&fixture, &frames, args.listeners as usize).await?;
+        let (prefix, frames) =
+            single_character_updates(10_000 + round, args.updates, args.initial_chars);
+        let took = chopin_edits(
+            &fixture,
+            prefix.as_deref(),
+            &frames,
+            args.listeners as usize,
+        )
+        .await?;
         ours.push(args.updates as f64 / took.as_secs_f64());
-        let took = relay_edits(&relay, round, &frames, args.listeners as usize).await?;
+        let took = relay_edits(
+            &relay,
+            round,
+            prefix.as_deref(),
+            &frames,
+            args.listeners as usize,
+        )
+        .await?;
         theirs.push(args.updates as f64 / took.as_secs_f64());
     }
     if let Some(status) = relay.exited() {
@@ -450,13 +484,14 @@ pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
     );
     println!();
     println!(
-        "| listeners | updates | chopin updates/s | raw relay updates/s | ratio | goal ≥ {GOAL} |"
+        "| listeners | updates | initial characters | chopin updates/s | raw relay updates/s | ratio | goal ≥ {GOAL} |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     println!(
-        "| {} | {} | {ours_m:.0} | {theirs_m:.0} | {ratio:.2} | {} |",
+        "| {} | {} | {} | {ours_m:.0} | {theirs_m:.0} | {ratio:.2} | {} |",
         args.listeners,
         args.updates,
+        args.initial_chars,
         verdict(ratio)
     );
     Ok(())
@@ -488,13 +523,22 @@ async fn open_yjs(fixture: &Fixture, document: &str) -> Result<BrowserSocket> {
 
 /// One round on a fresh document: the time from the first update sent to the last listener's
 /// last update read.
-async fn chopin_edits(fixture: &Fixture, frames: &[Vec<u8>], listeners: usize) -> Result<Duration> {
+async fn chopin_edits(
+    fixture: &Fixture,
+    prefix: Option<&[u8]>,
+    frames: &[Vec<u8>],
+    listeners: usize,
+) -> Result<Duration> {
     let document = fixture
         .create_documents(1)
         .await?
         .pop()
         .ok_or_else(|| anyhow!("no document was created"))?;
     let mut writer = open_yjs(fixture, &document).await?;
+    if let Some(prefix) = prefix {
+        writer.send_binary(prefix.to_vec()).await?;
+        tokio::time::sleep(PREFIX_SETTLE).await;
+    }
     let mut sockets = Vec::with_capacity(listeners);
     for _ in 0..listeners {
         sockets.push(open_yjs(fixture, &document).await?);
@@ -521,12 +565,17 @@ async fn chopin_edits(fixture: &Fixture, frames: &[Vec<u8>], listeners: usize) -
 async fn relay_edits(
     relay: &Spawned,
     round: u64,
+    prefix: Option<&[u8]>,
     frames: &[Vec<u8>],
     listeners: usize,
 ) -> Result<Duration> {
     let host = relay.host();
     let path = format!("/edits/{round}");
     let mut writer = relay::join(host, &path).await?;
+    if let Some(prefix) = prefix {
+        writer.send_binary(prefix.to_vec()).await?;
+        tokio::time::sleep(PREFIX_SETTLE).await;
+    }
     let mut sockets = Vec::with_capacity(listeners);
     for _ in 0..listeners {
         sockets.push(relay::join(host, &path).await?);

@@ -924,10 +924,14 @@ mod comments {
             .await
             .unwrap();
         let attached = client.attach(&id, &[]).await.unwrap();
-        assert!(matches!(attached, ServerMessage::Attached(_)), "{attached:?}");
+        assert!(
+            matches!(attached, ServerMessage::Attached(_)),
+            "{attached:?}"
+        );
         mona.step("comment on a passage, to chopin", async {
             mona.goto(&url).await?;
-            mona.until_text("#connection", WAIT, |t| t == "Connected").await?;
+            mona.until_text("#connection", WAIT, |t| t == "Connected")
+                .await?;
             mona.until_script(
                 "return String(!document.querySelector('#comment-text').disabled)",
                 WAIT,
@@ -936,11 +940,14 @@ mod comments {
             .await?;
             mona.type_into("#comment-quote", "We serve EU shoppers from one region.")
                 .await?;
-            mona.type_into("#comment-text", "Is one region enough?").await?;
+            mona.type_into("#comment-text", "Is one region enough?")
+                .await?;
             mona.click("#comment-to-chopin").await?;
             mona.click("#comment-start").await?;
-            mona.until_text("#threads", WAIT, |t| t.contains("@mona (to chopin): Is one region enough?"))
-                .await
+            mona.until_text("#threads", WAIT, |t| {
+                t.contains("@mona (to chopin): Is one region enough?")
+            })
+            .await
         })
         .await;
         let turn = loop {

@@ -112,7 +112,8 @@ async fn search(client: &mut AgentClient, turn: &str, query: &str) -> Value {
 }
 
 #[tokio::test]
-async fn job_03_job_04_job_06_job_07_job_08_rfc_34_tb_03_iso_11_a_research_request_publishes_its_report_as_a_child() {
+async fn job_03_job_04_job_06_job_07_job_08_rfc_34_tb_03_iso_11_a_research_request_publishes_its_report_as_a_child(
+) {
     let s = served().await;
     let mut client = s.attach(&[]).await;
     let mut room = s.room().await;

@@ -414,7 +414,11 @@ async fn own_17_own_19_title_work_waits_for_an_attached_owner_and_claims_nothing
     let waiting = waiting.expect("title work was asked for");
     tokio::time::sleep(Duration::from_millis(500)).await;
     let job = s.store.job(waiting.id).await.unwrap().unwrap();
-    assert_eq!((job.state, job.attempts), (JobState::Pending, 0), "pending, never tried");
+    assert_eq!(
+        (job.state, job.attempts),
+        (JobState::Pending, 0),
+        "pending, never tried"
+    );
     assert_eq!(
         s.store.ownership(doc).await.unwrap().holder,
         None,
@@ -424,6 +428,11 @@ async fn own_17_own_19_title_work_waits_for_an_attached_owner_and_claims_nothing
     let turn = title_turn(&mut client, 10_000)
         .await
         .expect("the title work runs on the attached client");
-    end(&mut client, &turn.turn_id, json!({ "title": "Search revamp" })).await;
+    end(
+        &mut client,
+        &turn.turn_id,
+        json!({ "title": "Search revamp" }),
+    )
+    .await;
     assert_eq!(settled_title_job(&s, doc).await.state, JobState::Completed);
 }
