@@ -37,6 +37,14 @@ pub const QUOTE_MAX_CHARS: usize = 1_000;
 pub const THREADS_LISTED: i64 = 200;
 /// Changes held for a room socket that has not read them yet.
 const FEED_BACKLOG: usize = 64;
+/// How long an answered request id is remembered, and how many at most: a note sent again
+/// with the same `requestId` (a retry after a lost answer) gets the first answer and is not
+/// saved twice.
+const ANSWERS_MS: i64 = 10 * 60 * 1000;
+const ANSWERS_MAX: usize = 10_000;
+
+/// Who sent which request about which document.
+type AnswerKey = (String, Uuid, String);
 
 /// A refusal: the wire code and the words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -285,6 +293,8 @@ pub struct Comments {
     entropy: SharedEntropy,
     /// Each document's channel of changes (`comment:thread` frames), while some room listens.
     feeds: Mutex<BTreeMap<Uuid, fanout::Sender<Bytes>>>,
+    /// Answers already given, by sender, document and request id.
+    answers: Mutex<crate::runtime::recent::Recent<AnswerKey, Value>>,
 }
 
 fn storage_refusal(e: &StoreError) -> Refusal {
@@ -308,7 +318,30 @@ impl Comments {
             clock,
             entropy,
             feeds: Mutex::default(),
+            answers: Mutex::new(crate::runtime::recent::Recent::new(ANSWERS_MS, ANSWERS_MAX)),
         }
+    }
+
+    /// The answer `login` was given for `request_id` about `document`, if it was saved.
+    pub fn answered(&self, login: &str, document: Uuid, request_id: &str) -> Option<Value> {
+        let key = (login.to_owned(), document, request_id.to_owned());
+        self.answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key, self.clock.now_ms())
+            .cloned()
+    }
+
+    /// Remembers `answer` (a `comment:ack`) for `request_id`.
+    pub fn remember(&self, login: &str, document: Uuid, request_id: &str, answer: &Value) {
+        if answer["type"] != "comment:ack" {
+            return;
+        }
+        let key = (login.to_owned(), document, request_id.to_owned());
+        self.answers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, answer.clone(), self.clock.now_ms());
     }
 
     /// `document`'s changes, as `comment:thread` frames (JSON text).

@@ -709,3 +709,33 @@ async fn a_start_sent_again_with_its_thread_id_finds_the_thread_it_started() {
     assert_eq!(again["thread"]["id"], id);
     assert_eq!(threads(&s, s.doc).await.len(), 1);
 }
+
+#[tokio::test]
+async fn a_note_sent_again_with_its_request_id_gets_the_first_answer_and_is_saved_once() {
+    let s = with_plan().await;
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let first = ask_room(&mut room, start("c1", "Is one region enough?", false)).await;
+    let thread = first["thread"]["id"].clone();
+    let again = ask_room(&mut room, start("c1", "Is one region enough?", false)).await;
+    assert_eq!(again, first, "the first answer");
+    assert_eq!(threads(&s, s.doc).await.len(), 1);
+    let reply_once = ask_room(
+        &mut room,
+        reply("r1", &thread, "A second region later.", true),
+    )
+    .await;
+    assert_eq!(reply_once["planner"], "started", "{reply_once}");
+    let turn = take_turn(&mut client).await;
+    let reply_twice = ask_room(
+        &mut room,
+        reply("r1", &thread, "A second region later.", true),
+    )
+    .await;
+    assert_eq!(
+        reply_twice, reply_once,
+        "the first answer; no second turn or steer"
+    );
+    end(&s, &mut client, &turn.turn_id).await;
+    assert_eq!(threads(&s, s.doc).await[0].0.replies, 1, "saved once");
+}

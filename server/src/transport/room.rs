@@ -737,6 +737,14 @@ async fn comment_frame(
     if !sender.can_write {
         return answer(Err(Refusal::new("read-only", READ_ONLY_WORDS)));
     }
+    // Sent again after a lost answer: the first answer, nothing saved twice.
+    if let Some(first) = comments.answered(&sender.login, doc.id, &id) {
+        return Some(json_frame(&first));
+    }
+    let remembered = |frame: Value| {
+        comments.remember(&sender.login, doc.id, &id, &frame);
+        Some(json_frame(&frame))
+    };
     if request.to_planner() {
         let admitted = match chat_place(&deps.children, doc, place, &id).await {
             Ok(place) => place,
@@ -772,45 +780,49 @@ async fn comment_frame(
             start_quote,
             text,
         };
-        return deps
+        return match deps
             .chat
             .comment(&admitted, sender, note, comments)
             .await
             .frame(&id)
-            .map(|frame| json_frame(&frame));
-    }
-    let saved =
-        match request {
-            Request::Start {
-                thread,
-                quote,
-                text,
-                ..
-            } => {
-                let thread = thread.unwrap_or_else(|| comments.new_thread_id());
-                comments
-                    .start(doc.id, &sender.login, thread, &quote, &text, false)
-                    .await
-            }
-            Request::Reply { thread, text, .. } => {
-                comments
-                    .reply(doc.id, thread, Some(&sender.login), &text, false)
-                    .await
-            }
-            Request::Resolve { thread, .. } => {
-                return answer(comments.resolve(doc.id, thread, &sender.login).await.map(
-                    |thread| {
-                        json!({
-                            "type": "comment:ack",
-                            "requestId": id,
-                            "thread": crate::comments::thread_json(&thread),
-                        })
-                    },
-                ));
-            }
-            Request::List { .. } => unreachable!("answered above"),
+        {
+            Some(frame) => remembered(frame),
+            None => None,
         };
-    answer(saved.map(|saved| saved.ack(&id)))
+    }
+    let saved = match request {
+        Request::Start {
+            thread,
+            quote,
+            text,
+            ..
+        } => {
+            let thread = thread.unwrap_or_else(|| comments.new_thread_id());
+            comments
+                .start(doc.id, &sender.login, thread, &quote, &text, false)
+                .await
+        }
+        Request::Reply { thread, text, .. } => {
+            comments
+                .reply(doc.id, thread, Some(&sender.login), &text, false)
+                .await
+        }
+        Request::Resolve { thread, .. } => {
+            return match comments.resolve(doc.id, thread, &sender.login).await {
+                Ok(thread) => remembered(json!({
+                    "type": "comment:ack",
+                    "requestId": id,
+                    "thread": crate::comments::thread_json(&thread),
+                })),
+                Err(refusal) => answer(Err(refusal)),
+            };
+        }
+        Request::List { .. } => unreachable!("answered above"),
+    };
+    match saved {
+        Ok(saved) => remembered(saved.ack(&id)),
+        Err(refusal) => answer(Err(refusal)),
+    }
 }
 
 /// `decision:answer` and `decision:cancel`: a writer answers a Decision of this document, or
