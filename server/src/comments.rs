@@ -479,22 +479,7 @@ impl Comments {
             .reply_comment(document, thread, &note, REPLIES_MAX)
             .await
         {
-            Ok(Replied::Saved(note)) => {
-                let thread = match self.thread(document, thread).await {
-                    Ok(Some((thread, _))) => thread,
-                    // Saved: the room still hears of it, with the count as it must be.
-                    _ => CommentThread {
-                        id: thread,
-                        document_id: document,
-                        quote: String::new(),
-                        created_by: String::new(),
-                        created_at_ms: note.created_at_ms,
-                        resolved_by: None,
-                        resolved_at_ms: None,
-                        replies: note.seq,
-                        result_revision: None,
-                    },
-                };
+            Ok(Replied::Saved(thread, note)) => {
                 self.tell(&thread, Some(&note));
                 Ok(Saved { thread, note })
             }

@@ -63,11 +63,13 @@ pub struct NewCommentThread {
     pub first: NewCommentNote,
 }
 
-/// What [`CommentStore::reply_comment`] did.
+/// What [`CommentStore::reply_comment`] did. Returned once per reply and matched at once, so
+/// the saved variant's size is not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Replied {
-    /// Saved, with its number.
-    Saved(CommentNote),
+    /// Saved, with its number, and the thread as it is now.
+    Saved(CommentThread, CommentNote),
     /// The thread was resolved: nothing saved.
     Resolved,
     /// The thread already has the most replies it takes: nothing saved.

@@ -1519,10 +1519,11 @@ impl crate::CommentStore for MemoryStore {
             }
             thread.replies += 1;
             let saved = note.numbered(thread_id, thread.replies);
+            let thread = thread.clone();
             inner
                 .comment_notes
                 .insert((thread_id, saved.seq), saved.clone());
-            Ok(crate::Replied::Saved(saved))
+            Ok(crate::Replied::Saved(thread, saved))
         })
     }
 

@@ -2347,14 +2347,15 @@ where
     ) -> StoreResult<crate::Replied> {
         let note = note.storable();
         let mut tx = self.begin_write().await?;
-        let thread = Self::comment_thread_locked(&mut tx, document_id, thread_id).await?;
+        let mut thread = Self::comment_thread_locked(&mut tx, document_id, thread_id).await?;
         if thread.resolved_at_ms.is_some() {
             return Ok(crate::Replied::Resolved);
         }
         if thread.replies >= max_replies {
             return Ok(crate::Replied::Full);
         }
-        let saved = note.numbered(thread_id, thread.replies + 1);
+        thread.replies += 1;
+        let saved = note.numbered(thread_id, thread.replies);
         Self::insert_comment_note(&mut tx, &saved).await?;
         sqlx::query("UPDATE comment_threads SET replies = $2 WHERE id = $1")
             .bind(DB::Id::from(thread_id))
@@ -2365,7 +2366,7 @@ where
         tx.commit()
             .await
             .map_err(|e| sqlx_error("committing a comment reply", e))?;
-        Ok(crate::Replied::Saved(saved))
+        Ok(crate::Replied::Saved(thread, saved))
     }
 
     pub(crate) async fn resolve_comment(
@@ -2417,24 +2418,20 @@ where
         Ok(thread)
     }
 
-    /// The notes of `threads`, each thread's in order.
+    /// `thread` with its notes in order.
     async fn with_comment_notes(
         &self,
-        threads: Vec<crate::CommentThread>,
-    ) -> StoreResult<Vec<crate::ThreadWithNotes>> {
-        let mut out = Vec::with_capacity(threads.len());
-        for thread in threads {
-            let rows: Vec<CommentNoteRow<DB::Id>> = sqlx::query_as(
-                "SELECT thread_id, seq, author_login, to_planner, body, created_at_ms \
-                 FROM comment_notes WHERE thread_id = $1 ORDER BY seq",
-            )
-            .bind(DB::Id::from(thread.id))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(|e| sqlx_error("reading comment notes", e))?;
-            out.push((thread, rows.into_iter().map(comment_note_of).collect()));
-        }
-        Ok(out)
+        thread: crate::CommentThread,
+    ) -> StoreResult<crate::ThreadWithNotes> {
+        let rows: Vec<CommentNoteRow<DB::Id>> = sqlx::query_as(
+            "SELECT thread_id, seq, author_login, to_planner, body, created_at_ms \
+             FROM comment_notes WHERE thread_id = $1 ORDER BY seq",
+        )
+        .bind(DB::Id::from(thread.id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading comment notes", e))?;
+        Ok((thread, rows.into_iter().map(comment_note_of).collect()))
     }
 
     pub(crate) async fn comment_thread(
@@ -2452,8 +2449,10 @@ where
             .fetch_optional(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading a comment thread", e))?;
-        let threads = row.into_iter().map(comment_thread_of).collect();
-        Ok(self.with_comment_notes(threads).await?.pop())
+        match row {
+            Some(row) => Ok(Some(self.with_comment_notes(comment_thread_of(row)).await?)),
+            None => Ok(None),
+        }
     }
 
     pub(crate) async fn comment_threads(
@@ -2471,8 +2470,31 @@ where
             .fetch_all(&self.pool)
             .await
             .map_err(|e| sqlx_error("reading comment threads", e))?;
-        self.with_comment_notes(rows.into_iter().map(comment_thread_of).collect())
-            .await
+        // Every listed thread's notes in one read, not one read per thread.
+        let notes: Vec<CommentNoteRow<DB::Id>> = sqlx::query_as(
+            "SELECT thread_id, seq, author_login, to_planner, body, created_at_ms \
+             FROM comment_notes WHERE thread_id IN (SELECT id FROM comment_threads \
+             WHERE document_id = $1 ORDER BY created_at_ms DESC, id DESC LIMIT $2) \
+             ORDER BY thread_id, seq",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(limit.max(0))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading comment notes", e))?;
+        let mut by_thread: std::collections::HashMap<Uuid, Vec<crate::CommentNote>> =
+            std::collections::HashMap::new();
+        for note in notes.into_iter().map(comment_note_of) {
+            by_thread.entry(note.thread_id).or_default().push(note);
+        }
+        Ok(rows
+            .into_iter()
+            .map(comment_thread_of)
+            .map(|thread| {
+                let notes = by_thread.remove(&thread.id).unwrap_or_default();
+                (thread, notes)
+            })
+            .collect())
     }
 
     // --- ModelChoiceStore ---
