@@ -426,9 +426,65 @@ fn single_character_updates(
 /// How long the server (or the relay) is given to take the prefix before listeners join.
 const PREFIX_SETTLE: Duration = Duration::from_millis(500);
 
-/// A relayed Yjs document update (`[0 = sync, 2 = update, …]`).
-fn is_update(event: &BrowserEvent) -> bool {
-    matches!(event, BrowserEvent::Binary(bytes) if bytes.starts_with(&[0, 2]))
+/// The Yjs update a sync `update` frame (`[0 = sync, 2 = update, …]`) carries.
+fn update_of(frame: &[u8]) -> Option<Vec<u8>> {
+    use yrs::updates::decoder::Decode;
+    match yrs::sync::Message::decode_v1(frame) {
+        Ok(yrs::sync::Message::Sync(yrs::sync::SyncMessage::Update(update))) => Some(update),
+        _ => None,
+    }
+}
+
+/// Each listening socket read in its own task, applying every relayed update to its own copy of
+/// the document (seeded with `prefix`, which listeners join after), until the text is
+/// `characters` long: the server may merge several updates into one frame, so updates are
+/// counted by what they did, not by frames. Each task gives back its socket and when it read the
+/// last update.
+fn spawn_text_readers(
+    sockets: Vec<BrowserSocket>,
+    prefix: Option<&[u8]>,
+    characters: u32,
+) -> Vec<JoinHandle<Result<(BrowserSocket, Instant)>>> {
+    let seed = prefix.and_then(update_of);
+    sockets
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut socket)| {
+            let seed = seed.clone();
+            tokio::spawn(async move {
+                use yrs::updates::decoder::Decode;
+                use yrs::{Text, Transact};
+                let doc = chopin_document::ydoc::empty_doc(1 + n as u64);
+                let text = doc.get_or_insert_text(chopin_document::ydoc::SOURCE_TEXT);
+                let apply = |update: &[u8]| -> Result<u32> {
+                    let mut txn = doc.transact_mut();
+                    txn.apply_update(yrs::Update::decode_v1(update)?)?;
+                    Ok(text.len(&txn))
+                };
+                let mut length = match &seed {
+                    Some(seed) => apply(seed)?,
+                    None => 0,
+                };
+                while length < characters {
+                    let event = socket.recv_json().await.map_err(|e| {
+                        anyhow!("socket {n} at {length} of {characters} characters: {e}")
+                    })?;
+                    match &event {
+                        BrowserEvent::Closed { code, reason } => bail!(
+                            "socket {n} was closed at {length} of {characters} characters: {code} {reason:?}"
+                        ),
+                        BrowserEvent::Binary(bytes) => {
+                            if let Some(update) = update_of(bytes) {
+                                length = apply(&update)?;
+                            }
+                        }
+                        BrowserEvent::Json(_) => {}
+                    }
+                }
+                Ok((socket, Instant::now()))
+            })
+        })
+        .collect()
 }
 
 pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
@@ -449,6 +505,7 @@ pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
         let took = chopin_edits(
             &fixture,
             prefix.as_deref(),
+            args.initial_chars as usize,
             &frames,
             args.listeners as usize,
         )
@@ -458,6 +515,7 @@ pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
             &relay,
             round,
             prefix.as_deref(),
+            args.initial_chars as usize,
             &frames,
             args.listeners as usize,
         )
@@ -526,6 +584,7 @@ async fn open_yjs(fixture: &Fixture, document: &str) -> Result<BrowserSocket> {
 async fn chopin_edits(
     fixture: &Fixture,
     prefix: Option<&[u8]>,
+    initial: usize,
     frames: &[Vec<u8>],
     listeners: usize,
 ) -> Result<Duration> {
@@ -543,7 +602,8 @@ async fn chopin_edits(
     for _ in 0..listeners {
         sockets.push(open_yjs(fixture, &document).await?);
     }
-    let readers = spawn_readers(sockets, frames.len(), is_update);
+    let characters = (initial + frames.len()) as u32;
+    let readers = spawn_text_readers(sockets, prefix, characters);
     let started = Instant::now();
     for frame in frames {
         writer.send_binary(frame.clone()).await?;
@@ -566,6 +626,7 @@ async fn relay_edits(
     relay: &Spawned,
     round: u64,
     prefix: Option<&[u8]>,
+    initial: usize,
     frames: &[Vec<u8>],
     listeners: usize,
 ) -> Result<Duration> {
@@ -580,7 +641,8 @@ async fn relay_edits(
     for _ in 0..listeners {
         sockets.push(relay::join(host, &path).await?);
     }
-    let readers = spawn_readers(sockets, frames.len(), is_update);
+    let characters = (initial + frames.len()) as u32;
+    let readers = spawn_text_readers(sockets, prefix, characters);
     let started = Instant::now();
     for frame in frames {
         writer.send_binary(frame.clone()).await?;

@@ -39,6 +39,7 @@ struct Told {
     acks: AtomicUsize,
     /// document → the listener's text: everything relayed to it.
     relayed: Mutex<BTreeMap<String, String>>,
+    /// Writers' updates relayed (the markers they appended), however many frames carried them.
     relays: AtomicUsize,
     /// Yjs writers that sent all their updates.
     writers_done: AtomicUsize,
@@ -139,6 +140,7 @@ async fn yjs_writer(mut socket: BrowserSocket, n: usize, told: Arc<Told>) {
 async fn yjs_listener(mut socket: BrowserSocket, document: String, told: Arc<Told>) {
     let doc = yrs::Doc::new();
     let text = doc.get_or_insert_text("source");
+    let mut seen = 0;
     loop {
         let bytes = match socket.recv_json().await {
             Ok(BrowserEvent::Binary(bytes)) => bytes,
@@ -154,8 +156,11 @@ async fn yjs_listener(mut socket: BrowserSocket, document: String, told: Arc<Tol
             .expect("a relayed update applies");
         let now = text.get_string(&txn);
         drop(txn);
+        // The room may merge several updates into one frame: count the markers relayed.
+        let markers = now.matches("<w").count();
+        told.relays.fetch_add(markers - seen, Ordering::SeqCst);
+        seen = markers;
         told.relayed.lock().unwrap().insert(document.clone(), now);
-        told.relays.fetch_add(1, Ordering::SeqCst);
     }
 }
 

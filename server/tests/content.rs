@@ -141,6 +141,15 @@ impl ContentStore for Yielding {
         pause().await;
         self.0.append_update(id, update, now).await
     }
+    async fn append_updates(
+        &self,
+        id: Uuid,
+        updates: &[Vec<u8>],
+        now: UnixMillis,
+    ) -> StoreResult<Vec<i64>> {
+        pause().await;
+        self.0.append_updates(id, updates, now).await
+    }
     async fn commit_plan_edit(
         &self,
         id: Uuid,
@@ -322,6 +331,14 @@ struct ParkedLoad {
 impl ContentStore for ParkedLoad {
     async fn append_update(&self, id: Uuid, update: &[u8], now: UnixMillis) -> StoreResult<i64> {
         self.inner.append_update(id, update, now).await
+    }
+    async fn append_updates(
+        &self,
+        id: Uuid,
+        updates: &[Vec<u8>],
+        now: UnixMillis,
+    ) -> StoreResult<Vec<i64>> {
+        self.inner.append_updates(id, updates, now).await
     }
     async fn commit_plan_edit(
         &self,

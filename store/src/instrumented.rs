@@ -336,6 +336,20 @@ impl<H: Hook> ContentStore for Instrumented<H> {
         .await
     }
 
+    async fn append_updates(
+        &self,
+        document_id: Uuid,
+        updates: &[Vec<u8>],
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<i64>> {
+        self.observe(
+            "append_updates",
+            WRITE,
+            self.inner.append_updates(document_id, updates, now_ms),
+        )
+        .await
+    }
+
     async fn commit_plan_edit(
         &self,
         document_id: Uuid,

@@ -606,6 +606,15 @@ pub trait ContentStore: Send + Sync + 'static {
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<i64>;
+    /// Journals `updates` of one document at consecutive seqs, in order, and advances the
+    /// storage revision by as many, atomically: all of them or none. Returns their seqs (none
+    /// for no updates, without a write). `NotFound("document")` for an unknown document.
+    async fn append_updates(
+        &self,
+        document_id: Uuid,
+        updates: &[Vec<u8>],
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<i64>>;
     /// Only if the plan revision still equals `expected_plan_revision` — and, with an `owner`
     /// guard, only while storage still names that owner at that generation — journals the
     /// update (as [`ContentStore::append_update`]) and advances the plan and storage revisions

@@ -578,6 +578,22 @@ impl ContentStore for MemoryStore {
         })
     }
 
+    async fn append_updates(
+        &self,
+        document_id: Uuid,
+        updates: &[Vec<u8>],
+        _now_ms: UnixMillis,
+    ) -> StoreResult<Vec<i64>> {
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(|inner| {
+            let (doc, content) = document_and_content(inner, document_id)?;
+            doc.storage_revision += updates.len() as i64;
+            Ok(updates.iter().map(|u| content.append(u)).collect())
+        })
+    }
+
     async fn commit_plan_edit(
         &self,
         document_id: Uuid,

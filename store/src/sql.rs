@@ -946,13 +946,13 @@ where
                 } => Done::Transcript(
                     Self::append_transcript_in(&mut tx, *document_id, entry).await?,
                 ),
-                Job::Update {
+                Job::Updates {
                     document_id,
-                    update,
+                    updates,
                     now_ms,
                     ..
-                } => Done::Update(
-                    Self::append_update_in(&mut tx, *document_id, update, *now_ms).await?,
+                } => Done::Updates(
+                    Self::append_updates_in(&mut tx, *document_id, updates, *now_ms).await?,
                 ),
                 Job::Claim {
                     document_id,
@@ -1636,39 +1636,61 @@ where
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<i64> {
-        self.write(|done| Job::Update {
+        let seqs = self
+            .append_updates(document_id, &[update.to_vec()], now_ms)
+            .await?;
+        seqs.first()
+            .copied()
+            .ok_or_else(|| StoreError::Backend("the database writer journalled no update".into()))
+    }
+
+    pub(crate) async fn append_updates(
+        &self,
+        document_id: Uuid,
+        updates: &[Vec<u8>],
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<i64>> {
+        if updates.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.write(|done| Job::Updates {
             document_id,
-            update: update.to_vec(),
+            updates: updates.to_vec(),
             now_ms,
             done,
         })
         .await
     }
 
-    /// [`ContentStore::append_update`](crate::ContentStore::append_update) inside a batch's
+    /// [`ContentStore::append_updates`](crate::ContentStore::append_updates) inside a batch's
     /// transaction. The outer error breaks the transaction; the inner one is this job's alone.
-    async fn append_update_in(
+    async fn append_updates_in(
         tx: &mut Transaction<'static, DB>,
         document_id: Uuid,
-        update: &[u8],
+        updates: &[Vec<u8>],
         now_ms: UnixMillis,
-    ) -> StoreResult<StoreResult<i64>> {
+    ) -> StoreResult<StoreResult<Vec<i64>>> {
+        let count = updates.len() as i64;
         // The UPDATE holds the document's row lock (in SQLite, the write lock) until commit:
         // appenders take turns, each numbering from the seq the one before it committed.
-        let seq: Option<i64> = sqlx::query_scalar(
-            "UPDATE documents SET last_update_seq = last_update_seq + 1, \
-             storage_revision = storage_revision + 1 \
+        let last: Option<i64> = sqlx::query_scalar(
+            "UPDATE documents SET last_update_seq = last_update_seq + $2, \
+             storage_revision = storage_revision + $2 \
              WHERE id = $1 RETURNING last_update_seq",
         )
         .bind(DB::Id::from(document_id))
+        .bind(count)
         .fetch_optional(&mut **tx)
         .await
         .map_err(|e| sqlx_error("numbering an update", e))?;
-        let Some(seq) = seq else {
+        let Some(last) = last else {
             return Ok(Err(StoreError::NotFound("document")));
         };
-        Self::journal_update(tx, document_id, seq, update, now_ms).await?;
-        Ok(Ok(seq))
+        let first = last - count + 1;
+        for (seq, update) in (first..=last).zip(updates) {
+            Self::journal_update(tx, document_id, seq, update, now_ms).await?;
+        }
+        Ok(Ok((first..=last).collect()))
     }
 
     pub(crate) async fn commit_plan_edit(
@@ -3550,6 +3572,8 @@ macro_rules! sql_store_impls {
             } {});
             sql_store_impls!(@forward $store, ContentStore {
                 fn append_update(document_id: Uuid, update: &[u8], now_ms: UnixMillis) -> i64;
+                fn append_updates(document_id: Uuid, updates: &[Vec<u8>], now_ms: UnixMillis)
+                    -> Vec<i64>;
                 fn commit_plan_edit(
                     document_id: Uuid,
                     expected_plan_revision: i64,

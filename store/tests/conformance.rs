@@ -177,6 +177,7 @@ conformance! {
     data_survives_reopening_the_store,
     new_document_has_empty_content_at_epoch_zero,
     updates_are_numbered_from_one_and_advance_storage_revision,
+    updates_appended_together_take_consecutive_seqs_all_or_none,
     update_concurrent_appends_are_gap_free,
     writes_of_every_kind_at_once_are_each_answered_as_if_alone,
     account_upsert_writes_only_when_the_login_changes,
@@ -1872,6 +1873,13 @@ async fn every_write(
         store.append_update(fx.doc, b"u-2", 5_000).await.map(drop),
     );
     record(
+        "append_updates",
+        store
+            .append_updates(fx.doc, &[b"u-3".to_vec(), b"u-4".to_vec()], 5_000)
+            .await
+            .map(drop),
+    );
+    record(
         "commit_plan_edit",
         store
             .commit_plan_edit(fx.doc, doc.plan_revision, None, b"p-1", 5_000)
@@ -2260,7 +2268,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 42, "every write method is tried");
+    assert_eq!(outcomes.len(), 43, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -2666,6 +2674,37 @@ async fn updates_are_numbered_from_one_and_advance_storage_revision(b: &Backend)
         seqs_of(&store.document_content(doc.id).await.unwrap()),
         [1, 2, 3]
     );
+}
+
+/// The pipelined journal's write: a document's queued Yjs updates in one job, at consecutive
+/// seqs after any appended alone, advancing the storage revision by as many; an unknown document
+/// journals none of them, and no updates is no write.
+async fn updates_appended_together_take_consecutive_seqs_all_or_none(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    assert_eq!(store.append_update(doc.id, &update(1), 1).await.unwrap(), 1);
+    let batch: Vec<Vec<u8>> = (2..=4).map(update).collect();
+    assert_eq!(
+        store.append_updates(doc.id, &batch, 2).await.unwrap(),
+        vec![2, 3, 4]
+    );
+    assert_eq!(counters(&store, doc.id).await, (0, 4, 0));
+    assert_eq!(
+        store.document_content(doc.id).await.unwrap().updates,
+        (1..=4).map(|n| (n, update(n))).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        store.append_updates(doc.id, &[], 3).await.unwrap(),
+        Vec::<i64>::new()
+    );
+    assert_eq!(counters(&store, doc.id).await, (0, 4, 0));
+    assert!(is_not_found(
+        store.append_updates(Uuid::new_v4(), &batch, 4).await
+    ));
+    assert_eq!(store.append_update(doc.id, &update(5), 5).await.unwrap(), 5);
 }
 
 async fn update_concurrent_appends_are_gap_free(b: &Backend) {

@@ -15,6 +15,12 @@
 //! - An update is tried on a shadow copy first ([`guard::Shadow`]); only what applies and
 //!   encodes there is journalled, and the store has it *before* it is applied to the live copy
 //!   or relayed, so nothing a client has seen relayed is lost by a crash.
+//! - Writers do not wait for the disk: checked changes queue in order, and one flush at a time
+//!   journals what queued in one store write (a round), then applies and relays it in order. A
+//!   round that fails takes every change queued after it along (each was checked on a shadow
+//!   holding the lost ones): none is journalled, applied or relayed, and their sockets are told.
+//! - A server edit (`edit_plan`, `update_document`) journals the changes queued before it
+//!   first, so the journal's order is the order the live copy applies.
 //! - A checkpoint covers only journal entries this copy applied, in an unbroken run from the
 //!   one it loaded: it never deletes an entry it does not hold.
 //! - Loading never fails on a bad journal entry: it is skipped, logged and counted.
@@ -23,7 +29,7 @@
 
 pub mod guard;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -61,6 +67,12 @@ pub enum EditRefused {
 pub const IDLE_UNLOAD: Duration = Duration::from_secs(30);
 /// A checkpoint is written after this many journalled updates.
 pub const CHECKPOINT_EVERY: u32 = 200;
+/// The most changes one journal round takes (the rest wait for the next round).
+const ROUND_UPDATES: usize = 256;
+/// The most bytes of changes one journal round takes (at least one change, whatever its size).
+const ROUND_BYTES: usize = 1024 * 1024;
+/// How many changes may wait for the journal before a writer waits for its own to be saved.
+const QUEUED_MAX: usize = 1024;
 /// How many relayed frames a slow socket may fall behind before it must resync. Held only while
 /// some socket has yet to read them ([`fanout`]), not allocated when the document opens.
 const RELAY_BACKLOG: usize = 1024;
@@ -86,6 +98,18 @@ pub struct Relay {
     /// An awareness frame (rather than a document update): a socket that echoes awareness, as
     /// y-websocket's own server does, sends these back to their sender too.
     pub awareness: bool,
+    /// Not a frame to send (`frame` is empty) but word that these sockets' updates were not
+    /// saved: each must be told and closed, so that its client syncs again.
+    pub unsaved: Option<Arc<BTreeSet<u64>>>,
+}
+
+impl Relay {
+    /// Whether this is word that socket `me`'s updates were not saved.
+    pub fn unsaved_for(&self, me: u64) -> bool {
+        self.unsaved
+            .as_ref()
+            .is_some_and(|senders| senders.contains(&me))
+    }
 }
 
 /// Why an update was not accepted.
@@ -126,6 +150,34 @@ struct Loaded {
     applied_upto: i64,
     /// Updates journalled since the last checkpoint.
     since_checkpoint: u32,
+    /// Writers' changes taken by the shadow and waiting for the journal, in order.
+    queued: Vec<Queued>,
+    /// Whether a flush is under way (or promised by whoever took the update that started it).
+    flushing: bool,
+}
+
+/// A writer's change, checked on the shadow, waiting for the journal.
+struct Queued {
+    from: u64,
+    change: Vec<u8>,
+    /// The bytes the writer sent.
+    sent: usize,
+    /// Told once the change is journalled, applied and relayed, or that it never will be.
+    done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// What [`OpenDocument::take_update`] did with an update it did not refuse.
+enum Taken {
+    /// It changes nothing.
+    Unchanged,
+    /// Queued for the journal: `saved` resolves when it is journalled and relayed (or failed).
+    Queued {
+        saved: tokio::sync::oneshot::Receiver<Result<(), StoreError>>,
+        /// The taker set `flushing` and must see that a flush runs.
+        flush: bool,
+        /// The queue is at its bound: the taker waits for `saved` before taking more.
+        full: bool,
+    },
 }
 
 impl Loaded {
@@ -193,6 +245,9 @@ pub struct OpenDocument {
     pub document_id: Uuid,
     deps: Arc<Deps>,
     content: tokio::sync::Mutex<Loaded>,
+    /// Held by whoever journals this document's queued changes (one round at a time, in order),
+    /// and by a server edit, which waits for the rounds in flight before it commits.
+    journal: tokio::sync::Mutex<()>,
     relay: fanout::Sender<Relay>,
     /// The latest awareness state of each Yjs client, by the socket that reported it: a socket
     /// that joins is told everyone present, and a socket that leaves takes its clients along.
@@ -342,11 +397,37 @@ impl OpenDocument {
         self.reading.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Takes a writer's update: tried on the shadow copy, then journalled, then applied to the
-    /// live copy and relayed (as a sync `update` frame carrying yrs's own encoding of the change)
-    /// to the document's other sockets. An update that changes nothing is dropped; one that
-    /// would poison the document is refused and changes nothing.
+    /// Takes a writer's update and waits until it is journalled, applied to the live copy and
+    /// relayed (as a sync `update` frame carrying yrs's own encoding of the change) to the
+    /// document's other sockets. `Ok(false)`: it changes nothing. An update that would poison
+    /// the document is refused and changes nothing. A socket does not wait like this
+    /// ([`DocumentHandle::queue_update`]); this is for callers that need it saved.
     pub async fn apply_update(&self, from: u64, update: &[u8]) -> Result<bool, UpdateError> {
+        match self.take_update(from, update).await? {
+            Taken::Unchanged => Ok(false),
+            Taken::Queued { saved, flush, .. } => {
+                if flush {
+                    self.flush().await;
+                }
+                Self::saved(saved).await?;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn saved(
+        saved: tokio::sync::oneshot::Receiver<Result<(), StoreError>>,
+    ) -> Result<(), StoreError> {
+        saved.await.unwrap_or_else(|_| {
+            Err(StoreError::Backend(
+                "the document's journal stopped before the update was saved".into(),
+            ))
+        })
+    }
+
+    /// Tries a writer's update on the shadow copy and, if it changes something, queues the
+    /// change for the journal. Nothing reaches the live copy or a socket until it is journalled.
+    async fn take_update(&self, from: u64, update: &[u8]) -> Result<Taken, UpdateError> {
         let mut content = self.content.lock().await;
         let content = &mut *content;
         let planted = guard::Planted {
@@ -357,51 +438,169 @@ impl OpenDocument {
             .shadow
             .try_update_as(&content.doc, update, planted)?
         else {
-            return Ok(false);
+            return Ok(Taken::Unchanged);
         };
+        let (done, saved) = tokio::sync::oneshot::channel();
+        content.queued.push(Queued {
+            from,
+            change,
+            sent: update.len(),
+            done,
+        });
+        let flush = !std::mem::replace(&mut content.flushing, true);
+        Ok(Taken::Queued {
+            saved,
+            flush,
+            full: content.queued.len() >= QUEUED_MAX,
+        })
+    }
+
+    /// Journals the queued changes, round after round, until none is left. Each round is one
+    /// store write holding every change queued when it began (up to [`ROUND_UPDATES`] and
+    /// [`ROUND_BYTES`]); the content lock is free while it is written, so writers keep queueing.
+    async fn flush(&self) {
+        let _journal = self.journal.lock().await;
+        loop {
+            let round = {
+                let mut content = self.content.lock().await;
+                let round = Self::next_round(&mut content);
+                if round.is_empty() {
+                    content.flushing = false;
+                    return;
+                }
+                round
+            };
+            let written = self.write_round(&round).await;
+            let mut content = self.content.lock().await;
+            self.end_round(&mut content, round, written).await;
+        }
+    }
+
+    /// Journals what is queued while the caller holds the content lock (and the journal's), so
+    /// that a server edit commits after every writer's change taken before it.
+    async fn flush_locked(&self, content: &mut Loaded) {
+        loop {
+            let round = Self::next_round(content);
+            if round.is_empty() {
+                return;
+            }
+            let written = self.write_round(&round).await;
+            self.end_round(content, round, written).await;
+        }
+    }
+
+    /// The changes the next round journals, oldest first.
+    fn next_round(content: &mut Loaded) -> Vec<Queued> {
+        let mut bytes = 0;
+        let mut take = 0;
+        for queued in content.queued.iter().take(ROUND_UPDATES) {
+            if take > 0 && bytes + queued.change.len() > ROUND_BYTES {
+                break;
+            }
+            bytes += queued.change.len();
+            take += 1;
+        }
+        content.queued.drain(..take).collect()
+    }
+
+    /// Writes one round to the journal: its seqs, in order.
+    async fn write_round(&self, round: &[Queued]) -> Result<Vec<i64>, StoreError> {
         let planted = self.deps.journal_after_relay.load(Ordering::SeqCst);
         if planted {
             // The planted bug: relayed first, journalled a moment later.
-            self.relay_update(from, &change);
+            self.relay_round(round);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+        let changes: Vec<Vec<u8>> = round.iter().map(|q| q.change.clone()).collect();
         let now = self.deps.clock.now_ms();
-        let seq = match self
-            .deps
+        self.deps
             .content
-            .append_update(self.document_id, &change, now)
+            .append_updates(self.document_id, &changes, now)
             .await
-        {
-            Ok(seq) => seq,
-            Err(e) => {
-                // Not journalled: the shadow must not keep what the live copy never gets.
+    }
+
+    /// Takes a written round into the live copy and relays it; or, if it was not written,
+    /// drops it and every change queued after it (each was checked on a shadow that held the
+    /// lost ones, and may depend on them), rebuilds the shadow from the live copy, and tells
+    /// every socket whose change was dropped.
+    async fn end_round(
+        &self,
+        content: &mut Loaded,
+        round: Vec<Queued>,
+        written: Result<Vec<i64>, StoreError>,
+    ) {
+        let seqs = match written {
+            Ok(seqs) if seqs.len() == round.len() => seqs,
+            outcome => {
+                let error = match outcome {
+                    Err(e) => e,
+                    Ok(_) => StoreError::Backend("the journal numbered a round wrongly".into()),
+                };
+                let later = std::mem::take(&mut content.queued);
                 content.shadow = Shadow::of(&content.doc);
-                return Err(e.into());
+                let dropped: Vec<Queued> = round.into_iter().chain(later).collect();
+                let senders: BTreeSet<u64> = dropped.iter().map(|q| q.from).collect();
+                tracing::error!(document = %self.document_id, error = %error, dropped = dropped.len(), sockets = senders.len(), "writers' updates could not be journalled; nothing after them is relayed, and their sockets are closed to sync again");
+                for queued in dropped {
+                    let _ = queued.done.send(Err(error.clone()));
+                }
+                let _ = self.relay.send(Relay {
+                    from: 0,
+                    frame: Bytes::new(),
+                    awareness: false,
+                    unsaved: Some(Arc::new(senders)),
+                });
+                return;
             }
         };
-        if !guard::apply_checked(&content.doc, &change) {
-            tracing::error!(document = %self.document_id, seq, "a checked change did not apply to the live copy");
+        for (queued, seq) in round.iter().zip(&seqs) {
+            if !guard::apply_checked(&content.doc, &queued.change) {
+                tracing::error!(document = %self.document_id, seq, "a checked change did not apply to the live copy");
+            }
+            content.applied(self.document_id, *seq);
         }
-        content.applied(self.document_id, seq);
         {
             let mut accepted = self
                 .deps
                 .accepted
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
-            if accepted.len() >= ACCEPTED_MEMORY {
-                accepted.pop_front();
+            for queued in &round {
+                if accepted.len() >= ACCEPTED_MEMORY {
+                    accepted.pop_front();
+                }
+                accepted.push_back((queued.sent, queued.change.len()));
             }
-            accepted.push_back((update.len(), change.len()));
         }
         if content.since_checkpoint >= CHECKPOINT_EVERY {
             self.checkpoint(content).await;
         }
-        if !planted {
-            self.relay_update(from, &change);
+        if !self.deps.journal_after_relay.load(Ordering::SeqCst) {
+            self.relay_round(&round);
         }
         self.deps.edited(self.document_id);
-        Ok(true)
+        for queued in round {
+            let _ = queued.done.send(Ok(()));
+        }
+    }
+
+    /// Relays a round: each run of changes from one socket as one merged update, to the
+    /// document's other sockets.
+    fn relay_round(&self, round: &[Queued]) {
+        for run in round.chunk_by(|a, b| a.from == b.from) {
+            if let [one] = run {
+                self.relay_update(one.from, &one.change);
+                continue;
+            }
+            let merged =
+                guard::guarded(|| yrs::merge_updates_v1(run.iter().map(|q| q.change.as_slice())));
+            match merged {
+                Some(Ok(merged)) => self.relay_update(run[0].from, &merged),
+                _ => run
+                    .iter()
+                    .for_each(|q| self.relay_update(q.from, &q.change)),
+            }
+        }
     }
 
     /// Relays `change` as a sync `update` frame to the document's sockets other than `from` (0:
@@ -411,6 +610,7 @@ impl OpenDocument {
             from,
             frame: sync_update_frame(change).into(),
             awareness: false,
+            unsaved: None,
         });
     }
 
@@ -458,8 +658,11 @@ impl OpenDocument {
         owner: Option<&OwnerGuard>,
         check: impl FnOnce(&EditTarget<'_>) -> EditResult,
     ) -> Result<EditResult, EditRefused> {
+        let _journal = self.journal.lock().await;
         let mut content = self.content.lock().await;
         let content = &mut *content;
+        // Writers' changes taken before this edit are journalled before it.
+        self.flush_locked(content).await;
         let current = self
             .deps
             .documents
@@ -551,6 +754,7 @@ impl OpenDocument {
             from,
             frame: awareness_frame(&taken).into(),
             awareness: true,
+            unsaved: None,
         });
     }
 
@@ -614,6 +818,7 @@ impl OpenDocument {
             from: connection,
             frame: awareness_frame(&clients).into(),
             awareness: true,
+            unsaved: None,
         });
     }
 
@@ -701,6 +906,44 @@ impl Deref for DocumentHandle {
     type Target = OpenDocument;
     fn deref(&self) -> &OpenDocument {
         &self.document
+    }
+}
+
+impl DocumentHandle {
+    /// Takes a writer's update without waiting for the journal: it is checked on the shadow copy
+    /// now (a refusal is answered now) and journalled, applied and relayed by this document's
+    /// flush, in order, with whatever else was queued meanwhile (one store write, one relayed
+    /// frame per writer). A socket whose change is then not saved hears it through its relay
+    /// ([`Relay::unsaved_for`]). Waits for its change only while [`QUEUED_MAX`] are queued.
+    pub async fn queue_update(&self, from: u64, update: &[u8]) -> Result<bool, UpdateError> {
+        match self.take_update(from, update).await? {
+            Taken::Unchanged => Ok(false),
+            Taken::Queued { saved, flush, full } => {
+                if flush {
+                    let handle = self.another();
+                    self.registry
+                        .shutdown
+                        .spawn(async move { handle.flush().await });
+                }
+                if full {
+                    OpenDocument::saved(saved).await?;
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// Another use of the same document (counted: it stays loaded while this one lives too).
+    fn another(&self) -> DocumentHandle {
+        let document_id = self.document.document_id;
+        if let Some(slot) = self.registry.lock().get_mut(&document_id) {
+            slot.users += 1;
+            slot.taken += 1;
+        }
+        DocumentHandle {
+            document: self.document.clone(),
+            registry: self.registry.clone(),
+        }
     }
 }
 
@@ -905,7 +1148,10 @@ impl OpenDocuments {
                 shadow,
                 applied_upto,
                 since_checkpoint: stored.updates.len() as u32,
+                queued: Vec::new(),
+                flushing: false,
             }),
+            journal: tokio::sync::Mutex::new(()),
             relay: fanout::Sender::new(RELAY_BACKLOG),
             awareness: Mutex::default(),
             archived: tokio::sync::watch::channel(false).0,

@@ -343,7 +343,14 @@ async fn session(
                 return;
             }
             relay = relayed.recv() => match relay {
-                Ok(relay) if relay.from == me => {}
+                Ok(relay) if relay.unsaved_for(me) => {
+                    // This socket's changes could not be saved: the client reconnects and
+                    // sends them again in its sync.
+                    let _ = out.send(error_frame("not-saved", yjs::NOT_SAVED));
+                    let _ = out.close(1011, "not-saved");
+                    return;
+                }
+                Ok(relay) if relay.from == me || relay.unsaved.is_some() => {}
                 Ok(relay) => push!(out, WsMessage::Binary(relay.frame)),
                 Err(RecvError::Lagged(_)) => {
                     // Fell too far behind to catch up frame by frame: the client resyncs.

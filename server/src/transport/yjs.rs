@@ -52,6 +52,9 @@ const PERMISSION_DENIED: u64 = 0;
 const READ_ONLY: &str = "You can read this document but not edit it: editing needs push access to its repository. Your change was not saved.";
 
 /// The words a gapped update's refusal carries.
+/// Said when a change could not be saved (the storage failed).
+pub const NOT_SAVED: &str =
+    "Your change could not be saved; this connection closes so that your editor syncs again.";
 const GAPPED: &str = "Your change was not saved: it builds on changes this server never received. Reload the document to continue from what is saved.";
 
 /// What a client's binary frame calls for.
@@ -122,7 +125,7 @@ pub async fn frame(member: &Membership, can_write: bool, bytes: &[u8]) -> Answer
                     message: READ_ONLY.to_owned(),
                 };
             }
-            match document.apply_update(me, &update).await {
+            match member.document.queue_update(me, &update).await {
                 Ok(_) => Answer::None,
                 Err(UpdateError::Malformed(why)) => Answer::Refused {
                     code: "malformed-yjs",
@@ -150,7 +153,7 @@ pub async fn frame(member: &Membership, can_write: bool, bytes: &[u8]) -> Answer
                     tracing::error!(error = %e, "an update could not be saved");
                     Answer::Refused {
                         code: "not-saved",
-                        message: "Your change could not be saved; reload the document.".to_owned(),
+                        message: NOT_SAVED.to_owned(),
                     }
                 }
             }
@@ -343,6 +346,13 @@ async fn run(
                 return;
             }
             relay = relayed.recv() => match relay {
+                Ok(relay) if relay.unsaved_for(me) => {
+                    // This socket's changes could not be saved: its provider reconnects and
+                    // sends them again in its sync.
+                    let _ = out.close(1011, "not-saved");
+                    return;
+                }
+                Ok(relay) if relay.unsaved.is_some() => None,
                 // The sender's own awareness comes back to it, as y-websocket's server does.
                 Ok(relay) if relay.from == me && !relay.awareness => None,
                 Ok(relay) => Some(WsMessage::Binary(relay.frame)),

@@ -37,11 +37,12 @@ pub(crate) enum Job {
         entry: NewTranscriptEntry,
         done: oneshot::Sender<StoreResult<TranscriptEntry>>,
     },
-    Update {
+    /// Yjs updates of one document, journalled together at consecutive seqs (all or none).
+    Updates {
         document_id: Uuid,
-        update: Vec<u8>,
+        updates: Vec<Vec<u8>>,
         now_ms: UnixMillis,
-        done: oneshot::Sender<StoreResult<i64>>,
+        done: oneshot::Sender<StoreResult<Vec<i64>>>,
     },
     Claim {
         document_id: Uuid,
@@ -54,7 +55,7 @@ pub(crate) enum Job {
 /// What a job came to inside its batch's transaction (told to its caller once that commits).
 pub(crate) enum Done {
     Transcript(StoreResult<TranscriptEntry>),
-    Update(StoreResult<i64>),
+    Updates(StoreResult<Vec<i64>>),
     Claim(StoreResult<Claim>),
 }
 
@@ -63,7 +64,7 @@ impl Job {
     pub(crate) fn answer(self, outcome: Done) {
         match (self, outcome) {
             (Job::Transcript { done, .. }, Done::Transcript(r)) => drop(done.send(r)),
-            (Job::Update { done, .. }, Done::Update(r)) => drop(done.send(r)),
+            (Job::Updates { done, .. }, Done::Updates(r)) => drop(done.send(r)),
             (Job::Claim { done, .. }, Done::Claim(r)) => drop(done.send(r)),
             (job, _) => job.fail(StoreError::Backend(
                 "the database writer answered a job with another's outcome".into(),
@@ -75,7 +76,7 @@ impl Job {
     pub(crate) fn fail(self, error: StoreError) {
         match self {
             Job::Transcript { done, .. } => drop(done.send(Err(error))),
-            Job::Update { done, .. } => drop(done.send(Err(error))),
+            Job::Updates { done, .. } => drop(done.send(Err(error))),
             Job::Claim { done, .. } => drop(done.send(Err(error))),
         }
     }
