@@ -131,17 +131,29 @@ fn source_bytes(doc: &Doc) -> Option<usize> {
     Some(text.get_string(&txn).len())
 }
 
-/// A copy of `live` (its whole state applied to a new document of the same client id).
-fn copy_of(live: &Doc) -> Doc {
+/// A copy of `live` (its whole state applied to a new document of the same client id), with the
+/// bytes that state took encoded.
+fn copy_of(live: &Doc) -> (Doc, usize) {
     let copy = chopin_document::ydoc::empty_doc(live.client_id().get());
+    let mut bytes = 0;
     if let Some(state) = encode_all(live) {
+        bytes = state.len();
         if let Ok(update) = Update::decode_v1(&state) {
             let mut txn = copy.transact_mut();
             let _ = txn.apply_update(update);
         }
     }
-    copy
+    (copy, bytes)
 }
+
+/// What one update may add to a document's encoded state beyond its own encoded change is
+/// bounded by [`GROWTH_FACTOR`] times the change plus this: an insertion or deletion inside an
+/// existing item splits it, and each split-off part is encoded with a header of its own (ids
+/// and origins, a few varints) that the change itself does not carry.
+const SPLIT_SLACK: usize = 64;
+/// See [`SPLIT_SLACK`]: a deletion of many short ranges costs the change a few bytes per range
+/// and the state up to two item headers per range.
+const GROWTH_FACTOR: usize = 16;
 
 /// How [`Shadow::try_update`] takes an update: as it must, or with a bug the simulator plants.
 #[derive(Debug, Clone, Copy, Default)]
@@ -156,14 +168,29 @@ pub struct Planted {
 /// The copy every update is tried on first.
 pub struct Shadow {
     doc: Option<Doc>,
+    /// At least the bytes the shadow's whole state takes encoded: measured when it was copied,
+    /// then grown by each change taken (times [`GROWTH_FACTOR`], plus [`SPLIT_SLACK`]). The whole state is encoded again
+    /// only when this passes [`STATE_MAX_BYTES`], so a keystroke costs what it changes, not
+    /// what the document holds.
+    state_bytes: usize,
 }
 
 impl Shadow {
     /// A shadow of `live` as it is now.
     pub fn of(live: &Doc) -> Self {
-        Shadow {
-            doc: Some(copy_of(live)),
-        }
+        let mut shadow = Shadow {
+            doc: None,
+            state_bytes: 0,
+        };
+        shadow.reset(live);
+        shadow
+    }
+
+    /// Starts again from a copy of `live`.
+    fn reset(&mut self, live: &Doc) {
+        let (doc, bytes) = copy_of(live);
+        self.doc = Some(doc);
+        self.state_bytes = bytes;
     }
 
     /// Tries `update` (a client's bytes) on the shadow. `Ok(Some(change))`: it applied, and
@@ -193,10 +220,15 @@ impl Shadow {
         if planted.unguarded {
             return Ok(Some(update.to_vec()));
         }
-        let doc = self.doc.take().unwrap_or_else(|| copy_of(live));
+        if self.doc.is_none() {
+            self.reset(live);
+        }
+        let Some(doc) = self.doc.take() else {
+            return Err(Refusal::Poisonous("the document could not be copied"));
+        };
         let before = planted.whole_state.then(|| doc.transact().state_vector());
         let Some((doc, applied)) = apply_in(doc, decoded) else {
-            self.doc = Some(copy_of(live));
+            self.reset(live);
             return Err(Refusal::Poisonous("yrs panicked applying it"));
         };
         let applied = match (applied, &before) {
@@ -209,7 +241,7 @@ impl Shadow {
             }
             (Ok(_), Some(_)) => {
                 drop(doc);
-                self.doc = Some(copy_of(live));
+                self.reset(live);
                 return Err(Refusal::Gapped("changes"));
             }
             (applied, None) => match applied {
@@ -217,42 +249,58 @@ impl Shadow {
                 Ok(_) => {
                     // Held apart it would be relayed to nobody and kept by nobody: refused.
                     drop(doc);
-                    self.doc = Some(copy_of(live));
+                    self.reset(live);
                     return Err(Refusal::Gapped("changes"));
                 }
                 Err(e) => {
                     // An update yrs refuses may have changed the shadow half-way: start again.
                     drop(doc);
-                    self.doc = Some(copy_of(live));
+                    self.reset(live);
                     return Err(Refusal::Malformed(e));
                 }
             },
             (Err(e), Some(_)) => {
                 drop(doc);
-                self.doc = Some(copy_of(live));
+                self.reset(live);
                 return Err(Refusal::Malformed(e));
             }
         };
-        let too_large = match encode_all(&doc) {
-            None => Some(Refusal::Poisonous("yrs cannot encode the document with it")),
-            Some(state) if state.len() > STATE_MAX_BYTES => Some(Refusal::TooLarge {
-                bytes: state.len(),
-                message: format!(
-                    "The document's history would take {} bytes, past the {STATE_MAX_BYTES} bytes a document may hold, so the change was not saved.",
-                    state.len()
-                ),
-            }),
-            Some(_) => source_bytes(&doc).and_then(|bytes| {
+        let mut state_bytes = self.state_bytes + GROWTH_FACTOR * applied.change.len() + SPLIT_SLACK;
+        // The change was encoded already (what the transaction added, its deletions with it);
+        // the whole state is encoded only when it may pass its bound. Encoding it, or any slice
+        // of a long item, costs what the document holds.
+        let too_large = if state_bytes > STATE_MAX_BYTES {
+            // Maybe past the bound: measured exactly.
+            match encode_all(&doc) {
+                None => Some(Refusal::Poisonous("yrs cannot encode the document with it")),
+                Some(state) if state.len() > STATE_MAX_BYTES => Some(Refusal::TooLarge {
+                    bytes: state.len(),
+                    message: format!(
+                        "The document's history would take {} bytes, past the {STATE_MAX_BYTES} bytes a document may hold, so the change was not saved.",
+                        state.len()
+                    ),
+                }),
+                Some(state) => {
+                    state_bytes = state.len();
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let too_large = too_large.or_else(|| {
+            source_bytes(&doc).and_then(|bytes| {
                 chopin_document::source_too_large(bytes)
                     .map(|message| Refusal::TooLarge { bytes, message })
-            }),
-        };
+            })
+        });
         if let Some(refusal) = too_large {
             drop(doc);
-            self.doc = Some(copy_of(live));
+            self.reset(live);
             return Err(refusal);
         }
         self.doc = Some(doc);
+        self.state_bytes = state_bytes;
         let empty = Update::decode_v1(&applied.change)
             .map(|u| u.is_empty())
             .unwrap_or(true);
@@ -262,7 +310,7 @@ impl Shadow {
     /// Applies a change the server made itself (an `edit_plan` batch) to the shadow too.
     pub fn follow(&mut self, live: &Doc, change: &[u8]) {
         if self.try_update(live, change).is_err() {
-            self.doc = Some(copy_of(live));
+            self.reset(live);
         }
     }
 }
@@ -336,7 +384,10 @@ pub fn rebuild(client_id: u64, entries: &[(i64, &[u8])]) -> Rebuilt {
             if skipped.contains(seq) {
                 continue;
             }
-            let mut shadow = Shadow { doc: None };
+            let mut shadow = Shadow {
+                doc: None,
+                state_bytes: 0,
+            };
             match shadow.try_update(&probe, bytes) {
                 // An older journal's entry may carry what was pending then: not to blame.
                 Ok(_) | Err(Refusal::Gapped(_)) => {}
@@ -398,6 +449,61 @@ mod tests {
         assert_eq!(ydoc::read_source(&live), "# Title\n");
         // The same update again adds nothing.
         assert_eq!(shadow.try_update(&live, &update), Ok(None));
+    }
+
+    /// The shadow encodes the whole state only near the size bound: what it counts instead must
+    /// never be less than what the state really takes, whatever the edits (inserts inside
+    /// earlier text split items; deletions grow the delete set).
+    #[test]
+    fn the_counted_state_size_is_never_below_the_real_one() {
+        use proptest::prelude::*;
+        use yrs::{GetString, Text};
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        // Each update is one transaction of a few inserts and deletions anywhere.
+        let edits = proptest::collection::vec(
+            proptest::collection::vec((any::<bool>(), 0u32..400, 1u32..12), 1..8),
+            1..60,
+        );
+        runner
+            .run(&edits, |edits| {
+                let live = ydoc::empty_doc(1);
+                let mut shadow = Shadow::of(&live);
+                let writers = [ydoc::empty_doc(7), ydoc::empty_doc(8)];
+                for (n, ops) in edits.into_iter().enumerate() {
+                    let writer = &writers[n % 2];
+                    // Each writer starts from what the live copy holds.
+                    let state = encode_all(&live).unwrap();
+                    writer
+                        .transact_mut()
+                        .apply_update(Update::decode_v1(&state).unwrap())
+                        .unwrap();
+                    let source = writer.get_or_insert_text(ydoc::SOURCE_TEXT);
+                    let update = {
+                        let mut txn = writer.transact_mut();
+                        for (insert, at, len) in ops {
+                            let length = source.get_string(&txn).encode_utf16().count() as u32;
+                            if insert || length == 0 {
+                                source.insert(&mut txn, at.min(length), &"ab".repeat(len as usize));
+                            } else {
+                                let from = at.min(length - 1);
+                                source.remove_range(&mut txn, from, len.min(length - from));
+                            }
+                        }
+                        txn.encode_update_v1()
+                    };
+                    if let Some(change) = shadow.try_update(&live, &update).unwrap() {
+                        prop_assert!(apply_checked(&live, &change));
+                    }
+                    let real = encode_all(&live).unwrap().len();
+                    prop_assert!(
+                        shadow.state_bytes >= real,
+                        "counted {} < real {real}",
+                        shadow.state_bytes
+                    );
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]
