@@ -30,6 +30,7 @@ mod child;
 mod chopin;
 mod fanout;
 mod load;
+mod peers;
 mod raw;
 mod relay;
 mod report;
@@ -80,6 +81,9 @@ enum Mode {
     /// Live edits: one writer, 10 listening Yjs sockets, 2,000 single-character updates,
     /// updates per second to every listener against a raw relay (see `fanout.rs`).
     LiveEdits(fanout::EditsArgs),
+    /// Chopin beside Hocuspocus 4 (+SQLite) and y-websocket's server (+LevelDB), installed from
+    /// npm: live edits and latency at 100 updates/s with the official clients (see `peers.rs`).
+    Peers,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -130,6 +134,10 @@ async fn main() -> ExitCode {
         },
         Some(Mode::LiveEdits(args)) => match chopin_bin(cli.run.chopin.clone()) {
             Ok(bin) => fanout::live_edits(&bin, args).await,
+            Err(e) => Err(e),
+        },
+        Some(Mode::Peers) => match chopin_bin(cli.run.chopin.clone()) {
+            Ok(bin) => peers::run(&bin).await,
             Err(e) => Err(e),
         },
         Some(Mode::ChatAcks(args)) => match chopin_bin(cli.run.chopin.clone()) {

@@ -1,0 +1,76 @@
+//! `chopin-bench-sockets peers`: chopin beside the Yjs servers people pick instead — Hocuspocus 4
+//! with its SQLite extension (default debounce and debounce 0) and y-websocket's reference server
+//! (in memory and with LevelDB) — under the same client workload, in one run. The peers and the
+//! official clients are npm packages pinned in `bench/peers/package-lock.json`, installed here
+//! with `npm ci` the way the e2e suite installs `yjs`; `bench/peers/peers.mjs` runs the workload
+//! and prints the table. This side starts chopin (embedded SQLite, signed in through a fake
+//! GitHub) and hands the script its address, cookie and documents.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::json;
+
+use crate::chopin::Fixture;
+
+/// Where the peers' script and its packages live.
+fn folder() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers")
+}
+
+/// Installs the pinned packages unless they are there already.
+async fn install(folder: &Path) -> Result<()> {
+    if folder.join("node_modules/@hocuspocus/server").exists()
+        && folder.join("node_modules/@y/websocket-server").exists()
+    {
+        return Ok(());
+    }
+    println!(
+        "installing the peers from npm (npm ci in {})…",
+        folder.display()
+    );
+    let status = tokio::process::Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund", "--loglevel=error"])
+        .current_dir(folder)
+        .status()
+        .await
+        .context("running npm (Node.js 20 or later is needed for this bench)")?;
+    if !status.success() {
+        bail!("npm ci in {} failed: {status}", folder.display());
+    }
+    Ok(())
+}
+
+pub async fn run(bin: &Path) -> Result<()> {
+    let folder = folder();
+    install(&folder).await?;
+    let fixture = Fixture::start(bin).await?;
+    let documents = fixture.create_documents(2).await?;
+    let config = json!({
+        "chopin": {
+            "url": format!("ws://{}/api/yjs", fixture.server.host()),
+            "cookie": fixture.cookie,
+            "origin": fixture.origin,
+            "documents": documents,
+        },
+        "updates": 2000,
+        "listeners": 10,
+    });
+    let status = tokio::process::Command::new("node")
+        .arg(folder.join("peers.mjs"))
+        .arg(config.to_string())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .await
+        .map_err(|e| anyhow!("running node: {e}"))?;
+    let stopped = fixture.server.stop().await?;
+    if !status.success() {
+        bail!("the peers' workload failed ({status})");
+    }
+    if stopped.killed {
+        bail!("the server did not stop on SIGTERM");
+    }
+    Ok(())
+}
