@@ -12,10 +12,16 @@
 //   - live edits: 1 writer, 10 listeners, 2,000 one-character updates sent back to back; updates
 //     per second until every listener's text has them all;
 //   - latency: 200 one-character updates at 100 per second; send → every listener applied, p50/p99.
+//   - kept after kill -9: 2,000 updates relayed to a listener, then the server is killed (SIGKILL)
+//     and started again on its data; how many of them a fresh client finds.
+//
+// chopin is started by the Rust side: to kill it, this script prints {"kill":"chopin"} on a line
+// of its own and reads chopin's new address from stdin.
 //
 // Input (JSON, argv[2]): { chopin: { url, cookie, origin, documents: [ids…] }, updates, listeners }.
 
 import { spawn } from 'node:child_process'
+import readline from 'node:readline'
 import { mkdtempSync, rmSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
@@ -139,11 +145,34 @@ async function latency (server, name) {
   return { p50: at(0.5), p99: at(0.99) }
 }
 
+/// Kept after kill -9 on document `name`: of `UPDATES` relayed updates, how many a fresh client
+/// finds once the server was killed and started again.
+async function keptAfterKill (server, name) {
+  const writer = await connect(server, name)
+  const listener = await connect(server, name)
+  const base = writer.text.length
+  const target = base + UPDATES
+  const relayed = new Promise((resolve) => {
+    const check = () => { if (listener.text.length >= target) { listener.text.unobserve(check); resolve() } }
+    listener.text.observe(check)
+  })
+  for (let i = 0; i < UPDATES; i++) writer.text.insert(writer.text.length, 'k')
+  await Promise.race([relayed, sleep(TIMEOUT_MS).then(() => { throw new Error(`${server.label}: the updates were not relayed`) })])
+  // Every update reached a listener: the server is killed before the clients could send them
+  // again from their own copies (they are closed at once, never to reconnect).
+  const again = await server.crash()
+  writer.close()
+  listener.close()
+  const fresh = await connect(again, name)
+  const found = fresh.text.toString().split('').filter((c) => c === 'k').length
+  fresh.close()
+  return { kept: found, server: again }
+}
+
 // --- servers ---------------------------------------------------------------------------------
 
-async function ywebsocketServer (label, persistence) {
+async function ywebsocketServer (label, persistence, data = mkdtempSync(path.join(os.tmpdir(), 'peer-yws-'))) {
   const port = await freePort()
-  const data = mkdtempSync(path.join(os.tmpdir(), 'peer-yws-'))
   const env = { ...process.env, HOST: '127.0.0.1', PORT: String(port) }
   if (persistence) env.YPERSISTENCE = data
   const child = spawn(process.execPath, [path.join(here, 'node_modules/@y/websocket-server/src/server.js')], { env, stdio: 'ignore' })
@@ -152,26 +181,36 @@ async function ywebsocketServer (label, persistence) {
     label,
     kind: 'y-websocket',
     url: `ws://127.0.0.1:${port}`,
-    stop: async () => { child.kill('SIGKILL'); await sleep(100); rmSync(data, { recursive: true, force: true }) }
+    crash: async () => { await killed(child); return ywebsocketServer(label, persistence, data) },
+    stop: async () => { await killed(child); rmSync(data, { recursive: true, force: true }) }
   }
 }
 
-async function hocuspocusServer (label, debounce) {
+function killed (child) {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve()
+    child.once('exit', () => resolve())
+    child.kill('SIGKILL')
+  })
+}
+
+async function hocuspocusServer (label, debounce, data = mkdtempSync(path.join(os.tmpdir(), 'peer-hp-'))) {
   const port = await freePort()
-  const data = mkdtempSync(path.join(os.tmpdir(), 'peer-hp-'))
   const child = spawn(process.execPath, [path.join(here, 'hocuspocus.mjs'), String(port), path.join(data, 'db.sqlite'), String(debounce)], { stdio: 'ignore' })
   await waitForPort(port)
   return {
     label,
     kind: 'hocuspocus',
     url: `ws://127.0.0.1:${port}`,
-    stop: async () => { child.kill('SIGKILL'); await sleep(100); rmSync(data, { recursive: true, force: true }) }
+    crash: async () => { await killed(child); return hocuspocusServer(label, debounce, data) },
+    stop: async () => { await killed(child); rmSync(data, { recursive: true, force: true }) }
   }
 }
 
 // --- the run ---------------------------------------------------------------------------------
 
 const chopinDocuments = [...config.chopin.documents]
+const answers = readline.createInterface({ input: process.stdin })[Symbol.asyncIterator]()
 const chopin = {
   label: 'chopin (SQLite, every update durable before relay)',
   kind: 'y-websocket',
@@ -179,6 +218,12 @@ const chopin = {
   cookie: config.chopin.cookie,
   origin: config.chopin.origin,
   durable: true,
+  crash: async () => {
+    console.log(JSON.stringify({ kill: 'chopin' }))
+    const { value } = await answers.next()
+    const { url, origin } = JSON.parse(value)
+    return { ...chopin, url, origin }
+  },
   stop: async () => {}
 }
 const peers = [
@@ -189,17 +234,20 @@ const peers = [
 ]
 
 const rows = []
+/// Measures `server` on documents `names`; the server it ends with (started again after its kill).
 async function measure (server, names) {
   const edits = await liveEdits(server, names[0])
   const lat = await latency(server, names[1])
-  rows.push({ label: server.label, edits, p50: lat.p50, p99: lat.p99, chopin: server === chopin })
+  const { kept, server: after } = await keptAfterKill(server, names[2])
+  rows.push({ label: server.label, edits, p50: lat.p50, p99: lat.p99, kept, chopin: server === chopin })
+  return after
 }
 
-await measure(chopin, chopinDocuments.splice(0, 2))
+await measure(chopin, chopinDocuments.splice(0, 3))
 for (const start of peers) {
-  const server = await start()
+  let server = await start()
   try {
-    await measure(server, [`edits-${rows.length}`, `latency-${rows.length}`])
+    server = await measure(server, [`edits-${rows.length}`, `latency-${rows.length}`, `kill-${rows.length}`])
   } finally {
     await server.stop()
   }
@@ -211,9 +259,9 @@ const fastest = others.reduce((a, b) => (b.edits > a.edits ? b : a))
 const quickest = others.reduce((a, b) => (b.p50 < a.p50 ? b : a))
 console.log(`chopin-bench-sockets peers: 1 writer, ${LISTENERS} listeners; ${UPDATES} one-character updates back to back, then ${LATENCY_UPDATES} at 100/s; ${os.cpus().length} cores`)
 console.log()
-console.log('| server | live edits, updates/s to all listeners | latency p50 ms | latency p99 ms |')
-console.log('|---|---|---|---|')
-for (const r of rows) console.log(`| ${r.label} | ${r.edits.toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} |`)
+console.log(`| server | live edits, updates/s to all listeners | latency p50 ms | latency p99 ms | of ${UPDATES} relayed updates, kept after kill -9 |`)
+console.log('|---|---|---|---|---|')
+for (const r of rows) console.log(`| ${r.label} | ${r.edits.toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.kept} |`)
 console.log()
 const line = (what, ratio, goal) => console.log(`| ${what} | ${ratio.toFixed(2)} | ${goal} | ${ratio >= 1 ? 'met' : 'NOT met'} |`)
 console.log('| chopin against the best peer | ratio | goal | |')
@@ -221,4 +269,5 @@ console.log('|---|---|---|---|')
 line(`live edits against ${fastest.label}`, mine.edits / fastest.edits, '≥ 1.0')
 line(`latency p50 against ${quickest.label} (theirs / ours)`, quickest.p50 / mine.p50, '≥ 1.0')
 line(`latency p99 against ${quickest.label} (theirs / ours)`, quickest.p99 / mine.p99, '≥ 1.0')
+line('relayed updates kept after kill -9 (share)', mine.kept / UPDATES, '1.00')
 process.exit(0)

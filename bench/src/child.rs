@@ -181,6 +181,14 @@ impl Spawned {
         self.child.try_wait().ok().flatten()
     }
 
+    /// SIGKILL at once (a crash), and waits for it to be gone.
+    pub async fn kill(&mut self) -> Result<()> {
+        self.stopped = true;
+        self.child.start_kill()?;
+        self.child.wait().await?;
+        Ok(())
+    }
+
     /// SIGTERM, then up to [`STOP_GRACE`] for it to exit, then SIGKILL.
     pub async fn stop(mut self) -> Result<Stopped> {
         self.stopped = true;

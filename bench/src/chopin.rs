@@ -49,6 +49,9 @@ pub struct Fixture {
     pub origin: String,
     /// The server's data folder (embedded SQLite); removed when dropped.
     _data: tempfile::TempDir,
+    /// How the server was started, to start it again after a crash.
+    bin: std::path::PathBuf,
+    env: Vec<(&'static str, String)>,
 }
 
 impl Fixture {
@@ -87,6 +90,7 @@ impl Fixture {
         ];
         env.extend(extra.iter().cloned());
         let server = Spawned::start("chopin", bin, &[], &env, "chopin listening on ").await?;
+        let (bin, env) = (bin.to_path_buf(), env);
         let origin = server.base_url.clone();
         let cookie = sign_in(&server.base_url, &github, LOGIN)
             .await
@@ -98,7 +102,31 @@ impl Fixture {
             cookie,
             origin,
             _data: data,
+            bin,
+            env,
         })
+    }
+
+    /// Kills the server (SIGKILL) and starts it again on the same data and port (its origin,
+    /// which browser sign-ins are bound to, stays the same).
+    pub async fn crash_and_restart(&mut self) -> Result<()> {
+        let port = self
+            .server
+            .host()
+            .rsplit(':')
+            .next()
+            .unwrap_or("0")
+            .to_owned();
+        for (name, value) in &mut self.env {
+            if *name == "PORT" {
+                *value = port.clone();
+            }
+        }
+        self.server.kill().await?;
+        self.server =
+            Spawned::start("chopin", &self.bin, &[], &self.env, "chopin listening on ").await?;
+        self.origin = self.server.base_url.clone();
+        Ok(())
     }
 
     /// How many requests the fake GitHub has had so far: all, `GET /user`, `/repos/…`.

@@ -11,6 +11,7 @@ use std::process::Stdio;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::chopin::Fixture;
 
@@ -45,8 +46,10 @@ async fn install(folder: &Path) -> Result<()> {
 pub async fn run(bin: &Path) -> Result<()> {
     let folder = folder();
     install(&folder).await?;
-    let fixture = Fixture::start(bin).await?;
-    let documents = fixture.create_documents(2).await?;
+    // A fixed session key, so that the browser sign-in still opens after the kill and restart.
+    let mut fixture =
+        Fixture::start_with(bin, &[("SESSION_ENCRYPTION_KEY", "7e".repeat(32))]).await?;
+    let documents = fixture.create_documents(3).await?;
     let config = json!({
         "chopin": {
             "url": format!("ws://{}/api/yjs", fixture.server.host()),
@@ -57,18 +60,39 @@ pub async fn run(bin: &Path) -> Result<()> {
         "updates": 2000,
         "listeners": 10,
     });
-    let status = tokio::process::Command::new("node")
+    let mut node = tokio::process::Command::new("node")
         .arg(folder.join("peers.mjs"))
         .arg(config.to_string())
-        .stdout(Stdio::inherit())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .status()
-        .await
+        .spawn()
         .map_err(|e| anyhow!("running node: {e}"))?;
-    let stopped = fixture.server.stop().await?;
-    if !status.success() {
-        bail!("the peers' workload failed ({status})");
+    let mut asks = node.stdin.take().context("node's stdin")?;
+    let mut lines = BufReader::new(node.stdout.take().context("node's stdout")?).lines();
+    // The script prints its table, and asks on a line of its own for chopin to be killed and
+    // started again (its durability row): answered with chopin's new address.
+    while let Some(line) = lines.next_line().await? {
+        if line.trim() != r#"{"kill":"chopin"}"# {
+            println!("{line}");
+            continue;
+        }
+        fixture.crash_and_restart().await?;
+        let answer = json!({
+            "url": format!("ws://{}/api/yjs", fixture.server.host()),
+            "origin": fixture.origin,
+        });
+        asks.write_all(format!("{answer}\n").as_bytes()).await?;
+        asks.flush().await?;
     }
+    let status = node.wait().await?;
+    if !status.success() {
+        bail!(
+            "the peers' workload failed ({status}); chopin's log ends:\n{}",
+            fixture.server.log_tail(15)
+        );
+    }
+    let stopped = fixture.server.stop().await?;
     if stopped.killed {
         bail!("the server did not stop on SIGTERM");
     }
