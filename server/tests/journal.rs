@@ -296,3 +296,48 @@ async fn nothing_after_a_failed_journal_write_is_relayed_and_its_senders_are_tol
         1
     );
 }
+
+/// A writer far ahead of the disk: at most 1,024 changes wait in the queue (besides the round of
+/// at most 256 being written), so the socket that sends more waits (reads no further frames)
+/// until a round saves some.
+#[tokio::test]
+async fn a_writer_ahead_of_the_disk_waits_once_the_queue_is_full() {
+    let fx = fixture().await;
+    let writer = fx.open.join(fx.id, Uuid::nil()).await.unwrap();
+    let typist = Typist::new(7);
+    let keys: Vec<Vec<u8>> = (0..1500).map(|_| typist.type_text("k")).collect();
+    fx.gate.send_replace(false);
+    let returned = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sending = {
+        let returned = returned.clone();
+        tokio::spawn(async move {
+            for key in keys {
+                writer
+                    .document
+                    .queue_update(writer.connection, &key)
+                    .await
+                    .unwrap();
+                returned.fetch_add(1, Ordering::SeqCst);
+            }
+            writer
+        })
+    };
+    settle().await;
+    let taken = returned.load(Ordering::SeqCst);
+    assert!(
+        (1024..=1024 + 256).contains(&taken),
+        "{taken} updates were taken while the disk held the first"
+    );
+    fx.gate.send_replace(true);
+    let writer = tokio::time::timeout(Duration::from_secs(10), sending)
+        .await
+        .expect("every update is taken once the disk moves")
+        .unwrap();
+    assert_eq!(returned.load(Ordering::SeqCst), 1500);
+    writer
+        .document
+        .apply_update(writer.connection, &typist.type_text("!"))
+        .await
+        .unwrap();
+    assert_eq!(writer.document.source().await.len(), 1501);
+}

@@ -71,8 +71,10 @@ pub const CHECKPOINT_EVERY: u32 = 200;
 const ROUND_UPDATES: usize = 256;
 /// The most bytes of changes one journal round takes (at least one change, whatever its size).
 const ROUND_BYTES: usize = 1024 * 1024;
-/// How many changes may wait for the journal before a writer waits for its own to be saved.
+/// How many changes, and how many bytes of them, may wait for the journal before a writer waits
+/// for its own to be saved.
 const QUEUED_MAX: usize = 1024;
+const QUEUED_BYTES_MAX: usize = 8 * 1024 * 1024;
 /// How many relayed frames a slow socket may fall behind before it must resync. Held only while
 /// some socket has yet to read them ([`fanout`]), not allocated when the document opens.
 const RELAY_BACKLOG: usize = 1024;
@@ -152,6 +154,8 @@ struct Loaded {
     since_checkpoint: u32,
     /// Writers' changes taken by the shadow and waiting for the journal, in order.
     queued: Vec<Queued>,
+    /// The bytes of the changes in `queued`.
+    queued_bytes: usize,
     /// Whether a flush is under way (or promised by whoever took the update that started it).
     flushing: bool,
 }
@@ -441,6 +445,7 @@ impl OpenDocument {
             return Ok(Taken::Unchanged);
         };
         let (done, saved) = tokio::sync::oneshot::channel();
+        content.queued_bytes += change.len();
         content.queued.push(Queued {
             from,
             change,
@@ -451,7 +456,7 @@ impl OpenDocument {
         Ok(Taken::Queued {
             saved,
             flush,
-            full: content.queued.len() >= QUEUED_MAX,
+            full: content.queued.len() >= QUEUED_MAX || content.queued_bytes >= QUEUED_BYTES_MAX,
         })
     }
 
@@ -500,6 +505,7 @@ impl OpenDocument {
             bytes += queued.change.len();
             take += 1;
         }
+        content.queued_bytes -= bytes;
         content.queued.drain(..take).collect()
     }
 
@@ -537,6 +543,7 @@ impl OpenDocument {
                     Ok(_) => StoreError::Backend("the journal numbered a round wrongly".into()),
                 };
                 let later = std::mem::take(&mut content.queued);
+                content.queued_bytes = 0;
                 content.shadow = Shadow::of(&content.doc);
                 let dropped: Vec<Queued> = round.into_iter().chain(later).collect();
                 let senders: BTreeSet<u64> = dropped.iter().map(|q| q.from).collect();
@@ -914,7 +921,8 @@ impl DocumentHandle {
     /// now (a refusal is answered now) and journalled, applied and relayed by this document's
     /// flush, in order, with whatever else was queued meanwhile (one store write, one relayed
     /// frame per writer). A socket whose change is then not saved hears it through its relay
-    /// ([`Relay::unsaved_for`]). Waits for its change only while [`QUEUED_MAX`] are queued.
+    /// ([`Relay::unsaved_for`]). Waits for its change only while [`QUEUED_MAX`] changes or
+    /// [`QUEUED_BYTES_MAX`] bytes are queued, so a document's queue stays bounded.
     pub async fn queue_update(&self, from: u64, update: &[u8]) -> Result<bool, UpdateError> {
         match self.take_update(from, update).await? {
             Taken::Unchanged => Ok(false),
@@ -1149,6 +1157,7 @@ impl OpenDocuments {
                 applied_upto,
                 since_checkpoint: stored.updates.len() as u32,
                 queued: Vec::new(),
+                queued_bytes: 0,
                 flushing: false,
             }),
             journal: tokio::sync::Mutex::new(()),
