@@ -12,6 +12,8 @@
 //   - live edits: 1 writer, 10 listeners, 2,000 one-character updates sent back to back; updates
 //     per second until every listener's text has them all;
 //   - latency: 200 one-character updates at 100 per second; send → every listener applied, p50/p99.
+//   - join: a fresh client's connect → synced on a 200,000-character document (warm), median of 5;
+//   - memory per idle connection: the server's RSS growth over 1,000 providers on 100 documents;
 //   - kept after kill -9: 2,000 updates relayed to a listener, then the server is killed (SIGKILL)
 //     and started again on its data; how many of them a fresh client finds.
 //
@@ -22,7 +24,7 @@
 
 import { spawn } from 'node:child_process'
 import readline from 'node:readline'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import net from 'node:net'
 import os from 'node:os'
 import path from 'node:path'
@@ -145,6 +147,50 @@ async function latency (server, name) {
   return { p50: at(0.5), p99: at(0.99) }
 }
 
+/// Join on document `name`: a 200,000-character text, then a fresh client's connect → synced, ms
+/// (median of 5, after one to warm the server's copy).
+async function join (server, name) {
+  const writer = await connect(server, name)
+  const line = 'a'.repeat(79) + '\n'
+  writer.text.insert(0, line.repeat(2500))
+  const reader = await connect(server, name)
+  const wait = async () => { while (reader.text.length < 200_000) await sleep(5) }
+  await Promise.race([wait(), sleep(TIMEOUT_MS).then(() => { throw new Error(`${server.label}: the text did not arrive`) })])
+  const times = []
+  for (let i = 0; i < 6; i++) {
+    const started = performance.now()
+    const fresh = await connect(server, name)
+    if (fresh.text.length < 200_000) throw new Error(`${server.label}: a synced joiner holds ${fresh.text.length} characters`)
+    if (i > 0) times.push(performance.now() - started)
+    fresh.close()
+  }
+  writer.close()
+  reader.close()
+  times.sort((a, b) => a - b)
+  return times[Math.floor(times.length / 2)]
+}
+
+/// The resident memory of process `pid`, KiB.
+function rssKib (pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8')
+  return Number(/VmRSS:\s+(\d+)/.exec(status)[1])
+}
+
+/// Memory per idle connection: the server's RSS growth, KiB, over 1,000 synced providers spread
+/// over `names` (each document opened once first, so its copy is not counted per connection).
+async function memoryPerConnection (server, names) {
+  const warm = []
+  for (const name of names) warm.push(await connect(server, name))
+  await sleep(2000)
+  const before = rssKib(server.pid)
+  const idle = []
+  for (let i = 0; i < 1000; i++) idle.push(await connect(server, names[i % names.length]))
+  await sleep(2000)
+  const after = rssKib(server.pid)
+  for (const c of [...idle, ...warm]) c.close()
+  return (after - before) / 1000
+}
+
 /// Kept after kill -9 on document `name`: of `UPDATES` relayed updates, how many a fresh client
 /// finds once the server was killed and started again.
 async function keptAfterKill (server, name) {
@@ -181,6 +227,7 @@ async function ywebsocketServer (label, persistence, data = mkdtempSync(path.joi
     label,
     kind: 'y-websocket',
     url: `ws://127.0.0.1:${port}`,
+    pid: child.pid,
     crash: async () => { await killed(child); return ywebsocketServer(label, persistence, data) },
     stop: async () => { await killed(child); rmSync(data, { recursive: true, force: true }) }
   }
@@ -202,6 +249,7 @@ async function hocuspocusServer (label, debounce, data = mkdtempSync(path.join(o
     label,
     kind: 'hocuspocus',
     url: `ws://127.0.0.1:${port}`,
+    pid: child.pid,
     crash: async () => { await killed(child); return hocuspocusServer(label, debounce, data) },
     stop: async () => { await killed(child); rmSync(data, { recursive: true, force: true }) }
   }
@@ -217,6 +265,7 @@ const chopin = {
   url: config.chopin.url,
   cookie: config.chopin.cookie,
   origin: config.chopin.origin,
+  pid: config.chopin.pid,
   durable: true,
   crash: async () => {
     console.log(JSON.stringify({ kill: 'chopin' }))
@@ -235,19 +284,24 @@ const peers = [
 
 const rows = []
 /// Measures `server` on documents `names`; the server it ends with (started again after its kill).
-async function measure (server, names) {
+async function measure (server, names, idle) {
   const edits = await liveEdits(server, names[0])
   const lat = await latency(server, names[1])
+  const joined = await join(server, names[3])
+  const memory = await memoryPerConnection(server, idle)
   const { kept, server: after } = await keptAfterKill(server, names[2])
-  rows.push({ label: server.label, edits, p50: lat.p50, p99: lat.p99, kept, chopin: server === chopin })
+  rows.push({ label: server.label, edits, p50: lat.p50, p99: lat.p99, join: joined, memory, kept, chopin: server === chopin })
   return after
 }
 
-await measure(chopin, chopinDocuments.splice(0, 3))
+const IDLE = config.idleDocuments ?? 100
+await measure(chopin, chopinDocuments.splice(0, 4), chopinDocuments.splice(0, IDLE))
 for (const start of peers) {
   let server = await start()
   try {
-    server = await measure(server, [`edits-${rows.length}`, `latency-${rows.length}`, `kill-${rows.length}`])
+    const n = rows.length
+    const idle = Array.from({ length: IDLE }, (_, i) => `idle-${n}-${i}`)
+    server = await measure(server, [`edits-${n}`, `latency-${n}`, `kill-${n}`, `join-${n}`], idle)
   } finally {
     await server.stop()
   }
@@ -259,9 +313,9 @@ const fastest = others.reduce((a, b) => (b.edits > a.edits ? b : a))
 const quickest = others.reduce((a, b) => (b.p50 < a.p50 ? b : a))
 console.log(`chopin-bench-sockets peers: 1 writer, ${LISTENERS} listeners; ${UPDATES} one-character updates back to back, then ${LATENCY_UPDATES} at 100/s; ${os.cpus().length} cores`)
 console.log()
-console.log(`| server | live edits, updates/s to all listeners | latency p50 ms | latency p99 ms | of ${UPDATES} relayed updates, kept after kill -9 |`)
-console.log('|---|---|---|---|---|')
-for (const r of rows) console.log(`| ${r.label} | ${r.edits.toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.kept} |`)
+console.log(`| server | live edits, updates/s to all listeners | latency p50 ms | latency p99 ms | join 200,000 characters, ms | KiB per idle connection | of ${UPDATES} relayed updates, kept after kill -9 |`)
+console.log('|---|---|---|---|---|---|---|')
+for (const r of rows) console.log(`| ${r.label} | ${r.edits.toFixed(0)} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.join.toFixed(1)} | ${r.memory.toFixed(1)} | ${r.kept} |`)
 console.log()
 const line = (what, ratio, goal) => console.log(`| ${what} | ${ratio.toFixed(2)} | ${goal} | ${ratio >= 1 ? 'met' : 'NOT met'} |`)
 console.log('| chopin against the best peer | ratio | goal | |')
@@ -269,5 +323,9 @@ console.log('|---|---|---|---|')
 line(`live edits against ${fastest.label}`, mine.edits / fastest.edits, '≥ 1.0')
 line(`latency p50 against ${quickest.label} (theirs / ours)`, quickest.p50 / mine.p50, '≥ 1.0')
 line(`latency p99 against ${quickest.label} (theirs / ours)`, quickest.p99 / mine.p99, '≥ 1.0')
+const joiner = others.reduce((a, b) => (b.join < a.join ? b : a))
+const smallest = others.reduce((a, b) => (b.memory < a.memory ? b : a))
+line(`join against ${joiner.label} (theirs / ours)`, joiner.join / mine.join, '≥ 1.0')
+line(`memory per idle connection against ${smallest.label} (theirs / ours)`, smallest.memory / mine.memory, '≥ 1.0')
 line('relayed updates kept after kill -9 (share)', mine.kept / UPDATES, '1.00')
 process.exit(0)

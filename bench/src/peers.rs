@@ -15,6 +15,9 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
 use crate::chopin::Fixture;
 
+/// Documents the idle connections (memory per connection) are spread over.
+const IDLE_DOCUMENTS: usize = 100;
+
 /// Where the peers' script and its packages live.
 fn folder() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("peers")
@@ -49,14 +52,16 @@ pub async fn run(bin: &Path) -> Result<()> {
     // A fixed session key, so that the browser sign-in still opens after the kill and restart.
     let mut fixture =
         Fixture::start_with(bin, &[("SESSION_ENCRYPTION_KEY", "7e".repeat(32))]).await?;
-    let documents = fixture.create_documents(3).await?;
+    let documents = fixture.create_documents(4 + IDLE_DOCUMENTS).await?;
     let config = json!({
         "chopin": {
             "url": format!("ws://{}/api/yjs", fixture.server.host()),
             "cookie": fixture.cookie,
             "origin": fixture.origin,
             "documents": documents,
+            "pid": fixture.server.pid(),
         },
+        "idleDocuments": IDLE_DOCUMENTS,
         "updates": 2000,
         "listeners": 10,
     });
