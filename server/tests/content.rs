@@ -144,7 +144,7 @@ impl ContentStore for Yielding {
     async fn append_updates(
         &self,
         id: Uuid,
-        updates: &[Vec<u8>],
+        updates: &[&[u8]],
         now: UnixMillis,
     ) -> StoreResult<Vec<i64>> {
         pause().await;
@@ -335,7 +335,7 @@ impl ContentStore for ParkedLoad {
     async fn append_updates(
         &self,
         id: Uuid,
-        updates: &[Vec<u8>],
+        updates: &[&[u8]],
         now: UnixMillis,
     ) -> StoreResult<Vec<i64>> {
         self.inner.append_updates(id, updates, now).await

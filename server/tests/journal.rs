@@ -38,13 +38,13 @@ struct Gated {
 #[async_trait]
 impl ContentStore for Gated {
     async fn append_update(&self, id: Uuid, update: &[u8], now: UnixMillis) -> StoreResult<i64> {
-        let seqs = self.append_updates(id, &[update.to_vec()], now).await?;
+        let seqs = self.append_updates(id, &[update], now).await?;
         Ok(seqs[0])
     }
     async fn append_updates(
         &self,
         id: Uuid,
-        updates: &[Vec<u8>],
+        updates: &[&[u8]],
         now: UnixMillis,
     ) -> StoreResult<Vec<i64>> {
         self.writes.lock().unwrap().push(updates.len());

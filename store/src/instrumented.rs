@@ -339,7 +339,7 @@ impl<H: Hook> ContentStore for Instrumented<H> {
     async fn append_updates(
         &self,
         document_id: Uuid,
-        updates: &[Vec<u8>],
+        updates: &[&[u8]],
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<i64>> {
         self.observe(

@@ -612,7 +612,7 @@ pub trait ContentStore: Send + Sync + 'static {
     async fn append_updates(
         &self,
         document_id: Uuid,
-        updates: &[Vec<u8>],
+        updates: &[&[u8]],
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<i64>>;
     /// Only if the plan revision still equals `expected_plan_revision` — and, with an `owner`

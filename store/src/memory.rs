@@ -581,7 +581,7 @@ impl ContentStore for MemoryStore {
     async fn append_updates(
         &self,
         document_id: Uuid,
-        updates: &[Vec<u8>],
+        updates: &[&[u8]],
         _now_ms: UnixMillis,
     ) -> StoreResult<Vec<i64>> {
         if updates.is_empty() {

@@ -1636,9 +1636,7 @@ where
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<i64> {
-        let seqs = self
-            .append_updates(document_id, &[update.to_vec()], now_ms)
-            .await?;
+        let seqs = self.append_updates(document_id, &[update], now_ms).await?;
         seqs.first()
             .copied()
             .ok_or_else(|| StoreError::Backend("the database writer journalled no update".into()))
@@ -1647,7 +1645,7 @@ where
     pub(crate) async fn append_updates(
         &self,
         document_id: Uuid,
-        updates: &[Vec<u8>],
+        updates: &[&[u8]],
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<i64>> {
         if updates.is_empty() {
@@ -1655,7 +1653,7 @@ where
         }
         self.write(|done| Job::Updates {
             document_id,
-            updates: updates.to_vec(),
+            updates: updates.iter().map(|u| u.to_vec()).collect(),
             now_ms,
             done,
         })
@@ -3572,7 +3570,7 @@ macro_rules! sql_store_impls {
             } {});
             sql_store_impls!(@forward $store, ContentStore {
                 fn append_update(document_id: Uuid, update: &[u8], now_ms: UnixMillis) -> i64;
-                fn append_updates(document_id: Uuid, updates: &[Vec<u8>], now_ms: UnixMillis)
+                fn append_updates(document_id: Uuid, updates: &[&[u8]], now_ms: UnixMillis)
                     -> Vec<i64>;
                 fn commit_plan_edit(
                     document_id: Uuid,

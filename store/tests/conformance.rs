@@ -1875,7 +1875,7 @@ async fn every_write(
     record(
         "append_updates",
         store
-            .append_updates(fx.doc, &[b"u-3".to_vec(), b"u-4".to_vec()], 5_000)
+            .append_updates(fx.doc, &[b"u-3", b"u-4"], 5_000)
             .await
             .map(drop),
     );
@@ -2686,7 +2686,8 @@ async fn updates_appended_together_take_consecutive_seqs_all_or_none(b: &Backend
         .await
         .unwrap();
     assert_eq!(store.append_update(doc.id, &update(1), 1).await.unwrap(), 1);
-    let batch: Vec<Vec<u8>> = (2..=4).map(update).collect();
+    let owned: Vec<Vec<u8>> = (2..=4).map(update).collect();
+    let batch: Vec<&[u8]> = owned.iter().map(Vec::as_slice).collect();
     assert_eq!(
         store.append_updates(doc.id, &batch, 2).await.unwrap(),
         vec![2, 3, 4]

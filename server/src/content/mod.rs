@@ -517,7 +517,7 @@ impl OpenDocument {
             self.relay_round(round);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let changes: Vec<Vec<u8>> = round.iter().map(|q| q.change.clone()).collect();
+        let changes: Vec<&[u8]> = round.iter().map(|q| q.change.as_slice()).collect();
         let now = self.deps.clock.now_ms();
         self.deps
             .content

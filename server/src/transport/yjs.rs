@@ -51,10 +51,10 @@ const PERMISSION_DENIED: u64 = 0;
 /// The words a reader's refused update carries.
 const READ_ONLY: &str = "You can read this document but not edit it: editing needs push access to its repository. Your change was not saved.";
 
-/// The words a gapped update's refusal carries.
 /// Said when a change could not be saved (the storage failed).
 pub const NOT_SAVED: &str =
     "Your change could not be saved; this connection closes so that your editor syncs again.";
+/// The words a gapped update's refusal carries.
 const GAPPED: &str = "Your change was not saved: it builds on changes this server never received. Reload the document to continue from what is saved.";
 
 /// What a client's binary frame calls for.
