@@ -153,6 +153,11 @@ impl Dialect for Postgres {
         done.rows_affected()
     }
 
+    /// Four: PostgreSQL commits independent transactions at once (their flushes share the WAL's
+    /// group commit), so one document's batch waiting on a row lock or a flush does not hold up
+    /// another's. A lane takes one of the pool's [`MAX_CONNECTIONS`] only while its batch runs.
+    const WRITE_LANES: usize = 4;
+
     fn spawn_writer(store: SqlStore<Self>, jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>) {
         tokio::spawn(store.write_loop(jobs, batches));
     }
@@ -163,7 +168,7 @@ sql_store_impls!(PgStore);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Fence, LeaseAcquire, LeaseStore};
+    use crate::{ContentStore, DocumentStore, Fence, LeaseAcquire, LeaseStore};
 
     /// Group commit: writes that arrive while the writer waits for the writer-lease lock (held
     /// here by a takeover-like transaction) are answered only once their transaction commits,
@@ -207,6 +212,71 @@ mod tests {
             },
         )
         .await;
+        store.close().await;
+        server
+            .drop_database(&db)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// Independent documents' batches are in flight at once: a document whose row is locked
+    /// (its lane's batch waits on it) does not hold up a write to a document of another lane,
+    /// and once the lock goes, the held write commits too, in its order.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_document_held_up_does_not_hold_up_another_lane() {
+        let server = chopin_fixtures::pg::shared_postgres();
+        let db = server
+            .create_database()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let store = PgStore::connect(&db.url).await.expect("connect");
+        let (held, free) = (Uuid::from_u128(0xd0c1), Uuid::from_u128(0xd0c2));
+        assert_ne!(
+            crate::sql::group::lane(held, Postgres::WRITE_LANES),
+            crate::sql::group::lane(free, Postgres::WRITE_LANES),
+            "the two documents take different lanes"
+        );
+        for (n, id) in [held, free].into_iter().enumerate() {
+            let doc = crate::NewDocument {
+                id,
+                repo_owner: "octo".into(),
+                repo_name: "lanes".into(),
+                slug: format!("doc-{n}"),
+                title: format!("Doc {n}"),
+                created_at_ms: 1,
+                ..crate::NewDocument::default()
+            };
+            store.create_document(&doc).await.expect("document");
+        }
+        let (pool, _) = store.sql.pools();
+        let mut lock = pool.acquire().await.expect("a connection");
+        lock.execute("BEGIN").await.expect("begin");
+        sqlx::query("SELECT id FROM documents WHERE id = $1 FOR UPDATE")
+            .bind(held)
+            .execute(&mut *lock)
+            .await
+            .expect("the held document's row lock");
+        let waiting = {
+            let store = store.clone();
+            tokio::spawn(async move { store.append_update(held, b"held", 2).await })
+        };
+        while store.sql.queued_writes() > 0 || store.sql.write_lanes() == 0 {
+            tokio::task::yield_now().await;
+        }
+        let other = tokio::time::timeout(
+            Duration::from_secs(5),
+            store.append_update(free, b"free", 2),
+        )
+        .await
+        .expect("a write to another lane's document does not wait for the held one");
+        assert_eq!(other.expect("append"), 1);
+        assert!(
+            !waiting.is_finished(),
+            "the held document's write still waits"
+        );
+        lock.execute("COMMIT").await.expect("commit");
+        assert_eq!(waiting.await.expect("task").expect("append"), 1);
+        drop(lock);
         store.close().await;
         server
             .drop_database(&db)

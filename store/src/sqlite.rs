@@ -124,6 +124,10 @@ impl Dialect for Sqlite {
         done.rows_affected()
     }
 
+    /// One: SQLite commits one write transaction at a time, so more lanes would only wait on
+    /// each other for the one write connection.
+    const WRITE_LANES: usize = 1;
+
     fn spawn_writer(store: SqlStore<Self>, jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>) {
         tokio::spawn(store.write_loop(jobs, batches));
     }

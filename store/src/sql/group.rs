@@ -1,15 +1,17 @@
 //! Group commit: the acknowledged writes that arrive at once — Chat entries, Yjs journal entries,
 //! Planner claims — share one transaction and so one flush to disk, instead of one each.
 //!
-//! Owns: the [`Job`]s a store handle hands to its writer, the writer's queue and its bounds
-//! ([`QUEUE`], [`MAX_BATCH`]), and the count of batches committed (for tests and benches).
+//! Owns: the [`Job`]s a store handle hands to its writer, the writer's lanes (one queue and
+//! task each; a document's jobs always take the same lane, [`lane`]), their bounds ([`QUEUE`],
+//! [`MAX_BATCH`]), and the count of batches committed (for tests and benches).
 //! Does not own: the statements each job runs or the transaction around a batch (`sql.rs`,
 //! `SqlStore::write_loop`), nor starting the writer task (each backend's `Dialect`, where the
 //! database type is concrete).
 //!
 //! Invariants: a caller is answered only after the transaction holding its job committed (or
-//! failed); jobs run in the order they were queued, so two writes to one document keep the order
-//! their callers gave them; a job that fails on its own (an unknown document) fails alone and
+//! failed); a lane runs its jobs in the order they were queued and one batch at a time, and every
+//! job of a document goes to one lane, so two writes to one document keep the order their
+//! callers gave them, while other lanes' batches (other documents) may be in flight at once; a job that fails on its own (an unknown document) fails alone and
 //! leaves the rest of its batch to commit; a batch whose transaction breaks is rolled back and
 //! its jobs are run again one transaction each, so one bad job cannot fail the others. The
 //! writer task ends when every handle that could queue to it is dropped.
@@ -80,30 +82,58 @@ impl Job {
             Job::Claim { done, .. } => drop(done.send(Err(error))),
         }
     }
+
+    /// The document the job writes to (which decides its lane).
+    fn document_id(&self) -> Uuid {
+        match self {
+            Job::Transcript { document_id, .. }
+            | Job::Updates { document_id, .. }
+            | Job::Claim { document_id, .. } => *document_id,
+        }
+    }
 }
 
-/// A handle's way to its writer task.
+/// The lane, of `lanes`, that every job of `document_id` takes.
+pub(crate) fn lane(document_id: Uuid, lanes: usize) -> usize {
+    let (high, low) = document_id.as_u64_pair();
+    // Both halves: time-ordered ids share their high bits, random ones differ everywhere.
+    ((high ^ low) % lanes.max(1) as u64) as usize
+}
+
+/// A handle's way to its writer tasks, one per lane.
 pub(crate) struct Writer {
-    jobs: mpsc::Sender<Job>,
+    lanes: Vec<mpsc::Sender<Job>>,
     batches: Arc<AtomicU64>,
 }
 
 impl Writer {
-    /// A writer whose task (already spawned by the caller) reads `jobs`' other end and counts
-    /// its committed batches in `batches`.
-    pub(crate) fn new(jobs: mpsc::Sender<Job>, batches: Arc<AtomicU64>) -> Self {
-        Writer { jobs, batches }
+    /// A writer of `lanes` lanes; `spawn` starts the task of each, given the receiving end of
+    /// its queue and the counter of committed batches they share.
+    pub(crate) fn start(
+        lanes: usize,
+        mut spawn: impl FnMut(mpsc::Receiver<Job>, Arc<AtomicU64>),
+    ) -> Self {
+        let batches = Arc::new(AtomicU64::new(0));
+        let lanes = (0..lanes.max(1))
+            .map(|_| {
+                let (tx, rx) = mpsc::channel(QUEUE);
+                spawn(rx, batches.clone());
+                tx
+            })
+            .collect();
+        Writer { lanes, batches }
     }
 
-    /// The queue and the counter for a new writer task.
-    pub(crate) fn channel() -> (mpsc::Sender<Job>, mpsc::Receiver<Job>, Arc<AtomicU64>) {
-        let (tx, rx) = mpsc::channel(QUEUE);
-        (tx, rx, Arc::new(AtomicU64::new(0)))
-    }
-
-    /// Queues `job`, waiting while the queue is full.
+    /// Queues `job` on its document's lane, waiting while that queue is full.
     pub(crate) async fn submit(&self, job: Job) -> StoreResult<()> {
-        self.jobs.send(job).await.map_err(|_| stopped())
+        let lane = &self.lanes[lane(job.document_id(), self.lanes.len())];
+        lane.send(job).await.map_err(|_| stopped())
+    }
+
+    /// How many lanes the writer has.
+    #[cfg(test)]
+    pub(crate) fn lanes(&self) -> usize {
+        self.lanes.len()
     }
 
     /// How many batches the writer has committed.
@@ -111,10 +141,10 @@ impl Writer {
         self.batches.load(Ordering::Relaxed)
     }
 
-    /// How many jobs wait in the queue (not yet taken by the writer).
+    /// How many jobs wait in the queues (not yet taken by a lane's task).
     #[cfg(test)]
     pub(crate) fn queued(&self) -> usize {
-        QUEUE - self.jobs.capacity()
+        self.lanes.iter().map(|l| QUEUE - l.capacity()).sum()
     }
 }
 
