@@ -556,15 +556,30 @@ pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
 }
 
 /// Opens a y-websocket socket on `document`, read up to the server's sync step 1.
-async fn open_yjs(fixture: &Fixture, document: &str) -> Result<BrowserSocket> {
-    let host = fixture.server.host();
+pub(crate) async fn open_yjs(fixture: &Fixture, document: &str) -> Result<BrowserSocket> {
+    yjs_socket(
+        fixture.server.host(),
+        document,
+        &fixture.cookie,
+        &fixture.origin,
+    )
+    .await
+}
+
+/// [`open_yjs`] on the server at `host`, signed in with `cookie`, from `origin`.
+pub(crate) async fn yjs_socket(
+    host: &str,
+    document: &str,
+    cookie: &str,
+    origin: &str,
+) -> Result<BrowserSocket> {
     let stream = dial(host).await.map_err(|e| anyhow!("a Yjs socket {e}"))?;
     let mut socket = BrowserSocket::connect(
         stream,
         host,
         &format!("/api/yjs/{document}"),
-        Some(&fixture.cookie),
-        Some(&fixture.origin),
+        Some(cookie),
+        Some(origin),
     )
     .await
     .map_err(|e| anyhow!("a Yjs socket was refused at the upgrade: {e}"))?;

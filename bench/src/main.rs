@@ -34,6 +34,7 @@ mod peers;
 mod raw;
 mod relay;
 mod report;
+mod soak;
 mod stats;
 
 use std::path::PathBuf;
@@ -49,7 +50,7 @@ use crate::stats::{rate, RssDelta, Summary};
 
 /// Open files kept free for everything that is not a measured socket (the fake GitHub, HTTP
 /// pools, SQLite, pipes).
-const FD_RESERVE: u64 = 256;
+pub(crate) const FD_RESERVE: u64 = 256;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -84,6 +85,10 @@ enum Mode {
     /// Chopin beside Hocuspocus 4 (+SQLite) and y-websocket's server (+LevelDB), installed from
     /// npm: live edits and latency at 100 updates/s with the official clients (see `peers.rs`).
     Peers,
+    /// A soak: agent links with turns, room sockets with Chat and y-websocket sockets with
+    /// edits, held for ten minutes; RSS growth, tasks and sockets back to baseline, errors
+    /// (see `soak.rs`).
+    Soak(soak::SoakArgs),
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -138,6 +143,10 @@ async fn main() -> ExitCode {
         },
         Some(Mode::Peers) => match chopin_bin(cli.run.chopin.clone()) {
             Ok(bin) => peers::run(&bin).await,
+            Err(e) => Err(e),
+        },
+        Some(Mode::Soak(args)) => match chopin_bin(cli.run.chopin.clone()) {
+            Ok(bin) => soak::run(&bin, args).await,
             Err(e) => Err(e),
         },
         Some(Mode::ChatAcks(args)) => match chopin_bin(cli.run.chopin.clone()) {
@@ -239,7 +248,7 @@ fn counts_within_fd_limit(args: &RunArgs) -> Result<Counts> {
 }
 
 /// Sets the soft RLIMIT_NOFILE to the hard one; returns the soft limit now in force.
-fn raise_fd_limit() -> Result<u64> {
+pub(crate) fn raise_fd_limit() -> Result<u64> {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,

@@ -70,6 +70,13 @@ async fn sigterm_closes_every_socket_with_a_close_frame_and_gives_the_lease_back
             "{line:?} missing from /metrics:\n{page}"
         );
     }
+    // The runtime's live tasks: at least this room's and the agent link's.
+    let tasks: u64 = page
+        .lines()
+        .find_map(|l| l.strip_prefix("chopin_tasks_alive "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("chopin_tasks_alive missing from /metrics:\n{page}"));
+    assert!(tasks >= 2, "{tasks} tasks alive with two sockets open");
 
     // Both clients keep reading (answering pings, as real ones do) while the server stops.
     let agent_heard = tokio::spawn(async move {

@@ -108,6 +108,9 @@ pub struct Snapshot {
     pub documents_open: usize,
     pub chat_sends_in_flight: usize,
     pub turns_running: usize,
+    /// Tasks alive in the async runtime (tokio's own count: running, waiting or not yet
+    /// polled), so a soak can see them come back to where they were once its sockets close.
+    pub tasks_alive: usize,
     /// Entries of each per-document or per-login map, by the map's fixed name.
     pub state_entries: Vec<(&'static str, usize)>,
     /// Stored background jobs in each state (`None`: the store could not be read; the gauges
@@ -125,6 +128,7 @@ pub struct Metrics {
     documents_open: Gauge,
     chat_sends_in_flight: Gauge,
     turns_running: Gauge,
+    tasks_alive: Gauge,
     state_entries: Family<StateLabels, Gauge>,
     /// Frames a socket was asked to send that were larger than any socket sends.
     frames_too_large: Counter,
@@ -167,7 +171,8 @@ impl Metrics {
         let github_calls = Family::<GitHubLabels, Counter>::default();
         let sockets = Family::<SocketLabels, Gauge>::default();
         let state_entries = Family::<StateLabels, Gauge>::default();
-        let (links_attached, documents_open, chat_sends_in_flight, turns_running) = (
+        let (links_attached, documents_open, chat_sends_in_flight, turns_running, tasks_alive) = (
+            Gauge::default(),
             Gauge::default(),
             Gauge::default(),
             Gauge::default(),
@@ -207,6 +212,11 @@ impl Metrics {
             "turns_running",
             "Planner turns running now",
             turns_running.clone(),
+        );
+        registry.register(
+            "tasks_alive",
+            "Tasks alive now in the server's async runtime (each socket, turn and timer holds some; back to its idle count once they end)",
+            tasks_alive.clone(),
         );
         registry.register(
             "state_entries",
@@ -272,6 +282,7 @@ impl Metrics {
             documents_open,
             chat_sends_in_flight,
             turns_running,
+            tasks_alive,
             state_entries,
             frames_too_large,
             model_tokens,
@@ -390,6 +401,7 @@ impl Metrics {
         set(&self.documents_open, now.documents_open);
         set(&self.chat_sends_in_flight, now.chat_sends_in_flight);
         set(&self.turns_running, now.turns_running);
+        set(&self.tasks_alive, now.tasks_alive);
         if let Some(jobs) = now.jobs {
             for state in crate::store::JobState::ALL {
                 let n = jobs
@@ -474,6 +486,7 @@ mod tests {
             documents_open: 3,
             chat_sends_in_flight: 1,
             turns_running: 1,
+            tasks_alive: 9,
             state_entries: vec![("logins", 4)],
             jobs: Some(vec![(crate::store::JobState::Pending, 5)]),
         });
@@ -497,6 +510,7 @@ mod tests {
             "chopin_documents_open 3",
             "chopin_chat_sends_in_flight 1",
             "chopin_turns_running 1",
+            "chopin_tasks_alive 9",
             "# TYPE chopin_store_call_seconds histogram",
             "chopin_store_call_seconds_count{method=\"ping\",outcome=\"ok\"} 1",
         ] {

@@ -71,6 +71,9 @@ async fn metrics(State(deps): State<HealthDeps>) -> impl IntoResponse {
         documents_open: deps.open.count(),
         chat_sends_in_flight: deps.chat.in_flight(),
         turns_running: deps.turns.running_count(),
+        tasks_alive: tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks(),
         state_entries: state_entries(&deps),
         jobs: match deps.store.job_counts().await {
             Ok(counts) => Some(counts),
