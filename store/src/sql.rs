@@ -61,6 +61,7 @@ use super::{
 };
 
 pub(crate) mod group;
+pub(crate) mod lite;
 
 pub(crate) use group::Job;
 use group::{Done, Writer};
@@ -636,6 +637,68 @@ const TRANSCRIPT_COLUMNS: &str = "document_id, seq, author_login, kind, body, cr
 const OWNERSHIP_COLUMNS: &str = "document_id, generation, holder_account_id, holder_login, \
      holder_browser_login_id, claimed_at_ms";
 
+// The statements of the group-commit writer's jobs, one text for every backend and driver (the
+// sqlx writer here, SQLite's own writer thread in `lite`).
+
+/// The writer-lease row, read by a fenced write inside its transaction.
+const LEASE_FOR_WRITE: &str = "SELECT epoch, holder FROM writer_lease WHERE name = $1";
+
+/// Numbers `$2` Yjs updates of document `$1`: the last seq they take.
+const NUMBER_UPDATES: &str = "UPDATE documents SET last_update_seq = last_update_seq + $2, \
+     storage_revision = storage_revision + $2 WHERE id = $1 RETURNING last_update_seq";
+
+/// One journal row: document, seq, update, time.
+const JOURNAL_UPDATE: &str = "INSERT INTO document_updates \
+     (document_id, seq, update_v1, created_at_ms) VALUES ($1, $2, $3, $4)";
+
+/// One transcript entry at the document's next seq, which it returns.
+const APPEND_TRANSCRIPT: &str = "INSERT INTO chat_transcript \
+     (document_id, seq, author_login, kind, body, created_at_ms, append_key, refs) \
+     SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 \
+     FROM chat_transcript WHERE document_id = $1 RETURNING seq";
+
+/// A file marked sent by the entry at seq `$1`.
+const MARK_SENT: &str = "UPDATE chat_attachments SET sent_seq = $1 WHERE id = $2";
+
+/// Whether document `$1` exists, with `lock` ([`Dialect::FOR_NO_KEY_UPDATE`]…) appended.
+fn document_exists_sql(lock: &str) -> String {
+    format!("SELECT 1 FROM documents WHERE id = $1{lock}")
+}
+
+/// The entry document `$1`'s append with key `$2` made.
+fn made_by_key_sql() -> String {
+    format!(
+        "SELECT {TRANSCRIPT_COLUMNS} FROM chat_transcript \
+         WHERE document_id = $1 AND append_key = $2"
+    )
+}
+
+/// File `$1` of document `$2`, as a message sending it reads it.
+fn file_to_send_sql() -> String {
+    format!("SELECT {ATTACHMENT_COLUMNS} FROM chat_attachments WHERE id = $1 AND document_id = $2")
+}
+
+/// A claim of document `$1`'s Planner by account `$2` (login `$3`, browser login `$4`) at
+/// `$5`. The guard is in the WHERE clause: free, or already this account's. The generation
+/// advances only when the row was free: SET expressions read the row's values before the
+/// update.
+fn claim_sql() -> String {
+    format!(
+        "UPDATE planner_ownership SET \
+         generation = CASE WHEN holder_account_id IS NULL \
+                      THEN generation + 1 ELSE generation END, \
+         holder_account_id = $2, holder_login = $3, holder_browser_login_id = $4, \
+         claimed_at_ms = $5 \
+         WHERE document_id = $1 AND (holder_account_id IS NULL OR holder_account_id = $2) \
+         RETURNING {OWNERSHIP_COLUMNS}"
+    )
+}
+
+/// Document `$1`'s Planner ownership row.
+fn ownership_sql() -> String {
+    format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1")
+}
+
 const COMMENT_THREAD_COLUMNS: &str = "id, document_id, quote, created_by, created_at_ms, \
      resolved_by, resolved_at_ms, replies, result_revision";
 
@@ -748,12 +811,11 @@ where
                     .await
                     .map_err(|e| sqlx_error("locking the writer lease for a write", e))?;
             }
-            let lease: Option<(i64, Option<String>)> =
-                sqlx::query_as("SELECT epoch, holder FROM writer_lease WHERE name = $1")
-                    .bind(WRITER_LEASE_NAME)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(|e| sqlx_error("reading the writer lease for a write", e))?;
+            let lease: Option<(i64, Option<String>)> = sqlx::query_as(LEASE_FOR_WRITE)
+                .bind(WRITER_LEASE_NAME)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading the writer lease for a write", e))?;
             self.fence
                 .check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))?;
         }
@@ -817,8 +879,7 @@ where
         document_id: Uuid,
         lock: &str,
     ) -> StoreResult<bool> {
-        let sql = format!("SELECT 1 FROM documents WHERE id = $1{lock}");
-        let row = sqlx::query(&sql)
+        let row = sqlx::query(&document_exists_sql(lock))
             .bind(DB::Id::from(document_id))
             .fetch_optional(&mut **tx)
             .await
@@ -834,17 +895,14 @@ where
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<()> {
-        sqlx::query(
-            "INSERT INTO document_updates (document_id, seq, update_v1, created_at_ms) \
-             VALUES ($1, $2, $3, $4)",
-        )
-        .bind(DB::Id::from(document_id))
-        .bind(seq)
-        .bind(update)
-        .bind(now_ms)
-        .execute(&mut **tx)
-        .await
-        .map_err(|e| sqlx_error("journalling an update", e))?;
+        sqlx::query(JOURNAL_UPDATE)
+            .bind(DB::Id::from(document_id))
+            .bind(seq)
+            .bind(update)
+            .bind(now_ms)
+            .execute(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("journalling an update", e))?;
         Ok(())
     }
 
@@ -1682,16 +1740,12 @@ where
         let count = updates.len() as i64;
         // The UPDATE holds the document's row lock (in SQLite, the write lock) until commit:
         // appenders take turns, each numbering from the seq the one before it committed.
-        let last: Option<i64> = sqlx::query_scalar(
-            "UPDATE documents SET last_update_seq = last_update_seq + $2, \
-             storage_revision = storage_revision + $2 \
-             WHERE id = $1 RETURNING last_update_seq",
-        )
-        .bind(DB::Id::from(document_id))
-        .bind(count)
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(|e| sqlx_error("numbering an update", e))?;
+        let last: Option<i64> = sqlx::query_scalar(NUMBER_UPDATES)
+            .bind(DB::Id::from(document_id))
+            .bind(count)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("numbering an update", e))?;
         let Some(last) = last else {
             return Ok(Err(StoreError::NotFound("document")));
         };
@@ -1931,11 +1985,7 @@ where
         let entry = &entry.storable();
         if let Some(key) = &entry.key {
             // Under the document's row lock: an append with this key committed before is seen.
-            let sql = format!(
-                "SELECT {TRANSCRIPT_COLUMNS} FROM chat_transcript \
-                 WHERE document_id = $1 AND append_key = $2"
-            );
-            let made: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&sql)
+            let made: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&made_by_key_sql())
                 .bind(DB::Id::from(document_id))
                 .bind(key)
                 .fetch_optional(&mut **tx)
@@ -1948,25 +1998,19 @@ where
         if let Err(e) = Self::check_sendable_in(tx, document_id, entry).await? {
             return Ok(Err(e));
         }
-        let seq: i64 = sqlx::query_scalar(
-            "INSERT INTO chat_transcript \
-             (document_id, seq, author_login, kind, body, created_at_ms, append_key, refs) \
-             SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 \
-             FROM chat_transcript WHERE document_id = $1 \
-             RETURNING seq",
-        )
-        .bind(DB::Id::from(document_id))
-        .bind(&entry.author_login)
-        .bind(&entry.kind)
-        .bind(&entry.body)
-        .bind(entry.created_at_ms)
-        .bind(&entry.key)
-        .bind(&entry.refs)
-        .fetch_one(&mut **tx)
-        .await
-        .map_err(|e| sqlx_error("appending to a transcript", e))?;
+        let seq: i64 = sqlx::query_scalar(APPEND_TRANSCRIPT)
+            .bind(DB::Id::from(document_id))
+            .bind(&entry.author_login)
+            .bind(&entry.kind)
+            .bind(&entry.body)
+            .bind(entry.created_at_ms)
+            .bind(&entry.key)
+            .bind(&entry.refs)
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("appending to a transcript", e))?;
         for id in &entry.attachments {
-            sqlx::query("UPDATE chat_attachments SET sent_seq = $1 WHERE id = $2")
+            sqlx::query(MARK_SENT)
                 .bind(seq)
                 .bind(DB::Id::from(*id))
                 .execute(&mut **tx)
@@ -1993,11 +2037,7 @@ where
     ) -> StoreResult<StoreResult<()>> {
         let mut found = Vec::with_capacity(entry.attachments.len());
         for id in &entry.attachments {
-            let sql = format!(
-                "SELECT {ATTACHMENT_COLUMNS} FROM chat_attachments \
-                 WHERE id = $1 AND document_id = $2"
-            );
-            let row: Option<AttachmentRow<DB::Id>> = sqlx::query_as(&sql)
+            let row: Option<AttachmentRow<DB::Id>> = sqlx::query_as(&file_to_send_sql())
                 .bind(DB::Id::from(*id))
                 .bind(DB::Id::from(document_id))
                 .fetch_optional(&mut **tx)
@@ -2083,17 +2123,7 @@ where
         // waited on a concurrent winner's row lock (PostgreSQL) re-checks the guard against the
         // winner's row and matches nothing. The generation advances only when the row was free:
         // SET expressions read the row's values before the update.
-        let sql = format!(
-            "UPDATE planner_ownership SET \
-             generation = CASE WHEN holder_account_id IS NULL \
-                          THEN generation + 1 ELSE generation END, \
-             holder_account_id = $2, holder_login = $3, holder_browser_login_id = $4, \
-             claimed_at_ms = $5 \
-             WHERE document_id = $1 AND (holder_account_id IS NULL OR holder_account_id = $2) \
-             RETURNING {OWNERSHIP_COLUMNS}"
-        );
-        let read =
-            format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1");
+        let (sql, read) = (claim_sql(), ownership_sql());
         // Under READ COMMITTED each statement sees what committed before it began, so trying
         // again inside the same transaction sees the release that made the first try miss.
         for _ in 0..RACE_RETRIES {

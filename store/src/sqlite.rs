@@ -3,8 +3,10 @@
 //!
 //! Owns: opening the file (parent directories and file created if missing, WAL journal synced on
 //! every commit, a busy timeout, foreign keys on) with one write connection and a pool of
-//! readers beside it (writes take turns on that connection, batched by the group-commit writer,
-//! instead of contending in SQLite's busy handler), applying `migrations/sqlite`, and SQLite's `Dialect` (in
+//! readers beside it (writes take turns on that connection instead of contending in SQLite's
+//! busy handler; the group-commit writer's batches run on a connection of their own on a thread
+//! of their own, `sql::lite`, holding that connection as their turn), applying
+//! `migrations/sqlite`, and SQLite's `Dialect` (in
 //! `sql.rs`): UUIDs stored as hyphenated lowercase TEXT, and write transactions begun with
 //! `BEGIN IMMEDIATE`, which takes SQLite's single write lock up front, so every method (one
 //! statement, or one such transaction) is atomic against other connections and other processes
@@ -30,7 +32,7 @@ use super::{StoreError, StoreResult};
 
 /// How long a statement waits for another process's write lock before failing. Within this
 /// process every write goes through the one write connection, so no write of ours waits here.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read connections: readers run concurrently under WAL, beside the one write connection.
 const READERS: u32 = 8;
 
@@ -64,6 +66,9 @@ impl SqliteStore {
         // The writer first: it creates the file and migrates it before any reader opens it.
         let writes = SqlitePoolOptions::new()
             .max_connections(1)
+            // Taking it is this process's write turn (the group-commit writer holds it while
+            // its own connection writes): no ping on each turn.
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await
             .map_err(opening)?;
@@ -128,8 +133,9 @@ impl Dialect for Sqlite {
     /// each other for the one write connection.
     const WRITE_LANES: usize = 1;
 
+    /// SQLite's own: a thread owning a connection runs each batch (`sql::lite`).
     fn spawn_writer(store: SqlStore<Self>, jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>) {
-        tokio::spawn(store.write_loop(jobs, batches));
+        super::sql::lite::spawn(store, jobs, batches);
     }
 }
 
