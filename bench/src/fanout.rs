@@ -556,7 +556,7 @@ pub async fn live_edits(bin: &Path, args: EditsArgs) -> Result<()> {
 }
 
 /// Opens a y-websocket socket on `document`, read up to the server's sync step 1.
-pub(crate) async fn open_yjs(fixture: &Fixture, document: &str) -> Result<BrowserSocket> {
+async fn open_yjs(fixture: &Fixture, document: &str) -> Result<BrowserSocket> {
     yjs_socket(
         fixture.server.host(),
         document,

@@ -41,7 +41,7 @@
 //! changes only the expiry, never checked by a write) is one statement.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use sqlx::error::ErrorKind;
 use sqlx::{
@@ -666,23 +666,23 @@ fn document_exists_sql(lock: &str) -> String {
 }
 
 /// The entry document `$1`'s append with key `$2` made.
-fn made_by_key_sql() -> String {
+static MADE_BY_KEY: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {TRANSCRIPT_COLUMNS} FROM chat_transcript \
          WHERE document_id = $1 AND append_key = $2"
     )
-}
+});
 
 /// File `$1` of document `$2`, as a message sending it reads it.
-fn file_to_send_sql() -> String {
+static FILE_TO_SEND: LazyLock<String> = LazyLock::new(|| {
     format!("SELECT {ATTACHMENT_COLUMNS} FROM chat_attachments WHERE id = $1 AND document_id = $2")
-}
+});
 
 /// A claim of document `$1`'s Planner by account `$2` (login `$3`, browser login `$4`) at
 /// `$5`. The guard is in the WHERE clause: free, or already this account's. The generation
 /// advances only when the row was free: SET expressions read the row's values before the
 /// update.
-fn claim_sql() -> String {
+static CLAIM: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE planner_ownership SET \
          generation = CASE WHEN holder_account_id IS NULL \
@@ -692,12 +692,12 @@ fn claim_sql() -> String {
          WHERE document_id = $1 AND (holder_account_id IS NULL OR holder_account_id = $2) \
          RETURNING {OWNERSHIP_COLUMNS}"
     )
-}
+});
 
 /// Document `$1`'s Planner ownership row.
-fn ownership_sql() -> String {
+static OWNERSHIP: LazyLock<String> = LazyLock::new(|| {
     format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1")
-}
+});
 
 const COMMENT_THREAD_COLUMNS: &str = "id, document_id, quote, created_by, created_at_ms, \
      resolved_by, resolved_at_ms, replies, result_revision";
@@ -1985,7 +1985,7 @@ where
         let entry = &entry.storable();
         if let Some(key) = &entry.key {
             // Under the document's row lock: an append with this key committed before is seen.
-            let made: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&made_by_key_sql())
+            let made: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&MADE_BY_KEY)
                 .bind(DB::Id::from(document_id))
                 .bind(key)
                 .fetch_optional(&mut **tx)
@@ -2037,7 +2037,7 @@ where
     ) -> StoreResult<StoreResult<()>> {
         let mut found = Vec::with_capacity(entry.attachments.len());
         for id in &entry.attachments {
-            let row: Option<AttachmentRow<DB::Id>> = sqlx::query_as(&file_to_send_sql())
+            let row: Option<AttachmentRow<DB::Id>> = sqlx::query_as(&FILE_TO_SEND)
                 .bind(DB::Id::from(*id))
                 .bind(DB::Id::from(document_id))
                 .fetch_optional(&mut **tx)
@@ -2123,11 +2123,11 @@ where
         // waited on a concurrent winner's row lock (PostgreSQL) re-checks the guard against the
         // winner's row and matches nothing. The generation advances only when the row was free:
         // SET expressions read the row's values before the update.
-        let (sql, read) = (claim_sql(), ownership_sql());
+        let (sql, read) = (CLAIM.as_str(), OWNERSHIP.as_str());
         // Under READ COMMITTED each statement sees what committed before it began, so trying
         // again inside the same transaction sees the release that made the first try miss.
         for _ in 0..RACE_RETRIES {
-            let claimed: Option<OwnershipRow<DB::Id>> = sqlx::query_as(&sql)
+            let claimed: Option<OwnershipRow<DB::Id>> = sqlx::query_as(sql)
                 .bind(DB::Id::from(document_id))
                 .bind(DB::Id::from(holder.account_id))
                 .bind(&holder.login)
@@ -2139,7 +2139,7 @@ where
             if let Some(row) = claimed {
                 return Ok(Ok(Claim::Claimed(row.into())));
             }
-            let current: Option<Ownership> = sqlx::query_as::<_, OwnershipRow<DB::Id>>(&read)
+            let current: Option<Ownership> = sqlx::query_as::<_, OwnershipRow<DB::Id>>(read)
                 .bind(DB::Id::from(document_id))
                 .fetch_optional(&mut **tx)
                 .await

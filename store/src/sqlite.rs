@@ -31,7 +31,8 @@ use super::sql::{sql_store_impls, sqlx_error, Dialect, Job, SqlStore};
 use super::{StoreError, StoreResult};
 
 /// How long a statement waits for another process's write lock before failing. Within this
-/// process every write goes through the one write connection, so no write of ours waits here.
+/// process every write takes the one write connection first (the group-commit writer holds it
+/// while its own connection writes), so no write of ours waits here.
 pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// Read connections: readers run concurrently under WAL, beside the one write connection.
 const READERS: u32 = 8;

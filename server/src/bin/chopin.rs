@@ -70,10 +70,9 @@ impl ShutdownSignals {
     }
 }
 
-/// glibc's malloc arenas, when the operator set none (`MALLOC_ARENA_MAX`): two. By default glibc
-/// makes up to eight per core as threads contend, and memory freed in one is reused only by
-/// the threads that land on it, so a busy server's RSS creeps up under a steady load although
-/// its heap does not (measured by `chopin-bench-sockets soak`).
+/// glibc's malloc arenas, when the operator set none (`MALLOC_ARENA_MAX`): two, where glibc's
+/// default is up to eight per core. Memory freed in one arena is reused only by the threads
+/// that land on it; fewer arenas keep less of it idle (`chopin-bench-sockets soak` watches RSS).
 const MALLOC_ARENAS: i32 = 2;
 
 /// Caps glibc's malloc arenas at [`MALLOC_ARENAS`] unless `MALLOC_ARENA_MAX` says otherwise.

@@ -9,10 +9,11 @@
 //! database type is concrete).
 //!
 //! Invariants: a caller is answered only after the transaction holding its job committed (or
-//! failed); a lane runs its jobs in the order they were queued and one batch at a time, and every
-//! job of a document goes to one lane, so two writes to one document keep the order their
-//! callers gave them, while other lanes' batches (other documents) may be in flight at once; a job that fails on its own (an unknown document) fails alone and
-//! leaves the rest of its batch to commit; a batch whose transaction breaks is rolled back and
+//! failed); a lane runs its jobs in the order they were queued and one batch at a time, and
+//! every job of a document goes to one lane, so two writes to one document keep the order their
+//! callers gave them, while other lanes' batches (other documents) may be in flight at once; a
+//! job that fails on its own (an unknown document) fails alone and leaves the rest of its batch
+//! to commit; a batch whose transaction breaks is rolled back and
 //! its jobs are run again one transaction each, so one bad job cannot fail the others. The
 //! writer task ends when every handle that could queue to it is dropped.
 

@@ -20,9 +20,9 @@
 //! lock: the loop holds the sqlx pool's one write connection — the process's write turn —
 //! while the thread's transaction runs, so the two never meet in SQLite's busy handler.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use rusqlite::{named_params, Connection, OptionalExtension, TransactionBehavior};
 use sqlx::Sqlite;
@@ -31,9 +31,9 @@ use uuid::Uuid;
 
 use super::group::{self, Done, Job};
 use super::{
-    claim_sql, document_exists_sql, file_to_send_sql, made_by_key_sql, ownership_sql,
-    AttachmentRow, Dialect, OwnershipRow, SqlStore, TranscriptRow, APPEND_TRANSCRIPT,
-    JOURNAL_UPDATE, LEASE_FOR_WRITE, MARK_SENT, NUMBER_UPDATES, RACE_RETRIES, WRITER_LEASE_NAME,
+    document_exists_sql, AttachmentRow, Dialect, OwnershipRow, SqlStore, TranscriptRow,
+    APPEND_TRANSCRIPT, CLAIM, FILE_TO_SEND, JOURNAL_UPDATE, LEASE_FOR_WRITE, MADE_BY_KEY,
+    MARK_SENT, NUMBER_UPDATES, OWNERSHIP, RACE_RETRIES, WRITER_LEASE_NAME,
 };
 use crate::fence::{Fence, FenceCheck};
 use crate::{
@@ -41,11 +41,14 @@ use crate::{
     TranscriptEntry, UnixMillis,
 };
 
+/// Whether a document exists, as an append checks it (SQLite needs no row lock).
+static DOCUMENT_EXISTS: LazyLock<String> =
+    LazyLock::new(|| document_exists_sql(Sqlite::FOR_NO_KEY_UPDATE));
+
 /// One batch for the thread, and how it says it is done.
 struct Batch {
     jobs: Vec<Job>,
     fence: Option<Fence>,
-    batches: Arc<AtomicU64>,
     /// Dropped once every job of the batch was answered.
     _done: oneshot::Sender<()>,
 }
@@ -57,11 +60,11 @@ pub(crate) fn spawn(store: SqlStore<Sqlite>, jobs: mpsc::Receiver<Job>, batches:
     let (thread, work) = std::sync::mpsc::channel::<Batch>();
     let started = std::thread::Builder::new()
         .name("chopin-sqlite-writer".into())
-        .spawn(move || run_thread(&path, &work));
+        .spawn(move || run_thread(&path, &work, &batches));
     if let Err(e) = started {
         tracing::error!(error = %e, "the SQLite writer thread could not start");
     }
-    tokio::spawn(write_loop(store, jobs, batches, thread));
+    tokio::spawn(write_loop(store, jobs, thread));
 }
 
 /// Takes the next job, waits for this process's write turn (the sqlx pool's one write
@@ -71,7 +74,6 @@ pub(crate) fn spawn(store: SqlStore<Sqlite>, jobs: mpsc::Receiver<Job>, batches:
 async fn write_loop(
     store: SqlStore<Sqlite>,
     mut jobs: mpsc::Receiver<Job>,
-    batches: Arc<AtomicU64>,
     thread: std::sync::mpsc::Sender<Batch>,
 ) {
     while let Some(first) = jobs.recv().await {
@@ -95,7 +97,6 @@ async fn write_loop(
         let handed = thread.send(Batch {
             jobs: batch,
             fence: store.fence.clone(),
-            batches: batches.clone(),
             _done: done,
         });
         if let Err(std::sync::mpsc::SendError(batch)) = handed {
@@ -111,15 +112,16 @@ async fn write_loop(
     }
 }
 
-/// The thread: opens the connection, then runs each batch it is handed until the loop is gone.
-fn run_thread(path: &Path, work: &std::sync::mpsc::Receiver<Batch>) {
+/// The thread: opens the connection, then runs each batch it is handed until the loop is gone,
+/// counting the batches it commits in `batches`.
+fn run_thread(path: &Path, work: &std::sync::mpsc::Receiver<Batch>, batches: &AtomicU64) {
     let mut connection = open(path);
     if let Err(e) = &connection {
         tracing::error!(error = %e, "the SQLite writer could not open its connection");
     }
     while let Ok(batch) = work.recv() {
         match &mut connection {
-            Ok(connection) => run(connection, batch),
+            Ok(connection) => run(connection, batch, batches),
             Err(e) => batch.jobs.into_iter().for_each(|job| job.fail(e.clone())),
         }
     }
@@ -128,7 +130,7 @@ fn run_thread(path: &Path, work: &std::sync::mpsc::Receiver<Batch>) {
 /// The writer's connection to the file at `path`, set as the sqlx pools' are.
 fn open(path: &Path) -> StoreResult<Connection> {
     let opening = |e| lite_error(&format!("opening SQLite at {}", path.display()), e);
-    let connection = Connection::open(PathBuf::from(path)).map_err(opening)?;
+    let connection = Connection::open(path).map_err(opening)?;
     connection
         .busy_timeout(crate::sqlite::BUSY_TIMEOUT)
         .map_err(opening)?;
@@ -144,16 +146,11 @@ fn open(path: &Path) -> StoreResult<Connection> {
 
 /// Runs `batch` in one transaction and answers each job; a broken transaction is run again
 /// one job per transaction, so each job gets its own outcome.
-fn run(connection: &mut Connection, batch: Batch) {
-    let Batch {
-        jobs,
-        fence,
-        batches,
-        _done,
-    } = batch;
+fn run(connection: &mut Connection, batch: Batch, batches: &AtomicU64) {
+    let Batch { jobs, fence, _done } = batch;
     match run_batch(connection, &fence, &jobs) {
         Ok(outcomes) => {
-            group::count_batch(&batches);
+            group::count_batch(batches);
             jobs.into_iter()
                 .zip(outcomes)
                 .for_each(|(job, outcome)| job.answer(outcome));
@@ -164,7 +161,7 @@ fn run(connection: &mut Connection, batch: Batch) {
                 match run_batch(connection, &fence, std::slice::from_ref(&job)) {
                     Ok(mut outcomes) => match outcomes.pop() {
                         Some(outcome) => {
-                            group::count_batch(&batches);
+                            group::count_batch(batches);
                             job.answer(outcome);
                         }
                         None => job.fail(group::stopped()),
@@ -285,7 +282,7 @@ fn append_transcript(
 ) -> StoreResult<StoreResult<TranscriptEntry>> {
     let doc = id(document_id);
     let exists = tx
-        .prepare_cached(&document_exists_sql(Sqlite::FOR_NO_KEY_UPDATE))
+        .prepare_cached(&DOCUMENT_EXISTS)
         .and_then(|mut s| s.exists(named_params! { "$1": doc }))
         .map_err(|e| lite_error("reading a document", e))?;
     if !exists {
@@ -294,7 +291,7 @@ fn append_transcript(
     let entry = &entry.storable();
     if let Some(key) = &entry.key {
         let made = tx
-            .prepare_cached(&made_by_key_sql())
+            .prepare_cached(&MADE_BY_KEY)
             .and_then(|mut s| {
                 s.query_row(named_params! { "$1": doc, "$2": key }, |row| {
                     Ok(TranscriptRow {
@@ -317,7 +314,7 @@ fn append_transcript(
     let mut found = Vec::with_capacity(entry.attachments.len());
     for file in &entry.attachments {
         let row = tx
-            .prepare_cached(&file_to_send_sql())
+            .prepare_cached(&FILE_TO_SEND)
             .and_then(|mut s| {
                 s.query_row(named_params! { "$1": id(*file), "$2": doc }, |row| {
                     Ok(AttachmentRow {
@@ -399,7 +396,7 @@ fn claim_ownership(
     let account = id(holder.account_id);
     for _ in 0..RACE_RETRIES {
         let claimed = tx
-            .prepare_cached(&claim_sql())
+            .prepare_cached(&CLAIM)
             .and_then(|mut s| {
                 s.query_row(
                     named_params! {
@@ -418,7 +415,7 @@ fn claim_ownership(
             return Ok(Ok(Claim::Claimed(row.into())));
         }
         let current: Option<Ownership> = tx
-            .prepare_cached(&ownership_sql())
+            .prepare_cached(&OWNERSHIP)
             .and_then(|mut s| {
                 s.query_row(named_params! { "$1": doc }, ownership_row)
                     .optional()
