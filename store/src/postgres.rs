@@ -21,7 +21,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgQueryResult};
-use sqlx::{Executor, Postgres};
+use sqlx::{Connection, Executor, Postgres};
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -30,6 +30,12 @@ use super::StoreResult;
 
 /// Connections in the pool.
 const MAX_CONNECTIONS: u32 = 10;
+
+/// A pooled connection idle this long is checked (one round trip) before it is handed out, so
+/// one the database ended meanwhile (a restart, an administrator) is replaced instead of failing
+/// its caller. Connections in steady use skip the check: it would cost every read and every
+/// batch a round trip of its own.
+pub const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
 
 /// The longest a caller waits for a connection from the pool, opening one included (sqlx bounds
 /// the connect by the same deadline): a database that does not answer fails the call instead of
@@ -79,6 +85,15 @@ impl PgStore {
         let pool = PgPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_AFTER_IDLE {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(options)
             .await
             .map_err(|e| sqlx_error("connecting to PostgreSQL", e))?;
@@ -314,6 +329,42 @@ mod tests {
             assert_eq!((statement.as_str(), idle.as_str()), ("10s", "10s"));
         }
         drop(held);
+        store.close().await;
+        server
+            .drop_database(&db)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    /// A connection the database ended while it sat in the pool is not handed out: one idle
+    /// for [`PING_AFTER_IDLE`] or longer is checked first, so every read after the ending gets
+    /// a live connection (the check is skipped for connections in steady use).
+    #[tokio::test]
+    async fn a_connection_ended_while_idle_is_replaced() {
+        let server = chopin_fixtures::pg::shared_postgres();
+        let db = server
+            .create_database()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let store = PgStore::connect(&db.url).await.expect("connect");
+        let missing = Uuid::from_u128(0xdead);
+        store.document(missing).await.expect("a read");
+        let mut admin = sqlx::PgConnection::connect(&db.url).await.expect("admin");
+        let ended: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()) ended",
+        )
+        .fetch_one(&mut admin)
+        .await
+        .expect("ending the pool's connections");
+        assert!(ended >= 1, "the pool held a connection to end");
+        tokio::time::sleep(PING_AFTER_IDLE + Duration::from_millis(200)).await;
+        for n in 0..MAX_CONNECTIONS {
+            store.document(missing).await.unwrap_or_else(|e| {
+                panic!("read {n} after the database ended the pool's idle connections: {e}")
+            });
+        }
+        admin.close().await.expect("close");
         store.close().await;
         server
             .drop_database(&db)

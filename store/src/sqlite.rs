@@ -79,6 +79,9 @@ impl SqliteStore {
             .map_err(|e| sqlx_error("migrating SQLite", e.into()))?;
         let reads = SqlitePoolOptions::new()
             .max_connections(READERS)
+            // A connection to a local file has no other end to hang up: sqlx's check before
+            // each use would only cost every read a second hand-off to its connection's thread.
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(opening)?;
