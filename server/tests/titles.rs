@@ -274,6 +274,49 @@ async fn own_13_own_14_a_title_a_person_set_or_renamed_is_never_replaced() {
     assert_eq!(title_of(&s, doc).await, "Billing migration");
 }
 
+/// How many times the server asked its store for `method` (its `/metrics`).
+async fn store_calls(s: &Served, method: &str) -> u64 {
+    use chopin_server::runtime::connector::{self, TcpConnector};
+    let request = http::Request::get(format!("http://{}/metrics", s.host))
+        .body(axum::body::Bytes::new())
+        .unwrap();
+    let response = connector::send(&TcpConnector, request).await.unwrap();
+    let prefix = format!("chopin_store_call_seconds_count{{method=\"{method}\",outcome=\"ok\"}} ");
+    String::from_utf8(response.body.to_vec())
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()).map(|n| n.parse().unwrap()))
+        .unwrap_or(0)
+}
+
+/// OWN-13: no draft can ever replace a title nobody may refine (set by a person, or not the
+/// job's own), so once a message found it so, later messages do not read it again.
+#[tokio::test]
+async fn own_13_a_title_no_draft_may_replace_is_read_once_not_on_every_message() {
+    let s = served().await;
+    s.pause_participation(s.doc).await;
+    let mut room = s.room().await;
+    say(&mut room, "m1", "Let's plan the search revamp.").await;
+    let mut read = 0;
+    for _ in 0..100 {
+        read = store_calls(&s, "title_sidecar").await;
+        if read > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(read, 1, "the first message reads the title's record");
+    say(&mut room, "m2", "And the index.").await;
+    say(&mut room, "m3", "And the ranking.").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store_calls(&s, "title_sidecar").await, 1);
+    assert_eq!(
+        title_jobs(s.store.document_jobs(s.doc, 100).await.unwrap()),
+        0
+    );
+    assert_eq!(title_of(&s, s.doc).await, "Notes");
+}
+
 #[tokio::test]
 async fn own_15_own_16_a_draft_made_while_somebody_renames_is_dropped_and_not_offered_later() {
     let s = served().await;

@@ -334,6 +334,19 @@ impl NewTranscriptEntry {
             attachments: self.attachments.clone(),
         }
     }
+
+    /// The entry as saved in `document_id`'s Chat at `seq`.
+    pub(crate) fn saved(&self, document_id: Uuid, seq: i64) -> TranscriptEntry {
+        TranscriptEntry {
+            document_id,
+            seq,
+            author_login: self.author_login.clone(),
+            kind: self.kind.clone(),
+            body: self.body.clone(),
+            created_at_ms: self.created_at_ms,
+            refs: self.refs.clone(),
+        }
+    }
 }
 
 impl NewDocument {

@@ -739,15 +739,7 @@ impl TranscriptStore for MemoryStore {
                     .transcript_keys
                     .insert((document_id, key.clone()), seq);
             }
-            let stored = TranscriptEntry {
-                document_id,
-                seq,
-                author_login: entry.author_login.clone(),
-                kind: entry.kind.clone(),
-                body: entry.body.clone(),
-                created_at_ms: entry.created_at_ms,
-                refs: entry.refs.clone(),
-            };
+            let stored = entry.saved(document_id, seq);
             entries.push(stored.clone());
             Ok(stored)
         })

@@ -153,12 +153,14 @@ impl Dialect for Postgres {
     const LOCK_REPOSITORY_SLUGS: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
 
-    /// A transaction-scoped advisory lock on one fixed key, shared: advisory locks live in the
-    /// lock manager only (no row is written, unlike `FOR SHARE` on the lease row), and the lock
-    /// manager queues a new shared request behind a waiting exclusive one, so a steady stream of
-    /// writes cannot starve a takeover.
-    const LOCK_WRITER_LEASE_SHARED: Option<&'static str> =
-        Some("SELECT pg_advisory_xact_lock_shared(hashtextextended('chopin:writer-lease', 0))");
+    /// `BEGIN`, then a transaction-scoped advisory lock on one fixed key, shared: advisory
+    /// locks live in the lock manager only (no row is written, unlike `FOR SHARE` on the lease
+    /// row), and the lock manager queues a new shared request behind a waiting exclusive one,
+    /// so a steady stream of writes cannot starve a takeover. sqlx sends a `BEGIN` statement
+    /// as a simple query, which may hold several statements: they run in order, the lock inside
+    /// the transaction the first one opened.
+    const BEGIN_FENCED_WRITE: &'static str =
+        "BEGIN; SELECT pg_advisory_xact_lock_shared(hashtextextended('chopin:writer-lease', 0))";
 
     /// The same advisory lock, exclusive.
     const LOCK_WRITER_LEASE: Option<&'static str> =

@@ -104,12 +104,13 @@ pub(crate) trait Dialect: Database {
     /// the other table to stay true until it commits.
     const LOCK_REPOSITORY_SLUGS: Option<&'static str>;
 
-    /// A statement taking, until commit, the writer-lease lock in shared mode, or `None` if a
-    /// [`Dialect::BEGIN_WRITE`] transaction already excludes every other writer. A fenced write
-    /// takes it before reading the lease row, so that no change of the lease's epoch or holder
-    /// (which takes it exclusively) can commit between that check and the write's commit.
-    /// Renewals take neither: they change only the expiry, which no write checks.
-    const LOCK_WRITER_LEASE_SHARED: Option<&'static str>;
+    /// Begins a fenced write: [`Dialect::BEGIN_WRITE`] and then, where that does not already
+    /// exclude every other writer, the writer-lease lock taken in shared mode until commit —
+    /// sent together, so the two cost one round trip. A fenced write holds the lock before it
+    /// reads the lease row, so that no change of the lease's epoch or holder (which takes it
+    /// exclusively) can commit between that check and the write's commit. Renewals take
+    /// neither: they change only the expiry, which no write checks.
+    const BEGIN_FENCED_WRITE: &'static str;
 
     /// The same lock in exclusive mode, taken by a transaction that may change the lease's epoch
     /// or holder (taking it over, giving it back): it waits for the fenced writes in flight.
@@ -657,6 +658,16 @@ const APPEND_TRANSCRIPT: &str = "INSERT INTO chat_transcript \
      SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 \
      FROM chat_transcript WHERE document_id = $1 RETURNING seq";
 
+/// As [`APPEND_TRANSCRIPT`], unless the document already has an entry with append key `$6`:
+/// then nothing is inserted and no row returned. The key lookup and the append in one
+/// statement, for an entry that sends no file (one that does checks its files in between).
+const APPEND_TRANSCRIPT_UNLESS_MADE: &str = "INSERT INTO chat_transcript \
+     (document_id, seq, author_login, kind, body, created_at_ms, append_key, refs) \
+     SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 \
+     FROM chat_transcript WHERE document_id = $1 \
+     HAVING NOT EXISTS (SELECT 1 FROM chat_transcript \
+     WHERE document_id = $1 AND append_key = $6) RETURNING seq";
+
 /// A file marked sent by the entry at seq `$1`.
 const MARK_SENT: &str = "UPDATE chat_attachments SET sent_seq = $1 WHERE id = $2";
 
@@ -794,23 +805,22 @@ where
 
     /// Begins a write transaction ([`Dialect::BEGIN_WRITE`]). On a fenced handle (see
     /// [`crate::fence`]) it is refused at once if this process gave the fence up; otherwise it
-    /// takes the writer-lease lock shared ([`Dialect::LOCK_WRITER_LEASE_SHARED`]) and then reads
+    /// takes the writer-lease lock shared ([`Dialect::BEGIN_FENCED_WRITE`]) and then reads
     /// the lease row, both inside the transaction, so no change of epoch can commit between
     /// this check and the write's commit: the write lands before a takeover or is refused.
     async fn begin_write(&self) -> StoreResult<Transaction<'static, DB>> {
         self.fence.check_local()?;
+        let begin = if self.fence.is_some() {
+            DB::BEGIN_FENCED_WRITE
+        } else {
+            DB::BEGIN_WRITE
+        };
         let mut tx = self
             .writes
-            .begin_with(DB::BEGIN_WRITE)
+            .begin_with(begin)
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
         if self.fence.is_some() {
-            if let Some(lock) = DB::LOCK_WRITER_LEASE_SHARED {
-                sqlx::query(lock)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|e| sqlx_error("locking the writer lease for a write", e))?;
-            }
             let lease: Option<(i64, Option<String>)> = sqlx::query_as(LEASE_FOR_WRITE)
                 .bind(WRITER_LEASE_NAME)
                 .fetch_optional(&mut *tx)
@@ -1008,12 +1018,13 @@ where
     /// (nothing of the batch is committed); a job's own refusal is in its outcome.
     async fn run_batch(mut tx: Transaction<'static, DB>, batch: &[Job]) -> StoreResult<Vec<Done>> {
         let mut outcomes = Vec::with_capacity(batch.len());
+        let mut locked = Vec::new();
         for job in batch {
             outcomes.push(match job {
                 Job::Transcript {
                     document_id, entry, ..
                 } => Done::Transcript(
-                    Self::append_transcript_in(&mut tx, *document_id, entry).await?,
+                    Self::append_transcript_in(&mut tx, &mut locked, *document_id, entry).await?,
                 ),
                 Job::Updates {
                     document_id,
@@ -1970,8 +1981,11 @@ where
     /// [`TranscriptStore::append_transcript`](crate::TranscriptStore::append_transcript) inside
     /// a batch's transaction. The outer error breaks the transaction; the inner one is this
     /// job's alone.
+    /// `locked`: the documents whose row this transaction has locked already (each is locked,
+    /// and found, once per batch).
     async fn append_transcript_in(
         tx: &mut Transaction<'static, DB>,
+        locked: &mut Vec<Uuid>,
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<StoreResult<TranscriptEntry>> {
@@ -1979,20 +1993,40 @@ where
         // PostgreSQL's READ COMMITTED the INSERT's fresh snapshot then sees every entry
         // committed before the lock was granted, so each numbers from the one before it (and
         // from those earlier in its own batch).
-        if !Self::document_exists(tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
-            return Ok(Err(StoreError::NotFound("document")));
+        if !locked.contains(&document_id) {
+            if !Self::document_exists(tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+                return Ok(Err(StoreError::NotFound("document")));
+            }
+            locked.push(document_id);
         }
         let entry = &entry.storable();
-        if let Some(key) = &entry.key {
-            // Under the document's row lock: an append with this key committed before is seen.
-            let made: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&MADE_BY_KEY)
+        if let (Some(key), true) = (&entry.key, entry.attachments.is_empty()) {
+            let seq: Option<i64> = sqlx::query_scalar(APPEND_TRANSCRIPT_UNLESS_MADE)
                 .bind(DB::Id::from(document_id))
-                .bind(key)
+                .bind(&entry.author_login)
+                .bind(&entry.kind)
+                .bind(&entry.body)
+                .bind(entry.created_at_ms)
+                .bind(&entry.key)
+                .bind(&entry.refs)
                 .fetch_optional(&mut **tx)
                 .await
-                .map_err(|e| sqlx_error("reading an append key", e))?;
-            if let Some(made) = made {
-                return Ok(Ok(made.into()));
+                .map_err(|e| sqlx_error("appending to a transcript", e))?;
+            if let Some(seq) = seq {
+                return Ok(Ok(entry.saved(document_id, seq)));
+            }
+            // Not inserted: the key's entry is there, and stays (the row lock is held).
+            return match Self::made_by_key(tx, document_id, key).await? {
+                Some(made) => Ok(Ok(made)),
+                None => Err(StoreError::Backend(
+                    "an append was refused for a key with no entry".into(),
+                )),
+            };
+        }
+        if let Some(key) = &entry.key {
+            // Under the document's row lock: an append with this key committed before is seen.
+            if let Some(made) = Self::made_by_key(tx, document_id, key).await? {
+                return Ok(Ok(made));
             }
         }
         if let Err(e) = Self::check_sendable_in(tx, document_id, entry).await? {
@@ -2017,15 +2051,22 @@ where
                 .await
                 .map_err(|e| sqlx_error("marking a file sent", e))?;
         }
-        Ok(Ok(TranscriptEntry {
-            document_id,
-            seq,
-            author_login: entry.author_login.clone(),
-            kind: entry.kind.clone(),
-            body: entry.body.clone(),
-            created_at_ms: entry.created_at_ms,
-            refs: entry.refs.clone(),
-        }))
+        Ok(Ok(entry.saved(document_id, seq)))
+    }
+
+    /// The entry document `document_id`'s append with key `key` made, if any.
+    async fn made_by_key(
+        tx: &mut Transaction<'static, DB>,
+        document_id: Uuid,
+        key: &str,
+    ) -> StoreResult<Option<TranscriptEntry>> {
+        let made: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&MADE_BY_KEY)
+            .bind(DB::Id::from(document_id))
+            .bind(key)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("reading an append key", e))?;
+        Ok(made.map(Into::into))
     }
 
     /// Whether the files `entry` sends may be sent by its author, read under the document's

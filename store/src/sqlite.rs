@@ -126,7 +126,7 @@ impl Dialect for Sqlite {
     const FOR_NO_KEY_UPDATE: &'static str = "";
     const FOR_SHARE: &'static str = "";
     const LOCK_REPOSITORY_SLUGS: Option<&'static str> = None;
-    const LOCK_WRITER_LEASE_SHARED: Option<&'static str> = None;
+    const BEGIN_FENCED_WRITE: &'static str = Self::BEGIN_WRITE;
     const LOCK_WRITER_LEASE: Option<&'static str> = None;
 
     fn rows_affected(done: &SqliteQueryResult) -> u64 {

@@ -380,7 +380,21 @@ async fn hostile_8_an_append_whose_key_is_held_appends_nothing_and_answers_the_f
     assert_eq!(again, first);
     assert_eq!(
         store.transcript(doc.id, 0, 10).await.unwrap(),
-        vec![first.clone(), other]
+        vec![first.clone(), other.clone()]
+    );
+    // The same append queued twice at once (one group commit, as a rule): one entry, both
+    // answered with it.
+    let mut twice = entry(Some("mona"), "member", "twice", 12);
+    twice.key = Some("k-2".into());
+    let (a, b2) = (
+        store.queue_transcript(doc.id, &twice).await.unwrap(),
+        store.queue_transcript(doc.id, &twice).await.unwrap(),
+    );
+    let (a, b2) = (a.await.unwrap(), b2.await.unwrap());
+    assert_eq!((a.seq, &a), (3, &b2));
+    assert_eq!(
+        store.transcript(doc.id, 0, 10).await.unwrap(),
+        vec![first.clone(), other, a]
     );
     // The same key in another document is another key.
     let elsewhere = store
@@ -394,7 +408,7 @@ async fn hostile_8_an_append_whose_key_is_held_appends_nothing_and_answers_the_f
     let store = b.open().await;
     let replayed = store.append_transcript(doc.id, &keyed).await.unwrap();
     assert_eq!(replayed, first);
-    assert_eq!(store.last_transcript_seq(doc.id).await.unwrap(), 2);
+    assert_eq!(store.last_transcript_seq(doc.id).await.unwrap(), 3);
 }
 
 fn claimed(claim: Claim) -> chopin_store::Ownership {

@@ -367,6 +367,10 @@ impl Definition for DocumentTitle {
     }
 }
 
+/// How many documents [`Titles`] remembers as settled before it forgets them all (each then
+/// costs one more read of its title, the next time a message is saved there).
+const SETTLED_MAX: usize = 65_536;
+
 /// The trigger: a member message was saved.
 pub struct Titles {
     jobs: Weak<Jobs>,
@@ -374,6 +378,10 @@ pub struct Titles {
     titles: Arc<dyn TitleStore>,
     shutdown: crate::runtime::Shutdown,
     enabled: bool,
+    /// Documents whose title no draft may replace, as a message found them. That never changes
+    /// back: a person's rename marks the title chosen for good, and the job writes a title only
+    /// where it was refinable, so a title that was not stays as it is or becomes chosen.
+    settled: Arc<Mutex<BTreeSet<Uuid>>>,
 }
 
 /// Whether a draft may replace `title` under `sidecar`: nobody chose it, and it is blank or
@@ -396,7 +404,12 @@ impl Titles {
             titles,
             shutdown,
             enabled,
+            settled: Arc::default(),
         })
+    }
+
+    fn settled(&self) -> MutexGuard<'_, BTreeSet<Uuid>> {
+        self.settled.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// A member's message was saved at `seq` in `document`'s Chat (any member's, addressed to
@@ -409,11 +422,19 @@ impl Titles {
             return;
         };
         // A title a person chose asks for nothing (no row per message for it).
+        if self.settled().contains(&document) {
+            return;
+        }
         if let (Ok(Some(doc)), Ok(sidecar)) = (
             self.records.document(document).await,
             self.titles.title_sidecar(document).await,
         ) {
             if !refinable(&doc.title, &sidecar) {
+                let mut settled = self.settled();
+                if settled.len() >= SETTLED_MAX {
+                    settled.clear();
+                }
+                settled.insert(document);
                 return;
             }
         }
@@ -447,6 +468,7 @@ impl crate::chat::MessageSaved for Titles {
             titles: self.titles.clone(),
             shutdown: self.shutdown.clone(),
             enabled: true,
+            settled: self.settled.clone(),
         };
         self.shutdown
             .spawn(async move { titles.message_saved(document, seq).await });

@@ -362,15 +362,7 @@ fn append_transcript(
             .and_then(|mut s| s.execute(named_params! { "$1": seq, "$2": id(*file) }))
             .map_err(|e| lite_error("marking a file sent", e))?;
     }
-    Ok(Ok(TranscriptEntry {
-        document_id,
-        seq,
-        author_login: entry.author_login.clone(),
-        kind: entry.kind.clone(),
-        body: entry.body.clone(),
-        created_at_ms: entry.created_at_ms,
-        refs: entry.refs.clone(),
-    }))
+    Ok(Ok(entry.saved(document_id, seq)))
 }
 
 /// An ownership row read back.
