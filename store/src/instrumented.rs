@@ -901,6 +901,32 @@ impl<H: Hook> crate::TitleStore for Instrumented<H> {
 }
 
 #[async_trait]
+impl<H: Hook> crate::GraphStore for Instrumented<H> {
+    async fn graph_versions(&self, document_id: Uuid) -> StoreResult<Vec<crate::GraphVersion>> {
+        self.observe(
+            "graph_versions",
+            READ,
+            self.inner.graph_versions(document_id),
+        )
+        .await
+    }
+
+    async fn change_graph(
+        &self,
+        document_id: Uuid,
+        change: &crate::GraphChange,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::GraphVersion, crate::GraphRefusal>> {
+        self.observe(
+            "change_graph",
+            WRITE,
+            self.inner.change_graph(document_id, change, now_ms),
+        )
+        .await
+    }
+}
+
+#[async_trait]
 impl<H: Hook> crate::CommentStore for Instrumented<H> {
     async fn start_comment(
         &self,

@@ -27,6 +27,7 @@ use uuid::Uuid;
 
 pub mod comments;
 pub mod fence;
+pub mod graphs;
 pub mod instrumented;
 pub mod jobs;
 pub mod memory;
@@ -39,6 +40,9 @@ pub use comments::{
     ThreadWithNotes,
 };
 pub use fence::Fence;
+pub use graphs::{
+    GraphChange, GraphCounters, GraphRefusal, GraphState, GraphStore, GraphVersion, RunEnd,
+};
 pub use jobs::{
     Drafted, Enqueued, Job, JobState, JobStore, NewJob, Settlement, TitleSidecar, TitleStore,
 };
@@ -470,6 +474,7 @@ pub trait Store:
     + AttachmentStore
     + JobStore
     + TitleStore
+    + GraphStore
     + CommentStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.

@@ -122,6 +122,8 @@ struct Inner {
     comment_threads: BTreeMap<Uuid, crate::CommentThread>,
     /// (thread id, number) → a note of a comment thread.
     comment_notes: BTreeMap<(Uuid, i64), crate::CommentNote>,
+    /// (document id, graph version) → a version of the document's implementation graph.
+    graphs: BTreeMap<(Uuid, i64), crate::GraphVersion>,
 }
 
 impl MemoryStore {
@@ -1482,6 +1484,56 @@ impl Inner {
             .map(|(_, n)| n.clone())
             .collect();
         (thread.clone(), notes)
+    }
+}
+
+#[async_trait]
+impl crate::GraphStore for MemoryStore {
+    async fn graph_versions(&self, document_id: Uuid) -> StoreResult<Vec<crate::GraphVersion>> {
+        self.with(|inner| Ok(inner.graph_versions(document_id)))
+    }
+
+    async fn change_graph(
+        &self,
+        document_id: Uuid,
+        change: &crate::GraphChange,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::GraphVersion, crate::GraphRefusal>> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let versions = inner.graph_versions(document_id);
+            let saved = match crate::graphs::apply(document_id, &versions, change, now_ms) {
+                Ok(saved) => saved,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            for version in &saved {
+                let stored = crate::GraphVersion {
+                    definition: crate::storable(&version.definition).into_owned(),
+                    run_id: version
+                        .run_id
+                        .as_deref()
+                        .map(|r| crate::storable(r).into_owned()),
+                    ..version.clone()
+                };
+                inner
+                    .graphs
+                    .insert((document_id, version.counters.graph_version), stored);
+            }
+            let changed = saved[0].counters.graph_version;
+            Ok(Ok(inner.graphs[&(document_id, changed)].clone()))
+        })
+    }
+}
+
+impl Inner {
+    /// `document_id`'s graph versions, oldest first.
+    fn graph_versions(&self, document_id: Uuid) -> Vec<crate::GraphVersion> {
+        self.graphs
+            .range((document_id, i64::MIN)..=(document_id, i64::MAX))
+            .map(|(_, v)| v.clone())
+            .collect()
     }
 }
 

@@ -710,6 +710,64 @@ static OWNERSHIP: LazyLock<String> = LazyLock::new(|| {
     format!("SELECT {OWNERSHIP_COLUMNS} FROM planner_ownership WHERE document_id = $1")
 });
 
+const GRAPH_COLUMNS: &str = "document_id, graph_version, plan_revision, graph_revision, state, \
+     definition, verified, revision_requested, run_id, created_at_ms, updated_at_ms";
+
+/// An `implementation_graphs` row in [`GRAPH_COLUMNS`] order.
+type GraphRow<Id> = (
+    Id,
+    i64,
+    i64,
+    i64,
+    String,
+    String,
+    bool,
+    bool,
+    Option<String>,
+    i64,
+    i64,
+);
+
+/// Every version of document `$1`'s graph, oldest first.
+static GRAPH_VERSIONS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {GRAPH_COLUMNS} FROM implementation_graphs WHERE document_id = $1 \
+         ORDER BY graph_version"
+    )
+});
+
+fn graph_version_of<Id: Into<Uuid>>(row: GraphRow<Id>) -> StoreResult<crate::GraphVersion> {
+    let (
+        document_id,
+        graph_version,
+        plan_revision,
+        graph_revision,
+        state,
+        definition,
+        verified,
+        revision_requested,
+        run_id,
+        created_at_ms,
+        updated_at_ms,
+    ) = row;
+    Ok(crate::GraphVersion {
+        document_id: document_id.into(),
+        counters: crate::GraphCounters {
+            plan_revision,
+            graph_version,
+            graph_revision,
+        },
+        state: crate::GraphState::parse(&state)
+            .ok_or_else(|| StoreError::Backend(format!("unknown graph state {state:?}")))?,
+        definition,
+        verified,
+        revision_requested,
+        run_id,
+        created_at_ms,
+        updated_at_ms,
+    })
+}
+
 const COMMENT_THREAD_COLUMNS: &str = "id, document_id, quote, created_by, created_at_ms, \
      resolved_by, resolved_at_ms, replies, result_revision";
 
@@ -2357,6 +2415,87 @@ where
         Ok(changed > 0)
     }
 
+    // --- GraphStore ---
+
+    pub(crate) async fn graph_versions(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Vec<crate::GraphVersion>> {
+        let rows: Vec<GraphRow<DB::Id>> = sqlx::query_as(&GRAPH_VERSIONS)
+            .bind(DB::Id::from(document_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a graph", e))?;
+        rows.into_iter().map(graph_version_of).collect()
+    }
+
+    /// Reads the document's versions under its row lock, applies [`crate::graphs::apply`] and
+    /// saves what it returns, in one transaction.
+    pub(crate) async fn change_graph(
+        &self,
+        document_id: Uuid,
+        change: &crate::GraphChange,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::GraphVersion, crate::GraphRefusal>> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let rows: Vec<GraphRow<DB::Id>> = sqlx::query_as(&GRAPH_VERSIONS)
+            .bind(DB::Id::from(document_id))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a graph", e))?;
+        let versions = rows
+            .into_iter()
+            .map(graph_version_of)
+            .collect::<StoreResult<Vec<_>>>()?;
+        let saved = match crate::graphs::apply(document_id, &versions, change, now_ms) {
+            Ok(saved) => saved,
+            // Dropped unfinished: rolled back, nothing written.
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        for version in &saved {
+            sqlx::query(
+                "INSERT INTO implementation_graphs (document_id, graph_version, plan_revision, \
+                 graph_revision, state, definition, verified, revision_requested, run_id, \
+                 created_at_ms, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT (document_id, graph_version) DO UPDATE SET \
+                 plan_revision = excluded.plan_revision, graph_revision = excluded.graph_revision, \
+                 state = excluded.state, definition = excluded.definition, \
+                 verified = excluded.verified, revision_requested = excluded.revision_requested, \
+                 run_id = excluded.run_id, updated_at_ms = excluded.updated_at_ms",
+            )
+            .bind(DB::Id::from(document_id))
+            .bind(version.counters.graph_version)
+            .bind(version.counters.plan_revision)
+            .bind(version.counters.graph_revision)
+            .bind(version.state.as_str())
+            .bind(crate::storable(&version.definition).into_owned())
+            .bind(version.verified)
+            .bind(version.revision_requested)
+            .bind(
+                version
+                    .run_id
+                    .as_deref()
+                    .map(|r| crate::storable(r).into_owned()),
+            )
+            .bind(version.created_at_ms)
+            .bind(version.updated_at_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("saving a graph version", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a graph change", e))?;
+        let mut saved = saved.into_iter();
+        Ok(Ok(saved
+            .next()
+            .expect("a change saves the version it made")))
+    }
+
     // --- CommentStore ---
 
     /// Reads `document_id`'s thread `thread_id` in `tx`, locked until commit.
@@ -3605,7 +3744,8 @@ macro_rules! sql_store_impls {
                 HoldStore, LinkHold, ModelChoice, ModelChoiceStore, ParticipationPause, Attachment, AttachmentStore,
                 Kept, NewAttachment, TakeBack, UnsentLimit, Enqueued, Job, JobState, JobStore,
                 NewJob, Settlement, TitleStore, TitleSidecar, Drafted, CommentStore, CommentThread,
-                NewCommentNote, NewCommentThread, Replied, ThreadWithNotes,
+                NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
+                GraphVersion, GraphChange, GraphRefusal,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -3731,6 +3871,11 @@ macro_rules! sql_store_impls {
                 fn comment_thread(document_id: Uuid, thread_id: Uuid)
                     -> Option<ThreadWithNotes>;
                 fn comment_threads(document_id: Uuid, limit: i64) -> Vec<ThreadWithNotes>;
+            } {});
+            sql_store_impls!(@forward $store, GraphStore {
+                fn graph_versions(document_id: Uuid) -> Vec<GraphVersion>;
+                fn change_graph(document_id: Uuid, change: &GraphChange, now_ms: UnixMillis)
+                    -> Result<GraphVersion, GraphRefusal>;
             } {});
             sql_store_impls!(@forward $store, TitleStore {
                 fn title_sidecar(document_id: Uuid) -> TitleSidecar;

@@ -30,11 +30,12 @@ use std::sync::Arc;
 
 use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
-    Creator, Document, DocumentContent, Drafted, Enqueued, Fence, Holder, Job, JobState, Kept,
-    LeaseAcquire, LinkHold, MemoryStore, ModelChoice, NewAttachment, NewCommentNote,
-    NewCommentThread, NewDocument, NewJob, NewTranscriptEntry, OwnerGuard, ParticipationPause,
-    PgStore, PlanCommit, Provenance, Release, Replied, RevisionKind, RunRecord, Settlement,
-    SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
+    Creator, Document, DocumentContent, Drafted, Enqueued, Fence, GraphChange, GraphCounters,
+    GraphRefusal, GraphState, GraphVersion, Holder, Job, JobState, Kept, LeaseAcquire, LinkHold,
+    MemoryStore, ModelChoice, NewAttachment, NewCommentNote, NewCommentThread, NewDocument, NewJob,
+    NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, Provenance, Release,
+    Replied, RevisionKind, RunEnd, RunRecord, Settlement, SqliteStore, StageRecord, Store,
+    StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -140,6 +141,14 @@ macro_rules! conformance {
 }
 
 conformance! {
+    life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
+    life_31_approval_refuses_a_graph_drafted_against_an_older_plan_revision,
+    life_32_life_37_a_replacement_draft_supersedes_nothing_until_it_is_approved,
+    life_33_a_claim_checks_all_three_counters_and_locks_the_version,
+    life_33_two_claims_at_once_lock_the_version_once,
+    life_34_life_35_a_run_end_gives_the_version_back_and_a_verified_one_is_never_claimed_again,
+    life_36_a_revision_requested_version_is_claimable_until_a_replacement_is_latest,
+    life_38_life_39_graph_counters_are_not_document_counters,
     hostile_8_text_with_nul_is_stored_the_same_way_and_fails_no_batch_mate,
     hostile_8_an_append_whose_key_is_held_appends_nothing_and_answers_the_first,
     answers_ping_and_names_itself,
@@ -2093,6 +2102,21 @@ async fn every_write(
             .map(|n| assert_eq!(n, 1)),
     );
     record(
+        "change_graph",
+        store
+            .change_graph(
+                fx.doc,
+                &GraphChange::Edit {
+                    base: None,
+                    plan_revision: 1,
+                    definition: "{}".into(),
+                },
+                5_000,
+            )
+            .await
+            .map(|drafted| assert!(drafted.is_ok(), "{drafted:?}")),
+    );
+    record(
         "draft_title",
         store
             .draft_title(fx.doc, &doc.title, "A drafted title")
@@ -2194,6 +2218,7 @@ struct FencedState {
     jobs: Vec<Job>,
     title: TitleSidecar,
     comments: Vec<chopin_store::ThreadWithNotes>,
+    graph: Vec<GraphVersion>,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -2252,6 +2277,7 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
         jobs: store.document_jobs(fx.doc, 100).await.unwrap(),
         title: store.title_sidecar(fx.doc).await.unwrap(),
         comments: store.comment_threads(fx.doc, 100).await.unwrap(),
+        graph: store.graph_versions(fx.doc).await.unwrap(),
     }
 }
 
@@ -2282,7 +2308,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 43, "every write method is tried");
+    assert_eq!(outcomes.len(), 44, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -5940,4 +5966,448 @@ async fn iso_19_iso_20_iso_21_comment_threads_number_their_notes_cap_replies_and
         reopened.comment_thread(other, thread.id).await.unwrap(),
         None
     );
+}
+
+// --- implementation graphs ------------------------------------------------------------------
+
+fn edit(base: Option<(i64, i64)>, plan_revision: i64, definition: &str) -> GraphChange {
+    GraphChange::Edit {
+        base,
+        plan_revision,
+        definition: definition.into(),
+    }
+}
+
+fn approve(graph_version: i64, graph_revision: i64, current_plan_revision: i64) -> GraphChange {
+    GraphChange::Approve {
+        graph_version,
+        graph_revision,
+        current_plan_revision,
+    }
+}
+
+fn claim(plan_revision: i64, graph_version: i64, graph_revision: i64, run: &str) -> GraphChange {
+    GraphChange::Claim {
+        counters: GraphCounters {
+            plan_revision,
+            graph_version,
+            graph_revision,
+        },
+        run_id: run.into(),
+    }
+}
+
+fn end_run(graph_version: i64, run: &str, end: RunEnd) -> GraphChange {
+    GraphChange::EndRun {
+        graph_version,
+        run_id: run.into(),
+        end,
+    }
+}
+
+/// Makes `change` of `doc`'s graph at `at`, expecting it accepted.
+async fn changed(store: &Arc<dyn Store>, doc: Uuid, change: GraphChange, at: i64) -> GraphVersion {
+    store
+        .change_graph(doc, &change, at)
+        .await
+        .unwrap()
+        .unwrap_or_else(|refusal| panic!("{change:?} refused: {refusal}"))
+}
+
+/// Makes `change` of `doc`'s graph, expecting it refused; nothing changes.
+async fn refused(store: &Arc<dyn Store>, doc: Uuid, change: GraphChange) -> GraphRefusal {
+    let before = store.graph_versions(doc).await.unwrap();
+    let refusal = match store.change_graph(doc, &change, 9_999).await.unwrap() {
+        Ok(v) => panic!("{change:?} was accepted: {v:?}"),
+        Err(refusal) => refusal,
+    };
+    assert_eq!(
+        store.graph_versions(doc).await.unwrap(),
+        before,
+        "a refusal changes nothing"
+    );
+    refusal
+}
+
+fn states(versions: &[GraphVersion]) -> Vec<(i64, GraphState)> {
+    versions
+        .iter()
+        .map(|v| (v.counters.graph_version, v.state))
+        .collect()
+}
+
+/// LIFE-28, LIFE-29, LIFE-30: a graph starts as version 1 in draft at revision 1; each edit of the
+/// draft advances its revision and may follow a newer plan; an edit from a stale read is refused.
+async fn life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    assert!(store.graph_versions(doc).await.unwrap().is_empty());
+    assert_eq!(
+        refused(&store, doc, edit(Some((1, 1)), 1, "{}")).await,
+        GraphRefusal::NoGraph
+    );
+    let first = changed(&store, doc, edit(None, 4, r#"{"tasks":["a"]}"#), 10).await;
+    assert_eq!(
+        (
+            first.counters,
+            first.state,
+            first.definition.as_str(),
+            first.created_at_ms
+        ),
+        (
+            GraphCounters {
+                plan_revision: 4,
+                graph_version: 1,
+                graph_revision: 1
+            },
+            GraphState::Draft,
+            r#"{"tasks":["a"]}"#,
+            10
+        )
+    );
+    let edited = changed(
+        &store,
+        doc,
+        edit(Some((1, 1)), 5, r#"{"tasks":["a","b"]}"#),
+        20,
+    )
+    .await;
+    assert_eq!(
+        (
+            edited.counters,
+            edited.state,
+            edited.created_at_ms,
+            edited.updated_at_ms
+        ),
+        (
+            GraphCounters {
+                plan_revision: 5,
+                graph_version: 1,
+                graph_revision: 2
+            },
+            GraphState::Draft,
+            10,
+            20
+        )
+    );
+    // The first editor's read is stale now; so is a read of no graph.
+    let stale = GraphRefusal::Stale {
+        latest_version: 1,
+        latest_revision: 2,
+    };
+    assert_eq!(
+        refused(&store, doc, edit(Some((1, 1)), 5, "{}")).await,
+        stale
+    );
+    assert_eq!(refused(&store, doc, edit(None, 5, "{}")).await, stale);
+    assert!(matches!(
+        store
+            .change_graph(Uuid::from_u128(0xdead), &edit(None, 1, "{}"), 1)
+            .await,
+        Err(StoreError::NotFound(_))
+    ));
+    // Kept across a reopen.
+    drop(store);
+    let store = b.open().await;
+    assert_eq!(store.graph_versions(doc).await.unwrap(), vec![edited]);
+}
+
+/// LIFE-31: approval refuses a graph drafted against an older plan revision than the current one;
+/// it approves exactly the latest draft, named by version and revision, and only a draft.
+async fn life_31_approval_refuses_a_graph_drafted_against_an_older_plan_revision(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(
+        refused(&store, doc, approve(1, 1, 1)).await,
+        GraphRefusal::NoGraph
+    );
+    changed(&store, doc, edit(None, 3, "{}"), 10).await;
+    assert_eq!(
+        refused(&store, doc, approve(1, 1, 4)).await,
+        GraphRefusal::PlanChanged {
+            drafted: 3,
+            current: 4
+        }
+    );
+    assert_eq!(
+        refused(&store, doc, approve(1, 2, 3)).await,
+        GraphRefusal::Stale {
+            latest_version: 1,
+            latest_revision: 1
+        }
+    );
+    let approved = changed(&store, doc, approve(1, 1, 3), 20).await;
+    assert_eq!(
+        (approved.state, approved.updated_at_ms),
+        (GraphState::Approved, 20)
+    );
+    assert_eq!(
+        refused(&store, doc, approve(1, 1, 3)).await,
+        GraphRefusal::NotDraft {
+            state: "approved".into()
+        }
+    );
+}
+
+/// LIFE-32, LIFE-37: drafting a replacement while the latest version is approved makes a new
+/// draft version and leaves the approved one as it is; approving the replacement supersedes it.
+async fn life_32_life_37_a_replacement_draft_supersedes_nothing_until_it_is_approved(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    changed(&store, doc, approve(1, 1, 1), 11).await;
+    let replacement = changed(&store, doc, edit(Some((1, 1)), 2, r#"{"v":2}"#), 12).await;
+    assert_eq!(
+        (replacement.counters, replacement.state),
+        (
+            GraphCounters {
+                plan_revision: 2,
+                graph_version: 2,
+                graph_revision: 1
+            },
+            GraphState::Draft
+        )
+    );
+    assert_eq!(
+        states(&store.graph_versions(doc).await.unwrap()),
+        [(1, GraphState::Approved), (2, GraphState::Draft)]
+    );
+    changed(&store, doc, edit(Some((2, 1)), 2, r#"{"v":2.1}"#), 13).await;
+    changed(&store, doc, approve(2, 2, 2), 14).await;
+    let versions = store.graph_versions(doc).await.unwrap();
+    assert_eq!(
+        states(&versions),
+        [(1, GraphState::Superseded), (2, GraphState::Approved)]
+    );
+    assert_eq!(versions[0].updated_at_ms, 14);
+}
+
+/// LIFE-33: a claim checks the plan revision, the version and the revision together and moves
+/// the approved version to locked, held by the run; while it is locked nothing else changes the
+/// graph (another claim, an edit, an approval).
+async fn life_33_a_claim_checks_all_three_counters_and_locks_the_version(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(
+        refused(&store, doc, claim(1, 1, 1, "run-1")).await,
+        GraphRefusal::NoGraph
+    );
+    changed(&store, doc, edit(None, 2, "{}"), 10).await;
+    assert_eq!(
+        refused(&store, doc, claim(2, 1, 1, "run-1")).await,
+        GraphRefusal::NotApproved {
+            state: "draft".into()
+        }
+    );
+    changed(&store, doc, approve(1, 1, 2), 11).await;
+    let stale = GraphRefusal::Stale {
+        latest_version: 1,
+        latest_revision: 1,
+    };
+    assert_eq!(
+        refused(&store, doc, claim(1, 1, 1, "run-1")).await,
+        stale,
+        "an older plan"
+    );
+    assert_eq!(
+        refused(&store, doc, claim(2, 1, 2, "run-1")).await,
+        stale,
+        "another revision"
+    );
+    assert_eq!(
+        refused(&store, doc, claim(2, 2, 1, "run-1")).await,
+        stale,
+        "another version"
+    );
+    let locked = changed(&store, doc, claim(2, 1, 1, "run-1"), 12).await;
+    assert_eq!(
+        (locked.state, locked.run_id.as_deref(), locked.updated_at_ms),
+        (GraphState::Locked, Some("run-1"), 12)
+    );
+    let held = GraphRefusal::Locked { graph_version: 1 };
+    assert_eq!(refused(&store, doc, claim(2, 1, 1, "run-2")).await, held);
+    assert_eq!(
+        refused(&store, doc, edit(Some((1, 1)), 2, "{}")).await,
+        held
+    );
+    assert_eq!(refused(&store, doc, approve(1, 1, 2)).await, held);
+}
+
+/// LIFE-33: two runs claiming one approved version at the same moment: exactly one locks it.
+async fn life_33_two_claims_at_once_lock_the_version_once(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    changed(&store, doc, approve(1, 1, 1), 11).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let claims = ["run-a", "run-b"].map(|run| {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .change_graph(doc, &claim(1, 1, 1, run), 12)
+                .await
+                .unwrap()
+        })
+    });
+    let mut won = Vec::new();
+    for c in claims {
+        match c.await.unwrap() {
+            Ok(v) => won.push(v.run_id.unwrap()),
+            Err(refusal) => assert_eq!(refusal, GraphRefusal::Locked { graph_version: 1 }),
+        }
+    }
+    assert_eq!(won.len(), 1, "exactly one claim wins: {won:?}");
+    let versions = store.graph_versions(doc).await.unwrap();
+    assert_eq!(versions[0].run_id.as_ref(), Some(&won[0]));
+}
+
+/// LIFE-34, LIFE-35: every terminal run gives the version back as approved; a run whose
+/// verification passed leaves it approved but never claimable again. Only the run holding the
+/// version can end it.
+async fn life_34_life_35_a_run_end_gives_the_version_back_and_a_verified_one_is_never_claimed_again(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    changed(&store, doc, approve(1, 1, 1), 11).await;
+    changed(&store, doc, claim(1, 1, 1, "run-1"), 12).await;
+    assert_eq!(
+        refused(&store, doc, end_run(1, "run-0", RunEnd::Verified)).await,
+        GraphRefusal::NotLocked {
+            graph_version: 1,
+            run_id: "run-0".into()
+        }
+    );
+    let stopped = changed(&store, doc, end_run(1, "run-1", RunEnd::Stopped), 13).await;
+    assert_eq!(
+        (stopped.state, stopped.run_id.as_deref(), stopped.verified),
+        (GraphState::Approved, None, false)
+    );
+    assert_eq!(
+        refused(&store, doc, end_run(1, "run-1", RunEnd::Stopped)).await,
+        GraphRefusal::NotLocked {
+            graph_version: 1,
+            run_id: "run-1".into()
+        },
+        "a run ends once"
+    );
+    changed(&store, doc, claim(1, 1, 1, "run-2"), 14).await;
+    let verified = changed(&store, doc, end_run(1, "run-2", RunEnd::Verified), 15).await;
+    assert_eq!(
+        (verified.state, verified.verified),
+        (GraphState::Approved, true)
+    );
+    assert_eq!(
+        refused(&store, doc, claim(1, 1, 1, "run-3")).await,
+        GraphRefusal::Ineligible
+    );
+}
+
+/// LIFE-36: a version whose run asked for a revision stays approved and claimable, until a
+/// replacement draft is the latest version: claims inspect the latest version only.
+async fn life_36_a_revision_requested_version_is_claimable_until_a_replacement_is_latest(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    changed(&store, doc, approve(1, 1, 1), 11).await;
+    changed(&store, doc, claim(1, 1, 1, "run-1"), 12).await;
+    let asked = changed(
+        &store,
+        doc,
+        end_run(1, "run-1", RunEnd::RevisionRequested),
+        13,
+    )
+    .await;
+    assert_eq!(
+        (asked.state, asked.revision_requested),
+        (GraphState::Approved, true)
+    );
+    changed(&store, doc, claim(1, 1, 1, "run-2"), 14).await;
+    changed(
+        &store,
+        doc,
+        end_run(1, "run-2", RunEnd::RevisionRequested),
+        15,
+    )
+    .await;
+    changed(&store, doc, edit(Some((1, 1)), 2, r#"{"v":2}"#), 16).await;
+    assert_eq!(
+        refused(&store, doc, claim(1, 1, 1, "run-3")).await,
+        GraphRefusal::Stale {
+            latest_version: 2,
+            latest_revision: 1
+        },
+        "the replacement draft is the latest: the old version is not claimed"
+    );
+    assert_eq!(
+        refused(&store, doc, claim(2, 2, 1, "run-3")).await,
+        GraphRefusal::NotApproved {
+            state: "draft".into()
+        }
+    );
+}
+
+/// LIFE-38, LIFE-39: graph changes move no document counter (Yjs epoch, update sequence, storage
+/// or plan revision), document writes move no graph counter, and archiving and restoring the
+/// document move neither.
+async fn life_38_life_39_graph_counters_are_not_document_counters(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    let counters = |d: Document| (d.plan_revision, d.storage_revision, d.yjs_epoch);
+    let before = counters(store.document(doc).await.unwrap().unwrap());
+    let journal = store.document_content(doc).await.unwrap().updates.len();
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    changed(&store, doc, approve(1, 1, 1), 11).await;
+    changed(&store, doc, claim(1, 1, 1, "run-1"), 12).await;
+    assert_eq!(
+        counters(store.document(doc).await.unwrap().unwrap()),
+        before
+    );
+    assert_eq!(
+        store.document_content(doc).await.unwrap().updates.len(),
+        journal
+    );
+    let graph = store.graph_versions(doc).await.unwrap();
+    store.append_update(doc, b"an update", 13).await.unwrap();
+    store.set_archived(doc, true).await.unwrap();
+    store.set_archived(doc, false).await.unwrap();
+    assert_eq!(store.graph_versions(doc).await.unwrap(), graph);
 }
