@@ -585,8 +585,13 @@ async fn mod_07_the_catalog_is_the_configured_models_then_the_providers_listing_
         }];
         config.listing = Some(Arc::new(chopin_harness_provider::ModelListing::default()));
         let adapter = harness(config);
+        // The listing was read somewhere in between: the edges below are taken from both ends
+        // of that span, so a slow machine cannot move them.
+        let asked = tokio::time::Instant::now();
         let asks = (0..8).map(|_| adapter.catalog());
         let answers = futures::future::join_all(asks).await;
+        tokio::time::pause();
+        let spent = asked.elapsed();
         assert_eq!(
             fake.listings(),
             1,
@@ -611,15 +616,15 @@ async fn mod_07_the_catalog_is_the_configured_models_then_the_providers_listing_
             assert_eq!(catalog.models[1].thinking_levels, vec!["low", "high"]);
             assert_eq!(catalog.commands, Some(Vec::new()), "CMD-07");
         }
-        // Fresh for a minute: no second request 1 ms before it ends, one just after.
-        tokio::time::pause();
-        tokio::time::advance(std::time::Duration::from_millis(
-            chopin_harness_provider::LISTING_FRESH_MS - 1,
-        ))
-        .await;
+        // Fresh for a minute: no second request 1 ms before it ends (counted from the ask, the
+        // earliest the listing can have been read), one 1 ms after (counted from the answer, the
+        // latest).
+        let fresh = std::time::Duration::from_millis(chopin_harness_provider::LISTING_FRESH_MS);
+        let ms = std::time::Duration::from_millis(1);
+        tokio::time::advance(fresh - ms - spent).await;
         adapter.catalog().await.unwrap();
         assert_eq!(fake.listings(), 1, "{family:?}: still fresh at T-1 ms");
-        tokio::time::advance(std::time::Duration::from_millis(2)).await;
+        tokio::time::advance(spent + 2 * ms).await;
         tokio::time::resume();
         adapter.catalog().await.unwrap();
         assert_eq!(fake.listings(), 2, "{family:?}: read again at T+1 ms");

@@ -360,6 +360,11 @@ impl App {
             comments: comments.clone(),
             research_cards: research_cards.clone(),
             visuals: visuals.clone(),
+            graphs: Arc::new(crate::graphs::PlannerGraphs {
+                graphs: store.clone(),
+                records: store.clone(),
+                clock: clock.clone(),
+            }),
         }));
         let files = Arc::new(Files::new(
             store.clone(),

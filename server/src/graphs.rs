@@ -6,12 +6,23 @@
 //! "acceptanceCriteria", "dependsOn"}]}`, tasks in their order), its bounds, and the refusal
 //! that names the first thing wrong with one: an empty or repeated id, an unknown or repeated
 //! dependency, a task depending on itself, a cycle.
+//! The Planner's two graph tools live here too ([`PlannerGraphs`]): `read_implementation_graph`
+//! and `edit_implementation_graph`, which draft and revise (GRA-01, LIFE-04). Nothing here
+//! approves, locks or starts an implementation: only a person approves (RULINGS GRA-04).
 //! Does not own: a version's states and counters (`chopin_store::graphs`), who may edit or
 //! approve (the callers), or a run's progress through the tasks.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
+use chopin_protocol::agent::ToolSpec;
 use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::harness::HostToolResult;
+use crate::runtime::SharedClock;
+use crate::store::{DocumentStore, GraphChange, GraphRefusal, GraphStore, GraphVersion};
 
 /// The most tasks a graph holds.
 pub const TASKS_MAX: usize = 200;
@@ -204,6 +215,173 @@ impl Definition {
             .filter(|t| t.depends_on.iter().all(|d| done.contains(d.as_str())))
             .map(|t| t.id.as_str())
             .collect()
+    }
+}
+
+/// The Planner's graph tools, on the document of its turn (any document, a child included:
+/// GRA-02).
+pub struct PlannerGraphs {
+    pub graphs: Arc<dyn GraphStore>,
+    pub records: Arc<dyn DocumentStore>,
+    pub clock: SharedClock,
+}
+
+/// Whether `name` is one of the Planner's graph tools.
+pub fn is_graph_tool(name: &str) -> bool {
+    matches!(name, READ_TOOL | EDIT_TOOL)
+}
+
+const READ_TOOL: &str = "read_implementation_graph";
+const EDIT_TOOL: &str = "edit_implementation_graph";
+
+/// The two tools' specifications.
+pub fn tool_specs() -> Vec<ToolSpec> {
+    let task = json!({
+        "type": "object",
+        "properties": {
+            "id": { "type": "string", "minLength": 1, "maxLength": TASK_ID_MAX_CHARS },
+            "title": { "type": "string", "minLength": 1, "maxLength": TITLE_MAX_CHARS },
+            "description": { "type": "string", "maxLength": TEXT_MAX_CHARS },
+            "acceptanceCriteria": { "type": "array", "maxItems": CRITERIA_MAX, "items": { "type": "string", "minLength": 1 } },
+            "dependsOn": { "type": "array", "items": { "type": "string" } }
+        },
+        "required": ["id", "title"],
+        "additionalProperties": false
+    });
+    vec![
+        ToolSpec {
+            name: READ_TOOL.to_owned(),
+            description: "Read this document's implementation graph: its latest version (tasks in order, each with acceptance criteria and the tasks it depends on; its state and counters) and the document's current plan revision. Read it before you edit it.".to_owned(),
+            input_schema: json!({ "type": "object", "properties": {}, "additionalProperties": false }),
+        },
+        ToolSpec {
+            name: EDIT_TOOL.to_owned(),
+            description: "Draft or revise the implementation graph from the current plan: the whole list of tasks, in order. base is the graphVersion and graphRevision you read (null when there was no graph). A draft is revised in place; an approved graph gets a new draft version beside it. You cannot approve, lock or start an implementation: people do.".to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "base": {
+                        "type": ["object", "null"],
+                        "properties": {
+                            "graphVersion": { "type": "integer", "minimum": 1 },
+                            "graphRevision": { "type": "integer", "minimum": 1 }
+                        },
+                        "required": ["graphVersion", "graphRevision"],
+                        "additionalProperties": false
+                    },
+                    "tasks": { "type": "array", "maxItems": TASKS_MAX, "items": task }
+                },
+                "required": ["base", "tasks"],
+                "additionalProperties": false
+            }),
+        },
+    ]
+}
+
+/// `edit_implementation_graph`'s arguments.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EditArgs {
+    base: Option<Base>,
+    tasks: Vec<Task>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Base {
+    graph_version: i64,
+    graph_revision: i64,
+}
+
+/// A version as the tools show it.
+fn version_json(version: &GraphVersion) -> Value {
+    let tasks = Definition::parse(&version.definition)
+        .map(|d| json!(d.tasks))
+        .unwrap_or(Value::Null);
+    json!({
+        "graphVersion": version.counters.graph_version,
+        "graphRevision": version.counters.graph_revision,
+        "planRevision": version.counters.plan_revision,
+        "state": version.state.as_str(),
+        "verified": version.verified,
+        "revisionRequested": version.revision_requested,
+        "tasks": tasks,
+    })
+}
+
+/// A refused edit, in words for the model.
+fn refusal_words(refusal: &GraphRefusal) -> String {
+    match refusal {
+        GraphRefusal::Stale {
+            latest_version,
+            latest_revision,
+        } => format!("the graph changed since you read it: the latest is version {latest_version} at revision {latest_revision}; read it again and edit from there"),
+        GraphRefusal::NoGraph => "there is no graph yet: edit with base null".to_owned(),
+        GraphRefusal::Locked { graph_version } => format!("an implementation run holds version {graph_version}: the graph cannot change until it ends"),
+        other => other.to_string(),
+    }
+}
+
+impl PlannerGraphs {
+    /// Runs graph tool `name` for `document`.
+    pub async fn run(&self, document: Uuid, name: &str, input: Value) -> HostToolResult {
+        match name {
+            READ_TOOL => self.read(document, input).await,
+            EDIT_TOOL => self.edit(document, input).await,
+            other => HostToolResult::error(format!("unknown graph tool {other:?}")),
+        }
+    }
+
+    async fn read(&self, document: Uuid, input: Value) -> HostToolResult {
+        if input.as_object().is_some_and(|o| !o.is_empty()) {
+            return HostToolResult::error(format!("{READ_TOOL} takes no arguments"));
+        }
+        let (doc, versions) = match (
+            self.records.document(document).await,
+            self.graphs.graph_versions(document).await,
+        ) {
+            (Ok(Some(doc)), Ok(versions)) => (doc, versions),
+            _ => return HostToolResult::error("the graph could not be read just now"),
+        };
+        HostToolResult::ok(json!({
+            "planRevision": doc.plan_revision,
+            "graph": versions.last().map(version_json),
+            "versions": versions
+                .iter()
+                .map(|v| json!({ "graphVersion": v.counters.graph_version, "state": v.state.as_str() }))
+                .collect::<Vec<_>>(),
+        }))
+    }
+
+    async fn edit(&self, document: Uuid, input: Value) -> HostToolResult {
+        let args: EditArgs = match serde_json::from_value(input) {
+            Ok(a) => a,
+            Err(e) => return HostToolResult::error(format!("invalid {EDIT_TOOL} arguments: {e}")),
+        };
+        let definition = Definition { tasks: args.tasks };
+        if let Err(Invalid(why)) = definition.check() {
+            return HostToolResult::error(why);
+        }
+        let Ok(Some(doc)) = self.records.document(document).await else {
+            return HostToolResult::error("the document could not be read just now");
+        };
+        let change = GraphChange::Edit {
+            base: args.base.map(|b| (b.graph_version, b.graph_revision)),
+            plan_revision: doc.plan_revision,
+            definition: definition.to_json(),
+        };
+        match self
+            .graphs
+            .change_graph(document, &change, self.clock.now_ms())
+            .await
+        {
+            Ok(Ok(saved)) => HostToolResult::ok(version_json(&saved)),
+            Ok(Err(refusal)) => HostToolResult::error(refusal_words(&refusal)),
+            Err(e) => {
+                tracing::warn!(%document, error = %e, "the Planner's graph edit could not be saved");
+                HostToolResult::error("the graph could not be saved just now; try again")
+            }
+        }
     }
 }
 

@@ -497,6 +497,8 @@ pub struct TurnsDeps {
     pub research_cards: Arc<crate::research_cards::ResearchCards>,
     /// The visual admission check every foreground write passes (ISO-33).
     pub visuals: Arc<crate::visuals::VisualAdmission>,
+    /// The graph tools (`read_implementation_graph`, `edit_implementation_graph`).
+    pub graphs: Arc<crate::graphs::PlannerGraphs>,
 }
 
 impl TurnsDeps {
@@ -1710,6 +1712,7 @@ fn host_tools(research: bool, comment: bool) -> Vec<ToolSpec> {
     }
     tools
         .into_iter()
+        .chain(crate::graphs::tool_specs())
         .chain(repository::tool_specs())
         .chain(github_tools::tool_specs())
         .collect()
@@ -2189,6 +2192,9 @@ impl TurnHost for PlannerHost {
             "open_decisions" => self.open_decisions(input, true).await,
             "create_research_workspace" => self.create_research(input).await,
             "reply_comment" => self.reply_comment(input).await,
+            name if crate::graphs::is_graph_tool(name) => {
+                self.turns.deps.graphs.run(self.document, name, input).await
+            }
             name if repository::is_repository_tool(name) => self.repository_tool(name, input).await,
             name if github_tools::is_github_tool(name) => self.github_tool(name, input).await,
             other => HostToolResult::error(format!("unknown host tool {other:?}")),

@@ -160,6 +160,8 @@ async fn a_request_runs_read_plan_then_edit_plan_and_the_reply_reaches_chat() {
             "ask",
             "open_decision",
             "open_decisions",
+            "read_implementation_graph",
+            "edit_implementation_graph",
             "read_repository_file",
             "list_repository_tree",
             "search_repository",
