@@ -201,22 +201,36 @@ async fn research_publishes_a_child(backend: Backend) {
     }
     let child = child.expect("the report as a child document");
     assert_eq!(child["title"], "EU edge caching");
-    let source: Value = reqwest::Client::new()
-        .get(server.url(&format!(
-            "/api/documents/{}/source",
-            child["id"].as_str().unwrap()
-        )))
-        .bearer_auth(&mona)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    assert!(source["source"]
-        .as_str()
-        .unwrap()
-        .contains("Cache at the edge"));
+    // The child is made first and its report written into it next: read until it is there.
+    let mut source = Value::Null;
+    for _ in 0..100 {
+        source = reqwest::Client::new()
+            .get(server.url(&format!(
+                "/api/documents/{}/source",
+                child["id"].as_str().unwrap()
+            )))
+            .bearer_auth(&mona)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        if source["source"]
+            .as_str()
+            .is_some_and(|s| s.contains("Cache at the edge"))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        source["source"]
+            .as_str()
+            .unwrap()
+            .contains("Cache at the edge"),
+        "{source}"
+    );
     let parent: Value = reqwest::Client::new()
         .get(server.url(&format!("/api/documents/{id}/source")))
         .bearer_auth(&mona)
