@@ -267,7 +267,11 @@ async fn an_outside_mcp_client_lists_creates_reads_and_updates_from_the_docs_alo
     )
     .await;
     assert!(ok, "{seen:#}");
-    assert_eq!(seen["tools"].as_array().map(Vec::len), Some(8), "{seen:#}");
+    assert_eq!(
+        seen["tools"].as_array().map(Vec::len),
+        Some(DOCUMENT_TOOLS.len()),
+        "{seen:#}"
+    );
     assert!(
         seen["readText"].as_str().unwrap().contains("First words."),
         "{seen:#}"

@@ -613,6 +613,10 @@ impl App {
             entropy: self.runtime.entropy.clone(),
             shutdown: self.shutdown.clone(),
             visuals: self.visuals.clone(),
+            implementations: Arc::new(crate::graphs::Implementations {
+                graphs: self.store.clone(),
+                records: self.store.clone(),
+            }),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),

@@ -22,7 +22,9 @@ use uuid::Uuid;
 
 use crate::harness::HostToolResult;
 use crate::runtime::SharedClock;
-use crate::store::{DocumentStore, GraphChange, GraphRefusal, GraphStore, GraphVersion};
+use crate::store::{
+    DocumentStore, GraphChange, GraphRefusal, GraphState, GraphStore, GraphVersion,
+};
 
 /// The most tasks a graph holds.
 pub const TASKS_MAX: usize = 200;
@@ -383,6 +385,63 @@ impl PlannerGraphs {
             }
         }
     }
+}
+
+/// What `read_implementation` shows of a document (LIFE-49): its graph's latest version when it
+/// is approved or held by a run, with the creation provenance.
+#[derive(Debug, Clone)]
+pub struct Implementation {
+    pub version: GraphVersion,
+    pub provenance: Option<crate::store::Provenance>,
+}
+
+/// Why `read_implementation` shows no graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotShown {
+    /// The document was not created through MCP: the supported hand-over reads only those
+    /// (LIFE-76, GRA-03).
+    NotCreatedThroughMcp,
+    /// The latest version is not approved (a draft, or none at all).
+    NoApprovedGraph { latest: Option<GraphState> },
+}
+
+/// The reads of the coding agents' hand-over.
+pub struct Implementations {
+    pub graphs: Arc<dyn GraphStore>,
+    pub records: Arc<dyn DocumentStore>,
+}
+
+impl Implementations {
+    /// `document`'s implementation as the hand-over shows it, or why it shows none. Claims
+    /// inspect the latest version only (LIFE-36), so an older approved one is not shown.
+    pub async fn read(
+        &self,
+        document: Uuid,
+    ) -> Result<Result<Implementation, NotShown>, crate::store::StoreError> {
+        if !self.records.created_through_mcp(document).await? {
+            return Ok(Err(NotShown::NotCreatedThroughMcp));
+        }
+        let latest = self.graphs.graph_versions(document).await?.pop();
+        match latest {
+            Some(version) if matches!(version.state, GraphState::Approved | GraphState::Locked) => {
+                let provenance = self.records.document_provenance(document).await?;
+                Ok(Ok(Implementation {
+                    version,
+                    provenance,
+                }))
+            }
+            other => Ok(Err(NotShown::NoApprovedGraph {
+                latest: other.map(|v| v.state),
+            })),
+        }
+    }
+}
+
+/// A version as the hand-over shows it: [`version_json`], and whether a run may claim it now.
+pub fn implementation_json(version: &GraphVersion) -> Value {
+    let mut shown = version_json(version);
+    shown["claimable"] = json!(version.state == GraphState::Approved && !version.verified);
+    shown
 }
 
 #[cfg(test)]

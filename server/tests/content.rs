@@ -192,6 +192,9 @@ impl DocumentStore for Yielding {
     async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>> {
         self.0.document_provenance(id).await
     }
+    async fn created_through_mcp(&self, id: Uuid) -> StoreResult<bool> {
+        self.0.created_through_mcp(id).await
+    }
     async fn children(&self, id: Uuid) -> StoreResult<Vec<Document>> {
         self.0.children(id).await
     }

@@ -1394,3 +1394,124 @@ async fn dia_07_dia_08_mcp_update_refuses_an_invalid_diagram_fence_and_writes_no
     .await);
     assert_eq!(written["status"], "applied", "{written}");
 }
+
+/// LIFE-40, LIFE-49, LIFE-60, LIFE-61, LIFE-73, LIFE-76, GRA-03: `read_implementation` shows the
+/// approved graph of a document created through MCP, by URL or UUID, to anyone who can pull,
+/// archived or not, with the UUID every later call names and the repository context as given;
+/// a document made elsewhere shows none, nor does one whose latest version is not approved.
+#[tokio::test]
+async fn life_49_life_76_read_implementation_shows_the_approved_graph_of_an_mcp_document() {
+    use chopin_server::store::{GraphChange, GraphCounters};
+    let s = served().await;
+    let (hubot, eve) = cast(&s);
+    let mona = client(&s, &s.mona).await;
+    let commit = "c".repeat(40);
+    let created = ok(call(
+        &mona,
+        "create_document",
+        json!({"repository": "octo/plans", "title": "Quay", "source": "# Quay\n\nBuild it.\n",
+               "baseBranch": "main", "baseCommit": commit}),
+    )
+    .await);
+    let (id, url) = (
+        created["id"].as_str().unwrap().to_owned(),
+        created["url"].as_str().unwrap().to_owned(),
+    );
+    let doc: uuid::Uuid = id.parse().unwrap();
+
+    let (code, shown) = refusal(call(&mona, "read_implementation", json!({"document": url})).await);
+    assert_eq!(
+        (code.as_str(), &shown["latestState"]),
+        ("no-approved-graph", &Value::Null)
+    );
+    let plan = s.store.document(doc).await.unwrap().unwrap().plan_revision;
+    let definition = r#"{"tasks":[{"id":"a","title":"Do a","acceptanceCriteria":["a works"]},{"id":"b","title":"Do b","dependsOn":["a"]}]}"#;
+    let draft = GraphChange::Edit {
+        base: None,
+        plan_revision: plan,
+        definition: definition.into(),
+    };
+    s.store.change_graph(doc, &draft, 1).await.unwrap().unwrap();
+    let (code, shown) = refusal(call(&mona, "read_implementation", json!({"document": url})).await);
+    assert_eq!(
+        (code.as_str(), &shown["latestState"]),
+        ("no-approved-graph", &json!("draft"))
+    );
+    let approve = GraphChange::Approve {
+        graph_version: 1,
+        graph_revision: 1,
+        current_plan_revision: plan,
+    };
+    s.store
+        .change_graph(doc, &approve, 2)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // A reader reads it, by URL and by UUID alike; the answer names the UUID (LIFE-60).
+    let hubot = client(&s, &hubot).await;
+    for locator in [url.clone(), id.clone()] {
+        let read = ok(call(&hubot, "read_implementation", json!({"document": locator})).await);
+        assert_eq!(read["document"]["id"], id);
+        assert_eq!(read["repository"], "octo/plans");
+        assert_eq!(
+            read["provenance"],
+            json!({"baseBranch": "main", "baseCommit": commit})
+        );
+        assert_eq!(read["plan"]["revision"], plan);
+        assert_eq!(read["plan"]["source"], "# Quay\n\nBuild it.\n");
+        let graph = &read["graph"];
+        assert_eq!(
+            (
+                &graph["graphVersion"],
+                &graph["graphRevision"],
+                &graph["planRevision"],
+                &graph["state"],
+                &graph["claimable"]
+            ),
+            (
+                &json!(1),
+                &json!(1),
+                &json!(plan),
+                &json!("approved"),
+                &json!(true)
+            )
+        );
+        assert_eq!(graph["tasks"][1]["dependsOn"], json!(["a"]));
+    }
+    // Locked by a run: still shown, not claimable. Archived: still shown (LIFE-61).
+    let claim = GraphChange::Claim {
+        counters: GraphCounters {
+            plan_revision: plan,
+            graph_version: 1,
+            graph_revision: 1,
+        },
+        run_id: "run-1".into(),
+    };
+    s.store.change_graph(doc, &claim, 3).await.unwrap().unwrap();
+    ok(call(&mona, "archive_document", json!({"document": id})).await);
+    let read = ok(call(&hubot, "read_implementation", json!({"document": id})).await);
+    assert_eq!(
+        (
+            &read["graph"]["state"],
+            &read["graph"]["claimable"],
+            &read["document"]["archived"]
+        ),
+        (&json!("locked"), &json!(false), &json!(true))
+    );
+
+    // Someone who cannot read the repository finds nothing (LIFE-73).
+    let eve = client(&s, &eve).await;
+    let (code, _) = refusal(call(&eve, "read_implementation", json!({"document": id})).await);
+    assert_eq!(code, "document-not-found");
+
+    // The cast's document was made in a browser: its graph is not handed over (LIFE-76).
+    let browser_doc = s.doc;
+    s.store
+        .change_graph(browser_doc, &draft, 4)
+        .await
+        .unwrap()
+        .unwrap();
+    let (code, _) = refusal(call(&mona, "read_implementation", json!({"document": DOC_URL})).await);
+    assert_eq!(code, "not-created-through-mcp");
+}

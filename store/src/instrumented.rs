@@ -247,6 +247,15 @@ impl<H: Hook> DocumentStore for Instrumented<H> {
         .await
     }
 
+    async fn created_through_mcp(&self, id: Uuid) -> StoreResult<bool> {
+        self.observe(
+            "created_through_mcp",
+            READ,
+            self.inner.created_through_mcp(id),
+        )
+        .await
+    }
+
     async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
         self.observe("children", READ, self.inner.children(parent_id))
             .await

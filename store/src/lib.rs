@@ -190,6 +190,10 @@ pub struct NewDocument {
     /// `baseCommit`), kept as given; read back with [`DocumentStore::document_provenance`].
     /// The store checks no shape: the server does.
     pub provenance: Option<Provenance>,
+    /// Created through MCP (`create_document`): the creation metadata `read_implementation`
+    /// requires (LIFE-76). Read back with [`DocumentStore::created_through_mcp`].
+    #[serde(default)]
+    pub mcp_created: bool,
 }
 
 /// A document's creation provenance: the branch and commit of the checkout the creating agent
@@ -560,6 +564,9 @@ pub trait DocumentStore: Send + Sync + 'static {
     /// The creation provenance of a document (`None` when it was created without one), read on
     /// its own like the brief. `NotFound("document")` for an unknown document.
     async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>>;
+    /// Whether the document was created through MCP, read on its own like the brief.
+    /// `NotFound("document")` for an unknown document.
+    async fn created_through_mcp(&self, id: Uuid) -> StoreResult<bool>;
     /// The children of `parent_id`, in creation order (`created_at_ms`, ties by id), archived
     /// ones included (the caller filters). Empty for a document without children, including a
     /// child. `NotFound("document")` for an unknown parent.

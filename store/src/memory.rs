@@ -9,7 +9,7 @@
 //! Does not own: durability beyond the process, or time and randomness (no clock is read here;
 //! account ids are derived from the GitHub user id, see [`account_id_for_github_user`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -98,6 +98,8 @@ struct Inner {
     briefs: BTreeMap<Uuid, String>,
     /// Document id → its creation provenance, for documents created with one.
     provenances: BTreeMap<Uuid, Provenance>,
+    /// Documents created through MCP.
+    mcp_created: BTreeSet<Uuid>,
     /// Document id → its content; one row per document, made with it.
     content: BTreeMap<Uuid, ContentRow>,
     transcripts: BTreeMap<Uuid, Vec<TranscriptEntry>>,
@@ -380,6 +382,9 @@ impl DocumentStore for MemoryStore {
             if let Some(provenance) = &doc.provenance {
                 inner.provenances.insert(doc.id, provenance.clone());
             }
+            if doc.mcp_created {
+                inner.mcp_created.insert(doc.id);
+            }
             inner.slugs.insert(slug_key, doc.id);
             inner.content.insert(doc.id, ContentRow::default());
             inner.documents.insert(doc.id, document.clone());
@@ -415,6 +420,15 @@ impl DocumentStore for MemoryStore {
                 return Err(StoreError::NotFound("document"));
             }
             Ok(inner.provenances.get(&id).cloned())
+        })
+    }
+
+    async fn created_through_mcp(&self, id: Uuid) -> StoreResult<bool> {
+        self.with(|inner| {
+            if !inner.documents.contains_key(&id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            Ok(inner.mcp_created.contains(&id))
         })
     }
 

@@ -1435,8 +1435,8 @@ where
         sqlx::query(
             "INSERT INTO documents (id, repo_owner, repo_name, repo_owner_key, repo_name_key, \
              slug, title, plan_revision, storage_revision, archived, created_at_ms, parent_id, \
-             creator_account_id, creator_login, brief, base_branch, base_commit) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9, $10, $11, $12, $13, $14)",
+             creator_account_id, creator_login, brief, base_branch, base_commit, mcp_created) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 0, 0, FALSE, $8, $9, $10, $11, $12, $13, $14, $15)",
         )
         .bind(DB::Id::from(doc.id))
         .bind(&doc.repo_owner)
@@ -1452,6 +1452,7 @@ where
         .bind(doc.brief.clone())
         .bind(doc.provenance.as_ref().map(|p| p.base_branch.clone()))
         .bind(doc.provenance.as_ref().map(|p| p.base_commit.clone()))
+        .bind(doc.mcp_created)
         .execute(&mut *tx)
         .await
         .map_err(conflict_or_backend)?;
@@ -1518,6 +1519,16 @@ where
             Some(_) => Ok(None),
             None => Err(StoreError::NotFound("document")),
         }
+    }
+
+    pub(crate) async fn created_through_mcp(&self, id: Uuid) -> StoreResult<bool> {
+        let row: Option<bool> =
+            sqlx::query_scalar("SELECT mcp_created FROM documents WHERE id = $1")
+                .bind(DB::Id::from(id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading how a document was created", e))?;
+        row.ok_or(StoreError::NotFound("document"))
     }
 
     pub(crate) async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
@@ -3779,6 +3790,7 @@ macro_rules! sql_store_impls {
                 fn document(id: Uuid) -> Option<Document>;
                 fn document_brief(id: Uuid) -> Option<String>;
                 fn document_provenance(id: Uuid) -> Option<$crate::Provenance>;
+                fn created_through_mcp(id: Uuid) -> bool;
                 fn children(parent_id: Uuid) -> Vec<Document>;
                 fn repository_documents(repo_owner: &str, repo_name: &str, limit: u32)
                     -> Vec<Document>;

@@ -141,6 +141,7 @@ macro_rules! conformance {
 }
 
 conformance! {
+    life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
     life_31_approval_refuses_a_graph_drafted_against_an_older_plan_revision,
     life_32_life_37_a_replacement_draft_supersedes_nothing_until_it_is_approved,
@@ -4904,6 +4905,35 @@ async fn iso_43_a_documents_creation_provenance_round_trips_and_survives_reopeni
         );
         assert!(is_not_found(
             store.document_provenance(Uuid::from_u128(0xdead)).await
+        ));
+    }
+}
+
+/// LIFE-76: whether a document was created through MCP is kept with it from creation (the
+/// metadata `read_implementation` requires), read on its own, and survives a rename and a
+/// reopen.
+async fn life_76_a_document_created_through_mcp_says_so_for_good(b: &Backend) {
+    let store = b.open().await;
+    let through_mcp = store
+        .create_document(&NewDocument {
+            mcp_created: true,
+            ..new_doc(1, "octo", "plans", "mcp")
+        })
+        .await
+        .unwrap();
+    let in_browser = store
+        .create_document(&new_doc(2, "octo", "plans", "browser"))
+        .await
+        .unwrap();
+    store
+        .rename_document(through_mcp.id, "renamed", "Renamed")
+        .await
+        .unwrap();
+    for store in [store, b.open().await] {
+        assert!(store.created_through_mcp(through_mcp.id).await.unwrap());
+        assert!(!store.created_through_mcp(in_browser.id).await.unwrap());
+        assert!(is_not_found(
+            store.created_through_mcp(Uuid::from_u128(0xdead)).await
         ));
     }
 }

@@ -39,6 +39,8 @@ pub struct Made {
     /// Its creation provenance (MCP `create_document`), already checked by
     /// [`provenance::provenance_of`].
     pub provenance: Option<Provenance>,
+    /// Made through MCP `create_document` (LIFE-76's creation metadata).
+    pub through_mcp: bool,
 }
 
 /// Most UTF-8 bytes of a creation brief (our bound; the spec gives none): 64 KiB, as an
@@ -322,6 +324,7 @@ impl Documents {
             creator: made.creator,
             brief: made.brief,
             provenance: made.provenance,
+            mcp_created: made.through_mcp,
         };
         for n in 1..=SLUG_ATTEMPTS {
             new.slug = if n == 1 {

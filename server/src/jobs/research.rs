@@ -531,6 +531,7 @@ impl Definition for Answer {
                     creator: None,
                     brief: None,
                     provenance: None,
+                    through_mcp: false,
                 },
             )
             .await

@@ -583,6 +583,7 @@ async fn create_child(
                 creator: Some(caller.as_creator()),
                 brief: None,
                 provenance: None,
+                through_mcp: false,
             },
         )
         .await?;

@@ -74,6 +74,8 @@ pub struct McpDeps {
     pub shutdown: Shutdown,
     /// The visual admission check creations and updates pass (ISO-33).
     pub visuals: Arc<crate::visuals::VisualAdmission>,
+    /// `read_implementation`'s reads.
+    pub implementations: Arc<crate::graphs::Implementations>,
 }
 
 pub fn routes(deps: McpDeps) -> Routes {
@@ -304,6 +306,10 @@ impl Tools {
             "update_document" => self.update_document(caller, arguments(tool, args)?).await,
             "rename_document" => self.rename_document(caller, arguments(tool, args)?).await,
             "invoke_planner" => self.invoke_planner(caller, arguments(tool, args)?).await,
+            "read_implementation" => {
+                let args: DocumentArgs = arguments(tool, args)?;
+                self.read_implementation(caller, &args.document).await
+            }
             "archive_document" | "restore_document" => {
                 let args: DocumentArgs = arguments(tool, args)?;
                 self.set_archived(caller, &args.document, tool == "archive_document")
@@ -463,6 +469,7 @@ impl Tools {
             creator: Some(caller.as_creator()),
             brief,
             provenance,
+            through_mcp: true,
         };
         let create = self.create(caller, &access, &title, &base, made, &source);
         let created = match &args.idempotency_key {
@@ -693,6 +700,63 @@ impl Tools {
     }
 }
 
+impl Tools {
+    /// The approved graph of a document created through MCP, its plan and repository context
+    /// (LIFE-40, LIFE-49): pull access suffices (LIFE-73), an archived document included
+    /// (LIFE-61); `document.id` is the UUID every lifecycle call names (LIFE-60).
+    async fn read_implementation(
+        &self,
+        caller: &Caller,
+        document: &str,
+    ) -> Result<CallToolResult, ApiError> {
+        use crate::graphs::NotShown;
+        let (doc, _) = self.locate(caller, document).await?;
+        let shown = match self
+            .deps
+            .implementations
+            .read(doc.id)
+            .await
+            .map_err(ApiError::store)?
+        {
+            Ok(shown) => shown,
+            Err(NotShown::NotCreatedThroughMcp) => {
+                return Ok(refused(
+                    "not-created-through-mcp",
+                    "This document was not created through MCP, so its implementation graph is not handed over here; create the plan with create_document to hand it to a coding agent.",
+                    json!({}),
+                ))
+            }
+            Err(NotShown::NoApprovedGraph { latest }) => {
+                return Ok(refused(
+                    "no-approved-graph",
+                    "This document has no approved implementation graph: a person approves one with Build plan.",
+                    json!({ "latestState": latest.map(|s| s.as_str()) }),
+                ))
+            }
+        };
+        let (revision, source) = self
+            .deps
+            .documents
+            .read_with(&doc, |input, _| (input.revision, input.source.to_owned()))
+            .await?;
+        Ok(CallToolResult::structured(json!({
+            "document": {
+                "id": doc.id,
+                "url": documents::canonical_url(&doc),
+                "title": doc.title,
+                "archived": doc.archived,
+            },
+            "repository": format!("{}/{}", doc.repo_owner, doc.repo_name),
+            "provenance": shown.provenance.map(|p| json!({
+                "baseBranch": p.base_branch,
+                "baseCommit": p.base_commit,
+            })),
+            "plan": { "revision": revision, "source": source },
+            "graph": crate::graphs::implementation_json(&shown.version),
+        })))
+    }
+}
+
 /// The brief `create_document` keeps: at most [`BRIEF_MAX_BYTES`] of UTF-8 (`too-long`
 /// otherwise, before anything is created); a blank one is no brief.
 fn brief_of(brief: Option<String>) -> Result<Option<String>, ApiError> {
@@ -873,6 +937,11 @@ fn tools() -> Vec<Tool> {
         Tool::new(
             "restore_document",
             "Restores an archived document.",
+            document_only.clone(),
+        ),
+        Tool::new(
+            "read_implementation",
+            "Reads the approved implementation graph of a document created through MCP (pull access suffices; archived documents too): document.id (the UUID every later lifecycle call uses), the repository and the branch and commit the document was created from (compare them with your checkout; the server does not), the plan's revision and source, and the graph's tasks, counters and whether it can be claimed now.",
             document_only,
         ),
     ]
