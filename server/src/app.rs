@@ -113,6 +113,8 @@ pub struct App {
     pub research_cards: Arc<crate::research_cards::ResearchCards>,
     /// The visual admission check of Planner writes and MCP creations and updates.
     pub visuals: Arc<crate::visuals::VisualAdmission>,
+    /// Implementation graphs: the Planner's graph tools and MCP's hand-over reads.
+    pub graphs: Arc<crate::graphs::Graphs>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -334,6 +336,11 @@ impl App {
             clock.clone(),
             metrics.clone(),
         ));
+        let graphs = Arc::new(crate::graphs::Graphs {
+            graphs: store.clone(),
+            records: store.clone(),
+            clock: clock.clone(),
+        });
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -360,11 +367,7 @@ impl App {
             comments: comments.clone(),
             research_cards: research_cards.clone(),
             visuals: visuals.clone(),
-            graphs: Arc::new(crate::graphs::PlannerGraphs {
-                graphs: store.clone(),
-                records: store.clone(),
-                clock: clock.clone(),
-            }),
+            graphs: graphs.clone(),
         }));
         let files = Arc::new(Files::new(
             store.clone(),
@@ -533,6 +536,7 @@ impl App {
             comments,
             research_cards,
             visuals,
+            graphs,
         }
     }
 
@@ -613,10 +617,7 @@ impl App {
             entropy: self.runtime.entropy.clone(),
             shutdown: self.shutdown.clone(),
             visuals: self.visuals.clone(),
-            implementations: Arc::new(crate::graphs::Implementations {
-                graphs: self.store.clone(),
-                records: self.store.clone(),
-            }),
+            graphs: self.graphs.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),

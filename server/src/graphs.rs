@@ -6,7 +6,7 @@
 //! "acceptanceCriteria", "dependsOn"}]}`, tasks in their order), its bounds, and the refusal
 //! that names the first thing wrong with one: an empty or repeated id, an unknown or repeated
 //! dependency, a task depending on itself, a cycle.
-//! The Planner's two graph tools live here too ([`PlannerGraphs`]): `read_implementation_graph`
+//! The graph service lives here too ([`Graphs`]): the Planner's `read_implementation_graph`
 //! and `edit_implementation_graph`, which draft and revise (GRA-01, LIFE-04). Nothing here
 //! approves, locks or starts an implementation: only a person approves (RULINGS GRA-04).
 //! Does not own: a version's states and counters (`chopin_store::graphs`), who may edit or
@@ -220,9 +220,10 @@ impl Definition {
     }
 }
 
-/// The Planner's graph tools, on the document of its turn (any document, a child included:
-/// GRA-02).
-pub struct PlannerGraphs {
+/// The graph service: the Planner's graph tools, on the document of its turn (any document, a
+/// child included: GRA-02), and what the coding agents' hand-over reads
+/// ([`Graphs::handed_over`]).
+pub struct Graphs {
     pub graphs: Arc<dyn GraphStore>,
     pub records: Arc<dyn DocumentStore>,
     pub clock: SharedClock,
@@ -324,7 +325,7 @@ fn refusal_words(refusal: &GraphRefusal) -> String {
     }
 }
 
-impl PlannerGraphs {
+impl Graphs {
     /// Runs graph tool `name` for `document`.
     pub async fn run(&self, document: Uuid, name: &str, input: Value) -> HostToolResult {
         match name {
@@ -405,16 +406,10 @@ pub enum NotShown {
     NoApprovedGraph { latest: Option<GraphState> },
 }
 
-/// The reads of the coding agents' hand-over.
-pub struct Implementations {
-    pub graphs: Arc<dyn GraphStore>,
-    pub records: Arc<dyn DocumentStore>,
-}
-
-impl Implementations {
+impl Graphs {
     /// `document`'s implementation as the hand-over shows it, or why it shows none. Claims
     /// inspect the latest version only (LIFE-36), so an older approved one is not shown.
-    pub async fn read(
+    pub async fn handed_over(
         &self,
         document: Uuid,
     ) -> Result<Result<Implementation, NotShown>, crate::store::StoreError> {

@@ -498,7 +498,7 @@ pub struct TurnsDeps {
     /// The visual admission check every foreground write passes (ISO-33).
     pub visuals: Arc<crate::visuals::VisualAdmission>,
     /// The graph tools (`read_implementation_graph`, `edit_implementation_graph`).
-    pub graphs: Arc<crate::graphs::PlannerGraphs>,
+    pub graphs: Arc<crate::graphs::Graphs>,
 }
 
 impl TurnsDeps {

@@ -86,6 +86,20 @@ pub struct GraphVersion {
     pub updated_at_ms: UnixMillis,
 }
 
+impl GraphVersion {
+    /// The version as every backend stores it ([`crate::storable`] text).
+    pub(crate) fn storable(self) -> GraphVersion {
+        GraphVersion {
+            definition: crate::storable(&self.definition).into_owned(),
+            run_id: self
+                .run_id
+                .as_deref()
+                .map(|r| crate::storable(r).into_owned()),
+            ..self
+        }
+    }
+}
+
 /// How a run on a locked version ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]

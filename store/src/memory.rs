@@ -1522,21 +1522,14 @@ impl crate::GraphStore for MemoryStore {
                 Ok(saved) => saved,
                 Err(refusal) => return Ok(Err(refusal)),
             };
-            for version in &saved {
-                let stored = crate::GraphVersion {
-                    definition: crate::storable(&version.definition).into_owned(),
-                    run_id: version
-                        .run_id
-                        .as_deref()
-                        .map(|r| crate::storable(r).into_owned()),
-                    ..version.clone()
-                };
-                inner
-                    .graphs
-                    .insert((document_id, version.counters.graph_version), stored);
+            let changed = saved[0].clone().storable();
+            for version in saved {
+                inner.graphs.insert(
+                    (document_id, version.counters.graph_version),
+                    version.storable(),
+                );
             }
-            let changed = saved[0].counters.graph_version;
-            Ok(Ok(inner.graphs[&(document_id, changed)].clone()))
+            Ok(Ok(changed))
         })
     }
 }

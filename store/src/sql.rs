@@ -652,16 +652,10 @@ const NUMBER_UPDATES: &str = "UPDATE documents SET last_update_seq = last_update
 const JOURNAL_UPDATE: &str = "INSERT INTO document_updates \
      (document_id, seq, update_v1, created_at_ms) VALUES ($1, $2, $3, $4)";
 
-/// One transcript entry at the document's next seq, which it returns.
+/// One transcript entry at the document's next seq, which it returns — unless the document
+/// already has an entry with append key `$6`: then nothing is inserted and no row returned, so
+/// the key's lookup and the append are one statement (a NULL key matches nothing).
 const APPEND_TRANSCRIPT: &str = "INSERT INTO chat_transcript \
-     (document_id, seq, author_login, kind, body, created_at_ms, append_key, refs) \
-     SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 \
-     FROM chat_transcript WHERE document_id = $1 RETURNING seq";
-
-/// As [`APPEND_TRANSCRIPT`], unless the document already has an entry with append key `$6`:
-/// then nothing is inserted and no row returned. The key lookup and the append in one
-/// statement, for an entry that sends no file (one that does checks its files in between).
-const APPEND_TRANSCRIPT_UNLESS_MADE: &str = "INSERT INTO chat_transcript \
      (document_id, seq, author_login, kind, body, created_at_ms, append_key, refs) \
      SELECT $1, COALESCE(MAX(seq), 0) + 1, $2, $3, $4, $5, $6, $7 \
      FROM chat_transcript WHERE document_id = $1 \
@@ -2069,39 +2063,18 @@ where
             locked.push(document_id);
         }
         let entry = &entry.storable();
-        if let (Some(key), true) = (&entry.key, entry.attachments.is_empty()) {
-            let seq: Option<i64> = sqlx::query_scalar(APPEND_TRANSCRIPT_UNLESS_MADE)
-                .bind(DB::Id::from(document_id))
-                .bind(&entry.author_login)
-                .bind(&entry.kind)
-                .bind(&entry.body)
-                .bind(entry.created_at_ms)
-                .bind(&entry.key)
-                .bind(&entry.refs)
-                .fetch_optional(&mut **tx)
-                .await
-                .map_err(|e| sqlx_error("appending to a transcript", e))?;
-            if let Some(seq) = seq {
-                return Ok(Ok(entry.saved(document_id, seq)));
+        if !entry.attachments.is_empty() {
+            // A repeated append finds its entry before its files (sent by it) are checked again.
+            if let Some(key) = &entry.key {
+                if let Some(made) = Self::made_by_key(tx, document_id, key).await? {
+                    return Ok(Ok(made));
+                }
             }
-            // Not inserted: the key's entry is there, and stays (the row lock is held).
-            return match Self::made_by_key(tx, document_id, key).await? {
-                Some(made) => Ok(Ok(made)),
-                None => Err(StoreError::Backend(
-                    "an append was refused for a key with no entry".into(),
-                )),
-            };
-        }
-        if let Some(key) = &entry.key {
-            // Under the document's row lock: an append with this key committed before is seen.
-            if let Some(made) = Self::made_by_key(tx, document_id, key).await? {
-                return Ok(Ok(made));
+            if let Err(e) = Self::check_sendable_in(tx, document_id, entry).await? {
+                return Ok(Err(e));
             }
         }
-        if let Err(e) = Self::check_sendable_in(tx, document_id, entry).await? {
-            return Ok(Err(e));
-        }
-        let seq: i64 = sqlx::query_scalar(APPEND_TRANSCRIPT)
+        let inserted: Option<i64> = sqlx::query_scalar(APPEND_TRANSCRIPT)
             .bind(DB::Id::from(document_id))
             .bind(&entry.author_login)
             .bind(&entry.kind)
@@ -2109,9 +2082,19 @@ where
             .bind(entry.created_at_ms)
             .bind(&entry.key)
             .bind(&entry.refs)
-            .fetch_one(&mut **tx)
+            .fetch_optional(&mut **tx)
             .await
             .map_err(|e| sqlx_error("appending to a transcript", e))?;
+        let Some(seq) = inserted else {
+            // Not inserted: the key's entry is there, and stays (the row lock is held).
+            let made = match &entry.key {
+                Some(key) => Self::made_by_key(tx, document_id, key).await?,
+                None => None,
+            };
+            return made.map(Ok).ok_or_else(|| {
+                StoreError::Backend("an append was refused for a key with no entry".into())
+            });
+        };
         for id in &entry.attachments {
             sqlx::query(MARK_SENT)
                 .bind(seq)
@@ -2461,11 +2444,15 @@ where
             .into_iter()
             .map(graph_version_of)
             .collect::<StoreResult<Vec<_>>>()?;
-        let saved = match crate::graphs::apply(document_id, &versions, change, now_ms) {
-            Ok(saved) => saved,
-            // Dropped unfinished: rolled back, nothing written.
-            Err(refusal) => return Ok(Err(refusal)),
-        };
+        let saved: Vec<crate::GraphVersion> =
+            match crate::graphs::apply(document_id, &versions, change, now_ms) {
+                Ok(saved) => saved
+                    .into_iter()
+                    .map(crate::GraphVersion::storable)
+                    .collect(),
+                // Dropped unfinished: rolled back, nothing written.
+                Err(refusal) => return Ok(Err(refusal)),
+            };
         for version in &saved {
             sqlx::query(
                 "INSERT INTO implementation_graphs (document_id, graph_version, plan_revision, \
@@ -2483,15 +2470,10 @@ where
             .bind(version.counters.plan_revision)
             .bind(version.counters.graph_revision)
             .bind(version.state.as_str())
-            .bind(crate::storable(&version.definition).into_owned())
+            .bind(&version.definition)
             .bind(version.verified)
             .bind(version.revision_requested)
-            .bind(
-                version
-                    .run_id
-                    .as_deref()
-                    .map(|r| crate::storable(r).into_owned()),
-            )
+            .bind(&version.run_id)
             .bind(version.created_at_ms)
             .bind(version.updated_at_ms)
             .execute(&mut *tx)

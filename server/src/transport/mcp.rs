@@ -75,7 +75,7 @@ pub struct McpDeps {
     /// The visual admission check creations and updates pass (ISO-33).
     pub visuals: Arc<crate::visuals::VisualAdmission>,
     /// `read_implementation`'s reads.
-    pub implementations: Arc<crate::graphs::Implementations>,
+    pub graphs: Arc<crate::graphs::Graphs>,
 }
 
 pub fn routes(deps: McpDeps) -> Routes {
@@ -713,8 +713,8 @@ impl Tools {
         let (doc, _) = self.locate(caller, document).await?;
         let shown = match self
             .deps
-            .implementations
-            .read(doc.id)
+            .graphs
+            .handed_over(doc.id)
             .await
             .map_err(ApiError::store)?
         {
