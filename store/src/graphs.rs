@@ -178,6 +178,72 @@ pub enum GraphRefusal {
     NotLocked { graph_version: i64, run_id: String },
 }
 
+/// A logical implementation run: the claim of one graph version by a coding agent and its
+/// progress until it ends (implementation-lifecycle.md, "MCP lifecycle tools").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImplementationRun {
+    /// Made by the server when it accepts the claim (LIFE-57).
+    pub run_id: String,
+    pub document_id: Uuid,
+    pub graph_version: i64,
+    /// Advances with each accepted report; a report worked out from an older one is not saved.
+    pub revision: i64,
+    /// The run's progress as JSON text: the server's (the repository, branch and commit the
+    /// agent reported, each task's state, pull request and summary, the verifications).
+    pub progress: String,
+    /// How it ended; `None` while it holds its version.
+    pub ended: Option<RunEnd>,
+    pub started_at_ms: UnixMillis,
+    pub updated_at_ms: UnixMillis,
+}
+
+impl RunEnd {
+    /// The word stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunEnd::Verified => "verified",
+            RunEnd::RevisionRequested => "revision-requested",
+            RunEnd::Stopped => "stopped",
+        }
+    }
+
+    /// The end a stored word names.
+    pub fn parse(word: &str) -> Option<RunEnd> {
+        [RunEnd::Verified, RunEnd::RevisionRequested, RunEnd::Stopped]
+            .into_iter()
+            .find(|e| e.as_str() == word)
+    }
+}
+
+/// A report on a run, as the server worked it out from the run at `base_revision`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunReport {
+    /// The caller's idempotency key, scoped to the run (RULINGS LIFE-58).
+    pub key: String,
+    /// What the caller sent, as the server compares repeats of `key`.
+    pub payload: String,
+    /// The run's revision the report was worked out from.
+    pub base_revision: i64,
+    /// The run's progress after it.
+    pub progress: String,
+    /// The answer, kept for a repeat of `key`.
+    pub result: String,
+    /// The run ends with it: its version is given back in the same commit (LIFE-34).
+    pub end: Option<RunEnd>,
+}
+
+/// What became of a [`RunReport`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reported {
+    /// Saved: the run as it is now.
+    Saved(ImplementationRun),
+    /// `key` was used before on this run: what was sent and answered then. Nothing saved.
+    Repeated { payload: String, result: String },
+    /// The run moved past `base_revision` (or ended) meanwhile: nothing saved; work it out
+    /// again from the run as it is now.
+    Moved,
+}
+
 /// Graphs, per document.
 #[async_trait]
 pub trait GraphStore: Send + Sync + 'static {
@@ -192,6 +258,77 @@ pub trait GraphStore: Send + Sync + 'static {
         change: &GraphChange,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<GraphVersion, GraphRefusal>>;
+
+    /// Claims the version `counters` name for a new run `run_id` ([`GraphChange::Claim`]) and
+    /// saves the run with `progress`, in one commit (LIFE-42). `NotFound` if the document does
+    /// not exist.
+    async fn start_implementation(
+        &self,
+        document_id: Uuid,
+        counters: GraphCounters,
+        run_id: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<ImplementationRun, GraphRefusal>>;
+
+    /// The run `run_id`, if there is one.
+    async fn implementation_run(&self, run_id: &str) -> StoreResult<Option<ImplementationRun>>;
+
+    /// Every run of `document_id`, oldest first.
+    async fn implementation_runs(&self, document_id: Uuid) -> StoreResult<Vec<ImplementationRun>>;
+
+    /// What a report with `key` on `run_id` sent and was answered, if one was saved.
+    async fn implementation_report(
+        &self,
+        run_id: &str,
+        key: &str,
+    ) -> StoreResult<Option<(String, String)>>;
+
+    /// Saves `report` on `run_id` if the run is still at its base revision and not ended, with
+    /// its key and answer, and ends the run's hold on its version when `report.end` says so —
+    /// all in one commit (LIFE-59: before anything is published). `NotFound` if there is no
+    /// such run.
+    async fn report_implementation(
+        &self,
+        run_id: &str,
+        report: &RunReport,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Reported>;
+}
+
+/// The run a claim makes.
+pub(crate) fn new_run(
+    document_id: Uuid,
+    graph_version: i64,
+    run_id: &str,
+    progress: &str,
+    now_ms: UnixMillis,
+) -> ImplementationRun {
+    ImplementationRun {
+        run_id: crate::storable(run_id).into_owned(),
+        document_id,
+        graph_version,
+        revision: 1,
+        progress: crate::storable(progress).into_owned(),
+        ended: None,
+        started_at_ms: now_ms,
+        updated_at_ms: now_ms,
+    }
+}
+
+/// `run` after `report` (which the caller checked applies to it).
+pub(crate) fn reported(
+    run: &ImplementationRun,
+    report: &RunReport,
+    now_ms: UnixMillis,
+) -> ImplementationRun {
+    ImplementationRun {
+        revision: run.revision + 1,
+        progress: crate::storable(&report.progress).into_owned(),
+        ended: report.end,
+        updated_at_ms: now_ms,
+        ..run.clone()
+    }
 }
 
 /// What `change` makes of `versions` (a document's, oldest first): the versions to save, the

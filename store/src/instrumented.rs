@@ -933,6 +933,74 @@ impl<H: Hook> crate::GraphStore for Instrumented<H> {
         )
         .await
     }
+
+    async fn start_implementation(
+        &self,
+        document_id: Uuid,
+        counters: crate::GraphCounters,
+        run_id: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
+        self.observe(
+            "start_implementation",
+            WRITE,
+            self.inner
+                .start_implementation(document_id, counters, run_id, progress, now_ms),
+        )
+        .await
+    }
+
+    async fn implementation_run(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<Option<crate::ImplementationRun>> {
+        self.observe(
+            "implementation_run",
+            READ,
+            self.inner.implementation_run(run_id),
+        )
+        .await
+    }
+
+    async fn implementation_runs(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        self.observe(
+            "implementation_runs",
+            READ,
+            self.inner.implementation_runs(document_id),
+        )
+        .await
+    }
+
+    async fn implementation_report(
+        &self,
+        run_id: &str,
+        key: &str,
+    ) -> StoreResult<Option<(String, String)>> {
+        self.observe(
+            "implementation_report",
+            READ,
+            self.inner.implementation_report(run_id, key),
+        )
+        .await
+    }
+
+    async fn report_implementation(
+        &self,
+        run_id: &str,
+        report: &crate::RunReport,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Reported> {
+        self.observe(
+            "report_implementation",
+            WRITE,
+            self.inner.report_implementation(run_id, report, now_ms),
+        )
+        .await
+    }
 }
 
 #[async_trait]

@@ -41,7 +41,8 @@ pub use comments::{
 };
 pub use fence::Fence;
 pub use graphs::{
-    GraphChange, GraphCounters, GraphRefusal, GraphState, GraphStore, GraphVersion, RunEnd,
+    GraphChange, GraphCounters, GraphRefusal, GraphState, GraphStore, GraphVersion,
+    ImplementationRun, Reported, RunEnd, RunReport,
 };
 pub use jobs::{
     Drafted, Enqueued, Job, JobState, JobStore, NewJob, Settlement, TitleSidecar, TitleStore,

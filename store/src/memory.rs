@@ -126,6 +126,10 @@ struct Inner {
     comment_notes: BTreeMap<(Uuid, i64), crate::CommentNote>,
     /// (document id, graph version) → a version of the document's implementation graph.
     graphs: BTreeMap<(Uuid, i64), crate::GraphVersion>,
+    /// Run id → an implementation run.
+    implementation_runs: BTreeMap<String, crate::ImplementationRun>,
+    /// (run id, key) → what a report with that key sent and was answered.
+    implementation_reports: BTreeMap<(String, String), (String, String)>,
 }
 
 impl MemoryStore {
@@ -1523,18 +1527,154 @@ impl crate::GraphStore for MemoryStore {
                 Err(refusal) => return Ok(Err(refusal)),
             };
             let changed = saved[0].clone().storable();
-            for version in saved {
-                inner.graphs.insert(
-                    (document_id, version.counters.graph_version),
-                    version.storable(),
-                );
-            }
+            inner.save_versions(document_id, saved);
             Ok(Ok(changed))
+        })
+    }
+
+    async fn start_implementation(
+        &self,
+        document_id: Uuid,
+        counters: crate::GraphCounters,
+        run_id: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let versions = inner.graph_versions(document_id);
+            let claim = crate::GraphChange::Claim {
+                counters,
+                run_id: run_id.to_owned(),
+            };
+            let saved = match crate::graphs::apply(document_id, &versions, &claim, now_ms) {
+                Ok(saved) => saved,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            let run = crate::graphs::new_run(
+                document_id,
+                counters.graph_version,
+                run_id,
+                progress,
+                now_ms,
+            );
+            if inner.implementation_runs.contains_key(&run.run_id) {
+                return Err(StoreError::Backend(format!("run {run_id} exists")));
+            }
+            inner.save_versions(document_id, saved);
+            inner
+                .implementation_runs
+                .insert(run.run_id.clone(), run.clone());
+            Ok(Ok(run))
+        })
+    }
+
+    async fn implementation_run(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<Option<crate::ImplementationRun>> {
+        self.with(|inner| {
+            Ok(inner
+                .implementation_runs
+                .get(crate::storable(run_id).as_ref())
+                .cloned())
+        })
+    }
+
+    async fn implementation_runs(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        self.with(|inner| {
+            let mut runs: Vec<_> = inner
+                .implementation_runs
+                .values()
+                .filter(|r| r.document_id == document_id)
+                .cloned()
+                .collect();
+            runs.sort_by(|a, b| (a.started_at_ms, &a.run_id).cmp(&(b.started_at_ms, &b.run_id)));
+            Ok(runs)
+        })
+    }
+
+    async fn implementation_report(
+        &self,
+        run_id: &str,
+        key: &str,
+    ) -> StoreResult<Option<(String, String)>> {
+        let at = (
+            crate::storable(run_id).into_owned(),
+            crate::storable(key).into_owned(),
+        );
+        self.with(|inner| Ok(inner.implementation_reports.get(&at).cloned()))
+    }
+
+    async fn report_implementation(
+        &self,
+        run_id: &str,
+        report: &crate::RunReport,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Reported> {
+        let at = (
+            crate::storable(run_id).into_owned(),
+            crate::storable(&report.key).into_owned(),
+        );
+        self.write(|inner| {
+            let Some(run) = inner.implementation_runs.get(&at.0).cloned() else {
+                return Err(StoreError::NotFound("implementation run"));
+            };
+            if let Some((payload, result)) = inner.implementation_reports.get(&at) {
+                return Ok(crate::Reported::Repeated {
+                    payload: payload.clone(),
+                    result: result.clone(),
+                });
+            }
+            if run.revision != report.base_revision || run.ended.is_some() {
+                return Ok(crate::Reported::Moved);
+            }
+            let mut versions = Vec::new();
+            if let Some(end) = report.end {
+                let change = crate::GraphChange::EndRun {
+                    graph_version: run.graph_version,
+                    run_id: run.run_id.clone(),
+                    end,
+                };
+                let current = inner.graph_versions(run.document_id);
+                match crate::graphs::apply(run.document_id, &current, &change, now_ms) {
+                    Ok(saved) => versions = saved,
+                    // The run holds its version until it ends, so this cannot be refused.
+                    Err(refusal) => return Err(StoreError::Backend(refusal.to_string())),
+                }
+            }
+            let now = crate::graphs::reported(&run, report, now_ms);
+            inner.save_versions(run.document_id, versions);
+            inner
+                .implementation_runs
+                .insert(now.run_id.clone(), now.clone());
+            inner.implementation_reports.insert(
+                at,
+                (
+                    crate::storable(&report.payload).into_owned(),
+                    crate::storable(&report.result).into_owned(),
+                ),
+            );
+            Ok(crate::Reported::Saved(now))
         })
     }
 }
 
 impl Inner {
+    fn save_versions(&mut self, document_id: Uuid, versions: Vec<crate::GraphVersion>) {
+        for version in versions {
+            self.graphs.insert(
+                (document_id, version.counters.graph_version),
+                version.storable(),
+            );
+        }
+    }
+
     /// `document_id`'s graph versions, oldest first.
     fn graph_versions(&self, document_id: Uuid) -> Vec<crate::GraphVersion> {
         self.graphs

@@ -730,6 +730,37 @@ static GRAPH_VERSIONS: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
+/// An `implementation_runs` row: run id, document, graph version, revision, progress, ended,
+/// started, updated.
+type ImplementationRunRow<Id> = (String, Id, i64, i64, String, Option<String>, i64, i64);
+
+/// `SELECT`s the columns of [`ImplementationRunRow`] from `implementation_runs`.
+const IMPLEMENTATION_RUN: &str = "SELECT run_id, document_id, graph_version, revision, progress, \
+     ended, started_at_ms, updated_at_ms FROM implementation_runs";
+
+fn implementation_run_of<Id: Into<Uuid>>(
+    row: ImplementationRunRow<Id>,
+) -> StoreResult<crate::ImplementationRun> {
+    let (run_id, document_id, graph_version, revision, progress, ended, started, updated) = row;
+    let ended = match ended {
+        None => None,
+        Some(word) => Some(
+            crate::RunEnd::parse(&word)
+                .ok_or_else(|| StoreError::Backend(format!("unknown run end {word:?}")))?,
+        ),
+    };
+    Ok(crate::ImplementationRun {
+        run_id,
+        document_id: document_id.into(),
+        graph_version,
+        revision,
+        progress,
+        ended,
+        started_at_ms: started,
+        updated_at_ms: updated,
+    })
+}
+
 fn graph_version_of<Id: Into<Uuid>>(row: GraphRow<Id>) -> StoreResult<crate::GraphVersion> {
     let (
         document_id,
@@ -2435,9 +2466,29 @@ where
         if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
             return Err(StoreError::NotFound("document"));
         }
+        let saved = match Self::apply_graph_change(&mut tx, document_id, change, now_ms).await? {
+            Ok(saved) => saved,
+            // Dropped unfinished: rolled back, nothing written.
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a graph change", e))?;
+        Ok(Ok(saved))
+    }
+
+    /// In `tx`, which holds the document's row lock: applies `change` to the document's versions
+    /// and saves what it makes; the version it made or changed, or why it was refused (nothing
+    /// written).
+    async fn apply_graph_change(
+        tx: &mut Transaction<'_, DB>,
+        document_id: Uuid,
+        change: &crate::GraphChange,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::GraphVersion, crate::GraphRefusal>> {
         let rows: Vec<GraphRow<DB::Id>> = sqlx::query_as(&GRAPH_VERSIONS)
             .bind(DB::Id::from(document_id))
-            .fetch_all(&mut *tx)
+            .fetch_all(&mut **tx)
             .await
             .map_err(|e| sqlx_error("reading a graph", e))?;
         let versions = rows
@@ -2476,17 +2527,191 @@ where
             .bind(&version.run_id)
             .bind(version.created_at_ms)
             .bind(version.updated_at_ms)
-            .execute(&mut *tx)
+            .execute(&mut **tx)
             .await
             .map_err(|e| sqlx_error("saving a graph version", e))?;
         }
-        tx.commit()
-            .await
-            .map_err(|e| sqlx_error("committing a graph change", e))?;
         let mut saved = saved.into_iter();
         Ok(Ok(saved
             .next()
             .expect("a change saves the version it made")))
+    }
+
+    pub(crate) async fn start_implementation(
+        &self,
+        document_id: Uuid,
+        counters: crate::GraphCounters,
+        run_id: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let claim = crate::GraphChange::Claim {
+            counters,
+            run_id: run_id.to_owned(),
+        };
+        if let Err(refusal) = Self::apply_graph_change(&mut tx, document_id, &claim, now_ms).await?
+        {
+            return Ok(Err(refusal));
+        }
+        let run = crate::graphs::new_run(
+            document_id,
+            counters.graph_version,
+            run_id,
+            progress,
+            now_ms,
+        );
+        sqlx::query(
+            "INSERT INTO implementation_runs (run_id, document_id, graph_version, revision, \
+             progress, ended, started_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, NULL, $6, $7)",
+        )
+        .bind(&run.run_id)
+        .bind(DB::Id::from(document_id))
+        .bind(run.graph_version)
+        .bind(run.revision)
+        .bind(&run.progress)
+        .bind(run.started_at_ms)
+        .bind(run.updated_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("saving an implementation run", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an implementation claim", e))?;
+        Ok(Ok(run))
+    }
+
+    pub(crate) async fn implementation_run(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<Option<crate::ImplementationRun>> {
+        let row: Option<ImplementationRunRow<DB::Id>> =
+            sqlx::query_as(&format!("{IMPLEMENTATION_RUN} WHERE run_id = $1"))
+                .bind(crate::storable(run_id).as_ref())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading an implementation run", e))?;
+        row.map(implementation_run_of).transpose()
+    }
+
+    pub(crate) async fn implementation_runs(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        let rows: Vec<ImplementationRunRow<DB::Id>> = sqlx::query_as(&format!(
+            "{IMPLEMENTATION_RUN} WHERE document_id = $1 ORDER BY started_at_ms, run_id"
+        ))
+        .bind(DB::Id::from(document_id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading implementation runs", e))?;
+        rows.into_iter().map(implementation_run_of).collect()
+    }
+
+    pub(crate) async fn implementation_report(
+        &self,
+        run_id: &str,
+        key: &str,
+    ) -> StoreResult<Option<(String, String)>> {
+        sqlx::query_as(
+            "SELECT payload, result FROM implementation_reports WHERE run_id = $1 AND key = $2",
+        )
+        .bind(crate::storable(run_id).as_ref())
+        .bind(crate::storable(key).as_ref())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading an implementation report", e))
+    }
+
+    /// Locks the run's document row (which orders every change to its graph and runs), then
+    /// checks the key and the run's revision, and saves.
+    pub(crate) async fn report_implementation(
+        &self,
+        run_id: &str,
+        report: &crate::RunReport,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Reported> {
+        let run_id = crate::storable(run_id);
+        let key = crate::storable(&report.key);
+        let mut tx = self.begin_write().await?;
+        let document: Option<(DB::Id,)> =
+            sqlx::query_as("SELECT document_id FROM implementation_runs WHERE run_id = $1")
+                .bind(run_id.as_ref())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading an implementation run", e))?;
+        let Some((document_id,)) = document else {
+            return Err(StoreError::NotFound("implementation run"));
+        };
+        let document_id: Uuid = document_id.into();
+        Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await?;
+        let repeated: Option<(String, String)> = sqlx::query_as(
+            "SELECT payload, result FROM implementation_reports WHERE run_id = $1 AND key = $2",
+        )
+        .bind(run_id.as_ref())
+        .bind(key.as_ref())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading an implementation report", e))?;
+        if let Some((payload, result)) = repeated {
+            return Ok(crate::Reported::Repeated { payload, result });
+        }
+        let row: ImplementationRunRow<DB::Id> =
+            sqlx::query_as(&format!("{IMPLEMENTATION_RUN} WHERE run_id = $1"))
+                .bind(run_id.as_ref())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading an implementation run", e))?;
+        let run = implementation_run_of(row)?;
+        if run.revision != report.base_revision || run.ended.is_some() {
+            return Ok(crate::Reported::Moved);
+        }
+        if let Some(end) = report.end {
+            let change = crate::GraphChange::EndRun {
+                graph_version: run.graph_version,
+                run_id: run.run_id.clone(),
+                end,
+            };
+            // The run holds its version until it ends, so this is never refused.
+            if let Err(refusal) =
+                Self::apply_graph_change(&mut tx, document_id, &change, now_ms).await?
+            {
+                return Err(StoreError::Backend(refusal.to_string()));
+            }
+        }
+        let now = crate::graphs::reported(&run, report, now_ms);
+        sqlx::query(
+            "UPDATE implementation_runs SET revision = $2, progress = $3, ended = $4, \
+             updated_at_ms = $5 WHERE run_id = $1",
+        )
+        .bind(run_id.as_ref())
+        .bind(now.revision)
+        .bind(&now.progress)
+        .bind(now.ended.map(|e| e.as_str().to_owned()))
+        .bind(now.updated_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("saving an implementation run", e))?;
+        sqlx::query(
+            "INSERT INTO implementation_reports (run_id, key, payload, result, at_ms) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(run_id.as_ref())
+        .bind(key.as_ref())
+        .bind(crate::storable(&report.payload).as_ref())
+        .bind(crate::storable(&report.result).as_ref())
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("saving an implementation report", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an implementation report", e))?;
+        Ok(crate::Reported::Saved(now))
     }
 
     // --- CommentStore ---
@@ -3738,7 +3963,7 @@ macro_rules! sql_store_impls {
                 Kept, NewAttachment, TakeBack, UnsentLimit, Enqueued, Job, JobState, JobStore,
                 NewJob, Settlement, TitleStore, TitleSidecar, Drafted, CommentStore, CommentThread,
                 NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
-                GraphVersion, GraphChange, GraphRefusal,
+                GraphVersion, GraphChange, GraphRefusal, GraphCounters, ImplementationRun, RunReport, Reported,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -3870,6 +4095,14 @@ macro_rules! sql_store_impls {
                 fn graph_versions(document_id: Uuid) -> Vec<GraphVersion>;
                 fn change_graph(document_id: Uuid, change: &GraphChange, now_ms: UnixMillis)
                     -> Result<GraphVersion, GraphRefusal>;
+                fn start_implementation(document_id: Uuid, counters: GraphCounters,
+                    run_id: &str, progress: &str, now_ms: UnixMillis)
+                    -> Result<ImplementationRun, GraphRefusal>;
+                fn implementation_run(run_id: &str) -> Option<ImplementationRun>;
+                fn implementation_runs(document_id: Uuid) -> Vec<ImplementationRun>;
+                fn implementation_report(run_id: &str, key: &str) -> Option<(String, String)>;
+                fn report_implementation(run_id: &str, report: &RunReport, now_ms: UnixMillis)
+                    -> Reported;
             } {});
             sql_store_impls!(@forward $store, TitleStore {
                 fn title_sidecar(document_id: Uuid) -> TitleSidecar;

@@ -31,11 +31,12 @@ use std::sync::Arc;
 use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
     Creator, Document, DocumentContent, Drafted, Enqueued, Fence, GraphChange, GraphCounters,
-    GraphRefusal, GraphState, GraphVersion, Holder, Job, JobState, Kept, LeaseAcquire, LinkHold,
-    MemoryStore, ModelChoice, NewAttachment, NewCommentNote, NewCommentThread, NewDocument, NewJob,
-    NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, Provenance, Release,
-    Replied, RevisionKind, RunEnd, RunRecord, Settlement, SqliteStore, StageRecord, Store,
-    StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
+    GraphRefusal, GraphState, GraphVersion, Holder, ImplementationRun, Job, JobState, Kept,
+    LeaseAcquire, LinkHold, MemoryStore, ModelChoice, NewAttachment, NewCommentNote,
+    NewCommentThread, NewDocument, NewJob, NewTranscriptEntry, OwnerGuard, ParticipationPause,
+    PgStore, PlanCommit, Provenance, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
+    RunReport, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
+    UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -150,6 +151,11 @@ conformance! {
     life_34_life_35_a_run_end_gives_the_version_back_and_a_verified_one_is_never_claimed_again,
     life_36_a_revision_requested_version_is_claimable_until_a_replacement_is_latest,
     life_38_life_39_graph_counters_are_not_document_counters,
+    life_42_a_claim_saves_its_run_with_the_lock_in_one_commit,
+    life_58_a_report_key_is_kept_with_its_answer_and_scoped_to_its_run,
+    life_59_a_report_worked_out_from_an_older_run_is_not_saved,
+    life_34_a_report_that_ends_the_run_gives_the_version_back_in_its_commit,
+    life_58_two_reports_at_once_on_one_run_save_one,
     hostile_8_text_with_nul_is_stored_the_same_way_and_fails_no_batch_mate,
     hostile_8_an_append_whose_key_is_held_appends_nothing_and_answers_the_first,
     answers_ping_and_names_itself,
@@ -6440,4 +6446,275 @@ async fn life_38_life_39_graph_counters_are_not_document_counters(b: &Backend) {
     store.set_archived(doc, true).await.unwrap();
     store.set_archived(doc, false).await.unwrap();
     assert_eq!(store.graph_versions(doc).await.unwrap(), graph);
+}
+
+/// A run on `doc`'s first version, approved at plan revision 1 and claimed as `run`.
+async fn claimed_run(store: &Arc<dyn Store>, doc: Uuid, run: &str) -> ImplementationRun {
+    changed(store, doc, edit(None, 1, "{}"), 10).await;
+    changed(store, doc, approve(1, 1, 1), 11).await;
+    store
+        .start_implementation(doc, graph_counters(1, 1, 1), run, r#"{"tasks":{}}"#, 12)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn graph_counters(plan_revision: i64, graph_version: i64, graph_revision: i64) -> GraphCounters {
+    GraphCounters {
+        plan_revision,
+        graph_version,
+        graph_revision,
+    }
+}
+
+fn report(key: &str, base_revision: i64, progress: &str, end: Option<RunEnd>) -> RunReport {
+    RunReport {
+        key: key.into(),
+        payload: format!("payload of {key}"),
+        base_revision,
+        progress: progress.into(),
+        result: format!("answer to {key}"),
+        end,
+    }
+}
+
+/// LIFE-42: the claim locks the version and makes the run in one commit; a refused claim makes
+/// no run.
+async fn life_42_a_claim_saves_its_run_with_the_lock_in_one_commit(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    let run = claimed_run(&store, doc, "run-1").await;
+    assert_eq!(
+        (
+            run.run_id.as_str(),
+            run.document_id,
+            run.graph_version,
+            run.revision,
+            run.ended,
+            run.started_at_ms
+        ),
+        ("run-1", doc, 1, 1, None, 12)
+    );
+    assert_eq!(
+        store.implementation_run("run-1").await.unwrap(),
+        Some(run.clone())
+    );
+    let version = store.graph_versions(doc).await.unwrap().remove(0);
+    assert_eq!(
+        (version.state, version.run_id.as_deref()),
+        (GraphState::Locked, Some("run-1"))
+    );
+    let second = store
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", 13)
+        .await
+        .unwrap();
+    assert_eq!(second, Err(GraphRefusal::Locked { graph_version: 1 }));
+    assert_eq!(store.implementation_run("run-2").await.unwrap(), None);
+    assert_eq!(store.implementation_runs(doc).await.unwrap(), vec![run]);
+    let missing = store
+        .start_implementation(Uuid::from_u128(77), graph_counters(1, 1, 1), "run-3", "{}", 13)
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+}
+
+/// RULINGS LIFE-58: a saved report's key answers every later report with that key on the same
+/// run with what was sent and answered first, saving nothing; the same key on another run is
+/// another report.
+async fn life_58_a_report_key_is_kept_with_its_answer_and_scoped_to_its_run(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    claimed_run(&store, doc, "run-1").await;
+    assert_eq!(
+        store.implementation_report("run-1", "k").await.unwrap(),
+        None
+    );
+    let saved = store
+        .report_implementation("run-1", &report("k", 1, "first", None), 20)
+        .await
+        .unwrap();
+    let Reported::Saved(run) = saved else {
+        panic!("{saved:?}")
+    };
+    assert_eq!(
+        (run.revision, run.progress.as_str(), run.updated_at_ms),
+        (2, "first", 20)
+    );
+    assert_eq!(
+        store.implementation_report("run-1", "k").await.unwrap(),
+        Some(("payload of k".into(), "answer to k".into()))
+    );
+    let again = store
+        .report_implementation("run-1", &report("k", 2, "second", None), 21)
+        .await
+        .unwrap();
+    assert_eq!(
+        again,
+        Reported::Repeated {
+            payload: "payload of k".into(),
+            result: "answer to k".into()
+        }
+    );
+    assert_eq!(
+        store
+            .implementation_run("run-1")
+            .await
+            .unwrap()
+            .unwrap()
+            .progress,
+        "first"
+    );
+    // The run ends; a second run on the same version takes the same key afresh.
+    let ended = store
+        .report_implementation(
+            "run-1",
+            &report("end", 2, "ended", Some(RunEnd::Stopped)),
+            22,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(ended, Reported::Saved(_)), "{ended:?}");
+    store
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", 23)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.implementation_report("run-2", "k").await.unwrap(),
+        None
+    );
+    let fresh = store
+        .report_implementation("run-2", &report("k", 1, "theirs", None), 24)
+        .await
+        .unwrap();
+    assert!(matches!(fresh, Reported::Saved(_)), "{fresh:?}");
+    let missing = store
+        .report_implementation("run-9", &report("k", 1, "x", None), 25)
+        .await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+}
+
+/// LIFE-59: a report saves only against the run's revision it was worked out from, and never on
+/// an ended run.
+async fn life_59_a_report_worked_out_from_an_older_run_is_not_saved(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    claimed_run(&store, doc, "run-1").await;
+    store
+        .report_implementation("run-1", &report("a", 1, "a", None), 20)
+        .await
+        .unwrap();
+    let stale = store
+        .report_implementation("run-1", &report("b", 1, "b", None), 21)
+        .await
+        .unwrap();
+    assert_eq!(stale, Reported::Moved);
+    assert_eq!(
+        store.implementation_report("run-1", "b").await.unwrap(),
+        None
+    );
+    store
+        .report_implementation(
+            "run-1",
+            &report("c", 2, "c", Some(RunEnd::RevisionRequested)),
+            22,
+        )
+        .await
+        .unwrap();
+    let after_end = store
+        .report_implementation("run-1", &report("d", 3, "d", None), 23)
+        .await
+        .unwrap();
+    assert_eq!(after_end, Reported::Moved);
+    let run = store.implementation_run("run-1").await.unwrap().unwrap();
+    assert_eq!(
+        (run.revision, run.progress.as_str(), run.ended),
+        (3, "c", Some(RunEnd::RevisionRequested))
+    );
+}
+
+/// LIFE-34: the report that ends a run gives its version back as approved in the same commit,
+/// verified when verification passed.
+async fn life_34_a_report_that_ends_the_run_gives_the_version_back_in_its_commit(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    claimed_run(&store, doc, "run-1").await;
+    store
+        .report_implementation(
+            "run-1",
+            &report("v", 1, "verified", Some(RunEnd::Verified)),
+            30,
+        )
+        .await
+        .unwrap();
+    let version = store.graph_versions(doc).await.unwrap().remove(0);
+    assert_eq!(
+        (
+            version.state,
+            version.run_id,
+            version.verified,
+            version.updated_at_ms
+        ),
+        (GraphState::Approved, None, true, 30)
+    );
+    let again = store
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", 31)
+        .await
+        .unwrap();
+    assert_eq!(again, Err(GraphRefusal::Ineligible));
+}
+
+/// LIFE-58, LIFE-59: two reports worked out from the same revision at the same moment: one is
+/// saved, the other is told the run moved.
+async fn life_58_two_reports_at_once_on_one_run_save_one(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap()
+        .id;
+    claimed_run(&store, doc, "run-1").await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(2));
+    let reports = ["a", "b"].map(|key| {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tokio::spawn(async move {
+            barrier.wait().await;
+            store
+                .report_implementation("run-1", &report(key, 1, key, None), 20)
+                .await
+                .unwrap()
+        })
+    });
+    let mut saved = 0;
+    for r in reports {
+        match r.await.unwrap() {
+            Reported::Saved(run) => {
+                saved += 1;
+                assert_eq!(run.revision, 2);
+            }
+            other => assert_eq!(other, Reported::Moved),
+        }
+    }
+    assert_eq!(saved, 1);
 }
