@@ -115,6 +115,8 @@ pub struct App {
     pub visuals: Arc<crate::visuals::VisualAdmission>,
     /// Implementation graphs: the Planner's graph tools and MCP's hand-over reads.
     pub graphs: Arc<crate::graphs::Graphs>,
+    /// Implementation runs: the claims and reports of coding agents through MCP.
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -341,6 +343,11 @@ impl App {
             records: store.clone(),
             clock: clock.clone(),
         });
+        let lifecycle = Arc::new(crate::lifecycle::Lifecycle {
+            graphs: store.clone(),
+            clock: clock.clone(),
+            entropy: entropy.clone(),
+        });
         let turns = Arc::new(Turns::new(TurnsDeps {
             planners: planners.clone(),
             sign_ins: sign_ins.clone(),
@@ -537,6 +544,7 @@ impl App {
             research_cards,
             visuals,
             graphs,
+            lifecycle,
         }
     }
 
@@ -618,6 +626,7 @@ impl App {
             shutdown: self.shutdown.clone(),
             visuals: self.visuals.clone(),
             graphs: self.graphs.clone(),
+            lifecycle: self.lifecycle.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),

@@ -6516,7 +6516,13 @@ async fn life_42_a_claim_saves_its_run_with_the_lock_in_one_commit(b: &Backend) 
     assert_eq!(store.implementation_run("run-2").await.unwrap(), None);
     assert_eq!(store.implementation_runs(doc).await.unwrap(), vec![run]);
     let missing = store
-        .start_implementation(Uuid::from_u128(77), graph_counters(1, 1, 1), "run-3", "{}", 13)
+        .start_implementation(
+            Uuid::from_u128(77),
+            graph_counters(1, 1, 1),
+            "run-3",
+            "{}",
+            13,
+        )
         .await;
     assert!(
         matches!(missing, Err(StoreError::NotFound(_))),

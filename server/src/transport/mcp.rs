@@ -76,6 +76,8 @@ pub struct McpDeps {
     pub visuals: Arc<crate::visuals::VisualAdmission>,
     /// `read_implementation`'s reads.
     pub graphs: Arc<crate::graphs::Graphs>,
+    /// `start_implementation` and the reports after it.
+    pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
 }
 
 pub fn routes(deps: McpDeps) -> Routes {
@@ -310,6 +312,16 @@ impl Tools {
                 let args: DocumentArgs = arguments(tool, args)?;
                 self.read_implementation(caller, &args.document).await
             }
+            "start_implementation" => {
+                self.start_implementation(caller, arguments(tool, args)?)
+                    .await
+            }
+            "start_task"
+            | "block_task"
+            | "report_pr"
+            | "complete_task"
+            | "report_verification"
+            | "request_revision" => self.lifecycle_report(caller, tool, args).await,
             "archive_document" | "restore_document" => {
                 let args: DocumentArgs = arguments(tool, args)?;
                 self.set_archived(caller, &args.document, tool == "archive_document")
@@ -757,6 +769,114 @@ impl Tools {
     }
 }
 
+/// `start_implementation`'s arguments.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct StartArgs {
+    document_id: String,
+    plan_revision: i64,
+    graph_version: i64,
+    graph_revision: i64,
+    repository: String,
+    branch: String,
+    commit: String,
+}
+
+/// What every report after the claim names: the document, the run and the report's key.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RunArgs {
+    document_id: String,
+    run_id: String,
+    idempotency_key: String,
+}
+
+impl Tools {
+    /// The document a lifecycle call names by its UUID (LIFE-60: a URL locates a document
+    /// for read_implementation only), with push or admin on its repository (LIFE-74).
+    async fn lifecycle_document(
+        &self,
+        caller: &Caller,
+        document_id: &str,
+    ) -> Result<Document, ApiError> {
+        let Ok(id) = uuid::Uuid::parse_str(document_id.trim()) else {
+            return Err(invalid_arguments(
+                "documentId is the document's UUID, as read_implementation returned it in document.id; a URL only locates a document for read_implementation.",
+            ));
+        };
+        self.locate_writable(caller, &id.to_string()).await
+    }
+
+    /// Claims the approved graph the counters name, for one new run (LIFE-42, LIFE-50): any
+    /// document the caller can push to, whoever made it (LIFE-76), not an archived one
+    /// (LIFE-62).
+    async fn start_implementation(
+        &self,
+        caller: &Caller,
+        args: StartArgs,
+    ) -> Result<CallToolResult, ApiError> {
+        let doc = self.lifecycle_document(caller, &args.document_id).await?;
+        let counters = crate::store::GraphCounters {
+            plan_revision: args.plan_revision,
+            graph_version: args.graph_version,
+            graph_revision: args.graph_revision,
+        };
+        let checkout = crate::lifecycle::Checkout {
+            repository: args.repository,
+            branch: args.branch,
+            commit: args.commit,
+        };
+        let started = self
+            .deps
+            .lifecycle
+            .start(&doc, counters, &checkout, &caller.login)
+            .await
+            .map_err(ApiError::store)?;
+        Ok(lifecycle_answer(started))
+    }
+
+    /// A report on a run (LIFE-51..56): checked by the caller's role on the document's
+    /// repository and the run id it names, not by who claimed (LIFE-75); on an archived
+    /// document too (LIFE-63).
+    async fn lifecycle_report(
+        &self,
+        caller: &Caller,
+        tool: &str,
+        args: Value,
+    ) -> Result<CallToolResult, ApiError> {
+        use crate::lifecycle::Report;
+        let Value::Object(mut fields) = args else {
+            return Err(invalid_arguments(format!(
+                "{tool}: arguments are an object"
+            )));
+        };
+        let mut named = serde_json::Map::new();
+        for key in ["documentId", "runId", "idempotencyKey"] {
+            if let Some(value) = fields.remove(key) {
+                named.insert(key.to_owned(), value);
+            }
+        }
+        let run: RunArgs = arguments(tool, Value::Object(named))?;
+        fields.insert("tool".to_owned(), json!(tool));
+        let report: Report = arguments(tool, Value::Object(fields))?;
+        let doc = self.lifecycle_document(caller, &run.document_id).await?;
+        let reported = self
+            .deps
+            .lifecycle
+            .report(doc.id, &run.run_id, &run.idempotency_key, &report)
+            .await
+            .map_err(ApiError::store)?;
+        Ok(lifecycle_answer(reported))
+    }
+}
+
+fn lifecycle_answer(answer: Result<Value, crate::lifecycle::Refusal>) -> CallToolResult {
+    match answer {
+        Ok(run) => CallToolResult::structured(json!({ "run": run })),
+        Err(r) => refused(r.code, &r.message, r.more),
+    }
+}
+
 /// The brief `create_document` keeps: at most [`BRIEF_MAX_BYTES`] of UTF-8 (`too-long`
 /// otherwise, before anything is created); a blank one is no brief.
 fn brief_of(brief: Option<String>) -> Result<Option<String>, ApiError> {
@@ -835,7 +955,7 @@ fn tools() -> Vec<Tool> {
         "required": ["document"],
         "additionalProperties": false,
     }));
-    vec![
+    let mut tools = vec![
         Tool::new(
             "list_documents",
             "Lists the documents of a GitHub repository you can read (pull access), oldest first.",
@@ -943,6 +1063,114 @@ fn tools() -> Vec<Tool> {
             "read_implementation",
             "Reads the approved implementation graph of a document created through MCP (pull access suffices; archived documents too): document.id (the UUID every later lifecycle call uses), the repository and the branch and commit the document was created from (compare them with your checkout; the server does not), the plan's revision and source, and the graph's tasks, counters and whether it can be claimed now.",
             document_only,
+        ),
+    ];
+    tools.extend(lifecycle_tools());
+    tools
+}
+
+/// `start_implementation` and the reports after it.
+fn lifecycle_tools() -> Vec<Tool> {
+    let document_id = json!({ "type": "string", "format": "uuid", "description": "The document's UUID: document.id from read_implementation (a URL is not accepted here)." });
+    let run_id = json!({ "type": "string", "minLength": 1, "description": "The runId start_implementation returned." });
+    let key = json!({ "type": "string", "minLength": 1, "maxLength": crate::lifecycle::KEY_MAX_CHARS, "description": "New for each report, for example a UUID. Sending the same key with the same report again (a retry) returns the first answer and changes nothing; the same key with another report is refused idempotency-conflict. Keys belong to the run." });
+    let task_id = json!({ "type": "string", "minLength": 1, "description": "A task's id, as the graph gives it." });
+    let note =
+        json!({ "type": "string", "minLength": 1, "maxLength": crate::lifecycle::NOTE_MAX_CHARS });
+    let report = |name: &str, description: &str, properties: Value, required: &[&str]| {
+        let mut props = json!({
+            "documentId": document_id,
+            "runId": run_id,
+            "idempotencyKey": key,
+        });
+        if let (Some(props), Value::Object(more)) = (props.as_object_mut(), properties) {
+            props.extend(more);
+        }
+        let mut all = vec!["documentId", "runId", "idempotencyKey"];
+        all.extend_from_slice(required);
+        Tool::new(
+            name.to_owned(),
+            description.to_owned(),
+            schema(json!({
+                "type": "object",
+                "properties": props,
+                "required": all,
+                "additionalProperties": false,
+            })),
+        )
+    };
+    vec![
+        Tool::new(
+            "start_implementation",
+            "Claims the approved implementation graph for one run and returns its runId (push access needed). Send the document's UUID and the planRevision, graphVersion and graphRevision read_implementation gave, with the repository, branch and commit of your checkout (recorded, never checked). Refused if any counter changed (stale), a run already holds the graph (graph-locked), the graph was already implemented and verified (already-verified), or the document is archived (document-archived). Any writer of the repository who knows the runId may report on the run.",
+            schema(json!({
+                "type": "object",
+                "properties": {
+                    "documentId": document_id,
+                    "planRevision": { "type": "integer" },
+                    "graphVersion": { "type": "integer" },
+                    "graphRevision": { "type": "integer" },
+                    "repository": { "type": "string", "minLength": 1, "description": "The repository of your checkout, as owner/repo." },
+                    "branch": { "type": "string", "minLength": 1, "description": "The branch you work from." },
+                    "commit": { "type": "string", "minLength": 1, "description": "The commit you start from." },
+                },
+                "required": ["documentId", "planRevision", "graphVersion", "graphRevision", "repository", "branch", "commit"],
+                "additionalProperties": false,
+            })),
+        ),
+        report(
+            "start_task",
+            "Moves a queued task whose dependencies are all complete to in progress (dependencies-unfinished otherwise), or resumes a blocked one.",
+            json!({ "taskId": task_id }),
+            &["taskId"],
+        ),
+        report(
+            "block_task",
+            "Records what blocks a task; the run keeps the graph. A queued task is started and blocked at once, whatever its dependencies, so the blocker is never lost. start_task resumes it.",
+            json!({ "taskId": task_id, "blocker": note }),
+            &["taskId", "blocker"],
+        ),
+        report(
+            "report_pr",
+            "Attaches the task's pull request (its web address) and its state: open, merged or closed. A task has one pull request; report it again to change its state, or report it closed before attaching another.",
+            json!({
+                "taskId": task_id,
+                "url": { "type": "string", "minLength": 1 },
+                "state": { "type": "string", "enum": ["open", "merged", "closed"] },
+            }),
+            &["taskId", "url", "state"],
+        ),
+        report(
+            "complete_task",
+            "Completes a task in progress once its pull request is reported, with a summary of what was done. A task already complete is refused already-complete.",
+            json!({ "taskId": task_id, "summary": note }),
+            &["taskId", "summary"],
+        ),
+        report(
+            "report_verification",
+            "Submits an independent review of the whole graph once every task is complete: evidence for each task, passed or not. If every task passed the run ends and the graph is done for good; tasks that failed go back to in progress.",
+            json!({
+                "tasks": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "taskId": task_id,
+                            "passed": { "type": "boolean" },
+                            "evidence": note,
+                        },
+                        "required": ["taskId", "passed", "evidence"],
+                        "additionalProperties": false,
+                    },
+                },
+            }),
+            &["tasks"],
+        ),
+        report(
+            "request_revision",
+            "Ends the run because the plan, its criteria, tasks or dependencies must change, and gives the graph back as approved: it can be claimed again until a replacement is drafted.",
+            json!({ "reason": note }),
+            &["reason"],
         ),
     ]
 }
