@@ -343,6 +343,7 @@ impl App {
             records: store.clone(),
             clock: clock.clone(),
         });
+        open.lock_edits(graphs.clone());
         let lifecycle = Arc::new(crate::lifecycle::Lifecycle {
             graphs: store.clone(),
             clock: clock.clone(),
@@ -602,6 +603,12 @@ impl App {
                 repo_files: self.repo_files.clone(),
                 people: self.people.clone(),
                 research_cards: self.research_cards.clone(),
+            },
+        ))
+        .merge(transport::implementation::routes(
+            transport::implementation::ImplementationDeps {
+                documents: self.documents_deps(),
+                lifecycle: self.lifecycle.clone(),
             },
         ))
         .merge(transport::participation::routes(

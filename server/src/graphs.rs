@@ -388,6 +388,31 @@ impl Graphs {
     }
 }
 
+/// The words of an edit refused while a run holds the graph (LIFE-65).
+pub fn held_words(graph_version: i64) -> String {
+    format!("an implementation run holds version {graph_version} of this plan's graph, so the plan cannot change until the run ends or requests a revision; nothing was changed")
+}
+
+impl Graphs {
+    /// The version a run holds on `document`, if one does: what locks its plan (LIFE-65).
+    pub async fn held(&self, document: Uuid) -> Result<Option<i64>, crate::store::StoreError> {
+        Ok(self
+            .graphs
+            .graph_versions(document)
+            .await?
+            .iter()
+            .find(|v| v.state == GraphState::Locked)
+            .map(|v| v.counters.graph_version))
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::content::EditLock for Graphs {
+    async fn why_locked(&self, document: Uuid) -> crate::store::StoreResult<Option<String>> {
+        Ok(self.held(document).await?.map(held_words))
+    }
+}
+
 /// What `read_implementation` shows of a document (LIFE-49): its graph's latest version when it
 /// is approved or held by a run, with the creation provenance.
 #[derive(Debug, Clone)]

@@ -561,6 +561,81 @@ impl Lifecycle {
         )))
     }
 
+    /// The Build view's snapshot of `doc` (LIFE-66, LIFE-67, LIFE-68): every graph version's
+    /// state and counters, the latest one's tasks, the lock a run holds, and every run with its
+    /// progress, oldest first.
+    pub async fn snapshot(&self, doc: &Document) -> Result<Value, StoreError> {
+        let versions = self.graphs.graph_versions(doc.id).await?;
+        let runs = self.graphs.implementation_runs(doc.id).await?;
+        let mut shown = Vec::with_capacity(runs.len());
+        for run in &runs {
+            let progress: Progress = serde_json::from_str(&run.progress).unwrap_or_default();
+            let definition = versions
+                .iter()
+                .find(|v| v.counters.graph_version == run.graph_version)
+                .and_then(|v| Definition::parse(&v.definition).ok())
+                .unwrap_or_default();
+            shown.push(run_json(run, &progress, &definition));
+        }
+        let lock = versions
+            .iter()
+            .find(|v| v.state == crate::store::GraphState::Locked)
+            .map(|v| json!({ "graphVersion": v.counters.graph_version, "runId": v.run_id }));
+        Ok(json!({
+            "document": {
+                "id": doc.id,
+                "planRevision": doc.plan_revision,
+                "storageRevision": doc.storage_revision,
+                "archived": doc.archived,
+            },
+            "lock": lock,
+            "graph": versions.last().map(crate::graphs::implementation_json),
+            "versions": versions
+                .iter()
+                .map(|v| json!({
+                    "graphVersion": v.counters.graph_version,
+                    "graphRevision": v.counters.graph_revision,
+                    "planRevision": v.counters.plan_revision,
+                    "state": v.state.as_str(),
+                }))
+                .collect::<Vec<_>>(),
+            "runs": shown,
+        }))
+    }
+
+    /// A person approves exactly the latest draft, named by its version and revision, against
+    /// the plan as it stands (GRA-04, LIFE-05, LIFE-31).
+    pub async fn approve(
+        &self,
+        doc: &Document,
+        graph_version: i64,
+        graph_revision: i64,
+    ) -> Result<Result<Value, Refusal>, StoreError> {
+        let change = crate::store::GraphChange::Approve {
+            graph_version,
+            graph_revision,
+            current_plan_revision: doc.plan_revision,
+        };
+        match self
+            .graphs
+            .change_graph(doc.id, &change, self.clock.now_ms())
+            .await?
+        {
+            Ok(version) => Ok(Ok(crate::graphs::implementation_json(&version))),
+            Err(GraphRefusal::PlanChanged { drafted, current }) => Ok(Err(Refusal {
+                code: "plan-changed",
+                message: format!("The tasks were drafted against plan revision {drafted}, and the plan is at {current} now: draft them again before approving."),
+                more: json!({ "drafted": drafted, "current": current }),
+            })),
+            Err(GraphRefusal::NotDraft { state }) => Ok(Err(Refusal {
+                code: "not-a-draft",
+                message: format!("Only a draft is approved; the latest version is {state}."),
+                more: json!({ "state": state }),
+            })),
+            Err(other) => Ok(Err(claim_refusal(&other))),
+        }
+    }
+
     /// The definition of the version `run` holds.
     async fn definition(&self, run: &ImplementationRun) -> Result<Definition, StoreError> {
         let versions = self.graphs.graph_versions(run.document_id).await?;

@@ -2177,6 +2177,23 @@ impl TurnHost for PlannerHost {
             // Decided before execution: no tool runs.
             return self.deny(name, &why).await;
         }
+        // LIFE-65: while a run holds the graph, no new question or decision opens.
+        if matches!(name, "ask" | "open_decision" | "open_decisions") {
+            match self.turns.deps.graphs.held(self.document).await {
+                Ok(None) => {}
+                Ok(Some(version)) => {
+                    return HostToolResult::error(format!(
+                        "{name} is refused: {}",
+                        crate::graphs::held_words(version)
+                    ))
+                }
+                Err(_) => {
+                    return HostToolResult::error(
+                        "the plan's lock could not be read just now; try again",
+                    )
+                }
+            }
+        }
         match name {
             "read_plan" => self.read_plan(input).await,
             "edit_plan" => self.edit_plan(input).await,

@@ -247,3 +247,118 @@ async fn life_33_while_a_run_holds_a_version_the_planner_cannot_change_the_graph
     .await;
     assert_eq!(read.output["graph"]["state"], "locked");
 }
+
+/// LIFE-65, LIFE-70: while a run holds the graph, the plan takes no edit through the server —
+/// the Planner's `edit_plan`, MCP `update_document` — and no new question or decision opens;
+/// archiving the document releases nothing; once the run ends, the plan takes edits again.
+#[tokio::test]
+async fn life_65_life_70_a_held_graph_locks_the_plan_until_its_run_ends() {
+    use chopin_fixtures::mcp::{call, connect, refusal};
+    let s = served().await;
+    let plan_revision = s
+        .store
+        .document(s.doc)
+        .await
+        .unwrap()
+        .unwrap()
+        .plan_revision;
+    let claim = GraphCounters {
+        plan_revision,
+        graph_version: 1,
+        graph_revision: 1,
+    };
+    for change in [
+        GraphChange::Edit {
+            base: None,
+            plan_revision,
+            definition: r#"{"tasks":[{"id":"a","title":"Do a"}]}"#.into(),
+        },
+        GraphChange::Approve {
+            graph_version: 1,
+            graph_revision: 1,
+            current_plan_revision: plan_revision,
+        },
+        GraphChange::Claim {
+            counters: claim,
+            run_id: "run-1".into(),
+        },
+    ] {
+        s.store
+            .change_graph(s.doc, &change, 1)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let held = "an implementation run holds version 1 of this plan's graph";
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let begun = begin_turn(&mut client, &mut room, "@chopin tighten the plan").await;
+    let edit = json!({ "revision": plan_revision, "ops": [{ "op": "insert", "after": null, "content": "One more step.\n" }] });
+    let refused = call_host_tool(&mut client, &begun.turn, "e1", "edit_plan", edit.clone()).await;
+    // A refused edit is a structured result with its status (CTX-10).
+    assert_eq!(refused.output["status"], "locked", "{refused:?}");
+    assert!(
+        refused.output["message"].as_str().unwrap().contains(held),
+        "{:?}",
+        refused.output
+    );
+    let card = json!({ "question": "Which export format?", "key": "format", "options": [{ "label": "CSV" }, { "label": "JSON" }] });
+    for (n, (tool, input)) in [
+        (
+            "ask",
+            json!({ "questions": [{ "question": "Which region first?" }] }),
+        ),
+        ("open_decision", card.clone()),
+        ("open_decisions", json!({ "decisions": [card] })),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let asked = call_host_tool(&mut client, &begun.turn, &format!("q{n}"), tool, input).await;
+        assert!(asked.is_error, "{tool}: {asked:?}");
+        assert!(
+            asked.output.to_string().contains(held),
+            "{tool}: {:?}",
+            asked.output
+        );
+    }
+
+    let mcp = connect(&format!("http://{}/mcp", s.host), &s.mona).await;
+    let (code, body) = refusal(
+        call(
+            &mcp,
+            "update_document",
+            json!({ "document": s.doc, "planRevision": plan_revision, "source": "# Replaced\n", "idempotencyKey": "u1" }),
+        )
+        .await,
+    );
+    assert_eq!(code, "locked", "{body}");
+    assert!(body["message"].as_str().unwrap().contains(held), "{body}");
+    assert_eq!(
+        s.store
+            .document(s.doc)
+            .await
+            .unwrap()
+            .unwrap()
+            .plan_revision,
+        plan_revision,
+        "nothing was written"
+    );
+
+    // Archiving releases nothing (LIFE-70).
+    s.store.set_archived(s.doc, true).await.unwrap();
+    s.store.set_archived(s.doc, false).await.unwrap();
+    assert_eq!(
+        s.store.graph_versions(s.doc).await.unwrap()[0].state,
+        GraphState::Locked
+    );
+
+    let end = GraphChange::EndRun {
+        graph_version: 1,
+        run_id: "run-1".into(),
+        end: chopin_server::store::RunEnd::RevisionRequested,
+    };
+    s.store.change_graph(s.doc, &end, 2).await.unwrap().unwrap();
+    let edited = call_host_tool(&mut client, &begun.turn, "e2", "edit_plan", edit).await;
+    assert_eq!(edited.output["status"], "applied", "{edited:?}");
+}

@@ -626,3 +626,155 @@ async fn life_76_a_claim_does_not_repeat_the_mcp_creation_check() {
     let run = started(&mona, &claim).await;
     assert_eq!(run["state"], "active");
 }
+
+/// `method` on `/api/channels/{doc}/implementation{rest}` with mona's browser session.
+async fn build_view(s: &Served, method: &str, rest: &str, body: Option<Value>) -> (u16, Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(format!(
+            "http://{}/api/channels/{}/implementation{rest}",
+            s.host, s.doc
+        ))
+        .header("cookie", &s.mona_cookie)
+        .header("origin", format!("http://{}", s.host))
+        .header("content-type", "application/json")
+        .body(axum::body::Bytes::from(
+            body.map(|b| b.to_string()).unwrap_or_default(),
+        ))
+        .unwrap();
+    let r = chopin_server::runtime::connector::send(
+        &chopin_server::runtime::connector::TcpConnector,
+        request,
+    )
+    .await
+    .unwrap();
+    (
+        r.status.as_u16(),
+        serde_json::from_slice(&r.body).unwrap_or_default(),
+    )
+}
+
+/// GRA-04, LIFE-05, LIFE-31: a person approves exactly the draft they saw, against the plan as
+/// it stands: a draft made from an older plan revision is refused `plan-changed`, another
+/// revision is `stale`; the Build view's snapshot shows the versions and then the run (LIFE-66,
+/// LIFE-67).
+#[tokio::test]
+async fn gra_04_life_05_life_31_a_person_approves_exactly_the_current_draft() {
+    let s = served().await;
+    let plan = s
+        .store
+        .document(s.doc)
+        .await
+        .unwrap()
+        .unwrap()
+        .plan_revision;
+    let draft = GraphChange::Edit {
+        base: None,
+        plan_revision: plan,
+        definition: DEFINITION.into(),
+    };
+    s.store
+        .change_graph(s.doc, &draft, 1)
+        .await
+        .unwrap()
+        .unwrap();
+    let (status, shown) = build_view(&s, "GET", "", None).await;
+    assert_eq!(status, 200, "{shown}");
+    assert_eq!(
+        (&shown["graph"]["state"], &shown["lock"], &shown["runs"]),
+        (&json!("draft"), &Value::Null, &json!([]))
+    );
+
+    let (status, refused) = build_view(
+        &s,
+        "POST",
+        "/approve",
+        Some(json!({"graphVersion": 1, "graphRevision": 2})),
+    )
+    .await;
+    assert_eq!(
+        (status, &refused["error"]),
+        (409, &json!("stale")),
+        "{refused}"
+    );
+
+    // The plan moves on after the draft: the draft no longer describes it.
+    let mcp = client(&s, &s.mona).await;
+    ok(call(
+        &mcp,
+        "update_document",
+        json!({"document": s.doc, "planRevision": plan, "source": "# Notes\n\nMore.\n", "idempotencyKey": "u1"}),
+    )
+    .await);
+    let (status, refused) = build_view(
+        &s,
+        "POST",
+        "/approve",
+        Some(json!({"graphVersion": 1, "graphRevision": 1})),
+    )
+    .await;
+    assert_eq!(
+        (status, &refused["error"]),
+        (409, &json!("plan-changed")),
+        "{refused}"
+    );
+
+    // Drafted again against the plan now, it is approved.
+    let now = s
+        .store
+        .document(s.doc)
+        .await
+        .unwrap()
+        .unwrap()
+        .plan_revision;
+    let redraft = GraphChange::Edit {
+        base: Some((1, 1)),
+        plan_revision: now,
+        definition: DEFINITION.into(),
+    };
+    s.store
+        .change_graph(s.doc, &redraft, 2)
+        .await
+        .unwrap()
+        .unwrap();
+    let (status, approved) = build_view(
+        &s,
+        "POST",
+        "/approve",
+        Some(json!({"graphVersion": 1, "graphRevision": 2})),
+    )
+    .await;
+    assert_eq!(status, 200, "{approved}");
+    assert_eq!(
+        (&approved["state"], &approved["claimable"]),
+        (&json!("approved"), &json!(true))
+    );
+    let (status, refused) = build_view(
+        &s,
+        "POST",
+        "/approve",
+        Some(json!({"graphVersion": 1, "graphRevision": 2})),
+    )
+    .await;
+    assert_eq!(
+        (status, &refused["error"]),
+        (409, &json!("not-a-draft")),
+        "{refused}"
+    );
+
+    let mut claim = json!({"documentId": s.doc, "planRevision": now, "graphVersion": 1, "graphRevision": 2,
+                           "repository": "octo/plans", "branch": "main", "commit": "abc"});
+    let run = started(&mcp, &claim).await;
+    let (_, shown) = build_view(&s, "GET", "", None).await;
+    assert_eq!(
+        (
+            &shown["lock"]["runId"],
+            &shown["runs"][0]["runId"],
+            &shown["runs"][0]["state"]
+        ),
+        (&run["runId"], &run["runId"], &json!("active"))
+    );
+    claim["graphRevision"] = json!(1);
+    let (code, _) = refusal(call(&mcp, "start_implementation", claim).await);
+    assert_eq!(code, "graph-locked");
+}

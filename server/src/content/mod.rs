@@ -215,6 +215,17 @@ struct Deps {
     /// Told when a document is opened for a socket, restored or edited (the description
     /// scheduler); none until [`OpenDocuments::watch`].
     watch: std::sync::OnceLock<Arc<dyn ContentWatch>>,
+    /// Asked before an edit through the server (the Planner's, MCP's, a job's) whether the plan
+    /// is locked against it; none until [`OpenDocuments::lock_edits`].
+    lock: std::sync::OnceLock<Arc<dyn EditLock>>,
+}
+
+/// What says whether a document's plan is locked against edits made through the server, and
+/// why: an implementation run holding its graph (LIFE-65).
+#[async_trait::async_trait]
+pub trait EditLock: Send + Sync + 'static {
+    /// Why `document`'s plan takes no edit now, in words for whoever tried; `None`: it does.
+    async fn why_locked(&self, document: Uuid) -> StoreResult<Option<String>>;
 }
 
 /// What wants to know that a document was opened for a person or changed: told after the fact,
@@ -676,15 +687,22 @@ impl OpenDocument {
             .document(self.document_id)
             .await?
             .ok_or(StoreError::NotFound("document"))?;
+        let why_locked = match self.deps.lock.get() {
+            Some(lock) => lock.why_locked(self.document_id).await?,
+            None => None,
+        };
         let source = ydoc::read_source(&content.doc);
         let target = EditTarget {
             document: document.clone(),
             earlier_urls,
             revision: current.plan_revision as u64,
             source: &source,
-            locked: false,
+            locked: why_locked.is_some(),
         };
         let mut result = check(&target);
+        if let (EditOutcome::Locked { message }, Some(why)) = (&mut result.outcome, why_locked) {
+            *message = why;
+        }
         let EditOutcome::Applied {
             source: new_source, ..
         } = &result.outcome
@@ -997,6 +1015,7 @@ impl OpenDocuments {
                 poison_guard_off: AtomicBool::new(false),
                 accepted: Mutex::default(),
                 watch: std::sync::OnceLock::new(),
+                lock: std::sync::OnceLock::new(),
             }),
             entropy,
             shutdown,
@@ -1007,6 +1026,12 @@ impl OpenDocuments {
     /// most one watch; a second is ignored).
     pub fn watch(&self, watch: Arc<dyn ContentWatch>) {
         let _ = self.deps.watch.set(watch);
+    }
+
+    /// Asks `lock` before every edit made through the server from now on (at most one; a
+    /// second is ignored).
+    pub fn lock_edits(&self, lock: Arc<dyn EditLock>) {
+        let _ = self.deps.lock.set(lock);
     }
 
     /// `document_id` was just created (over MCP, and its first source stored): its watch is

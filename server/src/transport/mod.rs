@@ -15,6 +15,7 @@ pub mod dictation;
 pub mod documents;
 pub mod files;
 pub mod health;
+pub mod implementation;
 pub mod mcp;
 pub mod mentions;
 pub mod participation;
