@@ -117,6 +117,8 @@ pub struct App {
     pub graphs: Arc<crate::graphs::Graphs>,
     /// Implementation runs: the claims and reports of coding agents through MCP.
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
+    /// Task drafts from Build plan presses.
+    pub drafts: Arc<crate::drafting::Drafts>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -497,6 +499,14 @@ impl App {
                 .with_research_cards(research_cards.clone()),
         );
         chat.plant(config.planted);
+        let drafts = Arc::new(crate::drafting::Drafts::new(
+            chat.clone(),
+            turns.clone(),
+            graphs.clone(),
+            open.clone(),
+            entropy.clone(),
+            shutdown.clone(),
+        ));
         housekeeping::spawn(
             &planners,
             &transcript,
@@ -546,6 +556,7 @@ impl App {
             visuals,
             graphs,
             lifecycle,
+            drafts,
         }
     }
 
@@ -656,6 +667,7 @@ impl App {
             prose: self.prose_updates.clone(),
             comments: self.comments.clone(),
             transcription: self.transcription.as_ref().map(|t| t.hello()),
+            drafts: self.drafts.clone(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),

@@ -699,6 +699,95 @@ impl Chat {
             .await
     }
 
+    /// A task draft a writer's Build plan press asks for, with the words the server wrote from
+    /// the plan (LIFE-18..20, LIFE-23): within Chat's cap on sends in flight, a turn of its own
+    /// (refused `planner-busy` while one runs, RULINGS LIFE-27) under the presser's login, and
+    /// no member message: Chat records a notice naming the presser, saved before the turn
+    /// starts.
+    pub async fn draft(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request_id: &str,
+        instruction: String,
+    ) -> SendReply {
+        if !sender.can_write {
+            return SendReply::refused(
+                request_id,
+                "read-only",
+                "Building a plan needs push access to this document's repository.",
+            );
+        }
+        let Some(_in_flight) = self.try_admit() else {
+            return SendReply::refused(request_id, "temporarily-unavailable", TOO_MANY_IN_FLIGHT);
+        };
+        // In line with Chat's own sends, so the notice sits where the press happened.
+        let held = self.transcript.gate(place.document).await;
+        let (saved_tx, saved_rx) = watch::channel(None);
+        let asked = self
+            .turns
+            .request(PlannerRequest {
+                document: place.document,
+                document_url: place.url.clone(),
+                from_login: sender.login.clone(),
+                sender: sender.owner.clone(),
+                text: instruction,
+                focus: None,
+                follow_up: None,
+                draft: true,
+                notice_saved: Some(saved_rx),
+                command: None,
+                files: Vec::new(),
+                mentions: Vec::new(),
+                references: Vec::new(),
+                explicit: false,
+                comment: None,
+            })
+            .await;
+        let planner = match asked {
+            Ok(accepted) => PlannerTook::from(accepted),
+            Err(Refused::Stopping) => {
+                return SendReply::Unanswered {
+                    request_id: request_id.to_owned(),
+                }
+            }
+            Err(refused) => return refusal(request_id, &refused),
+        };
+        let notice = NewTranscriptEntry {
+            author_login: None,
+            kind: "system".into(),
+            body: format!(
+                "@{} asked chopin to break the plan into tasks.",
+                sender.login
+            ),
+            created_at_ms: self.clock.now_ms(),
+            key: None,
+            refs: None,
+            attachments: Vec::new(),
+        };
+        let saved = self.transcript.queue_gated(place.document, &notice).await;
+        drop(held);
+        match saved.await {
+            Ok(saved) => {
+                let _ = saved_tx.send(Some(true));
+                SendReply::Ack {
+                    request_id: request_id.to_owned(),
+                    seq: saved.seq,
+                    planner: Some(planner),
+                }
+            }
+            Err(e) => {
+                let _ = saved_tx.send(Some(false));
+                tracing::error!(error = %e, document = %place.document, "chat: a draft's notice could not be saved");
+                SendReply::refused(
+                    request_id,
+                    "not-saved",
+                    "Chat could not record the request, so no draft started. Press Build plan again in a moment.",
+                )
+            }
+        }
+    }
+
     async fn deliver(
         &self,
         place: &Place,
@@ -1145,6 +1234,8 @@ impl Chat {
                         Addressed::FollowUp(from) => Some(from.clone()),
                         _ => None,
                     },
+                    draft: false,
+                    notice_saved: None,
                     command: command.as_ref().map(CommandRef::as_command),
                     files: files.clone(),
                     mentions: mentions.iter().map(|(_, told)| told.clone()).collect(),
@@ -1361,6 +1452,8 @@ impl Chat {
                 text: note.text.clone(),
                 focus: place.focus.clone(),
                 follow_up: None,
+                draft: false,
+                notice_saved: None,
                 command: None,
                 files: Vec::new(),
                 mentions: Vec::new(),

@@ -9,7 +9,7 @@
 //!   [`access`] (who is calling, the Origin policy, repository checks), [`documents`] (records,
 //!   locators, slugs, children), [`content`] (documents open in this process), [`transcript`]
 //!   and [`chat`], [`planner`] (ownership), [`turns`], [`jobs`] (background work: descriptions,
-//!   titles, research), [`graphs`] (what an implementation graph holds, the Planner's graph tools), [`lifecycle`] (implementation runs: claims and reports), [`harness`] (reaching the agent link
+//!   titles, research), [`graphs`] (what an implementation graph holds, the Planner's graph tools), [`lifecycle`] (implementation runs: claims and reports), [`drafting`] (task drafts from Build plan), [`harness`] (reaching the agent link
 //!   through a port trait), [`renewal`] (renewing expiring GitHub credentials, sessions ended
 //!   first), [`housekeeping`] (ending expired logins, renewals, retrying unrecorded sign-outs,
 //!   dropping unused channels).
@@ -25,6 +25,7 @@ pub mod config;
 pub mod content;
 pub mod dictation;
 pub mod documents;
+pub mod drafting;
 pub mod error;
 pub mod files;
 pub mod github_tools;

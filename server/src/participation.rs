@@ -256,6 +256,8 @@ impl Participation {
                 text: message.text,
                 focus: None,
                 follow_up: None,
+                draft: false,
+                notice_saved: None,
                 command: None,
                 files: Vec::new(),
                 mentions: Vec::new(),

@@ -57,6 +57,13 @@ pub struct PlannerRequest {
     /// turn of its own (refused `planner-busy` while one runs, MSG-21) and only the document's
     /// creator or the account holding the Planner may send one (OWN-23).
     pub follow_up: Option<FollowUp>,
+    /// A task draft a writer's Build plan press asked for (LIFE-18, LIFE-19): the server wrote
+    /// the words; it needs a turn of its own (RULINGS LIFE-27) and runs under the presser's
+    /// login like any member turn.
+    pub draft: bool,
+    /// `Some(true)` once the notice this turn answers is saved, which it waits for before it
+    /// starts (LIFE-20); `Some(false)`, or the sender gone, if it could not be: it does not run.
+    pub notice_saved: Option<tokio::sync::watch::Receiver<Option<bool>>>,
     /// The Planner command the message runs (its chip, checked when the message was accepted,
     /// CMD-10): the turn is built from it (CMD-17, CMD-18) and needs a turn of its own.
     pub command: Option<Command>,
@@ -215,6 +222,8 @@ impl PlannerRequest {
                 .join("\n"),
             focus: None,
             follow_up: None,
+            draft: false,
+            notice_saved: None,
             command: None,
             files: Vec::new(),
             mentions: Vec::new(),
@@ -243,6 +252,10 @@ impl PlannerRequest {
                     self.from_login, command.name
                 )
             }
+            None if self.draft => format!(
+                "(@{} pressed Build plan: a task draft)\n{}",
+                self.from_login, self.text
+            ),
             None if self.follow_up.is_some() => format!(
                 "(an automatic follow-up from @{})\n{}",
                 self.from_login, self.text
@@ -889,7 +902,9 @@ impl Turns {
                     Err(_) => Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned())),
                 };
             }
-            if table.turns.contains_key(&request.document) && request.follow_up.is_some() {
+            if table.turns.contains_key(&request.document)
+                && (request.follow_up.is_some() || request.draft)
+            {
                 // A follow-up needs a turn of its own (MSG-21).
                 return Err(Refused::Busy(OWN_TURN_BUSY_WORDS.to_owned()));
             }
@@ -1120,6 +1135,21 @@ impl Turns {
     ) {
         let d = &self.deps;
         let document = request.document;
+        if let Some(notice) = &request.notice_saved {
+            let mut notice = notice.clone();
+            let saved = matches!(
+                notice.wait_for(Option::is_some).await.as_deref(),
+                Ok(Some(true))
+            );
+            if !saved {
+                d.planners.emit(PlannerEvent::TurnEnded {
+                    document,
+                    result: "not-started".to_owned(),
+                });
+                self.finish(document);
+                return;
+            }
+        }
         if let Some(comment) = &request.comment {
             if !self.comment_may_start(&request, comment).await {
                 d.planners.emit(PlannerEvent::TurnEnded {

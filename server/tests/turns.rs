@@ -33,6 +33,8 @@ fn request(s: &Setup, text: &str) -> PlannerRequest {
         text: text.into(),
         focus: None,
         follow_up: None,
+        draft: false,
+        notice_saved: None,
         command: None,
         files: Vec::new(),
         mentions: Vec::new(),

@@ -85,6 +85,8 @@ pub struct RoomDeps {
     pub prose: Arc<crate::jobs::prose::ProseUpdates>,
     /// The document's comment threads (this room's own document's, a child's too).
     pub comments: Arc<crate::comments::Comments>,
+    /// Build plan presses and the `implementation:drafting` broadcast.
+    pub drafts: Arc<crate::drafting::Drafts>,
 }
 
 /// A room socket's part in [`crate::jobs::title::Titling`]: let go when the socket ends.
@@ -242,6 +244,7 @@ async fn session(
     let mut cards = deps.runs.subscribe(root_id);
     let mut comment_feed = deps.comments.subscribe(doc.id);
     let mut model_changes = deps.models.subscribe();
+    let mut drafting = deps.drafts.subscribe();
     let place = chat::Place {
         document: doc.id,
         url: url.clone(),
@@ -405,6 +408,12 @@ async fn session(
                 Err(RecvError::Lagged(_)) => push!(out, json_frame(&json!({ "type": "comment:lagged" }))),
                 Err(RecvError::Closed) => return,
             },
+            told = drafting.recv() => match told {
+                Ok((about, frame)) if about == doc.id => push!(out, json_frame(&frame)),
+                // Not this room's, or fell behind: the Build view's snapshot says where things are.
+                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Err(RecvError::Closed) => return,
+            },
             changed = model_changes.recv() => match changed {
                 Ok(doc) if doc != root_id => {}
                 Ok(_) | Err(RecvError::Lagged(_)) => {
@@ -540,6 +549,12 @@ async fn session(
                                     Err(malformed) => json_frame(&malformed.frame(&value)),
                                 }
                             }
+                            Some("implementation:draft") => match value.get("requestId").and_then(Value::as_str) {
+                                Some(request_id) if !request_id.is_empty() && request_id.chars().count() <= chat::REQUEST_ID_MAX_CHARS => {
+                                    json_frame(&deps.drafts.press(doc, &place, &sender, request_id).await)
+                                }
+                                _ => error_frame("malformed", "implementation:draft carries a \"requestId\" (1 to 100 characters)"),
+                            },
                             Some(kind @ ("decision:answer" | "decision:cancel")) => {
                                 decision_frame(deps, doc, &sender, kind, &value).await
                             }
