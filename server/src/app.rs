@@ -344,10 +344,12 @@ impl App {
             graphs: store.clone(),
             records: store.clone(),
             clock: clock.clone(),
+            news: tokio::sync::broadcast::channel(crate::graphs::NEWS_CAPACITY).0,
         });
         open.lock_edits(graphs.clone());
         let lifecycle = Arc::new(crate::lifecycle::Lifecycle {
             graphs: store.clone(),
+            news: graphs.clone(),
             clock: clock.clone(),
             entropy: entropy.clone(),
         });
@@ -668,6 +670,7 @@ impl App {
             comments: self.comments.clone(),
             transcription: self.transcription.as_ref().map(|t| t.hello()),
             drafts: self.drafts.clone(),
+            graphs: self.graphs.clone(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),

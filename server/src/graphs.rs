@@ -227,7 +227,12 @@ pub struct Graphs {
     pub graphs: Arc<dyn GraphStore>,
     pub records: Arc<dyn DocumentStore>,
     pub clock: SharedClock,
+    /// `plan:implementation` frames, with the document each is about (LIFE-68).
+    pub news: tokio::sync::broadcast::Sender<(Uuid, Value)>,
 }
+
+/// How many `plan:implementation` frames a slow room may fall behind before it misses some.
+pub const NEWS_CAPACITY: usize = 64;
 
 /// Whether `name` is one of the Planner's graph tools.
 pub fn is_graph_tool(name: &str) -> bool {
@@ -378,7 +383,10 @@ impl Graphs {
             .change_graph(document, &change, self.clock.now_ms())
             .await
         {
-            Ok(Ok(saved)) => HostToolResult::ok(version_json(&saved)),
+            Ok(Ok(saved)) => {
+                self.changed(document).await;
+                HostToolResult::ok(version_json(&saved))
+            }
             Ok(Err(refusal)) => HostToolResult::error(refusal_words(&refusal)),
             Err(e) => {
                 tracing::warn!(%document, error = %e, "the Planner's graph edit could not be saved");
@@ -394,6 +402,49 @@ pub fn held_words(graph_version: i64) -> String {
 }
 
 impl Graphs {
+    /// Every `plan:implementation` frame from now on, with its document.
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<(Uuid, Value)> {
+        self.news.subscribe()
+    }
+
+    /// The editing lock of `document` as the room tells it: `{graphVersion, runId}` while a run
+    /// holds a version, else `null` (LIFE-68, LIFE-69).
+    pub async fn lock_json(&self, document: Uuid) -> Result<Value, crate::store::StoreError> {
+        Ok(self
+            .graphs
+            .graph_versions(document)
+            .await?
+            .iter()
+            .find(|v| v.state == GraphState::Locked)
+            .map_or(
+                Value::Null,
+                |v| json!({ "graphVersion": v.counters.graph_version, "runId": v.run_id }),
+            ))
+    }
+
+    /// Tells `document`'s rooms that its graph, build or run changed and is committed (LIFE-68):
+    /// `plan:implementation` with the storage revision and the editing lock, for the Build view
+    /// to read its snapshot again.
+    pub async fn changed(&self, document: Uuid) {
+        let told = async {
+            let doc = self.records.document(document).await?;
+            let lock = self.lock_json(document).await?;
+            Ok::<_, crate::store::StoreError>(json!({
+                "type": "plan:implementation",
+                "storageRevision": doc.map(|d| d.storage_revision),
+                "lock": lock,
+            }))
+        };
+        match told.await {
+            Ok(frame) => {
+                let _ = self.news.send((document, frame));
+            }
+            Err(e) => {
+                tracing::warn!(%document, error = %e, "plan:implementation could not be told")
+            }
+        }
+    }
+
     /// The version a run holds on `document`, if one does: what locks its plan (LIFE-65).
     pub async fn held(&self, document: Uuid) -> Result<Option<i64>, crate::store::StoreError> {
         Ok(self

@@ -428,6 +428,8 @@ pub struct Checkout {
 /// The lifecycle service.
 pub struct Lifecycle {
     pub graphs: Arc<dyn GraphStore>,
+    /// Tells the rooms of each committed change (`plan:implementation`, LIFE-68).
+    pub news: Arc<crate::graphs::Graphs>,
     pub clock: SharedClock,
     pub entropy: SharedEntropy,
 }
@@ -474,6 +476,7 @@ impl Lifecycle {
             Ok(run) => run,
             Err(refused) => return Ok(Err(claim_refusal(&refused))),
         };
+        self.news.changed(doc.id).await;
         let definition = self.definition(&run).await?;
         Ok(Ok(run_json(&run, &progress, &definition)))
     }
@@ -547,7 +550,10 @@ impl Lifecycle {
                 )
                 .await?;
             match saved {
-                Reported::Saved(_) => return Ok(Ok(answer)),
+                Reported::Saved(_) => {
+                    self.news.changed(document).await;
+                    return Ok(Ok(answer));
+                }
                 Reported::Repeated {
                     payload: sent,
                     result,
@@ -621,7 +627,10 @@ impl Lifecycle {
             .change_graph(doc.id, &change, self.clock.now_ms())
             .await?
         {
-            Ok(version) => Ok(Ok(crate::graphs::implementation_json(&version))),
+            Ok(version) => {
+                self.news.changed(doc.id).await;
+                Ok(Ok(crate::graphs::implementation_json(&version)))
+            }
             Err(GraphRefusal::PlanChanged { drafted, current }) => Ok(Err(Refusal {
                 code: "plan-changed",
                 message: format!("The tasks were drafted against plan revision {drafted}, and the plan is at {current} now: draft them again before approving."),

@@ -778,3 +778,78 @@ async fn gra_04_life_05_life_31_a_person_approves_exactly_the_current_draft() {
     let (code, _) = refusal(call(&mcp, "start_implementation", claim).await);
     assert_eq!(code, "graph-locked");
 }
+
+/// The next `plan:implementation` frame `room` is told.
+async fn implementation_news(room: &mut chopin_fixtures::browser::BrowserSocket) -> Value {
+    loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(10), room.recv_json())
+            .await
+            .expect("a frame within 10 s")
+            .unwrap()
+        {
+            chopin_fixtures::browser::BrowserEvent::Json(v)
+                if v["type"] == "plan:implementation" =>
+            {
+                return v
+            }
+            chopin_fixtures::browser::BrowserEvent::Closed { code, reason } => {
+                panic!("closed {code} {reason}")
+            }
+            _ => {}
+        }
+    }
+}
+
+/// LIFE-68, LIFE-69: each committed change of the graph or a run tells the room
+/// `plan:implementation` with the storage revision and the editing lock; a socket joining
+/// later is given the lock in `session:hello`, Build view open or not.
+#[tokio::test]
+async fn life_68_life_69_the_room_is_told_of_each_change_and_of_the_lock_on_joining() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let mut room = s.room_as(s.doc, &s.mona_cookie).await;
+    let claim = approved(&s, s.doc).await;
+    let run = started(&mona, &claim).await;
+    let told = implementation_news(&mut room).await;
+    let storage = s
+        .store
+        .document(s.doc)
+        .await
+        .unwrap()
+        .unwrap()
+        .storage_revision;
+    assert_eq!(
+        (
+            &told["lock"]["graphVersion"],
+            &told["lock"]["runId"],
+            &told["storageRevision"]
+        ),
+        (&json!(1), &run["runId"], &json!(storage)),
+        "{told}"
+    );
+    ok(report(&mona, "start_task", &run, "k1", json!({"taskId": "a"})).await);
+    let told = implementation_news(&mut room).await;
+    assert_eq!(told["lock"]["runId"], run["runId"]);
+
+    // A socket that joins now is told the lock at once.
+    let mut late = s.connect_room(s.doc, &s.mona_cookie).await;
+    let hello = late.next_of_type("session:hello").await.unwrap();
+    assert_eq!(
+        hello["implementationLock"]["runId"], run["runId"],
+        "{hello}"
+    );
+
+    ok(report(
+        &mona,
+        "request_revision",
+        &run,
+        "k2",
+        json!({"reason": "Rethink."}),
+    )
+    .await);
+    let told = implementation_news(&mut room).await;
+    assert_eq!(told["lock"], Value::Null, "{told}");
+    let mut later = s.connect_room(s.doc, &s.mona_cookie).await;
+    let hello = later.next_of_type("session:hello").await.unwrap();
+    assert_eq!(hello["implementationLock"], Value::Null, "{hello}");
+}

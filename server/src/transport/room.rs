@@ -87,6 +87,8 @@ pub struct RoomDeps {
     pub comments: Arc<crate::comments::Comments>,
     /// Build plan presses and the `implementation:drafting` broadcast.
     pub drafts: Arc<crate::drafting::Drafts>,
+    /// `plan:implementation`, and the editing lock on joining (LIFE-68, LIFE-69).
+    pub graphs: Arc<crate::graphs::Graphs>,
 }
 
 /// A room socket's part in [`crate::jobs::title::Titling`]: let go when the socket ends.
@@ -245,6 +247,7 @@ async fn session(
     let mut comment_feed = deps.comments.subscribe(doc.id);
     let mut model_changes = deps.models.subscribe();
     let mut drafting = deps.drafts.subscribe();
+    let mut implementation = deps.graphs.subscribe();
     let place = chat::Place {
         document: doc.id,
         url: url.clone(),
@@ -267,6 +270,14 @@ async fn session(
     if let Some(transcription) = &deps.transcription {
         hello["transcription"] = transcription.clone();
     }
+    // LIFE-69: the editing lock on every join, Build view open or not.
+    hello["implementationLock"] = match deps.graphs.lock_json(doc.id).await {
+        Ok(lock) => lock,
+        Err(e) => {
+            tracing::warn!(error = %e, "room: the editing lock could not be read");
+            Value::Null
+        }
+    };
     push!(out, WsMessage::Text(hello.to_string().into()));
     let presence = deps.planners.presence(root_id);
     // Whether this socket was last told the Planner is disconnected: live run cards carry a
@@ -406,6 +417,13 @@ async fn session(
                 Ok(frame) => push!(out, shared_text(frame)),
                 // Fell behind: the threads are listed again (`comment:list`).
                 Err(RecvError::Lagged(_)) => push!(out, json_frame(&json!({ "type": "comment:lagged" }))),
+                Err(RecvError::Closed) => return,
+            },
+            told = implementation.recv() => match told {
+                Ok((about, frame)) if about == doc.id => push!(out, json_frame(&frame)),
+                Ok(_) => {}
+                // Fell behind: the Build view reads its snapshot again.
+                Err(RecvError::Lagged(_)) => push!(out, json_frame(&json!({ "type": "plan:implementation", "lagged": true }))),
                 Err(RecvError::Closed) => return,
             },
             told = drafting.recv() => match told {
