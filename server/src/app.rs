@@ -350,6 +350,8 @@ impl App {
         let lifecycle = Arc::new(crate::lifecycle::Lifecycle {
             graphs: store.clone(),
             news: graphs.clone(),
+            claim_refusal_ignored: config.planted.claim_refusal_ignored,
+            run_end_split: config.planted.run_end_split,
             clock: clock.clone(),
             entropy: entropy.clone(),
         });

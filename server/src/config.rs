@@ -95,6 +95,12 @@ pub struct Planted {
     pub poison_guard_off: bool,
     /// An agent link waits for `resume` with no deadline of its own.
     pub resume_wait_unbounded: bool,
+    /// A claim storage refused because a run holds the version is answered as started anyway,
+    /// with a run id storage never saw (a swallowed refusal).
+    pub claim_refusal_ignored: bool,
+    /// A report that ends a run gives its version back in one write and saves the report in
+    /// another that leaves the run live (two writes where one commit belongs).
+    pub run_end_split: bool,
 }
 
 /// The typed configuration.

@@ -432,6 +432,11 @@ pub struct Lifecycle {
     pub news: Arc<crate::graphs::Graphs>,
     pub clock: SharedClock,
     pub entropy: SharedEntropy,
+    /// The simulator's planted bug ([`crate::config::Planted::claim_refusal_ignored`]); always
+    /// off outside it.
+    pub claim_refusal_ignored: bool,
+    /// The simulator's planted bug ([`crate::config::Planted::run_end_split`]).
+    pub run_end_split: bool,
 }
 
 impl Lifecycle {
@@ -474,6 +479,16 @@ impl Lifecycle {
             .await?;
         let run = match claimed {
             Ok(run) => run,
+            Err(GraphRefusal::Locked { .. }) if self.claim_refusal_ignored => ImplementationRun {
+                run_id,
+                document_id: doc.id,
+                graph_version: counters.graph_version,
+                revision: 1,
+                progress: text,
+                ended: None,
+                started_at_ms: self.clock.now_ms(),
+                updated_at_ms: self.clock.now_ms(),
+            },
             Err(refused) => return Ok(Err(claim_refusal(&refused))),
         };
         self.news.changed(doc.id).await;
@@ -534,6 +549,18 @@ impl Lifecycle {
                 &next,
                 &definition,
             );
+            let end = match end {
+                Some(end) if self.run_end_split => {
+                    let change = crate::store::GraphChange::EndRun {
+                        graph_version: run.graph_version,
+                        run_id: run.run_id.clone(),
+                        end,
+                    };
+                    let _ = self.graphs.change_graph(document, &change, now).await?;
+                    None
+                }
+                end => end,
+            };
             let saved = self
                 .graphs
                 .report_implementation(

@@ -1202,7 +1202,7 @@ pub fn typed(client: u64, text: &str) -> Vec<u8> {
 
 /// A JSON value written with every object's keys in name order, so a trace line does not depend on
 /// the order the server wrote the fields in (serde_json keeps insertion order in this workspace).
-fn sorted_keys(value: &serde_json::Value) -> String {
+pub(crate) fn sorted_keys(value: &serde_json::Value) -> String {
     fn sort(value: &serde_json::Value) -> serde_json::Value {
         match value {
             serde_json::Value::Object(map) => {

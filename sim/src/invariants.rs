@@ -34,6 +34,8 @@
 //!   answer) or answered it to its end — never after an answer it began was cut off (SES-27,
 //!   OWN-18); a whole answer that failed its schema may be asked again in a fresh session, as
 //!   JOB-01's failure budget allows;
+//! - the implementation lifecycle's (see [`Invariants::lifecycle`]): one live run per graph
+//!   version, a locked version has its run, counters never go back, claims are kept;
 //! - **nothing dangles**: under the in-server harness, once no turn has run for a second, no
 //!   question is left waiting (a failed, stopped or cut turn withdraws what it asked).
 
@@ -55,14 +57,105 @@ pub type Sends = BTreeMap<String, (String, String)>;
 /// Text typed by a scenario's browsers: (browser, text), in order.
 pub type Typed = Vec<(String, String)>;
 
+/// Run ids MCP claims were answered with, and their documents, in answer order; filled by the
+/// scenario's MCP clients as answers arrive.
+pub type Claimed = std::sync::Arc<std::sync::Mutex<Vec<(String, Uuid)>>>;
+
 /// The state the invariants carry from step to step.
 #[derive(Debug, Default)]
 pub struct Invariants {
     highest_generation: BTreeMap<Uuid, i64>,
     planner: PlannerSeen,
+    /// (document, graph version) → the highest (graph revision, plan revision) seen.
+    graph_counters: BTreeMap<(Uuid, i64), (i64, i64)>,
+    /// Run id → the highest revision seen.
+    run_revisions: BTreeMap<String, i64>,
 }
 
 impl Invariants {
+    /// The implementation lifecycle's rules, from storage and the claims' answers:
+    /// - **one live run per version**: at most one run that has not ended per graph version;
+    /// - **a locked version has its run**: a locked version names exactly one run, which is
+    ///   live and on that version, and every live run's version is locked by it;
+    /// - **counters never go back**: no version's revision or plan revision goes down, no
+    ///   version disappears, and no run's revision goes down;
+    /// - **claims are kept**: every run id a claim was answered with is in storage, on the
+    ///   document it was claimed on.
+    pub fn lifecycle(
+        &mut self,
+        world: &World,
+        docs: &[Uuid],
+        claimed: &Claimed,
+    ) -> Result<(), String> {
+        let read =
+            |e: chopin_server::store::StoreError| format!("the store could not be read: {e}");
+        for &doc in docs {
+            let versions = block_on(world.store().graph_versions(doc)).map_err(read)?;
+            let runs = block_on(world.store().implementation_runs(doc)).map_err(read)?;
+            let mut live: BTreeMap<i64, Vec<&str>> = BTreeMap::new();
+            for run in runs.iter().filter(|r| r.ended.is_none()) {
+                live.entry(run.graph_version).or_default().push(&run.run_id);
+            }
+            for (version, ids) in &live {
+                if ids.len() > 1 {
+                    return Err(format!("one live run per version: version {version} of {doc} has live runs {ids:?}"));
+                }
+            }
+            for v in &versions {
+                let number = v.counters.graph_version;
+                let holder = live.get(&number).and_then(|ids| ids.first().copied());
+                match (
+                    v.state == chopin_server::store::GraphState::Locked,
+                    v.run_id.as_deref(),
+                    holder,
+                ) {
+                    (true, Some(id), Some(run)) if id == run => {}
+                    (false, None, None) => {}
+                    (locked, id, run) => {
+                        return Err(format!("a locked version has its run: version {number} of {doc} is {} naming {id:?}, and its live run is {run:?}", if locked { "locked" } else { "not locked" }));
+                    }
+                }
+                let seen = self.graph_counters.entry((doc, number)).or_insert((0, 0));
+                let now = (v.counters.graph_revision, v.counters.plan_revision);
+                if now.0 < seen.0 || now.1 < seen.1 {
+                    return Err(format!("counters never go back: version {number} of {doc} went from (revision, plan revision) {seen:?} to {now:?}"));
+                }
+                *seen = now;
+            }
+            let known = self
+                .graph_counters
+                .keys()
+                .filter(|(d, _)| *d == doc)
+                .count();
+            if versions.len() < known {
+                return Err(format!(
+                    "counters never go back: {doc} had {known} graph versions and now has {}",
+                    versions.len()
+                ));
+            }
+            for run in &runs {
+                let seen = self.run_revisions.entry(run.run_id.clone()).or_insert(0);
+                if run.revision < *seen {
+                    return Err(format!(
+                        "counters never go back: run {} went from revision {seen} to {}",
+                        run.run_id, run.revision
+                    ));
+                }
+                *seen = run.revision;
+            }
+        }
+        let answered = claimed.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        for (run, doc) in answered {
+            match block_on(world.store().implementation_run(&run)).map_err(read)? {
+                Some(stored) if stored.document_id == doc => {}
+                other => {
+                    return Err(format!("claims are kept: a claim of {doc} was answered with run {run}, but storage has {:?}", other.map(|r| r.document_id)));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Checks every rule now; `Err` names the rule broken and how. `docs` are the documents
     /// the scenario uses; `rooms`, the document each browser's room is on.
     #[allow(clippy::too_many_arguments)]

@@ -122,6 +122,8 @@ impl Settings {
         let write_cap_small = planted("write-cap-small");
         let poison_guard_off = planted("poison-guard-off");
         let resume_wait_unbounded = planted("resume-wait-unbounded");
+        let claim_refusal_ignored = planted("claim-refusal-ignored");
+        let run_end_split = planted("run-end-split");
         std::sync::Arc::new(move |c| {
             c.planted.grace_hold_off = grace_hold_off;
             c.planted.journal_after_relay = journal_after_relay;
@@ -131,6 +133,8 @@ impl Settings {
             c.planted.write_cap_small = write_cap_small;
             c.planted.poison_guard_off = poison_guard_off;
             c.planted.resume_wait_unbounded = resume_wait_unbounded;
+            c.planted.claim_refusal_ignored = claim_refusal_ignored;
+            c.planted.run_end_split = run_end_split;
             if s.classifier == Some(true) {
                 c.classifier = Some(crate::world::classifier_settings(
                     s.classifier_timeout_ms.unwrap_or(20_000),
@@ -306,6 +310,28 @@ pub enum Action {
     Reset {
         #[serde(rename = "as")]
         login: String,
+    },
+    /// The document (default: the cast's) gets an approved implementation graph of `tasks`
+    /// (task ids, each depending on the one before), in storage, as the Planner's draft and a
+    /// person's approval would make it: a new version drafted at the plan's revision and
+    /// approved (an earlier approved one is superseded).
+    ApprovedGraph {
+        tasks: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        document: Option<String>,
+    },
+    /// `as` calls MCP tool `tool` with `args` over `/mcp`, from a one-off client host `name`;
+    /// the answer is recorded on that host as `mcp <tool> answered {…}`. In `args`, the string
+    /// `"$doc"` is the cast's document id and `"$run"` the run id of the last claim answered.
+    /// `wait = false` sends it and goes on at once (two calls at one instant).
+    Mcp {
+        name: String,
+        #[serde(rename = "as")]
+        login: String,
+        tool: String,
+        args: Value,
+        #[serde(default = "yes")]
+        wait: bool,
     },
     // --- GitHub -------------------------------------------------------------------------------
     /// GitHub gives `login` this role on the cast's repository (`read`, `write`, `admin`), or
@@ -586,6 +612,7 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         last_update: BTreeMap::new(),
         typed: Typed::new(),
         provider: None,
+        claimed: crate::invariants::Claimed::default(),
     };
     if file.settings.harness.as_deref() == Some("provider")
         || file.settings.classifier == Some(true)
@@ -614,6 +641,11 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
             &run.typed,
             run.provider.as_ref(),
         ) {
+            failure = Some((i + 1, format!("invariant broken — {why}")));
+            violation = true;
+            break;
+        }
+        if let Err(why) = invariants.lifecycle(&run.world, &docs, &run.claimed) {
             failure = Some((i + 1, format!("invariant broken — {why}")));
             violation = true;
             break;
@@ -657,6 +689,8 @@ struct Run {
     typed: Typed,
     /// The fake model provider, under `harness = "provider"`.
     provider: Option<chopin_fixtures::model_provider::FakeProvider>,
+    /// Every run id an MCP claim was answered with, and its document, in answer order.
+    claimed: crate::invariants::Claimed,
 }
 
 fn sim(e: SimError) -> String {
@@ -927,6 +961,118 @@ impl Run {
                 match self.send(&format!("reset-{login}"), request)? {
                     Some(200) => Ok(()),
                     other => Err(format!("the reset answered {other:?}")),
+                }
+            }
+            Action::ApprovedGraph { tasks, document } => {
+                let id = self.document(document)?;
+                let store = self.world.store();
+                let definition = serde_json::json!({
+                    "tasks": tasks.iter().enumerate().map(|(i, t)| serde_json::json!({
+                        "id": t,
+                        "title": format!("Do {t}"),
+                        "dependsOn": if i == 0 { Vec::new() } else { vec![tasks[i - 1].clone()] },
+                    })).collect::<Vec<_>>()
+                })
+                .to_string();
+                let now = crate::clock::SIM_EPOCH_MS + self.world.now_ms() as i64;
+                let plan = block_on(store.document(id))
+                    .map_err(|e| e.to_string())?
+                    .ok_or("no such document")?
+                    .plan_revision;
+                let latest = block_on(store.graph_versions(id))
+                    .map_err(|e| e.to_string())?
+                    .pop();
+                let drafted = block_on(store.change_graph(
+                    id,
+                    &chopin_server::store::GraphChange::Edit {
+                        base: latest.map(|v| (v.counters.graph_version, v.counters.graph_revision)),
+                        plan_revision: plan,
+                        definition,
+                    },
+                    now,
+                ))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+                block_on(store.change_graph(
+                    id,
+                    &chopin_server::store::GraphChange::Approve {
+                        graph_version: drafted.counters.graph_version,
+                        graph_revision: drafted.counters.graph_revision,
+                        current_plan_revision: plan,
+                    },
+                    now,
+                ))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+                Ok(())
+            }
+            Action::Mcp {
+                name,
+                login,
+                tool,
+                args,
+                wait,
+            } => {
+                let token = self.token(login)?;
+                let last_run = self.claimed.lock().unwrap_or_else(|e| e.into_inner()).last().map(|(run, _)| run.clone());
+                let args = substitute(args, &doc, last_run.as_deref())?;
+                let body = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": 1,
+                    "method": "tools/call",
+                    "params": { "name": tool, "arguments": args },
+                });
+                let request = http::Request::post(format!("{SERVER_ORIGIN}/mcp"))
+                    .header("authorization", format!("Bearer {token}"))
+                    .header("content-type", "application/json")
+                    .header("accept", "application/json, text/event-stream")
+                    .body(axum::body::Bytes::from(body.to_string()))
+                    .map_err(|e| e.to_string())?;
+                let recorder = self.world.recorder();
+                let claimed = self.claimed.clone();
+                let (host, tool, document) = (name.clone(), tool.clone(), self.doc);
+                let client = async move {
+                    let answer = match chopin_server::runtime::connector::send(
+                        &crate::TurmoilConnector,
+                        request,
+                    )
+                    .await
+                    {
+                        Ok(response) => {
+                            let value: Value =
+                                serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+                            let result = &value["result"];
+                            let shown = result
+                                .get("structuredContent")
+                                .cloned()
+                                .unwrap_or_else(|| value.clone());
+                            if let Some(run) = shown["run"]["runId"].as_str() {
+                                if tool == "start_implementation" {
+                                    claimed
+                                        .lock()
+                                        .unwrap_or_else(|e| e.into_inner())
+                                        .push((run.to_owned(), document));
+                                }
+                            }
+                            format!(
+                                "mcp {tool} answered {}",
+                                crate::actors::sorted_keys(&serde_json::json!({
+                                    "status": response.status.as_u16(),
+                                    "isError": result["isError"],
+                                    "content": shown,
+                                }))
+                            )
+                        }
+                        Err(e) => format!("mcp {tool} got no answer: {e}"),
+                    };
+                    recorder.record_in_host(&host, Event::Actor { what: answer });
+                    Ok(())
+                };
+                if *wait {
+                    self.world.run_client(name, client).map_err(sim)
+                } else {
+                    self.world.start_client(name, client);
+                    Ok(())
                 }
             }
             Action::GithubRole { login, role } => {
@@ -1278,6 +1424,29 @@ impl Run {
         let status = *status.lock().unwrap_or_else(|e| e.into_inner());
         Ok(status)
     }
+}
+
+/// `args` with `"$doc"` as the document id and `"$run"` as the last claimed run id.
+fn substitute(args: &Value, doc: &str, run: Option<&str>) -> Result<Value, String> {
+    Ok(match args {
+        Value::String(s) if s == "$doc" => Value::String(doc.to_owned()),
+        Value::String(s) if s == "$run" => Value::String(
+            run.ok_or("\"$run\" before any claim was answered")?
+                .to_owned(),
+        ),
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| substitute(v, doc, run))
+                .collect::<Result<_, _>>()?,
+        ),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| Ok((k.clone(), substitute(v, doc, run)?)))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => other.clone(),
+    })
 }
 
 fn describe(m: &Match) -> String {

@@ -168,6 +168,26 @@ fn explore_finds_the_unbounded_resume_wait_planted_and_shrinks_it() {
 }
 
 #[test]
+fn explore_finds_a_swallowed_claim_refusal_planted_and_shrinks_it() {
+    found_by_explore_in(
+        "life-33-two-coding-agents-claim-one-graph-at-the-same-millisecond",
+        "claim-refusal-ignored",
+        "claims are kept",
+        &FaultClass::ALL,
+    );
+}
+
+#[test]
+fn explore_finds_a_run_end_split_in_two_writes_planted_and_shrinks_it() {
+    found_by_explore_in(
+        "life-46-a-revision-request-unlocks-the-graph-for-the-next-claim",
+        "run-end-split",
+        "a locked version has its run",
+        &FaultClass::ALL,
+    );
+}
+
+#[test]
 fn the_hostile_fault_classes_break_nothing_without_a_plant() {
     // The new fault classes alone, on scenarios with browsers and a resume: no invariant breaks.
     let classes = [

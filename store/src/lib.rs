@@ -1158,8 +1158,8 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 /// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        AttachmentStore, CommentStore, ContentStore, DocumentStore, HoldStore, JobStore,
-        LeaseStore, ModelChoiceStore, OwnershipStore, SignInStore, Store, TitleStore,
+        AttachmentStore, CommentStore, ContentStore, DocumentStore, GraphStore, HoldStore,
+        JobStore, LeaseStore, ModelChoiceStore, OwnershipStore, SignInStore, Store, TitleStore,
         TranscriptStore,
     };
 }
