@@ -301,12 +301,12 @@ async fn carried_out_with_the_typescript_sdk(backend: Backend) {
 }
 
 #[tokio::test]
-async fn life_01_a_plan_is_carried_out_through_mcp_with_rmcp_on_sqlite() {
+async fn life_01_life_02_life_41_a_plan_is_carried_out_through_mcp_with_rmcp_on_sqlite() {
     carried_out_with_rmcp(Backend::Sqlite(tempfile::tempdir().unwrap())).await;
 }
 
 #[tokio::test]
-async fn life_01_a_plan_is_carried_out_through_mcp_with_rmcp_on_postgres() {
+async fn life_01_life_02_life_41_a_plan_is_carried_out_through_mcp_with_rmcp_on_postgres() {
     let db = chopin_fixtures::pg::shared_postgres()
         .create_database()
         .await
@@ -315,12 +315,14 @@ async fn life_01_a_plan_is_carried_out_through_mcp_with_rmcp_on_postgres() {
 }
 
 #[tokio::test]
-async fn life_01_a_plan_is_carried_out_through_mcp_with_the_typescript_sdk_on_sqlite() {
+async fn life_01_life_02_life_41_a_plan_is_carried_out_through_mcp_with_the_typescript_sdk_on_sqlite(
+) {
     carried_out_with_the_typescript_sdk(Backend::Sqlite(tempfile::tempdir().unwrap())).await;
 }
 
 #[tokio::test]
-async fn life_01_a_plan_is_carried_out_through_mcp_with_the_typescript_sdk_on_postgres() {
+async fn life_01_life_02_life_41_a_plan_is_carried_out_through_mcp_with_the_typescript_sdk_on_postgres(
+) {
     let db = chopin_fixtures::pg::shared_postgres()
         .create_database()
         .await

@@ -362,3 +362,31 @@ async fn life_65_life_70_a_held_graph_locks_the_plan_until_its_run_ends() {
     let edited = call_host_tool(&mut client, &begun.turn, "e2", "edit_plan", edit).await;
     assert_eq!(edited.output["status"], "applied", "{edited:?}");
 }
+
+/// GRA-02: the graph tools stay available in any channel: a turn a child document's room
+/// started (it runs on the root's Planner, ISO-25) offers both.
+#[tokio::test]
+async fn gra_02_a_turn_from_a_child_documents_room_offers_the_graph_tools() {
+    let s = served().await;
+    let child = uuid::Uuid::from_u128(0xc41d);
+    s.store
+        .create_document(&chopin_server::store::NewDocument {
+            id: child,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "notes-child".into(),
+            title: "Child".into(),
+            created_at_ms: 0,
+            parent_id: Some(s.doc),
+            ..chopin_server::store::NewDocument::default()
+        })
+        .await
+        .unwrap();
+    let mut client = s.attach(&[]).await;
+    let mut room = s.room_as(child, &s.mona_cookie).await;
+    let begun = begin_turn(&mut client, &mut room, "@chopin break this part down").await;
+    let offered: Vec<&str> = begun.host_tools.iter().map(|t| t.name.as_str()).collect();
+    for tool in ["read_implementation_graph", "edit_implementation_graph"] {
+        assert!(offered.contains(&tool), "{tool} in {offered:?}");
+    }
+}

@@ -659,7 +659,7 @@ async fn build_view(s: &Served, method: &str, rest: &str, body: Option<Value>) -
 /// revision is `stale`; the Build view's snapshot shows the versions and then the run (LIFE-66,
 /// LIFE-67).
 #[tokio::test]
-async fn gra_04_life_05_life_31_a_person_approves_exactly_the_current_draft() {
+async fn gra_04_life_05_life_31_life_66_life_67_a_person_approves_exactly_the_current_draft() {
     let s = served().await;
     let plan = s
         .store
@@ -852,4 +852,25 @@ async fn life_68_life_69_the_room_is_told_of_each_change_and_of_the_lock_on_join
     let mut later = s.connect_room(s.doc, &s.mona_cookie).await;
     let hello = later.next_of_type("session:hello").await.unwrap();
     assert_eq!(hello["implementationLock"], Value::Null, "{hello}");
+}
+
+/// LIFE-09: reading the Build view drafts nothing and starts nothing: no turn, no graph
+/// version, no run, no Chat line.
+#[tokio::test]
+async fn life_09_opening_the_build_view_drafts_and_starts_nothing() {
+    let s = served().await;
+    let _client = s.attach(&[]).await;
+    for _ in 0..3 {
+        let (status, shown) = build_view(&s, "GET", "", None).await;
+        assert_eq!(status, 200, "{shown}");
+        assert_eq!(
+            (&shown["graph"], &shown["runs"]),
+            (&Value::Null, &json!([]))
+        );
+    }
+    assert!(!s.state.turns.is_running(s.doc));
+    assert!(s.store.graph_versions(s.doc).await.unwrap().is_empty());
+    assert!(s.store.implementation_runs(s.doc).await.unwrap().is_empty());
+    s.state.transcript.settled().await;
+    assert!(s.store.transcript(s.doc, 0, 10).await.unwrap().is_empty());
 }

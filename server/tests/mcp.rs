@@ -337,7 +337,7 @@ fn error_code(response: &connector::HttpResponse) -> String {
 }
 
 #[tokio::test]
-async fn ac_12_mcp_refuses_over_http_before_any_message_401_403_503() {
+async fn ac_12_life_72_mcp_refuses_over_http_before_any_message_401_403_503() {
     let s = served_with(Arc::new(MemoryStore::new()), |config| {
         config.github_allowed_users = ["mona".to_owned()].into();
     })
@@ -1400,7 +1400,8 @@ async fn dia_07_dia_08_mcp_update_refuses_an_invalid_diagram_fence_and_writes_no
 /// archived or not, with the UUID every later call names and the repository context as given;
 /// a document made elsewhere shows none, nor does one whose latest version is not approved.
 #[tokio::test]
-async fn life_49_life_76_read_implementation_shows_the_approved_graph_of_an_mcp_document() {
+async fn life_40_life_49_life_61_life_73_life_76_gra_03_read_implementation_shows_the_approved_graph_of_an_mcp_document(
+) {
     use chopin_server::store::{GraphChange, GraphCounters};
     let s = served().await;
     let (hubot, eve) = cast(&s);
