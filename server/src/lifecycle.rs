@@ -36,6 +36,11 @@ pub const NOTE_MAX_CHARS: usize = 4_000;
 pub const FIELD_MAX_CHARS: usize = 2_000;
 /// The longest idempotency key, in characters.
 pub const KEY_MAX_CHARS: usize = 200;
+/// The most verifications a run keeps (the latest); older ones give way.
+pub const VERIFICATIONS_KEPT: usize = 20;
+/// The most reports one run takes: each keeps its key and answer for repeats, so a run's
+/// storage stays bounded.
+pub const REPORTS_MAX: i64 = 10_000;
 /// How many times a report is worked out again when other reports keep landing first.
 const REPORT_ATTEMPTS: usize = 16;
 
@@ -378,6 +383,8 @@ pub fn apply(
                 tasks: tasks.clone(),
                 at_ms: now_ms,
             });
+            let over = next.verifications.len().saturating_sub(VERIFICATIONS_KEPT);
+            next.verifications.drain(..over);
             return Ok((next, passed.then_some(RunEnd::Verified)));
         }
         Report::RequestRevision { reason } => {
@@ -532,6 +539,13 @@ impl Lifecycle {
                 );
                 r.more = json!({ "ended": end.as_str() });
                 return Ok(Err(r));
+            }
+            // The claim is the run's first revision; each saved report adds one.
+            if run.revision > REPORTS_MAX {
+                return Ok(Err(refusal(
+                    "too-many-reports",
+                    format!("This run has taken {REPORTS_MAX} reports, the most one run takes; end it with request_revision and claim the graph again."),
+                )));
             }
             let progress: Progress = serde_json::from_str(&run.progress)
                 .map_err(|e| StoreError::Backend(format!("a run's progress: {e}")))?;
@@ -771,4 +785,50 @@ pub fn run_json(run: &ImplementationRun, progress: &Progress, definition: &Defin
         "tasks": tasks,
         "verifications": progress.verifications,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn definition() -> Definition {
+        Definition::parse(r#"{"tasks":[{"id":"a","title":"Do a"}]}"#).unwrap()
+    }
+
+    #[test]
+    fn life_55_a_run_keeps_its_latest_verifications_only() {
+        let d = definition();
+        let mut progress = Progress::default();
+        progress.tasks.insert(
+            "a".into(),
+            TaskProgress {
+                state: TaskState::Complete,
+                ..TaskProgress::default()
+            },
+        );
+        let failed = Report::ReportVerification {
+            tasks: vec![Evidence {
+                task_id: "a".into(),
+                passed: false,
+                evidence: "Broken.".into(),
+            }],
+        };
+        let complete = Report::CompleteTask {
+            task_id: "a".into(),
+            summary: "Fixed.".into(),
+        };
+        for round in 0..(VERIFICATIONS_KEPT as i64 + 5) {
+            progress.tasks.get_mut("a").unwrap().pull_request = Some(PullRequest {
+                url: "https://github.com/o/r/pull/1".into(),
+                state: PullRequestState::Open,
+            });
+            let (next, end) = apply(&d, &progress, &failed, round).unwrap();
+            assert_eq!(end, None);
+            assert_eq!(next.tasks["a"].state, TaskState::InProgress);
+            let (next, _) = apply(&d, &next, &complete, round).unwrap();
+            progress = next;
+        }
+        assert_eq!(progress.verifications.len(), VERIFICATIONS_KEPT);
+        assert_eq!(progress.verifications[0].at_ms, 5, "the oldest gave way");
+    }
 }

@@ -874,3 +874,51 @@ async fn life_09_opening_the_build_view_drafts_and_starts_nothing() {
     s.state.transcript.settled().await;
     assert!(s.store.transcript(s.doc, 0, 10).await.unwrap().is_empty());
 }
+
+/// A run's storage stays bounded: past 10,000 reports a run takes no more
+/// (`too-many-reports`), while a repeated key is still answered.
+#[tokio::test]
+async fn life_57_a_run_takes_at_most_ten_thousand_reports() {
+    let s = served().await;
+    let mona = client(&s, &s.mona).await;
+    let (_, claim) = mcp_plan(&s, &mona).await;
+    let run = started(&mona, &claim).await;
+    let first = ok(report(&mona, "start_task", &run, "first", json!({"taskId": "a"})).await);
+    let id = run["runId"].as_str().unwrap();
+    for n in 0..chopin_server::lifecycle::REPORTS_MAX {
+        let now = s.store.implementation_run(id).await.unwrap().unwrap();
+        if now.revision > chopin_server::lifecycle::REPORTS_MAX {
+            break;
+        }
+        let saved = s
+            .store
+            .report_implementation(
+                id,
+                &chopin_server::store::RunReport {
+                    key: format!("filler-{n}"),
+                    payload: "{}".into(),
+                    base_revision: now.revision,
+                    progress: now.progress.clone(),
+                    result: "{}".into(),
+                    end: None,
+                },
+                3,
+            )
+            .await
+            .unwrap();
+        assert!(matches!(saved, chopin_server::store::Reported::Saved(_)));
+    }
+    let (code, _) = refusal(
+        report(
+            &mona,
+            "block_task",
+            &run,
+            "late",
+            json!({"taskId": "b", "blocker": "x"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "too-many-reports");
+    let again = ok(report(&mona, "start_task", &run, "first", json!({"taskId": "a"})).await);
+    assert_eq!(again, first);
+}
