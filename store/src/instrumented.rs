@@ -1086,3 +1086,155 @@ impl<H: Hook> crate::CommentStore for Instrumented<H> {
         .await
     }
 }
+
+#[async_trait]
+impl<H: Hook> crate::MachineStore for Instrumented<H> {
+    async fn pair_machine(&self, machine: &crate::NewMachine) -> StoreResult<crate::Machine> {
+        self.observe("pair_machine", WRITE, self.inner.pair_machine(machine))
+            .await
+    }
+
+    async fn machine(&self, id: Uuid) -> StoreResult<Option<crate::Machine>> {
+        self.observe("machine", READ, self.inner.machine(id)).await
+    }
+
+    async fn machine_credential(&self, id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        self.observe(
+            "machine_credential",
+            READ,
+            self.inner.machine_credential(id),
+        )
+        .await
+    }
+
+    async fn set_machine_credential(
+        &self,
+        id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+        release: Option<&str>,
+    ) -> StoreResult<Option<i64>> {
+        self.observe(
+            "set_machine_credential",
+            WRITE,
+            self.inner
+                .set_machine_credential(id, expected_revision, sealed, release),
+        )
+        .await
+    }
+
+    async fn machines_of(&self, account_id: Uuid) -> StoreResult<Vec<crate::Machine>> {
+        self.observe("machines_of", READ, self.inner.machines_of(account_id))
+            .await
+    }
+
+    async fn share_machine(
+        &self,
+        id: Uuid,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "share_machine",
+            WRITE,
+            self.inner.share_machine(id, account_id, now_ms),
+        )
+        .await
+    }
+
+    async fn unshare_machine(&self, id: Uuid, account_id: Uuid) -> StoreResult<bool> {
+        self.observe(
+            "unshare_machine",
+            WRITE,
+            self.inner.unshare_machine(id, account_id),
+        )
+        .await
+    }
+
+    async fn machine_shares(&self, id: Uuid) -> StoreResult<Vec<Account>> {
+        self.observe("machine_shares", READ, self.inner.machine_shares(id))
+            .await
+    }
+
+    async fn set_favourite_machine(
+        &self,
+        account_id: Uuid,
+        machine_id: Option<Uuid>,
+    ) -> StoreResult<()> {
+        self.observe(
+            "set_favourite_machine",
+            WRITE,
+            self.inner.set_favourite_machine(account_id, machine_id),
+        )
+        .await
+    }
+
+    async fn favourite_machine(&self, account_id: Uuid) -> StoreResult<Option<Uuid>> {
+        self.observe(
+            "favourite_machine",
+            READ,
+            self.inner.favourite_machine(account_id),
+        )
+        .await
+    }
+
+    async fn choose_machine(
+        &self,
+        document_id: Uuid,
+        choice: Option<&crate::MachineChoice>,
+    ) -> StoreResult<Option<crate::MachineChoice>> {
+        self.observe(
+            "choose_machine",
+            WRITE,
+            self.inner.choose_machine(document_id, choice),
+        )
+        .await
+    }
+
+    async fn machine_choice(&self, document_id: Uuid) -> StoreResult<Option<crate::MachineChoice>> {
+        self.observe(
+            "machine_choice",
+            READ,
+            self.inner.machine_choice(document_id),
+        )
+        .await
+    }
+
+    async fn machine_documents(&self, machine_id: Uuid) -> StoreResult<Vec<crate::MachineChoice>> {
+        self.observe(
+            "machine_documents",
+            READ,
+            self.inner.machine_documents(machine_id),
+        )
+        .await
+    }
+
+    async fn put_planner_credential(
+        &self,
+        credential: &crate::PlannerCredential,
+    ) -> StoreResult<()> {
+        self.observe(
+            "put_planner_credential",
+            WRITE,
+            self.inner.put_planner_credential(credential),
+        )
+        .await
+    }
+
+    async fn planner_credential(
+        &self,
+        digest: &str,
+    ) -> StoreResult<Option<crate::PlannerCredential>> {
+        self.observe(
+            "planner_credential",
+            READ,
+            self.inner.planner_credential(digest),
+        )
+        .await
+    }
+
+    async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool> {
+        self.observe("unpair_machine", WRITE, self.inner.unpair_machine(id))
+            .await
+    }
+}

@@ -30,6 +30,7 @@ pub mod fence;
 pub mod graphs;
 pub mod instrumented;
 pub mod jobs;
+pub mod machines;
 pub mod memory;
 pub mod postgres;
 mod sql;
@@ -46,6 +47,9 @@ pub use graphs::{
 };
 pub use jobs::{
     Drafted, Enqueued, Job, JobState, JobStore, NewJob, Settlement, TitleSidecar, TitleStore,
+};
+pub use machines::{
+    Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, PLANNER_CREDENTIALS_KEPT,
 };
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
@@ -480,6 +484,7 @@ pub trait Store:
     + JobStore
     + TitleStore
     + GraphStore
+    + MachineStore
     + CommentStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
@@ -1159,7 +1164,7 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 pub mod prelude {
     pub use crate::{
         AttachmentStore, CommentStore, ContentStore, DocumentStore, GraphStore, HoldStore,
-        JobStore, LeaseStore, ModelChoiceStore, OwnershipStore, SignInStore, Store, TitleStore,
-        TranscriptStore,
+        JobStore, LeaseStore, MachineStore, ModelChoiceStore, OwnershipStore, SignInStore, Store,
+        TitleStore, TranscriptStore,
     };
 }

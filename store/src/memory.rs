@@ -130,6 +130,25 @@ struct Inner {
     implementation_runs: BTreeMap<String, crate::ImplementationRun>,
     /// (run id, key) → what a report with that key sent and was answered.
     implementation_reports: BTreeMap<(String, String), (String, String)>,
+    /// Machine id → a paired machine.
+    machines: BTreeMap<Uuid, MachineRow>,
+    /// (machine id, account id) → when the machine was shared with that account.
+    machine_shares: BTreeMap<(Uuid, Uuid), UnixMillis>,
+    /// Account id → its favourite machine.
+    machine_favourites: BTreeMap<Uuid, Uuid>,
+    /// Document id → the machine chosen for it.
+    document_machines: BTreeMap<Uuid, crate::MachineChoice>,
+    /// Digest → a Planner credential.
+    planner_credentials: BTreeMap<String, crate::PlannerCredential>,
+}
+
+/// A paired machine as stored: the record (its owner's login read from `accounts`) and its
+/// sealed GitHub authorization.
+#[derive(Debug)]
+struct MachineRow {
+    machine: crate::Machine,
+    revision: i64,
+    sealed: Vec<u8>,
 }
 
 impl MemoryStore {
@@ -1796,6 +1815,311 @@ impl crate::CommentStore for MemoryStore {
                 .take(usize::try_from(limit.max(0)).unwrap_or(usize::MAX))
                 .map(|t| inner.with_notes(t))
                 .collect())
+        })
+    }
+}
+
+impl Inner {
+    /// The machine as read now: its owner's login as the accounts table has it.
+    fn machine_record(&self, id: Uuid) -> Option<crate::Machine> {
+        let row = self.machines.get(&id)?;
+        let mut machine = row.machine.clone();
+        if let Some(owner) = self.accounts.get(&machine.owner_account_id) {
+            machine.owner_login.clone_from(&owner.login);
+        }
+        Some(machine)
+    }
+
+    /// Takes the credentials issued to `machine_id` for `document_id`.
+    fn forget_credentials(&mut self, machine_id: Uuid, document_id: Uuid) {
+        self.planner_credentials
+            .retain(|_, c| !(c.machine_id == machine_id && c.document_id == document_id));
+    }
+}
+
+#[async_trait]
+impl crate::MachineStore for MemoryStore {
+    async fn pair_machine(&self, machine: &crate::NewMachine) -> StoreResult<crate::Machine> {
+        self.write(|inner| {
+            let Some(owner) = inner.accounts.get(&machine.owner_account_id) else {
+                return Err(StoreError::NotFound("account"));
+            };
+            if inner.machines.contains_key(&machine.id) {
+                return Err(StoreError::Conflict("machine id already exists".into()));
+            }
+            let record = crate::Machine {
+                id: machine.id,
+                owner_account_id: machine.owner_account_id,
+                owner_login: owner.login.clone(),
+                name: machine.name.clone(),
+                release: machine.release.clone(),
+                created_at_ms: machine.created_at_ms,
+            };
+            inner.machines.insert(
+                machine.id,
+                MachineRow {
+                    machine: record.clone(),
+                    revision: 1,
+                    sealed: machine.sealed.clone(),
+                },
+            );
+            Ok(record)
+        })
+    }
+
+    async fn machine(&self, id: Uuid) -> StoreResult<Option<crate::Machine>> {
+        self.with(|inner| Ok(inner.machine_record(id)))
+    }
+
+    async fn machine_credential(&self, id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        self.with(|inner| {
+            Ok(inner
+                .machines
+                .get(&id)
+                .map(|row| (row.revision, row.sealed.clone())))
+        })
+    }
+
+    async fn set_machine_credential(
+        &self,
+        id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+        release: Option<&str>,
+    ) -> StoreResult<Option<i64>> {
+        self.write(|inner| {
+            let row = inner
+                .machines
+                .get_mut(&id)
+                .ok_or(StoreError::NotFound("machine"))?;
+            if row.revision != expected_revision {
+                return Ok(None);
+            }
+            row.revision += 1;
+            row.sealed = sealed.to_vec();
+            if let Some(release) = release {
+                row.machine.release = Some(release.to_owned());
+            }
+            Ok(Some(row.revision))
+        })
+    }
+
+    async fn machines_of(&self, account_id: Uuid) -> StoreResult<Vec<crate::Machine>> {
+        self.with(|inner| {
+            let order = |ids: Vec<Uuid>| {
+                let mut found: Vec<crate::Machine> = ids
+                    .into_iter()
+                    .filter_map(|id| inner.machine_record(id))
+                    .collect();
+                found.sort_by_key(|m| (m.created_at_ms, m.id));
+                found
+            };
+            let own = order(
+                inner
+                    .machines
+                    .values()
+                    .filter(|r| r.machine.owner_account_id == account_id)
+                    .map(|r| r.machine.id)
+                    .collect(),
+            );
+            let shared = order(
+                inner
+                    .machine_shares
+                    .keys()
+                    .filter(|(_, a)| *a == account_id)
+                    .map(|(m, _)| *m)
+                    .collect(),
+            );
+            Ok(own.into_iter().chain(shared).collect())
+        })
+    }
+
+    async fn share_machine(
+        &self,
+        id: Uuid,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            if !inner.machines.contains_key(&id) {
+                return Err(StoreError::NotFound("machine"));
+            }
+            if !inner.accounts.contains_key(&account_id) {
+                return Err(StoreError::NotFound("account"));
+            }
+            if inner.machine_shares.contains_key(&(id, account_id)) {
+                return Ok(false);
+            }
+            inner.machine_shares.insert((id, account_id), now_ms);
+            Ok(true)
+        })
+    }
+
+    async fn unshare_machine(&self, id: Uuid, account_id: Uuid) -> StoreResult<bool> {
+        self.write(|inner| {
+            if inner.machine_shares.remove(&(id, account_id)).is_none() {
+                return Ok(false);
+            }
+            let theirs: Vec<Uuid> = inner
+                .document_machines
+                .values()
+                .filter(|c| c.machine_id == id && c.chosen_by_account_id == account_id)
+                .map(|c| c.document_id)
+                .collect();
+            for document_id in theirs {
+                inner.document_machines.remove(&document_id);
+                inner.forget_credentials(id, document_id);
+            }
+            if inner.machine_favourites.get(&account_id) == Some(&id) {
+                inner.machine_favourites.remove(&account_id);
+            }
+            Ok(true)
+        })
+    }
+
+    async fn machine_shares(&self, id: Uuid) -> StoreResult<Vec<Account>> {
+        self.with(|inner| {
+            let mut shares: Vec<(UnixMillis, Uuid)> = inner
+                .machine_shares
+                .iter()
+                .filter(|((m, _), _)| *m == id)
+                .map(|((_, a), at)| (*at, *a))
+                .collect();
+            shares.sort();
+            Ok(shares
+                .into_iter()
+                .filter_map(|(_, a)| inner.accounts.get(&a).cloned())
+                .collect())
+        })
+    }
+
+    async fn set_favourite_machine(
+        &self,
+        account_id: Uuid,
+        machine_id: Option<Uuid>,
+    ) -> StoreResult<()> {
+        self.write(|inner| {
+            match machine_id {
+                Some(m) => {
+                    if !inner.machines.contains_key(&m) {
+                        return Err(StoreError::NotFound("machine"));
+                    }
+                    if !inner.accounts.contains_key(&account_id) {
+                        return Err(StoreError::NotFound("account"));
+                    }
+                    inner.machine_favourites.insert(account_id, m);
+                }
+                None => {
+                    inner.machine_favourites.remove(&account_id);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    async fn favourite_machine(&self, account_id: Uuid) -> StoreResult<Option<Uuid>> {
+        self.with(|inner| Ok(inner.machine_favourites.get(&account_id).copied()))
+    }
+
+    async fn choose_machine(
+        &self,
+        document_id: Uuid,
+        choice: Option<&crate::MachineChoice>,
+    ) -> StoreResult<Option<crate::MachineChoice>> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            if let Some(c) = choice {
+                if !inner.machines.contains_key(&c.machine_id) {
+                    return Err(StoreError::NotFound("machine"));
+                }
+            }
+            let before = match choice {
+                Some(c) => {
+                    let mut c = c.clone();
+                    c.document_id = document_id;
+                    inner.document_machines.insert(document_id, c)
+                }
+                None => inner.document_machines.remove(&document_id),
+            };
+            if let Some(b) = &before {
+                if choice.map(|c| c.machine_id) != Some(b.machine_id) {
+                    inner.forget_credentials(b.machine_id, document_id);
+                }
+            }
+            Ok(before)
+        })
+    }
+
+    async fn machine_choice(&self, document_id: Uuid) -> StoreResult<Option<crate::MachineChoice>> {
+        self.with(|inner| Ok(inner.document_machines.get(&document_id).cloned()))
+    }
+
+    async fn machine_documents(&self, machine_id: Uuid) -> StoreResult<Vec<crate::MachineChoice>> {
+        self.with(|inner| {
+            let mut chosen: Vec<crate::MachineChoice> = inner
+                .document_machines
+                .values()
+                .filter(|c| c.machine_id == machine_id)
+                .cloned()
+                .collect();
+            chosen.sort_by_key(|c| (c.chosen_at_ms, c.document_id));
+            Ok(chosen)
+        })
+    }
+
+    async fn put_planner_credential(
+        &self,
+        credential: &crate::PlannerCredential,
+    ) -> StoreResult<()> {
+        self.write(|inner| {
+            if !inner.machines.contains_key(&credential.machine_id) {
+                return Err(StoreError::NotFound("machine"));
+            }
+            if !inner.documents.contains_key(&credential.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            inner
+                .planner_credentials
+                .insert(credential.digest.clone(), credential.clone());
+            let mut pair: Vec<(UnixMillis, String)> = inner
+                .planner_credentials
+                .values()
+                .filter(|c| {
+                    c.machine_id == credential.machine_id && c.document_id == credential.document_id
+                })
+                .map(|c| (c.issued_at_ms, c.digest.clone()))
+                .collect();
+            // Newest first; ties by digest, as the SQL backends order them.
+            pair.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+            for (_, digest) in pair
+                .into_iter()
+                .skip(usize::try_from(crate::PLANNER_CREDENTIALS_KEPT).unwrap_or(usize::MAX))
+            {
+                inner.planner_credentials.remove(&digest);
+            }
+            Ok(())
+        })
+    }
+
+    async fn planner_credential(
+        &self,
+        digest: &str,
+    ) -> StoreResult<Option<crate::PlannerCredential>> {
+        self.with(|inner| Ok(inner.planner_credentials.get(digest).cloned()))
+    }
+
+    async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool> {
+        self.write(|inner| {
+            if inner.machines.remove(&id).is_none() {
+                return Ok(false);
+            }
+            inner.machine_shares.retain(|(m, _), _| *m != id);
+            inner.machine_favourites.retain(|_, m| *m != id);
+            inner.document_machines.retain(|_, c| c.machine_id != id);
+            inner.planner_credentials.retain(|_, c| c.machine_id != id);
+            Ok(true)
         })
     }
 }

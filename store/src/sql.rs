@@ -628,6 +628,81 @@ struct LeaseRow {
     expires_at_ms: i64,
 }
 
+/// A paired machine as [`MACHINE_SELECT`] reads it.
+#[derive(sqlx::FromRow)]
+struct MachineRow<Id> {
+    id: Id,
+    owner_account_id: Id,
+    owner_login: String,
+    name: String,
+    release: Option<String>,
+    created_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> From<MachineRow<Id>> for crate::Machine {
+    fn from(row: MachineRow<Id>) -> Self {
+        crate::Machine {
+            id: row.id.into(),
+            owner_account_id: row.owner_account_id.into(),
+            owner_login: row.owner_login,
+            name: row.name,
+            release: row.release,
+            created_at_ms: row.created_at_ms,
+        }
+    }
+}
+
+/// A machine with its owner's login as the accounts table has it now.
+const MACHINE_SELECT: &str = "SELECT m.id, m.owner_account_id, a.login AS owner_login, m.name, \
+     m.release, m.created_at_ms FROM machines m JOIN accounts a ON a.id = m.owner_account_id";
+
+/// A document's machine choice.
+#[derive(sqlx::FromRow)]
+struct ChoiceRow<Id> {
+    document_id: Id,
+    machine_id: Id,
+    chosen_by_account_id: Id,
+    chosen_by: String,
+    chosen_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> From<ChoiceRow<Id>> for crate::MachineChoice {
+    fn from(row: ChoiceRow<Id>) -> Self {
+        crate::MachineChoice {
+            document_id: row.document_id.into(),
+            machine_id: row.machine_id.into(),
+            chosen_by_account_id: row.chosen_by_account_id.into(),
+            chosen_by: row.chosen_by,
+            chosen_at_ms: row.chosen_at_ms,
+        }
+    }
+}
+
+/// A Planner credential by digest.
+#[derive(sqlx::FromRow)]
+struct CredentialRow<Id> {
+    digest: String,
+    machine_id: Id,
+    document_id: Id,
+    issued_at_ms: i64,
+    expires_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> From<CredentialRow<Id>> for crate::PlannerCredential {
+    fn from(row: CredentialRow<Id>) -> Self {
+        crate::PlannerCredential {
+            digest: row.digest,
+            machine_id: row.machine_id.into(),
+            document_id: row.document_id.into(),
+            issued_at_ms: row.issued_at_ms,
+            expires_at_ms: row.expires_at_ms,
+        }
+    }
+}
+
+const CHOICE_COLUMNS: &str =
+    "document_id, machine_id, chosen_by_account_id, chosen_by, chosen_at_ms";
+
 const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
 const LOGIN_COLUMNS: &str =
     "id, account_id, verifier_hash, created_at_ms, expires_at_ms, signed_out_at_ms";
@@ -2440,6 +2515,435 @@ where
         Ok(changed > 0)
     }
 
+    // --- MachineStore ---
+
+    pub(crate) async fn pair_machine(
+        &self,
+        machine: &crate::NewMachine,
+    ) -> StoreResult<crate::Machine> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO machines (id, owner_account_id, name, release, credential_revision, \
+             sealed, created_at_ms) VALUES ($1, $2, $3, $4, 1, $5, $6)",
+        )
+        .bind(DB::Id::from(machine.id))
+        .bind(DB::Id::from(machine.owner_account_id))
+        .bind(crate::storable(&machine.name).into_owned())
+        .bind(
+            machine
+                .release
+                .as_deref()
+                .map(|r| crate::storable(r).into_owned()),
+        )
+        .bind(&machine.sealed)
+        .bind(machine.created_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| match sqlx_error_kind(&e) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("account"),
+            Some(ErrorKind::UniqueViolation) => {
+                StoreError::Conflict("machine id already exists".into())
+            }
+            _ => sqlx_error("pairing a machine", e),
+        })?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a paired machine", e))?;
+        self.machine(machine.id)
+            .await?
+            .ok_or(StoreError::NotFound("machine"))
+    }
+
+    pub(crate) async fn machine(&self, id: Uuid) -> StoreResult<Option<crate::Machine>> {
+        let sql = format!("{MACHINE_SELECT} WHERE m.id = $1");
+        let row: Option<MachineRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a machine", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn machine_credential(&self, id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        sqlx::query_as("SELECT credential_revision, sealed FROM machines WHERE id = $1")
+            .bind(DB::Id::from(id))
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a machine's authorization", e))
+    }
+
+    pub(crate) async fn set_machine_credential(
+        &self,
+        id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+        release: Option<&str>,
+    ) -> StoreResult<Option<i64>> {
+        let mut tx = self.begin_write().await?;
+        let sql = format!(
+            "SELECT credential_revision FROM machines WHERE id = $1{}",
+            DB::FOR_NO_KEY_UPDATE
+        );
+        let revision: Option<i64> = sqlx::query_scalar(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a machine", e))?;
+        match revision {
+            None => return Err(StoreError::NotFound("machine")),
+            Some(r) if r != expected_revision => return Ok(None),
+            Some(_) => {}
+        }
+        sqlx::query(
+            "UPDATE machines SET credential_revision = credential_revision + 1, sealed = $2, \
+             release = COALESCE($3, release) WHERE id = $1",
+        )
+        .bind(DB::Id::from(id))
+        .bind(sealed)
+        .bind(release.map(|r| crate::storable(r).into_owned()))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("writing a machine's authorization", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a machine's authorization", e))?;
+        Ok(Some(expected_revision + 1))
+    }
+
+    pub(crate) async fn machines_of(&self, account_id: Uuid) -> StoreResult<Vec<crate::Machine>> {
+        let sql = format!(
+            "{MACHINE_SELECT} WHERE m.owner_account_id = $1 \
+             OR m.id IN (SELECT machine_id FROM machine_shares WHERE account_id = $1) \
+             ORDER BY CASE WHEN m.owner_account_id = $1 THEN 0 ELSE 1 END, \
+             m.created_at_ms, m.id"
+        );
+        let rows: Vec<MachineRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(account_id))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading an account's machines", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    pub(crate) async fn share_machine(
+        &self,
+        id: Uuid,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let sql = format!("SELECT id FROM machines WHERE id = $1{}", DB::FOR_SHARE);
+        let found: Option<(DB::Id,)> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a machine", e))?;
+        if found.is_none() {
+            return Err(StoreError::NotFound("machine"));
+        }
+        let done = sqlx::query(
+            "INSERT INTO machine_shares (machine_id, account_id, shared_at_ms) \
+             VALUES ($1, $2, $3) ON CONFLICT (machine_id, account_id) DO NOTHING",
+        )
+        .bind(DB::Id::from(id))
+        .bind(DB::Id::from(account_id))
+        .bind(now_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| match sqlx_error_kind(&e) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("account"),
+            _ => sqlx_error("sharing a machine", e),
+        })?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a machine's share", e))?;
+        Ok(DB::rows_affected(&done) > 0)
+    }
+
+    pub(crate) async fn unshare_machine(&self, id: Uuid, account_id: Uuid) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done =
+            sqlx::query("DELETE FROM machine_shares WHERE machine_id = $1 AND account_id = $2")
+                .bind(DB::Id::from(id))
+                .bind(DB::Id::from(account_id))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("taking a machine's share away", e))?;
+        if DB::rows_affected(&done) == 0 {
+            return Ok(false);
+        }
+        for statement in [
+            "DELETE FROM planner_credentials WHERE machine_id = $1 AND document_id IN \
+             (SELECT document_id FROM document_machines WHERE machine_id = $1 \
+             AND chosen_by_account_id = $2)",
+            "DELETE FROM document_machines WHERE machine_id = $1 AND chosen_by_account_id = $2",
+            "DELETE FROM machine_favourites WHERE machine_id = $1 AND account_id = $2",
+        ] {
+            sqlx::query(statement)
+                .bind(DB::Id::from(id))
+                .bind(DB::Id::from(account_id))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("taking a teammate's choices of a machine", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a machine's unsharing", e))?;
+        Ok(true)
+    }
+
+    pub(crate) async fn machine_shares(&self, id: Uuid) -> StoreResult<Vec<Account>> {
+        let rows: Vec<AccountRow<DB::Id>> = sqlx::query_as(
+            "SELECT a.id, a.github_user_id, a.login, a.created_at_ms FROM machine_shares s \
+             JOIN accounts a ON a.id = s.account_id WHERE s.machine_id = $1 \
+             ORDER BY s.shared_at_ms, a.id",
+        )
+        .bind(DB::Id::from(id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a machine's shares", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    pub(crate) async fn set_favourite_machine(
+        &self,
+        account_id: Uuid,
+        machine_id: Option<Uuid>,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        match machine_id {
+            Some(m) => {
+                sqlx::query(
+                    "INSERT INTO machine_favourites (account_id, machine_id) VALUES ($1, $2) \
+                     ON CONFLICT (account_id) DO UPDATE SET machine_id = excluded.machine_id",
+                )
+                .bind(DB::Id::from(account_id))
+                .bind(DB::Id::from(m))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| match sqlx_error_kind(&e) {
+                    Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("machine"),
+                    _ => sqlx_error("choosing a favourite machine", e),
+                })?;
+            }
+            None => {
+                sqlx::query("DELETE FROM machine_favourites WHERE account_id = $1")
+                    .bind(DB::Id::from(account_id))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("clearing a favourite machine", e))?;
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a favourite machine", e))
+    }
+
+    pub(crate) async fn favourite_machine(&self, account_id: Uuid) -> StoreResult<Option<Uuid>> {
+        let row: Option<(DB::Id,)> =
+            sqlx::query_as("SELECT machine_id FROM machine_favourites WHERE account_id = $1")
+                .bind(DB::Id::from(account_id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading a favourite machine", e))?;
+        Ok(row.map(|(m,)| m.into()))
+    }
+
+    pub(crate) async fn choose_machine(
+        &self,
+        document_id: Uuid,
+        choice: Option<&crate::MachineChoice>,
+    ) -> StoreResult<Option<crate::MachineChoice>> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let before = Self::read_choice(&mut *tx, document_id).await?;
+        match choice {
+            Some(c) => {
+                sqlx::query(
+                    "INSERT INTO document_machines (document_id, machine_id, \
+                     chosen_by_account_id, chosen_by, chosen_at_ms) VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (document_id) DO UPDATE SET machine_id = excluded.machine_id, \
+                     chosen_by_account_id = excluded.chosen_by_account_id, \
+                     chosen_by = excluded.chosen_by, chosen_at_ms = excluded.chosen_at_ms",
+                )
+                .bind(DB::Id::from(document_id))
+                .bind(DB::Id::from(c.machine_id))
+                .bind(DB::Id::from(c.chosen_by_account_id))
+                .bind(&c.chosen_by)
+                .bind(c.chosen_at_ms)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| match sqlx_error_kind(&e) {
+                    Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("machine"),
+                    _ => sqlx_error("choosing a document's machine", e),
+                })?;
+            }
+            None => {
+                sqlx::query("DELETE FROM document_machines WHERE document_id = $1")
+                    .bind(DB::Id::from(document_id))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("clearing a document's machine", e))?;
+            }
+        }
+        if let Some(b) = &before {
+            if choice.map(|c| c.machine_id) != Some(b.machine_id) {
+                sqlx::query(
+                    "DELETE FROM planner_credentials WHERE machine_id = $1 AND document_id = $2",
+                )
+                .bind(DB::Id::from(b.machine_id))
+                .bind(DB::Id::from(document_id))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("taking an earlier machine's credentials", e))?;
+            }
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a document's machine", e))?;
+        Ok(before)
+    }
+
+    async fn read_choice<'e, E>(
+        executor: E,
+        document_id: Uuid,
+    ) -> StoreResult<Option<crate::MachineChoice>>
+    where
+        E: Executor<'e, Database = DB>,
+    {
+        let row: Option<ChoiceRow<DB::Id>> = sqlx::query_as(&format!(
+            "SELECT {CHOICE_COLUMNS} FROM document_machines WHERE document_id = $1"
+        ))
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(executor)
+        .await
+        .map_err(|e| sqlx_error("reading a document's machine", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn machine_choice(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<crate::MachineChoice>> {
+        Self::read_choice(&self.pool, document_id).await
+    }
+
+    pub(crate) async fn machine_documents(
+        &self,
+        machine_id: Uuid,
+    ) -> StoreResult<Vec<crate::MachineChoice>> {
+        let rows: Vec<ChoiceRow<DB::Id>> = sqlx::query_as(&format!(
+            "SELECT {CHOICE_COLUMNS} FROM document_machines WHERE machine_id = $1 \
+             ORDER BY chosen_at_ms, document_id"
+        ))
+        .bind(DB::Id::from(machine_id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a machine's documents", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
+    pub(crate) async fn put_planner_credential(
+        &self,
+        credential: &crate::PlannerCredential,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        // The machine's row lock serialises its credential writes, so the trim below sees every
+        // credential of the pair that committed before it.
+        let sql = format!(
+            "SELECT id FROM machines WHERE id = $1{}",
+            DB::FOR_NO_KEY_UPDATE
+        );
+        let found: Option<(DB::Id,)> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(credential.machine_id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a machine", e))?;
+        if found.is_none() {
+            return Err(StoreError::NotFound("machine"));
+        }
+        sqlx::query(
+            "INSERT INTO planner_credentials (digest, machine_id, document_id, issued_at_ms, \
+             expires_at_ms) VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(&credential.digest)
+        .bind(DB::Id::from(credential.machine_id))
+        .bind(DB::Id::from(credential.document_id))
+        .bind(credential.issued_at_ms)
+        .bind(credential.expires_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| match sqlx_error_kind(&e) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("document"),
+            Some(ErrorKind::UniqueViolation) => {
+                StoreError::Conflict("planner credential already exists".into())
+            }
+            _ => sqlx_error("storing a Planner credential", e),
+        })?;
+        sqlx::query(
+            "DELETE FROM planner_credentials WHERE machine_id = $1 AND document_id = $2 \
+             AND digest NOT IN (SELECT digest FROM planner_credentials \
+             WHERE machine_id = $1 AND document_id = $2 \
+             ORDER BY issued_at_ms DESC, digest DESC LIMIT $3)",
+        )
+        .bind(DB::Id::from(credential.machine_id))
+        .bind(DB::Id::from(credential.document_id))
+        .bind(crate::PLANNER_CREDENTIALS_KEPT)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("trimming a machine's Planner credentials", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a Planner credential", e))
+    }
+
+    pub(crate) async fn planner_credential(
+        &self,
+        digest: &str,
+    ) -> StoreResult<Option<crate::PlannerCredential>> {
+        let row: Option<CredentialRow<DB::Id>> = sqlx::query_as(
+            "SELECT digest, machine_id, document_id, issued_at_ms, expires_at_ms \
+             FROM planner_credentials WHERE digest = $1",
+        )
+        .bind(digest)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a Planner credential", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let sql = format!("SELECT id FROM machines WHERE id = $1{}", DB::FOR_UPDATE);
+        let found: Option<(DB::Id,)> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(id))
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a machine", e))?;
+        if found.is_none() {
+            return Ok(false);
+        }
+        for statement in [
+            "DELETE FROM planner_credentials WHERE machine_id = $1",
+            "DELETE FROM document_machines WHERE machine_id = $1",
+            "DELETE FROM machine_favourites WHERE machine_id = $1",
+            "DELETE FROM machine_shares WHERE machine_id = $1",
+            "DELETE FROM machines WHERE id = $1",
+        ] {
+            sqlx::query(statement)
+                .bind(DB::Id::from(id))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("unpairing a machine", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an unpaired machine", e))?;
+        Ok(true)
+    }
+
     // --- GraphStore ---
 
     pub(crate) async fn graph_versions(
@@ -3964,6 +4468,7 @@ macro_rules! sql_store_impls {
                 NewJob, Settlement, TitleStore, TitleSidecar, Drafted, CommentStore, CommentThread,
                 NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
                 GraphVersion, GraphChange, GraphRefusal, GraphCounters, ImplementationRun, RunReport, Reported,
+                Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -4103,6 +4608,26 @@ macro_rules! sql_store_impls {
                 fn implementation_report(run_id: &str, key: &str) -> Option<(String, String)>;
                 fn report_implementation(run_id: &str, report: &RunReport, now_ms: UnixMillis)
                     -> Reported;
+            } {});
+            sql_store_impls!(@forward $store, MachineStore {
+                fn pair_machine(machine: &NewMachine) -> Machine;
+                fn machine(id: Uuid) -> Option<Machine>;
+                fn machine_credential(id: Uuid) -> Option<(i64, Vec<u8>)>;
+                fn set_machine_credential(id: Uuid, expected_revision: i64, sealed: &[u8],
+                    release: Option<&str>) -> Option<i64>;
+                fn machines_of(account_id: Uuid) -> Vec<Machine>;
+                fn share_machine(id: Uuid, account_id: Uuid, now_ms: UnixMillis) -> bool;
+                fn unshare_machine(id: Uuid, account_id: Uuid) -> bool;
+                fn machine_shares(id: Uuid) -> Vec<Account>;
+                fn set_favourite_machine(account_id: Uuid, machine_id: Option<Uuid>) -> ();
+                fn favourite_machine(account_id: Uuid) -> Option<Uuid>;
+                fn choose_machine(document_id: Uuid, choice: Option<&MachineChoice>)
+                    -> Option<MachineChoice>;
+                fn machine_choice(document_id: Uuid) -> Option<MachineChoice>;
+                fn machine_documents(machine_id: Uuid) -> Vec<MachineChoice>;
+                fn put_planner_credential(credential: &PlannerCredential) -> ();
+                fn planner_credential(digest: &str) -> Option<PlannerCredential>;
+                fn unpair_machine(id: Uuid) -> bool;
             } {});
             sql_store_impls!(@forward $store, TitleStore {
                 fn title_sidecar(document_id: Uuid) -> TitleSidecar;

@@ -32,11 +32,11 @@ use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
     Creator, Document, DocumentContent, Drafted, Enqueued, Fence, GraphChange, GraphCounters,
     GraphRefusal, GraphState, GraphVersion, Holder, ImplementationRun, Job, JobState, Kept,
-    LeaseAcquire, LinkHold, MemoryStore, ModelChoice, NewAttachment, NewCommentNote,
-    NewCommentThread, NewDocument, NewJob, NewTranscriptEntry, OwnerGuard, ParticipationPause,
-    PgStore, PlanCommit, Provenance, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
-    RunReport, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
-    UnsentLimit, WriterLease,
+    LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice, NewAttachment,
+    NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine, NewTranscriptEntry,
+    OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential, Provenance, Release,
+    Replied, Reported, RevisionKind, RunEnd, RunRecord, RunReport, Settlement, SqliteStore,
+    StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -142,6 +142,10 @@ macro_rules! conformance {
 }
 
 conformance! {
+    ac_20_ac_22_machines_are_paired_to_their_owner_and_listed_with_those_shared,
+    ac_24_planner_credentials_are_kept_by_digest_the_newest_four_per_pair_and_survive_reopening,
+    ao_12_pres_16_choosing_another_machine_for_a_document_takes_the_earlier_ones_credentials,
+    ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
     life_31_approval_refuses_a_graph_drafted_against_an_older_plan_revision,
@@ -1767,6 +1771,7 @@ async fn writer_lease_race_exactly_one_wins(b: &Backend) {
 /// Chat entry claimed by that account at generation 1, and a second claimed document.
 struct FenceFixture {
     holder: Holder,
+    teammate: Holder,
     other_login: Uuid,
     doc: Uuid,
     other_doc: Uuid,
@@ -1814,11 +1819,77 @@ async fn fence_fixture(store: &Arc<dyn Store>) -> FenceFixture {
             1
         );
     }
+    // A paired machine of the holder's, shared with a teammate, chosen for `doc` and the
+    // holder's favourite, with one Planner credential.
+    let teammate = member(store, 74, "fenced-teammate").await;
+    store
+        .pair_machine(&machine_of(FENCED_MACHINE, &holder, "studio", 1_000))
+        .await
+        .unwrap();
+    assert!(store
+        .share_machine(FENCED_MACHINE, teammate.account_id, 1_000)
+        .await
+        .unwrap());
+    store
+        .set_favourite_machine(holder.account_id, Some(FENCED_MACHINE))
+        .await
+        .unwrap();
+    store
+        .choose_machine(
+            doc,
+            Some(&machine_choice(doc, FENCED_MACHINE, &teammate, 1_000)),
+        )
+        .await
+        .unwrap();
+    store
+        .put_planner_credential(&credential_of("digest-1", FENCED_MACHINE, doc, 1_000))
+        .await
+        .unwrap();
     FenceFixture {
         holder,
+        teammate,
         other_login,
         doc,
         other_doc,
+    }
+}
+
+/// The machine [`fence_fixture`] pairs.
+const FENCED_MACHINE: Uuid = Uuid::from_u128(0x3ac1_0001);
+/// The machine [`every_write`] pairs.
+const FENCED_MACHINE_2: Uuid = Uuid::from_u128(0x3ac1_0002);
+
+/// `owner`'s machine `id` called `name`, paired at `at` with a placeholder seal.
+fn machine_of(id: Uuid, owner: &Holder, name: &str, at: i64) -> NewMachine {
+    NewMachine {
+        id,
+        owner_account_id: owner.account_id,
+        name: name.to_owned(),
+        release: Some("0.0.23".to_owned()),
+        created_at_ms: at,
+        sealed: format!("sealed-{name}").into_bytes(),
+    }
+}
+
+/// `by`'s choice of `machine` for `doc` at `at`.
+fn machine_choice(doc: Uuid, machine: Uuid, by: &Holder, at: i64) -> MachineChoice {
+    MachineChoice {
+        document_id: doc,
+        machine_id: machine,
+        chosen_by_account_id: by.account_id,
+        chosen_by: by.login.clone(),
+        chosen_at_ms: at,
+    }
+}
+
+/// A Planner credential for `machine` and `doc` issued at `at`, lasting a day.
+fn credential_of(digest: &str, machine: Uuid, doc: Uuid, at: i64) -> PlannerCredential {
+    PlannerCredential {
+        digest: digest.to_owned(),
+        machine_id: machine,
+        document_id: doc,
+        issued_at_ms: at,
+        expires_at_ms: at + 86_400_000,
     }
 }
 
@@ -2132,6 +2203,73 @@ async fn every_write(
             .map(|drafted| assert_eq!(drafted, Drafted::Kept)),
     );
     record(
+        "pair_machine",
+        store
+            .pair_machine(&machine_of(FENCED_MACHINE_2, &fx.holder, "laptop", 5_000))
+            .await
+            .map(drop),
+    );
+    record(
+        "set_machine_credential",
+        store
+            .set_machine_credential(FENCED_MACHINE, 1, b"sealed-2", Some("0.0.24"))
+            .await
+            .map(|r| assert_eq!(r, Some(2))),
+    );
+    record(
+        "share_machine",
+        store
+            .share_machine(FENCED_MACHINE_2, fx.teammate.account_id, 5_000)
+            .await
+            .map(|shared| assert!(shared)),
+    );
+    record(
+        "unshare_machine",
+        store
+            .unshare_machine(FENCED_MACHINE, fx.teammate.account_id)
+            .await
+            .map(|taken| assert!(taken)),
+    );
+    record(
+        "set_favourite_machine",
+        store
+            .set_favourite_machine(fx.holder.account_id, Some(FENCED_MACHINE_2))
+            .await,
+    );
+    record(
+        "choose_machine",
+        store
+            .choose_machine(
+                fx.other_doc,
+                Some(&machine_choice(
+                    fx.other_doc,
+                    FENCED_MACHINE,
+                    &fx.holder,
+                    5_000,
+                )),
+            )
+            .await
+            .map(|before| assert_eq!(before, None)),
+    );
+    record(
+        "put_planner_credential",
+        store
+            .put_planner_credential(&credential_of(
+                "digest-2",
+                FENCED_MACHINE,
+                fx.other_doc,
+                5_000,
+            ))
+            .await,
+    );
+    record(
+        "unpair_machine",
+        store
+            .unpair_machine(FENCED_MACHINE)
+            .await
+            .map(|unpaired| assert!(unpaired)),
+    );
+    record(
         "clear_unheld_ownership",
         store
             .clear_unheld_ownership()
@@ -2226,6 +2364,12 @@ struct FencedState {
     title: TitleSidecar,
     comments: Vec<chopin_store::ThreadWithNotes>,
     graph: Vec<GraphVersion>,
+    machines: Vec<Machine>,
+    machine_credential: Option<(i64, Vec<u8>)>,
+    shares: Vec<Vec<Account>>,
+    favourite: Option<Uuid>,
+    machine_choices: Vec<Option<MachineChoice>>,
+    planner_credentials: Vec<Option<PlannerCredential>>,
 }
 
 async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState {
@@ -2285,6 +2429,21 @@ async fn fenced_state(store: &Arc<dyn Store>, fx: &FenceFixture) -> FencedState 
         title: store.title_sidecar(fx.doc).await.unwrap(),
         comments: store.comment_threads(fx.doc, 100).await.unwrap(),
         graph: store.graph_versions(fx.doc).await.unwrap(),
+        machines: store.machines_of(fx.holder.account_id).await.unwrap(),
+        machine_credential: store.machine_credential(FENCED_MACHINE).await.unwrap(),
+        shares: vec![
+            store.machine_shares(FENCED_MACHINE).await.unwrap(),
+            store.machine_shares(FENCED_MACHINE_2).await.unwrap(),
+        ],
+        favourite: store.favourite_machine(fx.holder.account_id).await.unwrap(),
+        machine_choices: vec![
+            store.machine_choice(fx.doc).await.unwrap(),
+            store.machine_choice(fx.other_doc).await.unwrap(),
+        ],
+        planner_credentials: vec![
+            store.planner_credential("digest-1").await.unwrap(),
+            store.planner_credential("digest-2").await.unwrap(),
+        ],
     }
 }
 
@@ -2315,7 +2474,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 44, "every write method is tried");
+    assert_eq!(outcomes.len(), 52, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -6723,4 +6882,338 @@ async fn life_58_two_reports_at_once_on_one_run_save_one(b: &Backend) {
         }
     }
     assert_eq!(saved, 1);
+}
+
+// --- paired machines -------------------------------------------------------------------------
+
+const MACHINE_A: Uuid = Uuid::from_u128(0x3ac1_00a1);
+const MACHINE_B: Uuid = Uuid::from_u128(0x3ac1_00b2);
+
+async fn ac_20_ac_22_machines_are_paired_to_their_owner_and_listed_with_those_shared(b: &Backend) {
+    let store = b.open().await;
+    let mona = member(&store, 81, "mona").await;
+    let hubot = member(&store, 82, "hubot").await;
+    let a = store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 2_000))
+        .await
+        .unwrap();
+    assert_eq!(a.owner_login, "mona");
+    assert_eq!(a.name, "studio");
+    assert_eq!(a.release.as_deref(), Some("0.0.23"));
+    store
+        .pair_machine(&machine_of(MACHINE_B, &hubot, "ci-box", 1_500))
+        .await
+        .unwrap();
+    match store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "again", 3_000))
+        .await
+    {
+        Err(StoreError::Conflict(_)) => {}
+        other => panic!("a reused machine id: expected Conflict, got {other:?}"),
+    }
+    let stranger = Holder {
+        account_id: Uuid::from_u128(0xdead),
+        login: "nobody".into(),
+        browser_login_id: Uuid::from_u128(0xdead),
+    };
+    match store
+        .pair_machine(&machine_of(
+            Uuid::from_u128(0x3ac1_00c3),
+            &stranger,
+            "x",
+            3_000,
+        ))
+        .await
+    {
+        Err(StoreError::NotFound("account")) => {}
+        other => panic!("an unknown owner: expected NotFound(account), got {other:?}"),
+    }
+    // hubot shares ci-box with mona: she sees her own first, then the shared one.
+    assert!(store
+        .share_machine(MACHINE_B, mona.account_id, 2_500)
+        .await
+        .unwrap());
+    assert!(!store
+        .share_machine(MACHINE_B, mona.account_id, 2_600)
+        .await
+        .unwrap());
+    let names = |ms: Vec<Machine>| ms.into_iter().map(|m| m.name).collect::<Vec<_>>();
+    assert_eq!(
+        names(store.machines_of(mona.account_id).await.unwrap()),
+        ["studio", "ci-box"]
+    );
+    assert_eq!(
+        names(store.machines_of(hubot.account_id).await.unwrap()),
+        ["ci-box"]
+    );
+    let shares = store.machine_shares(MACHINE_B).await.unwrap();
+    assert_eq!(
+        shares.iter().map(|a| a.login.as_str()).collect::<Vec<_>>(),
+        ["mona"]
+    );
+    match store
+        .share_machine(Uuid::from_u128(0x404), mona.account_id, 1)
+        .await
+    {
+        Err(StoreError::NotFound("machine")) => {}
+        other => panic!("sharing an unknown machine: expected NotFound(machine), got {other:?}"),
+    }
+    // The owner's login is read as the account has it now.
+    store
+        .upsert_account(81, "mona-renamed", 9_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.machine(MACHINE_A).await.unwrap().unwrap().owner_login,
+        "mona-renamed"
+    );
+    // The sealed authorization is replaced only at its revision, with the release told.
+    assert_eq!(
+        store.machine_credential(MACHINE_A).await.unwrap(),
+        Some((1, b"sealed-studio".to_vec()))
+    );
+    assert_eq!(
+        store
+            .set_machine_credential(MACHINE_A, 1, b"sealed-2", Some("0.0.30"))
+            .await
+            .unwrap(),
+        Some(2)
+    );
+    assert_eq!(
+        store
+            .set_machine_credential(MACHINE_A, 1, b"stale", None)
+            .await
+            .unwrap(),
+        None
+    );
+    let store = b.open().await;
+    assert_eq!(
+        store.machine_credential(MACHINE_A).await.unwrap(),
+        Some((2, b"sealed-2".to_vec()))
+    );
+    assert_eq!(
+        store
+            .machine(MACHINE_A)
+            .await
+            .unwrap()
+            .unwrap()
+            .release
+            .as_deref(),
+        Some("0.0.30")
+    );
+}
+
+async fn ac_24_planner_credentials_are_kept_by_digest_the_newest_four_per_pair_and_survive_reopening(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 83, "mona").await;
+    let doc = store
+        .create_document(&new_doc(83, "octo", "paired", "plan"))
+        .await
+        .unwrap()
+        .id;
+    let other = store
+        .create_document(&new_doc(84, "octo", "paired", "other"))
+        .await
+        .unwrap()
+        .id;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1_000))
+        .await
+        .unwrap();
+    for n in 1..=5 {
+        store
+            .put_planner_credential(&credential_of(&format!("d-{n}"), MACHINE_A, doc, 1_000 + n))
+            .await
+            .unwrap();
+    }
+    store
+        .put_planner_credential(&credential_of("o-1", MACHINE_A, other, 1_000))
+        .await
+        .unwrap();
+    match store
+        .put_planner_credential(&credential_of("x", Uuid::from_u128(0x404), doc, 1))
+        .await
+    {
+        Err(StoreError::NotFound("machine")) => {}
+        other => panic!("an unknown machine: expected NotFound(machine), got {other:?}"),
+    }
+    let store = b.open().await;
+    assert_eq!(
+        store.planner_credential("d-1").await.unwrap(),
+        None,
+        "the oldest went"
+    );
+    for n in 2..=5 {
+        assert_eq!(
+            store.planner_credential(&format!("d-{n}")).await.unwrap(),
+            Some(credential_of(&format!("d-{n}"), MACHINE_A, doc, 1_000 + n))
+        );
+    }
+    assert!(
+        store.planner_credential("o-1").await.unwrap().is_some(),
+        "per document"
+    );
+}
+
+async fn ao_12_pres_16_choosing_another_machine_for_a_document_takes_the_earlier_ones_credentials(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 85, "mona").await;
+    let doc = store
+        .create_document(&new_doc(85, "octo", "paired", "plan"))
+        .await
+        .unwrap()
+        .id;
+    for (id, name) in [(MACHINE_A, "studio"), (MACHINE_B, "laptop")] {
+        store
+            .pair_machine(&machine_of(id, &mona, name, 1_000))
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.machine_choice(doc).await.unwrap(), None);
+    let first = machine_choice(doc, MACHINE_A, &mona, 2_000);
+    assert_eq!(store.choose_machine(doc, Some(&first)).await.unwrap(), None);
+    store
+        .put_planner_credential(&credential_of("a-1", MACHINE_A, doc, 2_100))
+        .await
+        .unwrap();
+    // The same machine chosen again keeps its credentials.
+    let again = machine_choice(doc, MACHINE_A, &mona, 2_200);
+    assert_eq!(
+        store.choose_machine(doc, Some(&again)).await.unwrap(),
+        Some(first)
+    );
+    assert!(store.planner_credential("a-1").await.unwrap().is_some());
+    let moved = machine_choice(doc, MACHINE_B, &mona, 3_000);
+    assert_eq!(
+        store.choose_machine(doc, Some(&moved)).await.unwrap(),
+        Some(again)
+    );
+    assert_eq!(store.planner_credential("a-1").await.unwrap(), None);
+    assert_eq!(store.machine_documents(MACHINE_A).await.unwrap(), []);
+    assert_eq!(
+        store.machine_documents(MACHINE_B).await.unwrap(),
+        std::slice::from_ref(&moved)
+    );
+    let store = b.open().await;
+    assert_eq!(
+        store.machine_choice(doc).await.unwrap(),
+        Some(moved.clone())
+    );
+    assert_eq!(store.choose_machine(doc, None).await.unwrap(), Some(moved));
+    assert_eq!(store.machine_choice(doc).await.unwrap(), None);
+    match store
+        .choose_machine(
+            doc,
+            Some(&machine_choice(doc, Uuid::from_u128(0x404), &mona, 1)),
+        )
+        .await
+    {
+        Err(StoreError::NotFound("machine")) => {}
+        other => panic!("an unknown machine: expected NotFound(machine), got {other:?}"),
+    }
+    match store.choose_machine(Uuid::from_u128(0x404), None).await {
+        Err(StoreError::NotFound("document")) => {}
+        other => panic!("an unknown document: expected NotFound(document), got {other:?}"),
+    }
+}
+
+async fn ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 86, "mona").await;
+    let hubot = member(&store, 87, "hubot").await;
+    let docs: Vec<Uuid> = [(86, "one"), (87, "two"), (88, "three")]
+        .into_iter()
+        .map(|(n, slug)| new_doc(n, "octo", "paired", slug))
+        .map(|d| d.id)
+        .collect();
+    for (n, slug) in [(86, "one"), (87, "two"), (88, "three")] {
+        store
+            .create_document(&new_doc(n, "octo", "paired", slug))
+            .await
+            .unwrap();
+    }
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1_000))
+        .await
+        .unwrap();
+    store
+        .share_machine(MACHINE_A, hubot.account_id, 1_100)
+        .await
+        .unwrap();
+    // mona chose it for one; hubot for two and three, and made it his favourite.
+    store
+        .choose_machine(
+            docs[0],
+            Some(&machine_choice(docs[0], MACHINE_A, &mona, 1_200)),
+        )
+        .await
+        .unwrap();
+    for d in &docs[1..] {
+        store
+            .choose_machine(*d, Some(&machine_choice(*d, MACHINE_A, &hubot, 1_300)))
+            .await
+            .unwrap();
+    }
+    store
+        .set_favourite_machine(hubot.account_id, Some(MACHINE_A))
+        .await
+        .unwrap();
+    store
+        .set_favourite_machine(mona.account_id, Some(MACHINE_A))
+        .await
+        .unwrap();
+    for (i, d) in docs.iter().enumerate() {
+        store
+            .put_planner_credential(&credential_of(&format!("c-{i}"), MACHINE_A, *d, 1_400))
+            .await
+            .unwrap();
+    }
+    assert!(store
+        .unshare_machine(MACHINE_A, hubot.account_id)
+        .await
+        .unwrap());
+    assert!(!store
+        .unshare_machine(MACHINE_A, hubot.account_id)
+        .await
+        .unwrap());
+    assert_eq!(store.machines_of(hubot.account_id).await.unwrap(), []);
+    assert_eq!(
+        store.favourite_machine(hubot.account_id).await.unwrap(),
+        None
+    );
+    assert_eq!(
+        store.favourite_machine(mona.account_id).await.unwrap(),
+        Some(MACHINE_A)
+    );
+    let chosen: Vec<Uuid> = store
+        .machine_documents(MACHINE_A)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|c| c.document_id)
+        .collect();
+    assert_eq!(chosen, [docs[0]], "only the owner's own choice stays");
+    assert!(store.planner_credential("c-0").await.unwrap().is_some());
+    assert_eq!(store.planner_credential("c-1").await.unwrap(), None);
+    assert_eq!(store.planner_credential("c-2").await.unwrap(), None);
+
+    assert!(store.unpair_machine(MACHINE_A).await.unwrap());
+    assert!(!store.unpair_machine(MACHINE_A).await.unwrap());
+    let store = b.open().await;
+    assert_eq!(store.machine(MACHINE_A).await.unwrap(), None);
+    assert_eq!(store.machine_credential(MACHINE_A).await.unwrap(), None);
+    assert_eq!(store.machines_of(mona.account_id).await.unwrap(), []);
+    assert_eq!(
+        store.favourite_machine(mona.account_id).await.unwrap(),
+        None
+    );
+    assert_eq!(store.machine_choice(docs[0]).await.unwrap(), None);
+    assert_eq!(store.planner_credential("c-0").await.unwrap(), None);
+    assert_eq!(store.machine_shares(MACHINE_A).await.unwrap(), []);
 }
