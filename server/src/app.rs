@@ -119,6 +119,8 @@ pub struct App {
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
     /// Task drafts from Build plan presses.
     pub drafts: Arc<crate::drafting::Drafts>,
+    /// Paired machines, their credentials and delegated logins.
+    pub machines: Arc<crate::machines::Machines>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -162,12 +164,13 @@ impl App {
             github.clone(),
             clock.clone(),
         ));
+        let key = Arc::new(key);
         let sign_ins = Arc::new(
             SignIns::new(
                 store.clone(),
                 clock.clone(),
                 entropy.clone(),
-                Arc::new(key),
+                key.clone(),
                 admission.clone(),
                 SignInSettings {
                     app_origin: config.app_origin.clone(),
@@ -347,6 +350,19 @@ impl App {
             news: tokio::sync::broadcast::channel(crate::graphs::NEWS_CAPACITY).0,
         });
         open.lock_edits(graphs.clone());
+        let machines = Arc::new(crate::machines::Machines::new(
+            store.clone(),
+            key,
+            entropy.clone(),
+            clock.clone(),
+            access.clone(),
+            sign_ins.clone(),
+            planners.clone(),
+            crate::machines::MachineSettings {
+                app_origin: config.app_origin.clone(),
+                client_id: config.github_app_client_id.clone().unwrap_or_default(),
+            },
+        ));
         let lifecycle = Arc::new(crate::lifecycle::Lifecycle {
             graphs: store.clone(),
             news: graphs.clone(),
@@ -561,6 +577,7 @@ impl App {
             graphs,
             lifecycle,
             drafts,
+            machines,
         }
     }
 
@@ -624,6 +641,12 @@ impl App {
             transport::implementation::ImplementationDeps {
                 documents: self.documents_deps(),
                 lifecycle: self.lifecycle.clone(),
+            },
+        ))
+        .merge(transport::machines::routes(
+            transport::machines::MachinesDeps {
+                documents: self.documents_deps(),
+                machines: self.machines.clone(),
             },
         ))
         .merge(transport::participation::routes(
@@ -705,6 +728,7 @@ impl App {
             runs: self.runs.clone(),
             turns: self.turns.clone(),
             models: self.models.clone(),
+            machines: self.machines.clone(),
         }))
         .merge(transport::web::routes(self.web_deps()))
     }

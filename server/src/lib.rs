@@ -35,6 +35,7 @@ pub mod housekeeping;
 pub mod identity;
 pub mod jobs;
 pub mod lifecycle;
+pub mod machines;
 pub mod metrics;
 pub mod models;
 pub mod observe;

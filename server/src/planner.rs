@@ -997,7 +997,7 @@ impl Planners {
                 how: why.word().to_owned(),
             });
         }
-        self.login_ended(live.id, why).await;
+        self.login_ended(live.id, live.machine.is_some(), why).await;
         self.token_retired(live.id);
         self.sign_ins.record_end(live, why).await
     }
@@ -1018,8 +1018,9 @@ impl Planners {
         expired.len()
     }
 
-    /// A browser login ended (sign-out or expiry): every Planner it owns is closed and freed.
-    async fn login_ended(&self, login_id: Uuid, why: LoginEnd) {
+    /// A login ended (a browser's sign-out or expiry, a machine revoked): every Planner it owns
+    /// is closed and freed.
+    async fn login_ended(&self, login_id: Uuid, machine: bool, why: LoginEnd) {
         let docs: Vec<Uuid> = {
             let table = self.lock();
             table
@@ -1031,15 +1032,17 @@ impl Planners {
         };
         for doc in docs {
             self.revoke_count(doc);
-            let message = match why {
-                LoginEnd::SignedOut => "The owner's browser signed out, which ends this Planner link; sign in again and reattach.",
-                LoginEnd::Expired => "The owner's browser sign-in expired, which ends this Planner link; sign in again and reattach.",
-                LoginEnd::CredentialRevoked => "GitHub no longer renews the owner's browser sign-in, which ends this Planner link; sign in again and reattach.",
+            let (code, message) = match (why, machine) {
+                (LoginEnd::MachineRevoked, _) => (ErrorCode::AccessRevoked, "The machine was revoked, or GitHub no longer accepts its authorization, which ends this Planner link; pair the machine again to use it."),
+                (_, true) => (ErrorCode::SignInRequired, "The machine's delegated login reached its lifetime, which ends this Planner link; the machine's backend attaches again with its credential."),
+                (LoginEnd::SignedOut, false) => (ErrorCode::SignInRequired, "The owner's browser signed out, which ends this Planner link; sign in again and reattach."),
+                (LoginEnd::Expired, false) => (ErrorCode::SignInRequired, "The owner's browser sign-in expired, which ends this Planner link; sign in again and reattach."),
+                (LoginEnd::CredentialRevoked, false) => (ErrorCode::SignInRequired, "GitHub no longer renews the owner's browser sign-in, which ends this Planner link; sign in again and reattach."),
             };
             self.take(
                 doc,
                 Closing {
-                    code: ErrorCode::SignInRequired,
+                    code,
                     message: message.to_owned(),
                 },
                 |s| s.holder().browser_login_id == login_id,
@@ -1078,6 +1081,23 @@ impl Planners {
             return Ok(true);
         }
         Ok(false)
+    }
+
+    /// A person chose another machine for the document (or none): a link, grace period or hold
+    /// of the machine's delegated login `login_id` ends (AO-12), closing 4410.
+    pub async fn machine_moved(&self, doc: Uuid, login_id: Uuid) -> bool {
+        // An attach of the old machine still being checked must not bind either.
+        self.revoke_count(doc);
+        self
+            .take(
+                doc,
+                Closing {
+                    code: ErrorCode::PlannerReleased,
+                    message: "This document now runs its Planner on another machine, which ends this Planner link.".to_owned(),
+                },
+                |s| s.holder().browser_login_id == login_id,
+            )
+            .await
     }
 
     /// The document was archived: its link closes (4404) and its Planner is freed.

@@ -115,6 +115,9 @@ pub struct LiveLogin {
     credential: Credential,
     /// The revision the sealed credential is stored at.
     pub credential_revision: i64,
+    /// For a paired machine's delegated login, the machine: no browser holds it, no cookie
+    /// proves it and nothing of it is stored (AC-21).
+    pub machine: Option<Uuid>,
 }
 
 impl LiveLogin {
@@ -162,6 +165,9 @@ pub enum LoginEnd {
     /// GitHub refused to renew its credential (or the renewed one could not be saved): it ends
     /// as a sign-out does, recorded and its credential deleted.
     CredentialRevoked,
+    /// A paired machine's delegated login, ended because its owner revoked the machine or
+    /// GitHub refused the machine's authorization (AC-23). Nothing is stored to record.
+    MachineRevoked,
 }
 
 impl LoginEnd {
@@ -177,6 +183,7 @@ impl LoginEnd {
             LoginEnd::SignedOut => "signed-out",
             LoginEnd::Expired => "expired",
             LoginEnd::CredentialRevoked => "credential-revoked",
+            LoginEnd::MachineRevoked => "machine-revoked",
         }
     }
 }
@@ -363,6 +370,7 @@ impl SignIns {
             verifier_hash,
             credential,
             credential_revision: 1,
+            machine: None,
         });
         self.lock().live.insert(id, live.clone());
         self.arrived.send_modify(|n| *n += 1);
@@ -446,6 +454,7 @@ impl SignIns {
             verifier_hash: login.verifier_hash,
             credential,
             credential_revision: revision,
+            machine: None,
         };
         // A credential due for renewal is renewed first (a login this process did not hold has
         // no Planner session to end). If GitHub cannot renew it now, a token still valid is used.
@@ -475,12 +484,41 @@ impl SignIns {
         (now_ms < live.expires_at_ms).then_some(live)
     }
 
-    /// The newest live login of `account_id` this process holds.
+    /// Makes a paired machine's delegated login for `account` (the machine's owner) with the
+    /// machine's GitHub token: live in this process only, held by no browser (no cookie proves
+    /// it, nothing is stored), so a browser's sign-out does not end it and a restart does not
+    /// keep it (AC-21, AO-21). It lasts `SESSION_MAX_AGE_MS` like a browser login.
+    pub fn delegate(&self, account: Account, token: Secret, machine: Uuid) -> Arc<LiveLogin> {
+        let now = self.clock.now_ms();
+        let live = Arc::new(LiveLogin {
+            id: self.entropy.uuid(),
+            account,
+            created_at_ms: now,
+            expires_at_ms: now.saturating_add(self.settings.session_max_age_ms as i64),
+            // No verifier hashes to the empty string, so no cookie proves this login.
+            verifier_hash: String::new(),
+            credential: Credential {
+                token,
+                access_expires_at_ms: None,
+                refresh_token: None,
+                refresh_expires_at_ms: None,
+            },
+            credential_revision: 0,
+            machine: Some(machine),
+        });
+        self.lock().live.insert(live.id, live.clone());
+        live
+    }
+
+    /// The newest live browser login of `account_id` this process holds (never a machine's
+    /// delegated login).
     pub fn live_login_of(&self, account_id: Uuid, now_ms: UnixMillis) -> Option<Arc<LiveLogin>> {
         self.lock()
             .live
             .values()
-            .filter(|l| l.account.id == account_id && now_ms < l.expires_at_ms)
+            .filter(|l| {
+                l.account.id == account_id && l.machine.is_none() && now_ms < l.expires_at_ms
+            })
             .max_by_key(|l| (l.created_at_ms, l.id))
             .cloned()
     }
@@ -751,6 +789,7 @@ impl SignIns {
             verifier_hash: live.verifier_hash.clone(),
             credential,
             credential_revision: revision,
+            machine: live.machine,
         })
     }
 

@@ -45,6 +45,7 @@ use crate::harness::remote::START_TIMEOUT_MS;
 use crate::identity::admission::{Admission, AdmissionError};
 use crate::identity::github::GitHubError;
 use crate::identity::sign_ins::{LiveLogin, LoginEnd, SignIns};
+use crate::machines::{MachineAttach, Machines, PLANNER_CREDENTIAL_PREFIX};
 use crate::metrics::{Metrics, SocketKind};
 use crate::observe::PlannerEvent;
 use crate::planner::{
@@ -95,6 +96,8 @@ pub struct AgentDeps {
     pub turns: Arc<Turns>,
     /// Told when a client reports its catalog, so the rooms hear the new model state.
     pub models: Arc<crate::models::Models>,
+    /// Paired machines: a backend attaching with a Planner credential (AC-20, AC-21).
+    pub machines: Arc<Machines>,
 }
 
 pub fn routes(deps: AgentDeps) -> Routes {
@@ -180,16 +183,37 @@ async fn endpoint(
             ),
         );
     }
-    let Some(token) = bearer(&headers).map(str::to_owned) else {
+    let Some(mut token) = bearer(&headers).map(str::to_owned) else {
         return http_refusal(
             StatusCode::UNAUTHORIZED,
             "bad-credentials",
-            "Send Authorization: Bearer <GitHub token> of the account that attaches.",
+            "Send Authorization: Bearer <GitHub token> of the account that attaches, or a paired machine's Planner credential.",
         );
     };
+    // A paired machine's backend attaches with a document-scoped Planner credential: its access
+    // is then checked with the machine's own GitHub authorization (AC-20, AC-21).
+    let mut machine = None;
+    if token.starts_with(PLANNER_CREDENTIAL_PREFIX) {
+        match deps.machines.recognise(&token).await {
+            Ok(attach) => {
+                token = attach.token.expose().to_owned();
+                machine = Some(Arc::new(attach));
+            }
+            Err(e) => return http_refusal(e.status, e.code, e.message),
+        }
+    }
     let admitted = match deps.admission.check(&token).await {
         Ok(a) => a,
         Err(e) => {
+            if let (Some(m), AdmissionError::BadCredentials) = (&machine, &e) {
+                // GitHub refuses the machine's authorization: its delegated login ends (AC-23).
+                deps.machines.authorization_refused(m.machine.id).await;
+                return http_refusal(
+                    StatusCode::FORBIDDEN,
+                    "access-revoked",
+                    "GitHub no longer accepts this machine's authorization; pair the machine again.",
+                );
+            }
             let code = match e {
                 AdmissionError::BadCredentials => "bad-credentials",
                 AdmissionError::Refused { .. } => "not-admitted",
@@ -198,6 +222,15 @@ async fn endpoint(
             return http_refusal(e.http_status(), code, e.to_string());
         }
     };
+    if let Some(m) = &machine {
+        if admitted.user.id != m.account.github_user_id {
+            return http_refusal(
+                StatusCode::FORBIDDEN,
+                "access-revoked",
+                "This machine's GitHub authorization now names another account; pair the machine again.",
+            );
+        }
+    }
     let login = admitted.user.login.clone();
     socket::tune(upgrade.protocols([AGENT_SUBPROTOCOL]), READ_LIMIT_BYTES).on_upgrade(
         move |socket| {
@@ -230,6 +263,7 @@ async fn endpoint(
                     kept_work: false,
                     runs_saved: None,
                     awaiting_resume: None,
+                    machine,
                 };
                 link.run().await;
             })
@@ -272,6 +306,9 @@ struct Link {
     runs_saved: Option<tokio::task::JoinHandle<()>>,
     /// After `attached` told the client what was kept: the `resume` the link waits for.
     awaiting_resume: Option<AwaitedResume>,
+    /// A paired machine's backend, attaching with its Planner credential: `token` is then the
+    /// machine's GitHub authorization and the link owns through its delegated login.
+    machine: Option<Arc<MachineAttach>>,
 }
 
 /// A hold's work offered in `attached.kept`, waiting for the client's `resume`.
@@ -417,6 +454,10 @@ impl Link {
             repo_owner: doc.repo_owner.clone(),
             repo_name: doc.repo_name.clone(),
             bound: OnceLock::new(),
+            machine: self
+                .machine
+                .as_ref()
+                .map(|m| (self.deps.machines.clone(), m.machine.id)),
         });
         let handle = LinkHandle {
             commands,
@@ -924,6 +965,15 @@ impl Link {
                 })
                 .ok_or_else(not_found)?,
         };
+        if let Some(m) = &self.machine {
+            if m.document_id != doc.id {
+                return Err(Refusal {
+                    reason: RefusalReason::DocumentNotFound,
+                    message: format!("This Planner credential is for document {}, not {shown:?}; the connector asks for one per document.", m.document_id),
+                    holder: None,
+                });
+            }
+        }
         let revocations = self.deps.planners.revocations(doc.id);
         let account_id = crate::store::account_id_for_github_user(self.github_user_id);
         // The attach arrived now: a grace period of this account stays open while it is checked.
@@ -960,7 +1010,13 @@ impl Link {
             Err(e) => return Err(github_refusal(e)),
         }
         let now = self.deps.clock.now_ms();
-        let Some(live) = self.deps.sign_ins.live_login_of(account_id, now) else {
+        // A paired machine owns through its delegated login, which no browser holds (AC-21).
+        let delegated = self
+            .machine
+            .as_ref()
+            .map(|m| self.deps.machines.delegated_login(m));
+        let Some(live) = delegated.or_else(|| self.deps.sign_ins.live_login_of(account_id, now))
+        else {
             // Inside the account's hand-over window the missing sign-in is waited for, never
             // refused sign-in-required (HO-10, HO-11): a resume waits; an attach with nothing to
             // resume is told to come back.
@@ -1510,11 +1566,15 @@ struct AccountCheck {
     repo_name: String,
     /// The link's id and generation, once bound.
     bound: OnceLock<(u64, i64)>,
+    /// A paired machine's link: GitHub refusing the token ends the machine's delegated login.
+    machine: Option<(Arc<Machines>, uuid::Uuid)>,
 }
 
 /// What [`AccountCheck::verdict`] found.
 enum Verdict {
     Holds,
+    /// GitHub refuses a paired machine's authorization (AC-23).
+    MachineRefused,
     /// Gone, and why.
     Lost(String),
     /// GitHub could not be asked.
@@ -1543,6 +1603,9 @@ impl AccountCheck {
             Err(AdmissionError::Unavailable) => {
                 return Verdict::Unknown(AdmissionError::Unavailable.to_string())
             }
+            Err(AdmissionError::BadCredentials) if self.machine.is_some() => {
+                return Verdict::MachineRefused
+            }
             Err(e) => return Verdict::Lost(e.to_string()),
         }
         match admission
@@ -1568,6 +1631,11 @@ impl AccountCheck {
     /// document is freed.
     async fn recheck_and_revoke(&self) -> Verdict {
         let verdict = self.verdict().await;
+        if let (Verdict::MachineRefused, Some((machines, machine))) = (&verdict, &self.machine) {
+            tracing::info!(document = %self.document, login = %self.login, machine = %machine, "GitHub refuses the machine's authorization");
+            // Every link of the machine's delegated login closes `access-revoked`, this one too.
+            machines.authorization_refused(*machine).await;
+        }
         if let Verdict::Lost(why) = &verdict {
             tracing::info!(document = %self.document, login = %self.login, %why, "Planner link lost access");
             if let Some((link, _)) = self.bound.get() {
@@ -1586,6 +1654,9 @@ impl LinkAccess for AccountCheck {
         match self.recheck_and_revoke().await {
             Verdict::Holds => Ok(()),
             Verdict::Lost(why) => Err(AccessDenied::Revoked(why)),
+            Verdict::MachineRefused => Err(AccessDenied::Revoked(
+                "GitHub no longer accepts this machine's authorization.".to_owned(),
+            )),
             Verdict::Unknown(why) => Err(AccessDenied::Unknown(why)),
         }
     }

@@ -16,6 +16,7 @@ pub mod documents;
 pub mod files;
 pub mod health;
 pub mod implementation;
+pub mod machines;
 pub mod mcp;
 pub mod mentions;
 pub mod participation;
