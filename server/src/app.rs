@@ -249,7 +249,8 @@ impl App {
             shutdown.clone(),
             config.planner_attach_grace_ms,
             config.planted,
-        );
+        )
+        .with_patience(config.planner_patience_ms);
         // AUTH_MODE=local is never handed over: its holds stay in memory (HO-18).
         let planners = Arc::new(match config.auth_mode {
             AuthMode::Hosted => {
@@ -536,6 +537,7 @@ impl App {
             clock.clone(),
             &shutdown,
         );
+        housekeeping::spawn_patience_sweep(&planners, clock.clone(), &shutdown);
         App {
             config: Arc::new(config),
             store,

@@ -476,8 +476,8 @@ pub struct Args {
     #[arg(long, env = "HANDOVER_PLANNER_WINDOW_MS", value_name = "MS")]
     pub handover_planner_window_ms: Option<String>,
 
-    /// Not acted on yet: checked, then unused (no paired machines in this build). Meant as how
-    /// long a machine asked to run a Planner has to attach before it is reported, in ms.
+    /// How long a paired machine asked to run a document's Planner has to attach before the
+    /// document is told it cannot connect ("It hasn't answered yet"), in ms; checked every 15 s.
     /// Default 120000.
     #[arg(long, env = "PLANNER_PATIENCE_MS", value_name = "MS")]
     pub planner_patience_ms: Option<String>,

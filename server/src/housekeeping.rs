@@ -98,3 +98,35 @@ pub fn spawn(
         }
     });
 }
+
+/// Starts the sweep that tells the machines asked to run a Planner that have not attached within
+/// `PLANNER_PATIENCE_MS` (PRES-20, PRES-21). It runs every [`crate::starting::SWEEP_EVERY_MS`]
+/// (15 s), on the multiples of 15 s of the server's clock, so when it runs never depends on when
+/// the process started (and a scenario can place a deadline 1 ms either side of a sweep).
+pub fn spawn_patience_sweep(planners: &Arc<Planners>, clock: SharedClock, shutdown: &Shutdown) {
+    let planners = Arc::downgrade(planners);
+    let stopping = shutdown.stopping();
+    shutdown.spawn(async move {
+        tokio::pin!(stopping);
+        let every = crate::starting::SWEEP_EVERY_MS as i64;
+        loop {
+            let now = clock.now_ms();
+            let next = (now.div_euclid(every) + 1) * every;
+            let wait = Duration::from_millis(u64::try_from(next - now).unwrap_or(0));
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = &mut stopping => return,
+            }
+            let Some(planners) = planners.upgrade() else {
+                return;
+            };
+            let told = planners.sweep_patience();
+            if told > 0 {
+                tracing::info!(
+                    told,
+                    "machines asked to run a Planner that have not attached are told failed"
+                );
+            }
+        }
+    });
+}

@@ -49,6 +49,7 @@ pub mod repository;
 pub mod research_cards;
 pub mod runs;
 pub mod runtime;
+pub mod starting;
 pub mod transcript;
 pub mod transport;
 pub mod turns;

@@ -396,11 +396,47 @@ impl Machines {
             .await
             .map_err(ApiError::store)?;
         tracing::info!(machine = %machine.id, document = %doc.id, "Planner credential issued");
+        // Every launch of a backend asks for a credential: one while nothing is attached is a
+        // launch, one while attached a renewal (PRES-18).
+        self.planners.credential_requested(
+            doc.id,
+            machine.id,
+            &machine.owner_login,
+            release.or(machine.release.as_deref()),
+        );
         Ok(IssuedCredential {
             credential: Secret::new(credential),
             document_id: doc.id,
             expires_at_ms,
         })
+    }
+
+    /// `POST /api/connector/planner/failure`: the connector reports a backend launch for
+    /// `document_id` that exited before staying up, or one that stayed up (PRES-13). It counts
+    /// only for a document that asked this machine (PRES-16); what the room is told comes back.
+    pub async fn launch_failed(
+        &self,
+        caller: &Caller,
+        machine_id: Uuid,
+        document_id: Uuid,
+        report: &crate::starting::Report,
+    ) -> Result<Option<crate::starting::Failure>, ApiError> {
+        let machine = self.connector(caller, machine_id, None).await?;
+        let chosen = self
+            .store
+            .machine_choice(document_id)
+            .await
+            .map_err(ApiError::store)?;
+        if chosen.map(|c| c.machine_id) != Some(machine.id) {
+            return Err(refused(
+                StatusCode::CONFLICT,
+                "machine-not-asked",
+                "This document has not asked this machine to run its Planner, so its launches are not counted.",
+            ));
+        }
+        Ok(self
+            .planners
+            .launch_reported(document_id, machine.id, &machine.owner_login, report))
     }
 
     /// The backend presenting `credential` (AC-20): its machine, document and the machine's
@@ -564,10 +600,18 @@ impl Machines {
     /// logins end, closing their links `access-revoked` and ending their holds (AC-23, AO-12).
     pub async fn revoke(&self, caller: &Caller, machine_id: Uuid) -> Result<(), ApiError> {
         let machine = self.owned(caller, machine_id).await?;
+        let chosen = self
+            .store
+            .machine_documents(machine.id)
+            .await
+            .map_err(ApiError::store)?;
         self.store
             .unpair_machine(machine.id)
             .await
             .map_err(ApiError::store)?;
+        for c in chosen {
+            self.planners.machine_left(c.document_id);
+        }
         tracing::info!(machine = %machine.id, owner = %machine.owner_login, "machine revoked");
         self.authorization_refused(machine.id).await;
         Ok(())
@@ -633,6 +677,7 @@ impl Machines {
             .map_err(ApiError::store)?;
         for doc in theirs {
             self.moved_off(doc, machine.id).await;
+            self.planners.machine_left(doc);
         }
         Ok(taken)
     }
@@ -707,6 +752,18 @@ impl Machines {
             })?;
         if let Some(before) = before.filter(|b| Some(b.machine_id) != machine_id) {
             self.moved_off(doc.id, before.machine_id).await;
+        }
+        // The server now asks the machine chosen, afresh; the starting word names it, since a
+        // person asked for it (PRES-04, RULINGS PRES-05).
+        match &machine {
+            Some(m) => self.planners.machine_asked(
+                doc.id,
+                m.id,
+                &m.owner_login,
+                m.release.as_deref(),
+                true,
+            ),
+            None => self.planners.machine_left(doc.id),
         }
         Ok(choice_json(choice.as_ref(), machine.as_ref()))
     }

@@ -42,6 +42,7 @@ use crate::observe::{Observer, PlannerEvent};
 use crate::runtime::fanout;
 use crate::runtime::gates::Gates;
 use crate::runtime::{SharedClock, Shutdown};
+use crate::starting::Wait;
 use crate::store::{Claim, HoldStore, Holder, LinkHold, OwnershipStore, StoreError, UnixMillis};
 
 /// What the room is told about a document's Planner (`session:planner`): the holder's login and
@@ -55,6 +56,13 @@ pub struct Presence {
     /// With `detached`: when the grace period ends (server time, Unix ms).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub until: Option<UnixMillis>,
+    /// With `starting`, while a person's move to a machine connects: the id of the machine
+    /// asked (PRES-04, RULINGS PRES-05).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub machine: Option<Uuid>,
+    /// With `starting`: why the machine cannot be connected to (PRES-15, PRES-19, PRES-20).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<crate::starting::Failure>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -67,6 +75,9 @@ pub enum PresenceState {
     /// The client dropped with work kept (or missed its hand-over window): its account keeps the
     /// Planner with no deadline, and takes the work back when its client returns.
     Disconnected,
+    /// A paired machine was asked to run the Planner and its backend has not attached yet
+    /// (PRES-12).
+    Starting,
     /// Nobody holds the Planner.
     None,
 }
@@ -82,6 +93,31 @@ impl Presence {
             state: PresenceState::None,
             login: None,
             until: None,
+            machine: None,
+            failure: None,
+        }
+    }
+
+    /// A holder's state, with its login.
+    fn of(state: PresenceState, login: &str, until: Option<UnixMillis>) -> Self {
+        Presence {
+            state,
+            login: Some(login.to_owned()),
+            until,
+            machine: None,
+            failure: None,
+        }
+    }
+
+    /// A machine's wait for its backend: its owner's login, the machine only for a move a
+    /// person asked for, and the failure told.
+    fn starting(wait: &Wait) -> Self {
+        Presence {
+            state: PresenceState::Starting,
+            login: Some(wait.login.clone()),
+            until: None,
+            machine: wait.switch.then_some(wait.machine),
+            failure: wait.failure().cloned(),
         }
     }
 }
@@ -254,37 +290,23 @@ impl Slot {
 
     fn presence(&self) -> Presence {
         match self {
-            Slot::Attached { holder, .. } => Presence {
-                state: PresenceState::Attached,
-                login: Some(holder.login.clone()),
-                until: None,
-            },
+            Slot::Attached { holder, .. } => {
+                Presence::of(PresenceState::Attached, &holder.login, None)
+            }
             Slot::Grace {
                 holder, until_ms, ..
-            } => Presence {
-                state: PresenceState::Detached,
-                login: Some(holder.login.clone()),
-                until: Some(*until_ms),
-            },
+            } => Presence::of(PresenceState::Detached, &holder.login, Some(*until_ms)),
             // In its hand-over window the hold shows as attached (HO-07).
             Slot::Held {
                 holder,
                 window: Some(_),
                 ..
-            } => Presence {
-                state: PresenceState::Attached,
-                login: Some(holder.login.clone()),
-                until: None,
-            },
+            } => Presence::of(PresenceState::Attached, &holder.login, None),
             Slot::Held {
                 holder,
                 window: None,
                 ..
-            } => Presence {
-                state: PresenceState::Disconnected,
-                login: Some(holder.login.clone()),
-                until: None,
-            },
+            } => Presence::of(PresenceState::Disconnected, &holder.login, None),
         }
     }
 }
@@ -297,7 +319,21 @@ struct Table {
     watched: BTreeMap<Uuid, Watched>,
     /// Each room's `session:planner` frames, encoded once for all its sockets.
     rooms: BTreeMap<Uuid, fanout::Sender<Bytes>>,
+    /// Documents waiting for a paired machine's backend to attach (PRES-12): shown `starting`
+    /// while nothing holds the document.
+    starting: BTreeMap<Uuid, Wait>,
     next_id: u64,
+}
+
+impl Table {
+    /// What the room is told now: the holder, else a machine's wait, else none.
+    fn shown(&self, doc: Uuid) -> Presence {
+        self.slots
+            .get(&doc)
+            .map(Slot::presence)
+            .or_else(|| self.starting.get(&doc).map(Presence::starting))
+            .unwrap_or_else(Presence::none)
+    }
 }
 
 #[derive(Default)]
@@ -377,6 +413,9 @@ pub struct Planners {
     holds: Option<Arc<dyn HoldStore>>,
     /// `HANDOVER_PLANNER_WINDOW_MS`.
     handover_window_ms: u64,
+    /// `PLANNER_PATIENCE_MS`: how long a machine asked to run a Planner has to attach before
+    /// the sweep tells it failed (PRES-20).
+    patience_ms: u64,
     /// Bugs the simulator planted, to show it finds them (always off outside it).
     planted: Planted,
 }
@@ -455,7 +494,138 @@ impl Planners {
             attach_grace_ms,
             holds: None,
             handover_window_ms: 0,
+            patience_ms: 120_000,
         }
+    }
+
+    /// A machine asked to run a Planner has `patience_ms` (`PLANNER_PATIENCE_MS`) to attach.
+    pub fn with_patience(mut self, patience_ms: u64) -> Self {
+        self.patience_ms = patience_ms;
+        self
+    }
+
+    /// A person moved `doc` to `machine` (`switch`), or the server asks it again: the wait
+    /// starts afresh, whatever was waited on before (PRES-23).
+    pub fn machine_asked(
+        &self,
+        doc: Uuid,
+        machine: Uuid,
+        login: &str,
+        release: Option<&str>,
+        switch: bool,
+    ) {
+        let now = self.clock.now_ms();
+        self.lock().starting.insert(
+            doc,
+            Wait::new(
+                machine,
+                login.to_owned(),
+                release.map(str::to_owned),
+                switch,
+                now,
+            ),
+        );
+        self.announce(doc);
+    }
+
+    /// `doc` no longer asks a machine (moved to none, its machine revoked or unshared): what
+    /// was waited on and reported is forgotten (PRES-16, PRES-23).
+    pub fn machine_left(&self, doc: Uuid) {
+        if self.lock().starting.remove(&doc).is_some() {
+            self.announce(doc);
+        }
+    }
+
+    /// The document's machine asked for a Planner credential: with a link attached it is a
+    /// renewal; otherwise a launch (PRES-18), which starts a wait if none was kept (after a
+    /// restart, say) or the one kept is for another machine.
+    pub fn credential_requested(
+        &self,
+        doc: Uuid,
+        machine: Uuid,
+        login: &str,
+        release: Option<&str>,
+    ) {
+        let now = self.clock.now_ms();
+        let changed = {
+            let mut table = self.lock();
+            if matches!(table.slots.get(&doc), Some(Slot::Attached { .. })) {
+                return;
+            }
+            let before = table.shown(doc);
+            let wait = table.starting.entry(doc).or_insert_with(|| {
+                Wait::new(
+                    machine,
+                    login.to_owned(),
+                    release.map(str::to_owned),
+                    false,
+                    now,
+                )
+            });
+            if wait.machine != machine {
+                *wait = Wait::new(
+                    machine,
+                    login.to_owned(),
+                    release.map(str::to_owned),
+                    false,
+                    now,
+                );
+            }
+            wait.launched(release, now);
+            table.shown(doc) != before
+        };
+        if changed {
+            self.announce(doc);
+        }
+    }
+
+    /// The document's machine reported a launch (PRES-13): told from the second failed one in
+    /// a row, forgotten when one stayed up.
+    pub fn launch_reported(
+        &self,
+        doc: Uuid,
+        machine: Uuid,
+        login: &str,
+        report: &crate::starting::Report,
+    ) -> Option<crate::starting::Failure> {
+        let now = self.clock.now_ms();
+        let (changed, told) = {
+            let mut table = self.lock();
+            let before = table.shown(doc);
+            let wait = table
+                .starting
+                .entry(doc)
+                .or_insert_with(|| Wait::new(machine, login.to_owned(), None, false, now));
+            if wait.machine != machine {
+                *wait = Wait::new(machine, login.to_owned(), None, false, now);
+            }
+            wait.report(report, now);
+            let told = wait.failure().cloned();
+            (table.shown(doc) != before, told)
+        };
+        if changed {
+            self.announce(doc);
+        }
+        told
+    }
+
+    /// The 15-second sweep (PRES-21): every machine past its patience without an attach is
+    /// told failed, once. How many were told now.
+    pub fn sweep_patience(&self) -> usize {
+        let now = self.clock.now_ms();
+        let due: Vec<Uuid> = {
+            let mut table = self.lock();
+            let patience = self.patience_ms;
+            table
+                .starting
+                .iter_mut()
+                .filter_map(|(doc, wait)| wait.sweep(now, patience).then_some(*doc))
+                .collect()
+        };
+        for doc in &due {
+            self.announce(*doc);
+        }
+        due.len()
     }
 
     /// Holds are written to `holds` and a graceful stop hands each link over with a window of
@@ -549,11 +719,7 @@ impl Planners {
 
     /// What the room is told now.
     pub fn presence(&self, doc: Uuid) -> Presence {
-        self.lock()
-            .slots
-            .get(&doc)
-            .map(Slot::presence)
-            .unwrap_or_else(Presence::none)
+        self.lock().shown(doc)
     }
 
     /// Presence changes of `doc` from now on, each as its `session:planner` frame (JSON text,
@@ -568,11 +734,7 @@ impl Planners {
 
     fn announce(&self, doc: Uuid) {
         let mut table = self.lock();
-        let presence = table
-            .slots
-            .get(&doc)
-            .map(Slot::presence)
-            .unwrap_or_else(Presence::none);
+        let presence = table.shown(doc);
         if let Some(room) = table.rooms.get(&doc) {
             if room.send(presence.frame().into()).is_err() {
                 // Nobody listens any more.
@@ -664,6 +826,8 @@ impl Planners {
                     _ => {}
                 }
                 kept_back = taken;
+                // What was waited on and reported of the machine is forgotten (PRES-16).
+                table.starting.remove(&doc);
                 table.slots.insert(
                     doc,
                     Slot::Attached {

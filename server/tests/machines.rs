@@ -439,3 +439,242 @@ async fn connector_routes_speak_only_for_their_own_machine_with_its_token() {
         "{body}"
     );
 }
+
+/// The next `session:planner` the room hears.
+async fn planner_word(room: &mut chopin_fixtures::browser::BrowserSocket) -> Value {
+    let frame = tokio::time::timeout(Duration::from_secs(5), room.next_of_type("session:planner"))
+        .await
+        .expect("a session:planner within 5 s")
+        .unwrap();
+    frame["planner"].clone()
+}
+
+async fn pair_with_release(s: &Served, name: &str, release: &str) -> (Uuid, String) {
+    let token = s.github.issue_token("mona");
+    let (status, body) = api(
+        s,
+        Method::POST,
+        "/api/connector/machines",
+        As::Token(&token),
+        Some(json!({ "name": name, "release": release })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    (
+        body["machine"]["id"].as_str().unwrap().parse().unwrap(),
+        token,
+    )
+}
+
+async fn report(
+    s: &Served,
+    token: &str,
+    machine: Uuid,
+    doc: Uuid,
+    body: Value,
+) -> (StatusCode, Value) {
+    let mut body = body;
+    body["machineId"] = json!(machine);
+    body["documentId"] = json!(doc);
+    api(
+        s,
+        Method::POST,
+        "/api/connector/planner/failure",
+        As::Token(token),
+        Some(body),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn pres_04_pres_12_a_move_to_a_machine_is_starting_naming_the_machine_until_its_backend_attaches(
+) {
+    let s = support::served().await;
+    let mut room = s.room().await;
+    let (machine, token) = pair(&s, "studio").await;
+    choose(&s, &s.mona_cookie, s.doc, Some(machine)).await;
+    let word = planner_word(&mut room).await;
+    assert_eq!(
+        word,
+        json!({ "state": "starting", "login": "mona", "machine": machine.to_string() })
+    );
+    let (_, issued) = credential(&s, &token, machine, s.doc).await;
+    let (_client, answer) = attach_with(&s, issued["credential"].as_str().unwrap(), s.doc)
+        .await
+        .unwrap();
+    assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+    let word = planner_word(&mut room).await;
+    assert_eq!(
+        word,
+        json!({ "state": "attached", "login": "mona" }),
+        "no machine once attached"
+    );
+    // Moving it to no machine: the machine's link ends and nothing is waited on.
+    choose(&s, &s.mona_cookie, s.doc, None).await;
+    let word = planner_word(&mut room).await;
+    assert_eq!(word["state"], "none", "{word}");
+}
+
+#[tokio::test]
+async fn pres_13_pres_14_pres_15_pres_16_a_reported_failure_is_told_from_the_second_launch_cleaned_and_forgotten_on_attach(
+) {
+    let s = support::served().await;
+    let mut room = s.room().await;
+    let (machine, token) = pair(&s, "studio").await;
+    choose(&s, &s.mona_cookie, s.doc, Some(machine)).await;
+    assert_eq!(planner_word(&mut room).await["state"], "starting");
+    let line = format!(
+        "\u{1b}[31mfatal:\u{1b}[0m /home/mona/src/plans: GITHUB_TOKEN={token} {}",
+        "x".repeat(400)
+    );
+    let (status, body) = report(
+        &s,
+        &token,
+        machine,
+        s.doc,
+        json!({ "attempts": 1, "ended": "exit code 1", "stderr": line }),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["failure"]),
+        (StatusCode::OK, &Value::Null),
+        "the first failure is not told: {body}"
+    );
+    let before =
+        chopin_server::runtime::clock::Clock::now_ms(&chopin_server::runtime::clock::SystemClock);
+    let (status, body) = report(
+        &s,
+        &token,
+        machine,
+        s.doc,
+        json!({ "attempts": 2, "ended": "exit code 1", "stderr": line }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let word = planner_word(&mut room).await;
+    assert_eq!(word["state"], "starting");
+    let failure = &word["failure"];
+    assert_eq!(failure["attempts"], 2);
+    let reason = failure["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("fatal: ~/src/plans: GITHUB_TOKEN=[redacted] xxx"),
+        "{reason}"
+    );
+    assert!(
+        !reason.contains(&token) && !reason.contains('\u{1b}') && !reason.contains("/home/mona"),
+        "{reason}"
+    );
+    assert_eq!(reason.chars().count(), 300);
+    assert!(
+        failure["at"].as_i64().unwrap() >= before,
+        "the server's time: {failure}"
+    );
+    // A report for a document that did not ask the machine does not count.
+    let other = chopin_server::store::NewDocument {
+        id: Uuid::new_v4(),
+        repo_owner: "octo".into(),
+        repo_name: "plans".into(),
+        slug: "other".into(),
+        title: "Other".into(),
+        ..Default::default()
+    };
+    s.store.create_document(&other).await.unwrap();
+    let (status, body) = report(
+        &s,
+        &token,
+        machine,
+        other.id,
+        json!({ "attempts": 2, "stderr": "x" }),
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (StatusCode::CONFLICT, Some("machine-not-asked")),
+        "{body}"
+    );
+    // The backend attaches: forgotten.
+    let (_, issued) = credential(&s, &token, machine, s.doc).await;
+    let (mut client, answer) = attach_with(&s, issued["credential"].as_str().unwrap(), s.doc)
+        .await
+        .unwrap();
+    assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+    assert_eq!(
+        planner_word(&mut room).await,
+        json!({ "state": "attached", "login": "mona" })
+    );
+    client.detach().await.unwrap();
+    let word = planner_word(&mut room).await;
+    assert_eq!(word["state"], "detached", "{word}");
+    assert_eq!(
+        word.get("failure"),
+        None,
+        "nothing reported before the attach is told again"
+    );
+}
+
+#[tokio::test]
+async fn pres_16_pres_22_a_launch_that_stayed_up_forgets_what_was_reported() {
+    let s = support::served().await;
+    let mut room = s.room().await;
+    let (machine, token) = pair(&s, "studio").await;
+    choose(&s, &s.mona_cookie, s.doc, Some(machine)).await;
+    planner_word(&mut room).await;
+    report(
+        &s,
+        &token,
+        machine,
+        s.doc,
+        json!({ "attempts": 2, "stderr": "boom" }),
+    )
+    .await;
+    assert_eq!(planner_word(&mut room).await["failure"]["reason"], "boom");
+    let (status, body) = report(&s, &token, machine, s.doc, json!({ "stayedUp": true })).await;
+    assert_eq!(
+        (status, &body["failure"]),
+        (StatusCode::OK, &Value::Null),
+        "{body}"
+    );
+    let word = planner_word(&mut room).await;
+    assert_eq!(
+        (word["state"].as_str(), word.get("failure")),
+        (Some("starting"), None),
+        "{word}"
+    );
+}
+
+#[tokio::test]
+async fn pres_18_pres_19_an_old_connectors_third_credential_request_tells_the_launches_that_ended()
+{
+    let s = support::served().await;
+    let mut room = s.room().await;
+    let (machine, token) = pair_with_release(&s, "studio", "0.0.20").await;
+    choose(&s, &s.mona_cookie, s.doc, Some(machine)).await;
+    assert_eq!(planner_word(&mut room).await["failure"], Value::Null);
+    for _ in 0..3 {
+        let (status, body) = credential(&s, &token, machine, s.doc).await;
+        assert_eq!(status, StatusCode::OK, "{body}");
+    }
+    let word = planner_word(&mut room).await;
+    let failure = &word["failure"];
+    assert_eq!(failure["attempts"], 2, "{word}");
+    let reason = failure["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("It started and stopped again before it connected."),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("0.0.20") && reason.contains("chopin update"),
+        "{reason}"
+    );
+    // A credential request while attached is a renewal: nothing more is counted.
+    let (_, issued) = credential(&s, &token, machine, s.doc).await;
+    let (_client, answer) = attach_with(&s, issued["credential"].as_str().unwrap(), s.doc)
+        .await
+        .unwrap();
+    assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+    // The fourth launch (its request made before the attach) is told first.
+    assert_eq!(planner_word(&mut room).await["failure"]["attempts"], 3);
+    assert_eq!(planner_word(&mut room).await["state"], "attached");
+    credential(&s, &token, machine, s.doc).await;
+    assert_eq!(s.state.planners.presence(s.doc).failure, None);
+}

@@ -107,6 +107,8 @@ pub struct Settings {
     pub classifier: Option<bool>,
     /// With `classifier = true`: `CLASSIFIER_TIMEOUT_MS` (default 20000).
     pub classifier_timeout_ms: Option<u64>,
+    /// `PLANNER_PATIENCE_MS`: how long a machine asked to run a Planner has to attach.
+    pub planner_patience_ms: Option<u64>,
 }
 
 impl Settings {
@@ -161,6 +163,9 @@ impl Settings {
             }
             if let Some(on) = s.background_jobs {
                 c.background_jobs = on;
+            }
+            if let Some(ms) = s.planner_patience_ms {
+                c.planner_patience_ms = ms;
             }
         })
     }
@@ -333,6 +338,46 @@ pub enum Action {
         #[serde(default = "yes")]
         wait: bool,
     },
+    // --- paired machines ----------------------------------------------------------------------
+    /// The connector of machine `name` pairs it for `as`, with a token of its own, from a
+    /// client host `name` (`release`: the connector release it tells).
+    Machine {
+        name: String,
+        #[serde(rename = "as")]
+        login: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        release: Option<String>,
+    },
+    /// `as` moves the cast's document to `machine` (absent: to none).
+    ChooseMachine {
+        #[serde(rename = "as")]
+        login: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine: Option<String>,
+    },
+    /// The machine's connector asks for a Planner credential for the cast's document; with
+    /// `agent`, a scripted backend of that name connects with it (attach it with `attach`).
+    Credential {
+        machine: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent: Option<String>,
+    },
+    /// The machine's connector reports a launch (`POST /api/connector/planner/failure`).
+    LaunchReport {
+        machine: String,
+        #[serde(default)]
+        attempts: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stderr: Option<String>,
+        #[serde(default)]
+        stayed_up: bool,
+    },
+    /// `as` (the machine's owner) revokes the machine.
+    RevokeMachine {
+        machine: String,
+        #[serde(rename = "as")]
+        login: String,
+    },
     // --- GitHub -------------------------------------------------------------------------------
     /// GitHub gives `login` this role on the cast's repository (`read`, `write`, `admin`), or
     /// takes every role away (`none`).
@@ -461,11 +506,14 @@ pub enum Action {
         #[serde(default)]
         before: Option<String>,
     },
-    /// The server's presence for the document: `attached`, `detached` or `none`, and whose.
+    /// The server's presence for the document: `attached`, `detached`, `disconnected`,
+    /// `starting` or `none`, and whose; with `failure`, the reason told (`none`: no failure).
     ExpectPresence {
         state: String,
         #[serde(default)]
         login: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<String>,
     },
     /// The stored owner of the document: its generation and holder (none when absent).
     ExpectHolder {
@@ -613,6 +661,8 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         typed: Typed::new(),
         provider: None,
         claimed: crate::invariants::Claimed::default(),
+        machines: BTreeMap::new(),
+        hosts_used: BTreeMap::new(),
     };
     if file.settings.harness.as_deref() == Some("provider")
         || file.settings.classifier == Some(true)
@@ -691,6 +741,10 @@ struct Run {
     provider: Option<chopin_fixtures::model_provider::FakeProvider>,
     /// Every run id an MCP claim was answered with, and its document, in answer order.
     claimed: crate::invariants::Claimed,
+    /// Paired machines by name: their id and their own token.
+    machines: BTreeMap<String, (String, String)>,
+    /// How many one-off HTTP hosts each name was given.
+    hosts_used: BTreeMap<String, usize>,
 }
 
 fn sim(e: SimError) -> String {
@@ -1075,6 +1129,112 @@ impl Run {
                     Ok(())
                 }
             }
+            Action::Machine {
+                name,
+                login,
+                release,
+            } => {
+                let token = self.world.github().issue_token(login);
+                let (status, body) = self.http(
+                    name,
+                    http::Method::POST,
+                    "/api/connector/machines",
+                    &token,
+                    Some(serde_json::json!({ "name": name, "release": release })),
+                )?;
+                let id = body["machine"]["id"]
+                    .as_str()
+                    .ok_or_else(|| format!("machine {name} was not paired: {status} {body}"))?
+                    .to_owned();
+                self.machines.insert(name.clone(), (id, token));
+                Ok(())
+            }
+            Action::ChooseMachine { login, machine } => {
+                let token = self.token(login)?;
+                let id = match machine {
+                    Some(m) => Some(self.machine(m)?.0),
+                    None => None,
+                };
+                let (status, body) = self.http(
+                    "chooser",
+                    http::Method::PUT,
+                    &format!("/api/channels/{doc}/machine"),
+                    &token,
+                    Some(serde_json::json!({ "machineId": id })),
+                )?;
+                if status != 200 {
+                    return Err(format!("the machine was not chosen: {status} {body}"));
+                }
+                Ok(())
+            }
+            Action::Credential { machine, agent } => {
+                let (id, token) = self.machine(machine)?;
+                let (status, body) = self.http(
+                    machine,
+                    http::Method::POST,
+                    "/api/connector/planner",
+                    &token,
+                    Some(serde_json::json!({ "machineId": id, "documentId": doc })),
+                )?;
+                let credential = body["credential"]
+                    .as_str()
+                    .ok_or_else(|| format!("no credential: {status} {body}"))?
+                    .to_owned();
+                if let Some(name) = agent {
+                    let backend = self.world.agent(name, &credential);
+                    let a = backend.clone();
+                    self.agents.insert(name.clone(), backend);
+                    self.world
+                        .advance_until(
+                            DEFAULT_WAIT_MS,
+                            &format!("backend {name} connected"),
+                            move |_| {
+                                a.log()
+                                    .iter()
+                                    .any(|e| matches!(e, crate::AgentEvent::Connected { .. }))
+                            },
+                        )
+                        .map_err(sim)?;
+                }
+                Ok(())
+            }
+            Action::LaunchReport {
+                machine,
+                attempts,
+                stderr,
+                stayed_up,
+            } => {
+                let (id, token) = self.machine(machine)?;
+                let (status, body) = self.http(
+                    machine,
+                    http::Method::POST,
+                    "/api/connector/planner/failure",
+                    &token,
+                    Some(serde_json::json!({
+                        "machineId": id, "documentId": doc, "attempts": attempts,
+                        "stderr": stderr, "stayedUp": stayed_up,
+                    })),
+                )?;
+                if status != 200 {
+                    return Err(format!("the report was refused: {status} {body}"));
+                }
+                Ok(())
+            }
+            Action::RevokeMachine { machine, login } => {
+                let (id, _) = self.machine(machine)?;
+                let token = self.token(login)?;
+                let (status, body) = self.http(
+                    "revoker",
+                    http::Method::DELETE,
+                    &format!("/api/machines/{id}"),
+                    &token,
+                    None,
+                )?;
+                if status != 204 {
+                    return Err(format!("the machine was not revoked: {status} {body}"));
+                }
+                Ok(())
+            }
             Action::GithubRole { login, role } => {
                 let github = self.world.github();
                 match role.as_str() {
@@ -1285,13 +1445,18 @@ impl Run {
                     _ => Ok(()),
                 }
             }
-            Action::ExpectPresence { state, login } => {
+            Action::ExpectPresence {
+                state,
+                login,
+                failure,
+            } => {
                 let app = self.world.server_app().ok_or("the server is not running")?;
                 let presence = app.planners.presence(self.doc);
                 let actual = match presence.state {
                     PresenceState::Attached => "attached",
                     PresenceState::Detached => "detached",
                     PresenceState::Disconnected => "disconnected",
+                    PresenceState::Starting => "starting",
                     PresenceState::None => "none",
                 };
                 if actual != state || presence.login != *login {
@@ -1299,6 +1464,18 @@ impl Run {
                         "expected presence {state} {login:?}, but it is {actual} {:?}",
                         presence.login
                     ));
+                }
+                if let Some(expected) = failure {
+                    let told = presence.failure.as_ref().map(|f| f.reason.as_str());
+                    let matches = match told {
+                        None => expected == "none",
+                        Some(reason) => reason == expected,
+                    };
+                    if !matches {
+                        return Err(format!(
+                            "expected the failure {expected:?}, but it is {told:?}"
+                        ));
+                    }
                 }
                 Ok(())
             }
@@ -1328,6 +1505,73 @@ impl Run {
         let token = self.world.github().issue_token(login);
         self.tokens.insert(login.to_owned(), token.clone());
         Ok(token)
+    }
+
+    /// The paired machine `name`: its id and its token.
+    fn machine(&self, name: &str) -> Result<(String, String), String> {
+        self.machines
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("no machine {name:?} was paired (a machine step pairs one)"))
+    }
+
+    /// One HTTP request from a one-off client host `host` (numbered after its first, `host-2`…,
+    /// since a host name is used once) with `token` as its bearer, run to its answer; the answer
+    /// is recorded on the host (`<method> <path> answered <status>`, never the body, which may
+    /// hold a credential).
+    fn http(
+        &mut self,
+        host: &str,
+        method: http::Method,
+        path: &str,
+        token: &str,
+        body: Option<Value>,
+    ) -> Result<(u16, Value), String> {
+        let mut request = http::Request::builder()
+            .method(method.clone())
+            .uri(format!("{SERVER_ORIGIN}{path}"))
+            .header("authorization", format!("Bearer {token}"));
+        let bytes = match body {
+            Some(b) => {
+                request = request.header("content-type", "application/json");
+                axum::body::Bytes::from(b.to_string())
+            }
+            None => axum::body::Bytes::new(),
+        };
+        let request = request.body(bytes).map_err(|e| e.to_string())?;
+        let used = self.hosts_used.entry(host.to_owned()).or_insert(0);
+        *used += 1;
+        let host = if *used == 1 {
+            host.to_owned()
+        } else {
+            format!("{host}-{used}")
+        };
+        let host = host.as_str();
+        let answer = std::rc::Rc::new(std::cell::RefCell::new(None));
+        let got = answer.clone();
+        let recorder = self.world.recorder();
+        let (named, shown) = (host.to_owned(), path.to_owned());
+        let client = async move {
+            let path = shown;
+            let what =
+                match chopin_server::runtime::connector::send(&crate::TurmoilConnector, request)
+                    .await
+                {
+                    Ok(response) => {
+                        let value: Value =
+                            serde_json::from_slice(&response.body).unwrap_or(Value::Null);
+                        let status = response.status.as_u16();
+                        *got.borrow_mut() = Some((status, value));
+                        format!("{method} {path} answered {status}")
+                    }
+                    Err(e) => format!("{method} {path} got no answer: {e}"),
+                };
+            recorder.record_in_host(&named, Event::Actor { what });
+            Ok(())
+        };
+        self.world.run_client(host, client).map_err(sim)?;
+        let answered = answer.borrow_mut().take();
+        answered.ok_or_else(|| format!("{path} was not answered"))
     }
 
     /// The id of the document `slug` names (the cast's when `None`).

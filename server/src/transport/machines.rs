@@ -41,6 +41,7 @@ pub fn routes(deps: MachinesDeps) -> Routes {
         .post("/api/connector/machines", pair)
         .get("/api/connector/machines/{id}/documents", assignments)
         .post("/api/connector/planner", planner_credential)
+        .post("/api/connector/planner/failure", launch_failed)
         .get("/api/machines", list)
         .delete("/api/machines/{id}", revoke)
         .put("/api/machines/{id}/shares/{login}", share)
@@ -155,6 +156,49 @@ async fn planner_credential(
         "expiresAt": issued.expires_at_ms,
         "agentPath": "/api/v1/agent",
     })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct LaunchReport {
+    machine_id: Uuid,
+    document_id: Uuid,
+    /// Failed launches in a row.
+    #[serde(default)]
+    attempts: u32,
+    /// How the last one ended.
+    #[serde(default)]
+    ended: Option<String>,
+    /// Its last stderr line.
+    #[serde(default)]
+    stderr: Option<String>,
+    /// A launch stayed up.
+    #[serde(default)]
+    stayed_up: bool,
+}
+
+/// `POST /api/connector/planner/failure`.
+async fn launch_failed(
+    State(deps): State<MachinesDeps>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.documents.access.caller(&headers, true).await?;
+    let wanted: LaunchReport = body(
+        &bytes,
+        "{\"machineId\": \"<uuid>\", \"documentId\": \"<uuid>\", \"attempts\": n, \"ended\": \"…\", \"stderr\": \"…\"} or {…, \"stayedUp\": true}",
+    )?;
+    let report = crate::starting::Report {
+        attempts: wanted.attempts,
+        ended: wanted.ended,
+        stderr: wanted.stderr,
+        stayed_up: wanted.stayed_up,
+    };
+    let told = deps
+        .machines
+        .launch_failed(&caller, wanted.machine_id, wanted.document_id, &report)
+        .await?;
+    Ok(Json(json!({ "failure": told })))
 }
 
 /// `GET /api/machines`.
