@@ -63,6 +63,10 @@ pub struct Presence {
     /// With `starting`: why the machine cannot be connected to (PRES-15, PRES-19, PRES-20).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub failure: Option<crate::starting::Failure>,
+    /// With `detached` and `disconnected`: when the holder's client was last heard (server time,
+    /// Unix ms), for "Last seen …" (RULINGS PRES-09).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_seen: Option<UnixMillis>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -95,6 +99,7 @@ impl Presence {
             until: None,
             machine: None,
             failure: None,
+            last_seen: None,
         }
     }
 
@@ -106,6 +111,20 @@ impl Presence {
             until,
             machine: None,
             failure: None,
+            last_seen: None,
+        }
+    }
+
+    /// An away holder's state, with when its client was last heard.
+    fn away(
+        state: PresenceState,
+        login: &str,
+        until: Option<UnixMillis>,
+        seen: UnixMillis,
+    ) -> Self {
+        Presence {
+            last_seen: Some(seen),
+            ..Presence::of(state, login, until)
         }
     }
 
@@ -118,6 +137,7 @@ impl Presence {
             until: None,
             machine: wait.switch.then_some(wait.machine),
             failure: wait.failure().cloned(),
+            last_seen: None,
         }
     }
 }
@@ -251,6 +271,8 @@ enum Slot {
         holds: u32,
         /// The period ran out while held; whoever drops the last hold releases.
         lapsed: bool,
+        /// When the holder's client was last heard (RULINGS PRES-09).
+        last_seen_ms: UnixMillis,
     },
     /// No link, but the holder's client holds work kept for it (AO-11, AO-19): a hold rebuilt
     /// from `planner_link_holds`, in its hand-over window (shown attached, HO-07) or
@@ -262,6 +284,9 @@ enum Slot {
         /// When the stored row was written (it is changed and deleted only as written).
         written_at_ms: UnixMillis,
         window: Option<Window>,
+        /// When the holder's client was last heard: its link's last frame, or for a hold
+        /// rebuilt from storage, when the row was written (RULINGS PRES-09).
+        last_seen_ms: UnixMillis,
     },
 }
 
@@ -294,8 +319,16 @@ impl Slot {
                 Presence::of(PresenceState::Attached, &holder.login, None)
             }
             Slot::Grace {
-                holder, until_ms, ..
-            } => Presence::of(PresenceState::Detached, &holder.login, Some(*until_ms)),
+                holder,
+                until_ms,
+                last_seen_ms,
+                ..
+            } => Presence::away(
+                PresenceState::Detached,
+                &holder.login,
+                Some(*until_ms),
+                *last_seen_ms,
+            ),
             // In its hand-over window the hold shows as attached (HO-07).
             Slot::Held {
                 holder,
@@ -305,8 +338,14 @@ impl Slot {
             Slot::Held {
                 holder,
                 window: None,
+                last_seen_ms,
                 ..
-            } => Presence::of(PresenceState::Disconnected, &holder.login, None),
+            } => Presence::away(
+                PresenceState::Disconnected,
+                &holder.login,
+                None,
+                *last_seen_ms,
+            ),
         }
     }
 }
@@ -978,6 +1017,7 @@ impl Planners {
                 link: current,
                 holder,
                 generation,
+                heard_ms,
                 ..
             }) = table.slots.get(&doc)
             else {
@@ -986,12 +1026,12 @@ impl Planners {
             if *current != link {
                 return;
             }
-            let (holder, generation) = (holder.clone(), *generation);
+            let (holder, generation, seen) = (holder.clone(), *generation, *heard_ms);
             let how = match how {
                 LinkEnd::Detached => "detached",
                 LinkEnd::Dropped => "dropped",
             };
-            self.begin_grace(&mut table, doc, holder, generation, how);
+            self.begin_grace(&mut table, doc, holder, generation, how, seen);
         }
         self.announce(doc);
     }
@@ -1005,6 +1045,7 @@ impl Planners {
         holder: Holder,
         generation: i64,
         how: &str,
+        last_seen_ms: UnixMillis,
     ) {
         let grace_ms = self.attach_grace_ms;
         let until_ms = self.clock.now_ms() + grace_ms as i64;
@@ -1031,6 +1072,7 @@ impl Planners {
                 task,
                 holds: 0,
                 lapsed: false,
+                last_seen_ms,
             },
         );
     }
@@ -1049,6 +1091,7 @@ impl Planners {
                 generation,
                 written_at_ms,
                 window,
+                last_seen_ms,
                 ..
             }) = table.slots.remove(&doc)
             else {
@@ -1057,7 +1100,7 @@ impl Planners {
             if let Some(w) = window {
                 w.end();
             }
-            self.begin_grace(&mut table, doc, holder, generation, "emptied");
+            self.begin_grace(&mut table, doc, holder, generation, "emptied", last_seen_ms);
             written_at_ms
         };
         self.delete_hold_row(doc, written_at_ms).await;
@@ -1507,13 +1550,14 @@ impl Planners {
     /// it too. No grace period runs.
     pub async fn link_dropped_with_work(&self, doc: Uuid, link: u64, work: HeldWork) {
         let _gate = self.gates.lock(doc).await;
-        let (holder, generation) = match self.lock().slots.get(&doc) {
+        let (holder, generation, seen) = match self.lock().slots.get(&doc) {
             Some(Slot::Attached {
                 link: l,
                 holder,
                 generation,
+                heard_ms,
                 ..
-            }) if *l == link => (holder.clone(), *generation),
+            }) if *l == link => (holder.clone(), *generation, *heard_ms),
             _ => return,
         };
         let now = self.clock.now_ms();
@@ -1536,6 +1580,7 @@ impl Planners {
                 work,
                 written_at_ms: now,
                 window: None,
+                last_seen_ms: seen,
             },
         );
         self.announce(doc);
@@ -1595,6 +1640,7 @@ impl Planners {
                     work,
                     written_at_ms: row.written_at_ms,
                     window,
+                    last_seen_ms: row.written_at_ms,
                 },
             );
             tracing::info!(document = %doc, login = %row.login, ?until_ms, "a stored Planner hold is rebuilt");

@@ -678,3 +678,24 @@ async fn pres_18_pres_19_an_old_connectors_third_credential_request_tells_the_la
     credential(&s, &token, machine, s.doc).await;
     assert_eq!(s.state.planners.presence(s.doc).failure, None);
 }
+
+/// RULINGS PRES-09: away states carry `lastSeen` (server time), the holder's client's last frame.
+#[tokio::test]
+async fn pres_09_a_detached_planner_says_when_its_client_was_last_seen() {
+    let s = support::served().await;
+    let mut room = s.room().await;
+    let mut client = s.attach(&[]).await;
+    assert_eq!(planner_word(&mut room).await["state"], "attached");
+    let before =
+        chopin_server::runtime::clock::Clock::now_ms(&chopin_server::runtime::clock::SystemClock);
+    client.detach().await.unwrap();
+    let word = planner_word(&mut room).await;
+    assert_eq!(word["state"], "detached", "{word}");
+    let seen = word["lastSeen"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("lastSeen: {word}"));
+    let until = word["until"].as_i64().unwrap();
+    assert!(seen >= before - 1_000 && seen <= until, "{word}");
+    // Attached and none carry no lastSeen.
+    assert_eq!(s.state.planners.presence(s.doc).last_seen, Some(seen));
+}

@@ -184,8 +184,20 @@ fn ao_09_reattach_arriving_one_ms_before_grace_end_keeps_the_generation() {
     assert_eq!(stored_holder(&world, doc), (1, Some("mona".into())));
 
     // PRES-01/02: the room heard none, attached, detached (with its deadline), attached.
-    let states: Vec<_> = room.planner_states().into_iter().map(|(_, p)| p).collect();
+    let mut states: Vec<_> = room.planner_states().into_iter().map(|(_, p)| p).collect();
     let until_wall = until as i64 + SIM_EPOCH_MS;
+    // RULINGS PRES-09: the detached state says when the client was last heard — its detach,
+    // as the grace period began.
+    let last_seen = states[2]
+        .as_object_mut()
+        .and_then(|o| o.remove("lastSeen"))
+        .and_then(|v| v.as_i64())
+        .expect("detached carries lastSeen");
+    let grace_began = until_wall - GRACE_MS as i64;
+    assert!(
+        (grace_began - 100..=grace_began).contains(&last_seen),
+        "last seen {last_seen}, grace began {grace_began}"
+    );
     assert_eq!(
         states,
         vec![

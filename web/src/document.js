@@ -187,7 +187,15 @@ export async function documentPage(main, id) {
     const until = p.until ? ` until ${new Date(p.until).toLocaleTimeString()}` : '';
     const who = p.login ? ` (${p.login})` : '';
     const state = { attached: 'attached', detached: 'detached', disconnected: 'disconnected', none: 'none' }[p.state] ?? p.state;
-    presence.textContent = `Planner: ${state}${who}${p.state === 'detached' ? until : ''}`;
+    const away = p.state === 'detached' || p.state === 'disconnected';
+    const seen = away && p.lastSeen ? `, last seen ${new Date(p.lastSeen).toLocaleTimeString()}` : '';
+    if (p.state === 'starting') {
+      presence.textContent = p.failure
+        ? `Planner: can't connect to @${p.login}'s machine: ${p.failure.reason}`
+        : `Planner: connecting to @${p.login}'s machine`;
+    } else {
+      presence.textContent = `Planner: ${state}${who}${p.state === 'detached' ? until : ''}${seen}`;
+    }
     presence.dataset.state = p.state;
   }
   const runCards = new Map();
