@@ -536,6 +536,8 @@ impl Machines {
                 .end_login(&live, LoginEnd::MachineRevoked)
                 .await;
         }
+        // A hold rebuilt after a restart names the machine, not a login of this process.
+        self.planners.machine_revoked(machine).await;
     }
 
     /// The machine as the caller may see it: their own, or one shared with them.

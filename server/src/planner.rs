@@ -287,6 +287,8 @@ enum Slot {
         /// When the holder's client was last heard: its link's last frame, or for a hold
         /// rebuilt from storage, when the row was written (RULINGS PRES-09).
         last_seen_ms: UnixMillis,
+        /// A paired machine's hold: only that machine's backend takes it over (AO-21).
+        machine: Option<Uuid>,
     },
 }
 
@@ -480,6 +482,7 @@ impl AgentLinks for Planners {
                 generation,
                 work,
                 written_at_ms,
+                machine,
                 ..
             }) = table.slots.get_mut(&document)
             else {
@@ -499,7 +502,15 @@ impl AgentLinks for Planners {
                 }
             }
             // A hold in this process has no window in its row any more (HO-05).
-            hold_row(document, holder, *generation, work, *written_at_ms, None)
+            hold_row(
+                document,
+                holder,
+                *generation,
+                work,
+                *written_at_ms,
+                None,
+                *machine,
+            )
         };
         if let Some(holds) = &self.holds {
             if let Err(e) = holds.put_link_hold(&row).await {
@@ -807,6 +818,12 @@ impl Planners {
                 {
                     return Err(Refusal::attached(&h.login))
                 }
+                // A paired machine's hold is taken over by that machine's backend only (AO-21).
+                Some(Slot::Held {
+                    holder: h,
+                    machine: Some(m),
+                    ..
+                }) if live.machine != Some(*m) => return Err(Refusal::attached(&h.login)),
                 _ => {}
             }
         }
@@ -1307,6 +1324,38 @@ impl Planners {
             .await
     }
 
+    /// The paired machine `machine` was revoked (or GitHub refused its authorization): every
+    /// hold that names it ends (AO-12), as its delegated logins' links did.
+    pub async fn machine_revoked(&self, machine: Uuid) {
+        let docs: Vec<Uuid> = self
+            .lock()
+            .slots
+            .iter()
+            .filter(|(_, s)| matches!(s, Slot::Held { machine: Some(m), .. } if *m == machine))
+            .map(|(d, _)| *d)
+            .collect();
+        for doc in docs {
+            self.revoke_count(doc);
+            self.take(
+                doc,
+                Closing {
+                    code: ErrorCode::AccessRevoked,
+                    message: "The machine was revoked, which ends its hold of this Planner."
+                        .to_owned(),
+                },
+                |s| matches!(s, Slot::Held { machine: Some(m), .. } if *m == machine),
+            )
+            .await;
+        }
+    }
+
+    /// The machine whose delegated login `holder` is, if it is one this process holds.
+    fn machine_of(&self, holder: &Holder, now: UnixMillis) -> Option<Uuid> {
+        self.sign_ins
+            .get_live(holder.browser_login_id, now)
+            .and_then(|l| l.machine)
+    }
+
     /// The document was archived: its link closes (4404) and its Planner is freed.
     pub async fn archived(&self, doc: Uuid) {
         self.revoke_count(doc);
@@ -1453,16 +1502,19 @@ fn hold_row(
     work: &HeldWork,
     written_at_ms: UnixMillis,
     handover_until_ms: Option<UnixMillis>,
+    machine: Option<Uuid>,
 ) -> LinkHold {
     LinkHold {
         document_id: doc,
         account_id: holder.account_id,
         login: holder.login.clone(),
-        browser_login_id: Some(holder.browser_login_id),
+        // A paired machine's hold names the machine and no login (AO-21).
+        browser_login_id: machine.is_none().then_some(holder.browser_login_id),
         generation,
         held: serde_json::to_string(work).unwrap_or_default(),
         written_at_ms,
         handover_until_ms,
+        machine_id: machine,
     }
 }
 
@@ -1526,7 +1578,8 @@ impl Planners {
         let now = self.clock.now_ms();
         let window_ms = self.handover_window_ms;
         let until = now.saturating_add(window_ms as i64);
-        let hold = hold_row(doc, &holder, generation, &work, now, Some(until));
+        let machine = self.machine_of(&holder, now);
+        let hold = hold_row(doc, &holder, generation, &work, now, Some(until), machine);
         match holds.put_link_hold(&hold).await {
             Ok(()) => {
                 tracing::info!(document = %doc, login = %holder.login, sessions = work.sessions.len(), window_ms, "the stop cut a Planner link; its hold is written for the next process");
@@ -1561,8 +1614,9 @@ impl Planners {
             _ => return,
         };
         let now = self.clock.now_ms();
+        let machine = self.machine_of(&holder, now);
         if let Some(holds) = &self.holds {
-            let hold = hold_row(doc, &holder, generation, &work, now, None);
+            let hold = hold_row(doc, &holder, generation, &work, now, None, machine);
             if let Err(e) = holds.put_link_hold(&hold).await {
                 tracing::error!(document = %doc, login = %holder.login, error = %e, "could not write a dropped link's hold; it is kept in this process only");
             }
@@ -1581,6 +1635,7 @@ impl Planners {
                 written_at_ms: now,
                 window: None,
                 last_seen_ms: seen,
+                machine,
             },
         );
         self.announce(doc);
@@ -1605,7 +1660,13 @@ impl Planners {
                     h.account_id == row.account_id
                         && Some(h.browser_login_id) == row.browser_login_id
                 });
-            let Some(browser_login_id) = row.browser_login_id.filter(|_| owner_kept) else {
+            // A paired machine's hold is kept without its owner, for the machine's backend to
+            // take over with its credential (AO-21); its owner login is never kept.
+            let Some(browser_login_id) = row
+                .browser_login_id
+                .filter(|_| owner_kept)
+                .or(row.machine_id.map(|_| Uuid::nil()))
+            else {
                 tracing::info!(document = %doc, login = %row.login, "a stored hold whose owner a restart could not keep (no stored sign-in credential); it is dropped");
                 self.delete_hold_row(doc, row.written_at_ms).await;
                 continue;
@@ -1641,6 +1702,7 @@ impl Planners {
                     written_at_ms: row.written_at_ms,
                     window,
                     last_seen_ms: row.written_at_ms,
+                    machine: row.machine_id,
                 },
             );
             tracing::info!(document = %doc, login = %row.login, ?until_ms, "a stored Planner hold is rebuilt");
@@ -1797,6 +1859,7 @@ mod tests {
             held: "{}".into(),
             written_at_ms,
             handover_until_ms: Some(written_at_ms + window_ms),
+            machine_id: None,
         }
     }
 

@@ -858,6 +858,9 @@ pub struct LinkHold {
     pub login: String,
     /// The browser login the Planner was claimed with (`None`: a holder no browser holds).
     pub browser_login_id: Option<Uuid>,
+    /// For a paired machine's hold, the machine (and no browser login): a restart keeps the
+    /// hold for the machine's backend, not the owner (AO-21).
+    pub machine_id: Option<Uuid>,
     pub generation: i64,
     pub held: String,
     pub written_at_ms: UnixMillis,

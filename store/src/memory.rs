@@ -1250,10 +1250,17 @@ impl RunStore for MemoryStore {
         self.write(|inner| {
             let mut stopped = 0;
             for (doc, runs) in inner.runs.iter_mut() {
-                let held = inner
-                    .ownership
+                // A paired machine's hold keeps its runs for the machine's backend (AO-21).
+                let machine_held = inner
+                    .holds
                     .get(doc)
-                    .is_some_and(|own| own.holder.is_some());
+                    .and_then(|h| h.machine_id)
+                    .is_some_and(|m| inner.machines.contains_key(&m));
+                let held = machine_held
+                    || inner
+                        .ownership
+                        .get(doc)
+                        .is_some_and(|own| own.holder.is_some());
                 if held {
                     continue;
                 }

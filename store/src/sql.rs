@@ -449,6 +449,7 @@ struct HoldRow<Id> {
     held: String,
     written_at_ms: i64,
     handover_until_ms: Option<i64>,
+    machine_id: Option<Id>,
 }
 
 impl<Id: Into<Uuid>> From<HoldRow<Id>> for LinkHold {
@@ -462,6 +463,7 @@ impl<Id: Into<Uuid>> From<HoldRow<Id>> for LinkHold {
             held: row.held,
             written_at_ms: row.written_at_ms,
             handover_until_ms: row.handover_until_ms,
+            machine_id: row.machine_id.map(Into::into),
         }
     }
 }
@@ -2438,12 +2440,13 @@ where
         }
         sqlx::query(
             "INSERT INTO planner_link_holds (document_id, account_id, login, browser_login_id, \
-             generation, held, written_at_ms, handover_until_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             generation, held, written_at_ms, handover_until_ms, machine_id) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (document_id) DO UPDATE SET account_id = excluded.account_id, \
              login = excluded.login, browser_login_id = excluded.browser_login_id, \
              generation = excluded.generation, held = excluded.held, \
-             written_at_ms = excluded.written_at_ms, handover_until_ms = excluded.handover_until_ms",
+             written_at_ms = excluded.written_at_ms, handover_until_ms = excluded.handover_until_ms, \
+             machine_id = excluded.machine_id",
         )
         .bind(DB::Id::from(hold.document_id))
         .bind(DB::Id::from(hold.account_id))
@@ -2453,6 +2456,7 @@ where
         .bind(&hold.held)
         .bind(hold.written_at_ms)
         .bind(hold.handover_until_ms)
+        .bind(hold.machine_id.map(DB::Id::from))
         .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("writing a link hold", e))?;
@@ -2464,7 +2468,8 @@ where
     pub(crate) async fn link_holds(&self) -> StoreResult<Vec<LinkHold>> {
         let rows: Vec<HoldRow<DB::Id>> = sqlx::query_as(
             "SELECT document_id, account_id, login, browser_login_id, generation, held, \
-             written_at_ms, handover_until_ms FROM planner_link_holds ORDER BY document_id",
+             written_at_ms, handover_until_ms, machine_id FROM planner_link_holds \
+             ORDER BY document_id",
         )
         .fetch_all(&self.pool)
         .await
@@ -4315,7 +4320,9 @@ where
              WHERE status IN ('running', 'waiting', 'paused') AND NOT EXISTS (\
              SELECT 1 FROM planner_ownership o \
              WHERE o.document_id = workflow_runs.document_id \
-             AND o.holder_account_id IS NOT NULL)",
+             AND o.holder_account_id IS NOT NULL) AND NOT EXISTS (\
+             SELECT 1 FROM planner_link_holds h JOIN machines m ON m.id = h.machine_id \
+             WHERE h.document_id = workflow_runs.document_id)",
                 ),
                 ("stopping live runs", "committing stopped runs"),
             )

@@ -142,6 +142,7 @@ macro_rules! conformance {
 }
 
 conformance! {
+    ao_21_a_machines_hold_names_the_machine_and_keeps_its_runs_but_not_its_owner_at_startup,
     ac_20_ac_22_machines_are_paired_to_their_owner_and_listed_with_those_shared,
     ac_24_planner_credentials_are_kept_by_digest_the_newest_four_per_pair_and_survive_reopening,
     ao_12_pres_16_choosing_another_machine_for_a_document_takes_the_earlier_ones_credentials,
@@ -2343,6 +2344,7 @@ fn hold_of(doc: Uuid, holder: &Holder, at: i64, until: Option<i64>) -> LinkHold 
         held: format!("{{\"sessions\":[\"s-{at}\"]}}"),
         written_at_ms: at,
         handover_until_ms: until,
+        machine_id: None,
     }
 }
 
@@ -7216,4 +7218,60 @@ async fn ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_e
     assert_eq!(store.machine_choice(docs[0]).await.unwrap(), None);
     assert_eq!(store.planner_credential("c-0").await.unwrap(), None);
     assert_eq!(store.machine_shares(MACHINE_A).await.unwrap(), []);
+}
+
+async fn ao_21_a_machines_hold_names_the_machine_and_keeps_its_runs_but_not_its_owner_at_startup(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 91, "mona").await;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1_000))
+        .await
+        .unwrap();
+    let held = store
+        .create_document(&new_doc(91, "octo", "machine-holds", "held"))
+        .await
+        .unwrap()
+        .id;
+    let revoked = store
+        .create_document(&new_doc(92, "octo", "machine-holds", "revoked"))
+        .await
+        .unwrap()
+        .id;
+    store
+        .pair_machine(&machine_of(MACHINE_B, &mona, "laptop", 1_000))
+        .await
+        .unwrap();
+    for (doc, machine) in [(held, MACHINE_A), (revoked, MACHINE_B)] {
+        claimed(store.claim_ownership(doc, &mona, 1_000).await.unwrap());
+        let hold = LinkHold {
+            browser_login_id: None,
+            machine_id: Some(machine),
+            ..hold_of(doc, &mona, 1_000, None)
+        };
+        store.put_link_hold(&hold).await.unwrap();
+        store
+            .save_run(&run(doc, "r", "running"), &[stage(0, "running")], false)
+            .await
+            .unwrap();
+    }
+    // The laptop is unpaired before the restart: its hold keeps nothing.
+    store.unpair_machine(MACHINE_B).await.unwrap();
+    drop(store);
+    let store = b.open().await;
+    // Startup: no owner is kept (the hold names no login)...
+    store.clear_unheld_ownership().await.unwrap();
+    assert!(store.ownership(held).await.unwrap().holder.is_none());
+    // ...but the machine's hold keeps its live runs for its backend (AO-21).
+    store.stop_unheld_runs().await.unwrap();
+    let status = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.status).collect::<Vec<_>>();
+    assert_eq!(status(store.runs(held).await.unwrap()), ["running"]);
+    assert_eq!(status(store.runs(revoked).await.unwrap()), ["stopped"]);
+    let holds = store.link_holds().await.unwrap();
+    let kept = holds.iter().find(|h| h.document_id == held).unwrap();
+    assert_eq!(
+        (kept.machine_id, kept.browser_login_id),
+        (Some(MACHINE_A), None)
+    );
 }
