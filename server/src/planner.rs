@@ -367,6 +367,32 @@ struct Table {
 }
 
 impl Table {
+    /// `doc`'s wait for `machine`: the one kept, or a new one (not a person's move) when none
+    /// was kept (after a restart, say) or the one kept is for another machine.
+    fn wait_for(
+        &mut self,
+        doc: Uuid,
+        machine: Uuid,
+        login: &str,
+        release: Option<&str>,
+        now: UnixMillis,
+    ) -> &mut Wait {
+        let fresh = || {
+            Wait::new(
+                machine,
+                login.to_owned(),
+                release.map(str::to_owned),
+                false,
+                now,
+            )
+        };
+        let wait = self.starting.entry(doc).or_insert_with(fresh);
+        if wait.machine != machine {
+            *wait = fresh();
+        }
+        wait
+    }
+
     /// What the room is told now: the holder, else a machine's wait, else none.
     fn shown(&self, doc: Uuid) -> Presence {
         self.slots
@@ -587,8 +613,7 @@ impl Planners {
     }
 
     /// The document's machine asked for a Planner credential: with a link attached it is a
-    /// renewal; otherwise a launch (PRES-18), which starts a wait if none was kept (after a
-    /// restart, say) or the one kept is for another machine.
+    /// renewal; otherwise a launch (PRES-18), counted on its wait (`Table::wait_for`).
     pub fn credential_requested(
         &self,
         doc: Uuid,
@@ -603,25 +628,9 @@ impl Planners {
                 return;
             }
             let before = table.shown(doc);
-            let wait = table.starting.entry(doc).or_insert_with(|| {
-                Wait::new(
-                    machine,
-                    login.to_owned(),
-                    release.map(str::to_owned),
-                    false,
-                    now,
-                )
-            });
-            if wait.machine != machine {
-                *wait = Wait::new(
-                    machine,
-                    login.to_owned(),
-                    release.map(str::to_owned),
-                    false,
-                    now,
-                );
-            }
-            wait.launched(release, now);
+            table
+                .wait_for(doc, machine, login, release, now)
+                .launched(release, now);
             table.shown(doc) != before
         };
         if changed {
@@ -642,13 +651,7 @@ impl Planners {
         let (changed, told) = {
             let mut table = self.lock();
             let before = table.shown(doc);
-            let wait = table
-                .starting
-                .entry(doc)
-                .or_insert_with(|| Wait::new(machine, login.to_owned(), None, false, now));
-            if wait.machine != machine {
-                *wait = Wait::new(machine, login.to_owned(), None, false, now);
-            }
+            let wait = table.wait_for(doc, machine, login, None, now);
             wait.report(report, now);
             let told = wait.failure().cloned();
             (table.shown(doc) != before, told)
