@@ -121,6 +121,9 @@ pub struct App {
     pub drafts: Arc<crate::drafting::Drafts>,
     /// Paired machines, their credentials and delegated logins.
     pub machines: Arc<crate::machines::Machines>,
+    /// Default machine: a writer's favourite for a document nobody chose a machine for (only
+    /// under the `remote` harness).
+    pub default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -537,7 +540,25 @@ impl App {
             clock.clone(),
             &shutdown,
         );
-        housekeeping::spawn_patience_sweep(&planners, clock.clone(), &shutdown);
+        let default_machine = (!crate::harness::model_in_server(&config.harness)).then(|| {
+            Arc::new(crate::default_machine::DefaultMachine::new(
+                crate::default_machine::DefaultMachineDeps {
+                    store: store.clone(),
+                    machines: machines.clone(),
+                    planners: planners.clone(),
+                    turns: turns.clone(),
+                    questions: questions.clone(),
+                    clock: clock.clone(),
+                    idle_ms: config.default_machine_idle_ms,
+                },
+            ))
+        });
+        housekeeping::spawn_patience_sweep(
+            &planners,
+            default_machine.clone(),
+            clock.clone(),
+            &shutdown,
+        );
         App {
             config: Arc::new(config),
             store,
@@ -580,6 +601,7 @@ impl App {
             lifecycle,
             drafts,
             machines,
+            default_machine,
         }
     }
 
@@ -698,6 +720,7 @@ impl App {
             transcription: self.transcription.as_ref().map(|t| t.hello()),
             drafts: self.drafts.clone(),
             graphs: self.graphs.clone(),
+            default_machine: self.default_machine.clone(),
         }))
         .merge(transport::yjs::routes(YjsDeps {
             access: self.access.clone(),

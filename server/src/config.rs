@@ -132,6 +132,9 @@ pub struct Config {
     pub agent_connection_timeout_ms: u64,
     pub handover_planner_window_ms: u64,
     pub planner_patience_ms: u64,
+    /// How long a document Default machine chose a machine for may go unused (no room open,
+    /// its Planner with nothing to do) before Default machine lets it go (ATM-37).
+    pub default_machine_idle_ms: u64,
     /// Absolute lifetime of a browser sign-in (cookie session), in ms.
     pub session_max_age_ms: u64,
     /// The key that seals sign-in credentials at rest (64 hex characters), if set.
@@ -481,6 +484,13 @@ pub struct Args {
     /// Default 120000.
     #[arg(long, env = "PLANNER_PATIENCE_MS", value_name = "MS")]
     pub planner_patience_ms: Option<String>,
+
+    /// A document nobody chose a machine for runs its Planner on the favourite machine of a
+    /// writer who opens it (Default machine). How long such a document may go unused — no page
+    /// open on it, and its Planner not replying, waiting on a question or keeping a run — before
+    /// that machine is let go, in ms; checked every 15 s. Default 600000.
+    #[arg(long, env = "DEFAULT_MACHINE_IDLE_MS", value_name = "MS")]
+    pub default_machine_idle_ms: Option<String>,
 
     /// 64 hex characters (`openssl rand -hex 32`): the key that encrypts browser sign-ins'
     /// GitHub credentials in the database. Unset: a key generated once into credential.key beside
@@ -1540,6 +1550,11 @@ impl Config {
                 &args.planner_patience_ms,
                 120_000,
             )?,
+            default_machine_idle_ms: parse_ms(
+                "DEFAULT_MACHINE_IDLE_MS",
+                &args.default_machine_idle_ms,
+                600_000,
+            )?,
             chat_attachment_max_bytes,
             chat_attachment_max_count,
             chat_attachment_max_total_bytes,
@@ -1661,6 +1676,7 @@ mod tests {
         assert_eq!(c.agent_connection_timeout_ms, 120_000);
         assert_eq!(c.handover_planner_window_ms, 60_000);
         assert_eq!(c.planner_patience_ms, 120_000);
+        assert_eq!(c.default_machine_idle_ms, 600_000);
         // FILE-18..20, with FILE-22: under remote both byte caps are at most 1 MiB.
         assert_eq!(c.chat_attachment_max_bytes, 1024 * 1024);
         assert_eq!(c.chat_attachment_max_count, 5);

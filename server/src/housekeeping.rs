@@ -102,9 +102,16 @@ pub fn spawn(
 /// Starts the sweep that tells the machines asked to run a Planner that have not attached within
 /// `PLANNER_PATIENCE_MS` (PRES-20, PRES-21). It runs every [`crate::starting::SWEEP_EVERY_MS`]
 /// (15 s), on the multiples of 15 s of the server's clock, so when it runs never depends on when
-/// the process started (and a scenario can place a deadline 1 ms either side of a sweep).
-pub fn spawn_patience_sweep(planners: &Arc<Planners>, clock: SharedClock, shutdown: &Shutdown) {
+/// the process started (and a scenario can place a deadline 1 ms either side of a sweep). The
+/// same sweep lets go of Default machine's unused documents (ATM-37).
+pub fn spawn_patience_sweep(
+    planners: &Arc<Planners>,
+    default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
+    clock: SharedClock,
+    shutdown: &Shutdown,
+) {
     let planners = Arc::downgrade(planners);
+    let default_machine = default_machine.as_ref().map(Arc::downgrade);
     let stopping = shutdown.stopping();
     shutdown.spawn(async move {
         tokio::pin!(stopping);
@@ -126,6 +133,12 @@ pub fn spawn_patience_sweep(planners: &Arc<Planners>, clock: SharedClock, shutdo
                     told,
                     "machines asked to run a Planner that have not attached are told failed"
                 );
+            }
+            drop(planners);
+            if let Some(default) = default_machine.as_ref().and_then(std::sync::Weak::upgrade) {
+                if let Err(e) = default.sweep().await {
+                    tracing::warn!(error = %e, "Default machine's sweep could not read its documents; the next sweep tries again");
+                }
             }
         }
     });

@@ -23,6 +23,7 @@ pub mod classifier;
 pub mod comments;
 pub mod config;
 pub mod content;
+pub mod default_machine;
 pub mod dictation;
 pub mod documents;
 pub mod drafting;

@@ -37,6 +37,10 @@ use crate::store::{
     UnixMillis,
 };
 
+/// Why a link of a machine the document left is closed.
+const MOVED: &str =
+    "This document now runs its Planner on another machine, which ends this Planner link.";
+
 /// What every Planner credential starts with, so the agent endpoint tells it from a GitHub token.
 pub const PLANNER_CREDENTIAL_PREFIX: &str = "chopin_planner_";
 /// How long a Planner credential attaches: a backend asks for a new one when it restarts, and a
@@ -678,7 +682,7 @@ impl Machines {
             .await
             .map_err(ApiError::store)?;
         for doc in theirs {
-            self.moved_off(doc, machine.id).await;
+            self.moved_off(doc, machine.id, MOVED).await;
             self.planners.machine_left(doc);
         }
         Ok(taken)
@@ -741,6 +745,7 @@ impl Machines {
             chosen_by_account_id: caller.account_id,
             chosen_by: caller.login.clone(),
             chosen_at_ms: self.clock.now_ms(),
+            by_default: false,
         });
         let before = self
             .store
@@ -753,7 +758,7 @@ impl Machines {
                 other => ApiError::store(other),
             })?;
         if let Some(before) = before.filter(|b| Some(b.machine_id) != machine_id) {
-            self.moved_off(doc.id, before.machine_id).await;
+            self.moved_off(doc.id, before.machine_id, MOVED).await;
         }
         // The server now asks the machine chosen, afresh; the starting word names it, since a
         // person asked for it (PRES-04, RULINGS PRES-05).
@@ -770,10 +775,11 @@ impl Machines {
         Ok(choice_json(choice.as_ref(), machine.as_ref()))
     }
 
-    /// The document no longer runs on `machine`: what its delegated logins hold of it ends.
-    async fn moved_off(&self, doc: Uuid, machine: Uuid) {
+    /// The document no longer runs on `machine`: what its delegated logins hold of it ends,
+    /// their links closed `4410` with `message`.
+    pub(crate) async fn moved_off(&self, doc: Uuid, machine: Uuid, message: &str) {
         for login in self.delegated_ids(machine) {
-            self.planners.machine_moved(doc, login).await;
+            self.planners.machine_moved(doc, login, message).await;
         }
     }
 
@@ -827,6 +833,7 @@ impl Machines {
                 "path": format!("/documents/{}/{}/{}", doc.repo_owner, doc.repo_name, doc.slug),
                 "repository": format!("{}/{}", doc.repo_owner, doc.repo_name),
                 "chosenBy": c.chosen_by,
+                "byDefault": c.by_default,
             }));
         }
         Ok(json!({ "machine": machine_json(&machine), "documents": documents }))
@@ -849,5 +856,6 @@ fn choice_json(choice: Option<&MachineChoice>, machine: Option<&Machine>) -> Val
         "machine": machine.map(machine_json),
         "chosenBy": choice.map(|c| c.chosen_by.clone()),
         "chosenAt": choice.map(|c| c.chosen_at_ms),
+        "byDefault": choice.is_some_and(|c| c.by_default),
     })
 }

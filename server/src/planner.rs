@@ -1310,21 +1310,21 @@ impl Planners {
         Ok(false)
     }
 
-    /// A person chose another machine for the document (or none): a link, grace period or hold
-    /// of the machine's delegated login `login_id` ends (AO-12), closing 4410.
-    pub async fn machine_moved(&self, doc: Uuid, login_id: Uuid) -> bool {
+    /// A person chose another machine for the document (or none), or Default machine let it
+    /// go: a link, grace period or hold of the machine's delegated login `login_id` ends (AO-12),
+    /// closing 4410 with `message`.
+    pub async fn machine_moved(&self, doc: Uuid, login_id: Uuid, message: &str) -> bool {
         // An attach of the old machine still being checked must not bind either.
         self.revoke_count(doc);
-        self
-            .take(
-                doc,
-                Closing {
-                    code: ErrorCode::PlannerReleased,
-                    message: "This document now runs its Planner on another machine, which ends this Planner link.".to_owned(),
-                },
-                |s| s.holder().browser_login_id == login_id,
-            )
-            .await
+        self.take(
+            doc,
+            Closing {
+                code: ErrorCode::PlannerReleased,
+                message: message.to_owned(),
+            },
+            |s| s.holder().browser_login_id == login_id,
+        )
+        .await
     }
 
     /// The paired machine `machine` was revoked (or GitHub refused its authorization): every

@@ -484,6 +484,11 @@ impl Questions {
         self.lock().asked.len()
     }
 
+    /// Whether a question asked in `document` waits (its Planner waits on an answer).
+    pub fn waits_in(&self, document: Uuid) -> bool {
+        self.lock().asked.values().any(|a| a.document == document)
+    }
+
     /// Whether a question asked in `session` of `document` waits.
     pub fn session_waits_in(&self, document: Uuid, session: &str) -> bool {
         self.lock()

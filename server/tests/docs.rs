@@ -176,6 +176,7 @@ fn settings_not_acted_on_yet_say_so_in_help_and_docs() {
     const NOT_YET: &[&str] = &[];
     const ACTED_ON: &[&str] = &[
         "PLANNER_PATIENCE_MS",
+        "DEFAULT_MACHINE_IDLE_MS",
         "CHAT_ATTACHMENT_MAX_BYTES",
         "CHAT_ATTACHMENT_MAX_COUNT",
         "CHAT_ATTACHMENT_MAX_TOTAL_BYTES",

@@ -699,3 +699,91 @@ async fn pres_09_a_detached_planner_says_when_its_client_was_last_seen() {
     // Attached and none carry no lastSeen.
     assert_eq!(s.state.planners.presence(s.doc).last_seen, Some(seen));
 }
+
+async fn favourite(s: &Served, cookie: &str, machine: Option<Uuid>) {
+    let (status, body) = api(
+        s,
+        Method::PUT,
+        "/api/machines/favourite",
+        As::Cookie(cookie),
+        Some(json!({ "machineId": machine })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
+
+async fn chosen(s: &Served, cookie: &str) -> Value {
+    let (status, body) = api(
+        s,
+        Method::GET,
+        &format!("/api/channels/{}/machine", s.doc),
+        As::Cookie(cookie),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn atm_37_a_writers_favourite_runs_a_document_nobody_chose_a_machine_for_when_they_open_it() {
+    let s = support::served().await;
+    let reader = s.sign_in("hubot", 1002, Permission::Read).await;
+    let (machine, token) = pair(&s, "studio").await;
+    let (status, body) = api(
+        &s,
+        Method::PUT,
+        &format!("/api/machines/{machine}/shares/hubot"),
+        As::Cookie(&s.mona_cookie),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // A reader's favourite runs nothing, and a writer with no favourite chooses nothing.
+    favourite(&s, &reader, Some(machine)).await;
+    drop(s.room_as(s.doc, &reader).await);
+    drop(s.room().await);
+    assert_eq!(chosen(&s, &s.mona_cookie).await["machine"], Value::Null);
+    let (status, body) = credential(&s, &token, machine, s.doc).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["error"], "machine-not-asked");
+
+    // mona's favourite, when she opens the document: Default machine's choice, waited on
+    // without naming the machine (not a person's move).
+    favourite(&s, &s.mona_cookie, Some(machine)).await;
+    let mut room = s.connect_room(s.doc, &s.mona_cookie).await;
+    let word = planner_word(&mut room).await;
+    assert_eq!(word, json!({ "state": "starting", "login": "mona" }));
+    let now = chosen(&s, &s.mona_cookie).await;
+    assert_eq!(now["machine"]["id"], machine.to_string(), "{now}");
+    assert_eq!(
+        (&now["chosenBy"], &now["byDefault"]),
+        (&json!("mona"), &json!(true))
+    );
+    let (_, listed) = api(
+        &s,
+        Method::GET,
+        &format!("/api/connector/machines/{machine}/documents"),
+        As::Token(&token),
+        None,
+    )
+    .await;
+    assert_eq!(listed["documents"][0]["byDefault"], true, "{listed}");
+    let (status, issued) = credential(&s, &token, machine, s.doc).await;
+    assert_eq!(status, StatusCode::OK, "{issued}");
+    let (_client, answer) = attach_with(&s, issued["credential"].as_str().unwrap(), s.doc)
+        .await
+        .unwrap();
+    assert!(matches!(answer, ServerMessage::Attached(_)), "{answer:?}");
+
+    // A person's choice stands over it, and no favourite replaces a person's choice.
+    let (status, body) = choose(&s, &s.mona_cookie, s.doc, Some(machine)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["byDefault"], false);
+    // Cleared, the document is on Default machine again: the next writer to open it with a
+    // favourite chooses.
+    choose(&s, &s.mona_cookie, s.doc, None).await;
+    assert_eq!(chosen(&s, &s.mona_cookie).await["machine"], Value::Null);
+    drop(s.room().await);
+    assert_eq!(chosen(&s, &s.mona_cookie).await["byDefault"], true);
+}

@@ -109,6 +109,8 @@ pub struct Settings {
     pub classifier_timeout_ms: Option<u64>,
     /// `PLANNER_PATIENCE_MS`: how long a machine asked to run a Planner has to attach.
     pub planner_patience_ms: Option<u64>,
+    /// `DEFAULT_MACHINE_IDLE_MS`: how long Default machine keeps an unused document.
+    pub default_machine_idle_ms: Option<u64>,
 }
 
 impl Settings {
@@ -166,6 +168,9 @@ impl Settings {
             }
             if let Some(ms) = s.planner_patience_ms {
                 c.planner_patience_ms = ms;
+            }
+            if let Some(ms) = s.default_machine_idle_ms {
+                c.default_machine_idle_ms = ms;
             }
         })
     }
@@ -354,6 +359,22 @@ pub enum Action {
         login: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         machine: Option<String>,
+    },
+    /// `as` makes `machine` their favourite (absent: none), which Default machine uses for a
+    /// document nobody chose a machine for when they open it.
+    FavouriteMachine {
+        #[serde(rename = "as")]
+        login: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        machine: Option<String>,
+    },
+    /// The machine's connector asks which documents want it; the step fails unless it is told
+    /// `count` of them (and, with `by_default`, that each was chosen that way or not).
+    MachineDocuments {
+        machine: String,
+        count: usize,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by_default: Option<bool>,
     },
     /// The machine's connector asks for a Planner credential for the cast's document; with
     /// `agent`, a scripted backend of that name connects with it (attach it with `attach`).
@@ -1164,6 +1185,53 @@ impl Run {
                 )?;
                 if status != 200 {
                     return Err(format!("the machine was not chosen: {status} {body}"));
+                }
+                Ok(())
+            }
+            Action::FavouriteMachine { login, machine } => {
+                let token = self.token(login)?;
+                let id = match machine {
+                    Some(m) => Some(self.machine(m)?.0),
+                    None => None,
+                };
+                let (status, body) = self.http(
+                    "favourer",
+                    http::Method::PUT,
+                    "/api/machines/favourite",
+                    &token,
+                    Some(serde_json::json!({ "machineId": id })),
+                )?;
+                if status != 204 && status != 200 {
+                    return Err(format!("the favourite was not set: {status} {body}"));
+                }
+                Ok(())
+            }
+            Action::MachineDocuments {
+                machine,
+                count,
+                by_default,
+            } => {
+                let (id, token) = self.machine(machine)?;
+                let (status, body) = self.http(
+                    machine,
+                    http::Method::GET,
+                    &format!("/api/connector/machines/{id}/documents"),
+                    &token,
+                    None,
+                )?;
+                let documents = body["documents"]
+                    .as_array()
+                    .ok_or_else(|| format!("no documents: {status} {body}"))?;
+                if documents.len() != *count {
+                    return Err(format!(
+                        "the machine was told {} documents, not {count}: {body}",
+                        documents.len()
+                    ));
+                }
+                if let Some(want) = by_default {
+                    if documents.iter().any(|d| d["byDefault"] != *want) {
+                        return Err(format!("not every document has byDefault {want}: {body}"));
+                    }
                 }
                 Ok(())
             }

@@ -1209,6 +1209,40 @@ impl<H: Hook> crate::MachineStore for Instrumented<H> {
         .await
     }
 
+    async fn choose_default_machine(
+        &self,
+        choice: &crate::MachineChoice,
+    ) -> StoreResult<(crate::MachineChoice, bool)> {
+        self.observe(
+            "choose_default_machine",
+            WRITE,
+            self.inner.choose_default_machine(choice),
+        )
+        .await
+    }
+
+    async fn withdraw_default_machine(
+        &self,
+        document_id: Uuid,
+        machine_id: Uuid,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "withdraw_default_machine",
+            WRITE,
+            self.inner.withdraw_default_machine(document_id, machine_id),
+        )
+        .await
+    }
+
+    async fn default_machine_choices(&self) -> StoreResult<Vec<crate::MachineChoice>> {
+        self.observe(
+            "default_machine_choices",
+            READ,
+            self.inner.default_machine_choices(),
+        )
+        .await
+    }
+
     async fn put_planner_credential(
         &self,
         credential: &crate::PlannerCredential,

@@ -51,6 +51,9 @@ pub struct MachineChoice {
     /// The chooser's login when they chose.
     pub chosen_by: String,
     pub chosen_at_ms: UnixMillis,
+    /// Made by Default machine (the favourite of a writer who opened the document nobody chose
+    /// a machine for), not by a person's choice: Default machine may let it go again.
+    pub by_default: bool,
 }
 
 /// A document-scoped Planner credential issued to a machine, by the SHA-256 of its value.
@@ -119,6 +122,24 @@ pub trait MachineStore: Send + Sync + 'static {
         choice: Option<&MachineChoice>,
     ) -> StoreResult<Option<MachineChoice>>;
     async fn machine_choice(&self, document_id: Uuid) -> StoreResult<Option<MachineChoice>>;
+    /// Default machine's choice for a document nobody chose a machine for: stored (with
+    /// `by_default`) only when the document has no choice, in the same commit. Answers the
+    /// choice in place and whether it is this one. `NotFound("document")` or
+    /// `NotFound("machine")`.
+    async fn choose_default_machine(
+        &self,
+        choice: &MachineChoice,
+    ) -> StoreResult<(MachineChoice, bool)>;
+    /// Default machine lets the document go from `machine_id`: its choice is removed, with the
+    /// machine's credentials for it, only if it is still Default machine's choice of that
+    /// machine (a person's choice made meanwhile stays); whether it was.
+    async fn withdraw_default_machine(
+        &self,
+        document_id: Uuid,
+        machine_id: Uuid,
+    ) -> StoreResult<bool>;
+    /// Every choice Default machine made, in choosing order.
+    async fn default_machine_choices(&self) -> StoreResult<Vec<MachineChoice>>;
     /// The documents this machine is chosen for, in choosing order.
     async fn machine_documents(&self, machine_id: Uuid) -> StoreResult<Vec<MachineChoice>>;
     /// Stores a credential, keeping the newest [`PLANNER_CREDENTIALS_KEPT`] of its machine and

@@ -2076,6 +2076,58 @@ impl crate::MachineStore for MemoryStore {
         })
     }
 
+    async fn choose_default_machine(
+        &self,
+        choice: &crate::MachineChoice,
+    ) -> StoreResult<(crate::MachineChoice, bool)> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&choice.document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            if let Some(now) = inner.document_machines.get(&choice.document_id) {
+                return Ok((now.clone(), false));
+            }
+            if !inner.machines.contains_key(&choice.machine_id) {
+                return Err(StoreError::NotFound("machine"));
+            }
+            let mut c = choice.clone();
+            c.by_default = true;
+            inner.document_machines.insert(c.document_id, c.clone());
+            Ok((c, true))
+        })
+    }
+
+    async fn withdraw_default_machine(
+        &self,
+        document_id: Uuid,
+        machine_id: Uuid,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            let ours = inner
+                .document_machines
+                .get(&document_id)
+                .is_some_and(|c| c.by_default && c.machine_id == machine_id);
+            if ours {
+                inner.document_machines.remove(&document_id);
+                inner.forget_credentials(machine_id, document_id);
+            }
+            Ok(ours)
+        })
+    }
+
+    async fn default_machine_choices(&self) -> StoreResult<Vec<crate::MachineChoice>> {
+        self.with(|inner| {
+            let mut chosen: Vec<crate::MachineChoice> = inner
+                .document_machines
+                .values()
+                .filter(|c| c.by_default)
+                .cloned()
+                .collect();
+            chosen.sort_by_key(|c| (c.chosen_at_ms, c.document_id));
+            Ok(chosen)
+        })
+    }
+
     async fn put_planner_credential(
         &self,
         credential: &crate::PlannerCredential,

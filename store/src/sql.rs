@@ -666,6 +666,7 @@ struct ChoiceRow<Id> {
     chosen_by_account_id: Id,
     chosen_by: String,
     chosen_at_ms: i64,
+    by_default: bool,
 }
 
 impl<Id: Into<Uuid>> From<ChoiceRow<Id>> for crate::MachineChoice {
@@ -676,6 +677,7 @@ impl<Id: Into<Uuid>> From<ChoiceRow<Id>> for crate::MachineChoice {
             chosen_by_account_id: row.chosen_by_account_id.into(),
             chosen_by: row.chosen_by,
             chosen_at_ms: row.chosen_at_ms,
+            by_default: row.by_default,
         }
     }
 }
@@ -703,7 +705,7 @@ impl<Id: Into<Uuid>> From<CredentialRow<Id>> for crate::PlannerCredential {
 }
 
 const CHOICE_COLUMNS: &str =
-    "document_id, machine_id, chosen_by_account_id, chosen_by, chosen_at_ms";
+    "document_id, machine_id, chosen_by_account_id, chosen_by, chosen_at_ms, by_default";
 
 const ACCOUNT_COLUMNS: &str = "id, github_user_id, login, created_at_ms";
 const LOGIN_COLUMNS: &str =
@@ -2768,16 +2770,19 @@ where
             Some(c) => {
                 sqlx::query(
                     "INSERT INTO document_machines (document_id, machine_id, \
-                     chosen_by_account_id, chosen_by, chosen_at_ms) VALUES ($1, $2, $3, $4, $5) \
+                     chosen_by_account_id, chosen_by, chosen_at_ms, by_default) \
+                     VALUES ($1, $2, $3, $4, $5, $6) \
                      ON CONFLICT (document_id) DO UPDATE SET machine_id = excluded.machine_id, \
                      chosen_by_account_id = excluded.chosen_by_account_id, \
-                     chosen_by = excluded.chosen_by, chosen_at_ms = excluded.chosen_at_ms",
+                     chosen_by = excluded.chosen_by, chosen_at_ms = excluded.chosen_at_ms, \
+                     by_default = excluded.by_default",
                 )
                 .bind(DB::Id::from(document_id))
                 .bind(DB::Id::from(c.machine_id))
                 .bind(DB::Id::from(c.chosen_by_account_id))
                 .bind(&c.chosen_by)
                 .bind(c.chosen_at_ms)
+                .bind(c.by_default)
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| match sqlx_error_kind(&e) {
@@ -2833,6 +2838,86 @@ where
         document_id: Uuid,
     ) -> StoreResult<Option<crate::MachineChoice>> {
         Self::read_choice(&self.pool, document_id).await
+    }
+
+    pub(crate) async fn choose_default_machine(
+        &self,
+        choice: &crate::MachineChoice,
+    ) -> StoreResult<(crate::MachineChoice, bool)> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, choice.document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let written = sqlx::query(
+            "INSERT INTO document_machines (document_id, machine_id, chosen_by_account_id, \
+             chosen_by, chosen_at_ms, by_default) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (document_id) DO NOTHING",
+        )
+        .bind(DB::Id::from(choice.document_id))
+        .bind(DB::Id::from(choice.machine_id))
+        .bind(DB::Id::from(choice.chosen_by_account_id))
+        .bind(&choice.chosen_by)
+        .bind(choice.chosen_at_ms)
+        .bind(true)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| match sqlx_error_kind(&e) {
+            Some(ErrorKind::ForeignKeyViolation) => StoreError::NotFound("machine"),
+            _ => sqlx_error("storing Default machine's choice", e),
+        })?;
+        let written = DB::rows_affected(&written);
+        let now = Self::read_choice(&mut *tx, choice.document_id)
+            .await?
+            .ok_or(StoreError::NotFound("document"))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing Default machine's choice", e))?;
+        Ok((now, written == 1))
+    }
+
+    pub(crate) async fn withdraw_default_machine(
+        &self,
+        document_id: Uuid,
+        machine_id: Uuid,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let gone = sqlx::query(
+            "DELETE FROM document_machines WHERE document_id = $1 AND machine_id = $2 \
+             AND by_default = $3",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(DB::Id::from(machine_id))
+        .bind(true)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("withdrawing Default machine's choice", e))?;
+        let gone = DB::rows_affected(&gone);
+        if gone == 1 {
+            sqlx::query(
+                "DELETE FROM planner_credentials WHERE machine_id = $1 AND document_id = $2",
+            )
+            .bind(DB::Id::from(machine_id))
+            .bind(DB::Id::from(document_id))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("taking Default machine's credentials", e))?;
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing Default machine's withdrawal", e))?;
+        Ok(gone == 1)
+    }
+
+    pub(crate) async fn default_machine_choices(&self) -> StoreResult<Vec<crate::MachineChoice>> {
+        let rows: Vec<ChoiceRow<DB::Id>> = sqlx::query_as(&format!(
+            "SELECT {CHOICE_COLUMNS} FROM document_machines WHERE by_default = $1 \
+             ORDER BY chosen_at_ms, document_id"
+        ))
+        .bind(true)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading Default machine's choices", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
     }
 
     pub(crate) async fn machine_documents(
@@ -4632,6 +4717,9 @@ macro_rules! sql_store_impls {
                     -> Option<MachineChoice>;
                 fn machine_choice(document_id: Uuid) -> Option<MachineChoice>;
                 fn machine_documents(machine_id: Uuid) -> Vec<MachineChoice>;
+                fn choose_default_machine(choice: &MachineChoice) -> (MachineChoice, bool);
+                fn withdraw_default_machine(document_id: Uuid, machine_id: Uuid) -> bool;
+                fn default_machine_choices() -> Vec<MachineChoice>;
                 fn put_planner_credential(credential: &PlannerCredential) -> ();
                 fn planner_credential(digest: &str) -> Option<PlannerCredential>;
                 fn unpair_machine(id: Uuid) -> bool;

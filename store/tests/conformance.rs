@@ -146,6 +146,7 @@ conformance! {
     ac_20_ac_22_machines_are_paired_to_their_owner_and_listed_with_those_shared,
     ac_24_planner_credentials_are_kept_by_digest_the_newest_four_per_pair_and_survive_reopening,
     ao_12_pres_16_choosing_another_machine_for_a_document_takes_the_earlier_ones_credentials,
+    atm_37_default_machine_chooses_only_an_unchosen_document_and_lets_go_only_its_own_choice,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
@@ -1880,6 +1881,7 @@ fn machine_choice(doc: Uuid, machine: Uuid, by: &Holder, at: i64) -> MachineChoi
         chosen_by_account_id: by.account_id,
         chosen_by: by.login.clone(),
         chosen_at_ms: at,
+        by_default: false,
     }
 }
 
@@ -2253,6 +2255,20 @@ async fn every_write(
             .map(|before| assert_eq!(before, None)),
     );
     record(
+        "choose_default_machine",
+        store
+            .choose_default_machine(&machine_choice(fx.doc, FENCED_MACHINE, &fx.holder, 5_000))
+            .await
+            .map(|(_, chosen)| assert!(chosen)),
+    );
+    record(
+        "withdraw_default_machine",
+        store
+            .withdraw_default_machine(fx.doc, FENCED_MACHINE)
+            .await
+            .map(|withdrawn| assert!(withdrawn)),
+    );
+    record(
         "put_planner_credential",
         store
             .put_planner_credential(&credential_of(
@@ -2476,7 +2492,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 52, "every write method is tried");
+    assert_eq!(outcomes.len(), 54, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -7121,6 +7137,122 @@ async fn ao_12_pres_16_choosing_another_machine_for_a_document_takes_the_earlier
         Err(StoreError::NotFound("document")) => {}
         other => panic!("an unknown document: expected NotFound(document), got {other:?}"),
     }
+}
+
+async fn atm_37_default_machine_chooses_only_an_unchosen_document_and_lets_go_only_its_own_choice(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 89, "mona").await;
+    let hubot = member(&store, 90, "hubot").await;
+    let doc = store
+        .create_document(&new_doc(89, "octo", "paired", "plan"))
+        .await
+        .unwrap()
+        .id;
+    let other = store
+        .create_document(&new_doc(90, "octo", "paired", "other"))
+        .await
+        .unwrap()
+        .id;
+    for (id, name) in [(MACHINE_A, "studio"), (MACHINE_B, "laptop")] {
+        store
+            .pair_machine(&machine_of(id, &mona, name, 1_000))
+            .await
+            .unwrap();
+    }
+    // Nobody chose one: Default machine's choice is stored, marked.
+    let by_default = MachineChoice {
+        by_default: true,
+        ..machine_choice(doc, MACHINE_A, &mona, 2_000)
+    };
+    assert_eq!(
+        store
+            .choose_default_machine(&machine_choice(doc, MACHINE_A, &mona, 2_000))
+            .await
+            .unwrap(),
+        (by_default.clone(), true)
+    );
+    // A second viewer's favourite does not move it.
+    assert_eq!(
+        store
+            .choose_default_machine(&machine_choice(doc, MACHINE_B, &hubot, 2_100))
+            .await
+            .unwrap(),
+        (by_default.clone(), false)
+    );
+    store
+        .put_planner_credential(&credential_of("dm-1", MACHINE_A, doc, 2_200))
+        .await
+        .unwrap();
+    // A person's choice is never replaced by Default machine.
+    let person = machine_choice(other, MACHINE_B, &hubot, 2_300);
+    store.choose_machine(other, Some(&person)).await.unwrap();
+    assert_eq!(
+        store
+            .choose_default_machine(&machine_choice(other, MACHINE_A, &mona, 2_400))
+            .await
+            .unwrap(),
+        (person.clone(), false)
+    );
+    let store = b.open().await;
+    assert_eq!(
+        store.default_machine_choices().await.unwrap(),
+        std::slice::from_ref(&by_default)
+    );
+    assert_eq!(
+        store.machine_documents(MACHINE_A).await.unwrap(),
+        std::slice::from_ref(&by_default)
+    );
+    // Default machine lets go only of its own choice of that machine.
+    assert!(!store
+        .withdraw_default_machine(doc, MACHINE_B)
+        .await
+        .unwrap());
+    assert!(!store
+        .withdraw_default_machine(other, MACHINE_B)
+        .await
+        .unwrap());
+    assert_eq!(store.machine_choice(other).await.unwrap(), Some(person));
+    assert!(store
+        .withdraw_default_machine(doc, MACHINE_A)
+        .await
+        .unwrap());
+    assert_eq!(store.machine_choice(doc).await.unwrap(), None);
+    assert_eq!(store.planner_credential("dm-1").await.unwrap(), None);
+    assert_eq!(store.default_machine_choices().await.unwrap(), []);
+    // A person's choice over Default machine's is no longer Default machine's.
+    store
+        .choose_default_machine(&machine_choice(doc, MACHINE_A, &mona, 3_000))
+        .await
+        .unwrap();
+    let chosen = machine_choice(doc, MACHINE_A, &mona, 3_100);
+    store.choose_machine(doc, Some(&chosen)).await.unwrap();
+    assert!(!store
+        .withdraw_default_machine(doc, MACHINE_A)
+        .await
+        .unwrap());
+    assert_eq!(store.default_machine_choices().await.unwrap(), []);
+    match store
+        .choose_default_machine(&machine_choice(Uuid::from_u128(0x404), MACHINE_A, &mona, 1))
+        .await
+    {
+        Err(StoreError::NotFound("document")) => {}
+        other => panic!("an unknown document: expected NotFound(document), got {other:?}"),
+    }
+    let third = store
+        .create_document(&new_doc(91, "octo", "paired", "third"))
+        .await
+        .unwrap()
+        .id;
+    match store
+        .choose_default_machine(&machine_choice(third, Uuid::from_u128(0x404), &mona, 1))
+        .await
+    {
+        Err(StoreError::NotFound("machine")) => {}
+        other => panic!("an unknown machine: expected NotFound(machine), got {other:?}"),
+    }
+    assert_eq!(store.machine_choice(third).await.unwrap(), None);
 }
 
 async fn ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row(

@@ -89,6 +89,9 @@ pub struct RoomDeps {
     pub drafts: Arc<crate::drafting::Drafts>,
     /// `plan:implementation`, and the editing lock on joining (LIFE-68, LIFE-69).
     pub graphs: Arc<crate::graphs::Graphs>,
+    /// Default machine (ATM-37): an open room is a viewer, and a writer's favourite machine
+    /// runs a document nobody chose one for. Only under the `remote` harness.
+    pub default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
 }
 
 /// A room socket's part in [`crate::jobs::title::Titling`]: let go when the socket ends.
@@ -164,6 +167,14 @@ async fn endpoint(
     let can_write = reader.can_write;
     let login = live.account.login.clone();
     let login_id = live.id;
+    let viewing = match &deps.default_machine {
+        Some(default) => Some(
+            default
+                .opened(&doc, live.account.id, &login, can_write)
+                .await,
+        ),
+        None => None,
+    };
     socket::tune(upgrade, ROOM_FRAME_LIMIT).on_upgrade(move |socket| {
         let shutdown = deps.shutdown.clone();
         shutdown.track(run(
@@ -176,6 +187,7 @@ async fn endpoint(
                 live,
                 can_write,
                 membership,
+                _viewing: viewing,
             },
         ))
     })
@@ -192,6 +204,8 @@ struct Member {
     live: Arc<LiveLogin>,
     can_write: bool,
     membership: Membership,
+    /// Counts as a viewer of the document for Default machine while the socket lives.
+    _viewing: Option<crate::default_machine::Viewing>,
 }
 
 /// Queues a frame on the socket's outbox; a refused frame (the browser is not reading, or the
