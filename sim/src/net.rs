@@ -14,6 +14,29 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chopin_server::runtime::connector::{BoxedIo, Connector};
 
+/// The scripted connector's way to the server (`chopin_fixtures::connector::Dial`) over
+/// turmoil TCP.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TurmoilDial;
+
+impl chopin_fixtures::connector::Dial for TurmoilDial {
+    fn dial(
+        &self,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<Output = io::Result<chopin_fixtures::connector::Dialed>>
+                + Send
+                + '_,
+        >,
+    > {
+        Box::pin(async {
+            let stream =
+                turmoil::net::TcpStream::connect((crate::SERVER_HOST, crate::SERVER_PORT)).await?;
+            Ok(Box::pin(stream) as chopin_fixtures::connector::Dialed)
+        })
+    }
+}
+
 /// How long the listener waits before accepting again after an accept error.
 pub const ACCEPT_RETRY_DELAY_MS: u64 = 10;
 

@@ -383,6 +383,16 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         agent: Option<String>,
     },
+    /// The machine's connector — the scripted one of `chopin_fixtures::connector`, from a client
+    /// host `<machine>-launch` — launches a backend for the cast's document that exits before
+    /// attaching, `stderr` its last line: it asks for a credential, counts the failed launch,
+    /// and reports it when its release is 0.0.23 or newer (an older one stays silent). The
+    /// host records `launch exited attempts=N reported=true|false`.
+    LaunchExits {
+        machine: String,
+        #[serde(default)]
+        stderr: String,
+    },
     /// The machine's connector reports a launch (`POST /api/connector/planner/failure`).
     LaunchReport {
         machine: String,
@@ -683,6 +693,8 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
         provider: None,
         claimed: crate::invariants::Claimed::default(),
         machines: BTreeMap::new(),
+        releases: BTreeMap::new(),
+        connectors: BTreeMap::new(),
         hosts_used: BTreeMap::new(),
     };
     if file.settings.harness.as_deref() == Some("provider")
@@ -764,6 +776,15 @@ struct Run {
     claimed: crate::invariants::Claimed,
     /// Paired machines by name: their id and their own token.
     machines: BTreeMap<String, (String, String)>,
+    /// The release each machine's connector told when it paired.
+    releases: BTreeMap<String, Option<String>>,
+    /// The scripted connector of each machine that launched a backend (it counts failures).
+    connectors: BTreeMap<
+        String,
+        std::rc::Rc<
+            tokio::sync::Mutex<chopin_fixtures::connector::Connector<crate::net::TurmoilDial>>,
+        >,
+    >,
     /// How many one-off HTTP hosts each name was given.
     hosts_used: BTreeMap<String, usize>,
 }
@@ -1168,6 +1189,7 @@ impl Run {
                     .ok_or_else(|| format!("machine {name} was not paired: {status} {body}"))?
                     .to_owned();
                 self.machines.insert(name.clone(), (id, token));
+                self.releases.insert(name.clone(), release.clone());
                 Ok(())
             }
             Action::ChooseMachine { login, machine } => {
@@ -1187,6 +1209,56 @@ impl Run {
                     return Err(format!("the machine was not chosen: {status} {body}"));
                 }
                 Ok(())
+            }
+            Action::LaunchExits { machine, stderr } => {
+                let (id, token) = self.machine(machine)?;
+                let release = self.releases.get(machine).cloned().flatten();
+                let connector = self
+                    .connectors
+                    .entry(machine.clone())
+                    .or_insert_with(|| {
+                        std::rc::Rc::new(tokio::sync::Mutex::new(
+                            chopin_fixtures::connector::Connector::paired(
+                                crate::net::TurmoilDial,
+                                format!("{}:{}", crate::SERVER_HOST, crate::SERVER_PORT),
+                                token,
+                                id,
+                                release.as_deref(),
+                            ),
+                        ))
+                    })
+                    .clone();
+                let host = self.client_host(&format!("{machine}-launch"));
+                let recorder = self.world.recorder();
+                let (named, document, line) = (host.clone(), doc.to_string(), stderr.clone());
+                let outcome = std::rc::Rc::new(std::cell::RefCell::new(None));
+                let got = outcome.clone();
+                let client = async move {
+                    let launched = connector
+                        .lock()
+                        .await
+                        .launch(
+                            &document,
+                            chopin_fixtures::connector::Launch::ExitEarly { stderr: line },
+                        )
+                        .await;
+                    let what = match &launched {
+                        Ok(chopin_fixtures::connector::Launched::Exited { attempts, reported }) => {
+                            format!("launch exited attempts={attempts} reported={reported}")
+                        }
+                        Ok(other) => format!("launch came to {other:?}"),
+                        Err(e) => format!("launch refused: {e}"),
+                    };
+                    recorder.record_in_host(&named, Event::Actor { what: what.clone() });
+                    *got.borrow_mut() = Some(launched.is_ok());
+                    Ok(())
+                };
+                self.world.run_client(&host, client).map_err(sim)?;
+                let done = outcome.borrow_mut().take();
+                match done {
+                    Some(true) => Ok(()),
+                    _ => Err(format!("machine {machine}'s launch did not come to an exit")),
+                }
             }
             Action::FavouriteMachine { login, machine } => {
                 let token = self.token(login)?;
@@ -1583,6 +1655,17 @@ impl Run {
             .ok_or_else(|| format!("no machine {name:?} was paired (a machine step pairs one)"))
     }
 
+    /// A one-off client host's name: `base`, then `base-2`, `base-3`… (a host name is used once).
+    fn client_host(&mut self, base: &str) -> String {
+        let used = self.hosts_used.entry(base.to_owned()).or_insert(0);
+        *used += 1;
+        if *used == 1 {
+            base.to_owned()
+        } else {
+            format!("{base}-{used}")
+        }
+    }
+
     /// One HTTP request from a one-off client host `host` (numbered after its first, `host-2`…,
     /// since a host name is used once) with `token` as its bearer, run to its answer; the answer
     /// is recorded on the host (`<method> <path> answered <status>`, never the body, which may
@@ -1607,13 +1690,7 @@ impl Run {
             None => axum::body::Bytes::new(),
         };
         let request = request.body(bytes).map_err(|e| e.to_string())?;
-        let used = self.hosts_used.entry(host.to_owned()).or_insert(0);
-        *used += 1;
-        let host = if *used == 1 {
-            host.to_owned()
-        } else {
-            format!("{host}-{used}")
-        };
+        let host = self.client_host(host);
         let host = host.as_str();
         let answer = std::rc::Rc::new(std::cell::RefCell::new(None));
         let got = answer.clone();
