@@ -787,3 +787,41 @@ async fn atm_37_a_writers_favourite_runs_a_document_nobody_chose_a_machine_for_w
     drop(s.room().await);
     assert_eq!(chosen(&s, &s.mona_cookie).await["byDefault"], true);
 }
+
+#[tokio::test]
+async fn pres_23_an_inferred_failure_is_forgotten_on_a_move_and_a_machine_moved_back_to_is_waited_on_afresh(
+) {
+    let s = support::served().await;
+    let mut room = s.room().await;
+    let (old, old_token) = pair_with_release(&s, "old-box", "0.0.20").await;
+    let (other, _) = pair_with_release(&s, "studio", "0.0.30").await;
+    choose(&s, &s.mona_cookie, s.doc, Some(old)).await;
+    assert_eq!(planner_word(&mut room).await["state"], "starting");
+    for _ in 0..3 {
+        credential(&s, &old_token, old, s.doc).await;
+    }
+    assert_eq!(planner_word(&mut room).await["failure"]["attempts"], 2);
+    // Another machine: what was inferred of the first is forgotten.
+    choose(&s, &s.mona_cookie, s.doc, Some(other)).await;
+    let word = planner_word(&mut room).await;
+    assert_eq!(
+        (&word["machine"], &word["failure"]),
+        (&json!(other.to_string()), &Value::Null),
+        "{word}"
+    );
+    // Moved back, the old machine is waited on afresh: two more launches tell nothing, the
+    // third (its first two ending) does.
+    choose(&s, &s.mona_cookie, s.doc, Some(old)).await;
+    let word = planner_word(&mut room).await;
+    assert_eq!(
+        (&word["machine"], &word["failure"]),
+        (&json!(old.to_string()), &Value::Null),
+        "{word}"
+    );
+    for _ in 0..2 {
+        credential(&s, &old_token, old, s.doc).await;
+    }
+    assert_eq!(s.state.planners.presence(s.doc).failure, None);
+    credential(&s, &old_token, old, s.doc).await;
+    assert_eq!(planner_word(&mut room).await["failure"]["attempts"], 2);
+}
