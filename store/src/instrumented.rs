@@ -1272,3 +1272,67 @@ impl<H: Hook> crate::MachineStore for Instrumented<H> {
             .await
     }
 }
+
+#[async_trait]
+impl<H: Hook> crate::BuildStore for Instrumented<H> {
+    async fn approve_and_queue(
+        &self,
+        document_id: Uuid,
+        approval: &crate::GraphChange,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<(crate::GraphVersion, crate::Build), crate::GraphRefusal>> {
+        self.observe(
+            "approve_and_queue",
+            WRITE,
+            self.inner
+                .approve_and_queue(document_id, approval, build, now_ms),
+        )
+        .await
+    }
+
+    async fn build(&self, id: Uuid) -> StoreResult<Option<crate::Build>> {
+        self.observe("build", READ, self.inner.build(id)).await
+    }
+
+    async fn machine_builds(&self, machine_id: Uuid) -> StoreResult<Vec<crate::Build>> {
+        self.observe(
+            "machine_builds",
+            READ,
+            self.inner.machine_builds(machine_id),
+        )
+        .await
+    }
+
+    async fn document_builds(&self, document_id: Uuid) -> StoreResult<Vec<crate::Build>> {
+        self.observe(
+            "document_builds",
+            READ,
+            self.inner.document_builds(document_id),
+        )
+        .await
+    }
+
+    async fn pick_up_build(
+        &self,
+        id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.observe("pick_up_build", WRITE, self.inner.pick_up_build(id, now_ms))
+            .await
+    }
+
+    async fn fail_build(
+        &self,
+        id: Uuid,
+        reason: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.observe(
+            "fail_build",
+            WRITE,
+            self.inner.fail_build(id, reason, now_ms),
+        )
+        .await
+    }
+}

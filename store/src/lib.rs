@@ -25,6 +25,7 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
+pub mod builds;
 pub mod comments;
 pub mod fence;
 pub mod graphs;
@@ -36,6 +37,7 @@ pub mod postgres;
 mod sql;
 pub mod sqlite;
 
+pub use builds::{Build, BuildState, BuildStore, NewBuild, BUILDS_SHOWN};
 pub use comments::{
     CommentNote, CommentStore, CommentThread, NewCommentNote, NewCommentThread, Replied,
     ThreadWithNotes,
@@ -485,6 +487,7 @@ pub trait Store:
     + TitleStore
     + GraphStore
     + MachineStore
+    + BuildStore
     + CommentStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
@@ -1166,8 +1169,8 @@ pub(crate) fn checkpoint_out_of_range(upto_seq: i64, last_seq: i64) -> String {
 /// (a trait's methods need the trait in scope): `use chopin_store::prelude::*;`.
 pub mod prelude {
     pub use crate::{
-        AttachmentStore, CommentStore, ContentStore, DocumentStore, GraphStore, HoldStore,
-        JobStore, LeaseStore, MachineStore, ModelChoiceStore, OwnershipStore, SignInStore, Store,
-        TitleStore, TranscriptStore,
+        AttachmentStore, BuildStore, CommentStore, ContentStore, DocumentStore, GraphStore,
+        HoldStore, JobStore, LeaseStore, MachineStore, ModelChoiceStore, OwnershipStore,
+        SignInStore, Store, TitleStore, TranscriptStore,
     };
 }

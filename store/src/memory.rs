@@ -128,6 +128,7 @@ struct Inner {
     graphs: BTreeMap<(Uuid, i64), crate::GraphVersion>,
     /// Run id → an implementation run.
     implementation_runs: BTreeMap<String, crate::ImplementationRun>,
+    implementation_builds: BTreeMap<Uuid, crate::Build>,
     /// (run id, key) → what a report with that key sent and was answered.
     implementation_reports: BTreeMap<(String, String), (String, String)>,
     /// Machine id → a paired machine.
@@ -1593,6 +1594,17 @@ impl crate::GraphStore for MemoryStore {
             inner
                 .implementation_runs
                 .insert(run.run_id.clone(), run.clone());
+            // The launching build of the version claimed is claimed by this run.
+            for build in inner.implementation_builds.values_mut() {
+                if build.document_id == document_id
+                    && build.graph_version == counters.graph_version
+                    && build.state == crate::BuildState::Launching
+                {
+                    build.state = crate::BuildState::Claimed;
+                    build.run_id = Some(run.run_id.clone());
+                    build.updated_at_ms = now_ms;
+                }
+            }
             Ok(Ok(run))
         })
     }
@@ -2178,7 +2190,114 @@ impl crate::MachineStore for MemoryStore {
             inner.machine_favourites.retain(|_, m| *m != id);
             inner.document_machines.retain(|_, c| c.machine_id != id);
             inner.planner_credentials.retain(|_, c| c.machine_id != id);
+            for build in inner.implementation_builds.values_mut() {
+                if build.machine_id == id && build.state.is_pending() {
+                    build.state = crate::BuildState::Failed;
+                    build.reason = Some(crate::builds::MACHINE_GONE.to_owned());
+                }
+            }
             Ok(true)
+        })
+    }
+}
+
+#[async_trait]
+impl crate::BuildStore for MemoryStore {
+    async fn approve_and_queue(
+        &self,
+        document_id: Uuid,
+        approval: &crate::GraphChange,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<(crate::GraphVersion, crate::Build), crate::GraphRefusal>> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            if !matches!(approval, crate::GraphChange::Approve { .. }) {
+                return Err(StoreError::Backend(
+                    "only an approval queues a build".into(),
+                ));
+            }
+            let versions = inner.graph_versions(document_id);
+            let saved = match crate::graphs::apply(document_id, &versions, approval, now_ms) {
+                Ok(saved) => saved,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            let approved = saved[0].clone().storable();
+            if inner.implementation_builds.contains_key(&build.id) {
+                return Err(StoreError::Conflict(format!("build {} exists", build.id)));
+            }
+            inner.save_versions(document_id, saved);
+            let queued =
+                crate::builds::queued(document_id, approved.counters.graph_version, build, now_ms);
+            inner.implementation_builds.insert(build.id, queued.clone());
+            Ok(Ok((approved, queued)))
+        })
+    }
+
+    async fn build(&self, id: Uuid) -> StoreResult<Option<crate::Build>> {
+        self.with(|inner| Ok(inner.implementation_builds.get(&id).cloned()))
+    }
+
+    async fn machine_builds(&self, machine_id: Uuid) -> StoreResult<Vec<crate::Build>> {
+        self.with(|inner| {
+            let mut builds: Vec<crate::Build> = inner
+                .implementation_builds
+                .values()
+                .filter(|b| b.machine_id == machine_id && b.state == crate::BuildState::Queued)
+                .cloned()
+                .collect();
+            builds.sort_by_key(|b| (b.created_at_ms, b.id));
+            Ok(builds)
+        })
+    }
+
+    async fn document_builds(&self, document_id: Uuid) -> StoreResult<Vec<crate::Build>> {
+        self.with(|inner| {
+            let mut builds: Vec<crate::Build> = inner
+                .implementation_builds
+                .values()
+                .filter(|b| b.document_id == document_id)
+                .cloned()
+                .collect();
+            builds.sort_by_key(|b| std::cmp::Reverse((b.created_at_ms, b.id)));
+            builds.truncate(usize::try_from(crate::BUILDS_SHOWN).unwrap_or(usize::MAX));
+            Ok(builds)
+        })
+    }
+
+    async fn pick_up_build(
+        &self,
+        id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.write(|inner| {
+            Ok(inner.implementation_builds.get_mut(&id).and_then(|b| {
+                (b.state == crate::BuildState::Queued).then(|| {
+                    b.state = crate::BuildState::Launching;
+                    b.updated_at_ms = now_ms;
+                    b.clone()
+                })
+            }))
+        })
+    }
+
+    async fn fail_build(
+        &self,
+        id: Uuid,
+        reason: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.write(|inner| {
+            Ok(inner.implementation_builds.get_mut(&id).and_then(|b| {
+                b.state.is_pending().then(|| {
+                    b.state = crate::BuildState::Failed;
+                    b.reason = Some(reason.to_owned());
+                    b.updated_at_ms = now_ms;
+                    b.clone()
+                })
+            }))
         })
     }
 }

@@ -682,6 +682,46 @@ impl<Id: Into<Uuid>> From<ChoiceRow<Id>> for crate::MachineChoice {
     }
 }
 
+/// A browser build.
+#[derive(sqlx::FromRow)]
+struct BuildRow<Id> {
+    id: Id,
+    document_id: Id,
+    graph_version: i64,
+    machine_id: Id,
+    requested_by_account_id: Id,
+    requested_by: String,
+    checkout: Option<String>,
+    state: String,
+    reason: Option<String>,
+    run_id: Option<String>,
+    created_at_ms: i64,
+    updated_at_ms: i64,
+}
+
+fn build_of<Id: Into<Uuid>>(row: BuildRow<Id>) -> StoreResult<crate::Build> {
+    let state = crate::BuildState::parse(&row.state)
+        .ok_or_else(|| StoreError::Backend(format!("unknown build state {:?}", row.state)))?;
+    Ok(crate::Build {
+        id: row.id.into(),
+        document_id: row.document_id.into(),
+        graph_version: row.graph_version,
+        machine_id: row.machine_id.into(),
+        requested_by_account_id: row.requested_by_account_id.into(),
+        requested_by: row.requested_by,
+        checkout: row.checkout,
+        state,
+        reason: row.reason,
+        run_id: row.run_id,
+        created_at_ms: row.created_at_ms,
+        updated_at_ms: row.updated_at_ms,
+    })
+}
+
+const BUILD_SELECT: &str = "SELECT id, document_id, graph_version, machine_id, \
+     requested_by_account_id, requested_by, checkout, state, reason, run_id, created_at_ms, \
+     updated_at_ms FROM implementation_builds";
+
 /// A Planner credential by digest.
 #[derive(sqlx::FromRow)]
 struct CredentialRow<Id> {
@@ -3016,6 +3056,8 @@ where
             return Ok(false);
         }
         for statement in [
+            "UPDATE implementation_builds SET state = 'failed', reason = 'machine-revoked' \
+             WHERE machine_id = $1 AND state IN ('queued', 'launching')",
             "DELETE FROM planner_credentials WHERE machine_id = $1",
             "DELETE FROM document_machines WHERE machine_id = $1",
             "DELETE FROM machine_favourites WHERE machine_id = $1",
@@ -3173,10 +3215,173 @@ where
         .execute(&mut *tx)
         .await
         .map_err(|e| sqlx_error("saving an implementation run", e))?;
+        // The launching build of the version claimed is claimed by this run.
+        sqlx::query(
+            "UPDATE implementation_builds SET state = 'claimed', run_id = $1, updated_at_ms = $2 \
+             WHERE document_id = $3 AND graph_version = $4 AND state = 'launching'",
+        )
+        .bind(&run.run_id)
+        .bind(now_ms)
+        .bind(DB::Id::from(document_id))
+        .bind(counters.graph_version)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("marking a build claimed", e))?;
         tx.commit()
             .await
             .map_err(|e| sqlx_error("committing an implementation claim", e))?;
         Ok(Ok(run))
+    }
+
+    pub(crate) async fn approve_and_queue(
+        &self,
+        document_id: Uuid,
+        approval: &crate::GraphChange,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<(crate::GraphVersion, crate::Build), crate::GraphRefusal>> {
+        if !matches!(approval, crate::GraphChange::Approve { .. }) {
+            return Err(StoreError::Backend(
+                "only an approval queues a build".into(),
+            ));
+        }
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let approved =
+            match Self::apply_graph_change(&mut tx, document_id, approval, now_ms).await? {
+                Ok(approved) => approved,
+                // Dropped unfinished: rolled back, nothing written.
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+        let queued =
+            crate::builds::queued(document_id, approved.counters.graph_version, build, now_ms);
+        sqlx::query(
+            "INSERT INTO implementation_builds (id, document_id, graph_version, machine_id, \
+             requested_by_account_id, requested_by, checkout, state, reason, run_id, \
+             created_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $10)",
+        )
+        .bind(DB::Id::from(queued.id))
+        .bind(DB::Id::from(document_id))
+        .bind(queued.graph_version)
+        .bind(DB::Id::from(queued.machine_id))
+        .bind(DB::Id::from(queued.requested_by_account_id))
+        .bind(&queued.requested_by)
+        .bind(&queued.checkout)
+        .bind(queued.state.as_str())
+        .bind(queued.created_at_ms)
+        .bind(queued.updated_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| match sqlx_error_kind(&e) {
+            Some(ErrorKind::UniqueViolation) => {
+                StoreError::Conflict(format!("build {} exists", queued.id))
+            }
+            _ => sqlx_error("queueing a build", e),
+        })?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an approval and its build", e))?;
+        Ok(Ok((approved, queued)))
+    }
+
+    pub(crate) async fn build(&self, id: Uuid) -> StoreResult<Option<crate::Build>> {
+        let row: Option<BuildRow<DB::Id>> =
+            sqlx::query_as(&format!("{BUILD_SELECT} WHERE id = $1"))
+                .bind(DB::Id::from(id))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading a build", e))?;
+        row.map(build_of).transpose()
+    }
+
+    pub(crate) async fn machine_builds(&self, machine_id: Uuid) -> StoreResult<Vec<crate::Build>> {
+        let rows: Vec<BuildRow<DB::Id>> = sqlx::query_as(&format!(
+            "{BUILD_SELECT} WHERE machine_id = $1 AND state = 'queued' ORDER BY created_at_ms, id"
+        ))
+        .bind(DB::Id::from(machine_id))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a machine's builds", e))?;
+        rows.into_iter().map(build_of).collect()
+    }
+
+    pub(crate) async fn document_builds(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Vec<crate::Build>> {
+        let rows: Vec<BuildRow<DB::Id>> = sqlx::query_as(&format!(
+            "{BUILD_SELECT} WHERE document_id = $1 ORDER BY created_at_ms DESC, id DESC LIMIT $2"
+        ))
+        .bind(DB::Id::from(document_id))
+        .bind(crate::BUILDS_SHOWN)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a document's builds", e))?;
+        rows.into_iter().map(build_of).collect()
+    }
+
+    /// Moves build `id` from a state in `from` to `to` (with `reason`), in one statement that
+    /// reads it back; `None` when it was in none of them.
+    async fn move_build(
+        &self,
+        id: Uuid,
+        from: &str,
+        to: crate::BuildState,
+        reason: Option<&str>,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(&format!(
+            "UPDATE implementation_builds SET state = $1, reason = COALESCE($2, reason), \
+             updated_at_ms = $3 WHERE id = $4 AND state IN ({from})"
+        ))
+        .bind(to.as_str())
+        .bind(reason.map(str::to_owned))
+        .bind(now_ms)
+        .bind(DB::Id::from(id))
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("moving a build on", e))?;
+        if DB::rows_affected(&done) == 0 {
+            return Ok(None);
+        }
+        let row: BuildRow<DB::Id> = sqlx::query_as(&format!("{BUILD_SELECT} WHERE id = $1"))
+            .bind(DB::Id::from(id))
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a build", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a build's move", e))?;
+        build_of(row).map(Some)
+    }
+
+    pub(crate) async fn pick_up_build(
+        &self,
+        id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.move_build(id, "'queued'", crate::BuildState::Launching, None, now_ms)
+            .await
+    }
+
+    pub(crate) async fn fail_build(
+        &self,
+        id: Uuid,
+        reason: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.move_build(
+            id,
+            "'queued', 'launching'",
+            crate::BuildState::Failed,
+            Some(reason),
+            now_ms,
+        )
+        .await
     }
 
     pub(crate) async fn implementation_run(
@@ -4560,7 +4765,8 @@ macro_rules! sql_store_impls {
                 NewJob, Settlement, TitleStore, TitleSidecar, Drafted, CommentStore, CommentThread,
                 NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
                 GraphVersion, GraphChange, GraphRefusal, GraphCounters, ImplementationRun, RunReport, Reported,
-                Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential,
+                Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, Build, BuildStore,
+                NewBuild,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -4723,6 +4929,16 @@ macro_rules! sql_store_impls {
                 fn put_planner_credential(credential: &PlannerCredential) -> ();
                 fn planner_credential(digest: &str) -> Option<PlannerCredential>;
                 fn unpair_machine(id: Uuid) -> bool;
+            } {});
+            sql_store_impls!(@forward $store, BuildStore {
+                fn approve_and_queue(document_id: Uuid, approval: &GraphChange,
+                    build: &NewBuild, now_ms: UnixMillis)
+                    -> Result<(GraphVersion, Build), GraphRefusal>;
+                fn build(id: Uuid) -> Option<Build>;
+                fn machine_builds(machine_id: Uuid) -> Vec<Build>;
+                fn document_builds(document_id: Uuid) -> Vec<Build>;
+                fn pick_up_build(id: Uuid, now_ms: UnixMillis) -> Option<Build>;
+                fn fail_build(id: Uuid, reason: &str, now_ms: UnixMillis) -> Option<Build>;
             } {});
             sql_store_impls!(@forward $store, TitleStore {
                 fn title_sidecar(document_id: Uuid) -> TitleSidecar;

@@ -29,14 +29,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chopin_store::{
-    account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim,
-    Creator, Document, DocumentContent, Drafted, Enqueued, Fence, GraphChange, GraphCounters,
-    GraphRefusal, GraphState, GraphVersion, Holder, ImplementationRun, Job, JobState, Kept,
-    LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice, NewAttachment,
-    NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine, NewTranscriptEntry,
-    OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential, Provenance, Release,
-    Replied, Reported, RevisionKind, RunEnd, RunRecord, RunReport, Settlement, SqliteStore,
-    StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
+    account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, BuildState, Checkpoint,
+    Claim, Creator, Document, DocumentContent, Drafted, Enqueued, Fence, GraphChange,
+    GraphCounters, GraphRefusal, GraphState, GraphVersion, Holder, ImplementationRun, Job,
+    JobState, Kept, LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice,
+    NewAttachment, NewBuild, NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine,
+    NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential,
+    Provenance, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord, RunReport, Settlement,
+    SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -147,6 +147,8 @@ conformance! {
     ac_24_planner_credentials_are_kept_by_digest_the_newest_four_per_pair_and_survive_reopening,
     ao_12_pres_16_choosing_another_machine_for_a_document_takes_the_earlier_ones_credentials,
     atm_37_default_machine_chooses_only_an_unchosen_document_and_lets_go_only_its_own_choice,
+    life_05_a_press_approves_and_queues_its_build_in_one_commit_or_neither,
+    life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
@@ -2269,6 +2271,32 @@ async fn every_write(
             .map(|withdrawn| assert!(withdrawn)),
     );
     record(
+        "approve_and_queue",
+        store
+            .approve_and_queue(
+                fx.doc,
+                &approve(1, 1, 1),
+                &new_build(0xb1, FENCED_MACHINE, &fx.holder),
+                5_000,
+            )
+            .await
+            .map(|queued| assert!(queued.is_ok(), "{queued:?}")),
+    );
+    record(
+        "pick_up_build",
+        store
+            .pick_up_build(Uuid::from_u128(0xb1), 5_000)
+            .await
+            .map(|picked| assert!(picked.is_some())),
+    );
+    record(
+        "fail_build",
+        store
+            .fail_build(Uuid::from_u128(0xb1), "no checkout", 5_000)
+            .await
+            .map(|failed| assert!(failed.is_some())),
+    );
+    record(
         "put_planner_credential",
         store
             .put_planner_credential(&credential_of(
@@ -2492,7 +2520,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 54, "every write method is tried");
+    assert_eq!(outcomes.len(), 57, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -7253,6 +7281,204 @@ async fn atm_37_default_machine_chooses_only_an_unchosen_document_and_lets_go_on
         other => panic!("an unknown machine: expected NotFound(machine), got {other:?}"),
     }
     assert_eq!(store.machine_choice(third).await.unwrap(), None);
+}
+
+fn new_build(id: u128, machine: Uuid, by: &Holder) -> NewBuild {
+    NewBuild {
+        id: Uuid::from_u128(id),
+        machine_id: machine,
+        requested_by_account_id: by.account_id,
+        requested_by: by.login.clone(),
+        checkout: Some("~/src/plans".into()),
+    }
+}
+
+/// LIFE-05: Build plan's press approves exactly the draft and queues its build in one commit; a
+/// refused approval queues nothing.
+async fn life_05_a_press_approves_and_queues_its_build_in_one_commit_or_neither(b: &Backend) {
+    let store = b.open().await;
+    let mona = member(&store, 92, "mona").await;
+    let doc = store
+        .create_document(&new_doc(92, "octo", "builds", "plan"))
+        .await
+        .unwrap()
+        .id;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1_000))
+        .await
+        .unwrap();
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    // A stale press: refused, nothing approved or queued.
+    let stale = store
+        .approve_and_queue(doc, &approve(1, 2, 1), &new_build(1, MACHINE_A, &mona), 11)
+        .await
+        .unwrap();
+    assert!(
+        matches!(stale, Err(GraphRefusal::Stale { .. })),
+        "{stale:?}"
+    );
+    assert_eq!(store.document_builds(doc).await.unwrap(), []);
+    assert_eq!(
+        store.graph_versions(doc).await.unwrap()[0].state,
+        GraphState::Draft
+    );
+    let (approved, build) = store
+        .approve_and_queue(doc, &approve(1, 1, 1), &new_build(2, MACHINE_A, &mona), 12)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(approved.state, GraphState::Approved);
+    assert_eq!(
+        (
+            build.graph_version,
+            build.state,
+            build.requested_by.as_str(),
+            build.checkout.as_deref(),
+            build.created_at_ms
+        ),
+        (1, BuildState::Queued, "mona", Some("~/src/plans"), 12)
+    );
+    let store = b.open().await;
+    assert_eq!(store.build(build.id).await.unwrap(), Some(build.clone()));
+    assert_eq!(
+        store.machine_builds(MACHINE_A).await.unwrap(),
+        std::slice::from_ref(&build)
+    );
+    assert_eq!(store.machine_builds(MACHINE_B).await.unwrap(), []);
+    assert_eq!(
+        store.document_builds(doc).await.unwrap(),
+        std::slice::from_ref(&build)
+    );
+    match store
+        .approve_and_queue(
+            Uuid::from_u128(0x404),
+            &approve(1, 1, 1),
+            &new_build(3, MACHINE_A, &mona),
+            13,
+        )
+        .await
+    {
+        Err(StoreError::NotFound("document")) => {}
+        other => panic!("an unknown document: expected NotFound(document), got {other:?}"),
+    }
+}
+
+/// LIFE-48: a queued build is handed out once; a claim of its version while it launches claims
+/// it with the run; a failed one stays failed; unpairing its machine fails a pending build.
+async fn life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it(b: &Backend) {
+    let store = b.open().await;
+    let mona = member(&store, 93, "mona").await;
+    let doc = store
+        .create_document(&new_doc(93, "octo", "builds", "plan"))
+        .await
+        .unwrap()
+        .id;
+    let other = store
+        .create_document(&new_doc(94, "octo", "builds", "other"))
+        .await
+        .unwrap()
+        .id;
+    for (id, name) in [(MACHINE_A, "studio"), (MACHINE_B, "laptop")] {
+        store
+            .pair_machine(&machine_of(id, &mona, name, 1_000))
+            .await
+            .unwrap();
+    }
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    let (_, build) = store
+        .approve_and_queue(doc, &approve(1, 1, 1), &new_build(1, MACHINE_A, &mona), 11)
+        .await
+        .unwrap()
+        .unwrap();
+    let picked = store.pick_up_build(build.id, 20).await.unwrap().unwrap();
+    assert_eq!(
+        (picked.state, picked.updated_at_ms),
+        (BuildState::Launching, 20)
+    );
+    assert_eq!(
+        store.pick_up_build(build.id, 21).await.unwrap(),
+        None,
+        "never twice"
+    );
+    assert_eq!(store.machine_builds(MACHINE_A).await.unwrap(), []);
+    store
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", 30)
+        .await
+        .unwrap()
+        .unwrap();
+    let store = b.open().await;
+    let claimed = store.build(build.id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            claimed.state,
+            claimed.run_id.as_deref(),
+            claimed.updated_at_ms
+        ),
+        (BuildState::Claimed, Some("run-1"), 30)
+    );
+    assert_eq!(store.fail_build(build.id, "late", 31).await.unwrap(), None);
+
+    // Another document's build fails before its claim, and stays failed.
+    changed(&store, other, edit(None, 1, "{}"), 40).await;
+    let (_, second) = store
+        .approve_and_queue(
+            other,
+            &approve(1, 1, 1),
+            &new_build(2, MACHINE_A, &mona),
+            41,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    let failed = store
+        .fail_build(second.id, "no checkout", 42)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (failed.state, failed.reason.as_deref()),
+        (BuildState::Failed, Some("no checkout"))
+    );
+    assert_eq!(store.pick_up_build(second.id, 43).await.unwrap(), None);
+    assert_eq!(
+        store.fail_build(second.id, "again", 44).await.unwrap(),
+        None
+    );
+
+    // A pending build of an unpaired machine fails, kept as history.
+    changed(&store, other, edit(Some((1, 1)), 1, "{\"x\":1}"), 50).await;
+    let latest = store.graph_versions(other).await.unwrap().pop().unwrap();
+    let (_, third) = store
+        .approve_and_queue(
+            other,
+            &approve(
+                latest.counters.graph_version,
+                latest.counters.graph_revision,
+                1,
+            ),
+            &new_build(3, MACHINE_B, &mona),
+            51,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(store.unpair_machine(MACHINE_B).await.unwrap());
+    let gone = store.build(third.id).await.unwrap().unwrap();
+    assert_eq!(
+        (gone.state, gone.reason.as_deref()),
+        (BuildState::Failed, Some("machine-revoked"))
+    );
+    assert_eq!(
+        store
+            .document_builds(other)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| b.id)
+            .collect::<Vec<_>>(),
+        [third.id, second.id],
+        "newest first"
+    );
 }
 
 async fn ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row(
