@@ -121,6 +121,8 @@ pub struct App {
     pub drafts: Arc<crate::drafting::Drafts>,
     /// Paired machines, their credentials and delegated logins.
     pub machines: Arc<crate::machines::Machines>,
+    /// Browser builds queued on paired machines.
+    pub builds: Arc<crate::builds::Builds>,
     /// Default machine: a writer's favourite for a document nobody chose a machine for (only
     /// under the `remote` harness).
     pub default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
@@ -349,6 +351,7 @@ impl App {
         ));
         let graphs = Arc::new(crate::graphs::Graphs {
             graphs: store.clone(),
+            builds: store.clone(),
             records: store.clone(),
             clock: clock.clone(),
             news: tokio::sync::broadcast::channel(crate::graphs::NEWS_CAPACITY).0,
@@ -369,6 +372,7 @@ impl App {
         ));
         let lifecycle = Arc::new(crate::lifecycle::Lifecycle {
             graphs: store.clone(),
+            builds: store.clone(),
             news: graphs.clone(),
             claim_refusal_ignored: config.planted.claim_refusal_ignored,
             run_end_split: config.planted.run_end_split,
@@ -540,6 +544,15 @@ impl App {
             clock.clone(),
             &shutdown,
         );
+        let builds = Arc::new(crate::builds::Builds::new(crate::builds::BuildsDeps {
+            store: store.clone(),
+            machines: machines.clone(),
+            lifecycle: lifecycle.clone(),
+            news: graphs.clone(),
+            access: access.clone(),
+            clock: clock.clone(),
+            entropy: entropy.clone(),
+        }));
         let default_machine = (!crate::harness::model_in_server(&config.harness)).then(|| {
             Arc::new(crate::default_machine::DefaultMachine::new(
                 crate::default_machine::DefaultMachineDeps {
@@ -601,6 +614,7 @@ impl App {
             lifecycle,
             drafts,
             machines,
+            builds,
             default_machine,
         }
     }
@@ -665,12 +679,14 @@ impl App {
             transport::implementation::ImplementationDeps {
                 documents: self.documents_deps(),
                 lifecycle: self.lifecycle.clone(),
+                builds: self.builds.clone(),
             },
         ))
         .merge(transport::machines::routes(
             transport::machines::MachinesDeps {
                 documents: self.documents_deps(),
                 machines: self.machines.clone(),
+                builds: self.builds.clone(),
             },
         ))
         .merge(transport::participation::routes(

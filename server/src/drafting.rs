@@ -192,11 +192,20 @@ impl Drafts {
                 "The document is archived; restore it first.".to_owned(),
             )));
         }
-        if let Some(version) = self.graphs.held(doc.id).await? {
-            return Ok(Some((
-                "implementation-active",
-                format!("An implementation run holds version {version} of this plan's tasks; wait until it ends or asks for a revision."),
-            )));
+        match self.graphs.held(doc.id).await? {
+            Some(crate::graphs::Held::Run { graph_version }) => {
+                return Ok(Some((
+                    "implementation-active",
+                    format!("An implementation run holds version {graph_version} of this plan's tasks; wait until it ends or asks for a revision."),
+                )));
+            }
+            Some(crate::graphs::Held::Build { graph_version, .. }) => {
+                return Ok(Some((
+                    "implementation-active",
+                    format!("A build of version {graph_version} of this plan's tasks is starting on a machine; wait until it is claimed or fails."),
+                )));
+            }
+            None => {}
         }
         let latest = self.graphs.graphs.graph_versions(doc.id).await?.pop();
         if let Some(latest) = latest {

@@ -225,6 +225,8 @@ impl Definition {
 /// ([`Graphs::handed_over`]).
 pub struct Graphs {
     pub graphs: Arc<dyn GraphStore>,
+    /// Browser builds: a queued or launching one freezes the plan too (LIFE-64).
+    pub builds: Arc<dyn crate::store::BuildStore>,
     pub records: Arc<dyn DocumentStore>,
     pub clock: SharedClock,
     /// `plan:implementation` frames, with the document each is about (LIFE-68).
@@ -401,6 +403,30 @@ pub fn held_words(graph_version: i64) -> String {
     format!("an implementation run holds version {graph_version} of this plan's graph, so the plan cannot change until the run ends or requests a revision; nothing was changed")
 }
 
+/// What freezes a document's plan: a run holding a graph version (LIFE-65), or a build of one
+/// queued or launching on a machine, before its claim (LIFE-64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    Run { graph_version: i64 },
+    Build { graph_version: i64, build: Uuid },
+}
+
+impl Held {
+    pub fn graph_version(self) -> i64 {
+        match self {
+            Held::Run { graph_version } | Held::Build { graph_version, .. } => graph_version,
+        }
+    }
+
+    /// Why a change to the plan is refused, in lower case (a tool's or an edit's refusal).
+    pub fn words(self) -> String {
+        match self {
+            Held::Run { graph_version } => held_words(graph_version),
+            Held::Build { graph_version, .. } => format!("a build of version {graph_version} of this plan's graph is starting on a machine, so the plan cannot change until its coding agent claims it or it fails; nothing was changed"),
+        }
+    }
+}
+
 impl Graphs {
     /// Every `plan:implementation` frame from now on, with its document.
     pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<(Uuid, Value)> {
@@ -408,18 +434,25 @@ impl Graphs {
     }
 
     /// The editing lock of `document` as the room tells it: `{graphVersion, runId}` while a run
-    /// holds a version, else `null` (LIFE-68, LIFE-69).
+    /// holds a version, `{graphVersion, buildId}` while a build of one is queued or launching,
+    /// else `null` (LIFE-64, LIFE-68, LIFE-69).
     pub async fn lock_json(&self, document: Uuid) -> Result<Value, crate::store::StoreError> {
-        Ok(self
+        if let Some(v) = self
             .graphs
             .graph_versions(document)
             .await?
             .iter()
             .find(|v| v.state == GraphState::Locked)
-            .map_or(
-                Value::Null,
-                |v| json!({ "graphVersion": v.counters.graph_version, "runId": v.run_id }),
-            ))
+        {
+            return Ok(json!({ "graphVersion": v.counters.graph_version, "runId": v.run_id }));
+        }
+        Ok(match self.held(document).await? {
+            Some(Held::Build {
+                graph_version,
+                build,
+            }) => json!({ "graphVersion": graph_version, "buildId": build }),
+            _ => Value::Null,
+        })
     }
 
     /// Tells `document`'s rooms that its graph, build or run changed and is committed (LIFE-68):
@@ -445,22 +478,37 @@ impl Graphs {
         }
     }
 
-    /// The version a run holds on `document`, if one does: what locks its plan (LIFE-65).
-    pub async fn held(&self, document: Uuid) -> Result<Option<i64>, crate::store::StoreError> {
-        Ok(self
+    /// What freezes `document`'s plan now, if anything: the version a run holds (LIFE-65), or
+    /// a build queued or launching (LIFE-64).
+    pub async fn held(&self, document: Uuid) -> Result<Option<Held>, crate::store::StoreError> {
+        if let Some(version) = self
             .graphs
             .graph_versions(document)
             .await?
             .iter()
             .find(|v| v.state == GraphState::Locked)
-            .map(|v| v.counters.graph_version))
+        {
+            return Ok(Some(Held::Run {
+                graph_version: version.counters.graph_version,
+            }));
+        }
+        Ok(self
+            .builds
+            .document_builds(document)
+            .await?
+            .into_iter()
+            .find(|b| b.state.is_pending())
+            .map(|b| Held::Build {
+                graph_version: b.graph_version,
+                build: b.id,
+            }))
     }
 }
 
 #[async_trait::async_trait]
 impl crate::content::EditLock for Graphs {
     async fn why_locked(&self, document: Uuid) -> crate::store::StoreResult<Option<String>> {
-        Ok(self.held(document).await?.map(held_words))
+        Ok(self.held(document).await?.map(Held::words))
     }
 }
 

@@ -18,6 +18,7 @@
 
 pub mod access;
 pub mod app;
+pub mod builds;
 pub mod chat;
 pub mod classifier;
 pub mod comments;

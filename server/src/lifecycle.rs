@@ -435,6 +435,8 @@ pub struct Checkout {
 /// The lifecycle service.
 pub struct Lifecycle {
     pub graphs: Arc<dyn GraphStore>,
+    /// Browser builds: queued with an approval, shown in the snapshot.
+    pub builds: Arc<dyn crate::store::BuildStore>,
     /// Tells the rooms of each committed change (`plan:implementation`, LIFE-68).
     pub news: Arc<crate::graphs::Graphs>,
     pub clock: SharedClock,
@@ -624,10 +626,8 @@ impl Lifecycle {
                 .unwrap_or_default();
             shown.push(run_json(run, &progress, &definition));
         }
-        let lock = versions
-            .iter()
-            .find(|v| v.state == crate::store::GraphState::Locked)
-            .map(|v| json!({ "graphVersion": v.counters.graph_version, "runId": v.run_id }));
+        // The editing lock as the room tells it: a run's, or a pending build's (LIFE-64).
+        let lock = self.news.lock_json(doc.id).await?;
         Ok(json!({
             "document": {
                 "id": doc.id,
@@ -647,6 +647,13 @@ impl Lifecycle {
                 }))
                 .collect::<Vec<_>>(),
             "runs": shown,
+            "builds": self
+                .builds
+                .document_builds(doc.id)
+                .await?
+                .iter()
+                .map(build_json)
+                .collect::<Vec<_>>(),
         }))
     }
 
@@ -672,20 +679,75 @@ impl Lifecycle {
                 self.news.changed(doc.id).await;
                 Ok(Ok(crate::graphs::implementation_json(&version)))
             }
-            Err(GraphRefusal::PlanChanged { drafted, current }) => Ok(Err(Refusal {
-                code: "plan-changed",
-                message: format!("The tasks were drafted against plan revision {drafted}, and the plan is at {current} now: draft them again before approving."),
-                more: json!({ "drafted": drafted, "current": current }),
-            })),
-            Err(GraphRefusal::NotDraft { state }) => Ok(Err(Refusal {
-                code: "not-a-draft",
-                message: format!("Only a draft is approved; the latest version is {state}."),
-                more: json!({ "state": state }),
-            })),
-            Err(other) => Ok(Err(claim_refusal(&other))),
+            Err(refused) => Ok(Err(approval_refusal(&refused))),
         }
     }
 
+    /// [`Lifecycle::approve`], queueing `build` of the version approved in the same commit
+    /// (LIFE-05): the approved version with `build`, or the approval's refusal (nothing queued).
+    pub async fn approve_and_queue(
+        &self,
+        doc: &Document,
+        graph_version: i64,
+        graph_revision: i64,
+        build: &crate::store::NewBuild,
+    ) -> Result<Result<Value, Refusal>, StoreError> {
+        let change = crate::store::GraphChange::Approve {
+            graph_version,
+            graph_revision,
+            current_plan_revision: doc.plan_revision,
+        };
+        match self
+            .builds
+            .approve_and_queue(doc.id, &change, build, self.clock.now_ms())
+            .await?
+        {
+            Ok((version, queued)) => {
+                self.news.changed(doc.id).await;
+                let mut shown = crate::graphs::implementation_json(&version);
+                shown["build"] = build_json(&queued);
+                Ok(Ok(shown))
+            }
+            Err(refused) => Ok(Err(approval_refusal(&refused))),
+        }
+    }
+}
+
+/// A build as the API shows it.
+pub fn build_json(build: &crate::store::Build) -> Value {
+    json!({
+        "buildId": build.id,
+        "documentId": build.document_id,
+        "graphVersion": build.graph_version,
+        "machineId": build.machine_id,
+        "requestedBy": build.requested_by,
+        "checkout": build.checkout,
+        "state": build.state.as_str(),
+        "reason": build.reason,
+        "runId": build.run_id,
+        "createdAt": build.created_at_ms,
+        "updatedAt": build.updated_at_ms,
+    })
+}
+
+/// Why an approval was refused, in the Build view's words.
+fn approval_refusal(refused: &GraphRefusal) -> Refusal {
+    match refused {
+            GraphRefusal::PlanChanged { drafted, current } => Refusal {
+                code: "plan-changed",
+                message: format!("The tasks were drafted against plan revision {drafted}, and the plan is at {current} now: draft them again before approving."),
+                more: json!({ "drafted": drafted, "current": current }),
+            },
+            GraphRefusal::NotDraft { state } => Refusal {
+                code: "not-a-draft",
+                message: format!("Only a draft is approved; the latest version is {state}."),
+                more: json!({ "state": state }),
+            },
+            other => claim_refusal(other),
+    }
+}
+
+impl Lifecycle {
     /// The definition of the version `run` holds.
     async fn definition(&self, run: &ImplementationRun) -> Result<Definition, StoreError> {
         let versions = self.graphs.graph_versions(run.document_id).await?;

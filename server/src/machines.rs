@@ -545,7 +545,12 @@ impl Machines {
     }
 
     /// The machine as the caller may see it: their own, or one shared with them.
-    async fn usable(&self, caller: &Caller, machine_id: Uuid) -> Result<Machine, ApiError> {
+    /// The machine `machine_id` if the caller may use it: their own, or one shared with them.
+    pub(crate) async fn usable(
+        &self,
+        caller: &Caller,
+        machine_id: Uuid,
+    ) -> Result<Machine, ApiError> {
         self.store
             .machines_of(caller.account_id)
             .await

@@ -2211,11 +2211,8 @@ impl TurnHost for PlannerHost {
         if matches!(name, "ask" | "open_decision" | "open_decisions") {
             match self.turns.deps.graphs.held(self.document).await {
                 Ok(None) => {}
-                Ok(Some(version)) => {
-                    return HostToolResult::error(format!(
-                        "{name} is refused: {}",
-                        crate::graphs::held_words(version)
-                    ))
+                Ok(Some(held)) => {
+                    return HostToolResult::error(format!("{name} is refused: {}", held.words()))
                 }
                 Err(_) => {
                     return HostToolResult::error(

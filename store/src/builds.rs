@@ -117,6 +117,15 @@ pub(crate) fn queued(
 /// How many builds of a document [`BuildStore::document_builds`] answers, newest first.
 pub const BUILDS_SHOWN: i64 = 20;
 
+/// Why [`BuildStore::queue_build`] queued nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueRefusal {
+    /// The latest version is not approved and unclaimed (a draft, held by a run, or none).
+    NotApproved,
+    /// A build of the document is queued or launching already.
+    Pending { build: Uuid },
+}
+
 #[async_trait]
 pub trait BuildStore: Send + Sync + 'static {
     /// Makes `approval` (a [`GraphChange::Approve`]) and queues `build` for the version it
@@ -129,6 +138,15 @@ pub trait BuildStore: Send + Sync + 'static {
         build: &NewBuild,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<(GraphVersion, Build), GraphRefusal>>;
+    /// Queues `build` again for the document's latest version, which must be approved and not
+    /// held by a run, while no other build of the document is pending: a person's Retry after
+    /// a build failed before its claim (LIFE-48). `NotFound("document")`.
+    async fn queue_build(
+        &self,
+        document_id: Uuid,
+        build: &NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<Build, QueueRefusal>>;
     async fn build(&self, id: Uuid) -> StoreResult<Option<Build>>;
     /// The builds queued for `machine_id`, oldest first.
     async fn machine_builds(&self, machine_id: Uuid) -> StoreResult<Vec<Build>>;

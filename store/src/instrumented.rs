@@ -1291,6 +1291,20 @@ impl<H: Hook> crate::BuildStore for Instrumented<H> {
         .await
     }
 
+    async fn queue_build(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        self.observe(
+            "queue_build",
+            WRITE,
+            self.inner.queue_build(document_id, build, now_ms),
+        )
+        .await
+    }
+
     async fn build(&self, id: Uuid) -> StoreResult<Option<crate::Build>> {
         self.observe("build", READ, self.inner.build(id)).await
     }

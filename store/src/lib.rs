@@ -37,7 +37,7 @@ pub mod postgres;
 mod sql;
 pub mod sqlite;
 
-pub use builds::{Build, BuildState, BuildStore, NewBuild, BUILDS_SHOWN};
+pub use builds::{Build, BuildState, BuildStore, NewBuild, QueueRefusal, BUILDS_SHOWN};
 pub use comments::{
     CommentNote, CommentStore, CommentThread, NewCommentNote, NewCommentThread, Replied,
     ThreadWithNotes,

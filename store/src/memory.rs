@@ -2236,6 +2236,37 @@ impl crate::BuildStore for MemoryStore {
         })
     }
 
+    async fn queue_build(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let latest = inner.graph_versions(document_id).pop();
+            let Some(latest) = latest.filter(|v| v.state == crate::GraphState::Approved) else {
+                return Ok(Err(crate::QueueRefusal::NotApproved));
+            };
+            if let Some(pending) = inner
+                .implementation_builds
+                .values()
+                .find(|b| b.document_id == document_id && b.state.is_pending())
+            {
+                return Ok(Err(crate::QueueRefusal::Pending { build: pending.id }));
+            }
+            if inner.implementation_builds.contains_key(&build.id) {
+                return Err(StoreError::Conflict(format!("build {} exists", build.id)));
+            }
+            let queued =
+                crate::builds::queued(document_id, latest.counters.graph_version, build, now_ms);
+            inner.implementation_builds.insert(build.id, queued.clone());
+            Ok(Ok(queued))
+        })
+    }
+
     async fn build(&self, id: Uuid) -> StoreResult<Option<crate::Build>> {
         self.with(|inner| Ok(inner.implementation_builds.get(&id).cloned()))
     }

@@ -3257,6 +3257,15 @@ where
             };
         let queued =
             crate::builds::queued(document_id, approved.counters.graph_version, build, now_ms);
+        Self::insert_build(&mut tx, &queued).await?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing an approval and its build", e))?;
+        Ok(Ok((approved, queued)))
+    }
+
+    /// In `tx`: stores a queued build.
+    async fn insert_build(tx: &mut Transaction<'_, DB>, queued: &crate::Build) -> StoreResult<()> {
         sqlx::query(
             "INSERT INTO implementation_builds (id, document_id, graph_version, machine_id, \
              requested_by_account_id, requested_by, checkout, state, reason, run_id, \
@@ -3264,7 +3273,7 @@ where
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $10)",
         )
         .bind(DB::Id::from(queued.id))
-        .bind(DB::Id::from(document_id))
+        .bind(DB::Id::from(queued.document_id))
         .bind(queued.graph_version)
         .bind(DB::Id::from(queued.machine_id))
         .bind(DB::Id::from(queued.requested_by_account_id))
@@ -3273,7 +3282,7 @@ where
         .bind(queued.state.as_str())
         .bind(queued.created_at_ms)
         .bind(queued.updated_at_ms)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await
         .map_err(|e| match sqlx_error_kind(&e) {
             Some(ErrorKind::UniqueViolation) => {
@@ -3281,10 +3290,50 @@ where
             }
             _ => sqlx_error("queueing a build", e),
         })?;
+        Ok(())
+    }
+
+    pub(crate) async fn queue_build(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let rows: Vec<GraphRow<DB::Id>> = sqlx::query_as(&GRAPH_VERSIONS)
+            .bind(DB::Id::from(document_id))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a graph", e))?;
+        let latest = rows
+            .into_iter()
+            .map(graph_version_of)
+            .collect::<StoreResult<Vec<_>>>()?
+            .pop();
+        let Some(latest) = latest.filter(|v| v.state == crate::GraphState::Approved) else {
+            return Ok(Err(crate::QueueRefusal::NotApproved));
+        };
+        let pending: Option<(DB::Id,)> = sqlx::query_as(
+            "SELECT id FROM implementation_builds WHERE document_id = $1 \
+             AND state IN ('queued', 'launching') LIMIT 1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading a document's pending build", e))?;
+        if let Some((id,)) = pending {
+            return Ok(Err(crate::QueueRefusal::Pending { build: id.into() }));
+        }
+        let queued =
+            crate::builds::queued(document_id, latest.counters.graph_version, build, now_ms);
+        Self::insert_build(&mut tx, &queued).await?;
         tx.commit()
             .await
-            .map_err(|e| sqlx_error("committing an approval and its build", e))?;
-        Ok(Ok((approved, queued)))
+            .map_err(|e| sqlx_error("committing a queued build", e))?;
+        Ok(Ok(queued))
     }
 
     pub(crate) async fn build(&self, id: Uuid) -> StoreResult<Option<crate::Build>> {
@@ -4766,7 +4815,7 @@ macro_rules! sql_store_impls {
                 NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
                 GraphVersion, GraphChange, GraphRefusal, GraphCounters, ImplementationRun, RunReport, Reported,
                 Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, Build, BuildStore,
-                NewBuild,
+                NewBuild, QueueRefusal,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -4934,6 +4983,8 @@ macro_rules! sql_store_impls {
                 fn approve_and_queue(document_id: Uuid, approval: &GraphChange,
                     build: &NewBuild, now_ms: UnixMillis)
                     -> Result<(GraphVersion, Build), GraphRefusal>;
+                fn queue_build(document_id: Uuid, build: &NewBuild, now_ms: UnixMillis)
+                    -> Result<Build, QueueRefusal>;
                 fn build(id: Uuid) -> Option<Build>;
                 fn machine_builds(machine_id: Uuid) -> Vec<Build>;
                 fn document_builds(document_id: Uuid) -> Vec<Build>;

@@ -35,8 +35,9 @@ use chopin_store::{
     JobState, Kept, LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice,
     NewAttachment, NewBuild, NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine,
     NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential,
-    Provenance, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord, RunReport, Settlement,
-    SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
+    Provenance, QueueRefusal, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
+    RunReport, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
+    UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -149,6 +150,7 @@ conformance! {
     atm_37_default_machine_chooses_only_an_unchosen_document_and_lets_go_only_its_own_choice,
     life_05_a_press_approves_and_queues_its_build_in_one_commit_or_neither,
     life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it,
+    life_48_a_person_retries_a_failed_build_of_the_approved_version,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
@@ -2297,6 +2299,13 @@ async fn every_write(
             .map(|failed| assert!(failed.is_some())),
     );
     record(
+        "queue_build",
+        store
+            .queue_build(fx.doc, &new_build(0xb2, FENCED_MACHINE, &fx.holder), 5_000)
+            .await
+            .map(|queued| assert!(queued.is_ok(), "{queued:?}")),
+    );
+    record(
         "put_planner_credential",
         store
             .put_planner_credential(&credential_of(
@@ -2520,7 +2529,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 57, "every write method is tried");
+    assert_eq!(outcomes.len(), 58, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -7478,6 +7487,72 @@ async fn life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it(
             .collect::<Vec<_>>(),
         [third.id, second.id],
         "newest first"
+    );
+}
+
+/// LIFE-48: a failed build is retried explicitly: queued again for the approved version while
+/// nothing else is pending; never for a draft or a version a run holds.
+async fn life_48_a_person_retries_a_failed_build_of_the_approved_version(b: &Backend) {
+    let store = b.open().await;
+    let mona = member(&store, 95, "mona").await;
+    let doc = store
+        .create_document(&new_doc(95, "octo", "builds", "plan"))
+        .await
+        .unwrap()
+        .id;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1_000))
+        .await
+        .unwrap();
+    changed(&store, doc, edit(None, 1, "{}"), 10).await;
+    assert_eq!(
+        store
+            .queue_build(doc, &new_build(9, MACHINE_A, &mona), 11)
+            .await
+            .unwrap(),
+        Err(QueueRefusal::NotApproved),
+        "a draft is pressed, not retried"
+    );
+    let (_, first) = store
+        .approve_and_queue(doc, &approve(1, 1, 1), &new_build(1, MACHINE_A, &mona), 12)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store
+            .queue_build(doc, &new_build(2, MACHINE_A, &mona), 13)
+            .await
+            .unwrap(),
+        Err(QueueRefusal::Pending { build: first.id })
+    );
+    store.fail_build(first.id, "no checkout", 14).await.unwrap();
+    let again = store
+        .queue_build(doc, &new_build(2, MACHINE_A, &mona), 15)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (again.graph_version, again.state, again.created_at_ms),
+        (1, BuildState::Queued, 15)
+    );
+    let store = b.open().await;
+    assert_eq!(
+        store.machine_builds(MACHINE_A).await.unwrap(),
+        std::slice::from_ref(&again)
+    );
+    store.pick_up_build(again.id, 16).await.unwrap().unwrap();
+    store
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", 17)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store
+            .queue_build(doc, &new_build(3, MACHINE_A, &mona), 18)
+            .await
+            .unwrap(),
+        Err(QueueRefusal::NotApproved),
+        "a version a run holds is not built again"
     );
 }
 

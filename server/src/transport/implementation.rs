@@ -3,9 +3,10 @@
 //!
 //! Owns: `GET /api/channels/{channel}/implementation` (anyone who can read the document: the
 //! snapshot of its graph versions, the lock a run holds and every run's progress) and
-//! `POST /api/channels/{channel}/implementation/approve` with `{graphVersion, graphRevision}`
-//! (a writer's browser session only: a person approves, RULINGS GRA-04), answering the approved
-//! version or a refusal `{code, message}` with 409.
+//! `POST /api/channels/{channel}/implementation/approve` with `{graphVersion, graphRevision,
+//! machineId?, checkout?}` (a writer's browser session only: a person approves, RULINGS GRA-04),
+//! which queues the build on the presser's machine in the same commit (LIFE-05), answering the
+//! approved version with its `build` or a refusal `{code, message}` with 409.
 //! Does not own: the rules (`crate::lifecycle`, `chopin_store::graphs`) or access.
 
 use axum::body::Bytes;
@@ -25,12 +26,14 @@ use crate::lifecycle::Lifecycle;
 pub struct ImplementationDeps {
     pub documents: DocumentsDeps,
     pub lifecycle: std::sync::Arc<Lifecycle>,
+    pub builds: std::sync::Arc<crate::builds::Builds>,
 }
 
 pub fn routes(deps: ImplementationDeps) -> Routes {
     Table::new()
         .get("/api/channels/{channel}/implementation", snapshot)
         .post("/api/channels/{channel}/implementation/approve", approve)
+        .post("/api/channels/{channel}/implementation/retry", retry)
         .with_state(deps)
 }
 
@@ -39,6 +42,13 @@ pub fn routes(deps: ImplementationDeps) -> Routes {
 struct Approve {
     graph_version: i64,
     graph_revision: i64,
+    /// The machine to build on (the presser's, or one shared with them); absent: their
+    /// favourite, else none (approval only).
+    #[serde(default)]
+    machine_id: Option<uuid::Uuid>,
+    /// The checkout on that machine the presser picked.
+    #[serde(default)]
+    checkout: Option<String>,
 }
 
 /// `GET …/implementation`.
@@ -77,14 +87,20 @@ async fn approve(
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid-request",
-            format!("expected {{\"graphVersion\": n, \"graphRevision\": n}}: {e}"),
+            format!("expected {{\"graphVersion\": n, \"graphRevision\": n, \"machineId\": \"<uuid>\"?, \"checkout\": \"…\"?}}: {e}"),
         )
     })?;
     match deps
-        .lifecycle
-        .approve(&doc, wanted.graph_version, wanted.graph_revision)
-        .await
-        .map_err(ApiError::store)?
+        .builds
+        .press(
+            &caller,
+            &doc,
+            wanted.graph_version,
+            wanted.graph_revision,
+            wanted.machine_id,
+            wanted.checkout.as_deref(),
+        )
+        .await?
     {
         Ok(version) => Ok(Json(version)),
         Err(refused) => Err(ApiError::new(
@@ -93,4 +109,50 @@ async fn approve(
             refused.message,
         )),
     }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Retry {
+    #[serde(default)]
+    machine_id: Option<uuid::Uuid>,
+    #[serde(default)]
+    checkout: Option<String>,
+}
+
+/// `POST …/implementation/retry`: a person builds the approved version again (LIFE-48).
+async fn retry(
+    State(deps): State<ImplementationDeps>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.documents.access.caller(&headers, true).await?;
+    if caller.browser.is_none() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "person-required",
+            "Only a person builds a plan again, from a signed-in browser; a token cannot.",
+        ));
+    }
+    let doc = deps.documents.writable(&caller, &channel).await?;
+    let wanted: Retry = if body.is_empty() {
+        Retry {
+            machine_id: None,
+            checkout: None,
+        }
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-request",
+                format!("expected {{\"machineId\": \"<uuid>\"?, \"checkout\": \"…\"?}}: {e}"),
+            )
+        })?
+    };
+    Ok(Json(
+        deps.builds
+            .retry(&caller, &doc, wanted.machine_id, wanted.checkout.as_deref())
+            .await?,
+    ))
 }

@@ -4,7 +4,10 @@
 //! Owns, for the connector: `POST /api/connector/machines` `{name, release?}` (pair; 201 with the
 //! machine), `GET /api/connector/machines/{id}/documents` (the documents that asked it to run
 //! their Planner; `?release=` tells the connector's release) and `POST /api/connector/planner`
-//! `{machineId, documentId, release?}` (a document-scoped Planner credential, AC-20). For a
+//! `{machineId, documentId, release?}` (a document-scoped Planner credential, AC-20); the
+//! browser builds queued on it: `GET /api/connector/machines/{id}/builds`, `POST
+//! /api/connector/builds/{id}/pickup` `{machineId}` (once, LIFE-48) and `POST
+//! /api/connector/builds/{id}/failed` `{machineId, reason?}`. For a
 //! member: `GET /api/machines` (theirs and those shared with them), `DELETE /api/machines/{id}`
 //! (revoke, owner only; 204), `PUT`/`DELETE /api/machines/{id}/shares/{login}` (share with a
 //! teammate, take it back; owner only), `PUT /api/machines/favourite` `{machineId|null}`, and
@@ -34,6 +37,7 @@ use crate::machines::{machine_json, Machines};
 pub struct MachinesDeps {
     pub documents: DocumentsDeps,
     pub machines: Arc<Machines>,
+    pub builds: Arc<crate::builds::Builds>,
 }
 
 pub fn routes(deps: MachinesDeps) -> Routes {
@@ -42,6 +46,9 @@ pub fn routes(deps: MachinesDeps) -> Routes {
         .get("/api/connector/machines/{id}/documents", assignments)
         .post("/api/connector/planner", planner_credential)
         .post("/api/connector/planner/failure", launch_failed)
+        .get("/api/connector/machines/{id}/builds", queued_builds)
+        .post("/api/connector/builds/{id}/pickup", pick_up_build)
+        .post("/api/connector/builds/{id}/failed", build_failed)
         .get("/api/machines", list)
         .delete("/api/machines/{id}", revoke)
         .put("/api/machines/{id}/shares/{login}", share)
@@ -291,6 +298,68 @@ async fn choose(
     Ok(Json(
         deps.machines
             .choose(&caller, &doc, wanted.machine_id)
+            .await?,
+    ))
+}
+
+fn build_id(id: &str) -> Result<Uuid, ApiError> {
+    Uuid::parse_str(id).map_err(|_| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "build-not-found",
+            "No such build: a build id is a UUID.",
+        )
+    })
+}
+
+/// `GET /api/connector/machines/{id}/builds`.
+async fn queued_builds(
+    State(deps): State<MachinesDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.documents.access.caller(&headers, false).await?;
+    let id = machine_id(&id)?;
+    Ok(Json(deps.builds.queued(&caller, id).await?))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BuildWord {
+    machine_id: Uuid,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /api/connector/builds/{id}/pickup`.
+async fn pick_up_build(
+    State(deps): State<MachinesDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.documents.access.caller(&headers, true).await?;
+    let id = build_id(&id)?;
+    let wanted: BuildWord = body(&bytes, "{\"machineId\": \"<uuid>\"}")?;
+    Ok(Json(json!({
+        "build": deps.builds.pick_up(&caller, wanted.machine_id, id).await?,
+        "mcpPath": "/mcp",
+    })))
+}
+
+/// `POST /api/connector/builds/{id}/failed`.
+async fn build_failed(
+    State(deps): State<MachinesDeps>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.documents.access.caller(&headers, true).await?;
+    let id = build_id(&id)?;
+    let wanted: BuildWord = body(&bytes, "{\"machineId\": \"<uuid>\", \"reason\": \"…\"}")?;
+    Ok(Json(
+        deps.builds
+            .failed(&caller, wanted.machine_id, id, wanted.reason.as_deref())
             .await?,
     ))
 }

@@ -1,0 +1,361 @@
+//! Browser builds (docs/connector.md, RULINGS LIFE-05): Build plan's press approves exactly the
+//! drafted graph and queues its build on the presser's machine in one commit (LIFE-05, LIFE-03);
+//! the machine's connector lists its queued builds, picks one up once — never handed out again
+//! (LIFE-48) — and claims the graph through `/mcp` (LIFE-06), or says it could not start it.
+//!
+//! Owns: which machine a press queues on (the one the presser names, else their favourite; one
+//! they may use), the connector's build routes' rules (its own machine's builds only; the owner
+//! must still be able to push to the repository at pick-up), and telling the rooms of each
+//! committed change (`plan:implementation`).
+//! Does not own: the graph's rules and the approval's refusals ([`Lifecycle`]), the records
+//! (the store), the claim itself (the MCP lifecycle tools), or the plan's freeze while a build is
+//! pending ([`crate::graphs::Graphs::held`]).
+
+use std::sync::Arc;
+
+use http::StatusCode;
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::access::{Access, Caller};
+use crate::error::ApiError;
+use crate::lifecycle::{build_json, Lifecycle, Refusal};
+use crate::machines::Machines;
+use crate::runtime::{SharedClock, SharedEntropy};
+use crate::store::{Build, Document, NewBuild, QueueRefusal, Store};
+
+/// The longest checkout a press may name, in characters.
+pub const CHECKOUT_MAX_CHARS: usize = 1024;
+/// The longest reason a connector gives for a build it could not start, in characters.
+pub const REASON_MAX_CHARS: usize = 300;
+
+pub struct BuildsDeps {
+    pub store: Arc<dyn Store>,
+    pub machines: Arc<Machines>,
+    pub lifecycle: Arc<Lifecycle>,
+    pub news: Arc<crate::graphs::Graphs>,
+    pub access: Arc<Access>,
+    pub clock: SharedClock,
+    pub entropy: SharedEntropy,
+}
+
+pub struct Builds {
+    deps: BuildsDeps,
+}
+
+fn refused(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(status, code, message)
+}
+
+fn build_not_found(id: Uuid) -> ApiError {
+    refused(
+        StatusCode::NOT_FOUND,
+        "build-not-found",
+        format!("No build {id} is queued for this machine."),
+    )
+}
+
+/// Trimmed, control characters dropped, at most `max` characters; `None` when nothing is left.
+fn cleaned(text: Option<&str>, max: usize) -> Option<String> {
+    let kept: String = text?
+        .trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(max)
+        .collect();
+    (!kept.is_empty()).then_some(kept)
+}
+
+impl Builds {
+    pub fn new(deps: BuildsDeps) -> Self {
+        Builds { deps }
+    }
+
+    /// Build plan's press: approves exactly the draft (`graph_version`, `graph_revision`) and,
+    /// when the presser names a machine they may use or has a favourite, queues its build there
+    /// with the checkout they picked, in one commit. With no machine it only approves (a coding
+    /// agent may still claim through `/mcp`). The approved version with `build` (or `null`), or
+    /// the approval's refusal.
+    pub async fn press(
+        &self,
+        caller: &Caller,
+        doc: &Document,
+        graph_version: i64,
+        graph_revision: i64,
+        machine_id: Option<Uuid>,
+        checkout: Option<&str>,
+    ) -> Result<Result<Value, Refusal>, ApiError> {
+        let Some(machine) = self.machine_for(caller, machine_id).await? else {
+            let approved = self
+                .deps
+                .lifecycle
+                .approve(doc, graph_version, graph_revision)
+                .await
+                .map_err(ApiError::store)?;
+            return Ok(approved.map(|mut v| {
+                v["build"] = Value::Null;
+                v
+            }));
+        };
+        let build = NewBuild {
+            id: self.deps.entropy.uuid(),
+            machine_id: machine.id,
+            requested_by_account_id: caller.account_id,
+            requested_by: caller.login.clone(),
+            checkout: cleaned(checkout, CHECKOUT_MAX_CHARS),
+        };
+        let queued = self
+            .deps
+            .lifecycle
+            .approve_and_queue(doc, graph_version, graph_revision, &build)
+            .await
+            .map_err(ApiError::store)?;
+        if let Ok(v) = &queued {
+            tracing::info!(document = %doc.id, machine = %machine.id, build = %v["build"]["buildId"], "a build was queued on a machine");
+        }
+        Ok(queued)
+    }
+
+    /// The machine a press or a retry builds on: the one named (which the caller must be able
+    /// to use), else the caller's favourite if they may still use it, else none.
+    async fn machine_for(
+        &self,
+        caller: &Caller,
+        named: Option<Uuid>,
+    ) -> Result<Option<crate::store::Machine>, ApiError> {
+        if let Some(id) = named {
+            return self.deps.machines.usable(caller, id).await.map(Some);
+        }
+        let favourite = self
+            .deps
+            .store
+            .favourite_machine(caller.account_id)
+            .await
+            .map_err(ApiError::store)?;
+        Ok(match favourite {
+            Some(id) => self.deps.machines.usable(caller, id).await.ok(),
+            None => None,
+        })
+    }
+
+    /// `POST /api/channels/{channel}/implementation/retry`: a person builds the approved version
+    /// again after its build failed before any claim (LIFE-48), on the machine they name or
+    /// their favourite. Refused `409 no-approved-graph` when the latest version is a draft or
+    /// held by a run, `409 build-pending` while another build is queued or starting, and `409
+    /// no-machine` with no machine to build on.
+    pub async fn retry(
+        &self,
+        caller: &Caller,
+        doc: &Document,
+        machine_id: Option<Uuid>,
+        checkout: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let Some(machine) = self.machine_for(caller, machine_id).await? else {
+            return Err(refused(
+                StatusCode::CONFLICT,
+                "no-machine",
+                "Name a machine to build on, or make one your favourite.",
+            ));
+        };
+        let build = NewBuild {
+            id: self.deps.entropy.uuid(),
+            machine_id: machine.id,
+            requested_by_account_id: caller.account_id,
+            requested_by: caller.login.clone(),
+            checkout: cleaned(checkout, CHECKOUT_MAX_CHARS),
+        };
+        match self
+            .deps
+            .store
+            .queue_build(doc.id, &build, self.deps.clock.now_ms())
+            .await
+            .map_err(ApiError::store)?
+        {
+            Ok(queued) => {
+                tracing::info!(document = %doc.id, machine = %machine.id, build = %queued.id, "a build was queued again");
+                self.deps.news.changed(doc.id).await;
+                Ok(json!({ "build": build_json(&queued) }))
+            }
+            Err(QueueRefusal::NotApproved) => Err(refused(
+                StatusCode::CONFLICT,
+                "no-approved-graph",
+                "Only an approved version that no run holds is built again; press Build plan for a draft.",
+            )),
+            Err(QueueRefusal::Pending { build }) => Err(refused(
+                StatusCode::CONFLICT,
+                "build-pending",
+                format!("Build {build} is queued or starting already."),
+            )),
+        }
+    }
+
+    /// `GET /api/connector/machines/{id}/builds`: the builds queued for the connector's machine,
+    /// oldest first.
+    pub async fn queued(&self, caller: &Caller, machine_id: Uuid) -> Result<Value, ApiError> {
+        let machine = self
+            .deps
+            .machines
+            .connector(caller, machine_id, None)
+            .await?;
+        let builds = self
+            .deps
+            .store
+            .machine_builds(machine.id)
+            .await
+            .map_err(ApiError::store)?;
+        let mut shown = Vec::with_capacity(builds.len());
+        for build in &builds {
+            let Some(doc) = self
+                .deps
+                .store
+                .document(build.document_id)
+                .await
+                .map_err(ApiError::store)?
+            else {
+                continue;
+            };
+            shown.push(self.for_connector(build, &doc).await?);
+        }
+        Ok(json!({ "builds": shown }))
+    }
+
+    /// A build as its connector is told it: where, what to claim.
+    async fn for_connector(&self, build: &Build, doc: &Document) -> Result<Value, ApiError> {
+        let versions = self
+            .deps
+            .store
+            .graph_versions(doc.id)
+            .await
+            .map_err(ApiError::store)?;
+        let version = versions
+            .iter()
+            .find(|v| v.counters.graph_version == build.graph_version);
+        let mut shown = build_json(build);
+        shown["path"] = json!(format!(
+            "/documents/{}/{}/{}",
+            doc.repo_owner, doc.repo_name, doc.slug
+        ));
+        shown["repository"] = json!(format!("{}/{}", doc.repo_owner, doc.repo_name));
+        shown["claim"] = match version {
+            Some(v) => json!({
+                "documentId": doc.id,
+                "planRevision": v.counters.plan_revision,
+                "graphVersion": v.counters.graph_version,
+                "graphRevision": v.counters.graph_revision,
+            }),
+            None => Value::Null,
+        };
+        Ok(shown)
+    }
+
+    /// The connector's own machine's build `build_id`.
+    async fn machines_build(
+        &self,
+        caller: &Caller,
+        machine_id: Uuid,
+        build_id: Uuid,
+    ) -> Result<(crate::store::Machine, Build), ApiError> {
+        let machine = self
+            .deps
+            .machines
+            .connector(caller, machine_id, None)
+            .await?;
+        let build = self
+            .deps
+            .store
+            .build(build_id)
+            .await
+            .map_err(ApiError::store)?
+            .filter(|b| b.machine_id == machine.id)
+            .ok_or_else(|| build_not_found(build_id))?;
+        Ok((machine, build))
+    }
+
+    /// `POST /api/connector/builds/{id}/pickup`: the connector takes a queued build to start it.
+    /// Handed out once (LIFE-48): a second pick-up is `409 build-picked-up`. The machine's owner
+    /// must still be able to push to the repository (checked with the machine's token). Answers
+    /// the build with what to claim.
+    pub async fn pick_up(
+        &self,
+        caller: &Caller,
+        machine_id: Uuid,
+        build_id: Uuid,
+    ) -> Result<Value, ApiError> {
+        let (machine, build) = self.machines_build(caller, machine_id, build_id).await?;
+        let doc = self
+            .deps
+            .store
+            .document(build.document_id)
+            .await
+            .map_err(ApiError::store)?
+            .ok_or_else(ApiError::not_found)?;
+        match self
+            .deps
+            .access
+            .repo_access(caller.token(), &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(Some(a)) if a.can_write() => {}
+            Ok(_) => {
+                return Err(refused(
+                    StatusCode::FORBIDDEN,
+                    "no-write-access",
+                    format!(
+                        "@{} cannot push to {}/{}; a build needs push or administration access.",
+                        machine.owner_login, doc.repo_owner, doc.repo_name
+                    ),
+                ))
+            }
+            Err(e) => return Err(ApiError::github(e)),
+        }
+        let Some(picked) = self
+            .deps
+            .store
+            .pick_up_build(build.id, self.deps.clock.now_ms())
+            .await
+            .map_err(ApiError::store)?
+        else {
+            return Err(refused(
+                StatusCode::CONFLICT,
+                "build-picked-up",
+                format!("This build is {} already: a build is handed out once and never replayed; a person presses Retry in Build to ask again.", build.state.as_str()),
+            ));
+        };
+        tracing::info!(build = %picked.id, machine = %machine.id, document = %doc.id, "a build was picked up");
+        self.deps.news.changed(doc.id).await;
+        self.for_connector(&picked, &doc).await
+    }
+
+    /// `POST /api/connector/builds/{id}/failed`: the connector could not start a build it picked
+    /// up (or will not start a queued one): it fails with `reason`, before any claim; after its
+    /// claim the run's own reports say how it went (`409 build-claimed`).
+    pub async fn failed(
+        &self,
+        caller: &Caller,
+        machine_id: Uuid,
+        build_id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<Value, ApiError> {
+        let (_, build) = self.machines_build(caller, machine_id, build_id).await?;
+        let reason = cleaned(reason, REASON_MAX_CHARS)
+            .unwrap_or_else(|| "The machine could not start the build.".to_owned());
+        let Some(failed) = self
+            .deps
+            .store
+            .fail_build(build.id, &reason, self.deps.clock.now_ms())
+            .await
+            .map_err(ApiError::store)?
+        else {
+            return Err(refused(
+                StatusCode::CONFLICT,
+                "build-claimed",
+                format!(
+                    "This build is {} already; only a build not yet claimed fails this way.",
+                    build.state.as_str()
+                ),
+            ));
+        };
+        self.deps.news.changed(failed.document_id).await;
+        Ok(json!({ "build": build_json(&failed) }))
+    }
+}

@@ -1,0 +1,292 @@
+//! Browser builds on a paired machine (issue 30), on the whole stack over real sockets, with the
+//! scripted connector of `chopin_fixtures::connector`: Build plan's press approves the draft and
+//! queues its build on the presser's machine in one commit (LIFE-05, LIFE-03); the plan is frozen
+//! from the press to the claim (LIFE-64); the machine's connector lists the build, picks it up
+//! once — never again (LIFE-48) — and claims the graph through `/mcp` with the machine's
+//! authorization, which makes the build claimed by the run (LIFE-06); a build that could not
+//! start fails and frees the plan, and a person retries it explicitly (LIFE-48).
+
+mod support;
+
+use axum::body::Bytes;
+use chopin_fixtures::connector::{Connector, TcpDial};
+use chopin_fixtures::mcp::{call, connect, ok, refusal};
+use chopin_server::runtime::connector::{self as http_client, TcpConnector};
+use chopin_server::store::GraphChange;
+use http::{Method, StatusCode};
+use serde_json::{json, Value};
+use support::Served;
+
+/// `method path` with mona's browser session (and the server's own `Origin`).
+async fn api(s: &Served, method: Method, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let mut request = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", s.host))
+        .header(http::header::ORIGIN, format!("http://{}", s.host))
+        .header(http::header::COOKIE, &s.mona_cookie);
+    let bytes = match body {
+        Some(b) => {
+            request = request.header(http::header::CONTENT_TYPE, "application/json");
+            Bytes::from(serde_json::to_vec(&b).unwrap())
+        }
+        None => Bytes::new(),
+    };
+    let answer = http_client::send(&TcpConnector, request.body(bytes).unwrap())
+        .await
+        .unwrap();
+    let value = serde_json::from_slice(&answer.body).unwrap_or(Value::Null);
+    (answer.status, value)
+}
+
+/// The Planner's draft of the document's graph (version 1, revision 1), in storage.
+async fn drafted(s: &Served) -> i64 {
+    let plan_revision = s
+        .store
+        .document(s.doc)
+        .await
+        .unwrap()
+        .unwrap()
+        .plan_revision;
+    s.store
+        .change_graph(
+            s.doc,
+            &GraphChange::Edit {
+                base: None,
+                plan_revision,
+                definition: r#"{"tasks":[{"id":"a","title":"Do a"}]}"#.into(),
+            },
+            1,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    plan_revision
+}
+
+async fn connector(s: &Served) -> (Connector<TcpDial>, String) {
+    let token = s.github.issue_token("mona");
+    let connector = Connector::pair(
+        TcpDial(s.host.clone()),
+        s.host.clone(),
+        token.clone(),
+        "studio",
+        Some("0.0.30"),
+    )
+    .await
+    .unwrap();
+    (connector, token)
+}
+
+/// mona's press of Build plan in her browser, with `extra` fields.
+async fn press(s: &Served, extra: Value) -> (StatusCode, Value) {
+    let mut body = json!({ "graphVersion": 1, "graphRevision": 1 });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    api(
+        s,
+        Method::POST,
+        &format!("/api/channels/{}/implementation/approve", s.doc),
+        Some(body),
+    )
+    .await
+}
+
+async fn snapshot(s: &Served) -> Value {
+    let (status, body) = api(
+        s,
+        Method::GET,
+        &format!("/api/channels/{}/implementation", s.doc),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    body
+}
+
+#[tokio::test]
+async fn life_05_life_03_life_06_life_48_life_64_a_press_queues_the_build_on_the_pressers_machine_which_claims_it_once(
+) {
+    let s = support::served().await;
+    let plan_revision = drafted(&s).await;
+    let (connector, token) = connector(&s).await;
+    let machine = connector.machine_id().to_owned();
+
+    let (status, pressed) = press(
+        &s,
+        json!({ "machineId": machine, "checkout": "  ~/src/plans\u{7}  " }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{pressed}");
+    assert_eq!(pressed["state"], "approved", "{pressed}");
+    let build = &pressed["build"];
+    assert_eq!(
+        (&build["state"], &build["checkout"], &build["requestedBy"]),
+        (&json!("queued"), &json!("~/src/plans"), &json!("mona")),
+        "{build}"
+    );
+    let build_id = build["buildId"].as_str().unwrap().to_owned();
+
+    // LIFE-64: from the press to the claim the plan is frozen.
+    let shown = snapshot(&s).await;
+    assert_eq!(
+        shown["lock"],
+        json!({ "graphVersion": 1, "buildId": build_id }),
+        "{shown}"
+    );
+    let mcp = connect(&format!("http://{}/mcp", s.host), &s.mona).await;
+    let (code, body) = refusal(
+        call(
+            &mcp,
+            "update_document",
+            json!({ "document": s.doc, "planRevision": plan_revision, "source": "# Replaced\n", "idempotencyKey": "u1" }),
+        )
+        .await,
+    );
+    assert_eq!(code, "locked", "{body}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("a build of version 1"),
+        "{body}"
+    );
+
+    // The connector lists it, picks it up once, and never again (LIFE-48).
+    let queued = connector.builds().await.unwrap();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    assert_eq!(queued[0]["buildId"], build_id);
+    assert_eq!(
+        queued[0]["claim"],
+        json!({ "documentId": s.doc, "planRevision": plan_revision, "graphVersion": 1, "graphRevision": 1 })
+    );
+    let picked = connector.pick_up(&build_id).await.unwrap();
+    assert_eq!(picked["state"], "launching", "{picked}");
+    let again = connector.pick_up(&build_id).await.unwrap_err();
+    assert_eq!(again.code(), Some("build-picked-up"), "{again}");
+    assert!(connector.builds().await.unwrap().is_empty());
+
+    // It claims through /mcp with the machine's own authorization (LIFE-06): the build is the
+    // run's.
+    let machine_mcp = connect(&format!("http://{}/mcp", s.host), &token).await;
+    let started = ok(call(
+        &machine_mcp,
+        "start_implementation",
+        json!({"documentId": s.doc, "planRevision": plan_revision, "graphVersion": 1,
+               "graphRevision": 1, "repository": "octo/plans", "branch": "main",
+               "commit": "a".repeat(40)}),
+    )
+    .await);
+    let run_id = started["run"]["runId"].as_str().unwrap().to_owned();
+    let shown = snapshot(&s).await;
+    assert_eq!(
+        (&shown["builds"][0]["state"], &shown["builds"][0]["runId"]),
+        (&json!("claimed"), &json!(run_id)),
+        "{shown}"
+    );
+    assert_eq!(shown["lock"]["runId"], run_id, "{shown}");
+    let failed = connector
+        .build_failed(&build_id, "too late")
+        .await
+        .unwrap_err();
+    assert_eq!(failed.code(), Some("build-claimed"), "{failed}");
+}
+
+#[tokio::test]
+async fn life_48_life_64_a_build_its_machine_could_not_start_fails_and_frees_the_plan() {
+    let s = support::served().await;
+    drafted(&s).await;
+    let (connector, _) = connector(&s).await;
+    // A machine the presser may not use: refused, nothing approved.
+    let (status, body) = press(
+        &s,
+        json!({ "machineId": "00000000-0000-0000-0000-000000000404" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(body["error"], "machine-not-found");
+    assert_eq!(snapshot(&s).await["graph"]["state"], "draft");
+
+    // With no machine named, mona's favourite is the one.
+    let (status, body) = api(
+        &s,
+        Method::PUT,
+        "/api/machines/favourite",
+        Some(json!({ "machineId": connector.machine_id() })),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, pressed) = press(&s, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{pressed}");
+    assert_eq!(pressed["build"]["machineId"], connector.machine_id());
+    let build_id = pressed["build"]["buildId"].as_str().unwrap().to_owned();
+    connector.pick_up(&build_id).await.unwrap();
+    let failed = connector
+        .build_failed(&build_id, "no checkout of octo/plans on this machine")
+        .await
+        .unwrap();
+    assert_eq!(
+        (&failed["state"], &failed["reason"]),
+        (
+            &json!("failed"),
+            &json!("no checkout of octo/plans on this machine")
+        )
+    );
+    let shown = snapshot(&s).await;
+    assert_eq!(
+        shown["lock"],
+        Value::Null,
+        "a failed build freezes nothing: {shown}"
+    );
+    assert_eq!(shown["builds"][0]["state"], "failed");
+    // Picked up once, it is never handed out again, failed or not.
+    let again = connector.pick_up(&build_id).await.unwrap_err();
+    assert_eq!(again.code(), Some("build-picked-up"), "{again}");
+
+    // A person retries it explicitly from Build: a new build of the approved version.
+    let retry = format!("/api/channels/{}/implementation/retry", s.doc);
+    let (status, retried) = api(&s, Method::POST, &retry, None).await;
+    assert_eq!(status, StatusCode::OK, "{retried}");
+    let new_id = retried["build"]["buildId"].as_str().unwrap().to_owned();
+    assert_ne!(new_id, build_id);
+    assert_eq!(
+        (&retried["build"]["state"], &retried["build"]["graphVersion"]),
+        (&json!("queued"), &json!(1))
+    );
+    assert_eq!(snapshot(&s).await["lock"]["buildId"], new_id, "frozen again");
+    let (status, body) = api(&s, Method::POST, &retry, None).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("build-pending")),
+        "{body}"
+    );
+    let queued = connector.builds().await.unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0]["buildId"], new_id);
+}
+
+#[tokio::test]
+async fn life_05_a_press_with_no_machine_only_approves() {
+    let s = support::served().await;
+    drafted(&s).await;
+    let (status, pressed) = press(&s, json!({})).await;
+    assert_eq!(status, StatusCode::OK, "{pressed}");
+    assert_eq!(
+        (&pressed["state"], &pressed["build"]),
+        (&json!("approved"), &Value::Null)
+    );
+    assert_eq!(snapshot(&s).await["builds"], json!([]));
+    // Nothing to retry: a retry names a machine or has a favourite.
+    let (status, body) = api(
+        &s,
+        Method::POST,
+        &format!("/api/channels/{}/implementation/retry", s.doc),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("no-machine")),
+        "{body}"
+    );
+}
