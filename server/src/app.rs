@@ -712,6 +712,7 @@ impl App {
             visuals: self.visuals.clone(),
             graphs: self.graphs.clone(),
             lifecycle: self.lifecycle.clone(),
+            builds: self.builds.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),

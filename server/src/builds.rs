@@ -19,10 +19,14 @@ use uuid::Uuid;
 
 use crate::access::{Access, Caller};
 use crate::error::ApiError;
+use crate::identity::sign_ins::sha256_hex;
 use crate::lifecycle::{build_json, Lifecycle, Refusal};
 use crate::machines::Machines;
 use crate::runtime::{SharedClock, SharedEntropy};
-use crate::store::{Build, Document, NewBuild, QueueRefusal, Store};
+use crate::store::{Build, BuildState, Document, NewBuild, QueueRefusal, Store};
+
+/// What every build bridge token starts with, so `/mcp` tells it from a GitHub token.
+pub const BRIDGE_PREFIX: &str = "chopin_build_";
 
 /// The longest checkout a press may name, in characters.
 pub const CHECKOUT_MAX_CHARS: usize = 1024;
@@ -308,10 +312,11 @@ impl Builds {
             }
             Err(e) => return Err(ApiError::github(e)),
         }
+        let bridge = format!("{BRIDGE_PREFIX}{}", self.deps.entropy.token_hex(32));
         let Some(picked) = self
             .deps
             .store
-            .pick_up_build(build.id, self.deps.clock.now_ms())
+            .pick_up_build(build.id, &sha256_hex(&bridge), self.deps.clock.now_ms())
             .await
             .map_err(ApiError::store)?
         else {
@@ -323,7 +328,39 @@ impl Builds {
         };
         tracing::info!(build = %picked.id, machine = %machine.id, document = %doc.id, "a build was picked up");
         self.deps.news.changed(doc.id).await;
-        self.for_connector(&picked, &doc).await
+        let mut shown = self.for_connector(&picked, &doc).await?;
+        // Shown this once; the server keeps its digest only.
+        shown["bridge"] = json!(bridge);
+        Ok(shown)
+    }
+
+    /// The build a `/mcp` bearer `chopin_build_…` is the bridge of, with the caller it acts as:
+    /// the machine's owner, with the machine's own GitHub authorization. Refused `401
+    /// bad-credentials` when unknown, when its build failed, or when the machine is gone.
+    pub async fn bridge(&self, token: &str) -> Result<(Caller, Build), ApiError> {
+        let unknown = || {
+            refused(
+                StatusCode::UNAUTHORIZED,
+                "bad-credentials",
+                "This build bridge is not valid: unknown, or its build failed or its machine was revoked.",
+            )
+        };
+        let build = self
+            .deps
+            .store
+            .build_by_bridge(&sha256_hex(token))
+            .await
+            .map_err(ApiError::store)?
+            .filter(|b| matches!(b.state, BuildState::Launching | BuildState::Claimed))
+            .ok_or_else(unknown)?;
+        let caller = self
+            .deps
+            .machines
+            .acting_owner(build.machine_id)
+            .await
+            .map_err(ApiError::store)?
+            .ok_or_else(unknown)?;
+        Ok((caller, build))
     }
 
     /// `POST /api/connector/builds/{id}/failed`: the connector could not start a build it picked

@@ -197,6 +197,24 @@ impl Machines {
         )
     }
 
+    /// The machine's owner as a caller acting with the machine's own GitHub authorization, or
+    /// `None` when the machine is unpaired or its authorization does not open.
+    pub(crate) async fn acting_owner(
+        &self,
+        machine_id: Uuid,
+    ) -> Result<Option<Caller>, StoreError> {
+        let Some(machine) = self.store.machine(machine_id).await? else {
+            return Ok(None);
+        };
+        Ok(self.authorization(&machine).await?.map(|(_, token)| {
+            Caller::acting_for(
+                machine.owner_login.clone(),
+                machine.owner_account_id,
+                token.expose().to_owned(),
+            )
+        }))
+    }
+
     /// The machine's GitHub token and the revision it is stored at, opened from its seal.
     async fn authorization(&self, machine: &Machine) -> Result<Option<(i64, Secret)>, StoreError> {
         let Some((revision, sealed)) = self.store.machine_credential(machine.id).await? else {

@@ -166,9 +166,23 @@ async fn life_05_life_03_life_06_life_48_life_64_a_press_queues_the_build_on_the
     assert_eq!(again.code(), Some("build-picked-up"), "{again}");
     assert!(connector.builds().await.unwrap().is_empty());
 
-    // It claims through /mcp with the machine's own authorization (LIFE-06): the build is the
-    // run's.
-    let machine_mcp = connect(&format!("http://{}/mcp", s.host), &token).await;
+    // It claims through /mcp with the build's bridge (LIFE-06), which acts as the machine's
+    // owner with the machine's authorization and reaches nothing but this build.
+    let bridge = picked["bridge"].as_str().unwrap().to_owned();
+    assert!(bridge.starts_with("chopin_build_"), "{picked}");
+    let machine_mcp = connect(&format!("http://{}/mcp", s.host), &bridge).await;
+    for (tool, args) in [
+        ("list_documents", json!({ "repository": "octo/plans" })),
+        (
+            "start_implementation",
+            json!({"documentId": s.doc, "planRevision": plan_revision, "graphVersion": 2,
+                   "graphRevision": 1, "repository": "octo/plans", "branch": "main",
+                   "commit": "a".repeat(40)}),
+        ),
+    ] {
+        let (code, body) = refusal(call(&machine_mcp, tool, args).await);
+        assert_eq!(code, "bridge-scope", "{tool}: {body}");
+    }
     let started = ok(call(
         &machine_mcp,
         "start_implementation",
@@ -190,6 +204,31 @@ async fn life_05_life_03_life_06_life_48_life_64_a_press_queues_the_build_on_the
         .await
         .unwrap_err();
     assert_eq!(failed.code(), Some("build-claimed"), "{failed}");
+    // The bridge reports on its run, and on no other.
+    let started_task = ok(call(
+        &machine_mcp,
+        "start_task",
+        json!({ "documentId": s.doc, "runId": run_id, "idempotencyKey": "k1", "taskId": "a" }),
+    )
+    .await);
+    assert_eq!(started_task["run"]["runId"], run_id, "{started_task}");
+    let (code, body) = refusal(
+        call(
+            &machine_mcp,
+            "start_task",
+            json!({ "documentId": s.doc, "runId": "another", "idempotencyKey": "k2", "taskId": "a" }),
+        )
+        .await,
+    );
+    assert_eq!(code, "bridge-scope", "{body}");
+    // The machine's own token still reads as its owner would.
+    let owner_mcp = connect(&format!("http://{}/mcp", s.host), &token).await;
+    ok(call(
+        &owner_mcp,
+        "list_documents",
+        json!({ "repository": "octo/plans" }),
+    )
+    .await);
 }
 
 #[tokio::test]
@@ -250,10 +289,17 @@ async fn life_48_life_64_a_build_its_machine_could_not_start_fails_and_frees_the
     let new_id = retried["build"]["buildId"].as_str().unwrap().to_owned();
     assert_ne!(new_id, build_id);
     assert_eq!(
-        (&retried["build"]["state"], &retried["build"]["graphVersion"]),
+        (
+            &retried["build"]["state"],
+            &retried["build"]["graphVersion"]
+        ),
         (&json!("queued"), &json!(1))
     );
-    assert_eq!(snapshot(&s).await["lock"]["buildId"], new_id, "frozen again");
+    assert_eq!(
+        snapshot(&s).await["lock"]["buildId"],
+        new_id,
+        "frozen again"
+    );
     let (status, body) = api(&s, Method::POST, &retry, None).await;
     assert_eq!(
         (status, &body["error"]),

@@ -152,9 +152,17 @@ pub trait BuildStore: Send + Sync + 'static {
     async fn machine_builds(&self, machine_id: Uuid) -> StoreResult<Vec<Build>>;
     /// The newest [`BUILDS_SHOWN`] builds of `document_id`, newest first.
     async fn document_builds(&self, document_id: Uuid) -> StoreResult<Vec<Build>>;
-    /// Queued → launching: the build as picked up, or `None` when it was not queued (picked up
+    /// Queued → launching, keeping `bridge_digest` (the SHA-256 of the bridge token handed to
+    /// the connector): the build as picked up, or `None` when it was not queued (picked up
     /// before, or failed) — a build is never handed out twice (LIFE-48).
-    async fn pick_up_build(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<Option<Build>>;
+    async fn pick_up_build(
+        &self,
+        id: Uuid,
+        bridge_digest: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<Build>>;
+    /// The build whose bridge token has this digest.
+    async fn build_by_bridge(&self, bridge_digest: &str) -> StoreResult<Option<Build>>;
     /// Queued or launching → failed with `reason`: the build as it is now, or `None` when it had
     /// moved past its claim or failed already.
     async fn fail_build(

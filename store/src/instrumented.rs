@@ -1330,10 +1330,24 @@ impl<H: Hook> crate::BuildStore for Instrumented<H> {
     async fn pick_up_build(
         &self,
         id: Uuid,
+        bridge_digest: &str,
         now_ms: UnixMillis,
     ) -> StoreResult<Option<crate::Build>> {
-        self.observe("pick_up_build", WRITE, self.inner.pick_up_build(id, now_ms))
-            .await
+        self.observe(
+            "pick_up_build",
+            WRITE,
+            self.inner.pick_up_build(id, bridge_digest, now_ms),
+        )
+        .await
+    }
+
+    async fn build_by_bridge(&self, bridge_digest: &str) -> StoreResult<Option<crate::Build>> {
+        self.observe(
+            "build_by_bridge",
+            READ,
+            self.inner.build_by_bridge(bridge_digest),
+        )
+        .await
     }
 
     async fn fail_build(

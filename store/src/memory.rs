@@ -129,6 +129,8 @@ struct Inner {
     /// Run id → an implementation run.
     implementation_runs: BTreeMap<String, crate::ImplementationRun>,
     implementation_builds: BTreeMap<Uuid, crate::Build>,
+    /// Each build's bridge token digest (LIFE-06).
+    build_bridges: BTreeMap<String, Uuid>,
     /// (run id, key) → what a report with that key sent and was answered.
     implementation_reports: BTreeMap<(String, String), (String, String)>,
     /// Machine id → a paired machine.
@@ -2301,16 +2303,31 @@ impl crate::BuildStore for MemoryStore {
     async fn pick_up_build(
         &self,
         id: Uuid,
+        bridge_digest: &str,
         now_ms: UnixMillis,
     ) -> StoreResult<Option<crate::Build>> {
         self.write(|inner| {
-            Ok(inner.implementation_builds.get_mut(&id).and_then(|b| {
+            let picked = inner.implementation_builds.get_mut(&id).and_then(|b| {
                 (b.state == crate::BuildState::Queued).then(|| {
                     b.state = crate::BuildState::Launching;
                     b.updated_at_ms = now_ms;
                     b.clone()
                 })
-            }))
+            });
+            if picked.is_some() {
+                inner.build_bridges.insert(bridge_digest.to_owned(), id);
+            }
+            Ok(picked)
+        })
+    }
+
+    async fn build_by_bridge(&self, bridge_digest: &str) -> StoreResult<Option<crate::Build>> {
+        self.with(|inner| {
+            Ok(inner
+                .build_bridges
+                .get(bridge_digest)
+                .and_then(|id| inner.implementation_builds.get(id))
+                .cloned())
         })
     }
 

@@ -3372,23 +3372,26 @@ where
         rows.into_iter().map(build_of).collect()
     }
 
-    /// Moves build `id` from a state in `from` to `to` (with `reason`), in one statement that
-    /// reads it back; `None` when it was in none of them.
+    /// Moves build `id` from a state in `from` to `to` (with `reason`, or keeping
+    /// `bridge_digest`), in one statement that reads it back; `None` when it was in none of them.
     async fn move_build(
         &self,
         id: Uuid,
         from: &str,
         to: crate::BuildState,
         reason: Option<&str>,
+        bridge_digest: Option<&str>,
         now_ms: UnixMillis,
     ) -> StoreResult<Option<crate::Build>> {
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(&format!(
             "UPDATE implementation_builds SET state = $1, reason = COALESCE($2, reason), \
-             updated_at_ms = $3 WHERE id = $4 AND state IN ({from})"
+             bridge_digest = COALESCE($3, bridge_digest), updated_at_ms = $4 \
+             WHERE id = $5 AND state IN ({from})"
         ))
         .bind(to.as_str())
         .bind(reason.map(str::to_owned))
+        .bind(bridge_digest.map(str::to_owned))
         .bind(now_ms)
         .bind(DB::Id::from(id))
         .execute(&mut *tx)
@@ -3411,10 +3414,31 @@ where
     pub(crate) async fn pick_up_build(
         &self,
         id: Uuid,
+        bridge_digest: &str,
         now_ms: UnixMillis,
     ) -> StoreResult<Option<crate::Build>> {
-        self.move_build(id, "'queued'", crate::BuildState::Launching, None, now_ms)
-            .await
+        self.move_build(
+            id,
+            "'queued'",
+            crate::BuildState::Launching,
+            None,
+            Some(bridge_digest),
+            now_ms,
+        )
+        .await
+    }
+
+    pub(crate) async fn build_by_bridge(
+        &self,
+        bridge_digest: &str,
+    ) -> StoreResult<Option<crate::Build>> {
+        let row: Option<BuildRow<DB::Id>> =
+            sqlx::query_as(&format!("{BUILD_SELECT} WHERE bridge_digest = $1"))
+                .bind(crate::storable(bridge_digest).as_ref())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(|e| sqlx_error("reading a build by its bridge", e))?;
+        row.map(build_of).transpose()
     }
 
     pub(crate) async fn fail_build(
@@ -3428,6 +3452,7 @@ where
             "'queued', 'launching'",
             crate::BuildState::Failed,
             Some(reason),
+            None,
             now_ms,
         )
         .await
@@ -4988,7 +5013,9 @@ macro_rules! sql_store_impls {
                 fn build(id: Uuid) -> Option<Build>;
                 fn machine_builds(machine_id: Uuid) -> Vec<Build>;
                 fn document_builds(document_id: Uuid) -> Vec<Build>;
-                fn pick_up_build(id: Uuid, now_ms: UnixMillis) -> Option<Build>;
+                fn pick_up_build(id: Uuid, bridge_digest: &str, now_ms: UnixMillis)
+                    -> Option<Build>;
+                fn build_by_bridge(bridge_digest: &str) -> Option<Build>;
                 fn fail_build(id: Uuid, reason: &str, now_ms: UnixMillis) -> Option<Build>;
             } {});
             sql_store_impls!(@forward $store, TitleStore {

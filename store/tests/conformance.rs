@@ -149,7 +149,7 @@ conformance! {
     ao_12_pres_16_choosing_another_machine_for_a_document_takes_the_earlier_ones_credentials,
     atm_37_default_machine_chooses_only_an_unchosen_document_and_lets_go_only_its_own_choice,
     life_05_a_press_approves_and_queues_its_build_in_one_commit_or_neither,
-    life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it,
+    life_48_life_06_a_build_is_picked_up_once_with_its_bridge_and_a_claim_of_its_version_claims_it,
     life_48_a_person_retries_a_failed_build_of_the_approved_version,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
@@ -2287,7 +2287,7 @@ async fn every_write(
     record(
         "pick_up_build",
         store
-            .pick_up_build(Uuid::from_u128(0xb1), 5_000)
+            .pick_up_build(Uuid::from_u128(0xb1), "bridge-f", 5_000)
             .await
             .map(|picked| assert!(picked.is_some())),
     );
@@ -7374,7 +7374,9 @@ async fn life_05_a_press_approves_and_queues_its_build_in_one_commit_or_neither(
 
 /// LIFE-48: a queued build is handed out once; a claim of its version while it launches claims
 /// it with the run; a failed one stays failed; unpairing its machine fails a pending build.
-async fn life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it(b: &Backend) {
+async fn life_48_life_06_a_build_is_picked_up_once_with_its_bridge_and_a_claim_of_its_version_claims_it(
+    b: &Backend,
+) {
     let store = b.open().await;
     let mona = member(&store, 93, "mona").await;
     let doc = store
@@ -7399,16 +7401,26 @@ async fn life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it(
         .await
         .unwrap()
         .unwrap();
-    let picked = store.pick_up_build(build.id, 20).await.unwrap().unwrap();
+    let picked = store
+        .pick_up_build(build.id, "bridge-1", 20)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         (picked.state, picked.updated_at_ms),
         (BuildState::Launching, 20)
     );
     assert_eq!(
-        store.pick_up_build(build.id, 21).await.unwrap(),
+        store.pick_up_build(build.id, "bridge-2", 21).await.unwrap(),
         None,
         "never twice"
     );
+    // The bridge handed out with it names it; the refused second one names nothing (LIFE-06).
+    assert_eq!(
+        store.build_by_bridge("bridge-1").await.unwrap(),
+        Some(picked.clone())
+    );
+    assert_eq!(store.build_by_bridge("bridge-2").await.unwrap(), None);
     assert_eq!(store.machine_builds(MACHINE_A).await.unwrap(), []);
     store
         .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", 30)
@@ -7417,6 +7429,11 @@ async fn life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it(
         .unwrap();
     let store = b.open().await;
     let claimed = store.build(build.id).await.unwrap().unwrap();
+    assert_eq!(
+        store.build_by_bridge("bridge-1").await.unwrap(),
+        Some(claimed.clone()),
+        "the bridge survives reopening and follows the build"
+    );
     assert_eq!(
         (
             claimed.state,
@@ -7448,7 +7465,13 @@ async fn life_48_a_build_is_picked_up_once_and_a_claim_of_its_version_claims_it(
         (failed.state, failed.reason.as_deref()),
         (BuildState::Failed, Some("no checkout"))
     );
-    assert_eq!(store.pick_up_build(second.id, 43).await.unwrap(), None);
+    assert_eq!(
+        store
+            .pick_up_build(second.id, "bridge-3", 43)
+            .await
+            .unwrap(),
+        None
+    );
     assert_eq!(
         store.fail_build(second.id, "again", 44).await.unwrap(),
         None
@@ -7540,7 +7563,11 @@ async fn life_48_a_person_retries_a_failed_build_of_the_approved_version(b: &Bac
         store.machine_builds(MACHINE_A).await.unwrap(),
         std::slice::from_ref(&again)
     );
-    store.pick_up_build(again.id, 16).await.unwrap().unwrap();
+    store
+        .pick_up_build(again.id, "bridge-4", 16)
+        .await
+        .unwrap()
+        .unwrap();
     store
         .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", 17)
         .await

@@ -78,6 +78,8 @@ pub struct McpDeps {
     pub graphs: Arc<crate::graphs::Graphs>,
     /// `start_implementation` and the reports after it.
     pub lifecycle: Arc<crate::lifecycle::Lifecycle>,
+    /// A build's bridge (`Bearer chopin_build_…`), which reaches only its build (LIFE-06).
+    pub builds: Arc<crate::builds::Builds>,
 }
 
 pub fn routes(deps: McpDeps) -> Routes {
@@ -126,9 +128,24 @@ async fn endpoint(State(endpoint): State<Endpoint>, mut request: Request) -> Res
         );
         return response;
     }
-    let caller = match access.caller(headers, false).await {
-        Ok(caller) => Arc::new(caller),
-        Err(refusal) => return refusal.into_response(),
+    let bridge = bearer(headers)
+        .filter(|t| t.starts_with(crate::builds::BRIDGE_PREFIX))
+        .map(str::to_owned);
+    let caller = match bridge {
+        // A build's bridge: the caller is the machine's owner, and the build its scope.
+        Some(token) => match endpoint.deps.builds.bridge(&token).await {
+            Ok((caller, build)) => {
+                request
+                    .extensions_mut()
+                    .insert(Arc::new(BridgeScope(build)));
+                Arc::new(caller)
+            }
+            Err(refusal) => return refusal.into_response(),
+        },
+        None => match access.caller(headers, false).await {
+            Ok(caller) => Arc::new(caller),
+            Err(refusal) => return refusal.into_response(),
+        },
     };
     request.extensions_mut().insert(caller);
     let answer = endpoint
@@ -138,6 +155,55 @@ async fn endpoint(State(endpoint): State<Endpoint>, mut request: Request) -> Res
     match answer.await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},
+    }
+}
+
+/// The build a bridge token reaches: its document, the version it builds and, once claimed, its
+/// run — nothing else (LIFE-06).
+struct BridgeScope(crate::store::Build);
+
+impl BridgeScope {
+    /// Refuses a call outside the build: another tool, document, version or run.
+    fn admits(&self, tool: &str, args: &Value) -> Result<(), ApiError> {
+        let build = &self.0;
+        let outside = |what: &str| {
+            Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "bridge-scope",
+                format!("A build's bridge reaches only its own build: {what}."),
+            ))
+        };
+        let document = build.document_id.to_string();
+        let named = args
+            .get("documentId")
+            .or_else(|| args.get("document"))
+            .and_then(Value::as_str)
+            .map(str::trim);
+        match tool {
+            "read_implementation"
+            | "start_implementation"
+            | "start_task"
+            | "block_task"
+            | "report_pr"
+            | "complete_task"
+            | "report_verification"
+            | "request_revision" => {}
+            _ => return outside(&format!("{tool} is not a lifecycle tool")),
+        }
+        if named != Some(document.as_str()) {
+            return outside(&format!("its document is {document}, named by its id"));
+        }
+        if tool == "start_implementation"
+            && args.get("graphVersion").and_then(Value::as_i64) != Some(build.graph_version)
+        {
+            return outside(&format!("it builds graph version {}", build.graph_version));
+        }
+        if !matches!(tool, "read_implementation" | "start_implementation")
+            && args.get("runId").and_then(Value::as_str) != build.run_id.as_deref()
+        {
+            return outside("the run is the one its claim started");
+        }
+        Ok(())
     }
 }
 
@@ -182,6 +248,14 @@ impl ServerHandler for Tools {
             .cloned()
             .ok_or_else(|| ErrorData::internal_error("the caller was not established", None))?;
         let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let scope = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Arc<BridgeScope>>())
+            .cloned();
+        if let Some(Err(refusal)) = scope.map(|s| s.admits(&request.name, &arguments)) {
+            return Ok(refused(refusal.code, &refusal.message, json!({})).into());
+        }
         let result = match self.call(&caller, &request.name, arguments).await {
             Ok(result) => result,
             Err(refusal) => refused(refusal.code, &refusal.message, json!({})),
