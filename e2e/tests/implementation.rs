@@ -22,6 +22,7 @@ struct Plan {
     /// Kept until the test ends: the database and the server's home.
     _backend: Backend,
     _home: tempfile::TempDir,
+    github: FakeGitHub,
     mona: String,
     cookie: String,
     id: String,
@@ -39,8 +40,8 @@ async fn next(client: &mut AgentClient) -> ServerMessage {
     }
 }
 
-/// A document made through MCP, its tasks drafted by the Planner and approved by mona.
-async fn approved_plan(backend: Backend) -> Plan {
+/// A document made through MCP, its tasks drafted by the Planner (version 1, revision 1).
+async fn drafted_plan(backend: Backend) -> Plan {
     let github = FakeGitHub::new();
     github.add_user("mona", 1001).add_repo("octo", "plans");
     github.grant("octo", "plans", "mona", Permission::Write);
@@ -134,6 +135,23 @@ async fn approved_plan(backend: Backend) -> Plan {
         .await
         .unwrap();
 
+    Plan {
+        server,
+        _backend: backend,
+        _home: home,
+        github,
+        mona,
+        cookie,
+        id,
+        url,
+    }
+}
+
+/// A document made through MCP, its tasks drafted by the Planner and approved by mona.
+async fn approved_plan(backend: Backend) -> Plan {
+    let plan = drafted_plan(backend).await;
+    let (server, id, origin) = (&plan.server, &plan.id, plan.server.origin());
+    let (mona, cookie) = (&plan.mona, &plan.cookie);
     // A token cannot approve; mona's browser session approves exactly the draft she saw.
     let http = reqwest::Client::new();
     let approve = |body: Value, cookie: Option<&str>| {
@@ -143,7 +161,7 @@ async fn approved_plan(backend: Backend) -> Plan {
             .json(&body);
         request = match cookie {
             Some(cookie) => request.header("cookie", cookie),
-            None => request.bearer_auth(&mona),
+            None => request.bearer_auth(mona),
         };
         request.send()
     };
@@ -151,34 +169,20 @@ async fn approved_plan(backend: Backend) -> Plan {
         .await
         .unwrap();
     assert_eq!(by_token.status(), 403);
-    let stale = approve(
-        json!({"graphVersion": 1, "graphRevision": 2}),
-        Some(&cookie),
-    )
-    .await
-    .unwrap();
+    let stale = approve(json!({"graphVersion": 1, "graphRevision": 2}), Some(cookie))
+        .await
+        .unwrap();
     assert_eq!(stale.status(), 409);
-    let approved = approve(
-        json!({"graphVersion": 1, "graphRevision": 1}),
-        Some(&cookie),
-    )
-    .await
-    .unwrap();
+    let approved = approve(json!({"graphVersion": 1, "graphRevision": 1}), Some(cookie))
+        .await
+        .unwrap();
     assert_eq!(approved.status(), 200);
     let approved: Value = approved.json().await.unwrap();
     assert_eq!(
         (&approved["state"], &approved["claimable"]),
         (&json!("approved"), &json!(true))
     );
-    Plan {
-        server,
-        _backend: backend,
-        _home: home,
-        mona,
-        cookie,
-        id,
-        url,
-    }
+    plan
 }
 
 /// The Build view's snapshot, read with mona's browser session.
@@ -209,6 +213,95 @@ fn checked_snapshot(shown: &Value) {
         .map(|t| t["state"].as_str().unwrap())
         .collect();
     assert_eq!(states, ["complete", "complete", "complete"]);
+}
+
+/// Build plan pressed for a paired machine (issue 30): the press approves and queues the build
+/// on mona's machine (LIFE-05); the scripted connector lists it and picks it up once, with a
+/// bridge (LIFE-48); the coding agent, over rmcp with that bridge, is refused anything but its
+/// build and claims it, which makes the build the run's (LIFE-06); the plan was frozen from the
+/// press (LIFE-64).
+async fn built_on_a_paired_machine(backend: Backend) {
+    use chopin_fixtures::connector::{Connector, TcpDial};
+    use chopin_fixtures::mcp::refusal;
+    let plan = drafted_plan(backend).await;
+    let host = plan.server.host();
+    let machine_token = plan.github.issue_token("mona");
+    let connector = Connector::pair(
+        TcpDial(host.clone()),
+        host.clone(),
+        machine_token.clone(),
+        "studio",
+        Some("0.0.30"),
+    )
+    .await
+    .unwrap();
+    let pressed = reqwest::Client::new()
+        .post(
+            plan.server
+                .url(&format!("/api/channels/{}/implementation/approve", plan.id)),
+        )
+        .header("origin", plan.server.origin())
+        .header("cookie", &plan.cookie)
+        .json(&json!({"graphVersion": 1, "graphRevision": 1,
+                      "machineId": connector.machine_id(), "checkout": "~/src/plans"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pressed.status(), 200);
+    let pressed: Value = pressed.json().await.unwrap();
+    assert_eq!(
+        (&pressed["state"], &pressed["build"]["state"]),
+        (&json!("approved"), &json!("queued")),
+        "{pressed}"
+    );
+    let build_id = pressed["build"]["buildId"].as_str().unwrap().to_owned();
+    assert_eq!(snapshot(&plan).await["lock"]["buildId"], build_id);
+
+    let queued = connector.builds().await.unwrap();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let claim = queued[0]["claim"].clone();
+    let picked = connector.pick_up(&build_id).await.unwrap();
+    let again = connector.pick_up(&build_id).await.unwrap_err();
+    assert_eq!(again.code(), Some("build-picked-up"), "{again}");
+    let bridge = picked["bridge"].as_str().unwrap().to_owned();
+
+    let agent: Client = connect(&plan.server.url("/mcp"), &bridge).await;
+    let (code, body) = refusal(
+        call(
+            &agent,
+            "list_documents",
+            json!({"repository": "octo/plans"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "bridge-scope", "{body}");
+    let started = ok(call(
+        &agent,
+        "start_implementation",
+        json!({"documentId": plan.id, "planRevision": claim["planRevision"],
+               "graphVersion": claim["graphVersion"], "graphRevision": claim["graphRevision"],
+               "repository": "octo/plans", "branch": "main", "commit": "a".repeat(40)}),
+    )
+    .await);
+    let run_id = started["run"]["runId"].as_str().unwrap().to_owned();
+    ok(call(
+        &agent,
+        "start_task",
+        json!({"documentId": plan.id, "runId": run_id, "idempotencyKey": "k-1", "taskId": "schema"}),
+    )
+    .await);
+    let shown = snapshot(&plan).await;
+    assert_eq!(
+        (&shown["builds"][0]["state"], &shown["builds"][0]["runId"]),
+        (&json!("claimed"), &json!(run_id)),
+        "{shown:#}"
+    );
+    assert_eq!(shown["lock"]["runId"], run_id, "{shown:#}");
+    let log = plan.server.logs();
+    assert!(
+        !log.contains(&bridge) && !log.contains(&machine_token),
+        "neither the bridge nor the machine's token is logged"
+    );
 }
 
 /// rmcp as the coding agent: the same session the TypeScript script runs.
@@ -328,4 +421,17 @@ async fn life_01_life_02_life_41_a_plan_is_carried_out_through_mcp_with_the_type
         .await
         .expect("a fresh database");
     carried_out_with_the_typescript_sdk(Backend::Postgres(db)).await;
+}
+
+#[tokio::test]
+async fn life_05_life_06_life_48_a_build_runs_on_a_paired_machine_through_its_bridge_on_sqlite() {
+    built_on_a_paired_machine(Backend::Sqlite(tempfile::tempdir().unwrap())).await;
+}
+
+#[tokio::test]
+async fn life_05_life_06_life_48_a_build_runs_on_a_paired_machine_through_its_bridge_on_postgres() {
+    let pg = chopin_fixtures::pg::shared_postgres();
+    let db = pg.create_database().await.unwrap();
+    built_on_a_paired_machine(Backend::Postgres(db.clone())).await;
+    pg.drop_database(&db).await.unwrap();
 }
