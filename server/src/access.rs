@@ -39,18 +39,6 @@ pub struct Caller {
 }
 
 impl Caller {
-    /// A caller acting for `login` (`account_id`) with `token`, established by the server
-    /// itself rather than from a request's bearer (a build's bridge acts as the machine's owner
-    /// with the machine's own authorization).
-    pub(crate) fn acting_for(login: String, account_id: Uuid, token: String) -> Caller {
-        Caller {
-            login,
-            account_id,
-            token,
-            browser: None,
-        }
-    }
-
     /// The GitHub token the caller's checks are asked with. Never log it.
     pub fn token(&self) -> &str {
         &self.token

@@ -353,13 +353,20 @@ impl Builds {
             .map_err(ApiError::store)?
             .filter(|b| matches!(b.state, BuildState::Launching | BuildState::Claimed))
             .ok_or_else(unknown)?;
-        let caller = self
+        let token = self
             .deps
             .machines
-            .acting_owner(build.machine_id)
+            .machine_token(build.machine_id)
             .await
             .map_err(ApiError::store)?
             .ok_or_else(unknown)?;
+        // The machine's token goes through the same door as any bearer: GitHub says whose it
+        // is, and this instance must still admit that account.
+        let mut headers = http::HeaderMap::new();
+        let value = http::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+            .map_err(|_| unknown())?;
+        headers.insert(http::header::AUTHORIZATION, value);
+        let caller = self.deps.access.caller(&headers, false).await?;
         Ok((caller, build))
     }
 

@@ -197,22 +197,16 @@ impl Machines {
         )
     }
 
-    /// The machine's owner as a caller acting with the machine's own GitHub authorization, or
-    /// `None` when the machine is unpaired or its authorization does not open.
-    pub(crate) async fn acting_owner(
+    /// The machine's own GitHub authorization (its owner's token), or `None` when the machine
+    /// is unpaired or its authorization does not open. Never log it.
+    pub(crate) async fn machine_token(
         &self,
         machine_id: Uuid,
-    ) -> Result<Option<Caller>, StoreError> {
+    ) -> Result<Option<Secret>, StoreError> {
         let Some(machine) = self.store.machine(machine_id).await? else {
             return Ok(None);
         };
-        Ok(self.authorization(&machine).await?.map(|(_, token)| {
-            Caller::acting_for(
-                machine.owner_login.clone(),
-                machine.owner_account_id,
-                token.expose().to_owned(),
-            )
-        }))
+        Ok(self.authorization(&machine).await?.map(|(_, token)| token))
     }
 
     /// The machine's GitHub token and the revision it is stored at, opened from its seal.
