@@ -363,8 +363,9 @@ impl Builds {
         // The machine's token goes through the same door as any bearer: GitHub says whose it
         // is, and this instance must still admit that account.
         let mut headers = http::HeaderMap::new();
-        let value = http::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+        let mut value = http::HeaderValue::from_str(&format!("Bearer {}", token.expose()))
             .map_err(|_| unknown())?;
+        value.set_sensitive(true);
         headers.insert(http::header::AUTHORIZATION, value);
         let caller = self.deps.access.caller(&headers, false).await?;
         Ok((caller, build))
