@@ -89,6 +89,17 @@ impl Builds {
         machine_id: Option<Uuid>,
         checkout: Option<&str>,
     ) -> Result<Result<Value, Refusal>, ApiError> {
+        // A build still waiting or starting holds its version: approving another now would
+        // supersede it under the build, whose claim could then never land.
+        if let Some(crate::graphs::Held::Build { build, .. }) =
+            self.deps.news.held(doc.id).await.map_err(ApiError::store)?
+        {
+            return Err(refused(
+                StatusCode::CONFLICT,
+                "build-pending",
+                format!("Build {build} of this plan is queued or starting; wait until its coding agent claims it or it fails."),
+            ));
+        }
         let Some(machine) = self.machine_for(caller, machine_id).await? else {
             let approved = self
                 .deps

@@ -375,6 +375,15 @@ impl Graphs {
         let Ok(Some(doc)) = self.records.document(document).await else {
             return HostToolResult::error("the document could not be read just now");
         };
+        // A build waiting or starting claims the version it queued, which must stay the latest
+        // (LIFE-36): no new draft until it is claimed or fails (a run's lock is the store's).
+        match self.held(document).await {
+            Ok(Some(held @ Held::Build { .. })) => {
+                return HostToolResult::error(format!("{EDIT_TOOL} is refused: {}", held.words()))
+            }
+            Ok(_) => {}
+            Err(_) => return HostToolResult::error("the plan's lock could not be read just now"),
+        }
         let change = GraphChange::Edit {
             base: args.base.map(|b| (b.graph_version, b.graph_revision)),
             plan_revision: doc.plan_revision,

@@ -151,6 +151,26 @@ async fn life_05_life_03_life_06_life_48_life_64_a_press_queues_the_build_on_the
             .contains("a build of version 1"),
         "{body}"
     );
+    // Nor does the graph take a new draft, whose being the latest would leave the build nothing
+    // to claim (LIFE-36).
+    let redrafted = s
+        .state
+        .graphs
+        .run(
+            s.doc,
+            "edit_implementation_graph",
+            json!({ "base": { "graphVersion": 1, "graphRevision": 1 }, "tasks": [{ "id": "b", "title": "Do b" }] }),
+        )
+        .await;
+    assert!(redrafted.is_error, "{:?}", redrafted.output);
+    assert!(
+        redrafted
+            .output
+            .to_string()
+            .contains("a build of version 1"),
+        "{:?}",
+        redrafted.output
+    );
 
     // The connector lists it, picks it up once, and never again (LIFE-48).
     let queued = connector.builds().await.unwrap();
@@ -335,4 +355,40 @@ async fn life_05_a_press_with_no_machine_only_approves() {
         (StatusCode::CONFLICT, &json!("no-machine")),
         "{body}"
     );
+}
+
+#[tokio::test]
+async fn life_36_life_64_a_press_while_a_build_is_pending_is_refused() {
+    let s = support::served().await;
+    let plan_revision = drafted(&s).await;
+    let (connector, _) = connector(&s).await;
+    let machine = connector.machine_id().to_owned();
+    let (status, body) = press(&s, json!({ "machineId": machine })).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    // A draft made meanwhile (the tool refuses one; storage here) cannot be pressed: approving
+    // it would leave the pending build nothing to claim.
+    s.store
+        .change_graph(
+            s.doc,
+            &GraphChange::Edit {
+                base: Some((1, 1)),
+                plan_revision,
+                definition: r#"{"tasks":[{"id":"b","title":"Do b"}]}"#.into(),
+            },
+            2,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    for extra in [
+        json!({ "graphVersion": 2, "machineId": machine }),
+        json!({ "graphVersion": 2 }),
+    ] {
+        let (status, body) = press(&s, extra).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (StatusCode::CONFLICT, &json!("build-pending")),
+            "{body}"
+        );
+    }
 }
