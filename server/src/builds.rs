@@ -61,12 +61,7 @@ fn build_not_found(id: Uuid) -> ApiError {
 
 /// Trimmed, control characters dropped, at most `max` characters; `None` when nothing is left.
 fn cleaned(text: Option<&str>, max: usize) -> Option<String> {
-    let kept: String = text?
-        .trim()
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(max)
-        .collect();
+    let kept = crate::machines::tidy(text?, max);
     (!kept.is_empty()).then_some(kept)
 }
 
@@ -304,25 +299,10 @@ impl Builds {
             .await
             .map_err(ApiError::store)?
             .ok_or_else(ApiError::not_found)?;
-        match self
-            .deps
-            .access
-            .repo_access(caller.token(), &doc.repo_owner, &doc.repo_name)
-            .await
-        {
-            Ok(Some(a)) if a.can_write() => {}
-            Ok(_) => {
-                return Err(refused(
-                    StatusCode::FORBIDDEN,
-                    "no-write-access",
-                    format!(
-                        "@{} cannot push to {}/{}; a build needs push or administration access.",
-                        machine.owner_login, doc.repo_owner, doc.repo_name
-                    ),
-                ))
-            }
-            Err(e) => return Err(ApiError::github(e)),
-        }
+        self.deps
+            .machines
+            .owner_can_push(caller, &machine, &doc, "a build")
+            .await?;
         let bridge = format!("{BRIDGE_PREFIX}{}", self.deps.entropy.token_hex(32));
         let Some(picked) = self
             .deps

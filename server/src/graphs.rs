@@ -420,6 +420,39 @@ pub enum Held {
     Build { graph_version: i64, build: Uuid },
 }
 
+/// What freezes a plan, from its graph versions and its newest builds: the version a run holds
+/// (LIFE-65), else a build queued or launching (LIFE-64).
+pub fn held_of(versions: &[GraphVersion], builds: &[crate::store::Build]) -> Option<Held> {
+    if let Some(v) = versions.iter().find(|v| v.state == GraphState::Locked) {
+        return Some(Held::Run {
+            graph_version: v.counters.graph_version,
+        });
+    }
+    builds
+        .iter()
+        .find(|b| b.state.is_pending())
+        .map(|b| Held::Build {
+            graph_version: b.graph_version,
+            build: b.id,
+        })
+}
+
+/// The editing lock as the room and the Build view tell it, from the same: `{graphVersion,
+/// runId}` while a run holds a version, `{graphVersion, buildId}` while a build of one is
+/// queued or launching, else `null` (LIFE-64, LIFE-68, LIFE-69).
+pub fn lock_of(versions: &[GraphVersion], builds: &[crate::store::Build]) -> Value {
+    if let Some(v) = versions.iter().find(|v| v.state == GraphState::Locked) {
+        return json!({ "graphVersion": v.counters.graph_version, "runId": v.run_id });
+    }
+    match held_of(versions, builds) {
+        Some(Held::Build {
+            graph_version,
+            build,
+        }) => json!({ "graphVersion": graph_version, "buildId": build }),
+        _ => Value::Null,
+    }
+}
+
 impl Held {
     pub fn graph_version(self) -> i64 {
         match self {
@@ -442,26 +475,26 @@ impl Graphs {
         self.news.subscribe()
     }
 
-    /// The editing lock of `document` as the room tells it: `{graphVersion, runId}` while a run
-    /// holds a version, `{graphVersion, buildId}` while a build of one is queued or launching,
-    /// else `null` (LIFE-64, LIFE-68, LIFE-69).
+    /// The editing lock of `document` as the room tells it ([`lock_of`]), reading its builds
+    /// only when no run holds a version.
     pub async fn lock_json(&self, document: Uuid) -> Result<Value, crate::store::StoreError> {
-        if let Some(v) = self
-            .graphs
-            .graph_versions(document)
-            .await?
-            .iter()
-            .find(|v| v.state == GraphState::Locked)
-        {
-            return Ok(json!({ "graphVersion": v.counters.graph_version, "runId": v.run_id }));
-        }
-        Ok(match self.held(document).await? {
-            Some(Held::Build {
-                graph_version,
-                build,
-            }) => json!({ "graphVersion": graph_version, "buildId": build }),
-            _ => Value::Null,
-        })
+        let (versions, builds) = self.freezers(document).await?;
+        Ok(lock_of(&versions, &builds))
+    }
+
+    /// `document`'s graph versions, and its newest builds unless a run holds a version (then
+    /// no build can freeze anything more, and none is read).
+    async fn freezers(
+        &self,
+        document: Uuid,
+    ) -> Result<(Vec<GraphVersion>, Vec<crate::store::Build>), crate::store::StoreError> {
+        let versions = self.graphs.graph_versions(document).await?;
+        let builds = if versions.iter().any(|v| v.state == GraphState::Locked) {
+            Vec::new()
+        } else {
+            self.builds.document_builds(document).await?
+        };
+        Ok((versions, builds))
     }
 
     /// Tells `document`'s rooms that its graph, build or run changed and is committed (LIFE-68):
@@ -487,30 +520,11 @@ impl Graphs {
         }
     }
 
-    /// What freezes `document`'s plan now, if anything: the version a run holds (LIFE-65), or
-    /// a build queued or launching (LIFE-64).
+    /// What freezes `document`'s plan now, if anything ([`held_of`]), reading its builds only
+    /// when no run holds a version.
     pub async fn held(&self, document: Uuid) -> Result<Option<Held>, crate::store::StoreError> {
-        if let Some(version) = self
-            .graphs
-            .graph_versions(document)
-            .await?
-            .iter()
-            .find(|v| v.state == GraphState::Locked)
-        {
-            return Ok(Some(Held::Run {
-                graph_version: version.counters.graph_version,
-            }));
-        }
-        Ok(self
-            .builds
-            .document_builds(document)
-            .await?
-            .into_iter()
-            .find(|b| b.state.is_pending())
-            .map(|b| Held::Build {
-                graph_version: b.graph_version,
-                build: b.id,
-            }))
+        let (versions, builds) = self.freezers(document).await?;
+        Ok(held_of(&versions, &builds))
     }
 }
 

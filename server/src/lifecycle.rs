@@ -627,7 +627,8 @@ impl Lifecycle {
             shown.push(run_json(run, &progress, &definition));
         }
         // The editing lock as the room tells it: a run's, or a pending build's (LIFE-64).
-        let lock = self.news.lock_json(doc.id).await?;
+        let builds = self.builds.document_builds(doc.id).await?;
+        let lock = crate::graphs::lock_of(&versions, &builds);
         Ok(json!({
             "document": {
                 "id": doc.id,
@@ -647,13 +648,7 @@ impl Lifecycle {
                 }))
                 .collect::<Vec<_>>(),
             "runs": shown,
-            "builds": self
-                .builds
-                .document_builds(doc.id)
-                .await?
-                .iter()
-                .map(build_json)
-                .collect::<Vec<_>>(),
+            "builds": builds.iter().map(build_json).collect::<Vec<_>>(),
         }))
     }
 

@@ -124,8 +124,9 @@ fn credential_refused() -> ApiError {
     )
 }
 
-/// A name or release as kept: trimmed, control characters dropped, at most `max` characters.
-fn tidy(text: &str, max: usize) -> String {
+/// A name, release, checkout or reason as kept: trimmed, control characters dropped, at most
+/// `max` characters.
+pub(crate) fn tidy(text: &str, max: usize) -> String {
     text.trim()
         .chars()
         .filter(|c| !c.is_control())
@@ -380,24 +381,8 @@ impl Machines {
                 "This document has not asked this machine to run its Planner; a member chooses the machine for the document first.",
             ));
         }
-        match self
-            .access
-            .repo_access(caller.token(), &doc.repo_owner, &doc.repo_name)
-            .await
-        {
-            Ok(Some(a)) if a.can_write() => {}
-            Ok(_) => {
-                return Err(refused(
-                    StatusCode::FORBIDDEN,
-                    "no-write-access",
-                    format!(
-                        "@{} cannot push to {}/{}; a Planner needs push or administration access.",
-                        machine.owner_login, doc.repo_owner, doc.repo_name
-                    ),
-                ))
-            }
-            Err(e) => return Err(ApiError::github(e)),
-        }
+        self.owner_can_push(caller, &machine, &doc, "a Planner")
+            .await?;
         let now = self.clock.now_ms();
         let credential = format!("{PLANNER_CREDENTIAL_PREFIX}{}", self.entropy.token_hex(32));
         let expires_at_ms = now.saturating_add(PLANNER_CREDENTIAL_TTL_MS);
@@ -425,6 +410,33 @@ impl Machines {
             document_id: doc.id,
             expires_at_ms,
         })
+    }
+
+    /// The machine's owner can push to `doc`'s repository, asked with the connector's token
+    /// (`caller`, the machine's authorization); `403 no-write-access` naming `who` needs it.
+    pub(crate) async fn owner_can_push(
+        &self,
+        caller: &Caller,
+        machine: &Machine,
+        doc: &Document,
+        who: &str,
+    ) -> Result<(), ApiError> {
+        match self
+            .access
+            .repo_access(caller.token(), &doc.repo_owner, &doc.repo_name)
+            .await
+        {
+            Ok(Some(a)) if a.can_write() => Ok(()),
+            Ok(_) => Err(refused(
+                StatusCode::FORBIDDEN,
+                "no-write-access",
+                format!(
+                    "@{} cannot push to {}/{}; {who} needs push or administration access.",
+                    machine.owner_login, doc.repo_owner, doc.repo_name
+                ),
+            )),
+            Err(e) => Err(ApiError::github(e)),
+        }
     }
 
     /// `POST /api/connector/planner/failure`: the connector reports a backend launch for
