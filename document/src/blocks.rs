@@ -273,6 +273,31 @@ fn level_number(level: HeadingLevel) -> u8 {
     }
 }
 
+/// How many top-level blocks were added, removed or changed from `before` to `after` (the
+/// "N changes to build" count, LIFE-10). Blocks are compared by their exact text, in order, with
+/// a Myers diff (`similar`): where a run of blocks gave way to another, each pair counts once as
+/// a change and the rest as additions or removals, so a hunk counts the larger of its two sides.
+pub fn changed_blocks(before: &str, after: &str) -> usize {
+    let texts = |source: &str| -> Vec<String> {
+        blocks(source)
+            .into_iter()
+            .map(|b| source[b.bytes].trim_end().to_owned())
+            .collect()
+    };
+    let (old, new) = (texts(before), texts(after));
+    similar::capture_diff_slices(similar::Algorithm::Myers, &old, &new)
+        .into_iter()
+        .map(|op| match op {
+            similar::DiffOp::Equal { .. } => 0,
+            similar::DiffOp::Delete { old_len, .. } => old_len,
+            similar::DiffOp::Insert { new_len, .. } => new_len,
+            similar::DiffOp::Replace {
+                old_len, new_len, ..
+            } => old_len.max(new_len),
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,5 +380,43 @@ mod tests {
     fn empty_and_blank_sources_have_no_blocks() {
         assert!(blocks("").is_empty());
         assert!(blocks("\n\n  \n").is_empty());
+    }
+
+    /// LIFE-10: the change count is the number of top-level blocks added, removed or changed.
+    #[test]
+    fn life_10_changed_blocks_counts_blocks_added_removed_or_changed() {
+        let built = "# Plan\n\nOne.\n\nTwo.\n\n- a\n- b\n";
+        assert_eq!(changed_blocks(built, built), 0);
+        // Blank lines and a trailing newline are no block.
+        assert_eq!(
+            changed_blocks(built, "# Plan\n\n\nOne.\n\nTwo.\n\n- a\n- b"),
+            0
+        );
+        assert_eq!(
+            changed_blocks(built, "# Plan\n\nOne!\n\nTwo.\n\n- a\n- b\n"),
+            1
+        );
+        assert_eq!(
+            changed_blocks(built, "# Plan\n\nOne.\n\nNew.\n\nTwo.\n\n- a\n- b\n"),
+            1,
+            "one added"
+        );
+        assert_eq!(
+            changed_blocks(built, "# Plan\n\nTwo.\n\n- a\n- b\n"),
+            1,
+            "one removed"
+        );
+        assert_eq!(
+            changed_blocks(built, "# Plan\n\nOne?\n\nTwo?\n\nThree.\n\n- a\n- b\n"),
+            3,
+            "two changed, one added"
+        );
+        // A change inside a list is a change of that one block.
+        assert_eq!(
+            changed_blocks(built, "# Plan\n\nOne.\n\nTwo.\n\n- a\n- c\n"),
+            1
+        );
+        assert_eq!(changed_blocks("", built), 4);
+        assert_eq!(changed_blocks(built, ""), 4);
     }
 }
