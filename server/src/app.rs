@@ -123,6 +123,8 @@ pub struct App {
     pub machines: Arc<crate::machines::Machines>,
     /// Browser builds queued on paired machines.
     pub builds: Arc<crate::builds::Builds>,
+    /// Rebuilds of a built plan's edits.
+    pub rebuilds: Arc<crate::rebuilds::Rebuilds>,
     /// Default machine: a writer's favourite for a document nobody chose a machine for (only
     /// under the `remote` harness).
     pub default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
@@ -374,6 +376,7 @@ impl App {
             graphs: store.clone(),
             builds: store.clone(),
             news: graphs.clone(),
+            open: open.clone(),
             claim_refusal_ignored: config.planted.claim_refusal_ignored,
             run_end_split: config.planted.run_end_split,
             clock: clock.clone(),
@@ -553,6 +556,16 @@ impl App {
             clock: clock.clone(),
             entropy: entropy.clone(),
         }));
+        let rebuilds = Arc::new(crate::rebuilds::Rebuilds::new(
+            crate::rebuilds::RebuildsDeps {
+                store: store.clone(),
+                builds: builds.clone(),
+                open: open.clone(),
+                news: graphs.clone(),
+                clock: clock.clone(),
+                entropy: entropy.clone(),
+            },
+        ));
         let default_machine = (!crate::harness::model_in_server(&config.harness)).then(|| {
             Arc::new(crate::default_machine::DefaultMachine::new(
                 crate::default_machine::DefaultMachineDeps {
@@ -569,6 +582,7 @@ impl App {
         housekeeping::spawn_patience_sweep(
             &planners,
             default_machine.clone(),
+            &builds,
             clock.clone(),
             &shutdown,
         );
@@ -615,6 +629,7 @@ impl App {
             drafts,
             machines,
             builds,
+            rebuilds,
             default_machine,
         }
     }
@@ -680,6 +695,7 @@ impl App {
                 documents: self.documents_deps(),
                 lifecycle: self.lifecycle.clone(),
                 builds: self.builds.clone(),
+                rebuilds: self.rebuilds.clone(),
             },
         ))
         .merge(transport::machines::routes(
@@ -713,6 +729,7 @@ impl App {
             graphs: self.graphs.clone(),
             lifecycle: self.lifecycle.clone(),
             builds: self.builds.clone(),
+            rebuilds: self.rebuilds.clone(),
         }))
         .merge(transport::room::routes(RoomDeps {
             access: self.access.clone(),

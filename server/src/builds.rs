@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::access::{Access, Caller};
 use crate::error::ApiError;
 use crate::identity::sign_ins::sha256_hex;
-use crate::lifecycle::{build_json, Lifecycle, Refusal};
+use crate::lifecycle::{build_json, Lifecycle, Refusal, BUILD_SILENCE_MS};
 use crate::machines::Machines;
 use crate::runtime::{SharedClock, SharedEntropy};
 use crate::store::{Build, BuildState, Document, NewBuild, QueueRefusal, Store};
@@ -59,8 +59,34 @@ fn build_not_found(id: Uuid) -> ApiError {
     )
 }
 
+/// Why a build or rebuild was not queued, as the person is told.
+pub(crate) fn queue_refused(refusal: &QueueRefusal) -> ApiError {
+    match refusal {
+        QueueRefusal::NotApproved => refused(
+            StatusCode::CONFLICT,
+            "no-approved-graph",
+            "Only an approved version that no run holds and nobody built yet is built again; press Build plan for a draft.",
+        ),
+        QueueRefusal::Pending { build } => refused(
+            StatusCode::CONFLICT,
+            "build-pending",
+            format!("Build {build} is queued or starting already."),
+        ),
+        QueueRefusal::NothingBuilt => refused(
+            StatusCode::CONFLICT,
+            "nothing-built",
+            "No build of this plan has delivered yet, so there is nothing to rebuild onto: press Build plan.",
+        ),
+        QueueRefusal::Locked { graph_version } => refused(
+            StatusCode::CONFLICT,
+            "implementation-active",
+            format!("An implementation run holds version {graph_version} of this plan's tasks; wait until it ends."),
+        ),
+    }
+}
+
 /// Trimmed, control characters dropped, at most `max` characters; `None` when nothing is left.
-fn cleaned(text: Option<&str>, max: usize) -> Option<String> {
+pub(crate) fn cleaned(text: Option<&str>, max: usize) -> Option<String> {
     let kept = crate::machines::tidy(text?, max);
     (!kept.is_empty()).then_some(kept)
 }
@@ -128,7 +154,7 @@ impl Builds {
 
     /// The machine a press or a retry builds on: the one named (which the caller must be able
     /// to use), else the caller's favourite if they may still use it, else none.
-    async fn machine_for(
+    pub(crate) async fn machine_for(
         &self,
         caller: &Caller,
         named: Option<Uuid>,
@@ -186,16 +212,7 @@ impl Builds {
                 self.deps.news.changed(doc.id).await;
                 Ok(json!({ "build": build_json(&queued) }))
             }
-            Err(QueueRefusal::NotApproved) => Err(refused(
-                StatusCode::CONFLICT,
-                "no-approved-graph",
-                "Only an approved version that no run holds is built again; press Build plan for a draft.",
-            )),
-            Err(QueueRefusal::Pending { build }) => Err(refused(
-                StatusCode::CONFLICT,
-                "build-pending",
-                format!("Build {build} is queued or starting already."),
-            )),
+            Err(refusal) => Err(queue_refused(&refusal)),
         }
     }
 
@@ -247,6 +264,8 @@ impl Builds {
         ));
         shown["repository"] = json!(format!("{}/{}", doc.repo_owner, doc.repo_name));
         shown["claim"] = match version {
+            // A rebuild claims nothing: its bridge reads and reports it (read_rebuild).
+            _ if build.kind == crate::store::BuildKind::Rebuild => Value::Null,
             Some(v) => json!({
                 "documentId": doc.id,
                 "planRevision": v.counters.plan_revision,
@@ -342,7 +361,12 @@ impl Builds {
             .build_by_bridge(&sha256_hex(token))
             .await
             .map_err(ApiError::store)?
-            .filter(|b| matches!(b.state, BuildState::Launching | BuildState::Claimed))
+            .filter(|b| {
+                matches!(
+                    b.state,
+                    BuildState::Launching | BuildState::Claimed | BuildState::Landed
+                )
+            })
             .ok_or_else(unknown)?;
         let token = self
             .deps
@@ -360,6 +384,24 @@ impl Builds {
         headers.insert(http::header::AUTHORIZATION, value);
         let caller = self.deps.access.caller(&headers, false).await?;
         Ok((caller, build))
+    }
+
+    /// The sweep (RULINGS LIFE-87, LIFE-82): a build picked up and not claimed within
+    /// [`BUILD_SILENCE_MS`] fails `expired`, and a browser build's run with no lifecycle report for
+    /// as long is stopped; either waits for a person's Retry. Runs on the 15-s sweep.
+    pub async fn sweep(&self) -> Result<(), crate::store::StoreError> {
+        let now = self.deps.clock.now_ms();
+        let cutoff = now - BUILD_SILENCE_MS;
+        for build in self.deps.store.expire_builds(cutoff, now).await? {
+            tracing::info!(build = %build.id, document = %build.document_id, kind = build.kind.as_str(), "a build picked up and silent for 30 minutes failed");
+            self.deps.news.changed(build.document_id).await;
+        }
+        for run in self.deps.store.silent_build_runs(cutoff).await? {
+            if self.deps.lifecycle.stop_silent(&run).await? {
+                tracing::info!(run = %run.run_id, document = %run.document_id, "a build's run silent for 30 minutes was stopped");
+            }
+        }
+        Ok(())
     }
 
     /// `POST /api/connector/builds/{id}/failed`: the connector could not start a build it picked

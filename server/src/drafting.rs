@@ -224,22 +224,27 @@ impl Drafts {
                 "The plan is empty: write it before breaking it into tasks.".to_owned(),
             )));
         }
-        let blocks = chopin_document::blocks::blocks(&source);
-        let open = chopin_document::decision::decisions(&source, &blocks)
-            .into_iter()
-            .filter(|(_, d)| matches!(d.state, DecisionState::Open | DecisionState::Answered))
-            .count();
-        if open > 0 {
-            return Ok(Some((
-                "decisions-open",
-                format!(
-                    "The plan has {open} unresolved Decision{}; resolve them before building.",
-                    if open == 1 { "" } else { "s" }
-                ),
-            )));
-        }
-        Ok(None)
+        Ok(unsettled(&source))
     }
+}
+
+/// Why a plan with this source is not built now: a Decision open or answered but unresolved
+/// (LIFE-13, LIFE-18; "accepted comments" have no counterpart here, docs/rulings.md).
+pub fn unsettled(source: &str) -> Option<(&'static str, String)> {
+    let blocks = chopin_document::blocks::blocks(source);
+    let open = chopin_document::decision::decisions(source, &blocks)
+        .into_iter()
+        .filter(|(_, d)| matches!(d.state, DecisionState::Open | DecisionState::Answered))
+        .count();
+    (open > 0).then(|| {
+        (
+            "decisions-open",
+            format!(
+                "The plan has {open} unresolved Decision{}; resolve them before building.",
+                if open == 1 { "" } else { "s" }
+            ),
+        )
+    })
 }
 
 /// The instruction the server writes for a draft: the Planner reads the latest plan and saves

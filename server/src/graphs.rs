@@ -421,7 +421,8 @@ pub enum Held {
 }
 
 /// What freezes a plan, from its graph versions and its newest builds: the version a run holds
-/// (LIFE-65), else a build queued or launching (LIFE-64).
+/// (LIFE-65), else a first build queued or launching (LIFE-64); a rebuild freezes nothing, since
+/// it builds the sources it was queued with and later edits are the next one's.
 pub fn held_of(versions: &[GraphVersion], builds: &[crate::store::Build]) -> Option<Held> {
     if let Some(v) = versions.iter().find(|v| v.state == GraphState::Locked) {
         return Some(Held::Run {
@@ -430,7 +431,7 @@ pub fn held_of(versions: &[GraphVersion], builds: &[crate::store::Build]) -> Opt
     }
     builds
         .iter()
-        .find(|b| b.state.is_pending())
+        .find(|b| b.kind == crate::store::BuildKind::Build && b.state.is_pending())
         .map(|b| Held::Build {
             graph_version: b.graph_version,
             build: b.id,

@@ -103,15 +103,18 @@ pub fn spawn(
 /// `PLANNER_PATIENCE_MS` (PRES-20, PRES-21). It runs every [`crate::starting::SWEEP_EVERY_MS`]
 /// (15 s), on the multiples of 15 s of the server's clock, so when it runs never depends on when
 /// the process started (and a scenario can place a deadline 1 ms either side of a sweep). The
-/// same sweep lets go of Default machine's unused documents (ATM-37).
+/// same sweep lets go of Default machine's unused documents (ATM-37) and ends builds silent for
+/// 30 minutes (RULINGS LIFE-87).
 pub fn spawn_patience_sweep(
     planners: &Arc<Planners>,
     default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
+    builds: &Arc<crate::builds::Builds>,
     clock: SharedClock,
     shutdown: &Shutdown,
 ) {
     let planners = Arc::downgrade(planners);
     let default_machine = default_machine.as_ref().map(Arc::downgrade);
+    let builds = Arc::downgrade(builds);
     let stopping = shutdown.stopping();
     shutdown.spawn(async move {
         tokio::pin!(stopping);
@@ -138,6 +141,11 @@ pub fn spawn_patience_sweep(
             if let Some(default) = default_machine.as_ref().and_then(std::sync::Weak::upgrade) {
                 if let Err(e) = default.sweep().await {
                     tracing::warn!(error = %e, "Default machine's sweep could not read its documents; the next sweep tries again");
+                }
+            }
+            if let Some(builds) = builds.upgrade() {
+                if let Err(e) = builds.sweep().await {
+                    tracing::warn!(error = %e, "the builds' sweep could not finish; the next sweep tries again");
                 }
             }
         }

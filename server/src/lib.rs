@@ -45,6 +45,7 @@ pub mod participation;
 pub mod people;
 pub mod planner;
 pub mod questions;
+pub mod rebuilds;
 pub mod renewal;
 pub mod repo_files;
 pub mod repository;

@@ -63,7 +63,17 @@ pub struct Progress {
     /// Why a revision was requested, when one was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision_reason: Option<String>,
+    /// Why the server stopped the run, when it did ([`SWEPT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped_because: Option<String>,
 }
+
+/// How long a browser build's run may go without a lifecycle report before the sweep stops it,
+/// and a picked-up build without its claim before the sweep fails it (RULINGS LIFE-87).
+pub const BUILD_SILENCE_MS: i64 = 30 * 60 * 1000;
+
+/// Why the sweep stopped a build's run.
+pub const SWEPT: &str = "No lifecycle report for 30 minutes: the server's sweep stopped the run. A person presses Retry in Build to build it again.";
 
 /// Where one task stands within a run.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -439,6 +449,8 @@ pub struct Lifecycle {
     pub builds: Arc<dyn crate::store::BuildStore>,
     /// Tells the rooms of each committed change (`plan:implementation`, LIFE-68).
     pub news: Arc<crate::graphs::Graphs>,
+    /// The documents' live text: what a delivering run built (LIFE-11).
+    pub open: Arc<crate::content::OpenDocuments>,
     pub clock: SharedClock,
     pub entropy: SharedEntropy,
     /// The simulator's planted bug ([`crate::config::Planted::claim_refusal_ignored`]); always
@@ -457,6 +469,7 @@ impl Lifecycle {
         counters: GraphCounters,
         checkout: &Checkout,
         login: &str,
+        build: Option<Uuid>,
     ) -> Result<Result<Value, Refusal>, StoreError> {
         if doc.archived {
             return Ok(Err(refusal(
@@ -484,7 +497,7 @@ impl Lifecycle {
         let text = serde_json::to_string(&progress).unwrap_or_default();
         let claimed = self
             .graphs
-            .start_implementation(doc.id, counters, &run_id, &text, self.clock.now_ms())
+            .start_implementation(doc.id, counters, &run_id, &text, build, self.clock.now_ms())
             .await?;
         let run = match claimed {
             Ok(run) => run,
@@ -539,7 +552,7 @@ impl Lifecycle {
                         end.as_str()
                     ),
                 );
-                r.more = json!({ "ended": end.as_str() });
+                r.more = json!({ "ended": end.as_str(), "endedAt": run.updated_at_ms });
                 return Ok(Err(r));
             }
             // The claim is the run's first revision; each saved report adds one.
@@ -551,7 +564,7 @@ impl Lifecycle {
             }
             let progress: Progress = serde_json::from_str(&run.progress)
                 .map_err(|e| StoreError::Backend(format!("a run's progress: {e}")))?;
-            let definition = self.definition(&run).await?;
+            let (plan_revision, definition) = self.held_version(&run).await?;
             let now = self.clock.now_ms();
             let (next, end) = match apply(&definition, &progress, report, now) {
                 Ok(done) => done,
@@ -560,6 +573,7 @@ impl Lifecycle {
             let answer = run_json(
                 &ImplementationRun {
                     ended: end,
+                    updated_at_ms: now,
                     ..run.clone()
                 },
                 &next,
@@ -577,6 +591,15 @@ impl Lifecycle {
                 }
                 end => end,
             };
+            // A verified run delivers the plan its version was drafted against, which the
+            // lock kept as it is; the store records it only for a browser build's run (LIFE-11).
+            let delivered = match end {
+                Some(RunEnd::Verified) => Some(crate::store::Delivery {
+                    source: self.open.open(document).await?.source().await,
+                    plan_revision,
+                }),
+                _ => None,
+            };
             let saved = self
                 .graphs
                 .report_implementation(
@@ -588,6 +611,7 @@ impl Lifecycle {
                         progress: serde_json::to_string(&next).unwrap_or_default(),
                         result: answer.to_string(),
                         end,
+                        delivered,
                     },
                     now,
                 )
@@ -608,6 +632,46 @@ impl Lifecycle {
             "busy",
             "Other reports on this run kept landing first; send this one again.",
         )))
+    }
+
+    /// Stops `run`, a browser build's run the sweep found silent (RULINGS LIFE-87): it ends
+    /// `stopped` and gives its version back as approved, unless a report landed meanwhile.
+    /// Whether it stopped it.
+    pub async fn stop_silent(&self, run: &ImplementationRun) -> Result<bool, StoreError> {
+        let mut progress: Progress = serde_json::from_str(&run.progress)
+            .map_err(|e| StoreError::Backend(format!("a run's progress: {e}")))?;
+        progress.stopped_because = Some(SWEPT.to_owned());
+        let definition = self.definition(run).await?;
+        let answer = run_json(
+            &ImplementationRun {
+                ended: Some(RunEnd::Stopped),
+                updated_at_ms: self.clock.now_ms(),
+                ..run.clone()
+            },
+            &progress,
+            &definition,
+        );
+        let saved = self
+            .graphs
+            .report_implementation(
+                &run.run_id,
+                &RunReport {
+                    key: format!("chopin:sweep:{}", run.revision),
+                    payload: "sweep".to_owned(),
+                    base_revision: run.revision,
+                    progress: serde_json::to_string(&progress).unwrap_or_default(),
+                    result: answer.to_string(),
+                    end: Some(RunEnd::Stopped),
+                    delivered: None,
+                },
+                self.clock.now_ms(),
+            )
+            .await?;
+        if !matches!(saved, Reported::Saved(_)) {
+            return Ok(false);
+        }
+        self.news.changed(run.document_id).await;
+        Ok(true)
     }
 
     /// The Build view's snapshot of `doc` (LIFE-66, LIFE-67, LIFE-68): every graph version's
@@ -712,6 +776,7 @@ impl Lifecycle {
 pub fn build_json(build: &crate::store::Build) -> Value {
     json!({
         "buildId": build.id,
+        "kind": build.kind.as_str(),
         "documentId": build.document_id,
         "graphVersion": build.graph_version,
         "machineId": build.machine_id,
@@ -745,13 +810,19 @@ fn approval_refusal(refused: &GraphRefusal) -> Refusal {
 impl Lifecycle {
     /// The definition of the version `run` holds.
     async fn definition(&self, run: &ImplementationRun) -> Result<Definition, StoreError> {
+        Ok(self.held_version(run).await?.1)
+    }
+
+    /// The plan revision of the version `run` holds, and its definition.
+    async fn held_version(&self, run: &ImplementationRun) -> Result<(i64, Definition), StoreError> {
         let versions = self.graphs.graph_versions(run.document_id).await?;
         let version = versions
             .iter()
             .find(|v| v.counters.graph_version == run.graph_version)
             .ok_or(StoreError::NotFound("graph version"))?;
-        Definition::parse(&version.definition)
-            .map_err(|e| StoreError::Backend(format!("a stored graph: {e}")))
+        let definition = Definition::parse(&version.definition)
+            .map_err(|e| StoreError::Backend(format!("a stored graph: {e}")))?;
+        Ok((version.counters.plan_revision, definition))
     }
 }
 
@@ -791,6 +862,11 @@ fn claim_refusal(refused: &GraphRefusal) -> Refusal {
             "no-approved-graph",
             "The document's latest graph is not approved: a person approves one with Build plan.",
         ),
+        GraphRefusal::BuildEnded { state } => Refusal {
+            code: "build-ended",
+            message: format!("The build this bridge belongs to is {state}: it claims nothing any more. A person presses Retry in Build to build the plan again."),
+            more: json!({ "buildState": state }),
+        },
         other => refusal("refused", other.to_string()),
     }
 }
@@ -839,8 +915,11 @@ pub fn run_json(run: &ImplementationRun, progress: &Progress, definition: &Defin
         "branch": progress.branch,
         "commit": progress.commit,
         "startedBy": progress.started_by,
+        "startedAt": run.started_at_ms,
+        "lastReportAt": run.updated_at_ms,
         "tasks": tasks,
         "verifications": progress.verifications,
+        "stoppedBecause": progress.stopped_because,
     })
 }
 

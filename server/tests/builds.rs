@@ -392,3 +392,254 @@ async fn life_36_life_64_a_press_while_a_build_is_pending_is_refused() {
         );
     }
 }
+
+/// mona's browser press of Build on "N changes to build" (LIFE-12), with `body`.
+async fn rebuild(s: &Served, body: Option<Value>) -> (StatusCode, Value) {
+    api(
+        s,
+        Method::POST,
+        &format!("/api/channels/{}/implementation/rebuild", s.doc),
+        body,
+    )
+    .await
+}
+
+/// The document's source and plan revision, read by mona through `/mcp`.
+async fn plan(mcp: &chopin_fixtures::mcp::Client, s: &Served) -> (String, i64) {
+    let read = ok(call(mcp, "read_document", json!({ "document": s.doc })).await);
+    (
+        read["source"].as_str().unwrap().to_owned(),
+        read["revision"].as_i64().unwrap(),
+    )
+}
+
+/// mona's update of the whole plan to `source` through `/mcp`.
+async fn write_plan(mcp: &chopin_fixtures::mcp::Client, s: &Served, source: &str, key: &str) {
+    let (_, revision) = plan(mcp, s).await;
+    ok(call(
+        mcp,
+        "update_document",
+        json!({ "document": s.doc, "planRevision": revision, "source": source, "idempotencyKey": key }),
+    )
+    .await);
+}
+
+#[tokio::test]
+async fn life_11_life_10_life_12_life_13_life_14_life_84_life_85_a_delivered_build_counts_the_changes_since_and_a_pressed_rebuild_lands_through_its_bridge(
+) {
+    let s = support::served().await;
+    let plan_revision = drafted(&s).await;
+    let (connector, _) = connector(&s).await;
+    let machine = connector.machine_id().to_owned();
+    let mona = connect(&format!("http://{}/mcp", s.host), &s.mona).await;
+    let (built_source, _) = plan(&mona, &s).await;
+
+    // A first build, delivered: claimed through its bridge, its one task done and verified.
+    let (status, pressed) = press(&s, json!({ "machineId": machine })).await;
+    assert_eq!(status, StatusCode::OK, "{pressed}");
+    let build_id = pressed["build"]["buildId"].as_str().unwrap().to_owned();
+    let picked = connector.pick_up(&build_id).await.unwrap();
+    let build_bridge = connect(
+        &format!("http://{}/mcp", s.host),
+        picked["bridge"].as_str().unwrap(),
+    )
+    .await;
+    let started = ok(call(
+        &build_bridge,
+        "start_implementation",
+        json!({"documentId": s.doc, "planRevision": plan_revision, "graphVersion": 1,
+               "graphRevision": 1, "repository": "octo/plans", "branch": "main",
+               "commit": "a".repeat(40)}),
+    )
+    .await);
+    let run_id = started["run"]["runId"].as_str().unwrap().to_owned();
+    let pr = "https://github.com/octo/plans/pull/7";
+    for (n, (tool, more)) in [
+        ("start_task", json!({ "taskId": "a" })),
+        (
+            "report_pr",
+            json!({ "taskId": "a", "url": pr, "state": "open" }),
+        ),
+        (
+            "complete_task",
+            json!({ "taskId": "a", "summary": "Did a." }),
+        ),
+        (
+            "report_verification",
+            json!({ "tasks": [{ "taskId": "a", "passed": true, "evidence": "Checked." }] }),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut args =
+            json!({ "documentId": s.doc, "runId": run_id, "idempotencyKey": format!("k{n}") });
+        for (k, v) in more.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        ok(call(&build_bridge, tool, args).await);
+    }
+
+    // LIFE-11: the delivery recorded what it built; LIFE-10: nothing changed since.
+    let shown = snapshot(&s).await;
+    assert_eq!(
+        (&shown["built"]["buildId"], &shown["built"]["changes"]),
+        (&json!(build_id), &json!(0)),
+        "{shown}"
+    );
+    let (status, body) = rebuild(&s, Some(json!({ "machineId": machine }))).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("no-changes")),
+        "{body}"
+    );
+
+    // A paragraph added: one change to build.
+    let edited = format!("{}\n\nA new paragraph.\n", built_source.trim_end());
+    write_plan(&mona, &s, &edited, "u1").await;
+    assert_eq!(snapshot(&s).await["built"]["changes"], 1);
+    // LIFE-13: refused while a Decision is unsettled.
+    let undecided =
+        format!("{edited}\n```decision\nid: port\nstate: open\nquestion: Which port?\n```\n");
+    write_plan(&mona, &s, &undecided, "u2").await;
+    let (status, body) = rebuild(&s, Some(json!({ "machineId": machine }))).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("decisions-open")),
+        "{body}"
+    );
+    write_plan(&mona, &s, &edited, "u3").await;
+
+    // LIFE-12: the press queues one rebuild, persisted before the answer.
+    let (status, queued) = rebuild(&s, Some(json!({ "machineId": machine }))).await;
+    assert_eq!(status, StatusCode::OK, "{queued}");
+    assert_eq!(
+        (
+            &queued["build"]["kind"],
+            &queued["build"]["state"],
+            &queued["changes"]
+        ),
+        (&json!("rebuild"), &json!("queued"), &json!(1)),
+        "{queued}"
+    );
+    let rebuild_id = queued["build"]["buildId"].as_str().unwrap().to_owned();
+    let stored = s
+        .store
+        .build(rebuild_id.parse().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.change.unwrap().after, edited);
+    let (status, body) = rebuild(&s, Some(json!({ "machineId": machine }))).await;
+    assert_eq!(
+        (status, &body["error"]),
+        (StatusCode::CONFLICT, &json!("build-pending")),
+        "one at a time: {body}"
+    );
+    assert_eq!(
+        snapshot(&s).await["lock"],
+        Value::Null,
+        "a rebuild freezes nothing"
+    );
+
+    // The connector picks it up like a build; it claims nothing.
+    let listed = connector.builds().await.unwrap();
+    assert_eq!(
+        (
+            &listed[0]["buildId"],
+            &listed[0]["kind"],
+            &listed[0]["claim"]
+        ),
+        (&json!(rebuild_id), &json!("rebuild"), &Value::Null),
+        "{listed:?}"
+    );
+    let picked = connector.pick_up(&rebuild_id).await.unwrap();
+    let bridge = connect(
+        &format!("http://{}/mcp", s.host),
+        picked["bridge"].as_str().unwrap(),
+    )
+    .await;
+
+    // LIFE-84: the rebuild's bridge reaches read_rebuild and report_rebuild only; a build's
+    // bridge and a plain bearer reach neither.
+    let named = json!({ "documentId": s.doc, "rebuildId": rebuild_id });
+    for (client, tool, args) in [
+        (
+            &bridge,
+            "start_task",
+            json!({ "documentId": s.doc, "runId": run_id, "idempotencyKey": "x", "taskId": "a" }),
+        ),
+        (
+            &bridge,
+            "read_rebuild",
+            json!({ "documentId": s.doc, "rebuildId": build_id }),
+        ),
+        (&build_bridge, "read_rebuild", named.clone()),
+        (&mona, "read_rebuild", named.clone()),
+    ] {
+        let (code, body) = refusal(call(client, tool, args).await);
+        assert_eq!(code, "bridge-scope", "{tool}: {body}");
+    }
+    // LIFE-81: the change as data, with the pull requests built so far.
+    let read = ok(call(&bridge, "read_rebuild", named.clone()).await);
+    assert_eq!(
+        (
+            &read["change"]["before"]["source"],
+            &read["change"]["after"]["source"],
+            &read["change"]["changedBlocks"]
+        ),
+        (&json!(built_source), &json!(edited), &json!(1)),
+        "{read}"
+    );
+    assert_eq!(
+        read["task"],
+        chopin_server::rebuilds::REBUILD_TASK,
+        "{read}"
+    );
+    assert_eq!(read["pullRequests"][0]["url"], pr, "{read}");
+
+    // LIFE-14: the report lands the tasks as an approved, completed version.
+    let report = json!({
+        "documentId": s.doc, "rebuildId": rebuild_id, "branch": "main", "commit": "b".repeat(40),
+        "tasks": [{ "title": "Add the new paragraph's work", "summary": "Pushed onto #7.",
+                    "pullRequest": { "url": pr, "state": "open" } }],
+    });
+    let landed = ok(call(&bridge, "report_rebuild", report.clone()).await);
+    assert_eq!(
+        (
+            &landed["rebuild"]["state"],
+            &landed["graph"]["graphVersion"],
+            &landed["graph"]["state"]
+        ),
+        (&json!("landed"), &json!(2), &json!("approved")),
+        "{landed}"
+    );
+    // LIFE-85: repeated after landing, the same success.
+    let mut again = report.clone();
+    again["commit"] = json!("c".repeat(40));
+    assert_eq!(ok(call(&bridge, "report_rebuild", again).await), landed);
+    let shown = snapshot(&s).await;
+    assert_eq!(
+        (&shown["built"]["buildId"], &shown["built"]["changes"]),
+        (&json!(rebuild_id), &json!(0)),
+        "the landed rebuild's source is the built one now: {shown}"
+    );
+    let last_run = shown["runs"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (&last_run["graphVersion"], &last_run["state"]),
+        (&json!(2), &json!("verified")),
+        "{last_run}"
+    );
+    // Landed, its version is never claimed.
+    let (code, body) = refusal(
+        call(
+            &mona,
+            "start_implementation",
+            json!({"documentId": s.doc, "planRevision": landed["graph"]["planRevision"],
+                   "graphVersion": 2, "graphRevision": 1, "repository": "octo/plans",
+                   "branch": "main", "commit": "a".repeat(40)}),
+        )
+        .await,
+    );
+    assert_eq!(code, "already-verified", "{body}");
+}

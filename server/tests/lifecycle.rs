@@ -901,6 +901,7 @@ async fn life_57_a_run_takes_at_most_ten_thousand_reports() {
                     progress: now.progress.clone(),
                     result: "{}".into(),
                     end: None,
+                    delivered: None,
                 },
                 3,
             )

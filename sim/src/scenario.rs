@@ -353,6 +353,18 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         release: Option<String>,
     },
+    /// The cast's document gets a graph of `tasks` (as [`Action::ApprovedGraph`] drafts it),
+    /// approved with a build queued on `machine` by its owner in the same commit, in storage, as
+    /// a person's Build plan press makes it (LIFE-05).
+    QueueBuild {
+        machine: String,
+        tasks: Vec<String>,
+    },
+    /// `machine`'s connector picks up its oldest queued build (LIFE-48); the bridge it is handed
+    /// is then the token of `as = "<machine>-bridge"` in an `mcp` step.
+    PickUp {
+        machine: String,
+    },
     /// `as` moves the cast's document to `machine` (absent: to none).
     ChooseMachine {
         #[serde(rename = "as")]
@@ -1061,34 +1073,8 @@ impl Run {
             }
             Action::ApprovedGraph { tasks, document } => {
                 let id = self.document(document)?;
+                let (drafted, plan, now) = self.draft_graph(id, tasks)?;
                 let store = self.world.store();
-                let definition = serde_json::json!({
-                    "tasks": tasks.iter().enumerate().map(|(i, t)| serde_json::json!({
-                        "id": t,
-                        "title": format!("Do {t}"),
-                        "dependsOn": if i == 0 { Vec::new() } else { vec![tasks[i - 1].clone()] },
-                    })).collect::<Vec<_>>()
-                })
-                .to_string();
-                let now = crate::clock::SIM_EPOCH_MS + self.world.now_ms() as i64;
-                let plan = block_on(store.document(id))
-                    .map_err(|e| e.to_string())?
-                    .ok_or("no such document")?
-                    .plan_revision;
-                let latest = block_on(store.graph_versions(id))
-                    .map_err(|e| e.to_string())?
-                    .pop();
-                let drafted = block_on(store.change_graph(
-                    id,
-                    &chopin_server::store::GraphChange::Edit {
-                        base: latest.map(|v| (v.counters.graph_version, v.counters.graph_revision)),
-                        plan_revision: plan,
-                        definition,
-                    },
-                    now,
-                ))
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
                 block_on(store.change_graph(
                     id,
                     &chopin_server::store::GraphChange::Approve {
@@ -1100,6 +1086,67 @@ impl Run {
                 ))
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
+                Ok(())
+            }
+            Action::QueueBuild { machine, tasks } => {
+                let doc = self.doc;
+                let (drafted, plan, now) = self.draft_graph(doc, tasks)?;
+                let (id, _) = self.machine(machine)?;
+                let store = self.world.store();
+                let id: uuid::Uuid = id.parse().map_err(|_| "a machine id")?;
+                let owner = block_on(store.machine(id))
+                    .map_err(|e| e.to_string())?
+                    .ok_or("the machine is gone")?;
+                let login = block_on(store.account(owner.owner_account_id))
+                    .map_err(|e| e.to_string())?
+                    .map(|a| a.login)
+                    .unwrap_or_default();
+                let build = chopin_server::store::NewBuild {
+                    id: uuid::Uuid::from_u128(0xb01d_0000 + u128::from(self.world.now_ms())),
+                    machine_id: id,
+                    requested_by_account_id: owner.owner_account_id,
+                    requested_by: login,
+                    checkout: None,
+                };
+                block_on(store.approve_and_queue(
+                    doc,
+                    &chopin_server::store::GraphChange::Approve {
+                        graph_version: drafted.counters.graph_version,
+                        graph_revision: drafted.counters.graph_revision,
+                        current_plan_revision: plan,
+                    },
+                    &build,
+                    now,
+                ))
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+                Ok(())
+            }
+            Action::PickUp { machine } => {
+                let (id, token) = self.machine(machine)?;
+                let (status, listed) = self.http(
+                    machine,
+                    http::Method::GET,
+                    &format!("/api/connector/machines/{id}/builds"),
+                    &token,
+                    None,
+                )?;
+                let build = listed["builds"][0]["buildId"]
+                    .as_str()
+                    .ok_or_else(|| format!("machine {machine} has no queued build: {status} {listed}"))?
+                    .to_owned();
+                let (status, picked) = self.http(
+                    machine,
+                    http::Method::POST,
+                    &format!("/api/connector/builds/{build}/pickup"),
+                    &token,
+                    Some(serde_json::json!({ "machineId": id })),
+                )?;
+                let bridge = picked["build"]["bridge"]
+                    .as_str()
+                    .ok_or_else(|| format!("build {build} was not picked up: {status} {picked}"))?
+                    .to_owned();
+                self.tokens.insert(format!("{machine}-bridge"), bridge);
                 Ok(())
             }
             Action::Mcp {
@@ -1645,6 +1692,45 @@ impl Run {
         let token = self.world.github().issue_token(login);
         self.tokens.insert(login.to_owned(), token.clone());
         Ok(token)
+    }
+
+    /// Drafts a graph of `tasks` (task ids, each depending on the one before) for `id` in
+    /// storage at the plan's revision, as the Planner would: the draft, the plan revision and the
+    /// server clock's now.
+    fn draft_graph(
+        &mut self,
+        id: uuid::Uuid,
+        tasks: &[String],
+    ) -> Result<(chopin_server::store::GraphVersion, i64, i64), String> {
+        let store = self.world.store();
+        let definition = serde_json::json!({
+            "tasks": tasks.iter().enumerate().map(|(i, t)| serde_json::json!({
+                "id": t,
+                "title": format!("Do {t}"),
+                "dependsOn": if i == 0 { Vec::new() } else { vec![tasks[i - 1].clone()] },
+            })).collect::<Vec<_>>()
+        })
+        .to_string();
+        let now = crate::clock::SIM_EPOCH_MS + self.world.now_ms() as i64;
+        let plan = block_on(store.document(id))
+            .map_err(|e| e.to_string())?
+            .ok_or("no such document")?
+            .plan_revision;
+        let latest = block_on(store.graph_versions(id))
+            .map_err(|e| e.to_string())?
+            .pop();
+        let drafted = block_on(store.change_graph(
+            id,
+            &chopin_server::store::GraphChange::Edit {
+                base: latest.map(|v| (v.counters.graph_version, v.counters.graph_revision)),
+                plan_revision: plan,
+                definition,
+            },
+            now,
+        ))
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+        Ok((drafted, plan, now))
     }
 
     /// The paired machine `name`: its id and its token.

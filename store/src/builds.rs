@@ -13,7 +13,7 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::{GraphChange, GraphRefusal, GraphVersion, StoreResult, UnixMillis};
+use crate::{GraphChange, GraphRefusal, GraphVersion, ImplementationRun, StoreResult, UnixMillis};
 
 /// Where a build is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,8 +24,11 @@ pub enum BuildState {
     Launching,
     /// Its run claimed the version it queued.
     Claimed,
-    /// It ended before its claim (the connector could not start it, or its machine went).
+    /// It ended before its claim (the connector could not start it, or its machine went, or
+    /// the sweep found it silent too long).
     Failed,
+    /// A rebuild its coding agent reported done: its tasks joined the graph (LIFE-14).
+    Landed,
 }
 
 impl BuildState {
@@ -36,6 +39,7 @@ impl BuildState {
             BuildState::Launching => "launching",
             BuildState::Claimed => "claimed",
             BuildState::Failed => "failed",
+            BuildState::Landed => "landed",
         }
     }
 
@@ -45,14 +49,97 @@ impl BuildState {
             "launching" => BuildState::Launching,
             "claimed" => BuildState::Claimed,
             "failed" => BuildState::Failed,
+            "landed" => BuildState::Landed,
             _ => return None,
         })
     }
 
-    /// Queued or launching: it freezes the plan until its claim (LIFE-64).
+    /// Queued or launching: a first build's freezes the plan until its claim (LIFE-64).
     pub fn is_pending(self) -> bool {
         matches!(self, BuildState::Queued | BuildState::Launching)
     }
+}
+
+/// What a build builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildKind {
+    /// An approved graph version, claimed through `/mcp` like any coding agent's.
+    Build,
+    /// The edits made since the document's built source, onto the pull requests that built it
+    /// (LIFE-12): pressed, it is its own approval and claims nothing.
+    Rebuild,
+}
+
+impl BuildKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BuildKind::Build => "build",
+            BuildKind::Rebuild => "rebuild",
+        }
+    }
+
+    pub fn parse(word: &str) -> Option<Self> {
+        Some(match word {
+            "build" => BuildKind::Build,
+            "rebuild" => BuildKind::Rebuild,
+            _ => return None,
+        })
+    }
+}
+
+/// The change a rebuild implements: the built source it starts from and the source as it was
+/// when the rebuild was queued. Kept only while the rebuild is pending; an ended rebuild keeps
+/// none, so history stays small whatever the document's size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuildChange {
+    pub before: String,
+    pub after: String,
+    /// The plan revision `after` is the source of.
+    pub plan_revision: i64,
+}
+
+/// The source a document's last delivered build (or landed rebuild) built (LIFE-10, LIFE-11):
+/// what "N changes to build" counts from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BuiltSource {
+    pub document_id: Uuid,
+    /// The build or rebuild that delivered it.
+    pub build_id: Uuid,
+    pub plan_revision: i64,
+    pub source: String,
+    pub recorded_at_ms: UnixMillis,
+}
+
+/// What a delivering run built: recorded as the built source when the run that a browser
+/// build's claim started passes its verification, in that report's commit (LIFE-11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    pub source: String,
+    pub plan_revision: i64,
+}
+
+/// The most builds a document keeps (LIFE-86): past it, ended rebuilds give way oldest first.
+pub const BUILDS_KEPT: i64 = 100;
+
+/// Why a pending build ended when the sweep found no lifecycle report for too long (RULINGS
+/// LIFE-87).
+pub const EXPIRED: &str = "expired";
+
+/// What [`BuildStore::land_rebuild`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Landing {
+    /// Landed now: the rebuild, and the approved, completed version its tasks made.
+    Landed {
+        rebuild: Build,
+        version: GraphVersion,
+    },
+    /// It had landed before; nothing changed (LIFE-85).
+    Already(Build),
+    /// It is not a rebuild that was picked up (queued, failed, or a first build); nothing
+    /// changed.
+    NotLaunching(Build),
+    /// A run holds the graph: nothing changed.
+    Refused(GraphRefusal),
 }
 
 /// A browser build.
@@ -60,7 +147,9 @@ impl BuildState {
 pub struct Build {
     pub id: Uuid,
     pub document_id: Uuid,
-    /// The graph version it builds (the one the press approved).
+    pub kind: BuildKind,
+    /// The graph version it builds (the one the press approved); for a rebuild, the latest
+    /// version when it was queued, then the version its landing made.
     pub graph_version: i64,
     /// The machine whose connector runs it.
     pub machine_id: Uuid,
@@ -74,6 +163,8 @@ pub struct Build {
     pub reason: Option<String>,
     /// The run that claimed it.
     pub run_id: Option<String>,
+    /// A pending rebuild's change.
+    pub change: Option<BuildChange>,
     pub created_at_ms: UnixMillis,
     pub updated_at_ms: UnixMillis,
 }
@@ -101,6 +192,7 @@ pub(crate) fn queued(
     Build {
         id: build.id,
         document_id,
+        kind: BuildKind::Build,
         graph_version,
         machine_id: build.machine_id,
         requested_by_account_id: build.requested_by_account_id,
@@ -109,6 +201,7 @@ pub(crate) fn queued(
         state: BuildState::Queued,
         reason: None,
         run_id: None,
+        change: None,
         created_at_ms: now_ms,
         updated_at_ms: now_ms,
     }
@@ -124,6 +217,72 @@ pub enum QueueRefusal {
     NotApproved,
     /// A build of the document is queued or launching already.
     Pending { build: Uuid },
+    /// A rebuild of a document no build delivered.
+    NothingBuilt,
+    /// A run holds the graph.
+    Locked { graph_version: i64 },
+}
+
+/// The rebuild of `document_id` from `built` to `after`, queued at `now_ms` on the latest
+/// version `graph_version`.
+pub(crate) fn queued_rebuild(
+    document_id: Uuid,
+    graph_version: i64,
+    build: &NewBuild,
+    built: &BuiltSource,
+    after: &str,
+    after_plan_revision: i64,
+    now_ms: UnixMillis,
+) -> Build {
+    Build {
+        kind: BuildKind::Rebuild,
+        change: Some(BuildChange {
+            before: built.source.clone(),
+            after: crate::storable(after).into_owned(),
+            plan_revision: after_plan_revision,
+        }),
+        ..queued(document_id, graph_version, build, now_ms)
+    }
+}
+
+/// The id of the run a landed rebuild `id` made.
+pub fn rebuild_run_id(id: Uuid) -> String {
+    format!("rebuild_{}", id.simple())
+}
+
+/// The run `rebuild` made of `version` as it landed, ended verified with `progress`.
+pub(crate) fn landed_run(
+    rebuild: &Build,
+    version: &GraphVersion,
+    progress: &str,
+    now_ms: UnixMillis,
+) -> ImplementationRun {
+    ImplementationRun {
+        ended: Some(crate::RunEnd::Verified),
+        ..crate::graphs::new_run(
+            rebuild.document_id,
+            version.counters.graph_version,
+            &rebuild_run_id(rebuild.id),
+            progress,
+            now_ms,
+        )
+    }
+}
+
+/// The ids of the ended rebuilds that give way so that `builds` (a document's, any order) plus
+/// one more stay within [`BUILDS_KEPT`], oldest first.
+pub(crate) fn giving_way(builds: &[Build]) -> Vec<Uuid> {
+    let kept = usize::try_from(BUILDS_KEPT).unwrap_or(usize::MAX);
+    let over = (builds.len() + 1).saturating_sub(kept);
+    let mut ended: Vec<&Build> = builds
+        .iter()
+        .filter(|b| {
+            b.kind == BuildKind::Rebuild
+                && matches!(b.state, BuildState::Landed | BuildState::Failed)
+        })
+        .collect();
+    ended.sort_by_key(|b| (b.created_at_ms, b.id));
+    ended.into_iter().take(over).map(|b| b.id).collect()
 }
 
 #[async_trait]
@@ -171,4 +330,43 @@ pub trait BuildStore: Send + Sync + 'static {
         reason: &str,
         now_ms: UnixMillis,
     ) -> StoreResult<Option<Build>>;
+    /// The document's built source, if a build delivered (LIFE-11).
+    async fn built_source(&self, document_id: Uuid) -> StoreResult<Option<BuiltSource>>;
+    /// Queues `build` as a rebuild from the built source to `after` (the source at
+    /// `after_plan_revision`), in one commit (LIFE-12): refused while any build of the document
+    /// is pending, while a run holds its graph, or when no build delivered. Ended rebuilds give
+    /// way, oldest first, so the document keeps at most [`BUILDS_KEPT`] builds (LIFE-86).
+    /// `NotFound("document")`.
+    async fn queue_rebuild(
+        &self,
+        document_id: Uuid,
+        build: &NewBuild,
+        after: &str,
+        after_plan_revision: i64,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<Build, QueueRefusal>>;
+    /// Lands the launching rebuild `id` (LIFE-14), in one commit: `definition` (its tasks as its
+    /// coding agent reported them) joins the graph as a new version, approved and verified,
+    /// drafted against the rebuild's after-source; every earlier approved or draft version is
+    /// superseded; the after-source becomes the built source; a run of that version, ended
+    /// verified with `progress` (the tasks done, their pull requests), records the report; the
+    /// rebuild is landed with that version and run ([`rebuild_run_id`]). `NotFound("build")`.
+    async fn land_rebuild(
+        &self,
+        id: Uuid,
+        definition: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Landing>;
+    /// Fails every launching build and rebuild picked up at or before `cutoff_ms` with
+    /// [`EXPIRED`] (RULINGS LIFE-87): the builds failed.
+    async fn expire_builds(
+        &self,
+        cutoff_ms: UnixMillis,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<Build>>;
+    /// The live runs that a browser build's claim started and that took no report since
+    /// `cutoff_ms` (their last report, or claim, at or before it).
+    async fn silent_build_runs(&self, cutoff_ms: UnixMillis)
+        -> StoreResult<Vec<ImplementationRun>>;
 }

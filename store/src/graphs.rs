@@ -141,6 +141,13 @@ pub enum GraphChange {
         run_id: String,
         end: RunEnd,
     },
+    /// A rebuild landed (LIFE-14): its tasks join as a new version, approved and already
+    /// verified (so never claimed), drafted against `plan_revision`; every earlier approved or
+    /// draft version is superseded. Refused while a run holds the graph.
+    Land {
+        plan_revision: i64,
+        definition: String,
+    },
 }
 
 /// Why a change was refused. Nothing changed.
@@ -173,6 +180,9 @@ pub enum GraphRefusal {
     /// A run holds a version: the graph takes no other change until it ends.
     #[error("an implementation run holds version {graph_version}")]
     Locked { graph_version: i64 },
+    /// A claim through a build's bridge once that build ended (failed, or claimed already).
+    #[error("the build this claim comes from is {state}")]
+    BuildEnded { state: String },
     /// An end of a run that does not hold that version.
     #[error("run {run_id} does not hold version {graph_version}")]
     NotLocked { graph_version: i64, run_id: String },
@@ -230,6 +240,9 @@ pub struct RunReport {
     pub result: String,
     /// The run ends with it: its version is given back in the same commit (LIFE-34).
     pub end: Option<RunEnd>,
+    /// What the run built: when it ends verified and a browser build's claim started it, this
+    /// becomes the document's built source in the same commit (LIFE-11).
+    pub delivered: Option<crate::Delivery>,
 }
 
 /// What became of a [`RunReport`].
@@ -260,14 +273,17 @@ pub trait GraphStore: Send + Sync + 'static {
     ) -> StoreResult<Result<GraphVersion, GraphRefusal>>;
 
     /// Claims the version `counters` name for a new run `run_id` ([`GraphChange::Claim`]) and
-    /// saves the run with `progress`, in one commit (LIFE-42). `NotFound` if the document does
-    /// not exist.
+    /// saves the run with `progress`, in one commit (LIFE-42). A claim through `build`'s bridge
+    /// needs that build still launching, checked in the same commit (else
+    /// [`GraphRefusal::BuildEnded`]), and makes it claimed. `NotFound` if the document does not
+    /// exist.
     async fn start_implementation(
         &self,
         document_id: Uuid,
         counters: GraphCounters,
         run_id: &str,
         progress: &str,
+        build: Option<Uuid>,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<ImplementationRun, GraphRefusal>>;
 
@@ -493,6 +509,32 @@ pub fn apply(
             ended.revision_requested = *end == RunEnd::RevisionRequested;
             ended.updated_at_ms = now_ms;
             Ok(vec![ended])
+        }
+        GraphChange::Land {
+            plan_revision,
+            definition,
+        } => {
+            if let Some(held) = locked {
+                return Err(GraphRefusal::Locked {
+                    graph_version: held.counters.graph_version,
+                });
+            }
+            let next = latest.map_or(1, |v| v.counters.graph_version + 1);
+            let mut landed = draft(document_id, next, *plan_revision, definition, now_ms);
+            landed.state = GraphState::Approved;
+            landed.verified = true;
+            let mut saved = vec![landed];
+            saved.extend(
+                versions
+                    .iter()
+                    .filter(|v| matches!(v.state, GraphState::Approved | GraphState::Draft))
+                    .map(|v| GraphVersion {
+                        state: GraphState::Superseded,
+                        updated_at_ms: now_ms,
+                        ..v.clone()
+                    }),
+            );
+            Ok(saved)
         }
     }
 }

@@ -940,13 +940,14 @@ impl<H: Hook> crate::GraphStore for Instrumented<H> {
         counters: crate::GraphCounters,
         run_id: &str,
         progress: &str,
+        build: Option<Uuid>,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
         self.observe(
             "start_implementation",
             WRITE,
             self.inner
-                .start_implementation(document_id, counters, run_id, progress, now_ms),
+                .start_implementation(document_id, counters, run_id, progress, build, now_ms),
         )
         .await
     }
@@ -1360,6 +1361,68 @@ impl<H: Hook> crate::BuildStore for Instrumented<H> {
             "fail_build",
             WRITE,
             self.inner.fail_build(id, reason, now_ms),
+        )
+        .await
+    }
+
+    async fn built_source(&self, document_id: Uuid) -> StoreResult<Option<crate::BuiltSource>> {
+        self.observe("built_source", READ, self.inner.built_source(document_id))
+            .await
+    }
+
+    async fn queue_rebuild(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        after: &str,
+        after_plan_revision: i64,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        self.observe(
+            "queue_rebuild",
+            WRITE,
+            self.inner
+                .queue_rebuild(document_id, build, after, after_plan_revision, now_ms),
+        )
+        .await
+    }
+
+    async fn land_rebuild(
+        &self,
+        id: Uuid,
+        definition: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Landing> {
+        self.observe(
+            "land_rebuild",
+            WRITE,
+            self.inner.land_rebuild(id, definition, progress, now_ms),
+        )
+        .await
+    }
+
+    async fn expire_builds(
+        &self,
+        cutoff_ms: UnixMillis,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::Build>> {
+        self.observe(
+            "expire_builds",
+            WRITE,
+            self.inner.expire_builds(cutoff_ms, now_ms),
+        )
+        .await
+    }
+
+    async fn silent_build_runs(
+        &self,
+        cutoff_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        self.observe(
+            "silent_build_runs",
+            READ,
+            self.inner.silent_build_runs(cutoff_ms),
         )
         .await
     }

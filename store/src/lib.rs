@@ -37,7 +37,10 @@ pub mod postgres;
 mod sql;
 pub mod sqlite;
 
-pub use builds::{Build, BuildState, BuildStore, NewBuild, QueueRefusal, BUILDS_SHOWN};
+pub use builds::{
+    Build, BuildChange, BuildKind, BuildState, BuildStore, BuiltSource, Delivery, Landing,
+    NewBuild, QueueRefusal, BUILDS_KEPT, BUILDS_SHOWN,
+};
 pub use comments::{
     CommentNote, CommentStore, CommentThread, NewCommentNote, NewCommentThread, Replied,
     ThreadWithNotes,

@@ -131,6 +131,8 @@ struct Inner {
     implementation_builds: BTreeMap<Uuid, crate::Build>,
     /// Each build's bridge token digest (LIFE-06).
     build_bridges: BTreeMap<String, Uuid>,
+    /// Document id → the source its last delivered build built (LIFE-11).
+    built_sources: BTreeMap<Uuid, crate::BuiltSource>,
     /// (run id, key) → what a report with that key sent and was answered.
     implementation_reports: BTreeMap<(String, String), (String, String)>,
     /// Machine id → a paired machine.
@@ -1567,11 +1569,28 @@ impl crate::GraphStore for MemoryStore {
         counters: crate::GraphCounters,
         run_id: &str,
         progress: &str,
+        build: Option<Uuid>,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
         self.write(|inner| {
             if !inner.documents.contains_key(&document_id) {
                 return Err(StoreError::NotFound("document"));
+            }
+            if let Some(build) = build {
+                let state = inner
+                    .implementation_builds
+                    .get(&build)
+                    .filter(|b| b.document_id == document_id && b.kind == crate::BuildKind::Build);
+                match state.map(|b| b.state) {
+                    Some(crate::BuildState::Launching) => {}
+                    other => {
+                        return Ok(Err(crate::GraphRefusal::BuildEnded {
+                            state: other
+                                .map_or("unknown", crate::BuildState::as_str)
+                                .to_owned(),
+                        }))
+                    }
+                }
             }
             let versions = inner.graph_versions(document_id);
             let claim = crate::GraphChange::Claim {
@@ -1599,6 +1618,7 @@ impl crate::GraphStore for MemoryStore {
             // The launching build of the version claimed is claimed by this run.
             for build in inner.implementation_builds.values_mut() {
                 if build.document_id == document_id
+                    && build.kind == crate::BuildKind::Build
                     && build.graph_version == counters.graph_version
                     && build.state == crate::BuildState::Launching
                 {
@@ -1689,6 +1709,24 @@ impl crate::GraphStore for MemoryStore {
                 }
             }
             let now = crate::graphs::reported(&run, report, now_ms);
+            // A browser build's run that delivers records what it built (LIFE-11).
+            if let (Some(crate::RunEnd::Verified), Some(delivered)) =
+                (report.end, &report.delivered)
+            {
+                let build = inner.implementation_builds.values().find(|b| {
+                    b.kind == crate::BuildKind::Build && b.run_id.as_deref() == Some(&run.run_id)
+                });
+                if let Some(build) = build {
+                    let built = crate::BuiltSource {
+                        document_id: run.document_id,
+                        build_id: build.id,
+                        plan_revision: delivered.plan_revision,
+                        source: crate::storable(&delivered.source).into_owned(),
+                        recorded_at_ms: now_ms,
+                    };
+                    inner.built_sources.insert(run.document_id, built);
+                }
+            }
             inner.save_versions(run.document_id, versions);
             inner
                 .implementation_runs
@@ -2249,7 +2287,9 @@ impl crate::BuildStore for MemoryStore {
                 return Err(StoreError::NotFound("document"));
             }
             let latest = inner.graph_versions(document_id).pop();
-            let Some(latest) = latest.filter(|v| v.state == crate::GraphState::Approved) else {
+            let Some(latest) =
+                latest.filter(|v| v.state == crate::GraphState::Approved && !v.verified)
+            else {
                 return Ok(Err(crate::QueueRefusal::NotApproved));
             };
             if let Some(pending) = inner
@@ -2342,10 +2382,172 @@ impl crate::BuildStore for MemoryStore {
                 b.state.is_pending().then(|| {
                     b.state = crate::BuildState::Failed;
                     b.reason = Some(reason.to_owned());
+                    b.change = None;
                     b.updated_at_ms = now_ms;
                     b.clone()
                 })
             }))
+        })
+    }
+
+    async fn built_source(&self, document_id: Uuid) -> StoreResult<Option<crate::BuiltSource>> {
+        self.with(|inner| Ok(inner.built_sources.get(&document_id).cloned()))
+    }
+
+    async fn queue_rebuild(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        after: &str,
+        after_plan_revision: i64,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        self.write(|inner| {
+            if !inner.documents.contains_key(&document_id) {
+                return Err(StoreError::NotFound("document"));
+            }
+            let Some(built) = inner.built_sources.get(&document_id).cloned() else {
+                return Ok(Err(crate::QueueRefusal::NothingBuilt));
+            };
+            let versions = inner.graph_versions(document_id);
+            if let Some(held) = versions
+                .iter()
+                .find(|v| v.state == crate::GraphState::Locked)
+            {
+                return Ok(Err(crate::QueueRefusal::Locked {
+                    graph_version: held.counters.graph_version,
+                }));
+            }
+            let builds: Vec<crate::Build> = inner
+                .implementation_builds
+                .values()
+                .filter(|b| b.document_id == document_id)
+                .cloned()
+                .collect();
+            if let Some(pending) = builds.iter().find(|b| b.state.is_pending()) {
+                return Ok(Err(crate::QueueRefusal::Pending { build: pending.id }));
+            }
+            if inner.implementation_builds.contains_key(&build.id) {
+                return Err(StoreError::Conflict(format!("build {} exists", build.id)));
+            }
+            for gone in crate::builds::giving_way(&builds) {
+                inner.implementation_builds.remove(&gone);
+                inner.build_bridges.retain(|_, id| *id != gone);
+            }
+            let latest = versions.last().map_or(0, |v| v.counters.graph_version);
+            let queued = crate::builds::queued_rebuild(
+                document_id,
+                latest,
+                build,
+                &built,
+                after,
+                after_plan_revision,
+                now_ms,
+            );
+            inner.implementation_builds.insert(build.id, queued.clone());
+            Ok(Ok(queued))
+        })
+    }
+
+    async fn land_rebuild(
+        &self,
+        id: Uuid,
+        definition: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Landing> {
+        self.write(|inner| {
+            let Some(rebuild) = inner.implementation_builds.get(&id).cloned() else {
+                return Err(StoreError::NotFound("build"));
+            };
+            if rebuild.kind == crate::BuildKind::Rebuild
+                && rebuild.state == crate::BuildState::Landed
+            {
+                return Ok(crate::Landing::Already(rebuild));
+            }
+            let (crate::BuildKind::Rebuild, crate::BuildState::Launching, Some(change)) =
+                (rebuild.kind, rebuild.state, rebuild.change.clone())
+            else {
+                return Ok(crate::Landing::NotLaunching(rebuild));
+            };
+            let land = crate::GraphChange::Land {
+                plan_revision: change.plan_revision,
+                definition: definition.to_owned(),
+            };
+            let versions = inner.graph_versions(rebuild.document_id);
+            let saved = match crate::graphs::apply(rebuild.document_id, &versions, &land, now_ms) {
+                Ok(saved) => saved,
+                Err(refusal) => return Ok(crate::Landing::Refused(refusal)),
+            };
+            let version = saved[0].clone().storable();
+            inner.save_versions(rebuild.document_id, saved);
+            inner.built_sources.insert(
+                rebuild.document_id,
+                crate::BuiltSource {
+                    document_id: rebuild.document_id,
+                    build_id: rebuild.id,
+                    plan_revision: change.plan_revision,
+                    source: change.after,
+                    recorded_at_ms: now_ms,
+                },
+            );
+            let run = crate::builds::landed_run(&rebuild, &version, progress, now_ms);
+            let landed = crate::Build {
+                state: crate::BuildState::Landed,
+                graph_version: version.counters.graph_version,
+                run_id: Some(run.run_id.clone()),
+                change: None,
+                updated_at_ms: now_ms,
+                ..rebuild
+            };
+            inner.implementation_runs.insert(run.run_id.clone(), run);
+            inner.implementation_builds.insert(id, landed.clone());
+            Ok(crate::Landing::Landed {
+                rebuild: landed,
+                version,
+            })
+        })
+    }
+
+    async fn expire_builds(
+        &self,
+        cutoff_ms: UnixMillis,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::Build>> {
+        self.write(|inner| {
+            let mut expired = Vec::new();
+            for b in inner.implementation_builds.values_mut() {
+                if b.state == crate::BuildState::Launching && b.updated_at_ms <= cutoff_ms {
+                    b.state = crate::BuildState::Failed;
+                    b.reason = Some(crate::builds::EXPIRED.to_owned());
+                    b.change = None;
+                    b.updated_at_ms = now_ms;
+                    expired.push(b.clone());
+                }
+            }
+            expired.sort_by_key(|b| (b.created_at_ms, b.id));
+            Ok(expired)
+        })
+    }
+
+    async fn silent_build_runs(
+        &self,
+        cutoff_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        self.with(|inner| {
+            let mut runs: Vec<crate::ImplementationRun> = inner
+                .implementation_builds
+                .values()
+                .filter(|b| {
+                    b.kind == crate::BuildKind::Build && b.state == crate::BuildState::Claimed
+                })
+                .filter_map(|b| inner.implementation_runs.get(b.run_id.as_deref()?))
+                .filter(|r| r.ended.is_none() && r.updated_at_ms <= cutoff_ms)
+                .cloned()
+                .collect();
+            runs.sort_by(|a, b| (a.updated_at_ms, &a.run_id).cmp(&(b.updated_at_ms, &b.run_id)));
+            runs.dedup_by(|a, b| a.run_id == b.run_id);
+            Ok(runs)
         })
     }
 }

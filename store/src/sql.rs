@@ -687,6 +687,7 @@ impl<Id: Into<Uuid>> From<ChoiceRow<Id>> for crate::MachineChoice {
 struct BuildRow<Id> {
     id: Id,
     document_id: Id,
+    kind: String,
     graph_version: i64,
     machine_id: Id,
     requested_by_account_id: Id,
@@ -695,6 +696,9 @@ struct BuildRow<Id> {
     state: String,
     reason: Option<String>,
     run_id: Option<String>,
+    before_source: Option<String>,
+    after_source: Option<String>,
+    after_plan_revision: Option<i64>,
     created_at_ms: i64,
     updated_at_ms: i64,
 }
@@ -702,9 +706,20 @@ struct BuildRow<Id> {
 fn build_of<Id: Into<Uuid>>(row: BuildRow<Id>) -> StoreResult<crate::Build> {
     let state = crate::BuildState::parse(&row.state)
         .ok_or_else(|| StoreError::Backend(format!("unknown build state {:?}", row.state)))?;
+    let kind = crate::BuildKind::parse(&row.kind)
+        .ok_or_else(|| StoreError::Backend(format!("unknown build kind {:?}", row.kind)))?;
+    let change = match (row.before_source, row.after_source, row.after_plan_revision) {
+        (Some(before), Some(after), Some(plan_revision)) => Some(crate::BuildChange {
+            before,
+            after,
+            plan_revision,
+        }),
+        _ => None,
+    };
     Ok(crate::Build {
         id: row.id.into(),
         document_id: row.document_id.into(),
+        kind,
         graph_version: row.graph_version,
         machine_id: row.machine_id.into(),
         requested_by_account_id: row.requested_by_account_id.into(),
@@ -713,14 +728,37 @@ fn build_of<Id: Into<Uuid>>(row: BuildRow<Id>) -> StoreResult<crate::Build> {
         state,
         reason: row.reason,
         run_id: row.run_id,
+        change,
         created_at_ms: row.created_at_ms,
         updated_at_ms: row.updated_at_ms,
     })
 }
 
-const BUILD_SELECT: &str = "SELECT id, document_id, graph_version, machine_id, \
-     requested_by_account_id, requested_by, checkout, state, reason, run_id, created_at_ms, \
-     updated_at_ms FROM implementation_builds";
+const BUILD_SELECT: &str = "SELECT id, document_id, kind, graph_version, machine_id, \
+     requested_by_account_id, requested_by, checkout, state, reason, run_id, before_source, \
+     after_source, after_plan_revision, created_at_ms, updated_at_ms FROM implementation_builds";
+
+/// A document's built source.
+#[derive(sqlx::FromRow)]
+struct BuiltSourceRow<Id> {
+    document_id: Id,
+    build_id: Id,
+    plan_revision: i64,
+    source: String,
+    recorded_at_ms: i64,
+}
+
+impl<Id: Into<Uuid>> From<BuiltSourceRow<Id>> for crate::BuiltSource {
+    fn from(row: BuiltSourceRow<Id>) -> Self {
+        crate::BuiltSource {
+            document_id: row.document_id.into(),
+            build_id: row.build_id.into(),
+            plan_revision: row.plan_revision,
+            source: row.source,
+            recorded_at_ms: row.recorded_at_ms,
+        }
+    }
+}
 
 /// A Planner credential by digest.
 #[derive(sqlx::FromRow)]
@@ -3179,11 +3217,34 @@ where
         counters: crate::GraphCounters,
         run_id: &str,
         progress: &str,
+        build: Option<Uuid>,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
         let mut tx = self.begin_write().await?;
         if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
             return Err(StoreError::NotFound("document"));
+        }
+        if let Some(build) = build {
+            // Locked, so the sweep's expiry of it commits before this claim or after it.
+            let sql = format!(
+                "SELECT state FROM implementation_builds WHERE id = $1 AND document_id = $2 \
+                 AND kind = 'build'{}",
+                DB::FOR_UPDATE
+            );
+            let state: Option<(String,)> = sqlx::query_as(&sql)
+                .bind(DB::Id::from(build))
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a claim's build", e))?;
+            match state {
+                Some((state,)) if state == "launching" => {}
+                other => {
+                    return Ok(Err(crate::GraphRefusal::BuildEnded {
+                        state: other.map_or_else(|| "unknown".to_owned(), |(s,)| s),
+                    }))
+                }
+            }
         }
         let claim = crate::GraphChange::Claim {
             counters,
@@ -3218,7 +3279,8 @@ where
         // The launching build of the version claimed is claimed by this run.
         sqlx::query(
             "UPDATE implementation_builds SET state = 'claimed', run_id = $1, updated_at_ms = $2 \
-             WHERE document_id = $3 AND graph_version = $4 AND state = 'launching'",
+             WHERE document_id = $3 AND graph_version = $4 AND state = 'launching' \
+             AND kind = 'build'",
         )
         .bind(&run.run_id)
         .bind(now_ms)
@@ -3267,19 +3329,24 @@ where
     /// In `tx`: stores a queued build.
     async fn insert_build(tx: &mut Transaction<'_, DB>, queued: &crate::Build) -> StoreResult<()> {
         sqlx::query(
-            "INSERT INTO implementation_builds (id, document_id, graph_version, machine_id, \
-             requested_by_account_id, requested_by, checkout, state, reason, run_id, \
-             created_at_ms, updated_at_ms) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, NULL, NULL, $9, $10)",
+            "INSERT INTO implementation_builds (id, document_id, kind, graph_version, \
+             machine_id, requested_by_account_id, requested_by, checkout, state, reason, \
+             run_id, before_source, after_source, after_plan_revision, created_at_ms, \
+             updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, NULL, NULL, $10, $11, $12, $13, $14)",
         )
         .bind(DB::Id::from(queued.id))
         .bind(DB::Id::from(queued.document_id))
+        .bind(queued.kind.as_str())
         .bind(queued.graph_version)
         .bind(DB::Id::from(queued.machine_id))
         .bind(DB::Id::from(queued.requested_by_account_id))
         .bind(&queued.requested_by)
         .bind(&queued.checkout)
         .bind(queued.state.as_str())
+        .bind(queued.change.as_ref().map(|c| c.before.clone()))
+        .bind(queued.change.as_ref().map(|c| c.after.clone()))
+        .bind(queued.change.as_ref().map(|c| c.plan_revision))
         .bind(queued.created_at_ms)
         .bind(queued.updated_at_ms)
         .execute(&mut **tx)
@@ -3313,7 +3380,8 @@ where
             .map(graph_version_of)
             .collect::<StoreResult<Vec<_>>>()?
             .pop();
-        let Some(latest) = latest.filter(|v| v.state == crate::GraphState::Approved) else {
+        let Some(latest) = latest.filter(|v| v.state == crate::GraphState::Approved && !v.verified)
+        else {
             return Ok(Err(crate::QueueRefusal::NotApproved));
         };
         let pending: Option<(DB::Id,)> = sqlx::query_as(
@@ -3386,7 +3454,9 @@ where
         let mut tx = self.begin_write().await?;
         let done = sqlx::query(&format!(
             "UPDATE implementation_builds SET state = $1, reason = COALESCE($2, reason), \
-             bridge_digest = COALESCE($3, bridge_digest), updated_at_ms = $4 \
+             bridge_digest = COALESCE($3, bridge_digest), updated_at_ms = $4, \
+             before_source = CASE WHEN $1 = 'failed' THEN NULL ELSE before_source END, \
+             after_source = CASE WHEN $1 = 'failed' THEN NULL ELSE after_source END \
              WHERE id = $5 AND state IN ({from})"
         ))
         .bind(to.as_str())
@@ -3456,6 +3526,290 @@ where
             now_ms,
         )
         .await
+    }
+
+    /// In `tx`: `source` (at `plan_revision`, delivered by `build_id`) becomes the document's
+    /// built source.
+    async fn record_built_source(
+        tx: &mut Transaction<'_, DB>,
+        document_id: Uuid,
+        build_id: Uuid,
+        plan_revision: i64,
+        source: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<()> {
+        sqlx::query(
+            "INSERT INTO built_sources (document_id, build_id, plan_revision, source, \
+             recorded_at_ms) VALUES ($1, $2, $3, $4, $5) \
+             ON CONFLICT (document_id) DO UPDATE SET build_id = excluded.build_id, \
+             plan_revision = excluded.plan_revision, source = excluded.source, \
+             recorded_at_ms = excluded.recorded_at_ms",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(DB::Id::from(build_id))
+        .bind(plan_revision)
+        .bind(crate::storable(source).as_ref())
+        .bind(now_ms)
+        .execute(&mut **tx)
+        .await
+        .map_err(|e| sqlx_error("recording a built source", e))?;
+        Ok(())
+    }
+
+    async fn built_source_in<'e, E>(
+        executor: E,
+        document_id: Uuid,
+    ) -> StoreResult<Option<crate::BuiltSource>>
+    where
+        E: sqlx::Executor<'e, Database = DB>,
+    {
+        let row: Option<BuiltSourceRow<DB::Id>> = sqlx::query_as(
+            "SELECT document_id, build_id, plan_revision, source, recorded_at_ms \
+             FROM built_sources WHERE document_id = $1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(executor)
+        .await
+        .map_err(|e| sqlx_error("reading a built source", e))?;
+        Ok(row.map(Into::into))
+    }
+
+    pub(crate) async fn built_source(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<crate::BuiltSource>> {
+        Self::built_source_in(&self.pool, document_id).await
+    }
+
+    pub(crate) async fn queue_rebuild(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        after: &str,
+        after_plan_revision: i64,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        let mut tx = self.begin_write().await?;
+        if !Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await? {
+            return Err(StoreError::NotFound("document"));
+        }
+        let Some(built) = Self::built_source_in(&mut *tx, document_id).await? else {
+            return Ok(Err(crate::QueueRefusal::NothingBuilt));
+        };
+        let rows: Vec<GraphRow<DB::Id>> = sqlx::query_as(&GRAPH_VERSIONS)
+            .bind(DB::Id::from(document_id))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a graph", e))?;
+        let versions = rows
+            .into_iter()
+            .map(graph_version_of)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if let Some(held) = versions
+            .iter()
+            .find(|v| v.state == crate::GraphState::Locked)
+        {
+            return Ok(Err(crate::QueueRefusal::Locked {
+                graph_version: held.counters.graph_version,
+            }));
+        }
+        let rows: Vec<BuildRow<DB::Id>> =
+            sqlx::query_as(&format!("{BUILD_SELECT} WHERE document_id = $1"))
+                .bind(DB::Id::from(document_id))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a document's builds", e))?;
+        let builds = rows
+            .into_iter()
+            .map(build_of)
+            .collect::<StoreResult<Vec<_>>>()?;
+        if let Some(pending) = builds.iter().find(|b| b.state.is_pending()) {
+            return Ok(Err(crate::QueueRefusal::Pending { build: pending.id }));
+        }
+        for gone in crate::builds::giving_way(&builds) {
+            sqlx::query("DELETE FROM implementation_builds WHERE id = $1")
+                .bind(DB::Id::from(gone))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("letting an ended rebuild go", e))?;
+        }
+        let latest = versions.last().map_or(0, |v| v.counters.graph_version);
+        let queued = crate::builds::queued_rebuild(
+            document_id,
+            latest,
+            build,
+            &built,
+            after,
+            after_plan_revision,
+            now_ms,
+        );
+        Self::insert_build(&mut tx, &queued).await?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a queued rebuild", e))?;
+        Ok(Ok(queued))
+    }
+
+    pub(crate) async fn land_rebuild(
+        &self,
+        id: Uuid,
+        definition: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Landing> {
+        let mut tx = self.begin_write().await?;
+        let found: Option<(DB::Id,)> =
+            sqlx::query_as("SELECT document_id FROM implementation_builds WHERE id = $1")
+                .bind(DB::Id::from(id))
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a build", e))?;
+        let Some((document_id,)) = found else {
+            return Err(StoreError::NotFound("build"));
+        };
+        let document_id: Uuid = document_id.into();
+        // The document's lock orders this landing with every other graph change.
+        Self::document_exists(&mut tx, document_id, DB::FOR_NO_KEY_UPDATE).await?;
+        // Locked, so the sweep's expiry of it commits before this landing or after it.
+        let row: BuildRow<DB::Id> =
+            sqlx::query_as(&format!("{BUILD_SELECT} WHERE id = $1{}", DB::FOR_UPDATE))
+                .bind(DB::Id::from(id))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a build", e))?;
+        let rebuild = build_of(row)?;
+        if rebuild.kind == crate::BuildKind::Rebuild && rebuild.state == crate::BuildState::Landed {
+            return Ok(crate::Landing::Already(rebuild));
+        }
+        let (crate::BuildKind::Rebuild, crate::BuildState::Launching, Some(change)) =
+            (rebuild.kind, rebuild.state, rebuild.change.clone())
+        else {
+            return Ok(crate::Landing::NotLaunching(rebuild));
+        };
+        let land = crate::GraphChange::Land {
+            plan_revision: change.plan_revision,
+            definition: definition.to_owned(),
+        };
+        let version = match Self::apply_graph_change(&mut tx, document_id, &land, now_ms).await? {
+            Ok(version) => version,
+            // Dropped unfinished: rolled back, nothing written.
+            Err(refusal) => return Ok(crate::Landing::Refused(refusal)),
+        };
+        Self::record_built_source(
+            &mut tx,
+            document_id,
+            id,
+            change.plan_revision,
+            &change.after,
+            now_ms,
+        )
+        .await?;
+        let run = crate::builds::landed_run(&rebuild, &version, progress, now_ms);
+        sqlx::query(
+            "INSERT INTO implementation_runs (run_id, document_id, graph_version, revision, \
+             progress, ended, started_at_ms, updated_at_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        )
+        .bind(&run.run_id)
+        .bind(DB::Id::from(document_id))
+        .bind(run.graph_version)
+        .bind(run.revision)
+        .bind(&run.progress)
+        .bind(run.ended.map(|e| e.as_str().to_owned()))
+        .bind(run.started_at_ms)
+        .bind(run.updated_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("saving a landed rebuild's run", e))?;
+        sqlx::query(
+            "UPDATE implementation_builds SET state = 'landed', graph_version = $2, \
+             run_id = $4, before_source = NULL, after_source = NULL, updated_at_ms = $3 \
+             WHERE id = $1",
+        )
+        .bind(DB::Id::from(id))
+        .bind(version.counters.graph_version)
+        .bind(now_ms)
+        .bind(&run.run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("landing a rebuild", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a landed rebuild", e))?;
+        let landed = crate::Build {
+            state: crate::BuildState::Landed,
+            graph_version: version.counters.graph_version,
+            run_id: Some(run.run_id),
+            change: None,
+            updated_at_ms: now_ms,
+            ..rebuild
+        };
+        Ok(crate::Landing::Landed {
+            rebuild: landed,
+            version,
+        })
+    }
+
+    pub(crate) async fn expire_builds(
+        &self,
+        cutoff_ms: UnixMillis,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::Build>> {
+        let mut tx = self.begin_write().await?;
+        let rows: Vec<BuildRow<DB::Id>> = sqlx::query_as(&format!(
+            "{BUILD_SELECT} WHERE state = 'launching' AND updated_at_ms <= $1 \
+             ORDER BY created_at_ms, id"
+        ))
+        .bind(cutoff_ms)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("reading silent builds", e))?;
+        let mut expired = Vec::with_capacity(rows.len());
+        for row in rows {
+            let build = build_of(row)?;
+            // A claim or landing that committed meanwhile wins: the row is left as it made it.
+            let done = sqlx::query(
+                "UPDATE implementation_builds SET state = 'failed', reason = $2, \
+                 before_source = NULL, after_source = NULL, updated_at_ms = $3 \
+                 WHERE id = $1 AND state = 'launching'",
+            )
+            .bind(DB::Id::from(build.id))
+            .bind(crate::builds::EXPIRED)
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("expiring a build", e))?;
+            if DB::rows_affected(&done) == 0 {
+                continue;
+            }
+            expired.push(crate::Build {
+                state: crate::BuildState::Failed,
+                reason: Some(crate::builds::EXPIRED.to_owned()),
+                change: None,
+                updated_at_ms: now_ms,
+                ..build
+            });
+        }
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing expired builds", e))?;
+        Ok(expired)
+    }
+
+    pub(crate) async fn silent_build_runs(
+        &self,
+        cutoff_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        let rows: Vec<ImplementationRunRow<DB::Id>> = sqlx::query_as(&format!(
+            "{IMPLEMENTATION_RUN} WHERE ended IS NULL AND updated_at_ms <= $1 AND run_id IN \
+             (SELECT run_id FROM implementation_builds WHERE kind = 'build' AND state = 'claimed') \
+             ORDER BY updated_at_ms, run_id"
+        ))
+        .bind(cutoff_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading silent build runs", e))?;
+        rows.into_iter().map(implementation_run_of).collect()
     }
 
     pub(crate) async fn implementation_run(
@@ -3557,6 +3911,28 @@ where
             }
         }
         let now = crate::graphs::reported(&run, report, now_ms);
+        // A browser build's run that delivers records what it built (LIFE-11).
+        if let (Some(crate::RunEnd::Verified), Some(delivered)) = (report.end, &report.delivered) {
+            let build: Option<(DB::Id,)> = sqlx::query_as(
+                "SELECT id FROM implementation_builds WHERE run_id = $1 AND kind = 'build' \
+                 LIMIT 1",
+            )
+            .bind(run_id.as_ref())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("reading a run's build", e))?;
+            if let Some((build_id,)) = build {
+                Self::record_built_source(
+                    &mut tx,
+                    document_id,
+                    build_id.into(),
+                    delivered.plan_revision,
+                    &delivered.source,
+                    now_ms,
+                )
+                .await?;
+            }
+        }
         sqlx::query(
             "UPDATE implementation_runs SET revision = $2, progress = $3, ended = $4, \
              updated_at_ms = $5 WHERE run_id = $1",
@@ -4840,7 +5216,7 @@ macro_rules! sql_store_impls {
                 NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
                 GraphVersion, GraphChange, GraphRefusal, GraphCounters, ImplementationRun, RunReport, Reported,
                 Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, Build, BuildStore,
-                NewBuild, QueueRefusal,
+                NewBuild, QueueRefusal, BuiltSource, Landing,
             };
 
             sql_store_impls!(@forward $store, Store {
@@ -4973,7 +5349,7 @@ macro_rules! sql_store_impls {
                 fn change_graph(document_id: Uuid, change: &GraphChange, now_ms: UnixMillis)
                     -> Result<GraphVersion, GraphRefusal>;
                 fn start_implementation(document_id: Uuid, counters: GraphCounters,
-                    run_id: &str, progress: &str, now_ms: UnixMillis)
+                    run_id: &str, progress: &str, build: Option<Uuid>, now_ms: UnixMillis)
                     -> Result<ImplementationRun, GraphRefusal>;
                 fn implementation_run(run_id: &str) -> Option<ImplementationRun>;
                 fn implementation_runs(document_id: Uuid) -> Vec<ImplementationRun>;
@@ -5017,6 +5393,14 @@ macro_rules! sql_store_impls {
                     -> Option<Build>;
                 fn build_by_bridge(bridge_digest: &str) -> Option<Build>;
                 fn fail_build(id: Uuid, reason: &str, now_ms: UnixMillis) -> Option<Build>;
+                fn built_source(document_id: Uuid) -> Option<BuiltSource>;
+                fn queue_rebuild(document_id: Uuid, build: &NewBuild, after: &str,
+                    after_plan_revision: i64, now_ms: UnixMillis)
+                    -> Result<Build, QueueRefusal>;
+                fn land_rebuild(id: Uuid, definition: &str, progress: &str, now_ms: UnixMillis)
+                    -> Landing;
+                fn expire_builds(cutoff_ms: UnixMillis, now_ms: UnixMillis) -> Vec<Build>;
+                fn silent_build_runs(cutoff_ms: UnixMillis) -> Vec<ImplementationRun>;
             } {});
             sql_store_impls!(@forward $store, TitleStore {
                 fn title_sidecar(document_id: Uuid) -> TitleSidecar;

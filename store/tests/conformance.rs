@@ -29,15 +29,15 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use chopin_store::{
-    account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, BuildState, Checkpoint,
-    Claim, Creator, Document, DocumentContent, Drafted, Enqueued, Fence, GraphChange,
-    GraphCounters, GraphRefusal, GraphState, GraphVersion, Holder, ImplementationRun, Job,
-    JobState, Kept, LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice,
-    NewAttachment, NewBuild, NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine,
-    NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential,
-    Provenance, QueueRefusal, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
-    RunReport, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
-    UnsentLimit, WriterLease,
+    account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Build, BuildKind,
+    BuildState, BuiltSource, Checkpoint, Claim, Creator, Delivery, Document, DocumentContent,
+    Drafted, Enqueued, Fence, GraphChange, GraphCounters, GraphRefusal, GraphState, GraphVersion,
+    Holder, ImplementationRun, Job, JobState, Kept, Landing, LeaseAcquire, LinkHold, Machine,
+    MachineChoice, MemoryStore, ModelChoice, NewAttachment, NewBuild, NewCommentNote,
+    NewCommentThread, NewDocument, NewJob, NewMachine, NewTranscriptEntry, OwnerGuard,
+    ParticipationPause, PgStore, PlanCommit, PlannerCredential, Provenance, QueueRefusal, Release,
+    Replied, Reported, RevisionKind, RunEnd, RunRecord, RunReport, Settlement, SqliteStore,
+    StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -151,6 +151,10 @@ conformance! {
     life_05_a_press_approves_and_queues_its_build_in_one_commit_or_neither,
     life_48_life_06_a_build_is_picked_up_once_with_its_bridge_and_a_claim_of_its_version_claims_it,
     life_48_a_person_retries_a_failed_build_of_the_approved_version,
+    life_11_a_browser_build_that_delivers_records_its_built_source,
+    life_12_life_14_life_85_a_rebuild_is_queued_from_the_built_source_and_lands_as_an_approved_completed_version,
+    life_86_ended_rebuilds_give_way_oldest_first_past_100_builds,
+    life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_build_runs,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
@@ -2305,6 +2309,62 @@ async fn every_write(
             .await
             .map(|queued| assert!(queued.is_ok(), "{queued:?}")),
     );
+    // Unrecorded steps set up the next write (refused under a stale epoch like any other).
+    let _ = store
+        .pick_up_build(Uuid::from_u128(0xb2), "bridge-g", 5_000)
+        .await;
+    record(
+        "expire_builds",
+        store
+            .expire_builds(5_000, 5_000)
+            .await
+            .map(|expired| assert_eq!(expired.len(), 1)),
+    );
+    let _ = store
+        .queue_build(fx.doc, &new_build(0xb3, FENCED_MACHINE, &fx.holder), 5_000)
+        .await;
+    let _ = store
+        .pick_up_build(Uuid::from_u128(0xb3), "bridge-h", 5_000)
+        .await;
+    let _ = store
+        .start_implementation(fx.doc, graph_counters(1, 1, 1), "run-f", "{}", None, 5_000)
+        .await;
+    let _ = store
+        .report_implementation(
+            "run-f",
+            &RunReport {
+                delivered: Some(Delivery {
+                    source: "built".into(),
+                    plan_revision: 1,
+                }),
+                ..report("v", 1, "{}", Some(RunEnd::Verified))
+            },
+            5_000,
+        )
+        .await;
+    record(
+        "queue_rebuild",
+        store
+            .queue_rebuild(
+                fx.doc,
+                &new_build(0xb4, FENCED_MACHINE, &fx.holder),
+                "after",
+                1,
+                5_000,
+            )
+            .await
+            .map(|queued| assert!(queued.is_ok(), "{queued:?}")),
+    );
+    let _ = store
+        .pick_up_build(Uuid::from_u128(0xb4), "bridge-i", 5_000)
+        .await;
+    record(
+        "land_rebuild",
+        store
+            .land_rebuild(Uuid::from_u128(0xb4), "{}", "{}", 5_000)
+            .await
+            .map(|landing| assert!(matches!(landing, Landing::Landed { .. }), "{landing:?}")),
+    );
     record(
         "put_planner_credential",
         store
@@ -2529,7 +2589,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 58, "every write method is tried");
+    assert_eq!(outcomes.len(), 61, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -6667,7 +6727,14 @@ async fn claimed_run(store: &Arc<dyn Store>, doc: Uuid, run: &str) -> Implementa
     changed(store, doc, edit(None, 1, "{}"), 10).await;
     changed(store, doc, approve(1, 1, 1), 11).await;
     store
-        .start_implementation(doc, graph_counters(1, 1, 1), run, r#"{"tasks":{}}"#, 12)
+        .start_implementation(
+            doc,
+            graph_counters(1, 1, 1),
+            run,
+            r#"{"tasks":{}}"#,
+            None,
+            12,
+        )
         .await
         .unwrap()
         .unwrap()
@@ -6689,6 +6756,7 @@ fn report(key: &str, base_revision: i64, progress: &str, end: Option<RunEnd>) ->
         progress: progress.into(),
         result: format!("answer to {key}"),
         end,
+        delivered: None,
     }
 }
 
@@ -6723,7 +6791,7 @@ async fn life_42_a_claim_saves_its_run_with_the_lock_in_one_commit(b: &Backend) 
         (GraphState::Locked, Some("run-1"))
     );
     let second = store
-        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", 13)
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", None, 13)
         .await
         .unwrap();
     assert_eq!(second, Err(GraphRefusal::Locked { graph_version: 1 }));
@@ -6735,6 +6803,7 @@ async fn life_42_a_claim_saves_its_run_with_the_lock_in_one_commit(b: &Backend) 
             graph_counters(1, 1, 1),
             "run-3",
             "{}",
+            None,
             13,
         )
         .await;
@@ -6805,7 +6874,7 @@ async fn life_58_a_report_key_is_kept_with_its_answer_and_scoped_to_its_run(b: &
         .unwrap();
     assert!(matches!(ended, Reported::Saved(_)), "{ended:?}");
     store
-        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", 23)
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", None, 23)
         .await
         .unwrap()
         .unwrap();
@@ -6899,7 +6968,7 @@ async fn life_34_a_report_that_ends_the_run_gives_the_version_back_in_its_commit
         (GraphState::Approved, None, true, 30)
     );
     let again = store
-        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", 31)
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-2", "{}", None, 31)
         .await
         .unwrap();
     assert_eq!(again, Err(GraphRefusal::Ineligible));
@@ -7423,7 +7492,7 @@ async fn life_48_life_06_a_build_is_picked_up_once_with_its_bridge_and_a_claim_o
     assert_eq!(store.build_by_bridge("bridge-2").await.unwrap(), None);
     assert_eq!(store.machine_builds(MACHINE_A).await.unwrap(), []);
     store
-        .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", 30)
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", None, 30)
         .await
         .unwrap()
         .unwrap();
@@ -7569,7 +7638,7 @@ async fn life_48_a_person_retries_a_failed_build_of_the_approved_version(b: &Bac
         .unwrap()
         .unwrap();
     store
-        .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", 17)
+        .start_implementation(doc, graph_counters(1, 1, 1), "run-1", "{}", None, 17)
         .await
         .unwrap()
         .unwrap();
@@ -7581,6 +7650,455 @@ async fn life_48_a_person_retries_a_failed_build_of_the_approved_version(b: &Bac
         Err(QueueRefusal::NotApproved),
         "a version a run holds is not built again"
     );
+}
+
+/// `doc` (the account `by`'s, on machine A) after a browser build of a first draft claimed by
+/// `run` at 30 and verified at 40, delivering `source` at plan revision 1: the build.
+async fn delivered(store: &Arc<dyn Store>, doc: Uuid, by: &Holder, id: u128, run: &str) -> Build {
+    changed(store, doc, edit(None, 1, "{}"), 10).await;
+    let (_, build) = store
+        .approve_and_queue(doc, &approve(1, 1, 1), &new_build(id, MACHINE_A, by), 11)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .pick_up_build(build.id, &format!("bridge-{id}"), 20)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .start_implementation(doc, graph_counters(1, 1, 1), run, "{}", None, 30)
+        .await
+        .unwrap()
+        .unwrap();
+    let verified = RunReport {
+        delivered: Some(Delivery {
+            source: "# Plan\n\nBuilt.\n".into(),
+            plan_revision: 1,
+        }),
+        ..report("verified", 1, "{\"done\":true}", Some(RunEnd::Verified))
+    };
+    assert!(matches!(
+        store
+            .report_implementation(run, &verified, 40)
+            .await
+            .unwrap(),
+        Reported::Saved(_)
+    ));
+    store.build(build.id).await.unwrap().unwrap()
+}
+
+/// LIFE-11: when the run a browser build's claim started passes its verification, what it built
+/// becomes the document's built source in that report's commit; a run claimed through `/mcp`
+/// alone, or a report that does not end the run verified, records nothing.
+async fn life_11_a_browser_build_that_delivers_records_its_built_source(b: &Backend) {
+    let store = b.open().await;
+    let mona = member(&store, 96, "mona").await;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1))
+        .await
+        .unwrap();
+    let doc = store
+        .create_document(&new_doc(96, "octo", "rebuilds", "plan"))
+        .await
+        .unwrap()
+        .id;
+    let mcp = store
+        .create_document(&new_doc(97, "octo", "rebuilds", "mcp"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(store.built_source(doc).await.unwrap(), None);
+    let build = delivered(&store, doc, &mona, 1, "run-1").await;
+    let store = b.open().await;
+    assert_eq!(
+        store.built_source(doc).await.unwrap(),
+        Some(BuiltSource {
+            document_id: doc,
+            build_id: build.id,
+            plan_revision: 1,
+            source: "# Plan\n\nBuilt.\n".into(),
+            recorded_at_ms: 40,
+        })
+    );
+    // Claimed through /mcp, no build: a delivery names nothing to record.
+    changed(&store, mcp, edit(None, 1, "{}"), 10).await;
+    changed(&store, mcp, approve(1, 1, 1), 11).await;
+    store
+        .start_implementation(mcp, graph_counters(1, 1, 1), "run-2", "{}", None, 30)
+        .await
+        .unwrap()
+        .unwrap();
+    let not_ending = RunReport {
+        delivered: Some(Delivery {
+            source: "early".into(),
+            plan_revision: 1,
+        }),
+        ..report("progress", 1, "{}", None)
+    };
+    store
+        .report_implementation("run-2", &not_ending, 35)
+        .await
+        .unwrap();
+    let verified = RunReport {
+        delivered: Some(Delivery {
+            source: "mcp".into(),
+            plan_revision: 1,
+        }),
+        ..report("verified", 2, "{}", Some(RunEnd::Verified))
+    };
+    store
+        .report_implementation("run-2", &verified, 40)
+        .await
+        .unwrap();
+    assert_eq!(store.built_source(mcp).await.unwrap(), None);
+}
+
+/// LIFE-12, LIFE-14, LIFE-85: a rebuild is queued from the built source to the source as it is,
+/// one at a time, only after a delivery and never while a run holds the graph; landed, its tasks
+/// join as a new version, approved and never claimable, the after-source becomes the built
+/// source, and a second landing changes nothing.
+async fn life_12_life_14_life_85_a_rebuild_is_queued_from_the_built_source_and_lands_as_an_approved_completed_version(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 98, "mona").await;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1))
+        .await
+        .unwrap();
+    let doc = store
+        .create_document(&new_doc(98, "octo", "rebuilds", "plan"))
+        .await
+        .unwrap()
+        .id;
+    assert_eq!(
+        store
+            .queue_rebuild(doc, &new_build(9, MACHINE_A, &mona), "# Plan v2\n", 5, 45)
+            .await
+            .unwrap(),
+        Err(QueueRefusal::NothingBuilt)
+    );
+    let first = delivered(&store, doc, &mona, 1, "run-1").await;
+    let rebuild = store
+        .queue_rebuild(doc, &new_build(10, MACHINE_A, &mona), "# Plan v2\n", 5, 50)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (rebuild.kind, rebuild.state, rebuild.graph_version),
+        (BuildKind::Rebuild, BuildState::Queued, 1)
+    );
+    let change = rebuild.change.clone().unwrap();
+    assert_eq!(
+        (
+            change.before.as_str(),
+            change.after.as_str(),
+            change.plan_revision
+        ),
+        ("# Plan\n\nBuilt.\n", "# Plan v2\n", 5)
+    );
+    assert_eq!(
+        store
+            .queue_rebuild(doc, &new_build(11, MACHINE_A, &mona), "# Plan v3\n", 6, 51)
+            .await
+            .unwrap(),
+        Err(QueueRefusal::Pending { build: rebuild.id }),
+        "one rebuild at a time"
+    );
+    assert_eq!(
+        store.machine_builds(MACHINE_A).await.unwrap(),
+        std::slice::from_ref(&rebuild)
+    );
+    assert!(matches!(
+        store.land_rebuild(rebuild.id, "{}", "{}", 52).await.unwrap(),
+        Landing::NotLaunching(b) if b.state == BuildState::Queued
+    ));
+    assert!(matches!(
+        store.land_rebuild(first.id, "{}", "{}", 52).await.unwrap(),
+        Landing::NotLaunching(_)
+    ));
+    store
+        .pick_up_build(rebuild.id, "bridge-r", 55)
+        .await
+        .unwrap()
+        .unwrap();
+    let Landing::Landed {
+        rebuild: landed,
+        version,
+    } = store
+        .land_rebuild(rebuild.id, "{\"tasks\":[]}", "{\"done\":1}", 60)
+        .await
+        .unwrap()
+    else {
+        panic!("the launching rebuild lands");
+    };
+    assert_eq!(
+        (
+            landed.state,
+            landed.graph_version,
+            landed.change.clone(),
+            landed.run_id.clone()
+        ),
+        (
+            BuildState::Landed,
+            2,
+            None,
+            Some(chopin_store::builds::rebuild_run_id(rebuild.id))
+        )
+    );
+    // Its report is the run of the version it made, ended verified (LIFE-14).
+    let run = store
+        .implementation_run(landed.run_id.as_deref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (
+            run.graph_version,
+            run.ended,
+            run.progress.as_str(),
+            run.started_at_ms
+        ),
+        (2, Some(RunEnd::Verified), "{\"done\":1}", 60)
+    );
+    assert_eq!(
+        (
+            version.counters,
+            version.state,
+            version.verified,
+            version.definition.as_str()
+        ),
+        (
+            graph_counters(5, 2, 1),
+            GraphState::Approved,
+            true,
+            "{\"tasks\":[]}"
+        )
+    );
+    let store = b.open().await;
+    let states: Vec<GraphState> = store
+        .graph_versions(doc)
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| v.state)
+        .collect();
+    assert_eq!(states, [GraphState::Superseded, GraphState::Approved]);
+    assert_eq!(
+        store
+            .built_source(doc)
+            .await
+            .unwrap()
+            .map(|s| (s.build_id, s.plan_revision, s.source)),
+        Some((rebuild.id, 5, "# Plan v2\n".to_owned()))
+    );
+    assert_eq!(store.build(rebuild.id).await.unwrap(), Some(landed.clone()));
+    assert_eq!(
+        store.build_by_bridge("bridge-r").await.unwrap(),
+        Some(landed.clone()),
+        "the bridge still names it, for a repeated report"
+    );
+    assert_eq!(
+        store
+            .land_rebuild(rebuild.id, "{\"other\":1}", "{}", 61)
+            .await
+            .unwrap(),
+        Landing::Already(landed)
+    );
+    assert_eq!(store.graph_versions(doc).await.unwrap().len(), 2);
+    assert_eq!(
+        store
+            .start_implementation(doc, graph_counters(5, 2, 1), "run-x", "{}", None, 62)
+            .await
+            .unwrap(),
+        Err(GraphRefusal::Ineligible),
+        "a landed rebuild's version is complete"
+    );
+    // A failed rebuild keeps no sources; the next press is a new rebuild (LIFE-17).
+    let second = store
+        .queue_rebuild(doc, &new_build(12, MACHINE_A, &mona), "# Plan v3\n", 7, 70)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        second.change.as_ref().map(|c| c.before.as_str()),
+        Some("# Plan v2\n")
+    );
+    let failed = store
+        .fail_build(second.id, "no agent", 71)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((failed.state, failed.change), (BuildState::Failed, None));
+    assert!(store
+        .queue_rebuild(doc, &new_build(13, MACHINE_A, &mona), "# Plan v3\n", 7, 72)
+        .await
+        .unwrap()
+        .is_ok());
+    // A run holding the graph refuses a rebuild.
+    let other = store
+        .create_document(&new_doc(99, "octo", "rebuilds", "held"))
+        .await
+        .unwrap()
+        .id;
+    delivered(&store, other, &mona, 20, "run-20").await;
+    changed(&store, other, edit(Some((1, 1)), 2, "{\"v\":2}"), 80).await;
+    changed(&store, other, approve(2, 1, 2), 81).await;
+    store
+        .start_implementation(other, graph_counters(2, 2, 1), "run-21", "{}", None, 82)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store
+            .queue_rebuild(other, &new_build(21, MACHINE_A, &mona), "x", 3, 83)
+            .await
+            .unwrap(),
+        Err(QueueRefusal::Locked { graph_version: 2 })
+    );
+}
+
+/// LIFE-86: a document keeps 100 builds; a rebuild past that makes the oldest ended rebuild give
+/// way, never a first build.
+async fn life_86_ended_rebuilds_give_way_oldest_first_past_100_builds(b: &Backend) {
+    let store = b.open().await;
+    let mona = member(&store, 100, "mona").await;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1))
+        .await
+        .unwrap();
+    let doc = store
+        .create_document(&new_doc(100, "octo", "rebuilds", "long"))
+        .await
+        .unwrap()
+        .id;
+    let first = delivered(&store, doc, &mona, 1, "run-1").await;
+    let mut rebuilds = Vec::new();
+    for n in 0..101 {
+        let queued = store
+            .queue_rebuild(
+                doc,
+                &new_build(1000 + n, MACHINE_A, &mona),
+                "after",
+                2,
+                100 + n as i64,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .fail_build(queued.id, "stopped", 100 + n as i64)
+            .await
+            .unwrap();
+        rebuilds.push(queued.id);
+    }
+    // 102 queued in all: the oldest two rebuilds gave way, so 100 are kept.
+    assert_eq!(
+        store.build(first.id).await.unwrap().map(|b| b.kind),
+        Some(BuildKind::Build)
+    );
+    assert_eq!(store.build(rebuilds[0]).await.unwrap(), None);
+    assert_eq!(store.build(rebuilds[1]).await.unwrap(), None);
+    assert!(store.build(rebuilds[2]).await.unwrap().is_some());
+    assert!(store.build(rebuilds[99]).await.unwrap().is_some());
+}
+
+/// RULINGS LIFE-87: the sweep fails a build picked up and silent since the cutoff, at its edge;
+/// a queued one waits; the live runs of claimed browser builds with no report since the cutoff
+/// are found, and a run claimed through `/mcp` alone is not.
+async fn life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_build_runs(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mona = member(&store, 101, "mona").await;
+    store
+        .pair_machine(&machine_of(MACHINE_A, &mona, "studio", 1))
+        .await
+        .unwrap();
+    let docs: Vec<Uuid> = [(101, "a"), (102, "b"), (103, "c"), (104, "d")]
+        .into_iter()
+        .map(|(n, slug)| new_doc(n, "octo", "sweep", slug).id)
+        .collect();
+    for (n, slug) in [(101, "a"), (102, "b"), (103, "c"), (104, "d")] {
+        store
+            .create_document(&new_doc(n, "octo", "sweep", slug))
+            .await
+            .unwrap();
+    }
+    for (i, doc) in docs.iter().take(3).enumerate() {
+        changed(&store, *doc, edit(None, 1, "{}"), 10).await;
+        store
+            .approve_and_queue(
+                *doc,
+                &approve(1, 1, 1),
+                &new_build(1 + i as u128, MACHINE_A, &mona),
+                11,
+            )
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let ids: Vec<Uuid> = (1..=3).map(Uuid::from_u128).collect();
+    store
+        .pick_up_build(ids[0], "bridge-a", 20)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .pick_up_build(ids[2], "bridge-c", 20)
+        .await
+        .unwrap()
+        .unwrap();
+    store
+        .start_implementation(docs[2], graph_counters(1, 1, 1), "run-c", "{}", None, 30)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        store.expire_builds(19, 100).await.unwrap(),
+        [],
+        "1 ms before"
+    );
+    let expired = store.expire_builds(20, 101).await.unwrap();
+    assert_eq!(
+        expired
+            .iter()
+            .map(|b| (b.id, b.state, b.reason.as_deref(), b.updated_at_ms))
+            .collect::<Vec<_>>(),
+        [(ids[0], BuildState::Failed, Some("expired"), 101)]
+    );
+    assert_eq!(
+        store.build(ids[1]).await.unwrap().unwrap().state,
+        BuildState::Queued
+    );
+    assert_eq!(
+        store.build(ids[2]).await.unwrap().unwrap().state,
+        BuildState::Claimed
+    );
+    // A run claimed through /mcp alone is no build's.
+    changed(&store, docs[3], edit(None, 1, "{}"), 10).await;
+    changed(&store, docs[3], approve(1, 1, 1), 11).await;
+    store
+        .start_implementation(docs[3], graph_counters(1, 1, 1), "run-d", "{}", None, 30)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.silent_build_runs(29).await.unwrap(), []);
+    let silent: Vec<String> = store
+        .silent_build_runs(30)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(silent, ["run-c"]);
+    store
+        .report_implementation("run-c", &report("k", 1, "{}", None), 40)
+        .await
+        .unwrap();
+    assert_eq!(store.silent_build_runs(39).await.unwrap(), []);
+    assert_eq!(store.silent_build_runs(40).await.unwrap().len(), 1);
 }
 
 async fn ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row(

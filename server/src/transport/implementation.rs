@@ -6,7 +6,9 @@
 //! `POST /api/channels/{channel}/implementation/approve` with `{graphVersion, graphRevision,
 //! machineId?, checkout?}` (a writer's browser session only: a person approves, RULINGS GRA-04),
 //! which queues the build on the presser's machine in the same commit (LIFE-05), answering the
-//! approved version with its `build` or a refusal `{code, message}` with 409.
+//! approved version with its `build` or a refusal `{code, message}` with 409;
+//! `POST …/implementation/retry` (a failed build again) and `POST …/implementation/rebuild`
+//! (the edits since the built source onto its pull requests), writers' browser sessions too.
 //! Does not own: the rules (`crate::lifecycle`, `chopin_store::graphs`) or access.
 
 use axum::body::Bytes;
@@ -27,6 +29,7 @@ pub struct ImplementationDeps {
     pub documents: DocumentsDeps,
     pub lifecycle: std::sync::Arc<Lifecycle>,
     pub builds: std::sync::Arc<crate::builds::Builds>,
+    pub rebuilds: std::sync::Arc<crate::rebuilds::Rebuilds>,
 }
 
 pub fn routes(deps: ImplementationDeps) -> Routes {
@@ -34,6 +37,7 @@ pub fn routes(deps: ImplementationDeps) -> Routes {
         .get("/api/channels/{channel}/implementation", snapshot)
         .post("/api/channels/{channel}/implementation/approve", approve)
         .post("/api/channels/{channel}/implementation/retry", retry)
+        .post("/api/channels/{channel}/implementation/rebuild", rebuild)
         .with_state(deps)
 }
 
@@ -59,11 +63,13 @@ async fn snapshot(
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.documents.access.caller(&headers, false).await?;
     let (doc, _) = deps.documents.readable(&caller, &channel).await?;
-    let shown = deps
+    let mut shown = deps
         .lifecycle
         .snapshot(&doc)
         .await
         .map_err(ApiError::store)?;
+    // What the last delivered build built, and how far the plan moved since (LIFE-10).
+    shown["built"] = deps.rebuilds.changes(&doc).await?.unwrap_or(Value::Null);
     Ok(Json(shown))
 }
 
@@ -136,23 +142,52 @@ async fn retry(
         ));
     }
     let doc = deps.documents.writable(&caller, &channel).await?;
-    let wanted: Retry = if body.is_empty() {
-        Retry {
-            machine_id: None,
-            checkout: None,
-        }
-    } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid-request",
-                format!("expected {{\"machineId\": \"<uuid>\"?, \"checkout\": \"…\"?}}: {e}"),
-            )
-        })?
-    };
+    let wanted = machine_named(&body)?;
     Ok(Json(
         deps.builds
             .retry(&caller, &doc, wanted.machine_id, wanted.checkout.as_deref())
+            .await?,
+    ))
+}
+
+/// A retry's or rebuild's body: empty, or `{machineId?, checkout?}`.
+fn machine_named(body: &[u8]) -> Result<Retry, ApiError> {
+    if body.is_empty() {
+        return Ok(Retry {
+            machine_id: None,
+            checkout: None,
+        });
+    }
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid-request",
+            format!("expected {{\"machineId\": \"<uuid>\"?, \"checkout\": \"…\"?}}: {e}"),
+        )
+    })
+}
+
+/// `POST …/implementation/rebuild`: a person builds the edits made since the last delivered
+/// build onto its pull requests (LIFE-12); a failed rebuild is retried the same way (LIFE-17).
+async fn rebuild(
+    State(deps): State<ImplementationDeps>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = deps.documents.access.caller(&headers, true).await?;
+    if caller.browser.is_none() {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "person-required",
+            "Only a person presses Build for a plan's changes, from a signed-in browser; a token cannot.",
+        ));
+    }
+    let doc = deps.documents.writable(&caller, &channel).await?;
+    let wanted = machine_named(&body)?;
+    Ok(Json(
+        deps.rebuilds
+            .press(&caller, &doc, wanted.machine_id, wanted.checkout.as_deref())
             .await?,
     ))
 }
