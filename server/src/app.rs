@@ -125,6 +125,8 @@ pub struct App {
     pub builds: Arc<crate::builds::Builds>,
     /// Rebuilds of a built plan's edits.
     pub rebuilds: Arc<crate::rebuilds::Rebuilds>,
+    /// Automatic rebuilds once editing settles, with `LIVE_BUILD=on`.
+    pub live_builds: Option<Arc<crate::live_builds::LiveBuilds>>,
     /// Default machine: a writer's favourite for a document nobody chose a machine for (only
     /// under the `remote` harness).
     pub default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
@@ -566,6 +568,17 @@ impl App {
                 entropy: entropy.clone(),
             },
         ));
+        let live_builds = config.live_build.then(|| {
+            let live = crate::live_builds::LiveBuilds::new(crate::live_builds::LiveBuildsDeps {
+                store: store.clone(),
+                builds: builds.clone(),
+                rebuilds: rebuilds.clone(),
+                clock: clock.clone(),
+                shutdown: shutdown.clone(),
+            });
+            open.watch(live.clone());
+            live
+        });
         let default_machine = (!crate::harness::model_in_server(&config.harness)).then(|| {
             Arc::new(crate::default_machine::DefaultMachine::new(
                 crate::default_machine::DefaultMachineDeps {
@@ -630,6 +643,7 @@ impl App {
             machines,
             builds,
             rebuilds,
+            live_builds,
             default_machine,
         }
     }
@@ -696,6 +710,7 @@ impl App {
                 lifecycle: self.lifecycle.clone(),
                 builds: self.builds.clone(),
                 rebuilds: self.rebuilds.clone(),
+                live_builds: self.live_builds.clone(),
             },
         ))
         .merge(transport::machines::routes(

@@ -45,7 +45,21 @@ pub struct BuildsDeps {
 
 pub struct Builds {
     deps: BuildsDeps,
+    /// Machine id → its connector's latest poll of its builds: when, and whether it says its
+    /// owner allowed automatic builds on it (LIFE-79). In memory only, like a connection.
+    polls: std::sync::Mutex<std::collections::BTreeMap<Uuid, Poll>>,
 }
+
+/// A connector's poll of its builds.
+#[derive(Debug, Clone, Copy)]
+struct Poll {
+    at_ms: i64,
+    auto_build: bool,
+}
+
+/// A machine whose connector polled its builds within this long is online (LIFE-83), and its
+/// consent to automatic builds holds (LIFE-79).
+pub const CONNECTOR_ONLINE_MS: i64 = 60_000;
 
 fn refused(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::new(status, code, message)
@@ -93,7 +107,50 @@ pub(crate) fn cleaned(text: Option<&str>, max: usize) -> Option<String> {
 
 impl Builds {
     pub fn new(deps: BuildsDeps) -> Self {
-        Builds { deps }
+        Builds {
+            deps,
+            polls: std::sync::Mutex::default(),
+        }
+    }
+
+    /// Whether `machine`'s connector polled its builds within [`CONNECTOR_ONLINE_MS`].
+    pub fn online(&self, machine: Uuid) -> bool {
+        self.poll(machine).is_some()
+    }
+
+    /// Whether `machine`'s connector is online and says its owner allowed automatic builds on
+    /// it (LIFE-79).
+    pub fn allows_auto_build(&self, machine: Uuid) -> bool {
+        self.poll(machine).is_some_and(|p| p.auto_build)
+    }
+
+    fn poll(&self, machine: Uuid) -> Option<Poll> {
+        let now = self.deps.clock.now_ms();
+        let polls = self
+            .polls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        polls
+            .get(&machine)
+            .copied()
+            .filter(|p| now - p.at_ms < CONNECTOR_ONLINE_MS)
+    }
+
+    fn polled(&self, machine: Uuid, auto_build: bool) {
+        let now = self.deps.clock.now_ms();
+        let mut polls = self
+            .polls
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Bounded by the machines paired: forget the ones long gone quiet.
+        polls.retain(|_, p| now - p.at_ms < CONNECTOR_ONLINE_MS);
+        polls.insert(
+            machine,
+            Poll {
+                at_ms: now,
+                auto_build,
+            },
+        );
     }
 
     /// Build plan's press: approves exactly the draft (`graph_version`, `graph_revision`) and,
@@ -217,13 +274,20 @@ impl Builds {
     }
 
     /// `GET /api/connector/machines/{id}/builds`: the builds queued for the connector's machine,
-    /// oldest first.
-    pub async fn queued(&self, caller: &Caller, machine_id: Uuid) -> Result<Value, ApiError> {
+    /// oldest first. The poll marks the machine online, with the consent to automatic builds
+    /// it carries (LIFE-79, LIFE-83).
+    pub async fn queued(
+        &self,
+        caller: &Caller,
+        machine_id: Uuid,
+        auto_build: bool,
+    ) -> Result<Value, ApiError> {
         let machine = self
             .deps
             .machines
             .connector(caller, machine_id, None)
             .await?;
+        self.polled(machine.id, auto_build);
         let builds = self
             .deps
             .store

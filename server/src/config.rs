@@ -135,6 +135,10 @@ pub struct Config {
     /// How long a document Default machine chose a machine for may go unused (no room open,
     /// its Planner with nothing to do) before Default machine lets it go (ATM-37).
     pub default_machine_idle_ms: u64,
+    /// `LIVE_BUILD=on`: a delivered build makes its document live, and a writer's edits are
+    /// rebuilt by themselves once editing settles, on the builder's consenting machine
+    /// (LIFE-78).
+    pub live_build: bool,
     /// Absolute lifetime of a browser sign-in (cookie session), in ms.
     pub session_max_age_ms: u64,
     /// The key that seals sign-in credentials at rest (64 hex characters), if set.
@@ -491,6 +495,12 @@ pub struct Args {
     /// that machine is let go, in ms; checked every 15 s. Default 600000.
     #[arg(long, env = "DEFAULT_MACHINE_IDLE_MS", value_name = "MS")]
     pub default_machine_idle_ms: Option<String>,
+
+    /// `off` (default) or `on` (experimental): on, a plan whose build delivered is rebuilt by
+    /// itself 30 s after a writer's last edit, onto the same pull requests, by the builder's own
+    /// machine — only one whose connector says its owner allowed automatic builds there.
+    #[arg(long, env = "LIVE_BUILD", value_name = "on|off")]
+    pub live_build: Option<String>,
 
     /// 64 hex characters (`openssl rand -hex 32`): the key that encrypts browser sign-ins'
     /// GitHub credentials in the database. Unset: a key generated once into credential.key beside
@@ -1555,6 +1565,7 @@ impl Config {
                 &args.default_machine_idle_ms,
                 600_000,
             )?,
+            live_build: one_of("LIVE_BUILD", &args.live_build, "off", &["on", "off"])? == "on",
             chat_attachment_max_bytes,
             chat_attachment_max_count,
             chat_attachment_max_total_bytes,
@@ -1677,6 +1688,7 @@ mod tests {
         assert_eq!(c.handover_planner_window_ms, 60_000);
         assert_eq!(c.planner_patience_ms, 120_000);
         assert_eq!(c.default_machine_idle_ms, 600_000);
+        assert!(!c.live_build);
         // FILE-18..20, with FILE-22: under remote both byte caps are at most 1 MiB.
         assert_eq!(c.chat_attachment_max_bytes, 1024 * 1024);
         assert_eq!(c.chat_attachment_max_count, 5);

@@ -37,6 +37,7 @@ pub mod housekeeping;
 pub mod identity;
 pub mod jobs;
 pub mod lifecycle;
+pub mod live_builds;
 pub mod machines;
 pub mod metrics;
 pub mod models;

@@ -677,7 +677,12 @@ impl Lifecycle {
     /// The Build view's snapshot of `doc` (LIFE-66, LIFE-67, LIFE-68): every graph version's
     /// state and counters, the latest one's tasks, the lock a run holds, and every run with its
     /// progress, oldest first.
-    pub async fn snapshot(&self, doc: &Document) -> Result<Value, StoreError> {
+    pub async fn snapshot(
+        &self,
+        doc: &Document,
+        viewer: Uuid,
+        online: &(dyn Fn(Uuid) -> bool + Sync),
+    ) -> Result<Value, StoreError> {
         let versions = self.graphs.graph_versions(doc.id).await?;
         let runs = self.graphs.implementation_runs(doc.id).await?;
         let mut shown = Vec::with_capacity(runs.len());
@@ -712,7 +717,10 @@ impl Lifecycle {
                 }))
                 .collect::<Vec<_>>(),
             "runs": shown,
-            "builds": builds.iter().map(build_json).collect::<Vec<_>>(),
+            "builds": builds
+                .iter()
+                .map(|b| build_seen_by(b, viewer, online))
+                .collect::<Vec<_>>(),
         }))
     }
 
@@ -788,6 +796,23 @@ pub fn build_json(build: &crate::store::Build) -> Value {
         "createdAt": build.created_at_ms,
         "updatedAt": build.updated_at_ms,
     })
+}
+
+/// A build as `viewer` sees it in the snapshot: its machine and checkout only for its builder,
+/// who also sees whether that machine's connector is online (LIFE-83).
+fn build_seen_by(
+    build: &crate::store::Build,
+    viewer: Uuid,
+    online: &(dyn Fn(Uuid) -> bool + Sync),
+) -> Value {
+    let mut shown = build_json(build);
+    if build.requested_by_account_id == viewer {
+        shown["machineOnline"] = Value::Bool(online(build.machine_id));
+    } else if let Value::Object(fields) = &mut shown {
+        fields.remove("machineId");
+        fields.remove("checkout");
+    }
+    shown
 }
 
 /// Why an approval was refused, in the Build view's words.

@@ -174,6 +174,58 @@ impl Rebuilds {
         Ok(json!({ "build": build_json(&queued), "changes": changes }))
     }
 
+    /// Under `LIVE_BUILD`, once editing settled (LIFE-15): the edits since the built source are
+    /// queued as a rebuild by the live build's own user on `machine`, as their press would —
+    /// unless nothing changed or a Decision is unsettled, when the plan simply stays as it is.
+    /// `Ok(None)` when nothing was queued for those reasons; the queue's refusal otherwise.
+    pub async fn auto(
+        &self,
+        doc: &Document,
+        builder: &Build,
+        machine: uuid::Uuid,
+    ) -> Result<Result<Option<Build>, crate::store::QueueRefusal>, ApiError> {
+        let source = self.source(doc).await?;
+        if crate::drafting::unsettled(&source).is_some() {
+            return Ok(Ok(None));
+        }
+        let Some(built) = self
+            .deps
+            .store
+            .built_source(doc.id)
+            .await
+            .map_err(ApiError::store)?
+        else {
+            return Ok(Ok(None));
+        };
+        if chopin_document::blocks::changed_blocks(&built.source, &source) == 0 {
+            return Ok(Ok(None));
+        }
+        let build = NewBuild {
+            id: self.deps.entropy.uuid(),
+            machine_id: machine,
+            requested_by_account_id: builder.requested_by_account_id,
+            requested_by: builder.requested_by.clone(),
+            checkout: builder.checkout.clone(),
+        };
+        let queued = self
+            .deps
+            .store
+            .queue_rebuild(
+                doc.id,
+                &build,
+                &source,
+                doc.plan_revision,
+                self.deps.clock.now_ms(),
+            )
+            .await
+            .map_err(ApiError::store)?;
+        if let Ok(queued) = &queued {
+            tracing::info!(document = %doc.id, machine = %machine, build = %queued.id, "editing settled: a rebuild was queued by itself");
+            self.deps.news.changed(doc.id).await;
+        }
+        Ok(queued.map(Some))
+    }
+
     /// `read_rebuild` through `rebuild`'s bridge: the change to implement, as data (LIFE-81),
     /// and the pull requests built so far.
     pub async fn read(&self, rebuild: &Build, doc: &Document) -> Result<Value, ApiError> {

@@ -643,3 +643,57 @@ async fn life_11_life_10_life_12_life_13_life_14_life_84_life_85_a_delivered_bui
     );
     assert_eq!(code, "already-verified", "{body}");
 }
+
+/// The Build view's snapshot as the browser session `cookie` reads it.
+async fn snapshot_as(s: &Served, cookie: &str) -> Value {
+    let request = http::Request::get(format!(
+        "http://{}/api/channels/{}/implementation",
+        s.host, s.doc
+    ))
+    .header(http::header::COOKIE, cookie)
+    .body(Bytes::new())
+    .unwrap();
+    let answer = http_client::send(&TcpConnector, request).await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK);
+    serde_json::from_slice(&answer.body).unwrap()
+}
+
+#[tokio::test]
+async fn life_83_only_the_builders_snapshot_names_the_machine_the_checkout_and_whether_it_is_online(
+) {
+    let s = support::served().await;
+    drafted(&s).await;
+    let (connector, _) = connector(&s).await;
+    let machine = connector.machine_id().to_owned();
+    let (status, pressed) = press(
+        &s,
+        json!({ "machineId": machine, "checkout": "~/src/plans" }),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{pressed}");
+    let mine = &snapshot(&s).await["builds"][0];
+    assert_eq!(
+        (
+            &mine["machineId"],
+            &mine["checkout"],
+            &mine["machineOnline"]
+        ),
+        (&json!(machine), &json!("~/src/plans"), &json!(false)),
+        "not polled yet: {mine}"
+    );
+    connector.builds().await.unwrap();
+    assert_eq!(snapshot(&s).await["builds"][0]["machineOnline"], true);
+
+    let lisa = s
+        .sign_in("lisa", 77, chopin_fixtures::github::Permission::Write)
+        .await;
+    let theirs = snapshot_as(&s, &lisa).await["builds"][0].clone();
+    assert_eq!(
+        (&theirs["requestedBy"], &theirs["state"]),
+        (&json!("mona"), &json!("queued")),
+        "{theirs}"
+    );
+    for hidden in ["machineId", "checkout", "machineOnline"] {
+        assert!(theirs.get(hidden).is_none(), "{hidden}: {theirs}");
+    }
+}

@@ -111,6 +111,9 @@ pub struct Settings {
     pub planner_patience_ms: Option<u64>,
     /// `DEFAULT_MACHINE_IDLE_MS`: how long Default machine keeps an unused document.
     pub default_machine_idle_ms: Option<u64>,
+    /// `LIVE_BUILD=on`.
+    #[serde(default)]
+    pub live_build: bool,
 }
 
 impl Settings {
@@ -169,6 +172,7 @@ impl Settings {
             if let Some(ms) = s.planner_patience_ms {
                 c.planner_patience_ms = ms;
             }
+            c.live_build = s.live_build;
             if let Some(ms) = s.default_machine_idle_ms {
                 c.default_machine_idle_ms = ms;
             }
@@ -364,6 +368,16 @@ pub enum Action {
     /// is then the token of `as = "<machine>-bridge"` in an `mcp` step.
     PickUp {
         machine: String,
+    },
+    /// `machine`'s connector polls its queued builds, saying (with `auto_build`) that its owner
+    /// allowed automatic builds on it (LIFE-79): the machine is online for 60 s. With `count`,
+    /// that many must be queued.
+    PollBuilds {
+        machine: String,
+        #[serde(default)]
+        auto_build: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        count: Option<usize>,
     },
     /// `as` moves the cast's document to `machine` (absent: to none).
     ChooseMachine {
@@ -1121,6 +1135,28 @@ impl Run {
                 .map_err(|e| e.to_string())?
                 .map_err(|e| e.to_string())?;
                 Ok(())
+            }
+            Action::PollBuilds {
+                machine,
+                auto_build,
+                count,
+            } => {
+                let (id, token) = self.machine(machine)?;
+                let query = if *auto_build { "?autoBuild=true" } else { "" };
+                let (status, listed) = self.http(
+                    machine,
+                    http::Method::GET,
+                    &format!("/api/connector/machines/{id}/builds{query}"),
+                    &token,
+                    None,
+                )?;
+                let queued = listed["builds"].as_array().map(Vec::len);
+                match count {
+                    Some(n) if queued != Some(*n) => Err(format!(
+                        "machine {machine} has {queued:?} builds queued, expected {n}: {status} {listed}"
+                    )),
+                    _ => Ok(()),
+                }
             }
             Action::PickUp { machine } => {
                 let (id, token) = self.machine(machine)?;

@@ -213,8 +213,8 @@ struct Deps {
     /// the simulator's "bytes bounded" invariant; at most [`ACCEPTED_MEMORY`].
     accepted: Mutex<std::collections::VecDeque<(usize, usize)>>,
     /// Told when a document is opened for a socket, restored or edited (the description
-    /// scheduler); none until [`OpenDocuments::watch`].
-    watch: std::sync::OnceLock<Arc<dyn ContentWatch>>,
+    /// scheduler, living builds); none until [`OpenDocuments::watch`].
+    watch: Mutex<Vec<Arc<dyn ContentWatch>>>,
     /// Asked before an edit through the server (the Planner's, MCP's, a job's) whether the plan
     /// is locked against it; none until [`OpenDocuments::lock_edits`].
     lock: std::sync::OnceLock<Arc<dyn EditLock>>,
@@ -239,15 +239,22 @@ pub trait ContentWatch: Send + Sync + 'static {
 }
 
 impl Deps {
+    fn watchers(&self) -> Vec<Arc<dyn ContentWatch>> {
+        self.watch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn opened(&self, document: Uuid) {
-        if let Some(watch) = self.watch.get() {
-            watch.clone().opened(document);
+        for watch in self.watchers() {
+            watch.opened(document);
         }
     }
 
     fn edited(&self, document: Uuid) {
-        if let Some(watch) = self.watch.get() {
-            watch.clone().edited(document);
+        for watch in self.watchers() {
+            watch.edited(document);
         }
     }
 }
@@ -1014,7 +1021,7 @@ impl OpenDocuments {
                 journal_whole_state: AtomicBool::new(false),
                 poison_guard_off: AtomicBool::new(false),
                 accepted: Mutex::default(),
-                watch: std::sync::OnceLock::new(),
+                watch: Mutex::default(),
                 lock: std::sync::OnceLock::new(),
             }),
             entropy,
@@ -1022,10 +1029,14 @@ impl OpenDocuments {
         }
     }
 
-    /// Tells `watch` of every document opened for a socket, restored or edited from now on (at
-    /// most one watch; a second is ignored).
+    /// Tells `watch` of every document opened for a socket, restored or edited from now on,
+    /// after the watches added before it.
     pub fn watch(&self, watch: Arc<dyn ContentWatch>) {
-        let _ = self.deps.watch.set(watch);
+        self.deps
+            .watch
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(watch);
     }
 
     /// Asks `lock` before every edit made through the server from now on (at most one; a

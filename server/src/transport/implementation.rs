@@ -30,6 +30,7 @@ pub struct ImplementationDeps {
     pub lifecycle: std::sync::Arc<Lifecycle>,
     pub builds: std::sync::Arc<crate::builds::Builds>,
     pub rebuilds: std::sync::Arc<crate::rebuilds::Rebuilds>,
+    pub live_builds: Option<std::sync::Arc<crate::live_builds::LiveBuilds>>,
 }
 
 pub fn routes(deps: ImplementationDeps) -> Routes {
@@ -63,13 +64,27 @@ async fn snapshot(
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.documents.access.caller(&headers, false).await?;
     let (doc, _) = deps.documents.readable(&caller, &channel).await?;
+    // Only the builder sees their machine, checkout and whether their agent is online (LIFE-83).
+    let online = |machine| deps.builds.online(machine);
     let mut shown = deps
         .lifecycle
-        .snapshot(&doc)
+        .snapshot(&doc, caller.account_id, &online)
         .await
         .map_err(ApiError::store)?;
-    // What the last delivered build built, and how far the plan moved since (LIFE-10).
-    shown["built"] = deps.rebuilds.changes(&doc).await?.unwrap_or(Value::Null);
+    // What the last delivered build built, and how far the plan moved since (LIFE-10); under
+    // LIVE_BUILD, when the edits are rebuilt by themselves (LIFE-15).
+    shown["built"] = match deps.rebuilds.changes(&doc).await? {
+        Some(mut built) => {
+            built["live"] = Value::Bool(deps.live_builds.is_some());
+            built["autoRebuildAt"] = deps
+                .live_builds
+                .as_ref()
+                .and_then(|l| l.due(doc.id))
+                .map_or(Value::Null, Value::from);
+            built
+        }
+        None => Value::Null,
+    };
     Ok(Json(shown))
 }
 

@@ -5,7 +5,8 @@
 //! machine), `GET /api/connector/machines/{id}/documents` (the documents that asked it to run
 //! their Planner; `?release=` tells the connector's release) and `POST /api/connector/planner`
 //! `{machineId, documentId, release?}` (a document-scoped Planner credential, AC-20); the
-//! browser builds queued on it: `GET /api/connector/machines/{id}/builds`, `POST
+//! browser builds queued on it: `GET /api/connector/machines/{id}/builds` (`?autoBuild=true`:
+//! its owner allowed automatic builds on it, LIFE-79), `POST
 //! /api/connector/builds/{id}/pickup` `{machineId}` (once, LIFE-48) and `POST
 //! /api/connector/builds/{id}/failed` `{machineId, reason?}`. For a
 //! member: `GET /api/machines` (theirs and those shared with them), `DELETE /api/machines/{id}`
@@ -312,15 +313,27 @@ fn build_id(id: &str) -> Result<Uuid, ApiError> {
     })
 }
 
+/// A builds poll's query: `autoBuild=true` when the machine's owner allowed automatic builds
+/// on it when pairing (LIFE-79).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BuildsPoll {
+    #[serde(default)]
+    auto_build: bool,
+}
+
 /// `GET /api/connector/machines/{id}/builds`.
 async fn queued_builds(
     State(deps): State<MachinesDeps>,
     Path(id): Path<String>,
+    Query(poll): Query<BuildsPoll>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = deps.documents.access.caller(&headers, false).await?;
     let id = machine_id(&id)?;
-    Ok(Json(deps.builds.queued(&caller, id).await?))
+    Ok(Json(
+        deps.builds.queued(&caller, id, poll.auto_build).await?,
+    ))
 }
 
 #[derive(Debug, Deserialize)]
