@@ -425,7 +425,7 @@ async fn write_plan(mcp: &chopin_fixtures::mcp::Client, s: &Served, source: &str
 }
 
 #[tokio::test]
-async fn life_11_life_10_life_12_life_13_life_14_life_84_life_85_a_delivered_build_counts_the_changes_since_and_a_pressed_rebuild_lands_through_its_bridge(
+async fn life_11_life_10_life_12_life_13_life_14_life_81_life_84_life_85_a_delivered_build_counts_the_changes_since_and_a_pressed_rebuild_lands_through_its_bridge(
 ) {
     let s = support::served().await;
     let plan_revision = drafted(&s).await;
@@ -435,51 +435,8 @@ async fn life_11_life_10_life_12_life_13_life_14_life_84_life_85_a_delivered_bui
     let (built_source, _) = plan(&mona, &s).await;
 
     // A first build, delivered: claimed through its bridge, its one task done and verified.
-    let (status, pressed) = press(&s, json!({ "machineId": machine })).await;
-    assert_eq!(status, StatusCode::OK, "{pressed}");
-    let build_id = pressed["build"]["buildId"].as_str().unwrap().to_owned();
-    let picked = connector.pick_up(&build_id).await.unwrap();
-    let build_bridge = connect(
-        &format!("http://{}/mcp", s.host),
-        picked["bridge"].as_str().unwrap(),
-    )
-    .await;
-    let started = ok(call(
-        &build_bridge,
-        "start_implementation",
-        json!({"documentId": s.doc, "planRevision": plan_revision, "graphVersion": 1,
-               "graphRevision": 1, "repository": "octo/plans", "branch": "main",
-               "commit": "a".repeat(40)}),
-    )
-    .await);
-    let run_id = started["run"]["runId"].as_str().unwrap().to_owned();
-    let pr = "https://github.com/octo/plans/pull/7";
-    for (n, (tool, more)) in [
-        ("start_task", json!({ "taskId": "a" })),
-        (
-            "report_pr",
-            json!({ "taskId": "a", "url": pr, "state": "open" }),
-        ),
-        (
-            "complete_task",
-            json!({ "taskId": "a", "summary": "Did a." }),
-        ),
-        (
-            "report_verification",
-            json!({ "tasks": [{ "taskId": "a", "passed": true, "evidence": "Checked." }] }),
-        ),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let mut args =
-            json!({ "documentId": s.doc, "runId": run_id, "idempotencyKey": format!("k{n}") });
-        for (k, v) in more.as_object().unwrap() {
-            args[k] = v.clone();
-        }
-        ok(call(&build_bridge, tool, args).await);
-    }
-
+    let (build_id, run_id, build_bridge) = deliver(&s, &connector, plan_revision).await;
+    let pr = PR;
     // LIFE-11: the delivery recorded what it built; LIFE-10: nothing changed since.
     let shown = snapshot(&s).await;
     assert_eq!(
@@ -696,4 +653,112 @@ async fn life_83_only_the_builders_snapshot_names_the_machine_the_checkout_and_w
     for hidden in ["machineId", "checkout", "machineOnline"] {
         assert!(theirs.get(hidden).is_none(), "{hidden}: {theirs}");
     }
+}
+
+/// The pull request the delivered build's one task reported.
+const PR: &str = "https://github.com/octo/plans/pull/7";
+
+/// mona's Build plan press on `connector`'s machine, delivered: picked up, claimed through its
+/// bridge, its one task done with [`PR`] and verified. The build's id, its run's and a client on
+/// its bridge.
+async fn deliver(
+    s: &Served,
+    connector: &Connector<TcpDial>,
+    plan_revision: i64,
+) -> (String, String, chopin_fixtures::mcp::Client) {
+    let machine = connector.machine_id().to_owned();
+    let (status, pressed) = press(s, json!({ "machineId": machine })).await;
+    assert_eq!(status, StatusCode::OK, "{pressed}");
+    let build_id = pressed["build"]["buildId"].as_str().unwrap().to_owned();
+    let picked = connector.pick_up(&build_id).await.unwrap();
+    let build_bridge = connect(
+        &format!("http://{}/mcp", s.host),
+        picked["bridge"].as_str().unwrap(),
+    )
+    .await;
+    let started = ok(call(
+        &build_bridge,
+        "start_implementation",
+        json!({"documentId": s.doc, "planRevision": plan_revision, "graphVersion": 1,
+               "graphRevision": 1, "repository": "octo/plans", "branch": "main",
+               "commit": "a".repeat(40)}),
+    )
+    .await);
+    let run_id = started["run"]["runId"].as_str().unwrap().to_owned();
+    let pr = PR;
+    for (n, (tool, more)) in [
+        ("start_task", json!({ "taskId": "a" })),
+        (
+            "report_pr",
+            json!({ "taskId": "a", "url": pr, "state": "open" }),
+        ),
+        (
+            "complete_task",
+            json!({ "taskId": "a", "summary": "Did a." }),
+        ),
+        (
+            "report_verification",
+            json!({ "tasks": [{ "taskId": "a", "passed": true, "evidence": "Checked." }] }),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut args =
+            json!({ "documentId": s.doc, "runId": run_id, "idempotencyKey": format!("k{n}") });
+        for (k, v) in more.as_object().unwrap() {
+            args[k] = v.clone();
+        }
+        ok(call(&build_bridge, tool, args).await);
+    }
+
+    (build_id, run_id, build_bridge)
+}
+
+#[tokio::test]
+async fn life_17_life_12_a_failed_rebuild_is_pressed_again_on_the_same_route() {
+    let s = support::served().await;
+    let plan_revision = drafted(&s).await;
+    let (connector, _) = connector(&s).await;
+    let machine = connector.machine_id().to_owned();
+    let mona = connect(&format!("http://{}/mcp", s.host), &s.mona).await;
+    let (built, _) = plan(&mona, &s).await;
+    deliver(&s, &connector, plan_revision).await;
+    write_plan(
+        &mona,
+        &s,
+        &format!("{}\n\nOne more step.\n", built.trim_end()),
+        "u1",
+    )
+    .await;
+
+    let (status, first) = rebuild(&s, Some(json!({ "machineId": machine }))).await;
+    assert_eq!(status, StatusCode::OK, "{first}");
+    let first_id = first["build"]["buildId"].as_str().unwrap().to_owned();
+    connector.pick_up(&first_id).await.unwrap();
+    let failed = connector
+        .build_failed(&first_id, "the agent would not start")
+        .await
+        .unwrap();
+    assert_eq!(failed["state"], "failed", "{failed}");
+    let shown = snapshot(&s).await;
+    assert_eq!(shown["built"]["changes"], 1, "still to build: {shown}");
+
+    // Retry is the same press, on the same route: a new rebuild of the same edits.
+    let (status, again) = rebuild(&s, None).await;
+    assert_eq!(
+        (status, &again["error"]),
+        (StatusCode::CONFLICT, &json!("no-machine")),
+        "no machine named and no favourite: {again}"
+    );
+    let (status, again) = rebuild(&s, Some(json!({ "machineId": machine }))).await;
+    assert_eq!(status, StatusCode::OK, "{again}");
+    assert_ne!(again["build"]["buildId"], json!(first_id));
+    assert_eq!(
+        (&again["build"]["kind"], &again["build"]["state"]),
+        (&json!("rebuild"), &json!("queued"))
+    );
+    let listed = connector.builds().await.unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0]["buildId"], again["build"]["buildId"]);
 }

@@ -157,7 +157,7 @@ conformance! {
     life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_build_runs,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
-    life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
+    life_28_life_29_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
     life_31_approval_refuses_a_graph_drafted_against_an_older_plan_revision,
     life_32_life_37_a_replacement_draft_supersedes_nothing_until_it_is_approved,
     life_33_a_claim_checks_all_three_counters_and_locks_the_version,
@@ -6348,7 +6348,7 @@ fn states(versions: &[GraphVersion]) -> Vec<(i64, GraphState)> {
 
 /// LIFE-28, LIFE-29, LIFE-30: a graph starts as version 1 in draft at revision 1; each edit of the
 /// draft advances its revision and may follow a newer plan; an edit from a stale read is refused.
-async fn life_28_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision(
+async fn life_28_life_29_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision(
     b: &Backend,
 ) {
     let store = b.open().await;
