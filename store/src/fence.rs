@@ -30,11 +30,23 @@
 //! writing before another can take the lease, and the database check catches whatever was
 //! already in flight: a write held up in the network or a pool until after the takeover.
 //!
+//!
+//! Two kinds of lease, one fence. Under the writer lease one process serves the whole database.
+//! Under document leases ([`crate::DocumentLeaseStore`]) several processes serve one
+//! PostgreSQL at once, each document by the one process holding its lease; that process writes
+//! the document's state through a handle fenced by [`Fence::for_document`], whose database check
+//! reads that document's lease row instead, under the same ordering (a per-document lock taken
+//! shared by writes and exclusive by a change of the document's epoch or holder). Everything
+//! above holds per document: a process that lost one document's lease can no longer write
+//! through that document's handle, and the other documents it serves are untouched.
+//!
 //! [`Store::fenced`]: crate::Store::fenced
 //! [`LeaseStore::acquire_writer_lease`]: crate::LeaseStore::acquire_writer_lease
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+use uuid::Uuid;
 
 use crate::{StoreError, StoreResult};
 
@@ -43,21 +55,65 @@ use crate::{StoreError, StoreResult};
 #[derive(Clone, Debug)]
 pub struct Fence {
     epoch: i64,
+    scope: FenceScope,
     given_up: Arc<AtomicBool>,
 }
 
+/// Which lease a fence's epoch is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FenceScope {
+    /// The database-wide writer lease ([`crate::LeaseStore`]): one process writes everything.
+    Writer,
+    /// One document's lease ([`crate::DocumentLeaseStore`]): the process serving that document
+    /// writes through a handle fenced by it, while other processes serve other documents.
+    Document(Uuid),
+}
+
 impl Fence {
-    /// A fence for the lease acquired at `epoch`.
+    /// A fence for the writer lease acquired at `epoch`.
     pub fn new(epoch: i64) -> Self {
+        Self::scoped(FenceScope::Writer, epoch)
+    }
+
+    /// A fence for `document_id`'s lease acquired at `epoch`: every write through a handle made
+    /// with it — whatever document or account the write concerns — is admitted only while that
+    /// document's lease row still names this epoch and a holder.
+    pub fn for_document(document_id: Uuid, epoch: i64) -> Self {
+        Self::scoped(FenceScope::Document(document_id), epoch)
+    }
+
+    fn scoped(scope: FenceScope, epoch: i64) -> Self {
         Fence {
             epoch,
+            scope,
             given_up: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// The writer epoch this fence admits.
+    /// The epoch this fence admits.
     pub fn epoch(&self) -> i64 {
         self.epoch
+    }
+
+    /// The lease this fence's epoch is of.
+    pub fn scope(&self) -> FenceScope {
+        self.scope
+    }
+
+    /// What the fence is of, in refusals: "writer epoch 3", "document 0000… epoch 3".
+    fn named(&self) -> String {
+        match self.scope {
+            FenceScope::Writer => format!("writer epoch {}", self.epoch),
+            FenceScope::Document(id) => format!("document {id}'s lease epoch {}", self.epoch),
+        }
+    }
+
+    /// The lease, in refusals.
+    fn lease_named(&self) -> String {
+        match self.scope {
+            FenceScope::Writer => "the writer lease".to_owned(),
+            FenceScope::Document(id) => format!("document {id}'s lease"),
+        }
     }
 
     /// This process no longer counts on the lease (its renewal gave up, or it stopped serving):
@@ -76,35 +132,33 @@ impl Fence {
     pub(crate) fn check_local(&self) -> StoreResult<()> {
         if self.is_given_up() {
             return Err(StoreError::Fenced(format!(
-                "this process gave up writer epoch {}",
-                self.epoch
+                "this process gave up {}",
+                self.named()
             )));
         }
         Ok(())
     }
 
-    /// The database check, made atomically with the write: `lease` is the writer-lease row as
-    /// read in the write's own atomic step (`(epoch, held)`, `None` if there is no row).
+    /// The database check, made atomically with the write: `lease` is the row of this fence's
+    /// lease ([`Fence::scope`]) as read in the write's own atomic step (`(epoch, held)`, `None`
+    /// if there is no row).
     pub(crate) fn check_lease(&self, lease: Option<(i64, bool)>) -> StoreResult<()> {
         self.check_local()?;
+        let (named, lease_named) = (self.named(), self.lease_named());
         match lease {
             Some((epoch, true)) if epoch == self.epoch => Ok(()),
             Some((epoch, true)) => Err(StoreError::Fenced(format!(
-                "writer epoch {} is no longer current: the writer lease is at epoch {epoch}",
-                self.epoch
+                "{named} is no longer current: {lease_named} is at epoch {epoch}"
             ))),
             Some((epoch, false)) if epoch == self.epoch => Err(StoreError::Fenced(format!(
-                "writer epoch {} was given back: nobody holds the writer lease",
-                self.epoch
+                "{named} was given back: nobody holds {lease_named}"
             ))),
             Some((epoch, false)) => Err(StoreError::Fenced(format!(
-                "writer epoch {} is no longer current: the writer lease was at epoch {epoch} \
-                 and nobody holds it",
-                self.epoch
+                "{named} is no longer current: {lease_named} was at epoch {epoch} \
+                 and nobody holds it"
             ))),
             None => Err(StoreError::Fenced(format!(
-                "writer epoch {} is not current: the database has no writer lease",
-                self.epoch
+                "{named} is not current: the database has no row for {lease_named}"
             ))),
         }
     }
@@ -115,11 +169,17 @@ impl Fence {
 pub(crate) trait FenceCheck {
     fn check_local(&self) -> StoreResult<()>;
     fn check_lease(&self, lease: Option<(i64, bool)>) -> StoreResult<()>;
+    /// The lease whose row the database check reads; `None` for a handle never fenced.
+    fn scope(&self) -> Option<FenceScope>;
 }
 
 impl FenceCheck for Option<Fence> {
     fn check_local(&self) -> StoreResult<()> {
         self.as_ref().map_or(Ok(()), Fence::check_local)
+    }
+
+    fn scope(&self) -> Option<FenceScope> {
+        self.as_ref().map(Fence::scope)
     }
 
     fn check_lease(&self, lease: Option<(i64, bool)>) -> StoreResult<()> {

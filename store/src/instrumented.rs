@@ -19,12 +19,12 @@ use uuid::Uuid;
 
 use crate::{
     Account, Advance, Attachment, AttachmentStore, BrowserLogin, Claim, ContentStore, Document,
-    DocumentContent, DocumentStore, Fence, HoldStore, Holder, Kept, LeaseAcquire, LeaseStore,
-    LinkHold, ModelChoice, ModelChoiceStore, NewAttachment, NewDocument, NewTranscriptEntry,
-    OwnerGuard, Ownership, OwnershipStore, ParticipationPause, Pending, PlanCommit, Provenance,
-    Release, RevisionKind, RunRecord, RunStore, SignInStore, StagePage, StageRecord, Store,
-    StoreError, StoreResult, TakeBack, TranscriptEntry, TranscriptStore, UnixMillis, UnsentLimit,
-    WriterLease,
+    DocumentContent, DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Fence, HoldStore, Holder,
+    Kept, LeaseAcquire, LeaseStore, LinkHold, ModelChoice, ModelChoiceStore, NewAttachment,
+    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, OwnershipStore, ParticipationPause,
+    Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord, RunStore, SignInStore,
+    StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack, TranscriptEntry,
+    TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
 };
 
 /// One store call, as reported.
@@ -710,6 +710,63 @@ impl<H: Hook> LeaseStore for Instrumented<H> {
             "release_writer_lease",
             WRITE,
             self.inner.release_writer_lease(lease),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> DocumentLeaseStore for Instrumented<H> {
+    async fn acquire_document_lease(
+        &self,
+        document_id: Uuid,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        self.observe(
+            "acquire_document_lease",
+            WRITE,
+            self.inner
+                .acquire_document_lease(document_id, holder, now_ms, ttl_ms),
+        )
+        .await
+    }
+
+    async fn renew_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        self.observe(
+            "renew_document_lease",
+            WRITE,
+            self.inner
+                .renew_document_lease(document_id, lease, now_ms, ttl_ms),
+        )
+        .await
+    }
+
+    async fn release_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+    ) -> StoreResult<()> {
+        self.observe(
+            "release_document_lease",
+            WRITE,
+            self.inner.release_document_lease(document_id, lease),
+        )
+        .await
+    }
+
+    async fn document_lease(&self, document_id: Uuid) -> StoreResult<Option<DocumentLeaseRow>> {
+        self.observe(
+            "document_lease",
+            READ,
+            self.inner.document_lease(document_id),
         )
         .await
     }

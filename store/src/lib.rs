@@ -45,7 +45,7 @@ pub use comments::{
     CommentNote, CommentStore, CommentThread, NewCommentNote, NewCommentThread, Replied,
     ThreadWithNotes,
 };
-pub use fence::Fence;
+pub use fence::{Fence, FenceScope};
 pub use graphs::{
     GraphChange, GraphCounters, GraphRefusal, GraphState, GraphStore, GraphVersion,
     ImplementationRun, Reported, RunEnd, RunReport,
@@ -455,7 +455,9 @@ pub enum Release {
     },
 }
 
-/// The database-wide writer lease: one active server process per database.
+/// A lease as stored: the database-wide writer lease (one active server process per database,
+/// [`LeaseStore`]), or one document's lease (the process serving that document,
+/// [`DocumentLeaseStore`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WriterLease {
     pub holder: String,
@@ -482,6 +484,7 @@ pub trait Store:
     + TranscriptStore
     + OwnershipStore
     + LeaseStore
+    + DocumentLeaseStore
     + RunStore
     + HoldStore
     + ModelChoiceStore
@@ -502,7 +505,8 @@ pub trait Store:
     /// A handle on the same database (sharing this one's connections or memory) whose every
     /// write is fenced by `fence`: refused with [`StoreError::Fenced`], changing nothing, unless
     /// this process has not given the fence up and, checked atomically with the write, the
-    /// writer lease still names the fence's epoch and a holder. Reads and the lease methods are
+    /// fence's lease (the writer lease, or one document's: [`FenceScope`]) still names the
+    /// fence's epoch and a holder. Reads and the lease methods are
     /// not fenced. See [`fence`] for why the epoch, and not the expiry, is what is checked.
     fn fenced(&self, fence: Fence) -> std::sync::Arc<dyn Store>;
 }
@@ -771,6 +775,51 @@ pub trait LeaseStore: Send + Sync + 'static {
     /// Gives the lease up if still held under that holder and epoch. The epoch stays, but with no
     /// holder it admits no fenced write any more.
     async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()>;
+}
+
+/// Each document's lease, for running several server processes on one PostgreSQL: the process
+/// holding a document's lease serves it, and writes its state through a handle fenced by
+/// [`Fence::for_document`]. The rules are the writer lease's, per document: a lease row is made
+/// by the first acquisition (at epoch 1), and every acquisition but the renewal of the holder's
+/// unexpired lease advances the document's epoch, ordered after that document's fenced writes in
+/// flight (see [`fence`]). Documents need not exist to be leased (a lease may come first).
+#[async_trait]
+pub trait DocumentLeaseStore: Send + Sync + 'static {
+    /// Takes `document_id`'s lease if it is free, expired at `now_ms`, or already `holder`'s
+    /// (then renewed).
+    async fn acquire_document_lease(
+        &self,
+        document_id: Uuid,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire>;
+    /// Extends a lease still held under the same holder and epoch; `None` if it was lost.
+    async fn renew_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>>;
+    /// Gives the lease up if still held under that holder and epoch (a graceful hand-over: the
+    /// next process need not wait for the expiry). The epoch stays.
+    async fn release_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+    ) -> StoreResult<()>;
+    /// The document's lease row as stored, held or not (`holder` empty when given back); `None`
+    /// if it was never leased. Who serves a document, for routing a request to it.
+    async fn document_lease(&self, document_id: Uuid) -> StoreResult<Option<DocumentLeaseRow>>;
+}
+
+/// A document's lease row as [`DocumentLeaseStore::document_lease`] reads it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentLeaseRow {
+    pub holder: Option<String>,
+    pub epoch: i64,
+    pub expires_at_ms: UnixMillis,
 }
 
 /// A workflow run a Planner client reported, as its card shows it. Statuses are the agent

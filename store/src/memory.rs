@@ -4,8 +4,9 @@
 //! behind one `std::sync::Mutex` that is never held across an `.await`. Clones share that state,
 //! so "reopening" the database after a host restart is cloning the handle made outside the host.
 //! Every method takes the lock once, so each is atomic on its own, like the SQL backends; a
-//! fenced handle ([`Store::fenced`]) checks the writer-lease row under that same lock before each
-//! write, so an acquisition is either before the write (refused) or after it.
+//! fenced handle ([`Store::fenced`]) checks its lease's row (the writer lease's or one document's)
+//! under that same lock before each write, so an acquisition is either before the write
+//! (refused) or after it.
 //! Does not own: durability beyond the process, or time and randomness (no clock is read here;
 //! account ids are derived from the GitHub user id, see [`account_id_for_github_user`]).
 
@@ -18,15 +19,15 @@ use uuid::Uuid;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_taken,
     Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
-    Fence, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice, NewAttachment, NewDocument,
-    NewTranscriptEntry, OwnerGuard, Ownership, ParticipationPause, PlanCommit, Provenance, Release,
-    RevisionKind, RunRecord, StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack,
-    TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
+    DocumentLeaseRow, Fence, FenceScope, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice,
+    NewAttachment, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, ParticipationPause,
+    PlanCommit, Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, Store,
+    StoreError, StoreResult, TakeBack, TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
 };
 use crate::fence::FenceCheck;
 use crate::{
-    AttachmentStore, ContentStore, DocumentStore, HoldStore, LeaseStore, ModelChoiceStore,
-    OwnershipStore, RunStore, SignInStore, TranscriptStore,
+    AttachmentStore, ContentStore, DocumentLeaseStore, DocumentStore, HoldStore, LeaseStore,
+    ModelChoiceStore, OwnershipStore, RunStore, SignInStore, TranscriptStore,
 };
 
 /// The in-memory backend. Cheap to clone; clones share the same state.
@@ -43,12 +44,62 @@ impl std::fmt::Debug for MemoryStore {
     }
 }
 
-/// The writer lease row: like the SQL backends, a release keeps the epoch and clears the holder.
+/// A lease row (the writer lease's, or a document's): like the SQL backends, a release keeps
+/// the epoch and clears the holder.
 #[derive(Debug, Default)]
 struct LeaseRow {
     holder: Option<String>,
     epoch: i64,
     expires_at_ms: UnixMillis,
+}
+
+impl LeaseRow {
+    fn as_lease(&self, holder: &str) -> WriterLease {
+        WriterLease {
+            holder: holder.to_owned(),
+            epoch: self.epoch,
+            expires_at_ms: self.expires_at_ms,
+        }
+    }
+
+    fn acquire(&mut self, holder: &str, now_ms: UnixMillis, ttl_ms: i64) -> LeaseAcquire {
+        let unexpired = self.expires_at_ms > now_ms;
+        match self.holder.clone() {
+            Some(current) if current != holder && unexpired => {
+                LeaseAcquire::HeldElsewhere(self.as_lease(&current))
+            }
+            current => {
+                // A renewal by the unexpired holder keeps its epoch; any new acquisition (free,
+                // expired, or a different holder) advances it.
+                if !(current.as_deref() == Some(holder) && unexpired) {
+                    self.epoch += 1;
+                }
+                self.holder = Some(holder.to_owned());
+                self.expires_at_ms = now_ms.saturating_add(ttl_ms);
+                LeaseAcquire::Acquired(self.as_lease(holder))
+            }
+        }
+    }
+
+    fn renew(
+        &mut self,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> Option<WriterLease> {
+        if self.holder.as_deref() != Some(lease.holder.as_str()) || self.epoch != lease.epoch {
+            return None;
+        }
+        self.expires_at_ms = now_ms.saturating_add(ttl_ms);
+        Some(self.as_lease(&lease.holder))
+    }
+
+    fn release(&mut self, lease: &WriterLease) {
+        if self.holder.as_deref() == Some(lease.holder.as_str()) && self.epoch == lease.epoch {
+            self.holder = None;
+            self.expires_at_ms = 0;
+        }
+    }
 }
 
 /// A login's credential row, as in the SQL backends: after a deletion the row stays with
@@ -107,6 +158,8 @@ struct Inner {
     transcript_keys: BTreeMap<(Uuid, String), i64>,
     ownership: BTreeMap<Uuid, Ownership>,
     lease: LeaseRow,
+    /// Document id → its lease row, made by its first acquisition.
+    document_leases: BTreeMap<Uuid, LeaseRow>,
     /// Document id → its runs in first-reported order, each with its stages in reported order.
     runs: BTreeMap<Uuid, Vec<(RunRecord, Vec<StageRecord>)>>,
     /// Document id → its Planner link hold.
@@ -177,9 +230,12 @@ impl MemoryStore {
     fn write<R>(&self, f: impl FnOnce(&mut Inner) -> StoreResult<R>) -> StoreResult<R> {
         self.fence.check_local()?;
         self.with(|inner| {
-            let lease = &inner.lease;
+            let lease = match self.fence.scope() {
+                None | Some(FenceScope::Writer) => Some(&inner.lease),
+                Some(FenceScope::Document(id)) => inner.document_leases.get(&id),
+            };
             self.fence
-                .check_lease(Some((lease.epoch, lease.holder.is_some())))?;
+                .check_lease(lease.map(|lease| (lease.epoch, lease.holder.is_some())))?;
             f(inner)
         })
     }
@@ -1105,33 +1161,7 @@ impl LeaseStore for MemoryStore {
         now_ms: UnixMillis,
         ttl_ms: i64,
     ) -> StoreResult<LeaseAcquire> {
-        self.with(|inner| {
-            let row = &mut inner.lease;
-            let unexpired = row.expires_at_ms > now_ms;
-            match row.holder.as_deref() {
-                Some(current) if current != holder && unexpired => {
-                    Ok(LeaseAcquire::HeldElsewhere(WriterLease {
-                        holder: current.to_owned(),
-                        epoch: row.epoch,
-                        expires_at_ms: row.expires_at_ms,
-                    }))
-                }
-                current => {
-                    // A renewal by the unexpired holder keeps its epoch; any new acquisition
-                    // (free, expired, or a different holder) advances it.
-                    if !(current == Some(holder) && unexpired) {
-                        row.epoch += 1;
-                    }
-                    row.holder = Some(holder.to_owned());
-                    row.expires_at_ms = now_ms.saturating_add(ttl_ms);
-                    Ok(LeaseAcquire::Acquired(WriterLease {
-                        holder: holder.to_owned(),
-                        epoch: row.epoch,
-                        expires_at_ms: row.expires_at_ms,
-                    }))
-                }
-            }
-        })
+        self.with(|inner| Ok(inner.lease.acquire(holder, now_ms, ttl_ms)))
     }
 
     async fn renew_writer_lease(
@@ -1140,28 +1170,70 @@ impl LeaseStore for MemoryStore {
         now_ms: UnixMillis,
         ttl_ms: i64,
     ) -> StoreResult<Option<WriterLease>> {
-        self.with(|inner| {
-            let row = &mut inner.lease;
-            if row.holder.as_deref() != Some(lease.holder.as_str()) || row.epoch != lease.epoch {
-                return Ok(None);
-            }
-            row.expires_at_ms = now_ms.saturating_add(ttl_ms);
-            Ok(Some(WriterLease {
-                holder: lease.holder.clone(),
-                epoch: row.epoch,
-                expires_at_ms: row.expires_at_ms,
-            }))
-        })
+        self.with(|inner| Ok(inner.lease.renew(lease, now_ms, ttl_ms)))
     }
 
     async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
         self.with(|inner| {
-            let row = &mut inner.lease;
-            if row.holder.as_deref() == Some(lease.holder.as_str()) && row.epoch == lease.epoch {
-                row.holder = None;
-                row.expires_at_ms = 0;
+            inner.lease.release(lease);
+            Ok(())
+        })
+    }
+}
+
+#[async_trait]
+impl DocumentLeaseStore for MemoryStore {
+    async fn acquire_document_lease(
+        &self,
+        document_id: Uuid,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        self.with(|inner| {
+            let row = inner.document_leases.entry(document_id).or_default();
+            Ok(row.acquire(holder, now_ms, ttl_ms))
+        })
+    }
+
+    async fn renew_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        self.with(|inner| {
+            Ok(inner
+                .document_leases
+                .get_mut(&document_id)
+                .and_then(|row| row.renew(lease, now_ms, ttl_ms)))
+        })
+    }
+
+    async fn release_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+    ) -> StoreResult<()> {
+        self.with(|inner| {
+            if let Some(row) = inner.document_leases.get_mut(&document_id) {
+                row.release(lease);
             }
             Ok(())
+        })
+    }
+
+    async fn document_lease(&self, document_id: Uuid) -> StoreResult<Option<DocumentLeaseRow>> {
+        self.with(|inner| {
+            Ok(inner
+                .document_leases
+                .get(&document_id)
+                .map(|row| DocumentLeaseRow {
+                    holder: row.holder.clone(),
+                    epoch: row.epoch,
+                    expires_at_ms: row.expires_at_ms,
+                }))
         })
     }
 }

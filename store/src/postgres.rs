@@ -166,6 +166,16 @@ impl Dialect for Postgres {
     const LOCK_WRITER_LEASE: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended('chopin:writer-lease', 0))");
 
+    /// A transaction-scoped advisory lock on a 64-bit hash of the document's lease key, shared
+    /// (as the writer lease's, so a steady stream of one document's writes cannot starve a
+    /// takeover of it).
+    const LOCK_DOCUMENT_LEASE_SHARED: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))");
+
+    /// The same advisory lock, exclusive.
+    const LOCK_DOCUMENT_LEASE: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))");
+
     fn rows_affected(done: &PgQueryResult) -> u64 {
         done.rows_affected()
     }

@@ -54,10 +54,11 @@ use super::fence::FenceCheck;
 use super::{
     account_id_for_github_user, ascii_key, check_parent, checkpoint_out_of_range, slug_conflict,
     slug_taken, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Creator, Document,
-    DocumentContent, Fence, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice, NewAttachment,
-    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, ParticipationPause, Pending,
-    PlanCommit, Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, StoreError,
-    StoreResult, TakeBack, TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
+    DocumentContent, DocumentLeaseRow, Fence, FenceScope, Holder, Kept, LeaseAcquire, LinkHold,
+    ModelChoice, NewAttachment, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
+    ParticipationPause, Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord,
+    StagePage, StageRecord, StoreError, StoreResult, TakeBack, TranscriptEntry, UnixMillis,
+    UnsentLimit, WriterLease,
 };
 
 pub(crate) mod group;
@@ -115,6 +116,15 @@ pub(crate) trait Dialect: Database {
     /// The same lock in exclusive mode, taken by a transaction that may change the lease's epoch
     /// or holder (taking it over, giving it back): it waits for the fenced writes in flight.
     const LOCK_WRITER_LEASE: Option<&'static str>;
+
+    /// One document's lease lock in shared mode (its one parameter: the text key
+    /// [`document_lease_key`]), taken by a write fenced by that document's lease right after
+    /// [`Dialect::BEGIN_WRITE`] and before it reads the lease row; `None` where `BEGIN_WRITE`
+    /// already excludes every other writer.
+    const LOCK_DOCUMENT_LEASE_SHARED: Option<&'static str>;
+
+    /// The same lock, exclusive: taken by a change of that document's epoch or holder.
+    const LOCK_DOCUMENT_LEASE: Option<&'static str>;
 
     /// How many rows a statement changed (sqlx has no driver-independent accessor).
     fn rows_affected(done: &Self::QueryResult) -> u64;
@@ -246,6 +256,15 @@ impl<DB: Dialect> SqlStore<DB> {
 
 /// Key of the single writer-lease row.
 const WRITER_LEASE_NAME: &str = "chopin:writer";
+
+/// The key of `document_id`'s lease lock ([`Dialect::LOCK_DOCUMENT_LEASE`]).
+fn document_lease_key(document_id: Uuid) -> String {
+    format!("chopin:document-lease:{document_id}")
+}
+
+/// A document's lease row, read by a write fenced by it inside its transaction.
+const DOCUMENT_LEASE_FOR_WRITE: &str =
+    "SELECT epoch, holder FROM document_leases WHERE document_id = $1";
 
 /// How many times a guarded update is re-run when the follow-up read saw the state change in
 /// between (a release racing a claim), or a first insert lost a race on a key it does not
@@ -1045,30 +1064,46 @@ where
 
     /// Begins a write transaction ([`Dialect::BEGIN_WRITE`]). On a fenced handle (see
     /// [`crate::fence`]) it is refused at once if this process gave the fence up; otherwise it
-    /// takes the writer-lease lock shared ([`Dialect::BEGIN_FENCED_WRITE`]) and then reads
-    /// the lease row, both inside the transaction, so no change of epoch can commit between
-    /// this check and the write's commit: the write lands before a takeover or is refused.
+    /// takes the fence's lease lock shared (the writer lease's with
+    /// [`Dialect::BEGIN_FENCED_WRITE`], or the document's with
+    /// [`Dialect::LOCK_DOCUMENT_LEASE_SHARED`]) and then reads the lease row, both inside the
+    /// transaction, so no change of epoch can commit between this check and the write's commit:
+    /// the write lands before a takeover or is refused.
     async fn begin_write(&self) -> StoreResult<Transaction<'static, DB>> {
         self.fence.check_local()?;
-        let begin = if self.fence.is_some() {
-            DB::BEGIN_FENCED_WRITE
-        } else {
-            DB::BEGIN_WRITE
+        let begin = match self.fence.scope() {
+            Some(FenceScope::Writer) => DB::BEGIN_FENCED_WRITE,
+            None | Some(FenceScope::Document(_)) => DB::BEGIN_WRITE,
         };
         let mut tx = self
             .writes
             .begin_with(begin)
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        if self.fence.is_some() {
-            let lease: Option<(i64, Option<String>)> = sqlx::query_as(LEASE_FOR_WRITE)
+        let lease: Option<(i64, Option<String>)> = match self.fence.scope() {
+            None => return Ok(tx),
+            Some(FenceScope::Writer) => sqlx::query_as(LEASE_FOR_WRITE)
                 .bind(WRITER_LEASE_NAME)
                 .fetch_optional(&mut *tx)
                 .await
-                .map_err(|e| sqlx_error("reading the writer lease for a write", e))?;
-            self.fence
-                .check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))?;
-        }
+                .map_err(|e| sqlx_error("reading the writer lease for a write", e))?,
+            Some(FenceScope::Document(document_id)) => {
+                if let Some(lock) = DB::LOCK_DOCUMENT_LEASE_SHARED {
+                    sqlx::query(lock)
+                        .bind(document_lease_key(document_id))
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|e| sqlx_error("locking a document's lease for a write", e))?;
+                }
+                sqlx::query_as(DOCUMENT_LEASE_FOR_WRITE)
+                    .bind(DB::Id::from(document_id))
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(|e| sqlx_error("reading a document's lease for a write", e))?
+            }
+        };
+        self.fence
+            .check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))?;
         Ok(tx)
     }
 
@@ -1087,6 +1122,27 @@ where
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| sqlx_error("locking the writer lease", e))?;
+        }
+        Ok(tx)
+    }
+
+    /// [`SqlStore::begin_lease_change`] for one document's lease: it takes that document's
+    /// lease lock exclusively ([`Dialect::LOCK_DOCUMENT_LEASE`]).
+    async fn begin_document_lease_change(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Transaction<'static, DB>> {
+        let mut tx = self
+            .writes
+            .begin_with(DB::BEGIN_WRITE)
+            .await
+            .map_err(|e| sqlx_error("beginning a transaction", e))?;
+        if let Some(lock) = DB::LOCK_DOCUMENT_LEASE {
+            sqlx::query(lock)
+                .bind(document_lease_key(document_id))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("locking a document's lease", e))?;
         }
         Ok(tx)
     }
@@ -5193,6 +5249,132 @@ where
             .map_err(|e| sqlx_error("committing the writer lease's release", e))?;
         Ok(())
     }
+
+    pub(crate) async fn acquire_document_lease(
+        &self,
+        document_id: Uuid,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        // An acquisition may change the epoch: it waits for the document's fenced writes in
+        // flight. The first makes the row, at epoch 1; after that, free, expired or already
+        // ours: take it, and only a renewal of our unexpired lease keeps the epoch.
+        let mut tx = self.begin_document_lease_change(document_id).await?;
+        let taken: Option<LeaseRow> = sqlx::query_as(
+            "INSERT INTO document_leases (document_id, holder, epoch, expires_at_ms) \
+             VALUES ($1, $2, 1, $4) \
+             ON CONFLICT (document_id) DO UPDATE SET \
+             epoch = CASE WHEN document_leases.holder = $2 \
+                     AND document_leases.expires_at_ms > $3 \
+                     THEN document_leases.epoch ELSE document_leases.epoch + 1 END, \
+             holder = $2, expires_at_ms = $4 \
+             WHERE document_leases.holder IS NULL OR document_leases.expires_at_ms <= $3 \
+             OR document_leases.holder = $2 \
+             RETURNING holder, epoch, expires_at_ms",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(holder)
+        .bind(now_ms)
+        .bind(now_ms.saturating_add(ttl_ms))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("acquiring a document's lease", e))?;
+        let acquired = match taken {
+            Some(row) => LeaseAcquire::Acquired(WriterLease {
+                holder: holder.to_owned(),
+                epoch: row.epoch,
+                expires_at_ms: row.expires_at_ms,
+            }),
+            // Refused by the guard: another holder's unexpired lease, read under the same lock.
+            None => {
+                let row: LeaseRow = sqlx::query_as(
+                    "SELECT holder, epoch, expires_at_ms FROM document_leases \
+                     WHERE document_id = $1",
+                )
+                .bind(DB::Id::from(document_id))
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a document's lease", e))?;
+                LeaseAcquire::HeldElsewhere(WriterLease {
+                    holder: row.holder.unwrap_or_default(),
+                    epoch: row.epoch,
+                    expires_at_ms: row.expires_at_ms,
+                })
+            }
+        };
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a document's lease", e))?;
+        Ok(acquired)
+    }
+
+    pub(crate) async fn renew_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        let row: Option<LeaseRow> = sqlx::query_as(
+            "UPDATE document_leases SET expires_at_ms = $4 \
+             WHERE document_id = $1 AND holder = $2 AND epoch = $3 \
+             RETURNING holder, epoch, expires_at_ms",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .bind(now_ms.saturating_add(ttl_ms))
+        .fetch_optional(&self.writes)
+        .await
+        .map_err(|e| sqlx_error("renewing a document's lease", e))?;
+        Ok(row.map(|row| WriterLease {
+            holder: lease.holder.clone(),
+            epoch: row.epoch,
+            expires_at_ms: row.expires_at_ms,
+        }))
+    }
+
+    pub(crate) async fn release_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+    ) -> StoreResult<()> {
+        // Giving the lease back clears the holder, which the document's fenced writes check.
+        let mut tx = self.begin_document_lease_change(document_id).await?;
+        sqlx::query(
+            "UPDATE document_leases SET holder = NULL, expires_at_ms = 0 \
+             WHERE document_id = $1 AND holder = $2 AND epoch = $3",
+        )
+        .bind(DB::Id::from(document_id))
+        .bind(&lease.holder)
+        .bind(lease.epoch)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("releasing a document's lease", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a document's lease's release", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn document_lease(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<DocumentLeaseRow>> {
+        let row: Option<LeaseRow> = sqlx::query_as(
+            "SELECT holder, epoch, expires_at_ms FROM document_leases WHERE document_id = $1",
+        )
+        .bind(DB::Id::from(document_id))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading a document's lease", e))?;
+        Ok(row.map(|row| DocumentLeaseRow {
+            holder: row.holder,
+            epoch: row.epoch,
+            expires_at_ms: row.expires_at_ms,
+        }))
+    }
 }
 
 /// Implements [`super::Store`] and every aggregate's trait for a backend type `$store` whose
@@ -5207,7 +5389,7 @@ macro_rules! sql_store_impls {
             use $crate::sql::sql_store_impls;
             use $crate::{
                 Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent,
-                DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
+                DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
                 HoldStore, LinkHold, ModelChoice, ModelChoiceStore, ParticipationPause, Attachment, AttachmentStore,
@@ -5420,6 +5602,14 @@ macro_rules! sql_store_impls {
                 fn renew_writer_lease(lease: &WriterLease, now_ms: UnixMillis, ttl_ms: i64)
                     -> Option<WriterLease>;
                 fn release_writer_lease(lease: &WriterLease) -> ();
+            } {});
+            sql_store_impls!(@forward $store, DocumentLeaseStore {
+                fn acquire_document_lease(document_id: Uuid, holder: &str, now_ms: UnixMillis,
+                    ttl_ms: i64) -> LeaseAcquire;
+                fn renew_document_lease(document_id: Uuid, lease: &WriterLease,
+                    now_ms: UnixMillis, ttl_ms: i64) -> Option<WriterLease>;
+                fn release_document_lease(document_id: Uuid, lease: &WriterLease) -> ();
+                fn document_lease(document_id: Uuid) -> Option<DocumentLeaseRow>;
             } {});
         };
     };

@@ -31,13 +31,14 @@ use std::sync::Arc;
 use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Build, BuildKind,
     BuildState, BuiltSource, Checkpoint, Claim, Creator, Delivery, Document, DocumentContent,
-    Drafted, Enqueued, Fence, GraphChange, GraphCounters, GraphRefusal, GraphState, GraphVersion,
-    Holder, ImplementationRun, Job, JobState, Kept, Landing, LeaseAcquire, LinkHold, Machine,
-    MachineChoice, MemoryStore, ModelChoice, NewAttachment, NewBuild, NewCommentNote,
-    NewCommentThread, NewDocument, NewJob, NewMachine, NewTranscriptEntry, OwnerGuard,
-    ParticipationPause, PgStore, PlanCommit, PlannerCredential, Provenance, QueueRefusal, Release,
-    Replied, Reported, RevisionKind, RunEnd, RunRecord, RunReport, Settlement, SqliteStore,
-    StageRecord, Store, StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
+    DocumentLeaseRow, Drafted, Enqueued, Fence, GraphChange, GraphCounters, GraphRefusal,
+    GraphState, GraphVersion, Holder, ImplementationRun, Job, JobState, Kept, Landing,
+    LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice, NewAttachment,
+    NewBuild, NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine,
+    NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential,
+    Provenance, QueueRefusal, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
+    RunReport, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
+    UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -204,6 +205,9 @@ conformance! {
     fenced_writes_need_the_current_writer_epoch,
     fenced_writes_stop_once_the_lease_is_given_up_or_given_back,
     fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
+    document_leases_are_taken_renewed_and_given_back_one_document_at_a_time,
+    document_fenced_writes_need_the_current_epoch_of_their_documents_lease,
+    document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
     data_survives_reopening_the_store,
     new_document_has_empty_content_at_epoch_zero,
     updates_are_numbered_from_one_and_advance_storage_revision,
@@ -2700,6 +2704,28 @@ async fn fenced_writes_racing_a_takeover_land_before_it_or_not_at_all(b: &Backen
             .unwrap(),
     );
     let as_a = store.fenced(Fence::new(a.epoch));
+    let taker = store.clone();
+    race_a_takeover(&store, doc, as_a, async move {
+        let b_lease = acquired(
+            taker
+                .acquire_writer_lease("host-b", 1_500, 500)
+                .await
+                .unwrap(),
+        );
+        assert!(b_lease.epoch > a.epoch);
+    })
+    .await;
+}
+
+/// [`RACERS`] tasks append to `doc`'s transcript through `as_a` until refused, while
+/// `take_over` takes `as_a`'s lease away: every write admitted landed before the takeover, and
+/// none begun after it was admitted.
+async fn race_a_takeover(
+    store: &Arc<dyn Store>,
+    doc: Uuid,
+    as_a: Arc<dyn Store>,
+    take_over: impl std::future::Future<Output = ()>,
+) {
     let barrier = Arc::new(Barrier::new(RACERS + 1));
     let taken_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut racers = Vec::new();
@@ -2730,14 +2756,8 @@ async fn fenced_writes_racing_a_takeover_land_before_it_or_not_at_all(b: &Backen
     barrier.wait().await;
     // Let the racers get going, then take the lease over while their writes are in flight.
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    let b_lease = acquired(
-        store
-            .acquire_writer_lease("host-b", 1_500, 500)
-            .await
-            .unwrap(),
-    );
+    take_over.await;
     taken_over.store(true, std::sync::atomic::Ordering::SeqCst);
-    assert!(b_lease.epoch > a.epoch);
     let seen_at_takeover = store.last_transcript_seq(doc).await.unwrap();
     let mut written = 0;
     for racer in racers {
@@ -2750,6 +2770,232 @@ async fn fenced_writes_racing_a_takeover_land_before_it_or_not_at_all(b: &Backen
         "no write under the old epoch landed after the takeover"
     );
     assert_eq!(seen_at_takeover, written, "every admitted write is stored");
+}
+
+// --- document leases (several processes on one database) ------------------------------------
+
+async fn document_leases_are_taken_renewed_and_given_back_one_document_at_a_time(b: &Backend) {
+    let store = b.open().await;
+    let (doc, other) = (Uuid::from_u128(0xd1), Uuid::from_u128(0xd2));
+    assert_eq!(store.document_lease(doc).await.unwrap(), None);
+    // The first acquisition makes the row at epoch 1; a document need not exist to be leased.
+    let a = acquired(
+        store
+            .acquire_document_lease(doc, "host-a", 1_000, 500)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (a.holder.as_str(), a.epoch, a.expires_at_ms),
+        ("host-a", 1, 1_500)
+    );
+    // Held and unexpired: another holder is told who holds it, and nothing changes.
+    assert_eq!(
+        held_elsewhere(
+            store
+                .acquire_document_lease(doc, "host-b", 1_499, 500)
+                .await
+                .unwrap()
+        ),
+        a
+    );
+    // Each document's lease is its own: another document, and the writer lease, are free.
+    let b_other = acquired(
+        store
+            .acquire_document_lease(other, "host-b", 1_200, 500)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(b_other.epoch, 1);
+    assert_eq!(
+        acquired(
+            store
+                .acquire_writer_lease("host-c", 1_200, 500)
+                .await
+                .unwrap()
+        )
+        .epoch,
+        1
+    );
+    // A renewal by the unexpired holder keeps the epoch, by acquiring again or renewing.
+    let again = acquired(
+        store
+            .acquire_document_lease(doc, "host-a", 1_400, 500)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((again.epoch, again.expires_at_ms), (1, 1_900));
+    let renewed = store
+        .renew_document_lease(doc, &again, 1_800, 500)
+        .await
+        .unwrap()
+        .expect("renewed");
+    assert_eq!((renewed.epoch, renewed.expires_at_ms), (1, 2_300));
+    assert_eq!(
+        store.document_lease(doc).await.unwrap(),
+        Some(DocumentLeaseRow {
+            holder: Some("host-a".into()),
+            epoch: 1,
+            expires_at_ms: 2_300
+        })
+    );
+    // Expired: another holder takes it at the next epoch, and the old one can neither renew
+    // nor give it back.
+    let b = acquired(
+        store
+            .acquire_document_lease(doc, "host-b", 2_300, 500)
+            .await
+            .unwrap(),
+    );
+    assert_eq!((b.holder.as_str(), b.epoch), ("host-b", 2));
+    assert_eq!(
+        store
+            .renew_document_lease(doc, &renewed, 2_301, 500)
+            .await
+            .unwrap(),
+        None
+    );
+    store.release_document_lease(doc, &renewed).await.unwrap();
+    assert_eq!(
+        store.document_lease(doc).await.unwrap().unwrap().holder,
+        Some("host-b".into())
+    );
+    // Given back: the epoch stays and nobody holds it, so the next holder need not wait for
+    // the expiry — and takes it at the next epoch, even the same holder.
+    store.release_document_lease(doc, &b).await.unwrap();
+    assert_eq!(
+        store.document_lease(doc).await.unwrap(),
+        Some(DocumentLeaseRow {
+            holder: None,
+            epoch: 2,
+            expires_at_ms: 0
+        })
+    );
+    let b_again = acquired(
+        store
+            .acquire_document_lease(doc, "host-b", 2_400, 500)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(b_again.epoch, 3);
+    // The other document's lease was never touched.
+    assert_eq!(
+        store.document_lease(other).await.unwrap().unwrap().epoch,
+        b_other.epoch
+    );
+}
+
+async fn document_fenced_writes_need_the_current_epoch_of_their_documents_lease(b: &Backend) {
+    let store = b.open().await;
+    let fx = fence_fixture(&store).await;
+    let a = acquired(
+        store
+            .acquire_document_lease(fx.doc, "host-a", 1_000, 500)
+            .await
+            .unwrap(),
+    );
+    let as_a = store.fenced(Fence::for_document(fx.doc, a.epoch));
+    // The same process also serves another document, under that document's own lease.
+    let a_other = acquired(
+        store
+            .acquire_document_lease(fx.other_doc, "host-a", 1_000, 60_000)
+            .await
+            .unwrap(),
+    );
+    let as_a_other = store.fenced(Fence::for_document(fx.other_doc, a_other.epoch));
+    as_a.append_transcript(fx.doc, &entry(None, "system", "mine", 1_100))
+        .await
+        .expect("the holder's writes go through");
+    // Neither the writer lease nor another document's lease admits a document fence.
+    let w = acquired(
+        store
+            .acquire_writer_lease("host-a", 1_000, 60_000)
+            .await
+            .unwrap(),
+    );
+    let unleased = store.fenced(Fence::for_document(Uuid::from_u128(0xd9), w.epoch));
+    let refused = unleased
+        .append_transcript(fx.doc, &entry(None, "system", "no lease", 1_100))
+        .await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+
+    // Another process takes the document over once the lease expired.
+    let b_lease = acquired(
+        store
+            .acquire_document_lease(fx.doc, "host-b", 1_800, 500)
+            .await
+            .unwrap(),
+    );
+    assert!(b_lease.epoch > a.epoch);
+    let before = fenced_state(&store, &fx).await;
+    let outcomes = every_write(&as_a, &fx).await;
+    assert_eq!(outcomes.len(), 61, "every write method is tried");
+    for (method, outcome) in &outcomes {
+        match outcome {
+            Err(StoreError::Fenced(words)) => assert!(
+                words.contains(&fx.doc.to_string()) && words.contains("epoch 2"),
+                "{method}: the refusal names the document's lease: {words}"
+            ),
+            other => {
+                panic!("{method} under the document's old epoch: expected Fenced, got {other:?}")
+            }
+        }
+    }
+    assert_eq!(
+        fenced_state(&store, &fx).await,
+        before,
+        "refused writes changed nothing"
+    );
+    // The process still writes the document it still holds.
+    as_a_other
+        .append_transcript(fx.other_doc, &entry(None, "system", "still mine", 1_900))
+        .await
+        .expect("another document's lease is untouched by the takeover");
+    // The very same writes under the document's current epoch all go through.
+    let as_b = store.fenced(Fence::for_document(fx.doc, b_lease.epoch));
+    for (method, outcome) in every_write(&as_b, &fx).await {
+        assert!(
+            outcome.is_ok(),
+            "{method} under the current epoch: {outcome:?}"
+        );
+    }
+    assert_ne!(fenced_state(&store, &fx).await, before);
+    // Given back: nobody holds the lease, so its epoch admits no write.
+    store
+        .release_document_lease(fx.doc, &b_lease)
+        .await
+        .unwrap();
+    let refused = as_b
+        .append_transcript(fx.doc, &entry(None, "system", "after release", 2_000))
+        .await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+}
+
+async fn document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "octo", "plans", "race"))
+        .await
+        .unwrap()
+        .id;
+    let a = acquired(
+        store
+            .acquire_document_lease(doc, "host-a", 1_000, 500)
+            .await
+            .unwrap(),
+    );
+    let as_a = store.fenced(Fence::for_document(doc, a.epoch));
+    let taker = store.clone();
+    race_a_takeover(&store, doc, as_a, async move {
+        let b_lease = acquired(
+            taker
+                .acquire_document_lease(doc, "host-b", 1_500, 500)
+                .await
+                .unwrap(),
+        );
+        assert!(b_lease.epoch > a.epoch);
+    })
+    .await;
 }
 
 // --- durability ------------------------------------------------------------------------------

@@ -32,10 +32,11 @@ use uuid::Uuid;
 use super::group::{self, Done, Job};
 use super::{
     document_exists_sql, AttachmentRow, Dialect, OwnershipRow, SqlStore, TranscriptRow,
-    APPEND_TRANSCRIPT, CLAIM, FILE_TO_SEND, JOURNAL_UPDATE, LEASE_FOR_WRITE, MADE_BY_KEY,
-    MARK_SENT, NUMBER_UPDATES, OWNERSHIP, RACE_RETRIES, WRITER_LEASE_NAME,
+    APPEND_TRANSCRIPT, CLAIM, DOCUMENT_LEASE_FOR_WRITE, FILE_TO_SEND, JOURNAL_UPDATE,
+    LEASE_FOR_WRITE, MADE_BY_KEY, MARK_SENT, NUMBER_UPDATES, OWNERSHIP, RACE_RETRIES,
+    WRITER_LEASE_NAME,
 };
-use crate::fence::{Fence, FenceCheck};
+use crate::fence::{Fence, FenceCheck, FenceScope};
 use crate::{
     Attachment, Claim, Holder, NewTranscriptEntry, Ownership, StoreError, StoreResult,
     TranscriptEntry, UnixMillis,
@@ -184,16 +185,20 @@ fn run_batch(
     let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| lite_error("beginning a transaction", e))?;
-    if fence.is_some() {
+    if let Some(scope) = fence.scope() {
+        let (statement, key) = match scope {
+            FenceScope::Writer => (LEASE_FOR_WRITE, WRITER_LEASE_NAME.to_owned()),
+            FenceScope::Document(document_id) => (DOCUMENT_LEASE_FOR_WRITE, id(document_id)),
+        };
         let lease: Option<(i64, Option<String>)> = tx
-            .prepare_cached(LEASE_FOR_WRITE)
+            .prepare_cached(statement)
             .and_then(|mut s| {
-                s.query_row(named_params! { "$1": WRITER_LEASE_NAME }, |row| {
+                s.query_row(named_params! { "$1": key }, |row| {
                     Ok((row.get(0)?, row.get(1)?))
                 })
                 .optional()
             })
-            .map_err(|e| lite_error("reading the writer lease for a write", e))?;
+            .map_err(|e| lite_error("reading the fence's lease for a write", e))?;
         fence.check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))?;
     }
     let mut outcomes = Vec::with_capacity(jobs.len());
