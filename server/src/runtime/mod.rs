@@ -3,7 +3,7 @@
 //!
 //! Owns: [`Runtime`] (the wall clock, the source of randomness, the outbound connector),
 //! [`shutdown::Shutdown`] (the one shutdown signal and the tracker that owns every spawned task),
-//! [`fanout`] (a broadcast channel that holds only what its receivers have yet to read), [`lease`] (the database-wide writer lease a serving process holds), [`gates::Gates`] (keyed
+//! [`fanout`] (a broadcast channel that holds only what its receivers have yet to read), [`lease`] (the database-wide writer lease a serving process holds), [`document_leases`] (each document's lease, for several processes on one database), [`gates::Gates`] (keyed
 //! async locks that are forgotten once nobody holds or waits for them) and [`recent::Recent`] (a
 //! bounded memory of recent answers by key).
 //! Does not own: timers and deadlines, which use `tokio::time` directly (turmoil drives it), or
@@ -14,6 +14,7 @@
 
 pub mod clock;
 pub mod connector;
+pub mod document_leases;
 pub mod entropy;
 pub mod fanout;
 pub mod gates;
