@@ -34,6 +34,7 @@ pub mod jobs;
 pub mod machines;
 pub mod memory;
 pub mod postgres;
+pub mod routed;
 mod sql;
 pub mod sqlite;
 

@@ -28,6 +28,8 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use chopin_store::instrumented::{Call, Hook, Instrumented};
+use chopin_store::routed::{DocumentHandles, Routed};
 use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Build, BuildKind,
     BuildState, BuiltSource, Checkpoint, Claim, Creator, Delivery, Document, DocumentContent,
@@ -208,6 +210,8 @@ conformance! {
     document_leases_are_taken_renewed_and_given_back_one_document_at_a_time,
     document_fenced_writes_need_the_current_epoch_of_their_documents_lease,
     document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
+    routed_writes_reach_their_documents_own_handle_and_sweeps_of_every_document_are_refused,
+    routed_writes_of_a_document_served_elsewhere_are_refused_and_change_nothing,
     data_survives_reopening_the_store,
     new_document_has_empty_content_at_epoch_zero,
     updates_are_numbered_from_one_and_advance_storage_revision,
@@ -2996,6 +3000,196 @@ async fn document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all(b
         assert!(b_lease.epoch > a.epoch);
     })
     .await;
+}
+
+/// The writes [`every_write`] makes that change one document's state, as [`Routed`] routes them
+/// through that document's handle: by the document they name, or by the job, build or run.
+const DOCUMENTS_WRITES: [&str; 44] = [
+    "create_document",
+    "set_archived",
+    "rename_document",
+    "advance_revision",
+    "append_update",
+    "append_updates",
+    "commit_plan_edit",
+    "write_checkpoint",
+    "reset_content",
+    "append_transcript",
+    "claim_ownership",
+    "release_ownership",
+    "put_link_hold",
+    "end_handover",
+    "delete_link_hold",
+    "put_model_choice",
+    "clear_model_choice",
+    "pause_participation",
+    "resume_participation",
+    "start_comment",
+    "reply_comment",
+    "set_comment_result",
+    "resolve_comment",
+    "put_attachment",
+    "take_back_attachment",
+    "enqueue_job",
+    "claim_job",
+    "renew_job_claim",
+    "set_job_progress",
+    "settle_job",
+    "cancel_job",
+    "change_graph",
+    "draft_title",
+    "choose_machine",
+    "choose_default_machine",
+    "withdraw_default_machine",
+    "approve_and_queue",
+    "pick_up_build",
+    "fail_build",
+    "queue_build",
+    "queue_rebuild",
+    "land_rebuild",
+    "start_implementation",
+    "report_implementation",
+];
+
+/// The documents' handles a test serves, each reporting its writes to one log.
+#[derive(Default)]
+struct Handles(std::sync::Mutex<std::collections::BTreeMap<Uuid, Arc<dyn Store>>>);
+
+impl DocumentHandles for Handles {
+    fn handle(&self, document_id: Uuid) -> Option<Arc<dyn Store>> {
+        self.0.lock().unwrap().get(&document_id).cloned()
+    }
+}
+
+/// A hook logging the writes that reach one document's handle.
+struct Writes(Uuid, Arc<std::sync::Mutex<Vec<(Uuid, &'static str)>>>);
+
+impl Hook for Writes {
+    fn call(&self, call: Call) {
+        if call.write {
+            self.1.lock().unwrap().push((self.0, call.method));
+        }
+    }
+}
+
+async fn routed_writes_reach_their_documents_own_handle_and_sweeps_of_every_document_are_refused(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let fx = fence_fixture(&store).await;
+    let handles = Arc::new(Handles::default());
+    let routed: Arc<dyn Store> = Arc::new(Routed::new(store.clone(), handles.clone()));
+    let documents_log: Arc<std::sync::Mutex<Vec<(Uuid, &'static str)>>> = Arc::default();
+    let new_id = new_doc(73, "octo", "fenced", "new").id;
+    for doc in [fx.doc, fx.other_doc, new_id] {
+        let lease = acquired(
+            store
+                .acquire_document_lease(doc, "host-a", 1_000, 60_000)
+                .await
+                .unwrap(),
+        );
+        let handle: Arc<dyn Store> = Arc::new(Instrumented::new(
+            store.fenced(Fence::for_document(doc, lease.epoch)),
+            Writes(doc, documents_log.clone()),
+        ));
+        handles.0.lock().unwrap().insert(doc, handle);
+    }
+    let mut refused = Vec::new();
+    for (method, outcome) in every_write(&routed, &fx).await {
+        match outcome {
+            Ok(()) => {}
+            Err(StoreError::Fenced(words)) => {
+                assert!(
+                    words.contains("one document at a time"),
+                    "{method}: {words}"
+                );
+                refused.push(method);
+            }
+            Err(e) => panic!("{method}: {e}"),
+        }
+    }
+    assert_eq!(
+        refused,
+        vec![
+            "interrupt_running_jobs",
+            "expire_builds",
+            "clear_unheld_ownership",
+            "clear_all_ownership",
+        ],
+        "only the sweeps of every document are refused"
+    );
+    let log = documents_log.lock().unwrap().clone();
+    let reached: std::collections::BTreeSet<&str> = log.iter().map(|(_, m)| *m).collect();
+    // Each through its own document's handle.
+    let through = |method: &str| -> std::collections::BTreeSet<Uuid> {
+        log.iter()
+            .filter(|(_, m)| *m == method)
+            .map(|(d, _)| *d)
+            .collect()
+    };
+    assert_eq!(through("create_document"), [new_id].into());
+    assert_eq!(through("append_transcript"), [fx.doc].into());
+    assert_eq!(through("claim_job"), [fx.doc].into());
+    let expected: std::collections::BTreeSet<&str> = DOCUMENTS_WRITES.into_iter().collect();
+    assert_eq!(
+        reached, expected,
+        "every write of a document's state, and only those, went through its document's handle"
+    );
+}
+
+async fn routed_writes_of_a_document_served_elsewhere_are_refused_and_change_nothing(b: &Backend) {
+    let store = b.open().await;
+    let fx = fence_fixture(&store).await;
+    store
+        .enqueue_job(&job_of(fx.doc, 0x70b9, "t", "k-9", "{}", 5_000))
+        .await
+        .unwrap();
+    // Another process serves the document; this one serves nothing.
+    acquired(
+        store
+            .acquire_document_lease(fx.doc, "host-b", 1_000, 60_000)
+            .await
+            .unwrap(),
+    );
+    let routed: Arc<dyn Store> = Arc::new(Routed::new(store.clone(), Arc::new(Handles::default())));
+    let before = fenced_state(&store, &fx).await;
+    let said = routed
+        .append_transcript(fx.doc, &entry(None, "system", "not mine", 5_000))
+        .await;
+    assert!(
+        matches!(&said, Err(StoreError::Fenced(w)) if w.contains(&fx.doc.to_string())),
+        "{said:?}"
+    );
+    let queued = routed
+        .queue_transcript(fx.doc, &entry(None, "system", "not mine", 5_000))
+        .await;
+    assert!(matches!(queued, Err(StoreError::Fenced(_))));
+    // A write named by a row of the document (a job) is routed by that row's document.
+    let claimed = routed
+        .claim_job(Uuid::from_u128(0x70b9), "host-a", 5_000, 30_000)
+        .await;
+    assert!(matches!(claimed, Err(StoreError::Fenced(_))), "{claimed:?}");
+    let created = routed
+        .create_document(&new_doc(74, "octo", "plans", "elsewhere"))
+        .await;
+    assert!(matches!(created, Err(StoreError::Fenced(_))), "{created:?}");
+    assert_eq!(fenced_state(&store, &fx).await, before, "nothing changed");
+    assert_eq!(
+        store
+            .job(Uuid::from_u128(0x70b9))
+            .await
+            .unwrap()
+            .unwrap()
+            .state,
+        JobState::Pending
+    );
+    // What is no document's is written by any process.
+    routed.upsert_account(75, "newcomer", 5_000).await.unwrap();
+    // Reads are never routed.
+    assert_eq!(
+        routed.last_transcript_seq(fx.doc).await.unwrap(),
+        before.transcript.len() as i64
+    );
 }
 
 // --- durability ------------------------------------------------------------------------------

@@ -1,0 +1,1055 @@
+//! [`Routed`]: a handle for one of several processes serving one database, each document by the
+//! process holding that document's lease. Every write that changes a document's state goes
+//! through that document's own fenced handle ([`crate::Fence::for_document`]), which this
+//! process has only while it holds the lease ([`DocumentHandles`]); a write for a document it
+//! does not serve is refused with [`StoreError::Fenced`] and changes nothing.
+//!
+//! Owns: which handle each write goes through. A write names its document directly (most), or
+//! through a row that belongs to one document for good — a job, a build, an implementation run —
+//! which is read first to find it (the write is still checked atomically against the document's
+//! lease, by its handle). Writes of what is not a document's — accounts, logins, credentials,
+//! machines, the expiry of old logins and unsent files, the leases themselves — go through the
+//! unfenced handle: their rows are shared by every process, and each is guarded on its own row.
+//! Writes that sweep every document at once (the startup's clearing of owners, runs and job
+//! attempts left by an earlier process; the sweep of silent builds) are refused: under document
+//! leases they would reach documents another process serves, so a process does that per
+//! document, as it takes each one's lease. Reads are never routed.
+//! Does not own: when a lease is taken, renewed or lost (the server's document leases keep the
+//! [`DocumentHandles`]).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use uuid::Uuid;
+
+use crate::{
+    Account, Advance, Attachment, AttachmentStore, BrowserLogin, Claim, ContentStore, Document,
+    DocumentContent, DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Fence, HoldStore, Holder,
+    Kept, LeaseAcquire, LeaseStore, LinkHold, ModelChoice, ModelChoiceStore, NewAttachment,
+    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, OwnershipStore, ParticipationPause,
+    Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord, RunStore, SignInStore,
+    StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack, TranscriptEntry,
+    TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
+};
+
+/// The documents this process serves: each one's handle fenced by its lease.
+pub trait DocumentHandles: Send + Sync + 'static {
+    /// `document_id`'s handle, if this process holds its lease now.
+    fn handle(&self, document_id: Uuid) -> Option<Arc<dyn Store>>;
+}
+
+/// A store handle routing each document's writes through that document's handle (see the
+/// module documentation).
+pub struct Routed {
+    /// Unfenced: reads, and the writes that are not a document's.
+    inner: Arc<dyn Store>,
+    handles: Arc<dyn DocumentHandles>,
+}
+
+impl Routed {
+    pub fn new(inner: Arc<dyn Store>, handles: Arc<dyn DocumentHandles>) -> Self {
+        Routed { inner, handles }
+    }
+
+    /// The handle `document_id`'s writes go through, or the refusal.
+    fn route(&self, document_id: Uuid) -> StoreResult<Arc<dyn Store>> {
+        self.handles.handle(document_id).ok_or_else(|| {
+            StoreError::Fenced(format!(
+                "this process does not serve document {document_id}: another process holds \
+                 its lease, or nobody does"
+            ))
+        })
+    }
+
+    /// [`Routed::route`] by a row's document, read first; `found` is `None` for an unknown row,
+    /// whose write then goes through the unfenced handle and finds nothing to change.
+    fn route_found(&self, found: Option<Uuid>) -> StoreResult<Arc<dyn Store>> {
+        match found {
+            Some(document_id) => self.route(document_id),
+            None => Ok(self.inner.clone()),
+        }
+    }
+
+    async fn route_run(&self, run_id: &str) -> StoreResult<Arc<dyn Store>> {
+        let run = self.inner.implementation_run(run_id).await?;
+        self.route_found(run.map(|r| r.document_id))
+    }
+
+    async fn route_build(&self, id: Uuid) -> StoreResult<Arc<dyn Store>> {
+        let build = self.inner.build(id).await?;
+        self.route_found(build.map(|b| b.document_id))
+    }
+
+    async fn route_job(&self, id: Uuid) -> StoreResult<Arc<dyn Store>> {
+        let job = self.inner.job(id).await?;
+        self.route_found(job.map(|j| j.document_id))
+    }
+}
+
+/// The refusal of a write that sweeps every document at once.
+fn wholesale<T, A>(method: &str, _args: A) -> std::future::Ready<StoreResult<T>> {
+    std::future::ready(Err(StoreError::Fenced(format!(
+        "{method} reaches every document, and this process serves only those whose leases it \
+         holds: under document leases it is done one document at a time"
+    ))))
+}
+
+#[async_trait]
+impl Store for Routed {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn ping(&self) -> StoreResult<()> {
+        self.inner.ping().await
+    }
+
+    /// The writes that are not a document's go through `fence`; each document's writes stay
+    /// fenced by that document's lease.
+    fn fenced(&self, fence: Fence) -> Arc<dyn Store> {
+        Arc::new(Routed {
+            inner: self.inner.fenced(fence),
+            handles: self.handles.clone(),
+        })
+    }
+}
+
+#[async_trait]
+impl SignInStore for Routed {
+    async fn upsert_account(
+        &self,
+        github_user_id: i64,
+        login: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Account> {
+        self.inner
+            .upsert_account(github_user_id, login, now_ms)
+            .await
+    }
+
+    async fn account(&self, id: Uuid) -> StoreResult<Option<Account>> {
+        self.inner.account(id).await
+    }
+
+    async fn account_by_login(&self, login: &str) -> StoreResult<Option<Account>> {
+        self.inner.account_by_login(login).await
+    }
+
+    async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()> {
+        self.inner.create_browser_login(login).await
+    }
+
+    async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>> {
+        self.inner.browser_login(id).await
+    }
+
+    async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
+        self.inner.sign_out_browser_login(id, now_ms).await
+    }
+
+    async fn set_login_credential(
+        &self,
+        login_id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+    ) -> StoreResult<Option<i64>> {
+        self.inner
+            .set_login_credential(login_id, expected_revision, sealed)
+            .await
+    }
+
+    async fn login_credential(&self, login_id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        self.inner.login_credential(login_id).await
+    }
+
+    async fn delete_login_credential(&self, login_id: Uuid) -> StoreResult<bool> {
+        self.inner.delete_login_credential(login_id).await
+    }
+
+    async fn delete_expired_logins(&self, now_ms: UnixMillis) -> StoreResult<u64> {
+        self.inner.delete_expired_logins(now_ms).await
+    }
+}
+
+#[async_trait]
+impl DocumentStore for Routed {
+    async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
+        self.route(doc.id)?.create_document(doc).await
+    }
+
+    async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
+        self.inner.document(id).await
+    }
+
+    async fn document_brief(&self, id: Uuid) -> StoreResult<Option<String>> {
+        self.inner.document_brief(id).await
+    }
+
+    async fn document_provenance(&self, id: Uuid) -> StoreResult<Option<Provenance>> {
+        self.inner.document_provenance(id).await
+    }
+
+    async fn created_through_mcp(&self, id: Uuid) -> StoreResult<bool> {
+        self.inner.created_through_mcp(id).await
+    }
+
+    async fn children(&self, parent_id: Uuid) -> StoreResult<Vec<Document>> {
+        self.inner.children(parent_id).await
+    }
+
+    async fn repository_documents(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<Document>> {
+        self.inner
+            .repository_documents(repo_owner, repo_name, limit)
+            .await
+    }
+
+    async fn document_by_slug(
+        &self,
+        repo_owner: &str,
+        repo_name: &str,
+        slug: &str,
+    ) -> StoreResult<Option<Document>> {
+        self.inner
+            .document_by_slug(repo_owner, repo_name, slug)
+            .await
+    }
+
+    async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
+        self.route(id)?.set_archived(id, archived).await
+    }
+
+    async fn rename_document(
+        &self,
+        document_id: Uuid,
+        new_slug: &str,
+        new_title: &str,
+    ) -> StoreResult<Document> {
+        self.route(document_id)?
+            .rename_document(document_id, new_slug, new_title)
+            .await
+    }
+
+    async fn earlier_slugs(&self, document_id: Uuid) -> StoreResult<Vec<String>> {
+        self.inner.earlier_slugs(document_id).await
+    }
+
+    async fn advance_revision(
+        &self,
+        id: Uuid,
+        kind: RevisionKind,
+        expected: i64,
+    ) -> StoreResult<Advance> {
+        self.route(id)?.advance_revision(id, kind, expected).await
+    }
+}
+
+#[async_trait]
+impl ContentStore for Routed {
+    async fn append_update(
+        &self,
+        document_id: Uuid,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<i64> {
+        self.route(document_id)?
+            .append_update(document_id, update, now_ms)
+            .await
+    }
+
+    async fn append_updates(
+        &self,
+        document_id: Uuid,
+        updates: &[&[u8]],
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<i64>> {
+        self.route(document_id)?
+            .append_updates(document_id, updates, now_ms)
+            .await
+    }
+
+    async fn commit_plan_edit(
+        &self,
+        document_id: Uuid,
+        expected_plan_revision: i64,
+        owner: Option<&OwnerGuard>,
+        update: &[u8],
+        now_ms: UnixMillis,
+    ) -> StoreResult<PlanCommit> {
+        self.route(document_id)?
+            .commit_plan_edit(document_id, expected_plan_revision, owner, update, now_ms)
+            .await
+    }
+
+    async fn document_content(&self, document_id: Uuid) -> StoreResult<DocumentContent> {
+        self.inner.document_content(document_id).await
+    }
+
+    async fn write_checkpoint(
+        &self,
+        document_id: Uuid,
+        upto_seq: i64,
+        state: &[u8],
+    ) -> StoreResult<()> {
+        self.route(document_id)?
+            .write_checkpoint(document_id, upto_seq, state)
+            .await
+    }
+
+    async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
+        self.route(document_id)?
+            .reset_content(document_id, state)
+            .await
+    }
+}
+
+#[async_trait]
+impl TranscriptStore for Routed {
+    async fn append_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<TranscriptEntry> {
+        self.route(document_id)?
+            .append_transcript(document_id, entry)
+            .await
+    }
+
+    /// Put in line through the document's own handle, as `append_transcript` is written.
+    async fn queue_transcript(
+        &self,
+        document_id: Uuid,
+        entry: &NewTranscriptEntry,
+    ) -> StoreResult<Pending<TranscriptEntry>> {
+        self.route(document_id)?
+            .queue_transcript(document_id, entry)
+            .await
+    }
+
+    async fn last_transcript_seq(&self, document_id: Uuid) -> StoreResult<i64> {
+        self.inner.last_transcript_seq(document_id).await
+    }
+
+    async fn transcript(
+        &self,
+        document_id: Uuid,
+        after_seq: i64,
+        limit: u32,
+    ) -> StoreResult<Vec<TranscriptEntry>> {
+        self.inner.transcript(document_id, after_seq, limit).await
+    }
+}
+
+#[async_trait]
+impl OwnershipStore for Routed {
+    async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
+        self.inner.ownership(document_id).await
+    }
+
+    async fn claim_ownership(
+        &self,
+        document_id: Uuid,
+        holder: &Holder,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Claim> {
+        self.route(document_id)?
+            .claim_ownership(document_id, holder, now_ms)
+            .await
+    }
+
+    async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release> {
+        self.route(document_id)?
+            .release_ownership(document_id, generation)
+            .await
+    }
+
+    async fn clear_all_ownership(&self) -> StoreResult<u64> {
+        wholesale("clear_all_ownership", ()).await
+    }
+
+    async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
+        wholesale("clear_unheld_ownership", ()).await
+    }
+}
+
+#[async_trait]
+impl AttachmentStore for Routed {
+    async fn put_attachment(&self, file: &NewAttachment, limit: UnsentLimit) -> StoreResult<Kept> {
+        self.route(file.attachment.document_id)?
+            .put_attachment(file, limit)
+            .await
+    }
+
+    async fn attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+    ) -> StoreResult<Option<(Attachment, Vec<u8>)>> {
+        self.inner.attachment(document_id, id).await
+    }
+
+    async fn take_back_attachment(
+        &self,
+        document_id: Uuid,
+        id: Uuid,
+        uploader: &str,
+    ) -> StoreResult<TakeBack> {
+        self.route(document_id)?
+            .take_back_attachment(document_id, id, uploader)
+            .await
+    }
+
+    async fn forget_unsent_attachments(&self, before_ms: UnixMillis) -> StoreResult<u64> {
+        self.inner.forget_unsent_attachments(before_ms).await
+    }
+}
+
+#[async_trait]
+impl ModelChoiceStore for Routed {
+    async fn put_model_choice(&self, choice: &ModelChoice) -> StoreResult<()> {
+        self.route(choice.document_id)?
+            .put_model_choice(choice)
+            .await
+    }
+
+    async fn clear_model_choice(&self, document_id: Uuid) -> StoreResult<bool> {
+        self.route(document_id)?
+            .clear_model_choice(document_id)
+            .await
+    }
+
+    async fn model_choice(&self, document_id: Uuid) -> StoreResult<Option<ModelChoice>> {
+        self.inner.model_choice(document_id).await
+    }
+
+    async fn pause_participation(&self, pause: &ParticipationPause) -> StoreResult<()> {
+        self.route(pause.document_id)?
+            .pause_participation(pause)
+            .await
+    }
+
+    async fn resume_participation(&self, document_id: Uuid) -> StoreResult<bool> {
+        self.route(document_id)?
+            .resume_participation(document_id)
+            .await
+    }
+
+    async fn participation_pause(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Option<ParticipationPause>> {
+        self.inner.participation_pause(document_id).await
+    }
+}
+
+#[async_trait]
+impl HoldStore for Routed {
+    async fn put_link_hold(&self, hold: &LinkHold) -> StoreResult<()> {
+        self.route(hold.document_id)?.put_link_hold(hold).await
+    }
+
+    async fn link_holds(&self) -> StoreResult<Vec<LinkHold>> {
+        self.inner.link_holds().await
+    }
+
+    async fn end_handover(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.route(document_id)?
+            .end_handover(document_id, written_at_ms)
+            .await
+    }
+
+    async fn delete_link_hold(
+        &self,
+        document_id: Uuid,
+        written_at_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.route(document_id)?
+            .delete_link_hold(document_id, written_at_ms)
+            .await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Routed {
+    async fn acquire_writer_lease(
+        &self,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        self.inner
+            .acquire_writer_lease(holder, now_ms, ttl_ms)
+            .await
+    }
+
+    async fn renew_writer_lease(
+        &self,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        self.inner.renew_writer_lease(lease, now_ms, ttl_ms).await
+    }
+
+    async fn release_writer_lease(&self, lease: &WriterLease) -> StoreResult<()> {
+        self.inner.release_writer_lease(lease).await
+    }
+}
+
+#[async_trait]
+impl DocumentLeaseStore for Routed {
+    async fn acquire_document_lease(
+        &self,
+        document_id: Uuid,
+        holder: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<LeaseAcquire> {
+        self.inner
+            .acquire_document_lease(document_id, holder, now_ms, ttl_ms)
+            .await
+    }
+
+    async fn renew_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<WriterLease>> {
+        self.inner
+            .renew_document_lease(document_id, lease, now_ms, ttl_ms)
+            .await
+    }
+
+    async fn release_document_lease(
+        &self,
+        document_id: Uuid,
+        lease: &WriterLease,
+    ) -> StoreResult<()> {
+        self.inner.release_document_lease(document_id, lease).await
+    }
+
+    async fn document_lease(&self, document_id: Uuid) -> StoreResult<Option<DocumentLeaseRow>> {
+        self.inner.document_lease(document_id).await
+    }
+}
+
+#[async_trait]
+impl RunStore for Routed {
+    async fn save_run(
+        &self,
+        run: &RunRecord,
+        stages: &[StageRecord],
+        replace: bool,
+    ) -> StoreResult<()> {
+        self.route(run.document_id)?
+            .save_run(run, stages, replace)
+            .await
+    }
+
+    async fn runs(&self, document_id: Uuid) -> StoreResult<Vec<RunRecord>> {
+        self.inner.runs(document_id).await
+    }
+
+    async fn run_stages(
+        &self,
+        document_id: Uuid,
+        run_id: &str,
+        offset: i64,
+        limit: i64,
+    ) -> StoreResult<Option<StagePage>> {
+        self.inner
+            .run_stages(document_id, run_id, offset, limit)
+            .await
+    }
+
+    async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64> {
+        self.route(document_id)?
+            .delete_ended_runs(document_id)
+            .await
+    }
+
+    async fn stop_unheld_runs(&self) -> StoreResult<u64> {
+        wholesale("stop_unheld_runs", ()).await
+    }
+}
+
+#[async_trait]
+impl crate::JobStore for Routed {
+    async fn enqueue_job(&self, job: &crate::NewJob) -> StoreResult<crate::Enqueued> {
+        self.route(job.document_id)?.enqueue_job(job).await
+    }
+
+    async fn job(&self, id: Uuid) -> StoreResult<Option<crate::Job>> {
+        self.inner.job(id).await
+    }
+
+    async fn document_jobs(&self, document_id: Uuid, limit: u32) -> StoreResult<Vec<crate::Job>> {
+        self.inner.document_jobs(document_id, limit).await
+    }
+
+    async fn last_completed_job(
+        &self,
+        document_id: Uuid,
+        target: &str,
+    ) -> StoreResult<Option<crate::Job>> {
+        self.inner.last_completed_job(document_id, target).await
+    }
+
+    async fn due_jobs(&self, now_ms: UnixMillis, limit: u32) -> StoreResult<Vec<crate::Job>> {
+        self.inner.due_jobs(now_ms, limit).await
+    }
+
+    async fn claim_job(
+        &self,
+        id: Uuid,
+        claim_owner: &str,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<Option<crate::Job>> {
+        self.route_job(id)
+            .await?
+            .claim_job(id, claim_owner, now_ms, ttl_ms)
+            .await
+    }
+
+    async fn renew_job_claim(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        now_ms: UnixMillis,
+        ttl_ms: i64,
+    ) -> StoreResult<bool> {
+        self.route_job(id)
+            .await?
+            .renew_job_claim(id, claim_generation, now_ms, ttl_ms)
+            .await
+    }
+
+    async fn set_job_progress(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.route_job(id)
+            .await?
+            .set_job_progress(id, claim_generation, progress, now_ms)
+            .await
+    }
+
+    async fn settle_job(
+        &self,
+        id: Uuid,
+        claim_generation: i64,
+        settlement: &crate::Settlement,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.route_job(id)
+            .await?
+            .settle_job(id, claim_generation, settlement, now_ms)
+            .await
+    }
+
+    async fn cancel_job(&self, id: Uuid, reason: &str, now_ms: UnixMillis) -> StoreResult<bool> {
+        self.route_job(id)
+            .await?
+            .cancel_job(id, reason, now_ms)
+            .await
+    }
+
+    async fn interrupt_running_jobs(&self, reason: &str, now_ms: UnixMillis) -> StoreResult<u64> {
+        wholesale("interrupt_running_jobs", (reason, now_ms)).await
+    }
+
+    async fn job_counts(&self) -> StoreResult<Vec<(crate::JobState, u64)>> {
+        self.inner.job_counts().await
+    }
+}
+
+#[async_trait]
+impl crate::TitleStore for Routed {
+    async fn title_sidecar(&self, document_id: Uuid) -> StoreResult<crate::TitleSidecar> {
+        self.inner.title_sidecar(document_id).await
+    }
+
+    async fn draft_title(
+        &self,
+        document_id: Uuid,
+        expected: &str,
+        new_title: &str,
+    ) -> StoreResult<crate::Drafted> {
+        self.route(document_id)?
+            .draft_title(document_id, expected, new_title)
+            .await
+    }
+}
+
+#[async_trait]
+impl crate::GraphStore for Routed {
+    async fn graph_versions(&self, document_id: Uuid) -> StoreResult<Vec<crate::GraphVersion>> {
+        self.inner.graph_versions(document_id).await
+    }
+
+    async fn change_graph(
+        &self,
+        document_id: Uuid,
+        change: &crate::GraphChange,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::GraphVersion, crate::GraphRefusal>> {
+        self.route(document_id)?
+            .change_graph(document_id, change, now_ms)
+            .await
+    }
+
+    async fn start_implementation(
+        &self,
+        document_id: Uuid,
+        counters: crate::GraphCounters,
+        run_id: &str,
+        progress: &str,
+        build: Option<Uuid>,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
+        self.route(document_id)?
+            .start_implementation(document_id, counters, run_id, progress, build, now_ms)
+            .await
+    }
+
+    async fn implementation_run(
+        &self,
+        run_id: &str,
+    ) -> StoreResult<Option<crate::ImplementationRun>> {
+        self.inner.implementation_run(run_id).await
+    }
+
+    async fn implementation_runs(
+        &self,
+        document_id: Uuid,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        self.inner.implementation_runs(document_id).await
+    }
+
+    async fn implementation_report(
+        &self,
+        run_id: &str,
+        key: &str,
+    ) -> StoreResult<Option<(String, String)>> {
+        self.inner.implementation_report(run_id, key).await
+    }
+
+    async fn report_implementation(
+        &self,
+        run_id: &str,
+        report: &crate::RunReport,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Reported> {
+        self.route_run(run_id)
+            .await?
+            .report_implementation(run_id, report, now_ms)
+            .await
+    }
+}
+
+#[async_trait]
+impl crate::CommentStore for Routed {
+    async fn start_comment(
+        &self,
+        thread: &crate::NewCommentThread,
+    ) -> StoreResult<crate::ThreadWithNotes> {
+        self.route(thread.document_id)?.start_comment(thread).await
+    }
+
+    async fn reply_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        note: &crate::NewCommentNote,
+        max_replies: i64,
+    ) -> StoreResult<crate::Replied> {
+        self.route(document_id)?
+            .reply_comment(document_id, thread_id, note, max_replies)
+            .await
+    }
+
+    async fn resolve_comment(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        by: &str,
+        at_ms: UnixMillis,
+    ) -> StoreResult<crate::CommentThread> {
+        self.route(document_id)?
+            .resolve_comment(document_id, thread_id, by, at_ms)
+            .await
+    }
+
+    async fn set_comment_result(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+        revision: i64,
+    ) -> StoreResult<crate::CommentThread> {
+        self.route(document_id)?
+            .set_comment_result(document_id, thread_id, revision)
+            .await
+    }
+
+    async fn comment_thread(
+        &self,
+        document_id: Uuid,
+        thread_id: Uuid,
+    ) -> StoreResult<Option<crate::ThreadWithNotes>> {
+        self.inner.comment_thread(document_id, thread_id).await
+    }
+
+    async fn comment_threads(
+        &self,
+        document_id: Uuid,
+        limit: i64,
+    ) -> StoreResult<Vec<crate::ThreadWithNotes>> {
+        self.inner.comment_threads(document_id, limit).await
+    }
+}
+
+#[async_trait]
+impl crate::MachineStore for Routed {
+    async fn pair_machine(&self, machine: &crate::NewMachine) -> StoreResult<crate::Machine> {
+        self.inner.pair_machine(machine).await
+    }
+
+    async fn machine(&self, id: Uuid) -> StoreResult<Option<crate::Machine>> {
+        self.inner.machine(id).await
+    }
+
+    async fn machine_credential(&self, id: Uuid) -> StoreResult<Option<(i64, Vec<u8>)>> {
+        self.inner.machine_credential(id).await
+    }
+
+    async fn set_machine_credential(
+        &self,
+        id: Uuid,
+        expected_revision: i64,
+        sealed: &[u8],
+        release: Option<&str>,
+    ) -> StoreResult<Option<i64>> {
+        self.inner
+            .set_machine_credential(id, expected_revision, sealed, release)
+            .await
+    }
+
+    async fn machines_of(&self, account_id: Uuid) -> StoreResult<Vec<crate::Machine>> {
+        self.inner.machines_of(account_id).await
+    }
+
+    async fn share_machine(
+        &self,
+        id: Uuid,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.inner.share_machine(id, account_id, now_ms).await
+    }
+
+    async fn unshare_machine(&self, id: Uuid, account_id: Uuid) -> StoreResult<bool> {
+        self.inner.unshare_machine(id, account_id).await
+    }
+
+    async fn machine_shares(&self, id: Uuid) -> StoreResult<Vec<Account>> {
+        self.inner.machine_shares(id).await
+    }
+
+    async fn set_favourite_machine(
+        &self,
+        account_id: Uuid,
+        machine_id: Option<Uuid>,
+    ) -> StoreResult<()> {
+        self.inner
+            .set_favourite_machine(account_id, machine_id)
+            .await
+    }
+
+    async fn favourite_machine(&self, account_id: Uuid) -> StoreResult<Option<Uuid>> {
+        self.inner.favourite_machine(account_id).await
+    }
+
+    async fn choose_machine(
+        &self,
+        document_id: Uuid,
+        choice: Option<&crate::MachineChoice>,
+    ) -> StoreResult<Option<crate::MachineChoice>> {
+        self.route(document_id)?
+            .choose_machine(document_id, choice)
+            .await
+    }
+
+    async fn machine_choice(&self, document_id: Uuid) -> StoreResult<Option<crate::MachineChoice>> {
+        self.inner.machine_choice(document_id).await
+    }
+
+    async fn machine_documents(&self, machine_id: Uuid) -> StoreResult<Vec<crate::MachineChoice>> {
+        self.inner.machine_documents(machine_id).await
+    }
+
+    async fn choose_default_machine(
+        &self,
+        choice: &crate::MachineChoice,
+    ) -> StoreResult<(crate::MachineChoice, bool)> {
+        self.route(choice.document_id)?
+            .choose_default_machine(choice)
+            .await
+    }
+
+    async fn withdraw_default_machine(
+        &self,
+        document_id: Uuid,
+        machine_id: Uuid,
+    ) -> StoreResult<bool> {
+        self.route(document_id)?
+            .withdraw_default_machine(document_id, machine_id)
+            .await
+    }
+
+    async fn default_machine_choices(&self) -> StoreResult<Vec<crate::MachineChoice>> {
+        self.inner.default_machine_choices().await
+    }
+
+    async fn put_planner_credential(
+        &self,
+        credential: &crate::PlannerCredential,
+    ) -> StoreResult<()> {
+        self.inner.put_planner_credential(credential).await
+    }
+
+    async fn planner_credential(
+        &self,
+        digest: &str,
+    ) -> StoreResult<Option<crate::PlannerCredential>> {
+        self.inner.planner_credential(digest).await
+    }
+
+    async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool> {
+        self.inner.unpair_machine(id).await
+    }
+}
+
+#[async_trait]
+impl crate::BuildStore for Routed {
+    async fn approve_and_queue(
+        &self,
+        document_id: Uuid,
+        approval: &crate::GraphChange,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<(crate::GraphVersion, crate::Build), crate::GraphRefusal>> {
+        self.route(document_id)?
+            .approve_and_queue(document_id, approval, build, now_ms)
+            .await
+    }
+
+    async fn queue_build(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        self.route(document_id)?
+            .queue_build(document_id, build, now_ms)
+            .await
+    }
+
+    async fn build(&self, id: Uuid) -> StoreResult<Option<crate::Build>> {
+        self.inner.build(id).await
+    }
+
+    async fn machine_builds(&self, machine_id: Uuid) -> StoreResult<Vec<crate::Build>> {
+        self.inner.machine_builds(machine_id).await
+    }
+
+    async fn document_builds(&self, document_id: Uuid) -> StoreResult<Vec<crate::Build>> {
+        self.inner.document_builds(document_id).await
+    }
+
+    async fn pick_up_build(
+        &self,
+        id: Uuid,
+        bridge_digest: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.route_build(id)
+            .await?
+            .pick_up_build(id, bridge_digest, now_ms)
+            .await
+    }
+
+    async fn build_by_bridge(&self, bridge_digest: &str) -> StoreResult<Option<crate::Build>> {
+        self.inner.build_by_bridge(bridge_digest).await
+    }
+
+    async fn fail_build(
+        &self,
+        id: Uuid,
+        reason: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Option<crate::Build>> {
+        self.route_build(id)
+            .await?
+            .fail_build(id, reason, now_ms)
+            .await
+    }
+
+    async fn built_source(&self, document_id: Uuid) -> StoreResult<Option<crate::BuiltSource>> {
+        self.inner.built_source(document_id).await
+    }
+
+    async fn queue_rebuild(
+        &self,
+        document_id: Uuid,
+        build: &crate::NewBuild,
+        after: &str,
+        after_plan_revision: i64,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
+        self.route(document_id)?
+            .queue_rebuild(document_id, build, after, after_plan_revision, now_ms)
+            .await
+    }
+
+    async fn land_rebuild(
+        &self,
+        id: Uuid,
+        definition: &str,
+        progress: &str,
+        now_ms: UnixMillis,
+    ) -> StoreResult<crate::Landing> {
+        self.route_build(id)
+            .await?
+            .land_rebuild(id, definition, progress, now_ms)
+            .await
+    }
+
+    async fn expire_builds(
+        &self,
+        cutoff_ms: UnixMillis,
+        now_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::Build>> {
+        wholesale("expire_builds", (cutoff_ms, now_ms)).await
+    }
+
+    async fn silent_build_runs(
+        &self,
+        cutoff_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ImplementationRun>> {
+        self.inner.silent_build_runs(cutoff_ms).await
+    }
+}
