@@ -44,7 +44,7 @@ use crate::runs::{Runs, RunsDeps};
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
 use crate::store::instrumented::Instrumented;
-use crate::store::{Fence, Store, StoreError};
+use crate::store::{Fence, Reach, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::transport::agent::{AgentDeps, LinkTimers};
 use crate::transport::auth::AuthDeps;
@@ -878,13 +878,13 @@ pub async fn start_observed(
     // the owner of a document whose stored hold names that owner's browser sign-in with a
     // stored credential: the hand-over keeps those (AO-20, OWN-34).
     let cleared = match config.auth_mode {
-        AuthMode::Hosted => store.clear_unheld_ownership().await?,
-        AuthMode::Local => store.clear_all_ownership().await?,
+        AuthMode::Hosted => store.clear_unheld_ownership(Reach::Every).await?,
+        AuthMode::Local => store.clear_all_ownership(Reach::Every).await?,
     };
     // Nothing runs a workflow the last process was told about: its live runs come back stopped
     // (SES-13), except those of a document whose owner was kept for its hold just above: its
     // client may come back for them (HO-08). Under AUTH_MODE=local no owner was kept.
-    let stopped = store.stop_unheld_runs().await?;
+    let stopped = store.stop_unheld_runs(Reach::Every).await?;
     if stopped > 0 {
         tracing::info!(
             stopped,
@@ -900,7 +900,11 @@ pub async fn start_observed(
     // A background job attempt the last process left mid-way is never run again (OWN-18): it
     // settles failed as interrupted; pending jobs wait to be claimed by this one.
     let interrupted = store
-        .interrupt_running_jobs(crate::jobs::INTERRUPTED, runtime.clock.now_ms())
+        .interrupt_running_jobs(
+            crate::jobs::INTERRUPTED,
+            runtime.clock.now_ms(),
+            Reach::Every,
+        )
         .await?;
     if interrupted > 0 {
         tracing::info!(

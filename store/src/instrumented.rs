@@ -517,20 +517,20 @@ impl<H: Hook> OwnershipStore for Instrumented<H> {
         .await
     }
 
-    async fn clear_all_ownership(&self) -> StoreResult<u64> {
+    async fn clear_all_ownership(&self, reach: crate::Reach) -> StoreResult<u64> {
         self.observe(
             "clear_all_ownership",
             WRITE,
-            self.inner.clear_all_ownership(),
+            self.inner.clear_all_ownership(reach),
         )
         .await
     }
 
-    async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
+    async fn clear_unheld_ownership(&self, reach: crate::Reach) -> StoreResult<u64> {
         self.observe(
             "clear_unheld_ownership",
             WRITE,
-            self.inner.clear_unheld_ownership(),
+            self.inner.clear_unheld_ownership(reach),
         )
         .await
     }
@@ -813,9 +813,13 @@ impl<H: Hook> RunStore for Instrumented<H> {
         .await
     }
 
-    async fn stop_unheld_runs(&self) -> StoreResult<u64> {
-        self.observe("stop_unheld_runs", WRITE, self.inner.stop_unheld_runs())
-            .await
+    async fn stop_unheld_runs(&self, reach: crate::Reach) -> StoreResult<u64> {
+        self.observe(
+            "stop_unheld_runs",
+            WRITE,
+            self.inner.stop_unheld_runs(reach),
+        )
+        .await
     }
 }
 
@@ -929,11 +933,16 @@ impl<H: Hook> crate::JobStore for Instrumented<H> {
         .await
     }
 
-    async fn interrupt_running_jobs(&self, reason: &str, now_ms: UnixMillis) -> StoreResult<u64> {
+    async fn interrupt_running_jobs(
+        &self,
+        reason: &str,
+        now_ms: UnixMillis,
+        reach: crate::Reach,
+    ) -> StoreResult<u64> {
         self.observe(
             "interrupt_running_jobs",
             WRITE,
-            self.inner.interrupt_running_jobs(reason, now_ms),
+            self.inner.interrupt_running_jobs(reason, now_ms, reach),
         )
         .await
     }

@@ -217,10 +217,16 @@ pub trait JobStore: Send + Sync + 'static {
     /// Cancels job `id` if it is pending or running (a running attempt's claim is void after);
     /// false if it was already settled.
     async fn cancel_job(&self, id: Uuid, reason: &str, now_ms: UnixMillis) -> StoreResult<bool>;
-    /// Settles every running job [`JobState::Failed`] with `reason`: a process that starts
-    /// serving calls it before it claims anything, so an attempt the last process left mid-way
-    /// is never run again (an interrupted model stage is not replayed, OWN-18). How many.
-    async fn interrupt_running_jobs(&self, reason: &str, now_ms: UnixMillis) -> StoreResult<u64>;
+    /// Settles every running job of the documents in `reach` [`JobState::Failed`] with
+    /// `reason`: a process that starts serving them calls it before it claims anything, so an
+    /// attempt the last process left mid-way is never run again (an interrupted model stage is
+    /// not replayed, OWN-18). How many.
+    async fn interrupt_running_jobs(
+        &self,
+        reason: &str,
+        now_ms: UnixMillis,
+        reach: crate::Reach,
+    ) -> StoreResult<u64>;
     /// How many jobs are in each state (states with none are left out).
     async fn job_counts(&self) -> StoreResult<Vec<(JobState, u64)>>;
 }

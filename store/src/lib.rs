@@ -743,13 +743,38 @@ pub trait OwnershipStore: Send + Sync + 'static {
     /// Clears the holder only if `generation` is the current one (an old timer never releases a
     /// newer owner). The generation is kept.
     async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release>;
-    /// Clears every holder (startup). Returns how many were cleared.
-    async fn clear_all_ownership(&self) -> StoreResult<u64>;
-    /// Clears every holder (startup) except the holder of a document whose link hold
-    /// ([`HoldStore`]) names that holder's own browser login, where that login still has a
-    /// stored credential (a deploy hand-over keeps those owners; AO-20, OWN-34). Generations
-    /// are kept. Returns how many were cleared.
-    async fn clear_unheld_ownership(&self) -> StoreResult<u64>;
+    /// Clears every holder in `reach` (startup, or a document's takeover by another process).
+    /// Returns how many were cleared.
+    async fn clear_all_ownership(&self, reach: Reach) -> StoreResult<u64>;
+    /// Clears every holder in `reach` (startup, or a document's takeover) except the holder of a
+    /// document whose link hold ([`HoldStore`]) names that holder's own browser login, where
+    /// that login still has a stored credential (a deploy hand-over keeps those owners; AO-20,
+    /// OWN-34). Generations are kept. Returns how many were cleared.
+    async fn clear_unheld_ownership(&self, reach: Reach) -> StoreResult<u64>;
+}
+
+/// Which documents a sweep of what an earlier process left reaches: all of them (a process that
+/// serves the whole database, at startup), or one (a process that has just taken that document's
+/// lease over, when several serve one database).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Every,
+    Document(Uuid),
+}
+
+impl Reach {
+    /// The one document reached, if it is one.
+    pub fn document(self) -> Option<Uuid> {
+        match self {
+            Reach::Every => None,
+            Reach::Document(id) => Some(id),
+        }
+    }
+
+    /// Whether `document_id` is reached.
+    pub fn covers(self, document_id: Uuid) -> bool {
+        self.document().is_none_or(|id| id == document_id)
+    }
 }
 
 /// The database-wide writer lease.
@@ -894,11 +919,11 @@ pub trait RunStore: Send + Sync + 'static {
     ) -> StoreResult<Option<StagePage>>;
     /// Deletes the document's ended runs and their stages (a new workflow starts). The count.
     async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64>;
-    /// Marks `stopped` every live run (`running`, `waiting`, `paused`) of every document whose
-    /// Planner ownership names no holder (at startup, after the ownership reset: nothing runs
-    /// them now, SES-13). A document whose owner the reset kept for its hold keeps its runs as
-    /// they were (HO-08). The count.
-    async fn stop_unheld_runs(&self) -> StoreResult<u64>;
+    /// Marks `stopped` every live run (`running`, `waiting`, `paused`) of every document in
+    /// `reach` whose Planner ownership names no holder (at startup, or a document's takeover,
+    /// after the ownership reset: nothing runs them now, SES-13). A document whose owner the
+    /// reset kept for its hold keeps its runs as they were (HO-08). The count.
+    async fn stop_unheld_runs(&self, reach: Reach) -> StoreResult<u64>;
 }
 
 /// What a Planner link's client held when the link was cut by a graceful stop or dropped with

@@ -21,7 +21,7 @@ use super::{
     Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Document, DocumentContent,
     DocumentLeaseRow, Fence, FenceScope, Holder, Kept, LeaseAcquire, LinkHold, ModelChoice,
     NewAttachment, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, ParticipationPause,
-    PlanCommit, Provenance, Release, RevisionKind, RunRecord, StagePage, StageRecord, Store,
+    PlanCommit, Provenance, Reach, Release, RevisionKind, RunRecord, StagePage, StageRecord, Store,
     StoreError, StoreResult, TakeBack, TranscriptEntry, UnixMillis, UnsentLimit, WriterLease,
 };
 use crate::fence::FenceCheck;
@@ -932,11 +932,11 @@ impl OwnershipStore for MemoryStore {
         })
     }
 
-    async fn clear_all_ownership(&self) -> StoreResult<u64> {
+    async fn clear_all_ownership(&self, reach: Reach) -> StoreResult<u64> {
         self.write(|inner| {
             let mut cleared = 0;
-            for own in inner.ownership.values_mut() {
-                if own.holder.take().is_some() {
+            for (doc, own) in inner.ownership.iter_mut() {
+                if reach.covers(*doc) && own.holder.take().is_some() {
                     own.claimed_at_ms = None;
                     cleared += 1;
                 }
@@ -945,13 +945,16 @@ impl OwnershipStore for MemoryStore {
         })
     }
 
-    async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
+    async fn clear_unheld_ownership(&self, reach: Reach) -> StoreResult<u64> {
         self.write(|inner| {
             let mut cleared = 0;
             for (doc, own) in inner.ownership.iter_mut() {
                 let Some(holder) = &own.holder else {
                     continue;
                 };
+                if !reach.covers(*doc) {
+                    continue;
+                }
                 let kept = inner.holds.get(doc).is_some_and(|h| {
                     h.account_id == holder.account_id
                         && h.browser_login_id == Some(holder.browser_login_id)
@@ -1323,10 +1326,13 @@ impl RunStore for MemoryStore {
         })
     }
 
-    async fn stop_unheld_runs(&self) -> StoreResult<u64> {
+    async fn stop_unheld_runs(&self, reach: Reach) -> StoreResult<u64> {
         self.write(|inner| {
             let mut stopped = 0;
             for (doc, runs) in inner.runs.iter_mut() {
+                if !reach.covers(*doc) {
+                    continue;
+                }
                 // A paired machine's hold keeps its runs for the machine's backend (AO-21).
                 let machine_held = inner
                     .holds
@@ -1525,11 +1531,16 @@ impl crate::JobStore for MemoryStore {
         })
     }
 
-    async fn interrupt_running_jobs(&self, reason: &str, now_ms: UnixMillis) -> StoreResult<u64> {
+    async fn interrupt_running_jobs(
+        &self,
+        reason: &str,
+        now_ms: UnixMillis,
+        reach: Reach,
+    ) -> StoreResult<u64> {
         self.write(|inner| {
             let mut n = 0;
             for j in inner.jobs.values_mut() {
-                if j.state == crate::JobState::Running {
+                if j.state == crate::JobState::Running && reach.covers(j.document_id) {
                     crate::jobs::settled_row(
                         j,
                         &crate::Settlement::Failed {

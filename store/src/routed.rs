@@ -13,7 +13,8 @@
 //! Writes that sweep every document at once (the startup's clearing of owners, runs and job
 //! attempts left by an earlier process; the sweep of silent builds) are refused: under document
 //! leases they would reach documents another process serves, so a process does that per
-//! document, as it takes each one's lease. Reads are never routed.
+//! document ([`crate::Reach::Document`], through that document's handle), as it takes each
+//! one's lease. Reads are never routed.
 //! Does not own: when a lease is taken, renewed or lost (the server's document leases keep the
 //! [`DocumentHandles`]).
 
@@ -27,8 +28,8 @@ use crate::{
     DocumentContent, DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Fence, HoldStore, Holder,
     Kept, LeaseAcquire, LeaseStore, LinkHold, ModelChoice, ModelChoiceStore, NewAttachment,
     NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, OwnershipStore, ParticipationPause,
-    Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord, RunStore, SignInStore,
-    StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack, TranscriptEntry,
+    Pending, PlanCommit, Provenance, Reach, Release, RevisionKind, RunRecord, RunStore,
+    SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack, TranscriptEntry,
     TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
 };
 
@@ -80,6 +81,15 @@ impl Routed {
         self.route_found(build.map(|b| b.document_id))
     }
 
+    /// The handle a sweep of what an earlier process left goes through: the document's, for one
+    /// document; refused for every document.
+    fn sweep(&self, reach: Reach, method: &str) -> StoreResult<Arc<dyn Store>> {
+        match reach {
+            Reach::Document(document_id) => self.route(document_id),
+            Reach::Every => Err(every_document(method)),
+        }
+    }
+
     async fn route_job(&self, id: Uuid) -> StoreResult<Arc<dyn Store>> {
         let job = self.inner.job(id).await?;
         self.route_found(job.map(|j| j.document_id))
@@ -87,11 +97,11 @@ impl Routed {
 }
 
 /// The refusal of a write that sweeps every document at once.
-fn wholesale<T, A>(method: &str, _args: A) -> std::future::Ready<StoreResult<T>> {
-    std::future::ready(Err(StoreError::Fenced(format!(
+fn every_document(method: &str) -> StoreError {
+    StoreError::Fenced(format!(
         "{method} reaches every document, and this process serves only those whose leases it \
          holds: under document leases it is done one document at a time"
-    ))))
+    ))
 }
 
 #[async_trait]
@@ -367,12 +377,16 @@ impl OwnershipStore for Routed {
             .await
     }
 
-    async fn clear_all_ownership(&self) -> StoreResult<u64> {
-        wholesale("clear_all_ownership", ()).await
+    async fn clear_all_ownership(&self, reach: Reach) -> StoreResult<u64> {
+        self.sweep(reach, "clear_all_ownership")?
+            .clear_all_ownership(reach)
+            .await
     }
 
-    async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
-        wholesale("clear_unheld_ownership", ()).await
+    async fn clear_unheld_ownership(&self, reach: Reach) -> StoreResult<u64> {
+        self.sweep(reach, "clear_unheld_ownership")?
+            .clear_unheld_ownership(reach)
+            .await
     }
 }
 
@@ -578,8 +592,10 @@ impl RunStore for Routed {
             .await
     }
 
-    async fn stop_unheld_runs(&self) -> StoreResult<u64> {
-        wholesale("stop_unheld_runs", ()).await
+    async fn stop_unheld_runs(&self, reach: Reach) -> StoreResult<u64> {
+        self.sweep(reach, "stop_unheld_runs")?
+            .stop_unheld_runs(reach)
+            .await
     }
 }
 
@@ -668,8 +684,15 @@ impl crate::JobStore for Routed {
             .await
     }
 
-    async fn interrupt_running_jobs(&self, reason: &str, now_ms: UnixMillis) -> StoreResult<u64> {
-        wholesale("interrupt_running_jobs", (reason, now_ms)).await
+    async fn interrupt_running_jobs(
+        &self,
+        reason: &str,
+        now_ms: UnixMillis,
+        reach: Reach,
+    ) -> StoreResult<u64> {
+        self.sweep(reach, "interrupt_running_jobs")?
+            .interrupt_running_jobs(reason, now_ms, reach)
+            .await
     }
 
     async fn job_counts(&self) -> StoreResult<Vec<(crate::JobState, u64)>> {
@@ -1043,7 +1066,8 @@ impl crate::BuildStore for Routed {
         cutoff_ms: UnixMillis,
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<crate::Build>> {
-        wholesale("expire_builds", (cutoff_ms, now_ms)).await
+        let _ = (cutoff_ms, now_ms);
+        Err(every_document("expire_builds"))
     }
 
     async fn silent_build_runs(

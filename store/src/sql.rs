@@ -56,7 +56,7 @@ use super::{
     slug_taken, Account, Advance, Attachment, BrowserLogin, Checkpoint, Claim, Creator, Document,
     DocumentContent, DocumentLeaseRow, Fence, FenceScope, Holder, Kept, LeaseAcquire, LinkHold,
     ModelChoice, NewAttachment, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership,
-    ParticipationPause, Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord,
+    ParticipationPause, Pending, PlanCommit, Provenance, Reach, Release, RevisionKind, RunRecord,
     StagePage, StageRecord, StoreError, StoreResult, TakeBack, TranscriptEntry, UnixMillis,
     UnsentLimit, WriterLease,
 };
@@ -2533,34 +2533,38 @@ where
         }
     }
 
-    pub(crate) async fn clear_all_ownership(&self) -> StoreResult<u64> {
+    pub(crate) async fn clear_all_ownership(&self, reach: Reach) -> StoreResult<u64> {
         let changed = self
             .write_one(
                 sqlx::query(
                     "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
              holder_browser_login_id = NULL, claimed_at_ms = NULL \
-             WHERE holder_account_id IS NOT NULL",
-                ),
+             WHERE holder_account_id IS NOT NULL \
+             AND ($1 IS NULL OR planner_ownership.document_id = $1)",
+                )
+                .bind(reach.document().map(DB::Id::from)),
                 ("clearing ownership", "committing cleared ownership"),
             )
             .await?;
         Ok(changed)
     }
 
-    pub(crate) async fn clear_unheld_ownership(&self) -> StoreResult<u64> {
+    pub(crate) async fn clear_unheld_ownership(&self, reach: Reach) -> StoreResult<u64> {
         let changed = self
             .write_one(
                 sqlx::query(
                     "UPDATE planner_ownership SET holder_account_id = NULL, holder_login = NULL, \
              holder_browser_login_id = NULL, claimed_at_ms = NULL \
-             WHERE holder_account_id IS NOT NULL AND NOT EXISTS (\
+             WHERE holder_account_id IS NOT NULL \
+             AND ($1 IS NULL OR planner_ownership.document_id = $1) AND NOT EXISTS (\
              SELECT 1 FROM planner_link_holds h JOIN browser_login_credentials c \
              ON c.login_id = h.browser_login_id \
              WHERE h.document_id = planner_ownership.document_id \
              AND h.account_id = planner_ownership.holder_account_id \
              AND h.browser_login_id = planner_ownership.holder_browser_login_id \
              AND c.sealed IS NOT NULL)",
-                ),
+                )
+                .bind(reach.document().map(DB::Id::from)),
                 ("clearing unheld ownership", "committing cleared ownership"),
             )
             .await?;
@@ -4854,14 +4858,17 @@ where
         &self,
         reason: &str,
         now_ms: UnixMillis,
+        reach: Reach,
     ) -> StoreResult<u64> {
         self.write_one(
             sqlx::query(
                 "UPDATE background_jobs SET state = 'failed', reason = $1, claim_owner = NULL, \
-                 claim_expires_at_ms = NULL, updated_at_ms = $2 WHERE state = 'running'",
+                 claim_expires_at_ms = NULL, updated_at_ms = $2 WHERE state = 'running' \
+                 AND ($3 IS NULL OR background_jobs.document_id = $3)",
             )
             .bind(crate::storable(reason).into_owned())
-            .bind(now_ms),
+            .bind(now_ms)
+            .bind(reach.document().map(DB::Id::from)),
             ("interrupting running jobs", "committing interrupted jobs"),
         )
         .await
@@ -5108,18 +5115,20 @@ where
         Ok(DB::rows_affected(&done))
     }
 
-    pub(crate) async fn stop_unheld_runs(&self) -> StoreResult<u64> {
+    pub(crate) async fn stop_unheld_runs(&self, reach: Reach) -> StoreResult<u64> {
         let changed = self
             .write_one(
                 sqlx::query(
                     "UPDATE workflow_runs SET status = 'stopped' \
-             WHERE status IN ('running', 'waiting', 'paused') AND NOT EXISTS (\
+             WHERE status IN ('running', 'waiting', 'paused') \
+             AND ($1 IS NULL OR workflow_runs.document_id = $1) AND NOT EXISTS (\
              SELECT 1 FROM planner_ownership o \
              WHERE o.document_id = workflow_runs.document_id \
              AND o.holder_account_id IS NOT NULL) AND NOT EXISTS (\
              SELECT 1 FROM planner_link_holds h JOIN machines m ON m.id = h.machine_id \
              WHERE h.document_id = workflow_runs.document_id)",
-                ),
+                )
+                .bind(reach.document().map(DB::Id::from)),
                 ("stopping live runs", "committing stopped runs"),
             )
             .await?;
@@ -5389,7 +5398,7 @@ macro_rules! sql_store_impls {
             use $crate::sql::sql_store_impls;
             use $crate::{
                 Account, Advance, BrowserLogin, Claim, ContentStore, Document, DocumentContent,
-                DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
+                DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Reach, Fence, Holder, LeaseAcquire, LeaseStore, NewDocument, NewTranscriptEntry,
                 OwnerGuard, Ownership, Pending, OwnershipStore, PlanCommit, Release, RevisionKind, SignInStore, Store,
                 TranscriptEntry, TranscriptStore, UnixMillis, WriterLease, RunRecord, RunStore, StagePage, StageRecord,
                 HoldStore, LinkHold, ModelChoice, ModelChoiceStore, ParticipationPause, Attachment, AttachmentStore,
@@ -5473,8 +5482,8 @@ macro_rules! sql_store_impls {
                 fn claim_ownership(document_id: Uuid, holder: &Holder, now_ms: UnixMillis)
                     -> Claim;
                 fn release_ownership(document_id: Uuid, generation: i64) -> Release;
-                fn clear_all_ownership() -> u64;
-                fn clear_unheld_ownership() -> u64;
+                fn clear_all_ownership(reach: Reach) -> u64;
+                fn clear_unheld_ownership(reach: Reach) -> u64;
             } {});
             sql_store_impls!(@forward $store, HoldStore {
                 fn put_link_hold(hold: &LinkHold) -> ();
@@ -5511,7 +5520,7 @@ macro_rules! sql_store_impls {
                 fn settle_job(id: Uuid, claim_generation: i64, settlement: &Settlement,
                     now_ms: UnixMillis) -> bool;
                 fn cancel_job(id: Uuid, reason: &str, now_ms: UnixMillis) -> bool;
-                fn interrupt_running_jobs(reason: &str, now_ms: UnixMillis) -> u64;
+                fn interrupt_running_jobs(reason: &str, now_ms: UnixMillis, reach: Reach) -> u64;
                 fn job_counts() -> Vec<(JobState, u64)>;
             } {});
             sql_store_impls!(@forward $store, CommentStore {
@@ -5594,7 +5603,7 @@ macro_rules! sql_store_impls {
                 fn run_stages(document_id: Uuid, run_id: &str, offset: i64, limit: i64)
                     -> Option<StagePage>;
                 fn delete_ended_runs(document_id: Uuid) -> u64;
-                fn stop_unheld_runs() -> u64;
+                fn stop_unheld_runs(reach: Reach) -> u64;
             } {});
             sql_store_impls!(@forward $store, LeaseStore {
                 fn acquire_writer_lease(holder: &str, now_ms: UnixMillis, ttl_ms: i64)

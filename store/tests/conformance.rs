@@ -38,7 +38,7 @@ use chopin_store::{
     LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice, NewAttachment,
     NewBuild, NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine,
     NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential,
-    Provenance, QueueRefusal, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
+    Provenance, QueueRefusal, Reach, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
     RunReport, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
     UnsentLimit, WriterLease,
 };
@@ -212,6 +212,8 @@ conformance! {
     document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
     routed_writes_reach_their_documents_own_handle_and_sweeps_of_every_document_are_refused,
     routed_writes_of_a_document_served_elsewhere_are_refused_and_change_nothing,
+    a_takeovers_sweeps_reach_only_the_document_taken_over,
+    routed_sweeps_of_one_document_go_through_its_handle,
     data_survives_reopening_the_store,
     new_document_has_empty_content_at_epoch_zero,
     updates_are_numbered_from_one_and_advance_storage_revision,
@@ -1309,7 +1311,7 @@ async fn clear_all_ownership_clears_holders_and_keeps_generations(b: &Backend) {
     );
     claimed(store.claim_ownership(docs[1].id, &a, 2).await.unwrap());
 
-    assert_eq!(store.clear_all_ownership().await.unwrap(), 2);
+    assert_eq!(store.clear_all_ownership(Reach::Every).await.unwrap(), 2);
     let generations: Vec<_> = {
         let mut g = Vec::new();
         for doc in &docs {
@@ -1320,7 +1322,7 @@ async fn clear_all_ownership_clears_holders_and_keeps_generations(b: &Backend) {
         g
     };
     assert_eq!(generations, vec![1, 2, 0]);
-    assert_eq!(store.clear_all_ownership().await.unwrap(), 0);
+    assert_eq!(store.clear_all_ownership(Reach::Every).await.unwrap(), 0);
 
     // After a clear, even the previous holder's claim is a new generation.
     let again = claimed(store.claim_ownership(docs[0].id, &a, 3).await.unwrap());
@@ -2195,7 +2197,11 @@ async fn every_write(
                     .claim_job(Uuid::from_u128(0x70b3), "host", 5_000, 30_000)
                     .await,
             )
-            .and(store.interrupt_running_jobs("interrupted", 5_000).await)
+            .and(
+                store
+                    .interrupt_running_jobs("interrupted", 5_000, Reach::Every)
+                    .await,
+            )
             .map(|n| assert_eq!(n, 1)),
     );
     record(
@@ -2394,7 +2400,7 @@ async fn every_write(
     record(
         "clear_unheld_ownership",
         store
-            .clear_unheld_ownership()
+            .clear_unheld_ownership(Reach::Every)
             .await
             .map(|cleared| assert_eq!(cleared, 1)),
     );
@@ -2409,7 +2415,7 @@ async fn every_write(
     record(
         "clear_all_ownership",
         store
-            .clear_all_ownership()
+            .clear_all_ownership(Reach::Every)
             .await
             .map(|cleared| assert_eq!(cleared, 1)),
     );
@@ -3190,6 +3196,56 @@ async fn routed_writes_of_a_document_served_elsewhere_are_refused_and_change_not
         routed.last_transcript_seq(fx.doc).await.unwrap(),
         before.transcript.len() as i64
     );
+}
+
+async fn routed_sweeps_of_one_document_go_through_its_handle(b: &Backend) {
+    let store = b.open().await;
+    let lisa = member(&store, 89, "lisa").await;
+    let doc = store
+        .create_document(&new_doc(99, "octo", "sweeps", "routed"))
+        .await
+        .unwrap()
+        .id;
+    claimed(store.claim_ownership(doc, &lisa, 1_000).await.unwrap());
+    let handles = Arc::new(Handles::default());
+    let routed: Arc<dyn Store> = Arc::new(Routed::new(store.clone(), handles.clone()));
+    // Not served here: refused, and the owner stays.
+    let refused = routed.clear_unheld_ownership(Reach::Document(doc)).await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    assert!(store.ownership(doc).await.unwrap().holder.is_some());
+    // Served here: through the document's handle.
+    let lease = acquired(
+        store
+            .acquire_document_lease(doc, "host-a", 1_000, 60_000)
+            .await
+            .unwrap(),
+    );
+    handles
+        .0
+        .lock()
+        .unwrap()
+        .insert(doc, store.fenced(Fence::for_document(doc, lease.epoch)));
+    assert_eq!(
+        routed
+            .clear_unheld_ownership(Reach::Document(doc))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        routed.stop_unheld_runs(Reach::Document(doc)).await.unwrap(),
+        0
+    );
+    assert_eq!(
+        routed
+            .interrupt_running_jobs("interrupted", 2_000, Reach::Document(doc))
+            .await
+            .unwrap(),
+        0
+    );
+    // Every document at once: refused even then.
+    let refused = routed.stop_unheld_runs(Reach::Every).await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
 }
 
 // --- durability ------------------------------------------------------------------------------
@@ -5112,7 +5168,7 @@ async fn ses_13_runs_survive_reopening_and_live_ones_come_back_stopped(b: &Backe
     }
     drop(store);
     let store = b.open().await;
-    assert_eq!(store.stop_unheld_runs().await.unwrap(), 2);
+    assert_eq!(store.stop_unheld_runs(Reach::Every).await.unwrap(), 2);
     let runs = store.runs(doc.id).await.unwrap();
     let seen: Vec<_> = runs
         .iter()
@@ -5192,8 +5248,8 @@ async fn ho_08_ses_13_startup_stops_the_live_runs_of_documents_whose_owner_was_n
                 .collect::<Vec<_>>()
         }
     };
-    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 1);
-    assert_eq!(store.stop_unheld_runs().await.unwrap(), 6);
+    assert_eq!(store.clear_unheld_ownership(Reach::Every).await.unwrap(), 1);
+    assert_eq!(store.stop_unheld_runs(Reach::Every).await.unwrap(), 6);
     assert_eq!(
         statuses(kept).await,
         ["completed", "running", "waiting", "paused"],
@@ -5211,8 +5267,8 @@ async fn ho_08_ses_13_startup_stops_the_live_runs_of_documents_whose_owner_was_n
         .delete_login_credential(mona.browser_login_id)
         .await
         .unwrap());
-    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 1);
-    assert_eq!(store.stop_unheld_runs().await.unwrap(), 3);
+    assert_eq!(store.clear_unheld_ownership(Reach::Every).await.unwrap(), 1);
+    assert_eq!(store.stop_unheld_runs(Reach::Every).await.unwrap(), 3);
     assert_eq!(
         statuses(kept).await,
         ["completed", "stopped", "stopped", "stopped"]
@@ -5223,9 +5279,96 @@ async fn ho_08_ses_13_startup_stops_the_live_runs_of_documents_whose_owner_was_n
         .save_run(&run(free, "e", "running"), &[], false)
         .await
         .unwrap();
-    assert_eq!(store.stop_unheld_runs().await.unwrap(), 0, "owned: kept");
-    assert_eq!(store.clear_all_ownership().await.unwrap(), 1);
-    assert_eq!(store.stop_unheld_runs().await.unwrap(), 1);
+    assert_eq!(
+        store.stop_unheld_runs(Reach::Every).await.unwrap(),
+        0,
+        "owned: kept"
+    );
+    assert_eq!(store.clear_all_ownership(Reach::Every).await.unwrap(), 1);
+    assert_eq!(store.stop_unheld_runs(Reach::Every).await.unwrap(), 1);
+}
+
+/// What a process does for one document when it takes that document's lease over from a
+/// process that stopped (several processes on one database): the startup's sweeps, reaching that
+/// document only — its unheld owner, its live runs, its running job attempts — and leaving every
+/// other document as it is, served by whichever process serves it.
+async fn a_takeovers_sweeps_reach_only_the_document_taken_over(b: &Backend) {
+    let store = b.open().await;
+    let lisa = member(&store, 88, "lisa").await;
+    let mut ids = Vec::new();
+    for (n, slug) in ["taken-over", "served-elsewhere", "idle"]
+        .into_iter()
+        .enumerate()
+    {
+        ids.push(
+            store
+                .create_document(&new_doc(97 + n as u128, "octo", "sweeps", slug))
+                .await
+                .unwrap()
+                .id,
+        );
+    }
+    let (taken, elsewhere, idle) = (ids[0], ids[1], ids[2]);
+    // A document nobody owns, with a live run: another process's sweep of its own reaches it,
+    // not this one's.
+    store
+        .save_run(&run(idle, "r", "running"), &[], false)
+        .await
+        .unwrap();
+    for (n, doc) in [taken, elsewhere].into_iter().enumerate() {
+        claimed(store.claim_ownership(doc, &lisa, 1_000).await.unwrap());
+        store
+            .save_run(&run(doc, "r", "running"), &[], false)
+            .await
+            .unwrap();
+        let job = 0x70c0 + n as u128;
+        store
+            .enqueue_job(&job_of(doc, job, "t", &format!("k-{n}"), "{}", 1_000))
+            .await
+            .unwrap();
+        assert!(store
+            .claim_job(Uuid::from_u128(job), "host-a", 1_000, 30_000)
+            .await
+            .unwrap()
+            .is_some());
+    }
+    let reach = Reach::Document(taken);
+    assert_eq!(store.clear_unheld_ownership(reach).await.unwrap(), 1);
+    assert_eq!(store.stop_unheld_runs(reach).await.unwrap(), 1);
+    assert_eq!(
+        store
+            .interrupt_running_jobs("interrupted", 2_000, reach)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(store.ownership(taken).await.unwrap().holder.is_none());
+    assert_eq!(store.runs(taken).await.unwrap()[0].status, "stopped");
+    let job_state = |id: u128| {
+        let store = store.clone();
+        async move { store.job(Uuid::from_u128(id)).await.unwrap().unwrap().state }
+    };
+    assert_eq!(job_state(0x70c0).await, JobState::Failed);
+    // The other document is untouched.
+    assert!(store.ownership(elsewhere).await.unwrap().holder.is_some());
+    assert_eq!(store.runs(elsewhere).await.unwrap()[0].status, "running");
+    assert_eq!(store.runs(idle).await.unwrap()[0].status, "running");
+    assert_eq!(job_state(0x70c1).await, JobState::Running);
+    // AUTH_MODE=local's sweep, one document at a time too.
+    assert_eq!(
+        store
+            .clear_all_ownership(Reach::Document(taken))
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        store
+            .clear_all_ownership(Reach::Document(elsewhere))
+            .await
+            .unwrap(),
+        1
+    );
 }
 
 /// SES-14: "ended rows stay until the next workflow starts in the document."
@@ -5466,7 +5609,7 @@ async fn ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_c
         .await
         .unwrap();
 
-    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 3);
+    assert_eq!(store.clear_unheld_ownership(Reach::Every).await.unwrap(), 3);
     let kept_own = store.ownership(kept).await.unwrap();
     assert_eq!(
         kept_own.holder.as_ref(),
@@ -5488,7 +5631,7 @@ async fn ao_20_startup_keeps_owners_whose_hold_names_their_login_with_a_stored_c
         .delete_login_credential(mona.browser_login_id)
         .await
         .unwrap());
-    assert_eq!(store.clear_unheld_ownership().await.unwrap(), 1);
+    assert_eq!(store.clear_unheld_ownership(Reach::Every).await.unwrap(), 1);
     assert_eq!(store.ownership(kept).await.unwrap().holder, None);
 }
 
@@ -6437,7 +6580,7 @@ async fn job_09_own_18_a_new_process_fails_what_the_last_left_running_and_rows_s
     assert_eq!(running.claim_owner.as_deref(), Some("old-process"));
     assert_eq!(
         store
-            .interrupt_running_jobs("interrupted", 2_000)
+            .interrupt_running_jobs("interrupted", 2_000, Reach::Every)
             .await
             .unwrap(),
         1
@@ -8679,10 +8822,10 @@ async fn ao_21_a_machines_hold_names_the_machine_and_keeps_its_runs_but_not_its_
     drop(store);
     let store = b.open().await;
     // Startup: no owner is kept (the hold names no login)...
-    store.clear_unheld_ownership().await.unwrap();
+    store.clear_unheld_ownership(Reach::Every).await.unwrap();
     assert!(store.ownership(held).await.unwrap().holder.is_none());
     // ...but the machine's hold keeps its live runs for its backend (AO-21).
-    store.stop_unheld_runs().await.unwrap();
+    store.stop_unheld_runs(Reach::Every).await.unwrap();
     let status = |runs: Vec<RunRecord>| runs.into_iter().map(|r| r.status).collect::<Vec<_>>();
     assert_eq!(status(store.runs(held).await.unwrap()), ["running"]);
     assert_eq!(status(store.runs(revoked).await.unwrap()), ["stopped"]);
