@@ -29,6 +29,7 @@ mod acks;
 mod child;
 mod chopin;
 mod fanout;
+mod fences;
 mod load;
 mod peers;
 mod raw;
@@ -73,6 +74,9 @@ enum Mode {
     /// Chat acks per second on SQLite or PostgreSQL against one row per transaction on the
     /// same database (see `acks.rs`).
     ChatAcks(acks::AcksArgs),
+    /// Transcript appends through handles fenced by each document's lease against handles
+    /// fenced by the one writer lease, on the same database (see `fences.rs`).
+    DocumentFences(fences::FencesArgs),
     /// The fan-out baseline's relay server (spawned by the bench itself).
     #[command(hide = true)]
     RawRelay,
@@ -132,6 +136,7 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.mode {
         Some(Mode::RawServer) => raw::serve().await,
+        Some(Mode::DocumentFences(args)) => fences::run(args).await,
         Some(Mode::RawRelay) => relay::serve().await,
         Some(Mode::PlannerOutput(args)) => match chopin_bin(cli.run.chopin.clone()) {
             Ok(bin) => fanout::planner_output(&bin, args).await,

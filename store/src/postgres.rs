@@ -162,6 +162,10 @@ impl Dialect for Postgres {
     const BEGIN_FENCED_WRITE: &'static str =
         "BEGIN; SELECT pg_advisory_xact_lock_shared(hashtextextended('chopin:writer-lease', 0))";
 
+    /// The writer-lease advisory lock, shared, on its own.
+    const LOCK_WRITER_LEASE_SHARED: Option<&'static str> =
+        Some("SELECT pg_advisory_xact_lock_shared(hashtextextended('chopin:writer-lease', 0))");
+
     /// The same advisory lock, exclusive.
     const LOCK_WRITER_LEASE: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock(hashtextextended('chopin:writer-lease', 0))");
@@ -171,6 +175,12 @@ impl Dialect for Postgres {
     /// takeover of it).
     const LOCK_DOCUMENT_LEASE_SHARED: Option<&'static str> =
         Some("SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))");
+
+    /// The same advisory lock on each key of a `VALUES` list.
+    const LOCK_DOCUMENT_LEASES_SHARED: Option<(&'static str, &'static str)> = Some((
+        "SELECT pg_advisory_xact_lock_shared(hashtextextended(k, 0)) FROM (VALUES ",
+        ") AS keys (k)",
+    ));
 
     /// The same advisory lock, exclusive.
     const LOCK_DOCUMENT_LEASE: Option<&'static str> =

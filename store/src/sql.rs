@@ -117,11 +117,21 @@ pub(crate) trait Dialect: Database {
     /// or holder (taking it over, giving it back): it waits for the fenced writes in flight.
     const LOCK_WRITER_LEASE: Option<&'static str>;
 
+    /// The writer-lease lock in shared mode on its own (what [`Dialect::BEGIN_FENCED_WRITE`]
+    /// adds to `BEGIN`), for a batch that checks a writer-lease fence among others; `None` where
+    /// `BEGIN_WRITE` already excludes every other writer.
+    const LOCK_WRITER_LEASE_SHARED: Option<&'static str>;
+
     /// One document's lease lock in shared mode (its one parameter: the text key
     /// [`document_lease_key`]), taken by a write fenced by that document's lease right after
     /// [`Dialect::BEGIN_WRITE`] and before it reads the lease row; `None` where `BEGIN_WRITE`
     /// already excludes every other writer.
     const LOCK_DOCUMENT_LEASE_SHARED: Option<&'static str>;
+
+    /// The same lock on many documents at once, as the text before and after a list of
+    /// `($1), ($2), …` (each a [`document_lease_key`]); `None` where `BEGIN_WRITE` already
+    /// excludes every other writer.
+    const LOCK_DOCUMENT_LEASES_SHARED: Option<(&'static str, &'static str)>;
 
     /// The same lock, exclusive: taken by a change of that document's epoch or holder.
     const LOCK_DOCUMENT_LEASE: Option<&'static str>;
@@ -199,10 +209,13 @@ impl<DB: Database> SqlStore<DB> {
         }
     }
 
-    /// A handle on the same pools whose writes are fenced by `fence`.
+    /// A handle on the same pools whose writes are fenced by `fence`. It shares this handle's
+    /// group-commit writer: each job carries its own fence, checked in the batch's transaction,
+    /// so the handles of many documents' leases still share commits.
     pub(crate) fn fenced(&self, fence: Fence) -> Self {
         Self {
             fence: Some(fence),
+            writer: self.writer.clone(),
             ..self.detached()
         }
     }
@@ -1080,31 +1093,124 @@ where
             .begin_with(begin)
             .await
             .map_err(|e| sqlx_error("beginning a transaction", e))?;
-        let lease: Option<(i64, Option<String>)> = match self.fence.scope() {
-            None => return Ok(tx),
-            Some(FenceScope::Writer) => sqlx::query_as(LEASE_FOR_WRITE)
+        match &self.fence {
+            None => {}
+            // Its lock came with `BEGIN`.
+            Some(fence) if fence.scope() == FenceScope::Writer => {
+                Self::read_fence_in(&mut tx, fence).await?
+            }
+            Some(fence) => Self::check_fence_in(&mut tx, fence).await?,
+        }
+        Ok(tx)
+    }
+
+    /// Checks `fence` inside `tx`: takes its lease's lock shared, then reads the lease row (see
+    /// [`SqlStore::begin_write`]), so the verdict holds until `tx` commits.
+    async fn check_fence_in(tx: &mut Transaction<'static, DB>, fence: &Fence) -> StoreResult<()> {
+        fence.check_local()?;
+        Self::lock_fence_in(tx, fence).await?;
+        Self::read_fence_in(tx, fence).await
+    }
+
+    /// Takes `fence`'s lease lock shared in `tx` (taken again, it stacks: released at commit).
+    async fn lock_fence_in(tx: &mut Transaction<'static, DB>, fence: &Fence) -> StoreResult<()> {
+        let (lock, key) = match fence.scope() {
+            FenceScope::Writer => (DB::LOCK_WRITER_LEASE_SHARED, None),
+            FenceScope::Document(document_id) => (
+                DB::LOCK_DOCUMENT_LEASE_SHARED,
+                Some(document_lease_key(document_id)),
+            ),
+        };
+        if let Some(lock) = lock {
+            let mut locking = sqlx::query(lock);
+            if let Some(key) = key {
+                locking = locking.bind(key);
+            }
+            locking
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| sqlx_error("locking a lease for a write", e))?;
+        }
+        Ok(())
+    }
+
+    /// [`SqlStore::check_fence_in`] of every fence of a batch, in [`group::lock_order`]: the
+    /// writer lease's one by one, and the documents' leases together — one statement taking their
+    /// locks and one reading their rows — so a batch of many documents' writes costs two round
+    /// trips for its fences, not two per document. Each fence's verdict, in `fences`' order.
+    async fn check_fences_in(
+        tx: &mut Transaction<'static, DB>,
+        fences: &[Fence],
+    ) -> StoreResult<Vec<StoreResult<()>>> {
+        let mut verdicts = vec![Ok(()); fences.len()];
+        let mut documents = Vec::new();
+        for at in group::lock_order(fences) {
+            let fence = &fences[at];
+            match fence.scope() {
+                _ if fence.is_given_up() => verdicts[at] = fence.check_local(),
+                FenceScope::Writer => verdicts[at] = Self::check_fence_in(tx, fence).await,
+                FenceScope::Document(id) => documents.push((at, id)),
+            }
+        }
+        if let [(at, _)] = documents[..] {
+            verdicts[at] = Self::check_fence_in(tx, &fences[at]).await;
+            return Ok(verdicts);
+        }
+        if documents.is_empty() {
+            return Ok(verdicts);
+        }
+        let places = (1..=documents.len())
+            .map(|n| format!("${n}"))
+            .collect::<Vec<_>>();
+        if let Some((before, after)) = DB::LOCK_DOCUMENT_LEASES_SHARED {
+            let values = places.iter().map(|p| format!("({p})")).collect::<Vec<_>>();
+            let sql = format!("{before}{}{after}", values.join(", "));
+            let mut locking = sqlx::query(&sql);
+            for (_, id) in &documents {
+                locking = locking.bind(document_lease_key(*id));
+            }
+            locking
+                .execute(&mut **tx)
+                .await
+                .map_err(|e| sqlx_error("locking documents' leases for a batch", e))?;
+        }
+        let sql = format!(
+            "SELECT document_id, epoch, holder FROM document_leases WHERE document_id IN ({})",
+            places.join(", ")
+        );
+        let mut reading = sqlx::query_as::<_, (DB::Id, i64, Option<String>)>(&sql);
+        for (_, id) in &documents {
+            reading = reading.bind(DB::Id::from(*id));
+        }
+        let rows = reading
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(|e| sqlx_error("reading documents' leases for a batch", e))?;
+        let rows: std::collections::BTreeMap<Uuid, (i64, bool)> = rows
+            .into_iter()
+            .map(|(id, epoch, holder)| (id.into(), (epoch, holder.is_some())))
+            .collect();
+        for (at, id) in documents {
+            verdicts[at] = fences[at].check_lease(rows.get(&id).copied());
+        }
+        Ok(verdicts)
+    }
+
+    /// Reads `fence`'s lease row inside `tx` (its lock already taken) and checks it.
+    async fn read_fence_in(tx: &mut Transaction<'static, DB>, fence: &Fence) -> StoreResult<()> {
+        let lease: Option<(i64, Option<String>)> = match fence.scope() {
+            FenceScope::Writer => sqlx::query_as(LEASE_FOR_WRITE)
                 .bind(WRITER_LEASE_NAME)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(&mut **tx)
                 .await
                 .map_err(|e| sqlx_error("reading the writer lease for a write", e))?,
-            Some(FenceScope::Document(document_id)) => {
-                if let Some(lock) = DB::LOCK_DOCUMENT_LEASE_SHARED {
-                    sqlx::query(lock)
-                        .bind(document_lease_key(document_id))
-                        .execute(&mut *tx)
-                        .await
-                        .map_err(|e| sqlx_error("locking a document's lease for a write", e))?;
-                }
-                sqlx::query_as(DOCUMENT_LEASE_FOR_WRITE)
-                    .bind(DB::Id::from(document_id))
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(|e| sqlx_error("reading a document's lease for a write", e))?
-            }
+            FenceScope::Document(document_id) => sqlx::query_as(DOCUMENT_LEASE_FOR_WRITE)
+                .bind(DB::Id::from(document_id))
+                .fetch_optional(&mut **tx)
+                .await
+                .map_err(|e| sqlx_error("reading a document's lease for a write", e))?,
         };
-        self.fence
-            .check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))?;
-        Ok(tx)
+        fence.check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))
     }
 
     /// Begins a transaction that may change the lease's epoch or holder (taking it, giving it
@@ -1253,7 +1359,12 @@ where
         self.fence.check_local()?;
         let writer = self.writer.get_or_init(|| {
             Writer::start(DB::WRITE_LANES, |queue, batches| {
-                DB::spawn_writer(self.detached(), queue, batches)
+                // Unfenced: the writer checks each job's own fence.
+                let unfenced = SqlStore {
+                    fence: None,
+                    ..self.detached()
+                };
+                DB::spawn_writer(unfenced, queue, batches)
             })
         });
         writer.submit(job).await
@@ -1266,7 +1377,15 @@ where
     /// outcome. Ends when every handle that could queue a job is gone.
     pub(crate) async fn write_loop(self, mut jobs: mpsc::Receiver<Job>, batches: Arc<AtomicU64>) {
         while let Some(first) = jobs.recv().await {
-            let begun = self.begin_write().await;
+            // The first job's lease lock is taken before the queue is drained: while it is
+            // waited for (a takeover in progress), the jobs that arrive join this batch.
+            let begun = match self.begin_write().await {
+                Ok(mut tx) => match first.fence() {
+                    Some(fence) => Self::lock_fence_in(&mut tx, fence).await.map(|()| tx),
+                    None => Ok(tx),
+                },
+                Err(e) => Err(e),
+            };
             let mut batch = vec![first];
             while batch.len() < group::MAX_BATCH {
                 match jobs.try_recv() {
@@ -1315,7 +1434,16 @@ where
     async fn run_batch(mut tx: Transaction<'static, DB>, batch: &[Job]) -> StoreResult<Vec<Done>> {
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut locked = Vec::new();
-        for job in batch {
+        // Each fence of the batch is checked once, before any job is written.
+        // Their locks are taken in one order (the writer lease's, then documents' by id), so two
+        // batches waiting on each other's locks behind a takeover cannot deadlock.
+        let (fences, fence_of) = group::fences_of(batch);
+        let verdicts = Self::check_fences_in(&mut tx, &fences).await?;
+        for (job, fence) in batch.iter().zip(fence_of) {
+            if let Some(Err(refused)) = fence.map(|at| &verdicts[at]) {
+                outcomes.push(job.refused(refused.clone()));
+                continue;
+            }
             outcomes.push(match job {
                 Job::Transcript {
                     document_id, entry, ..
@@ -2039,6 +2167,7 @@ where
             return Ok(Vec::new());
         }
         self.write(|done| Job::Updates {
+            fence: self.fence.clone(),
             document_id,
             updates: updates.iter().map(|u| u.to_vec()).collect(),
             now_ms,
@@ -2261,6 +2390,7 @@ where
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry> {
         self.write(|done| Job::Transcript {
+            fence: self.fence.clone(),
             document_id,
             entry: entry.clone(),
             done,
@@ -2277,6 +2407,7 @@ where
     ) -> StoreResult<Pending<TranscriptEntry>> {
         let (done, answer) = oneshot::channel();
         self.submit(Job::Transcript {
+            fence: self.fence.clone(),
             document_id,
             entry: entry.clone(),
             done,
@@ -2439,6 +2570,7 @@ where
         now_ms: UnixMillis,
     ) -> StoreResult<Claim> {
         self.write(|done| Job::Claim {
+            fence: self.fence.clone(),
             document_id,
             holder: holder.clone(),
             now_ms,

@@ -128,7 +128,9 @@ impl Dialect for Sqlite {
     const LOCK_REPOSITORY_SLUGS: Option<&'static str> = None;
     const BEGIN_FENCED_WRITE: &'static str = Self::BEGIN_WRITE;
     const LOCK_WRITER_LEASE: Option<&'static str> = None;
+    const LOCK_WRITER_LEASE_SHARED: Option<&'static str> = None;
     const LOCK_DOCUMENT_LEASE_SHARED: Option<&'static str> = None;
+    const LOCK_DOCUMENT_LEASES_SHARED: Option<(&'static str, &'static str)> = None;
     const LOCK_DOCUMENT_LEASE: Option<&'static str> = None;
 
     fn rows_affected(done: &SqliteQueryResult) -> u64 {

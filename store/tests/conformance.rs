@@ -210,6 +210,7 @@ conformance! {
     document_leases_are_taken_renewed_and_given_back_one_document_at_a_time,
     document_fenced_writes_need_the_current_epoch_of_their_documents_lease,
     document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
+    document_fenced_writes_of_many_documents_at_once_are_each_checked_against_their_own_lease,
     routed_writes_reach_their_documents_own_handle_and_sweeps_of_every_document_are_refused,
     routed_writes_of_a_document_served_elsewhere_are_refused_and_change_nothing,
     a_takeovers_sweeps_reach_only_the_document_taken_over,
@@ -3246,6 +3247,73 @@ async fn routed_sweeps_of_one_document_go_through_its_handle(b: &Backend) {
     // Every document at once: refused even then.
     let refused = routed.stop_unheld_runs(Reach::Every).await;
     assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+}
+
+async fn document_fenced_writes_of_many_documents_at_once_are_each_checked_against_their_own_lease(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let mut served = Vec::new();
+    for n in 0..12_u128 {
+        let doc = store
+            .create_document(&new_doc(200 + n, "octo", "many", &format!("d{n}")))
+            .await
+            .unwrap()
+            .id;
+        let lease = acquired(
+            store
+                .acquire_document_lease(doc, "host-a", 1_000, 500)
+                .await
+                .unwrap(),
+        );
+        served.push((doc, store.fenced(Fence::for_document(doc, lease.epoch))));
+    }
+    // Every third document is taken over by another process.
+    for (doc, _) in served.iter().step_by(3) {
+        acquired(
+            store
+                .acquire_document_lease(*doc, "host-b", 2_000, 500)
+                .await
+                .unwrap(),
+        );
+    }
+    // All at once, so that the documents' appends share batches.
+    let barrier = Arc::new(Barrier::new(served.len()));
+    let mut writers = Vec::new();
+    for (n, (doc, handle)) in served.iter().cloned().enumerate() {
+        let barrier = barrier.clone();
+        writers.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let mut outcomes = Vec::new();
+            for k in 0..5 {
+                let body = format!("document {n} entry {k}");
+                outcomes.push(
+                    handle
+                        .append_transcript(doc, &entry(None, "system", &body, 2_000))
+                        .await,
+                );
+            }
+            outcomes
+        }));
+    }
+    for (n, writer) in writers.into_iter().enumerate() {
+        let (doc, _) = served[n];
+        let outcomes = writer.await.unwrap();
+        if n % 3 == 0 {
+            for outcome in &outcomes {
+                assert!(
+                    matches!(outcome, Err(StoreError::Fenced(w)) if w.contains(&doc.to_string())),
+                    "document {n}, taken over: {outcome:?}"
+                );
+            }
+            assert_eq!(store.last_transcript_seq(doc).await.unwrap(), 0);
+        } else {
+            for outcome in &outcomes {
+                assert!(outcome.is_ok(), "document {n}, still held: {outcome:?}");
+            }
+            assert_eq!(store.last_transcript_seq(doc).await.unwrap(), 5);
+        }
+    }
 }
 
 // --- durability ------------------------------------------------------------------------------

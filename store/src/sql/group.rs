@@ -9,7 +9,8 @@
 //! database type is concrete).
 //!
 //! Invariants: a caller is answered only after the transaction holding its job committed (or
-//! failed); a lane runs its jobs in the order they were queued and one batch at a time, and
+//! failed); a job is written only if its own fence admits it, checked inside the batch's
+//! transaction (a refused job fails alone, and the rest of its batch commits); a lane runs its jobs in the order they were queued and one batch at a time, and
 //! every job of a document goes to one lane, so two writes to one document keep the order their
 //! callers gave them, while other lanes' batches (other documents) may be in flight at once; a
 //! job that fails on its own (an unknown document) fails alone and leaves the rest of its batch
@@ -23,6 +24,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
 
+use crate::fence::Fence;
 use crate::{
     Claim, Holder, NewTranscriptEntry, StoreError, StoreResult, TranscriptEntry, UnixMillis,
 };
@@ -33,21 +35,26 @@ pub(crate) const QUEUE: usize = 1024;
 /// The most jobs one transaction takes: bounds how long one commit holds the write lock.
 pub(crate) const MAX_BATCH: usize = 256;
 
-/// One acknowledged write, with where its answer goes.
+/// One acknowledged write, with where its answer goes and the fence of the handle that queued it
+/// (handles fenced differently — each document's lease, say — share one writer, and each job is
+/// checked against its own fence inside the batch's transaction).
 pub(crate) enum Job {
     Transcript {
+        fence: Option<Fence>,
         document_id: Uuid,
         entry: NewTranscriptEntry,
         done: oneshot::Sender<StoreResult<TranscriptEntry>>,
     },
     /// Yjs updates of one document, journalled together at consecutive seqs (all or none).
     Updates {
+        fence: Option<Fence>,
         document_id: Uuid,
         updates: Vec<Vec<u8>>,
         now_ms: UnixMillis,
         done: oneshot::Sender<StoreResult<Vec<i64>>>,
     },
     Claim {
+        fence: Option<Fence>,
         document_id: Uuid,
         holder: Holder,
         now_ms: UnixMillis,
@@ -81,6 +88,24 @@ impl Job {
             Job::Transcript { done, .. } => drop(done.send(Err(error))),
             Job::Updates { done, .. } => drop(done.send(Err(error))),
             Job::Claim { done, .. } => drop(done.send(Err(error))),
+        }
+    }
+
+    /// The fence the job is written under, if its handle was fenced.
+    pub(crate) fn fence(&self) -> Option<&Fence> {
+        match self {
+            Job::Transcript { fence, .. }
+            | Job::Updates { fence, .. }
+            | Job::Claim { fence, .. } => fence.as_ref(),
+        }
+    }
+
+    /// The job's outcome when its fence refused it: `error`, as the job's kind of outcome.
+    pub(crate) fn refused(&self, error: StoreError) -> Done {
+        match self {
+            Job::Transcript { .. } => Done::Transcript(Err(error)),
+            Job::Updates { .. } => Done::Updates(Err(error)),
+            Job::Claim { .. } => Done::Claim(Err(error)),
         }
     }
 
@@ -162,4 +187,36 @@ pub(crate) fn stopped() -> StoreError {
 /// Waits for a job's answer.
 pub(crate) async fn answer<T>(answer: oneshot::Receiver<StoreResult<T>>) -> StoreResult<T> {
     answer.await.map_err(|_| stopped())?
+}
+
+/// The distinct fences of `jobs` (by lease and epoch, in first-seen order), each with the index
+/// in that list of every job's fence (`None` for a job queued by a handle never fenced).
+pub(crate) fn fences_of(jobs: &[Job]) -> (Vec<Fence>, Vec<Option<usize>>) {
+    let mut fences: Vec<Fence> = Vec::new();
+    let index = jobs
+        .iter()
+        .map(|job| {
+            let fence = job.fence()?;
+            let at = fences
+                .iter()
+                .position(|f| f.scope() == fence.scope() && f.epoch() == fence.epoch())
+                .unwrap_or_else(|| {
+                    fences.push(fence.clone());
+                    fences.len() - 1
+                });
+            Some(at)
+        })
+        .collect();
+    (fences, index)
+}
+
+/// The indexes of `fences` in the order their locks are taken: the writer lease's first, then
+/// documents' by id.
+pub(crate) fn lock_order(fences: &[Fence]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..fences.len()).collect();
+    order.sort_by_key(|&at| match fences[at].scope() {
+        crate::FenceScope::Writer => (0, Uuid::nil()),
+        crate::FenceScope::Document(id) => (1, id),
+    });
+    order
 }

@@ -36,7 +36,7 @@ use super::{
     LEASE_FOR_WRITE, MADE_BY_KEY, MARK_SENT, NUMBER_UPDATES, OWNERSHIP, RACE_RETRIES,
     WRITER_LEASE_NAME,
 };
-use crate::fence::{Fence, FenceCheck, FenceScope};
+use crate::fence::{Fence, FenceScope};
 use crate::{
     Attachment, Claim, Holder, NewTranscriptEntry, Ownership, StoreError, StoreResult,
     TranscriptEntry, UnixMillis,
@@ -49,7 +49,6 @@ static DOCUMENT_EXISTS: LazyLock<String> =
 /// One batch for the thread, and how it says it is done.
 struct Batch {
     jobs: Vec<Job>,
-    fence: Option<Fence>,
     /// Dropped once every job of the batch was answered.
     _done: oneshot::Sender<()>,
 }
@@ -97,7 +96,6 @@ async fn write_loop(
         let (done, finished) = oneshot::channel();
         let handed = thread.send(Batch {
             jobs: batch,
-            fence: store.fence.clone(),
             _done: done,
         });
         if let Err(std::sync::mpsc::SendError(batch)) = handed {
@@ -148,8 +146,8 @@ fn open(path: &Path) -> StoreResult<Connection> {
 /// Runs `batch` in one transaction and answers each job; a broken transaction is run again
 /// one job per transaction, so each job gets its own outcome.
 fn run(connection: &mut Connection, batch: Batch, batches: &AtomicU64) {
-    let Batch { jobs, fence, _done } = batch;
-    match run_batch(connection, &fence, &jobs) {
+    let Batch { jobs, _done } = batch;
+    match run_batch(connection, &jobs) {
         Ok(outcomes) => {
             group::count_batch(batches);
             jobs.into_iter()
@@ -159,7 +157,7 @@ fn run(connection: &mut Connection, batch: Batch, batches: &AtomicU64) {
         Err(e) if jobs.len() == 1 => jobs.into_iter().for_each(|job| job.fail(e.clone())),
         Err(_) => {
             for job in jobs {
-                match run_batch(connection, &fence, std::slice::from_ref(&job)) {
+                match run_batch(connection, std::slice::from_ref(&job)) {
                     Ok(mut outcomes) => match outcomes.pop() {
                         Some(outcome) => {
                             group::count_batch(batches);
@@ -175,34 +173,23 @@ fn run(connection: &mut Connection, batch: Batch, batches: &AtomicU64) {
 }
 
 /// Runs every job of `jobs` in one `BEGIN IMMEDIATE` transaction, in order, and commits. `Err`
-/// if the transaction broke (nothing of it is committed); a job's own refusal is its outcome.
-fn run_batch(
-    connection: &mut Connection,
-    fence: &Option<Fence>,
-    jobs: &[Job],
-) -> StoreResult<Vec<Done>> {
-    fence.check_local()?;
+/// if the transaction broke (nothing of it is committed); a job's own refusal is its outcome,
+/// and so is its fence's: each fence of the batch is checked once, inside the transaction.
+fn run_batch(connection: &mut Connection, jobs: &[Job]) -> StoreResult<Vec<Done>> {
     let tx = connection
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(|e| lite_error("beginning a transaction", e))?;
-    if let Some(scope) = fence.scope() {
-        let (statement, key) = match scope {
-            FenceScope::Writer => (LEASE_FOR_WRITE, WRITER_LEASE_NAME.to_owned()),
-            FenceScope::Document(document_id) => (DOCUMENT_LEASE_FOR_WRITE, id(document_id)),
-        };
-        let lease: Option<(i64, Option<String>)> = tx
-            .prepare_cached(statement)
-            .and_then(|mut s| {
-                s.query_row(named_params! { "$1": key }, |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })
-                .optional()
-            })
-            .map_err(|e| lite_error("reading the fence's lease for a write", e))?;
-        fence.check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some())))?;
+    let (fences, fence_of) = group::fences_of(jobs);
+    let mut verdicts = Vec::with_capacity(fences.len());
+    for fence in &fences {
+        verdicts.push(check_fence(&tx, fence)?);
     }
     let mut outcomes = Vec::with_capacity(jobs.len());
-    for job in jobs {
+    for (job, fence) in jobs.iter().zip(fence_of) {
+        if let Some(Err(refused)) = fence.map(|at| &verdicts[at]) {
+            outcomes.push(job.refused(refused.clone()));
+            continue;
+        }
         outcomes.push(match job {
             Job::Transcript {
                 document_id, entry, ..
@@ -224,6 +211,28 @@ fn run_batch(
     tx.commit()
         .map_err(|e| lite_error("committing a batch of writes", e))?;
     Ok(outcomes)
+}
+
+/// `fence`'s verdict, its lease row read in `tx` (which holds SQLite's write lock, so no change
+/// of the lease can commit before `tx` does). `Err` only if the row could not be read.
+fn check_fence(tx: &rusqlite::Transaction<'_>, fence: &Fence) -> StoreResult<StoreResult<()>> {
+    if let Err(given_up) = fence.check_local() {
+        return Ok(Err(given_up));
+    }
+    let (statement, key) = match fence.scope() {
+        FenceScope::Writer => (LEASE_FOR_WRITE, WRITER_LEASE_NAME.to_owned()),
+        FenceScope::Document(document_id) => (DOCUMENT_LEASE_FOR_WRITE, id(document_id)),
+    };
+    let lease: Option<(i64, Option<String>)> = tx
+        .prepare_cached(statement)
+        .and_then(|mut s| {
+            s.query_row(named_params! { "$1": key }, |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+        })
+        .map_err(|e| lite_error("reading the fence's lease for a write", e))?;
+    Ok(fence.check_lease(lease.map(|(epoch, holder)| (epoch, holder.is_some()))))
 }
 
 /// `id` as SQLite stores it (hyphenated, lowercase text).
