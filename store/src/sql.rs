@@ -1152,10 +1152,6 @@ where
                 FenceScope::Document(id) => documents.push((at, id)),
             }
         }
-        if let [(at, _)] = documents[..] {
-            verdicts[at] = Self::check_fence_in(tx, &fences[at]).await;
-            return Ok(verdicts);
-        }
         if documents.is_empty() {
             return Ok(verdicts);
         }
@@ -1440,8 +1436,8 @@ where
         let (fences, fence_of) = group::fences_of(batch);
         let verdicts = Self::check_fences_in(&mut tx, &fences).await?;
         for (job, fence) in batch.iter().zip(fence_of) {
-            if let Some(Err(refused)) = fence.map(|at| &verdicts[at]) {
-                outcomes.push(job.refused(refused.clone()));
+            if let Some(refused) = job.refusal(fence, &verdicts) {
+                outcomes.push(refused);
                 continue;
             }
             outcomes.push(match job {

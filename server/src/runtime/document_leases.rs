@@ -33,7 +33,8 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::runtime::clock::Clock;
-use crate::store::{Fence, LeaseAcquire, Store, StoreError, UnixMillis, WriterLease};
+use crate::runtime::lease;
+use crate::store::{Fence, LeaseAcquire, Store, StoreError, WriterLease};
 
 /// The lease times of documents, all derived from one period.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -152,11 +153,6 @@ impl DocumentLeases {
                 lost: broadcast::channel(1_024).0,
             }),
         }
-    }
-
-    /// This process's name, as it takes leases.
-    pub fn holder(&self) -> &str {
-        &self.shared.holder
     }
 
     /// Documents lost from now on, with why. A receiver that falls behind misses the oldest
@@ -285,7 +281,8 @@ impl DocumentLeases {
     }
 
     /// One renewal of every lease held: a renewed one gets its new deadline, one taken over is
-    /// lost at once, and one whose renewal failed or was cut off stays until its deadline.
+    /// lost at once, and one whose renewal failed or was cut off stays until its deadline (which
+    /// [`DocumentLeases::keep`]'s loop wakes for).
     /// Whether any renewal failed.
     async fn renew_all(&self) -> bool {
         let due: Vec<(Uuid, WriterLease, Instant)> = self
@@ -330,7 +327,6 @@ impl DocumentLeases {
                 }
             }
         }
-        self.lose_past_deadlines();
         failed
     }
 
@@ -370,11 +366,7 @@ impl DocumentLeases {
 
     /// When a lease granted until `expires_at_ms` counts as lost unless renewed.
     fn deadline(&self, lease: &WriterLease) -> Instant {
-        deadline_of(
-            lease.expires_at_ms,
-            self.shared.times.margin_ms,
-            self.shared.clock.now_ms(),
-        )
+        lease::deadline(lease, self.shared.times.margin_ms, &*self.shared.clock)
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, Held>> {
@@ -384,13 +376,6 @@ impl DocumentLeases {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
-}
-
-/// `expires_at - margin` on the wall clock read as `now_ms`, as an instant on `tokio::time` (now,
-/// if already past).
-fn deadline_of(expires_at_ms: UnixMillis, margin_ms: i64, now_ms: UnixMillis) -> Instant {
-    let left_ms = expires_at_ms - margin_ms - now_ms;
-    Instant::now() + Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))
 }
 
 async fn sleep_until_some(at: Option<Instant>) {

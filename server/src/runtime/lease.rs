@@ -106,8 +106,8 @@ pub async fn acquire(
 
 /// When a lease granted until `expires_at_ms` counts as lost unless renewed: `expires_at -
 /// margin` on the wall clock, as an instant on `tokio::time` (now, if already past).
-fn deadline(lease: &WriterLease, clock: &dyn Clock) -> Instant {
-    let left_ms = lease.expires_at_ms - WRITER_LEASE_MARGIN_MS - clock.now_ms();
+pub(crate) fn deadline(lease: &WriterLease, margin_ms: i64, clock: &dyn Clock) -> Instant {
+    let left_ms = lease.expires_at_ms - margin_ms - clock.now_ms();
     Instant::now() + Duration::from_millis(u64::try_from(left_ms).unwrap_or(0))
 }
 
@@ -183,7 +183,7 @@ async fn renew(
     fence: Fence,
     tx: watch::Sender<Option<WriterLease>>,
 ) {
-    let mut deadline_at = deadline(&current, &*clock);
+    let mut deadline_at = deadline(&current, WRITER_LEASE_MARGIN_MS, &*clock);
     let mut next_at = Instant::now() + Duration::from_millis(WRITER_LEASE_RENEW_EVERY_MS);
     let lost = |why: &str| {
         fence.give_up();
@@ -212,7 +212,7 @@ async fn renew(
         match renewal {
             Ok(Ok(Some(renewed))) => {
                 current = renewed;
-                deadline_at = deadline(&current, &*clock);
+                deadline_at = deadline(&current, WRITER_LEASE_MARGIN_MS, &*clock);
                 next_at = Instant::now() + Duration::from_millis(WRITER_LEASE_RENEW_EVERY_MS);
                 tx.send_replace(Some(current.clone()));
             }

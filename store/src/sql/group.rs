@@ -10,13 +10,14 @@
 //!
 //! Invariants: a caller is answered only after the transaction holding its job committed (or
 //! failed); a job is written only if its own fence admits it, checked inside the batch's
-//! transaction (a refused job fails alone, and the rest of its batch commits); a lane runs its jobs in the order they were queued and one batch at a time, and
-//! every job of a document goes to one lane, so two writes to one document keep the order their
-//! callers gave them, while other lanes' batches (other documents) may be in flight at once; a
-//! job that fails on its own (an unknown document) fails alone and leaves the rest of its batch
-//! to commit; a batch whose transaction breaks is rolled back and
-//! its jobs are run again one transaction each, so one bad job cannot fail the others. The
-//! writer task ends when every handle that could queue to it is dropped.
+//! transaction (a refused job fails alone, and the rest of its batch commits); a lane runs its
+//! jobs in the order they were queued and one batch at a time, and every job of a document goes
+//! to one lane, so two writes to one document keep the order their callers gave them, while
+//! other lanes' batches (other documents) may be in flight at once; a job that fails on its own
+//! (an unknown document) fails alone and leaves the rest of its batch to commit; a batch whose
+//! transaction breaks is rolled back and its jobs are run again one transaction each, so one bad
+//! job cannot fail the others. The writer task ends when every handle that could queue to it is
+//! dropped.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -100,13 +101,22 @@ impl Job {
         }
     }
 
-    /// The job's outcome when its fence refused it: `error`, as the job's kind of outcome.
-    pub(crate) fn refused(&self, error: StoreError) -> Done {
-        match self {
+    /// The job's outcome if its fence refused it: `fence` is the index of the job's fence in
+    /// [`fences_of`]'s list, `verdicts` each fence's verdict in that order. `None`: admitted.
+    pub(crate) fn refusal(
+        &self,
+        fence: Option<usize>,
+        verdicts: &[StoreResult<()>],
+    ) -> Option<Done> {
+        let Err(error) = &verdicts[fence?] else {
+            return None;
+        };
+        let error = error.clone();
+        Some(match self {
             Job::Transcript { .. } => Done::Transcript(Err(error)),
             Job::Updates { .. } => Done::Updates(Err(error)),
             Job::Claim { .. } => Done::Claim(Err(error)),
-        }
+        })
     }
 
     /// The document the job writes to (which decides its lane).

@@ -186,8 +186,8 @@ fn run_batch(connection: &mut Connection, jobs: &[Job]) -> StoreResult<Vec<Done>
     }
     let mut outcomes = Vec::with_capacity(jobs.len());
     for (job, fence) in jobs.iter().zip(fence_of) {
-        if let Some(Err(refused)) = fence.map(|at| &verdicts[at]) {
-            outcomes.push(job.refused(refused.clone()));
+        if let Some(refused) = job.refusal(fence, &verdicts) {
+            outcomes.push(refused);
             continue;
         }
         outcomes.push(match job {
