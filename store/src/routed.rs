@@ -1,6 +1,7 @@
-//! [`Routed`]: a handle for one of several processes serving one database, each document by the
-//! process holding that document's lease. Every write that changes a document's state goes
-//! through that document's own fenced handle ([`crate::Fence::for_document`]), which this
+//! [`Routed`]: a handle for one of several processes serving one database, each document tree (a
+//! root document and its children) by the
+//! process holding its root's lease. Every write that changes a document's state goes
+//! through its tree's fenced handle ([`crate::Fence::for_document`]), which this
 //! process has only while it holds the lease ([`DocumentHandles`]); a write for a document it
 //! does not serve is refused with [`StoreError::Fenced`] and changes nothing.
 //!
@@ -33,11 +34,23 @@ use crate::{
     TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
 };
 
-/// The documents this process serves: each one's handle fenced by its lease.
+/// The documents this process serves: each tree's handle fenced by its lease. A tree is a root
+/// document and its children; its lease is the root's.
+#[async_trait]
 pub trait DocumentHandles: Send + Sync + 'static {
-    /// `document_id`'s handle, if this process holds its lease now.
-    fn handle(&self, document_id: Uuid) -> Option<Arc<dyn Store>>;
+    /// The handle of the tree rooted at `root_id`, if this process holds its lease now.
+    fn handle(&self, root_id: Uuid) -> Option<Arc<dyn Store>>;
+
+    /// The handle of a root document about to be created, its lease taken if nobody holds it
+    /// (nobody does, for a new id). `None`: it could not be taken.
+    async fn take(&self, root_id: Uuid) -> Option<Arc<dyn Store>> {
+        self.handle(root_id)
+    }
 }
+
+/// The most documents whose roots [`Routed`] remembers; past it, it forgets them all and reads
+/// them again.
+const ROOTS_REMEMBERED: usize = 65_536;
 
 /// A store handle routing each document's writes through that document's handle (see the
 /// module documentation).
@@ -45,54 +58,94 @@ pub struct Routed {
     /// Unfenced: reads, and the writes that are not a document's.
     inner: Arc<dyn Store>,
     handles: Arc<dyn DocumentHandles>,
+    /// Each child document's root, as read (a document's parent never changes).
+    roots: std::sync::Mutex<std::collections::BTreeMap<Uuid, Uuid>>,
+}
+
+/// The refusal of a write of a document this process does not serve.
+fn not_served(document_id: Uuid) -> StoreError {
+    StoreError::Fenced(format!(
+        "this process does not serve document {document_id}: another process holds its lease, \
+         or nobody does"
+    ))
 }
 
 impl Routed {
     pub fn new(inner: Arc<dyn Store>, handles: Arc<dyn DocumentHandles>) -> Self {
-        Routed { inner, handles }
+        Routed {
+            inner,
+            handles,
+            roots: std::sync::Mutex::default(),
+        }
     }
 
-    /// The handle `document_id`'s writes go through, or the refusal.
-    fn route(&self, document_id: Uuid) -> StoreResult<Arc<dyn Store>> {
-        self.handles.handle(document_id).ok_or_else(|| {
-            StoreError::Fenced(format!(
-                "this process does not serve document {document_id}: another process holds \
-                 its lease, or nobody does"
-            ))
-        })
+    /// The root of `document_id`'s tree: itself for a root, or a document not created yet.
+    pub async fn root_of(&self, document_id: Uuid) -> StoreResult<Uuid> {
+        if let Some(root) = self.remembered(document_id) {
+            return Ok(root);
+        }
+        let Some(doc) = self.inner.document(document_id).await? else {
+            return Ok(document_id);
+        };
+        let root = doc.parent_id.unwrap_or(doc.id);
+        let mut roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
+        if roots.len() >= ROOTS_REMEMBERED {
+            roots.clear();
+        }
+        roots.insert(document_id, root);
+        Ok(root)
+    }
+
+    fn remembered(&self, document_id: Uuid) -> Option<Uuid> {
+        self.roots
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&document_id)
+            .copied()
+    }
+
+    /// The handle `document_id`'s writes go through — its tree's — or the refusal.
+    async fn route(&self, document_id: Uuid) -> StoreResult<Arc<dyn Store>> {
+        if let Some(handle) = self.handles.handle(document_id) {
+            return Ok(handle);
+        }
+        let root = self.root_of(document_id).await?;
+        self.handles
+            .handle(root)
+            .ok_or_else(|| not_served(document_id))
     }
 
     /// [`Routed::route`] by a row's document, read first; `found` is `None` for an unknown row,
     /// whose write then goes through the unfenced handle and finds nothing to change.
-    fn route_found(&self, found: Option<Uuid>) -> StoreResult<Arc<dyn Store>> {
+    async fn route_found(&self, found: Option<Uuid>) -> StoreResult<Arc<dyn Store>> {
         match found {
-            Some(document_id) => self.route(document_id),
+            Some(document_id) => self.route(document_id).await,
             None => Ok(self.inner.clone()),
         }
     }
 
     async fn route_run(&self, run_id: &str) -> StoreResult<Arc<dyn Store>> {
         let run = self.inner.implementation_run(run_id).await?;
-        self.route_found(run.map(|r| r.document_id))
+        self.route_found(run.map(|r| r.document_id)).await
     }
 
     async fn route_build(&self, id: Uuid) -> StoreResult<Arc<dyn Store>> {
         let build = self.inner.build(id).await?;
-        self.route_found(build.map(|b| b.document_id))
+        self.route_found(build.map(|b| b.document_id)).await
     }
 
     /// The handle a sweep of what an earlier process left goes through: the document's, for one
     /// document; refused for every document.
-    fn sweep(&self, reach: Reach, method: &str) -> StoreResult<Arc<dyn Store>> {
+    async fn sweep(&self, reach: Reach, method: &str) -> StoreResult<Arc<dyn Store>> {
         match reach {
-            Reach::Document(document_id) => self.route(document_id),
+            Reach::Document(document_id) => self.route(document_id).await,
             Reach::Every => Err(every_document(method)),
         }
     }
 
     async fn route_job(&self, id: Uuid) -> StoreResult<Arc<dyn Store>> {
         let job = self.inner.job(id).await?;
-        self.route_found(job.map(|j| j.document_id))
+        self.route_found(job.map(|j| j.document_id)).await
     }
 }
 
@@ -117,10 +170,7 @@ impl Store for Routed {
     /// The writes that are not a document's go through `fence`; each document's writes stay
     /// fenced by that document's lease.
     fn fenced(&self, fence: Fence) -> Arc<dyn Store> {
-        Arc::new(Routed {
-            inner: self.inner.fenced(fence),
-            handles: self.handles.clone(),
-        })
+        Arc::new(Routed::new(self.inner.fenced(fence), self.handles.clone()))
     }
 }
 
@@ -184,7 +234,16 @@ impl SignInStore for Routed {
 #[async_trait]
 impl DocumentStore for Routed {
     async fn create_document(&self, doc: &NewDocument) -> StoreResult<Document> {
-        self.route(doc.id)?.create_document(doc).await
+        match doc.parent_id {
+            Some(parent) => self.route(parent).await?,
+            None => self
+                .handles
+                .take(doc.id)
+                .await
+                .ok_or_else(|| not_served(doc.id))?,
+        }
+        .create_document(doc)
+        .await
     }
 
     async fn document(&self, id: Uuid) -> StoreResult<Option<Document>> {
@@ -230,7 +289,7 @@ impl DocumentStore for Routed {
     }
 
     async fn set_archived(&self, id: Uuid, archived: bool) -> StoreResult<()> {
-        self.route(id)?.set_archived(id, archived).await
+        self.route(id).await?.set_archived(id, archived).await
     }
 
     async fn rename_document(
@@ -239,7 +298,8 @@ impl DocumentStore for Routed {
         new_slug: &str,
         new_title: &str,
     ) -> StoreResult<Document> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .rename_document(document_id, new_slug, new_title)
             .await
     }
@@ -254,7 +314,10 @@ impl DocumentStore for Routed {
         kind: RevisionKind,
         expected: i64,
     ) -> StoreResult<Advance> {
-        self.route(id)?.advance_revision(id, kind, expected).await
+        self.route(id)
+            .await?
+            .advance_revision(id, kind, expected)
+            .await
     }
 }
 
@@ -266,7 +329,8 @@ impl ContentStore for Routed {
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<i64> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .append_update(document_id, update, now_ms)
             .await
     }
@@ -277,7 +341,8 @@ impl ContentStore for Routed {
         updates: &[&[u8]],
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<i64>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .append_updates(document_id, updates, now_ms)
             .await
     }
@@ -290,7 +355,8 @@ impl ContentStore for Routed {
         update: &[u8],
         now_ms: UnixMillis,
     ) -> StoreResult<PlanCommit> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .commit_plan_edit(document_id, expected_plan_revision, owner, update, now_ms)
             .await
     }
@@ -305,13 +371,15 @@ impl ContentStore for Routed {
         upto_seq: i64,
         state: &[u8],
     ) -> StoreResult<()> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .write_checkpoint(document_id, upto_seq, state)
             .await
     }
 
     async fn reset_content(&self, document_id: Uuid, state: &[u8]) -> StoreResult<i64> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .reset_content(document_id, state)
             .await
     }
@@ -324,7 +392,8 @@ impl TranscriptStore for Routed {
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<TranscriptEntry> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .append_transcript(document_id, entry)
             .await
     }
@@ -335,7 +404,8 @@ impl TranscriptStore for Routed {
         document_id: Uuid,
         entry: &NewTranscriptEntry,
     ) -> StoreResult<Pending<TranscriptEntry>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .queue_transcript(document_id, entry)
             .await
     }
@@ -366,25 +436,29 @@ impl OwnershipStore for Routed {
         holder: &Holder,
         now_ms: UnixMillis,
     ) -> StoreResult<Claim> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .claim_ownership(document_id, holder, now_ms)
             .await
     }
 
     async fn release_ownership(&self, document_id: Uuid, generation: i64) -> StoreResult<Release> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .release_ownership(document_id, generation)
             .await
     }
 
     async fn clear_all_ownership(&self, reach: Reach) -> StoreResult<u64> {
-        self.sweep(reach, "clear_all_ownership")?
+        self.sweep(reach, "clear_all_ownership")
+            .await?
             .clear_all_ownership(reach)
             .await
     }
 
     async fn clear_unheld_ownership(&self, reach: Reach) -> StoreResult<u64> {
-        self.sweep(reach, "clear_unheld_ownership")?
+        self.sweep(reach, "clear_unheld_ownership")
+            .await?
             .clear_unheld_ownership(reach)
             .await
     }
@@ -393,7 +467,8 @@ impl OwnershipStore for Routed {
 #[async_trait]
 impl AttachmentStore for Routed {
     async fn put_attachment(&self, file: &NewAttachment, limit: UnsentLimit) -> StoreResult<Kept> {
-        self.route(file.attachment.document_id)?
+        self.route(file.attachment.document_id)
+            .await?
             .put_attachment(file, limit)
             .await
     }
@@ -412,7 +487,8 @@ impl AttachmentStore for Routed {
         id: Uuid,
         uploader: &str,
     ) -> StoreResult<TakeBack> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .take_back_attachment(document_id, id, uploader)
             .await
     }
@@ -425,13 +501,15 @@ impl AttachmentStore for Routed {
 #[async_trait]
 impl ModelChoiceStore for Routed {
     async fn put_model_choice(&self, choice: &ModelChoice) -> StoreResult<()> {
-        self.route(choice.document_id)?
+        self.route(choice.document_id)
+            .await?
             .put_model_choice(choice)
             .await
     }
 
     async fn clear_model_choice(&self, document_id: Uuid) -> StoreResult<bool> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .clear_model_choice(document_id)
             .await
     }
@@ -441,13 +519,15 @@ impl ModelChoiceStore for Routed {
     }
 
     async fn pause_participation(&self, pause: &ParticipationPause) -> StoreResult<()> {
-        self.route(pause.document_id)?
+        self.route(pause.document_id)
+            .await?
             .pause_participation(pause)
             .await
     }
 
     async fn resume_participation(&self, document_id: Uuid) -> StoreResult<bool> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .resume_participation(document_id)
             .await
     }
@@ -463,7 +543,10 @@ impl ModelChoiceStore for Routed {
 #[async_trait]
 impl HoldStore for Routed {
     async fn put_link_hold(&self, hold: &LinkHold) -> StoreResult<()> {
-        self.route(hold.document_id)?.put_link_hold(hold).await
+        self.route(hold.document_id)
+            .await?
+            .put_link_hold(hold)
+            .await
     }
 
     async fn link_holds(&self) -> StoreResult<Vec<LinkHold>> {
@@ -475,7 +558,8 @@ impl HoldStore for Routed {
         document_id: Uuid,
         written_at_ms: UnixMillis,
     ) -> StoreResult<bool> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .end_handover(document_id, written_at_ms)
             .await
     }
@@ -485,7 +569,8 @@ impl HoldStore for Routed {
         document_id: Uuid,
         written_at_ms: UnixMillis,
     ) -> StoreResult<bool> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .delete_link_hold(document_id, written_at_ms)
             .await
     }
@@ -565,7 +650,8 @@ impl RunStore for Routed {
         stages: &[StageRecord],
         replace: bool,
     ) -> StoreResult<()> {
-        self.route(run.document_id)?
+        self.route(run.document_id)
+            .await?
             .save_run(run, stages, replace)
             .await
     }
@@ -587,13 +673,15 @@ impl RunStore for Routed {
     }
 
     async fn delete_ended_runs(&self, document_id: Uuid) -> StoreResult<u64> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .delete_ended_runs(document_id)
             .await
     }
 
     async fn stop_unheld_runs(&self, reach: Reach) -> StoreResult<u64> {
-        self.sweep(reach, "stop_unheld_runs")?
+        self.sweep(reach, "stop_unheld_runs")
+            .await?
             .stop_unheld_runs(reach)
             .await
     }
@@ -602,7 +690,7 @@ impl RunStore for Routed {
 #[async_trait]
 impl crate::JobStore for Routed {
     async fn enqueue_job(&self, job: &crate::NewJob) -> StoreResult<crate::Enqueued> {
-        self.route(job.document_id)?.enqueue_job(job).await
+        self.route(job.document_id).await?.enqueue_job(job).await
     }
 
     async fn job(&self, id: Uuid) -> StoreResult<Option<crate::Job>> {
@@ -690,7 +778,8 @@ impl crate::JobStore for Routed {
         now_ms: UnixMillis,
         reach: Reach,
     ) -> StoreResult<u64> {
-        self.sweep(reach, "interrupt_running_jobs")?
+        self.sweep(reach, "interrupt_running_jobs")
+            .await?
             .interrupt_running_jobs(reason, now_ms, reach)
             .await
     }
@@ -712,7 +801,8 @@ impl crate::TitleStore for Routed {
         expected: &str,
         new_title: &str,
     ) -> StoreResult<crate::Drafted> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .draft_title(document_id, expected, new_title)
             .await
     }
@@ -730,7 +820,8 @@ impl crate::GraphStore for Routed {
         change: &crate::GraphChange,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<crate::GraphVersion, crate::GraphRefusal>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .change_graph(document_id, change, now_ms)
             .await
     }
@@ -744,7 +835,8 @@ impl crate::GraphStore for Routed {
         build: Option<Uuid>,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<crate::ImplementationRun, crate::GraphRefusal>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .start_implementation(document_id, counters, run_id, progress, build, now_ms)
             .await
     }
@@ -790,7 +882,10 @@ impl crate::CommentStore for Routed {
         &self,
         thread: &crate::NewCommentThread,
     ) -> StoreResult<crate::ThreadWithNotes> {
-        self.route(thread.document_id)?.start_comment(thread).await
+        self.route(thread.document_id)
+            .await?
+            .start_comment(thread)
+            .await
     }
 
     async fn reply_comment(
@@ -800,7 +895,8 @@ impl crate::CommentStore for Routed {
         note: &crate::NewCommentNote,
         max_replies: i64,
     ) -> StoreResult<crate::Replied> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .reply_comment(document_id, thread_id, note, max_replies)
             .await
     }
@@ -812,7 +908,8 @@ impl crate::CommentStore for Routed {
         by: &str,
         at_ms: UnixMillis,
     ) -> StoreResult<crate::CommentThread> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .resolve_comment(document_id, thread_id, by, at_ms)
             .await
     }
@@ -823,7 +920,8 @@ impl crate::CommentStore for Routed {
         thread_id: Uuid,
         revision: i64,
     ) -> StoreResult<crate::CommentThread> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .set_comment_result(document_id, thread_id, revision)
             .await
     }
@@ -911,7 +1009,8 @@ impl crate::MachineStore for Routed {
         document_id: Uuid,
         choice: Option<&crate::MachineChoice>,
     ) -> StoreResult<Option<crate::MachineChoice>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .choose_machine(document_id, choice)
             .await
     }
@@ -928,7 +1027,8 @@ impl crate::MachineStore for Routed {
         &self,
         choice: &crate::MachineChoice,
     ) -> StoreResult<(crate::MachineChoice, bool)> {
-        self.route(choice.document_id)?
+        self.route(choice.document_id)
+            .await?
             .choose_default_machine(choice)
             .await
     }
@@ -938,7 +1038,8 @@ impl crate::MachineStore for Routed {
         document_id: Uuid,
         machine_id: Uuid,
     ) -> StoreResult<bool> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .withdraw_default_machine(document_id, machine_id)
             .await
     }
@@ -975,7 +1076,8 @@ impl crate::BuildStore for Routed {
         build: &crate::NewBuild,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<(crate::GraphVersion, crate::Build), crate::GraphRefusal>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .approve_and_queue(document_id, approval, build, now_ms)
             .await
     }
@@ -986,7 +1088,8 @@ impl crate::BuildStore for Routed {
         build: &crate::NewBuild,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .queue_build(document_id, build, now_ms)
             .await
     }
@@ -1043,7 +1146,8 @@ impl crate::BuildStore for Routed {
         after_plan_revision: i64,
         now_ms: UnixMillis,
     ) -> StoreResult<Result<crate::Build, crate::QueueRefusal>> {
-        self.route(document_id)?
+        self.route(document_id)
+            .await?
             .queue_rebuild(document_id, build, after, after_plan_revision, now_ms)
             .await
     }

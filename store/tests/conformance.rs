@@ -215,6 +215,7 @@ conformance! {
     routed_writes_of_a_document_served_elsewhere_are_refused_and_change_nothing,
     a_takeovers_sweeps_reach_only_the_document_taken_over,
     routed_sweeps_of_one_document_go_through_its_handle,
+    routed_writes_of_a_child_document_go_through_its_roots_handle,
     data_survives_reopening_the_store,
     new_document_has_empty_content_at_epoch_zero,
     updates_are_numbered_from_one_and_advance_storage_revision,
@@ -3247,6 +3248,63 @@ async fn routed_sweeps_of_one_document_go_through_its_handle(b: &Backend) {
     // Every document at once: refused even then.
     let refused = routed.stop_unheld_runs(Reach::Every).await;
     assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+}
+
+async fn routed_writes_of_a_child_document_go_through_its_roots_handle(b: &Backend) {
+    let store = b.open().await;
+    let root = store
+        .create_document(&new_doc(96, "octo", "trees", "root"))
+        .await
+        .unwrap()
+        .id;
+    let log: Arc<std::sync::Mutex<Vec<(Uuid, &'static str)>>> = Arc::default();
+    let handles = Arc::new(Handles::default());
+    let routed: Arc<dyn Store> = Arc::new(Routed::new(store.clone(), handles.clone()));
+    // Nobody serves the tree: a child cannot be made under the root, nor a child's line said.
+    let refused = routed
+        .create_document(&child_doc(97, "octo", "trees", "early", root))
+        .await;
+    assert!(matches!(refused, Err(StoreError::Fenced(_))), "{refused:?}");
+    let lease = acquired(
+        store
+            .acquire_document_lease(root, "host-a", 1_000, 60_000)
+            .await
+            .unwrap(),
+    );
+    handles.0.lock().unwrap().insert(
+        root,
+        Arc::new(Instrumented::new(
+            store.fenced(Fence::for_document(root, lease.epoch)),
+            Writes(root, log.clone()),
+        )),
+    );
+    // The root's lease serves its children: made, and written, through the root's handle.
+    let child = routed
+        .create_document(&child_doc(98, "octo", "trees", "child", root))
+        .await
+        .unwrap()
+        .id;
+    routed
+        .append_transcript(child, &entry(None, "system", "a child's line", 2_000))
+        .await
+        .unwrap();
+    assert_eq!(
+        log.lock().unwrap().clone(),
+        vec![(root, "create_document"), (root, "append_transcript")]
+    );
+    // Another process takes the tree over: this one's writes of the child are refused.
+    store.release_document_lease(root, &lease).await.unwrap();
+    acquired(
+        store
+            .acquire_document_lease(root, "host-b", 3_000, 60_000)
+            .await
+            .unwrap(),
+    );
+    let late = routed
+        .append_transcript(child, &entry(None, "system", "too late", 4_000))
+        .await;
+    assert!(matches!(late, Err(StoreError::Fenced(_))), "{late:?}");
+    assert_eq!(store.last_transcript_seq(child).await.unwrap(), 1);
 }
 
 async fn document_fenced_writes_of_many_documents_at_once_are_each_checked_against_their_own_lease(
