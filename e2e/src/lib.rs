@@ -316,6 +316,16 @@ pub async fn sign_in(
     github: &chopin_fixtures::github::FakeGitHub,
     login: &str,
 ) -> String {
+    sign_in_at(&server.base_url, github, login).await
+}
+
+/// [`sign_in`] through whatever answers at `base_url` (a balancer in front of servers).
+pub async fn sign_in_at(
+    base_url: &str,
+    github: &chopin_fixtures::github::FakeGitHub,
+    login: &str,
+) -> String {
+    let url = |path: &str| format!("{base_url}{path}");
     github.set_browser_user(login);
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
@@ -337,7 +347,7 @@ pub async fn sign_in(
             .map(|v| v.split(';').next().unwrap_or_default().to_owned())
             .unwrap_or_else(|| panic!("no {name} cookie"))
     };
-    let start = http.get(server.url("/auth/github")).send().await.unwrap();
+    let start = http.get(url("/auth/github")).send().await.unwrap();
     assert_eq!(start.status(), 302);
     let attempt = cookie_named(&start, "chopin_oauth");
     let approve = http.get(location(&start)).send().await.unwrap();
@@ -347,7 +357,7 @@ pub async fn sign_in(
         .find("/auth/github/callback")
         .expect("callback path")..];
     let done = http
-        .get(server.url(path))
+        .get(url(path))
         .header("cookie", attempt)
         .send()
         .await

@@ -41,9 +41,11 @@ use crate::questions::{Questions, QuestionsDeps};
 use crate::renewal::Renewal;
 use crate::repository::RepositoryTools;
 use crate::runs::{Runs, RunsDeps};
+use crate::runtime::document_leases::{DocumentLeaseTimes, DocumentLeases, Welcome};
 use crate::runtime::lease::{self, Keeper, LeaseError, LeaseWatch};
 use crate::runtime::{Runtime, Shutdown};
 use crate::store::instrumented::Instrumented;
+use crate::store::routed::Routed;
 use crate::store::{Fence, Reach, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::transport::agent::{AgentDeps, LinkTimers};
@@ -68,6 +70,9 @@ pub struct App {
     pub runtime: Runtime,
     pub shutdown: Shutdown,
     pub lease: LeaseWatch,
+    /// Which documents this process serves: every one, or (`PROCESSES=many`) the trees whose
+    /// leases it holds.
+    pub serving: Arc<crate::serving::Serving>,
     pub admission: Arc<Admission>,
     pub sign_ins: Arc<SignIns>,
     pub web_flow: Arc<WebFlow>,
@@ -156,6 +161,7 @@ impl App {
         let clock = runtime.clock.clone();
         let entropy = runtime.entropy.clone();
         let metrics = Arc::new(Metrics::new());
+        let serving = Arc::new(crate::serving::Serving::all());
         if config.planted.write_cap_small {
             // The planted bug: frames capped at twice what the document sockets read.
             metrics.set_outbound_frame_cap(2 * 1024 * 1024);
@@ -185,6 +191,9 @@ impl App {
                     app_origin: config.app_origin.clone(),
                     client_id: config.github_app_client_id.clone().unwrap_or_default(),
                     session_max_age_ms: config.session_max_age_ms,
+                    recheck_ms: config
+                        .many_processes
+                        .then_some(crate::identity::sign_ins::SIGN_IN_RECHECK_MS),
                 },
             )
             .with_refresher(Arc::new(TokenRefresher::new(
@@ -468,6 +477,7 @@ impl App {
             crate::jobs::Registry::new(vec![summary, title, evidence, answer, prose])
                 .expect("the built-in job definitions are valid"),
             crate::jobs::JobsDeps {
+                serving: serving.clone(),
                 store: store.clone(),
                 planners: planners.clone(),
                 sign_ins: sign_ins.clone(),
@@ -595,7 +605,7 @@ impl App {
         housekeeping::spawn_patience_sweep(
             &planners,
             default_machine.clone(),
-            &builds,
+            (!config.many_processes).then_some(&builds),
             clock.clone(),
             &shutdown,
         );
@@ -606,6 +616,7 @@ impl App {
             runtime,
             shutdown,
             lease,
+            serving,
             admission,
             sign_ins,
             web_flow,
@@ -659,6 +670,7 @@ impl App {
             runs: self.runs.clone(),
             descriptions: self.descriptions.clone(),
             jobs: self.store.clone(),
+            serving: self.serving.clone(),
         }
     }
 
@@ -668,6 +680,7 @@ impl App {
         transport::health::routes(HealthDeps {
             store: self.store.clone(),
             lease: self.lease.clone(),
+            serving: self.serving.clone(),
             metrics: self.metrics.clone(),
             planners: self.planners.clone(),
             open: self.open.clone(),
@@ -780,6 +793,7 @@ impl App {
             access_recheck_ms: self.config.access_recheck_ms,
         }))
         .merge(transport::agent::routes(AgentDeps {
+            serving: self.serving.clone(),
             access: self.access.clone(),
             admission: self.admission.clone(),
             documents: self.documents.clone(),
@@ -822,7 +836,17 @@ impl App {
 /// A started server: holds the lease and the services; [`Running::router`] is what to serve.
 pub struct Running {
     app: App,
-    keeper: Keeper,
+    keeper: Keeping,
+}
+
+/// What a started process keeps renewing: the writer lease (one process), or each document
+/// tree's lease (`PROCESSES=many`).
+enum Keeping {
+    Writer(Keeper),
+    Documents {
+        leases: DocumentLeases,
+        task: tokio::task::JoinHandle<()>,
+    },
 }
 
 /// The credential key: `SESSION_ENCRYPTION_KEY`, or the key file (generated once).
@@ -863,6 +887,9 @@ pub async fn start_observed(
 ) -> Result<Running, StartError> {
     let key = credential_key(&config, &runtime)?;
     let holder = format!("chopin-{}", runtime.entropy.token_hex(8));
+    if config.many_processes {
+        return start_many(config, store, runtime, observer, key, holder).await;
+    }
     let lease = lease::acquire(&*store, &*runtime.clock, &holder).await?;
     tracing::info!(epoch = lease.epoch, holder = %holder, "writer lease acquired");
     let fence = Fence::new(lease.epoch);
@@ -932,7 +959,154 @@ pub async fn start_observed(
         let cards: Vec<String> = questions.into_iter().flat_map(|q| q.cards).collect();
         app.questions.not_waited_on(doc, &cards);
     }
-    Ok(Running { app, keeper })
+    Ok(Running {
+        app,
+        keeper: Keeping::Writer(keeper),
+    })
+}
+
+/// [`start_observed`] under `PROCESSES=many`: no writer lease. Each document tree is served
+/// under its root's lease, taken as the tree is first asked for here; what the startup does for
+/// every document (clear owners, stop live runs, settle interrupted job attempts, rebuild
+/// holds) is done for each tree as it is taken ([`TakeOver`]). A tree lost to another process
+/// closes its sockets here, to reconnect there.
+async fn start_many(
+    config: Config,
+    store: Arc<dyn Store>,
+    runtime: Runtime,
+    observer: Option<Arc<dyn crate::observe::Observer>>,
+    key: CredentialKey,
+    holder: String,
+) -> Result<Running, StartError> {
+    let ttl_ms = i64::try_from(config.document_lease_ms).unwrap_or(i64::MAX);
+    let leases = DocumentLeases::new(
+        store.clone(),
+        runtime.clock.clone(),
+        holder.clone(),
+        DocumentLeaseTimes::for_ttl(ttl_ms),
+    );
+    let routed: Arc<dyn Store> = Arc::new(Routed::new(store.clone(), Arc::new(leases.clone())));
+    tracing::info!(holder = %holder, lease_ms = ttl_ms, "serving documents under their own leases (PROCESSES=many)");
+    let swept = routed.delete_expired_logins(runtime.clock.now_ms()).await?;
+    if swept > 0 {
+        tracing::info!(swept, "removed expired or signed-out browser logins");
+    }
+    let local = config.auth_mode == AuthMode::Local;
+    let app = App::wire(
+        config,
+        routed,
+        runtime,
+        key,
+        LeaseWatch::fixed(None),
+        Shutdown::new(),
+    );
+    if let Some(observer) = observer {
+        app.planners.observe(observer);
+    }
+    leases.welcome(Arc::new(TakeOver {
+        store: store.clone(),
+        clock: app.runtime.clock.clone(),
+        planners: Arc::downgrade(&app.planners),
+        questions: Arc::downgrade(&app.questions),
+        local,
+    }));
+    app.serving.lease(leases.clone(), store.clone());
+    // A tree another process took over: its sockets here close (1013), to reconnect there.
+    let mut lost = leases.lost();
+    let open = Arc::downgrade(&app.open);
+    let stopping = app.shutdown.stopping();
+    app.shutdown.spawn(async move {
+        tokio::pin!(stopping);
+        loop {
+            let (root, why) = tokio::select! {
+                () = &mut stopping => return,
+                got = lost.recv() => match got {
+                    Ok(lost) => lost,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::error!(missed, "document losses missed; their sockets stay until they next write");
+                        continue;
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                },
+            };
+            let Some(open) = open.upgrade() else { return };
+            let children = store.children(root).await.unwrap_or_default();
+            for document in std::iter::once(root).chain(children.iter().map(|c| c.id)) {
+                open.set_moved(document);
+            }
+            tracing::info!(%root, ?why, "a document tree is served elsewhere now; its sockets here were closed");
+        }
+    });
+    let task = leases.keep();
+    Ok(Running {
+        app,
+        keeper: Keeping::Documents { leases, task },
+    })
+}
+
+/// What a process does as it takes a document tree's lease (`PROCESSES=many`): for the root and
+/// each child, what a starting process does for every document — owners left by the last
+/// process cleared (hosted: except those kept for a stored hold), live runs stopped, running job
+/// attempts settled interrupted — and the holds rebuilt, as after a deploy.
+struct TakeOver {
+    /// Unfenced: reads the tree's children.
+    store: Arc<dyn Store>,
+    clock: crate::runtime::SharedClock,
+    planners: std::sync::Weak<Planners>,
+    questions: std::sync::Weak<Questions>,
+    local: bool,
+}
+
+#[async_trait::async_trait]
+impl Welcome for TakeOver {
+    async fn taken(&self, root: uuid::Uuid, handle: Arc<dyn Store>) {
+        // A document about to be made has nothing left by anyone.
+        if matches!(self.store.document(root).await, Ok(None)) {
+            return;
+        }
+        let children = match self.store.children(root).await {
+            Ok(children) => children,
+            Err(e) => {
+                tracing::error!(%root, error = %e, "could not read a tree's children as it was taken; only its root is swept");
+                Vec::new()
+            }
+        };
+        for document in std::iter::once(root).chain(children.iter().map(|c| c.id)) {
+            let reach = Reach::Document(document);
+            let cleared = if self.local {
+                handle.clear_all_ownership(reach).await
+            } else {
+                handle.clear_unheld_ownership(reach).await
+            };
+            let stopped = handle.stop_unheld_runs(reach).await;
+            let interrupted = handle
+                .interrupt_running_jobs(crate::jobs::INTERRUPTED, self.clock.now_ms(), reach)
+                .await;
+            if let Err(e) = cleared.and(stopped).and(interrupted) {
+                tracing::error!(%document, error = %e, "could not sweep what an earlier process left of a document taken over");
+            }
+            let (Some(planners), Some(questions)) =
+                (self.planners.upgrade(), self.questions.upgrade())
+            else {
+                return;
+            };
+            match planners.rebuild_holds_in(reach).await {
+                Ok(0) => {}
+                Ok(rebuilt) => {
+                    tracing::info!(%document, rebuilt, "Planner holds rebuilt for a document taken over")
+                }
+                Err(e) => {
+                    tracing::error!(%document, error = %e, "could not read a taken-over document's stored Planner holds")
+                }
+            }
+            for (doc, held) in planners.held_questions() {
+                if doc == document {
+                    let cards: Vec<String> = held.into_iter().flat_map(|q| q.cards).collect();
+                    questions.not_waited_on(doc, &cards);
+                }
+            }
+        }
+    }
 }
 
 impl Running {
@@ -945,17 +1119,35 @@ impl Running {
     pub fn router(&self) -> axum::Router {
         // A path no route serves: the not-found page, with what every page says of the server.
         let web = self.app.web_deps();
-        self.app.routes().into_router().fallback(
+        let router = self.app.routes().into_router().fallback(
             move |headers: axum::http::HeaderMap, uri: axum::http::Uri| {
                 let web = web.clone();
                 async move { transport::web::not_found(&web, &headers, uri).await }
             },
-        )
+        );
+        match self.keeper {
+            Keeping::Writer(_) => router,
+            // A request naming a document another process serves is refused before its
+            // handler runs.
+            Keeping::Documents { .. } => router.layer(axum::middleware::from_fn_with_state(
+                self.app.serving.clone(),
+                transport::placement::gate,
+            )),
+        }
     }
 
-    /// Resolves when the writer lease is lost: the process must drain and stop.
-    pub fn lease_lost(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        self.app.lease.lost()
+    /// Resolves when the writer lease is lost: the process must drain and stop. Never, under
+    /// `PROCESSES=many` (a lost document only closes that document's sockets).
+    pub fn lease_lost(&self) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
+        match self.keeper {
+            Keeping::Writer(_) => Box::pin(self.app.lease.lost()),
+            Keeping::Documents { .. } => Box::pin(std::future::pending()),
+        }
+    }
+
+    /// Whether the writer lease was lost (always `false` under `PROCESSES=many`).
+    pub fn lost_writer_lease(&self) -> bool {
+        matches!(self.keeper, Keeping::Writer(_)) && !self.app.lease.is_held()
     }
 
     /// Resolves once the stop has begun ([`Running::begin_stop`], or [`Running::stop`]): the
@@ -992,7 +1184,28 @@ impl Running {
                 "tasks still running after the drain bound; the writer lease is left to expire"
             );
         }
-        let held = self.keeper.stop();
+        let keeper = match self.keeper {
+            Keeping::Writer(keeper) => keeper,
+            Keeping::Documents { leases, task } => {
+                task.abort();
+                // Each tree is handed over (its fence given up first), so the next process
+                // serves it at once rather than after its expiry.
+                let served = leases.served().len();
+                let released = drained
+                    && match leases.hand_over_all().await {
+                        Ok(()) => {
+                            tracing::info!(served, "document leases handed back");
+                            true
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "could not hand every document lease back; they will expire");
+                            false
+                        }
+                    };
+                return Stopped { drained, released };
+            }
+        };
+        let held = keeper.stop();
         let released = match (held, drained) {
             (Some(lease), true) => match self.app.store.release_writer_lease(&lease).await {
                 Ok(()) => {

@@ -139,6 +139,11 @@ pub struct Config {
     /// rebuilt by themselves once editing settles, on the builder's consenting machine
     /// (LIFE-78).
     pub live_build: bool,
+    /// `PROCESSES=many`: several processes on one PostgreSQL, each document tree served by one
+    /// of them under its lease.
+    pub many_processes: bool,
+    /// `DOCUMENT_LEASE_MS`: a document lease's period under `PROCESSES=many`.
+    pub document_lease_ms: u64,
     /// Absolute lifetime of a browser sign-in (cookie session), in ms.
     pub session_max_age_ms: u64,
     /// The key that seals sign-in credentials at rest (64 hex characters), if set.
@@ -501,6 +506,19 @@ pub struct Args {
     /// machine — only one whose connector says its owner allowed automatic builds there.
     #[arg(long, env = "LIVE_BUILD", value_name = "on|off")]
     pub live_build: Option<String>,
+
+    /// `one` (default) or `many`. One process serves the whole database: a second one started
+    /// on it waits to take over. `many` (PostgreSQL only): several processes serve one database
+    /// behind a load balancer, each document (with its children) by one process at a time under
+    /// a lease; a request for a document another process serves is answered 503 with
+    /// Retry-After. Hash the balancer on the document id (see the self-hosting guide).
+    #[arg(long, env = "PROCESSES", value_name = "one|many")]
+    pub processes: Option<String>,
+
+    /// With PROCESSES=many: how long a process's hold on a document lasts unless renewed, in
+    /// ms; after a crash its documents are served by the others within this. Default 10000.
+    #[arg(long, env = "DOCUMENT_LEASE_MS", value_name = "MS")]
+    pub document_lease_ms: Option<String>,
 
     /// 64 hex characters (`openssl rand -hex 32`): the key that encrypts browser sign-ins'
     /// GitHub credentials in the database. Unset: a key generated once into credential.key beside
@@ -1391,6 +1409,15 @@ impl Config {
                 ));
             }
         };
+        let many_processes =
+            one_of("PROCESSES", &args.processes, "one", &["one", "many"])? == "many";
+        if many_processes && !matches!(database, Database::Postgres(_)) {
+            return Err(ConfigError::new(
+                "PROCESSES",
+                given(&args.processes),
+                "more than one process needs PostgreSQL: the embedded SQLite database is served by one process. Set DATABASE_URL to a postgres:// URL, or leave PROCESSES unset",
+            ));
+        }
         let auth_mode = match one_of("AUTH_MODE", &args.auth_mode, "hosted", &["hosted", "local"])?
         {
             "local" => AuthMode::Local,
@@ -1566,6 +1593,18 @@ impl Config {
                 600_000,
             )?,
             live_build: one_of("LIVE_BUILD", &args.live_build, "off", &["on", "off"])? == "on",
+            many_processes,
+            document_lease_ms: match parse_ms("DOCUMENT_LEASE_MS", &args.document_lease_ms, 10_000)?
+            {
+                ms if ms < 1_000 => {
+                    return Err(ConfigError::new(
+                        "DOCUMENT_LEASE_MS",
+                        given(&args.document_lease_ms),
+                        "expected at least 1000 ms: a lease is renewed three times per period",
+                    ))
+                }
+                ms => ms,
+            },
             chat_attachment_max_bytes,
             chat_attachment_max_count,
             chat_attachment_max_total_bytes,
@@ -1794,6 +1833,29 @@ mod tests {
         assert_eq!(e.variable, "HARNESS_AUTH");
         assert!(parse(&[("harness-auth", "auto"), ("server-host", "127.0.0.1")]).is_ok());
         assert!(parse(&[("harness-auth", "direct"), ("server-host", "0.0.0.0")]).is_ok());
+    }
+
+    #[test]
+    fn many_processes_need_postgresql_and_say_so() {
+        let e = parse(&[("processes", "many")]).unwrap_err();
+        assert_eq!(e.variable, "PROCESSES");
+        assert!(e.problem.contains("needs PostgreSQL"), "{}", e.problem);
+        let c = parse(&[
+            ("processes", "many"),
+            ("database-url", "postgres://u@db.example/chopin"),
+        ])
+        .unwrap();
+        assert!(c.many_processes);
+        assert_eq!(c.document_lease_ms, 10_000);
+        assert!(!parse(&[]).unwrap().many_processes);
+        assert_eq!(
+            parse(&[("processes", "several")]).unwrap_err().variable,
+            "PROCESSES"
+        );
+        assert_eq!(
+            parse(&[("document-lease-ms", "999")]).unwrap_err().variable,
+            "DOCUMENT_LEASE_MS"
+        );
     }
 
     #[test]

@@ -53,6 +53,7 @@ pub mod repository;
 pub mod research_cards;
 pub mod runs;
 pub mod runtime;
+pub mod serving;
 pub mod starting;
 pub mod transcript;
 pub mod transport;

@@ -1651,11 +1651,21 @@ impl Planners {
     /// rewrite is logged, and the window is still given). Every other hold is disconnected
     /// (HO-06). A hold whose owner storage no longer names is deleted. How many were rebuilt.
     pub async fn rebuild_holds(self: &Arc<Self>) -> Result<usize, StoreError> {
+        self.rebuild_holds_in(crate::store::Reach::Every).await
+    }
+
+    /// [`Planners::rebuild_holds`] of every document, or of one (a process taking a document
+    /// over from another, `PROCESSES=many`).
+    pub async fn rebuild_holds_in(
+        self: &Arc<Self>,
+        reach: crate::store::Reach,
+    ) -> Result<usize, StoreError> {
         let Some(holds) = self.holds.clone() else {
             return Ok(0);
         };
         let mut rebuilt = 0;
-        for row in holds.link_holds().await? {
+        let rows = holds.link_holds().await?;
+        for row in rows.into_iter().filter(|r| reach.covers(r.document_id)) {
             let doc = row.document_id;
             let ownership = self.store.ownership(doc).await?;
             let owner_kept = ownership.generation == row.generation

@@ -177,7 +177,7 @@ async fn run(mut config: Config, origin_given: bool) -> anyhow::Result<()> {
         running.stopping(),
     )
     .await;
-    let lost_lease = !running.app().lease.is_held();
+    let lost_lease = running.lost_writer_lease();
     let stopped = running.stop().await;
     tracing::info!(
         drained = stopped.drained,

@@ -276,6 +276,9 @@ pub struct OpenDocument {
     awareness: Mutex<Presence>,
     /// Set once the document is archived: its sockets close.
     archived: tokio::sync::watch::Sender<bool>,
+    /// Set once another process serves the document (`PROCESSES=many`): its sockets close, to
+    /// reconnect to that process, and this copy is never used again.
+    moved: tokio::sync::watch::Sender<bool>,
     /// The source last read and its reader's analysis (lines, blocks and digests, Decisions),
     /// reused by every read until the text changes.
     reading: Mutex<Option<Reading>>,
@@ -362,6 +365,13 @@ impl OpenDocument {
         let mut archived = self.archived.subscribe();
         // Only an error if the sender is gone, and this copy holds it.
         let _ = archived.wait_for(|archived| *archived).await;
+    }
+
+    /// Resolves once another process serves the document (at once if it already does).
+    /// Cancel-safe; use it in `select!`.
+    pub async fn moved(&self) {
+        let mut moved = self.moved.subscribe();
+        let _ = moved.wait_for(|moved| *moved).await;
     }
 
     /// Frames relayed to this document's sockets from now on.
@@ -1105,6 +1115,18 @@ impl OpenDocuments {
         }
     }
 
+    /// Another process serves `document_id` now: its sockets here are told to go and its open
+    /// copy is never used again (the next user here loads it afresh from storage).
+    pub fn set_moved(&self, document_id: Uuid) {
+        let open = self
+            .lock()
+            .get(&document_id)
+            .and_then(|s| s.cell.get().cloned());
+        if let Some(open) = open {
+            open.moved.send_replace(true);
+        }
+    }
+
     /// The open copy of `document_id`, if it is loaded, without taking a handle (nothing is
     /// counted: it may unload at any moment). For observers such as the simulator.
     pub fn peek(&self, document_id: Uuid) -> Option<Arc<OpenDocument>> {
@@ -1130,6 +1152,11 @@ impl OpenDocuments {
                 users: 0,
                 taken: 0,
             });
+            // A copy left behind when another process took the document over: loaded again.
+            // Its last users still count here until they let go.
+            if slot.cell.get().is_some_and(|d| *d.moved.borrow()) {
+                slot.cell = Arc::default();
+            }
             slot.users += 1;
             slot.taken += 1;
             slot.cell.clone()
@@ -1200,6 +1227,7 @@ impl OpenDocuments {
             relay: fanout::Sender::new(RELAY_BACKLOG),
             awareness: Mutex::default(),
             archived: tokio::sync::watch::channel(false).0,
+            moved: tokio::sync::watch::channel(false).0,
             reading: Mutex::new(None),
         }))
     }

@@ -218,7 +218,18 @@ pub struct SignInSettings {
     pub client_id: String,
     /// `SESSION_MAX_AGE_MS`: a login's absolute lifetime.
     pub session_max_age_ms: u64,
+    /// Under `PROCESSES=many`, how old this process's word on a login may be before a cookie
+    /// proving it reads the stored login again: a sign-out made through another process holds
+    /// here within this bound. `None`: one process, which made every sign-out itself.
+    pub recheck_ms: Option<i64>,
 }
+
+/// [`SignInSettings::recheck_ms`] under `PROCESSES=many`.
+pub const SIGN_IN_RECHECK_MS: i64 = 2_000;
+
+/// The most logins whose last check [`SignIns`] remembers; past it, it forgets them all (each is
+/// then read again at its next use).
+const CHECKS_REMEMBERED: usize = 65_536;
 
 /// A sign-out the store has not recorded yet: the login's cookie must not restore it meanwhile.
 #[derive(Debug, Clone)]
@@ -270,6 +281,8 @@ pub struct SignIns {
     settings: SignInSettings,
     /// Renews expiring GitHub user tokens; `None` where nothing renews them (tests).
     refresher: Option<Arc<TokenRefresher>>,
+    /// When each login was last read from the store ([`SignInSettings::recheck_ms`]).
+    checked: Mutex<BTreeMap<Uuid, UnixMillis>>,
 }
 
 impl SignIns {
@@ -292,6 +305,7 @@ impl SignIns {
             admission,
             settings,
             refresher: None,
+            checked: Mutex::default(),
         }
     }
 
@@ -373,6 +387,7 @@ impl SignIns {
             machine: None,
         });
         self.lock().live.insert(id, live.clone());
+        self.checked_at(id, now);
         self.arrived.send_modify(|n| *n += 1);
         Ok((live, format!("{id}.{verifier}")))
     }
@@ -389,7 +404,10 @@ impl SignIns {
         // Compare digests, not the secret, so timing says nothing about the verifier.
         let hash = sha256_hex(verifier);
         if let Some(live) = self.get_live(id, now_ms) {
-            return (hash == live.verifier_hash).then_some(live);
+            if hash != live.verifier_hash {
+                return None;
+            }
+            return self.still_live(live, now_ms).await;
         }
         for _ in 0..RESTORE_ATTEMPTS {
             let ends = {
@@ -412,11 +430,60 @@ impl SignIns {
             // Another request may have restored it meanwhile: keep the first.
             let live = table.live.entry(id).or_insert(live).clone();
             drop(table);
+            self.checked_at(id, now_ms);
             self.arrived.send_modify(|n| *n += 1);
             tracing::info!(login = %live.account.login, login_id = %id, "browser login restored from storage");
             return Some(live);
         }
         None
+    }
+
+    /// `live`, unless (`PROCESSES=many`) the store, read at most every
+    /// [`SignInSettings::recheck_ms`], says it ended through another process: then it is
+    /// forgotten here as well. A store that does not answer leaves it as it was.
+    async fn still_live(&self, live: Arc<LiveLogin>, now_ms: UnixMillis) -> Option<Arc<LiveLogin>> {
+        let Some(recheck_ms) = self.settings.recheck_ms else {
+            return Some(live);
+        };
+        let last = self
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&live.id)
+            .copied();
+        if last.is_some_and(|at| now_ms - at < recheck_ms) {
+            return Some(live);
+        }
+        match self.store.browser_login(live.id).await {
+            Ok(Some(login)) if login.is_live(now_ms) => {
+                self.checked_at(live.id, now_ms);
+                Some(live)
+            }
+            Ok(_) => {
+                // Recorded already, by the process that ended it: nothing to write here.
+                self.forget_ended(&live, LoginEnd::Expired);
+                tracing::info!(login = %live.account.login, login_id = %live.id, "a browser login ended through another process is forgotten here too");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(login_id = %live.id, error = %e, "could not read a browser login again; it stays live here until the next check");
+                Some(live)
+            }
+        }
+    }
+
+    fn checked_at(&self, id: Uuid, now_ms: UnixMillis) {
+        if self.settings.recheck_ms.is_none() {
+            return;
+        }
+        let mut checked = self
+            .checked
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if checked.len() >= CHECKS_REMEMBERED {
+            checked.clear();
+        }
+        checked.insert(id, now_ms);
     }
 
     async fn restore(

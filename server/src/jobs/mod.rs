@@ -344,6 +344,8 @@ pub enum EnqueueError {
 
 /// What the runner needs of the rest of the server.
 pub struct JobsDeps {
+    /// Which documents this process serves: only their jobs are run here.
+    pub serving: Arc<crate::serving::Serving>,
     /// Fenced under the writer lease, like every write of the process.
     pub store: Arc<dyn Store>,
     pub planners: Arc<Planners>,
@@ -658,7 +660,7 @@ impl Jobs {
                 // An attempt's end wakes the runner.
                 break;
             }
-            if busy_document {
+            if busy_document || !d.serving.serves(job.document_id).await {
                 continue;
             }
             let Some(definition) = self.definition(&job) else {

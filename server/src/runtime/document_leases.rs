@@ -98,6 +98,24 @@ impl std::fmt::Debug for Serving {
     }
 }
 
+#[async_trait::async_trait]
+impl chopin_store::routed::DocumentHandles for DocumentLeases {
+    fn handle(&self, root_id: Uuid) -> Option<Arc<dyn Store>> {
+        DocumentLeases::handle(self, root_id)
+    }
+
+    async fn take(&self, root_id: Uuid) -> Option<Arc<dyn Store>> {
+        match self.serve(root_id).await {
+            Ok(Serving::Here(handle)) => Some(handle),
+            Ok(Serving::Elsewhere { .. }) => None,
+            Err(e) => {
+                tracing::warn!(document_id = %root_id, error = %e, "could not take a new document's lease");
+                None
+            }
+        }
+    }
+}
+
 /// Why a document stopped being served here, as [`DocumentLeases::lost`] tells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lost {
@@ -114,6 +132,17 @@ struct Held {
     handle: Arc<dyn Store>,
     /// When it counts as lost unless renewed.
     deadline_at: Instant,
+    /// Taken over and welcomed ([`Welcome`]): until then only the welcome writes through it, and
+    /// [`DocumentLeases::serve`] waits.
+    ready: bool,
+}
+
+/// What a process does as it takes a document's lease, before anything else is served of it: the
+/// startup's sweeps of what an earlier process left, for that document alone, and its holds
+/// rebuilt. Its writes go through the new handle.
+#[async_trait::async_trait]
+pub trait Welcome: Send + Sync + 'static {
+    async fn taken(&self, document_id: Uuid, handle: Arc<dyn Store>);
 }
 
 /// The documents this process serves, each under its lease. Cheap to clone.
@@ -131,6 +160,7 @@ struct Shared {
     /// Serialises acquisitions of one process, so one document is never granted twice at once.
     acquiring: tokio::sync::Mutex<()>,
     lost: broadcast::Sender<(Uuid, Lost)>,
+    welcome: std::sync::OnceLock<Arc<dyn Welcome>>,
 }
 
 impl DocumentLeases {
@@ -151,6 +181,7 @@ impl DocumentLeases {
                 held: Mutex::new(BTreeMap::new()),
                 acquiring: tokio::sync::Mutex::new(()),
                 lost: broadcast::channel(1_024).0,
+                welcome: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -166,19 +197,34 @@ impl DocumentLeases {
         self.held().keys().copied().collect()
     }
 
+    /// What to do as each lease is taken (once; later calls are ignored).
+    pub fn welcome(&self, welcome: Arc<dyn Welcome>) {
+        let _ = self.shared.welcome.set(welcome);
+    }
+
     /// The handle of a document served here, without asking the store: `None` if it is not.
+    /// While the document is being welcomed the handle is already given (the welcome's writes go
+    /// through it).
     pub fn handle(&self, document_id: Uuid) -> Option<Arc<dyn Store>> {
         self.held().get(&document_id).map(|h| h.handle.clone())
+    }
+
+    /// [`DocumentLeases::handle`], once the document is welcomed.
+    fn ready_handle(&self, document_id: Uuid) -> Option<Arc<dyn Store>> {
+        self.held()
+            .get(&document_id)
+            .filter(|h| h.ready)
+            .map(|h| h.handle.clone())
     }
 
     /// Serves `document_id` here if no other process does: its handle, taking the lease if this
     /// process does not hold it yet; or who serves it instead.
     pub async fn serve(&self, document_id: Uuid) -> Result<Serving, StoreError> {
-        if let Some(handle) = self.handle(document_id) {
+        if let Some(handle) = self.ready_handle(document_id) {
             return Ok(Serving::Here(handle));
         }
         let _turn = self.shared.acquiring.lock().await;
-        if let Some(handle) = self.handle(document_id) {
+        if let Some(handle) = self.ready_handle(document_id) {
             return Ok(Serving::Here(handle));
         }
         let shared = &self.shared;
@@ -189,6 +235,7 @@ impl DocumentLeases {
             .await?;
         match asked {
             LeaseAcquire::Acquired(lease) => {
+                let epoch = lease.epoch;
                 let fence = Fence::for_document(document_id, lease.epoch);
                 let handle = shared.store.fenced(fence.clone());
                 tracing::info!(%document_id, epoch = lease.epoch, "serving a document");
@@ -200,8 +247,23 @@ impl DocumentLeases {
                         fence,
                         handle: handle.clone(),
                         deadline_at,
+                        ready: false,
                     },
                 );
+                // Still under the acquiring turn: nobody else is served this document before
+                // it is welcomed.
+                if let Some(welcome) = shared.welcome.get() {
+                    welcome.taken(document_id, handle.clone()).await;
+                }
+                match self.held().get_mut(&document_id) {
+                    Some(held) if held.lease.epoch == epoch => held.ready = true,
+                    // Lost while being welcomed.
+                    _ => {
+                        return Err(StoreError::Fenced(format!(
+                            "the lease of document {document_id} was lost as it was taken"
+                        )))
+                    }
+                }
                 Ok(Serving::Here(handle))
             }
             LeaseAcquire::HeldElsewhere(other) => Ok(Serving::Elsewhere {

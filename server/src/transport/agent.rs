@@ -75,6 +75,9 @@ pub struct LinkTimers {
 /// What the agent socket uses.
 #[derive(Clone)]
 pub struct AgentDeps {
+    /// Which documents this process serves (`PROCESSES=many`): an attach to one served
+    /// elsewhere is refused `unavailable`, to attach again.
+    pub serving: Arc<crate::serving::Serving>,
     pub access: Arc<Access>,
     pub admission: Arc<Admission>,
     pub documents: Arc<Documents>,
@@ -965,6 +968,17 @@ impl Link {
                 })
                 .ok_or_else(not_found)?,
         };
+        match self.deps.serving.serve(doc.id).await {
+            Ok(crate::serving::Serve::Here) => {}
+            Ok(crate::serving::Serve::Elsewhere { .. }) => {
+                return Err(Refusal {
+                    reason: RefusalReason::Unavailable,
+                    message: format!("Another server process serves document {} now; attach again through the balancer, naming the document in the URL (?document={}).", doc.id, doc.id),
+                    holder: None,
+                })
+            }
+            Err(e) => return Err(Refusal::storage(e)),
+        }
         if let Some(m) = &self.machine {
             if m.document_id != doc.id {
                 return Err(Refusal {

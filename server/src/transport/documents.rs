@@ -42,9 +42,29 @@ pub struct DocumentsDeps {
     pub descriptions: Arc<crate::jobs::description::Descriptions>,
     /// The documents' background jobs, listed for readers.
     pub jobs: Arc<dyn crate::store::JobStore>,
+    /// Which documents this process serves (`PROCESSES=many`).
+    pub serving: Arc<crate::serving::Serving>,
 }
 
 impl DocumentsDeps {
+    /// Refuses `503 served-elsewhere` a document whose tree another process serves — for the
+    /// paths that name a document in their body rather than their path (`/mcp`).
+    pub(super) async fn served_here(&self, doc: &Document) -> Result<(), ApiError> {
+        match self.serving.serve(doc.id).await.map_err(ApiError::store)? {
+            crate::serving::Serve::Here => Ok(()),
+            crate::serving::Serve::Elsewhere { retry_after_ms } => Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "served-elsewhere",
+                format!(
+                    "Another server process serves document {} now; ask again through the \
+                     balancer (within {} s if that process stopped).",
+                    doc.id,
+                    (retry_after_ms.max(0) + 999) / 1_000
+                ),
+            )),
+        }
+    }
+
     /// The document `id` and what the caller may do on its repository, if it can read it.
     pub(super) async fn readable(
         &self,
@@ -302,6 +322,8 @@ async fn create(
         )
         .await?;
     tracing::info!(document = %doc.id, url = %documents::canonical_url(&doc), by = %caller.login, "document created");
+    // Under several processes the new document is served where the balancer sends it next.
+    deps.serving.made(doc.id).await;
     Ok((StatusCode::CREATED, Json(document_json(&doc))).into_response())
 }
 

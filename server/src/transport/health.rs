@@ -29,6 +29,8 @@ use crate::turns::Turns;
 pub struct HealthDeps {
     pub store: Arc<dyn Store>,
     pub lease: LeaseWatch,
+    /// Under `PROCESSES=many`, ready needs no writer lease: each document has its own.
+    pub serving: Arc<crate::serving::Serving>,
     pub metrics: Arc<Metrics>,
     pub planners: Arc<Planners>,
     pub open: Arc<OpenDocuments>,
@@ -101,6 +103,28 @@ async fn healthz() -> impl IntoResponse {
 async fn readyz(State(deps): State<HealthDeps>) -> impl IntoResponse {
     let store = deps.store.backend();
     let epoch = deps.lease.epoch();
+    if let Some(leases) = deps.serving.leases() {
+        return match deps.store.ping().await {
+            Ok(()) => (
+                StatusCode::OK,
+                Json(json!({
+                    "status": "ready",
+                    "store": store,
+                    "processes": "many",
+                    "documents_served": leases.served().len(),
+                })),
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "readiness: store did not answer");
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(
+                        json!({ "status": "not-ready", "store": store, "reason": "store unreachable" }),
+                    ),
+                )
+            }
+        };
+    }
     match deps.store.ping().await {
         Ok(()) if deps.lease.is_held() => (
             StatusCode::OK,

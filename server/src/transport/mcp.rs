@@ -476,7 +476,9 @@ impl Tools {
             .resolve(&locator)
             .await
             .map_err(ApiError::store)?;
-        deps.access.readable(caller, doc).await
+        let (doc, access) = deps.access.readable(caller, doc).await?;
+        deps.served_here(&doc).await?;
+        Ok((doc, access))
     }
 
     /// The document a locator names, if the caller can push to its repository.

@@ -20,6 +20,7 @@ pub mod machines;
 pub mod mcp;
 pub mod mentions;
 pub mod participation;
+pub mod placement;
 pub mod room;
 pub mod socket;
 pub mod web;

@@ -123,6 +123,9 @@ const ARCHIVED: (&str, &str) = (
 
 /// The close code when the server stops (RFC 6455 "going away").
 const GOING_AWAY: u16 = 1001;
+/// The close of a socket whose document another process serves now (`PROCESSES=many`): the
+/// client reconnects, and the balancer sends it there.
+pub const TRY_AGAIN_LATER: u16 = 1013;
 
 /// Largest frame a browser may send on the room socket.
 const ROOM_FRAME_LIMIT: usize = 1024 * 1024;
@@ -327,6 +330,10 @@ async fn session(
             () = room.archived() => {
                 let _ = out.send(error_frame(ARCHIVED.0, ARCHIVED.1));
                 let _ = out.close(4404, ARCHIVED.0);
+                return;
+            }
+            () = room.moved() => {
+                let _ = out.close(TRY_AGAIN_LATER, "served-elsewhere");
                 return;
             }
             () = rechecks.tick() => match deps.access.recheck_reader(&member.live, doc).await {

@@ -313,6 +313,10 @@ async fn run(
                 let _ = out.close(4404, "document-not-found");
                 return;
             }
+            () = document.moved() => {
+                let _ = out.close(super::room::TRY_AGAIN_LATER, "served-elsewhere");
+                return;
+            }
             () = rechecks.tick() => match deps.access.recheck_reader(&reader.login, &reader.document).await {
                 Recheck::Reader { can_write: now } => {
                     if now != can_write {

@@ -1,0 +1,573 @@
+//! More than one process on one PostgreSQL (`PROCESSES=many`), on three release binaries:
+//! each document tree is served by exactly one process at a time, the others answer a request
+//! for it `503 served-elsewhere` with a `Retry-After`; after `kill -9` of the process serving a
+//! document, another serves it within the lease period and nothing it acknowledged is lost; a
+//! graceful stop hands its documents over at once, with no window.
+
+use std::time::{Duration, Instant};
+
+use chopin_e2e::{sign_in, sign_in_at, Launch, Server};
+use chopin_fixtures::browser::BrowserSocket;
+use chopin_fixtures::github::{FakeGitHub, Permission};
+use serde_json::json;
+
+/// The lease period the processes are given (`DOCUMENT_LEASE_MS`).
+const LEASE_MS: u64 = 3_000;
+/// The origin the balancer would give every process.
+const ORIGIN: &str = "http://chopin.test";
+
+async fn join(server: &Server, document: &str, cookie: &str) -> Result<BrowserSocket, String> {
+    join_at(&server.host(), ORIGIN, document, cookie).await
+}
+
+/// A room socket through whatever listens at `host` (a server, or the balancer).
+async fn join_at(
+    host: &str,
+    origin: &str,
+    document: &str,
+    cookie: &str,
+) -> Result<BrowserSocket, String> {
+    let stream = tokio::net::TcpStream::connect(host)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut socket = BrowserSocket::connect(
+        stream,
+        host,
+        &format!("/api/documents/{document}/room"),
+        Some(cookie),
+        Some(origin),
+    )
+    .await
+    .map_err(|e| format!("{e:?}"))?;
+    tokio::time::timeout(
+        Duration::from_secs(15),
+        socket.next_of_type("session:hello"),
+    )
+    .await
+    .map_err(|_| "no session:hello within 15 s".to_owned())?
+    .map_err(|e| format!("{e:?}"))?;
+    Ok(socket)
+}
+
+/// Sends `text` to Chat and waits for its ack: the seq it was given.
+async fn say(socket: &mut BrowserSocket, text: &str) -> i64 {
+    socket
+        .send_json(&json!({ "type": "chat:send", "requestId": text, "text": text }))
+        .await
+        .unwrap();
+    let ack = tokio::time::timeout(Duration::from_secs(15), socket.next_of_type("chat:ack"))
+        .await
+        .expect("chat:ack within 15 s")
+        .expect("chat:ack");
+    assert_eq!(ack["requestId"], text);
+    ack["seq"].as_i64().expect("an ack names its seq")
+}
+
+/// Every Chat entry's text by seq (one page is enough here).
+async fn history(socket: &mut BrowserSocket) -> Vec<(i64, String)> {
+    socket
+        .send_json(&json!({ "type": "chat:history", "limit": 100 }))
+        .await
+        .unwrap();
+    let page = tokio::time::timeout(Duration::from_secs(15), socket.next_of_type("chat:history"))
+        .await
+        .expect("chat:history within 15 s")
+        .expect("chat:history");
+    page["entries"]
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| {
+            (
+                e["seq"].as_i64().unwrap(),
+                e["text"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// `GET /api/documents/{document}` on `server`: the status, the error code and `Retry-After`.
+async fn ask(server: &Server, token: &str, document: &str) -> (u16, String, Option<String>) {
+    let response = reqwest::Client::new()
+        .get(server.url(&format!("/api/documents/{document}")))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body: serde_json::Value = response.json().await.unwrap_or_default();
+    (
+        status,
+        body["error"].as_str().unwrap_or_default().to_owned(),
+        retry_after,
+    )
+}
+
+/// Which of `servers` serves `document`: exactly one answers 200, every other one refuses it
+/// `503 served-elsewhere` with a `Retry-After`.
+async fn served_by(servers: &[&Server], token: &str, document: &str) -> usize {
+    let mut serving = Vec::new();
+    for (n, server) in servers.iter().enumerate() {
+        match ask(server, token, document).await {
+            (200, _, _) => serving.push(n),
+            (503, code, Some(after)) if code == "served-elsewhere" => {
+                let after: u64 = after.parse().expect("Retry-After in seconds");
+                assert!((1..=LEASE_MS / 1_000 + 1).contains(&after), "{after}");
+            }
+            other => panic!("process {n} answered {other:?} for {document}"),
+        }
+    }
+    assert_eq!(serving.len(), 1, "exactly one process serves {document}");
+    serving[0]
+}
+
+/// Asks `server` for `document` until it serves it: how long that took.
+async fn until_served(server: &Server, token: &str, document: &str, within: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        match ask(server, token, document).await {
+            (200, _, _) => return started.elapsed(),
+            (503, code, Some(_)) if code == "served-elsewhere" => {}
+            other => panic!("{other:?} while waiting for {document}"),
+        }
+        assert!(
+            started.elapsed() < within,
+            "{document} was not served within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn each_document_is_served_by_one_process_and_by_another_after_a_crash_or_a_stop() {
+    let pg = chopin_fixtures::pg::shared_postgres();
+    let db = pg.create_database().await.unwrap();
+    let github = FakeGitHub::new();
+    github
+        .add_user("mona", 1001)
+        .add_user("hubot", 1003)
+        .add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    github.grant("octo", "plans", "hubot", Permission::Read);
+    let token = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let launch = Launch::hosted(&github_url)
+        .env("DATABASE_URL", db.url.clone())
+        .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
+        .env("APP_ORIGIN", ORIGIN)
+        .env("PROCESSES", "many")
+        .env("DOCUMENT_LEASE_MS", LEASE_MS.to_string());
+    let a = launch.start().await;
+    let b = launch.start().await;
+    let c = launch.start().await;
+    // A sign-in made through one process is good on every one.
+    let mona = sign_in(&a, &github, "mona").await;
+    let hubot = sign_in(&b, &github, "hubot").await;
+
+    // A new document is served by the first process asked for it (the one the balancer
+    // chooses), whichever made it; the others refuse it.
+    let first = c.create_document(&token, "octo/plans", "First").await;
+    let first = first["id"].as_str().unwrap().to_owned();
+    let second = a.create_document(&token, "octo/plans", "Second").await;
+    let second = second["id"].as_str().unwrap().to_owned();
+    assert_eq!(served_by(&[&a, &b, &c], &token, &first).await, 0);
+    assert_eq!(served_by(&[&b, &a, &c], &token, &second).await, 0);
+    // A child is served with its root.
+    let child = reqwest::Client::new()
+        .post(c.url(&format!("/api/documents/{first}/children")))
+        .bearer_auth(&token)
+        .json(&json!({ "title": "Child" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        child.status(),
+        503,
+        "a child is made where its root is served"
+    );
+    let child = reqwest::Client::new()
+        .post(a.url(&format!("/api/documents/{first}/children")))
+        .bearer_auth(&token)
+        .json(&json!({ "title": "Child" }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(child.status(), 201);
+    let child: serde_json::Value = child.json().await.unwrap();
+    let child = child["id"].as_str().unwrap().to_owned();
+    assert_eq!(served_by(&[&a, &b, &c], &token, &child).await, 0);
+
+    // Sockets: opened where the document is served, refused elsewhere.
+    let mut room = join(&a, &first, &mona).await.expect("the room opens on a");
+    assert!(join(&c, &first, &mona).await.is_err(), "refused on c");
+    let mut acked = Vec::new();
+    for n in 0..5 {
+        let text = format!("line {n}");
+        acked.push((say(&mut room, &text).await, text));
+    }
+    let ready: serde_json::Value = reqwest::get(a.url("/readyz"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(ready["processes"], "many");
+    assert_eq!(ready["documents_served"], 1);
+
+    // kill -9 of the process serving the first document: another serves it within the lease.
+    let log = a.crash().await;
+    assert!(!log.contains(token.as_str()), "a token was logged");
+    let waited = until_served(&b, &token, &first, Duration::from_millis(LEASE_MS + 2_000)).await;
+    eprintln!("served again {waited:?} after the crash");
+    let gone = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            match room.recv_json().await {
+                Ok(chopin_fixtures::browser::BrowserEvent::Closed { .. }) | Err(_) => return,
+                Ok(_) => {}
+            }
+        }
+    })
+    .await;
+    assert!(gone.is_ok(), "the room on the crashed process is gone");
+    let mut room = join(&b, &first, &hubot).await.expect("the room opens on b");
+    let stored = history(&mut room).await;
+    for line in &acked {
+        assert!(
+            stored.contains(line),
+            "acknowledged {line:?} after the crash: {stored:?}"
+        );
+    }
+    assert_eq!(
+        served_by(&[&b, &c], &token, &child).await,
+        0,
+        "its child moved with it"
+    );
+    let _ = room.close().await;
+
+    // A sign-out made through one process holds on the others within the recheck bound.
+    let session = |server: &Server| {
+        reqwest::Client::new()
+            .get(server.url("/api/session"))
+            .header("cookie", hubot.clone())
+            .send()
+    };
+    assert_eq!(session(&b).await.unwrap().status(), 200, "b knows hubot");
+    let out = reqwest::Client::new()
+        .post(c.url("/auth/logout"))
+        .header("cookie", hubot.clone())
+        .header("origin", ORIGIN)
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        out.status().is_success() || out.status().is_redirection(),
+        "{}",
+        out.status()
+    );
+    let signed_out = Instant::now();
+    while session(&b).await.unwrap().status() == 200 {
+        assert!(
+            signed_out.elapsed() < Duration::from_millis(2_500),
+            "b still takes hubot's cookie {:?} after the sign-out on c",
+            signed_out.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A graceful stop hands every document over: the next process serves them at once.
+    let (status, log) = b.stop().await;
+    assert!(status.success(), "{log}");
+    assert!(log.contains("document leases handed back"), "{log}");
+    for document in [&first, &second] {
+        let waited = until_served(&c, &token, document, Duration::from_millis(LEASE_MS)).await;
+        assert!(
+            waited < Duration::from_millis(LEASE_MS / 2),
+            "{document} was served {waited:?} after the stop: it waited for the expiry"
+        );
+    }
+    let mut room = join(&c, &first, &mona).await.expect("the room opens on c");
+    let stored = history(&mut room).await;
+    for line in &acked {
+        assert!(
+            stored.contains(line),
+            "acknowledged {line:?} after the stop"
+        );
+    }
+    let _ = room.close().await;
+    let (status, log) = c.stop().await;
+    assert!(status.success(), "{log}");
+    pg.drop_database(&db).await.unwrap();
+}
+
+#[tokio::test]
+async fn more_than_one_process_on_sqlite_is_refused_at_startup() {
+    let home = tempfile::tempdir().unwrap();
+    let (status, _, stderr) = Launch::default()
+        .env("HOME", home.path().to_string_lossy())
+        .env("PROCESSES", "many")
+        .run_to_exit()
+        .await;
+    assert!(!status.success());
+    assert!(stderr.contains("PROCESSES"), "{stderr}");
+    assert!(stderr.contains("needs PostgreSQL"), "{stderr}");
+}
+
+/// nginx in front of `servers`, configured as `docs/self-hosting.md` says: its "More than one
+/// process" section's configuration, with this machine's addresses, inside a minimal `nginx.conf`
+/// that also logs each request's upstream statuses.
+struct Balancer {
+    child: tokio::process::Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Balancer {
+    async fn start(port: u16, servers: &[&Server]) -> Balancer {
+        let guide = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/self-hosting.md"),
+        )
+        .unwrap();
+        let section = &guide[guide
+            .find("## More than one process")
+            .expect("the guide has a More than one process section")..];
+        let start = section.find("```nginx\n").expect("an nginx block") + "```nginx\n".len();
+        let block = &section[start..start + section[start..].find("```").unwrap()];
+        let mut config = String::new();
+        let mut placed = 0;
+        for line in block.lines() {
+            if let Some(rest) = line.trim_start().strip_prefix("server 10.0.0.") {
+                // The guide's address, this machine's process; the rest of the line as it is.
+                let after = rest.find([' ', ';']).unwrap_or(rest.len());
+                if let Some(server) = servers.get(placed) {
+                    config.push_str(&format!("    server {}{}\n", server.host(), &rest[after..]));
+                }
+                placed += 1;
+            } else if line.trim() == "listen 80;" {
+                config.push_str(&format!("    listen 127.0.0.1:{port};\n"));
+            } else {
+                config.push_str(line);
+                config.push('\n');
+            }
+        }
+        assert_eq!(
+            placed,
+            servers.len(),
+            "the guide's block lists its processes as `server 10.0.0.N:…` lines"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        let whole = format!(
+            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 1024; }}\n\
+             http {{\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
+               fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
+               log_format upstreams '$request_method $uri $upstream_status';\n\
+               access_log {d}/access.log upstreams;\n{config}}}\n"
+        );
+        std::fs::write(dir.path().join("nginx.conf"), whole).unwrap();
+        // Its workers may run as another user: they write their temporary files here.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let nginx = ["/usr/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| std::path::Path::new(p).exists())
+            .expect("nginx is installed (scripts/test installs nginx-light)");
+        let child = tokio::process::Command::new(nginx)
+            .arg("-p")
+            .arg(dir.path())
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .kill_on_drop(true)
+            .spawn()
+            .expect("nginx starts");
+        let started = Instant::now();
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "nginx did not listen within 10 s: {}",
+                std::fs::read_to_string(dir.path().join("error.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Balancer { child, port, dir }
+    }
+
+    fn origin(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Each logged request's upstream statuses (`503, 200` for a request refused by one process
+    /// and then served by the next).
+    fn upstream_statuses(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("access.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Balancer {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+    }
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_process_dies() {
+    let pg = chopin_fixtures::pg::shared_postgres();
+    let db = pg.create_database().await.unwrap();
+    let github = FakeGitHub::new();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    let token = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    let port = free_port();
+    let origin = format!("http://127.0.0.1:{port}");
+    let launch = Launch::hosted(&github_url)
+        .env("DATABASE_URL", db.url.clone())
+        .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
+        .env("APP_ORIGIN", origin.clone())
+        .env("PROCESSES", "many")
+        .env("DOCUMENT_LEASE_MS", LEASE_MS.to_string());
+    let mut servers = vec![
+        launch.start().await,
+        launch.start().await,
+        launch.start().await,
+    ];
+    let balancer = Balancer::start(port, &servers.iter().collect::<Vec<_>>()).await;
+    assert_eq!(balancer.origin(), origin);
+    let mona = sign_in_at(&origin, &github, "mona").await;
+    let http = reqwest::Client::new();
+
+    // Documents made through the balancer, each then read through it a few times.
+    let mut documents = Vec::new();
+    for n in 0..12 {
+        let made = http
+            .post(format!("{origin}/api/repositories/octo/plans/documents"))
+            .bearer_auth(&token)
+            .json(&json!({ "title": format!("Balanced {n}") }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(made.status(), 201);
+        let made: serde_json::Value = made.json().await.unwrap();
+        documents.push(made["id"].as_str().unwrap().to_owned());
+    }
+    for _ in 0..3 {
+        for document in &documents {
+            let read = http
+                .get(format!("{origin}/api/documents/{document}"))
+                .bearer_auth(&token)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(read.status(), 200);
+        }
+    }
+    // Each is served by the process the hash chose, and they are spread over the processes.
+    let mut serving = Vec::new();
+    for document in &documents {
+        serving.push(served_by(&servers.iter().collect::<Vec<_>>(), &token, document).await);
+    }
+    let used: std::collections::BTreeSet<usize> = serving.iter().copied().collect();
+    assert!(
+        used.len() >= 2,
+        "12 documents all on one process: {serving:?}"
+    );
+    // Chat through the balancer, on a room it sends to the serving process.
+    let first = documents[0].clone();
+    let mut room = join_at(&balancer.host(), &origin, &first, &mona)
+        .await
+        .expect("the room opens through the balancer");
+    let mut acked = Vec::new();
+    for n in 0..5 {
+        let text = format!("balanced line {n}");
+        acked.push((say(&mut room, &text).await, text));
+    }
+    // The steady state: no request through the balancer met a refusal.
+    let refused: Vec<String> = balancer
+        .upstream_statuses()
+        .into_iter()
+        .filter(|l| l.contains("503"))
+        .collect();
+    assert!(
+        refused.is_empty(),
+        "refused in the steady state: {refused:?}"
+    );
+
+    // kill -9 of the process serving the first document: through the balancer it is served
+    // again within the lease, and the room reconnects with every acknowledged line.
+    let dead = servers.remove(serving[0]);
+    let log = dead.crash().await;
+    assert!(!log.contains(token.as_str()), "a token was logged");
+    let crashed = Instant::now();
+    loop {
+        let read = http
+            .get(format!("{origin}/api/documents/{first}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        match read.status().as_u16() {
+            200 => break,
+            503 | 502 => {}
+            other => panic!("{other} while the first document moved"),
+        }
+        assert!(
+            crashed.elapsed() < Duration::from_millis(LEASE_MS + 2_000),
+            "not served again within the lease + 2 s: {:?}\n{}",
+            balancer
+                .upstream_statuses()
+                .iter()
+                .rev()
+                .take(8)
+                .collect::<Vec<_>>(),
+            std::fs::read_to_string(balancer.dir.path().join("error.log")).unwrap_or_default()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "served again through nginx {:?} after the crash",
+        crashed.elapsed()
+    );
+    let mut room = join_at(&balancer.host(), &origin, &first, &mona)
+        .await
+        .expect("the room opens again through the balancer");
+    let stored = history(&mut room).await;
+    for line in &acked {
+        assert!(
+            stored.contains(line),
+            "acknowledged {line:?} after the crash"
+        );
+    }
+    let _ = room.close().await;
+    for server in servers {
+        let (status, log) = server.stop().await;
+        assert!(status.success(), "{log}");
+    }
+    drop(balancer);
+    pg.drop_database(&db).await.unwrap();
+}

@@ -1,0 +1,95 @@
+//! The gate in front of a document's routes when several processes serve one database
+//! (`PROCESSES=many`): a request or socket naming a document whose tree another process serves
+//! is refused before its handler runs, with `503 served-elsewhere` and a `Retry-After` — an
+//! answer balancers and the official clients retry (y-websocket reconnects with its backoff; a
+//! browser's fetch is tried again by the page). A balancer hashing on the document id sends it to
+//! the process that serves it, so the steady state meets no refusal.
+//!
+//! Owns: finding the document a path names, and the refusal's words.
+//! Does not own: whether this process serves it ([`crate::serving`]).
+
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::serving::{Serve, Serving};
+
+/// The document a path names, for the routes that name one: `/api/documents/{id}/…`,
+/// `/api/yjs/{id}` and `/api/channels/{id}/…`.
+pub fn document_in_path(path: &str) -> Option<Uuid> {
+    let mut segments = path.trim_start_matches('/').split('/');
+    if segments.next()? != "api" {
+        return None;
+    }
+    match segments.next()? {
+        "documents" | "yjs" | "channels" => Uuid::parse_str(segments.next()?).ok(),
+        _ => None,
+    }
+}
+
+/// The middleware: serve the request here, or refuse it for the process that serves its tree.
+pub async fn gate(State(serving): State<Arc<Serving>>, request: Request, next: Next) -> Response {
+    let Some(document_id) = document_in_path(request.uri().path()) else {
+        return next.run(request).await;
+    };
+    match serving.serve(document_id).await {
+        Ok(Serve::Here) => next.run(request).await,
+        Ok(Serve::Elsewhere { retry_after_ms }) => served_elsewhere(retry_after_ms),
+        Err(e) => ApiError::store(e).into_response(),
+    }
+}
+
+/// `503 served-elsewhere`, with `Retry-After` in whole seconds (at least 1).
+pub fn served_elsewhere(retry_after_ms: i64) -> Response {
+    let seconds = ((retry_after_ms.max(0) + 999) / 1_000).max(1);
+    let mut response = ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "served-elsewhere",
+        format!(
+            "Another server process serves this document now; try again (in at most {seconds} s, \
+             should that process have stopped)."
+        ),
+    )
+    .into_response();
+    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_a_path_names() {
+        let id = Uuid::from_u128(7);
+        assert_eq!(
+            document_in_path(&format!("/api/documents/{id}/room")),
+            Some(id)
+        );
+        assert_eq!(document_in_path(&format!("/api/documents/{id}")), Some(id));
+        assert_eq!(document_in_path(&format!("/api/yjs/{id}")), Some(id));
+        assert_eq!(
+            document_in_path(&format!("/api/channels/{id}/attachments")),
+            Some(id)
+        );
+        assert_eq!(document_in_path("/api/documents/not-an-id/room"), None);
+        assert_eq!(document_in_path(&format!("/documents/{id}")), None);
+        assert_eq!(document_in_path("/api/repositories"), None);
+        assert_eq!(document_in_path("/mcp"), None);
+    }
+
+    #[test]
+    fn the_refusal_says_when_to_try_again_in_whole_seconds() {
+        let r = served_elsewhere(1_001);
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(served_elsewhere(0).headers()[header::RETRY_AFTER], "1");
+    }
+}

@@ -1,0 +1,145 @@
+//! A process among several on one database (`PROCESSES=many`), in process over a memory store
+//! shared with "another process" the test plays through the store: a document is served only
+//! under its lease; taking a document over does the startup's sweeps for it alone; losing its
+//! lease closes its sockets with 1013 and refuses it from then on.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chopin_fixtures::browser::BrowserEvent;
+use chopin_server::store::{
+    Claim, Holder, LeaseAcquire, MemoryStore, NewDocument, Store, WriterLease,
+};
+use support::served_with;
+use uuid::Uuid;
+
+/// The lease period the process is given.
+const LEASE_MS: u64 = 1_000;
+
+fn now_ms() -> i64 {
+    use chopin_server::runtime::clock::{Clock, SystemClock};
+    SystemClock.now_ms()
+}
+
+async fn many(store: Arc<dyn Store>) -> support::Served {
+    served_with(store, |c| {
+        c.many_processes = true;
+        c.document_lease_ms = LEASE_MS;
+    })
+    .await
+}
+
+/// `GET /api/documents/{document}` with mona's token: its status, `Retry-After` and body.
+async fn ask(s: &support::Served, document: Uuid) -> (u16, Option<String>, String) {
+    use chopin_server::runtime::connector::{self, TcpConnector};
+    let request = http::Request::get(format!("http://{}/api/documents/{document}", s.host))
+        .header("authorization", format!("Bearer {}", s.mona))
+        .body(axum::body::Bytes::new())
+        .unwrap();
+    let response = connector::send(&TcpConnector, request).await.unwrap();
+    let after = response
+        .headers
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (
+        response.status.as_u16(),
+        after,
+        String::from_utf8_lossy(&response.body).into_owned(),
+    )
+}
+
+/// Another process takes `document`'s lease, as after this one gave it up.
+async fn take_over(store: &Arc<dyn Store>, document: Uuid) {
+    let row = store
+        .document_lease(document)
+        .await
+        .unwrap()
+        .expect("leased");
+    let held = WriterLease {
+        holder: row.holder.expect("held"),
+        epoch: row.epoch,
+        expires_at_ms: row.expires_at_ms,
+    };
+    store.release_document_lease(document, &held).await.unwrap();
+    let taken = store
+        .acquire_document_lease(document, "another-process", now_ms(), 60_000)
+        .await
+        .unwrap();
+    assert!(matches!(taken, LeaseAcquire::Acquired(_)), "{taken:?}");
+}
+
+#[tokio::test]
+async fn a_document_taken_over_closes_its_sockets_here_with_1013_and_is_refused_after() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let s = many(store.clone()).await;
+    let mut room = s.room().await;
+    assert_eq!(ask(&s, s.doc).await.0, 200, "served here");
+    take_over(&store, s.doc).await;
+    // The next renewal finds it taken: the room is told to go, to reconnect where it is served.
+    let closed = tokio::time::timeout(Duration::from_millis(3 * LEASE_MS), async {
+        loop {
+            match room.recv_json().await {
+                Ok(BrowserEvent::Closed { code, reason }) => return (code, reason),
+                Ok(_) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the room closes within the lease");
+    assert_eq!(closed, (1013, "served-elsewhere".to_owned()));
+    let (status, after, body) = ask(&s, s.doc).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("served-elsewhere"), "{body}");
+    let after: u64 = after.expect("Retry-After").parse().unwrap();
+    assert!((1..=60).contains(&after), "{after}");
+    let stream = tokio::net::TcpStream::connect(&s.host).await.unwrap();
+    let refused = chopin_fixtures::browser::BrowserSocket::connect(
+        stream,
+        &s.host,
+        &format!("/api/documents/{}/room", s.doc),
+        Some(&s.mona_cookie),
+        Some(&format!("http://{}", s.host)),
+    )
+    .await;
+    assert!(
+        refused.is_err(),
+        "a socket of a document served elsewhere is refused"
+    );
+}
+
+#[tokio::test]
+async fn taking_a_document_over_clears_the_owner_an_earlier_process_left_and_only_its_own() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let s = many(store.clone()).await;
+    let account = store.upsert_account(1001, "mona", 1_000).await.unwrap();
+    let holder = Holder {
+        account_id: account.id,
+        login: "mona".into(),
+        browser_login_id: Uuid::new_v4(),
+    };
+    // Two documents an earlier process left owned (no hold stored for either).
+    let other = Uuid::new_v4();
+    store
+        .create_document(&NewDocument {
+            id: other,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "other".into(),
+            title: "Other".into(),
+            ..NewDocument::default()
+        })
+        .await
+        .unwrap();
+    for doc in [s.doc, other] {
+        let claim = store.claim_ownership(doc, &holder, now_ms()).await.unwrap();
+        assert!(matches!(claim, Claim::Claimed(_)), "{claim:?}");
+    }
+    // The first request for the document takes it over: its owner is cleared before it is
+    // answered; the document nobody asked for keeps its owner.
+    assert_eq!(ask(&s, s.doc).await.0, 200);
+    assert!(store.ownership(s.doc).await.unwrap().holder.is_none());
+    assert!(store.ownership(other).await.unwrap().holder.is_some());
+}
