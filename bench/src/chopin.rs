@@ -328,7 +328,7 @@ impl GitHubRequests {
 
 /// Signs `login` in through the server's GitHub OAuth web flow, the fake GitHub approving it as
 /// the browser's user. Returns the `Cookie` header value of the new session.
-async fn sign_in(base_url: &str, github: &FakeGitHub, login: &str) -> Result<String> {
+pub(crate) async fn sign_in(base_url: &str, github: &FakeGitHub, login: &str) -> Result<String> {
     github.set_browser_user(login);
     let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

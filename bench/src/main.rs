@@ -32,6 +32,7 @@ mod fanout;
 mod fences;
 mod load;
 mod peers;
+mod processes;
 mod raw;
 mod relay;
 mod report;
@@ -77,6 +78,10 @@ enum Mode {
     /// Transcript appends through handles fenced by each document's lease against handles
     /// fenced by the one writer lease, on the same database (see `fences.rs`).
     DocumentFences(fences::FencesArgs),
+    /// Three processes on one PostgreSQL (PROCESSES=many) against one: CPU per acknowledged
+    /// write, requests refused behind a hashing router, failover after kill -9 (see
+    /// `processes.rs`).
+    Processes(processes::ProcessesArgs),
     /// The fan-out baseline's relay server (spawned by the bench itself).
     #[command(hide = true)]
     RawRelay,
@@ -152,6 +157,10 @@ async fn main() -> ExitCode {
         },
         Some(Mode::Soak(args)) => match chopin_bin(cli.run.chopin.clone()) {
             Ok(bin) => soak::run(&bin, args).await,
+            Err(e) => Err(e),
+        },
+        Some(Mode::Processes(args)) => match chopin_bin(cli.run.chopin.clone()) {
+            Ok(bin) => processes::run(&bin, args).await,
             Err(e) => Err(e),
         },
         Some(Mode::ChatAcks(args)) => match chopin_bin(cli.run.chopin.clone()) {

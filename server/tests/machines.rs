@@ -121,6 +121,11 @@ async fn machine_for_doc(s: &Served, name: &str) -> (Uuid, String, String) {
     assert_eq!(body["machine"]["id"], machine.to_string());
     let (status, body) = credential(s, &token, machine, s.doc).await;
     assert_eq!(status, StatusCode::OK, "{body}");
+    // The link's path names the document, for a balancer in front of several processes.
+    assert_eq!(
+        body["agentPath"],
+        format!("/api/v1/agent?document={}", s.doc)
+    );
     (
         machine,
         token,

@@ -162,7 +162,9 @@ async fn planner_credential(
         "credential": issued.credential.expose(),
         "documentId": issued.document_id,
         "expiresAt": issued.expires_at_ms,
-        "agentPath": "/api/v1/agent",
+        // The document in the path too: a balancer in front of several processes hashes the
+        // link to the process serving it (`PROCESSES=many`); one process ignores it.
+        "agentPath": format!("/api/v1/agent?document={}", issued.document_id),
     })))
 }
 
