@@ -560,6 +560,12 @@ impl World {
     /// A browser actor on the socket at `path` (the room, or the y-websocket endpoint
     /// `/api/yjs/{id}`, whose frames are all binary).
     pub fn browser_at(&mut self, name: &str, cookie: &str, path: &str) -> Browser {
+        self.browser_on(name, SERVER_HOST, cookie, path)
+    }
+
+    /// A browser actor on the socket at `path` of server host `server` (one of several
+    /// processes on one store).
+    pub fn browser_on(&mut self, name: &str, server: &str, cookie: &str, path: &str) -> Browser {
         let log = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(Mutex::new(None));
         let (commands, mut rx) = mpsc::unbounded_channel();
@@ -571,11 +577,11 @@ impl World {
             commands,
             binary: binary.clone(),
         };
-        let path = path.to_owned();
+        let (path, server) = (path.to_owned(), server.to_owned());
         let (cookie, recorder, host) = (cookie.to_owned(), self.recorder(), name.to_owned());
         self.spawn(name, async move {
-            let stream = turmoil::net::TcpStream::connect((SERVER_HOST, SERVER_PORT)).await?;
-            let mut socket = BrowserSocket::connect(
+            let stream = turmoil::net::TcpStream::connect((server.as_str(), SERVER_PORT)).await?;
+            let mut socket = match BrowserSocket::connect(
                 stream,
                 &server_authority(),
                 &path,
@@ -583,7 +589,18 @@ impl World {
                 Some(SERVER_ORIGIN),
             )
             .await
-            .map_err(|e| format!("room connect: {e}"))?;
+            {
+                Ok(socket) => socket,
+                // Refused at the upgrade by another process serving the document: the tab
+                // ends, closed without a socket (as a browser's failed WebSocket does).
+                Err(e) if e.to_string().contains("served-elsewhere") => {
+                    recorder.record_in_host(&host, Event::Actor { what: format!("refused: {e}") });
+                    *closed.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((now_ms(), 1006, "served-elsewhere".to_owned()));
+                    return Ok(());
+                }
+                Err(e) => return Err(format!("room connect: {e}").into()),
+            };
             let mut commanded = true;
             loop {
                 tokio::select! {

@@ -433,6 +433,8 @@ pub struct World {
     server_incarnations: u32,
     /// The services of the server's current incarnation, once it has started.
     server_state: Arc<Mutex<Option<App>>>,
+    /// The services of each server host's latest incarnation (several processes on one store).
+    server_apps: ServerApps,
     /// Bumped to ask the server's serving incarnations to stop gracefully.
     stop: Arc<tokio::sync::watch::Sender<u32>>,
     /// Every store write of every incarnation, in the order they returned.
@@ -506,9 +508,14 @@ struct ServerSoftware {
     configure: Option<Configure>,
     hold: Option<HoldStoreCalls>,
     server_state: Arc<Mutex<Option<App>>>,
+    /// The services of each server host's latest incarnation, by host.
+    server_apps: ServerApps,
     stop: Arc<tokio::sync::watch::Sender<u32>>,
     writes: WriteLog,
 }
+
+/// The services of each server host's latest incarnation, by host.
+type ServerApps = Arc<Mutex<BTreeMap<String, App>>>;
 
 impl ServerSoftware {
     /// Makes `host` a server host: it boots an incarnation now and at every restart.
@@ -541,6 +548,7 @@ impl ServerSoftware {
             self.recorder.clone(),
             self.configure.clone(),
             self.server_state.clone(),
+            self.server_apps.clone(),
             self.stop.subscribe(),
         )
     }
@@ -569,6 +577,7 @@ impl World {
         }
         let mut sim = builder.build();
         let server_state: Arc<Mutex<Option<App>>> = Arc::default();
+        let server_apps: ServerApps = Arc::default();
         let recorder = Recorder::default();
         let stop = Arc::new(tokio::sync::watch::channel(0u32).0);
         let writes = WriteLog::default();
@@ -583,6 +592,7 @@ impl World {
             configure: options.configure.clone(),
             hold: options.hold_store_calls.clone(),
             server_state: server_state.clone(),
+            server_apps: server_apps.clone(),
             stop: stop.clone(),
             writes: writes.clone(),
         };
@@ -614,6 +624,7 @@ impl World {
             next_request: 1,
             server_incarnations: 1,
             server_state,
+            server_apps,
             stop,
             writes,
             software,
@@ -637,6 +648,34 @@ impl World {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// The services of the latest incarnation on server host `host`, once one has started
+    /// there (it may have crashed since: see [`World::is_host_running`]).
+    pub fn server_app_on(&self, host: &str) -> Option<App> {
+        self.server_apps
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(host)
+            .cloned()
+    }
+
+    /// The hosts server software was installed on, [`SERVER_HOST`] first.
+    pub fn server_hosts(&self) -> Vec<String> {
+        self.server_hosts.clone()
+    }
+
+    /// Whether `host`'s software runs now (not crashed, not ended).
+    pub fn is_host_running(&mut self, host: &str) -> bool {
+        self.sim.is_host_running(host)
+    }
+
+    /// Crashes server host `host` (any of them; [`Step::CrashServer`] crashes [`SERVER_HOST`]):
+    /// its incarnation ends at once, nothing flushed or given back.
+    pub fn crash_host(&mut self, host: &str) {
+        self.sim.crash(host);
+        self.recorder
+            .record_at(self.now_ms(), host, Event::ServerCrashed);
     }
 
     /// Starts `actor` as a client host named `name` and returns at once; it runs as the world
@@ -1174,6 +1213,7 @@ async fn run_server(
     recorder: Recorder,
     configure: Option<Configure>,
     server_state: Arc<Mutex<Option<App>>>,
+    server_apps: ServerApps,
     mut stop: tokio::sync::watch::Receiver<u32>,
 ) -> turmoil::Result {
     // A stop asked before this incarnation began is not for it.
@@ -1237,6 +1277,10 @@ async fn run_server(
         },
     );
     *server_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(running.app().clone());
+    server_apps
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(host.clone(), running.app().clone());
     let lost = running.lease_lost();
     let asked = async move {
         let _ = stop.changed().await;

@@ -1,0 +1,200 @@
+//! Three processes on one store (`PROCESSES=many`), in the simulator, with the real server on
+//! three hosts: each document is served by at most one of them at every millisecond; a socket
+//! sent to a process that does not serve the document is refused; after the serving process
+//! crashes, another serves the document once its lease has expired — not before — and nothing
+//! it acknowledged is lost.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use chopin_server::store::prelude::*;
+use chopin_sim::cast::{block_on, cast_with, Cast};
+use chopin_sim::{Browser, Step, World, WorldOptions};
+use uuid::Uuid;
+
+/// The lease period the processes are given.
+const LEASE_MS: u64 = 3_000;
+const HOSTS: [&str; 3] = ["server", "server-b", "server-c"];
+
+fn options() -> WorldOptions {
+    WorldOptions {
+        fixed_latency_ms: Some(1),
+        configure: Some(Arc::new(|c: &mut chopin_server::config::Config| {
+            c.many_processes = true;
+            c.document_lease_ms = LEASE_MS;
+        })),
+        ..WorldOptions::default()
+    }
+}
+
+/// The hosts serving `doc` now, among those not crashed.
+fn serving(world: &World, crashed: &BTreeSet<&str>, doc: Uuid) -> Vec<String> {
+    HOSTS
+        .iter()
+        .filter(|h| !crashed.contains(**h))
+        .filter(|h| {
+            world.server_app_on(h).is_some_and(|app| {
+                app.serving
+                    .leases()
+                    .is_some_and(|leases| leases.served().contains(&doc))
+            })
+        })
+        .map(|h| (*h).to_owned())
+        .collect()
+}
+
+/// Advances `ms`, checking after every millisecond that at most one process serves `doc`.
+fn advance(world: &mut World, crashed: &BTreeSet<&str>, doc: Uuid, ms: u64) {
+    for _ in 0..ms {
+        world.advance(1).unwrap();
+        let now = serving(world, crashed, doc);
+        assert!(
+            now.len() <= 1,
+            "{} served by {now:?} at {} ms",
+            doc,
+            world.now_ms()
+        );
+    }
+}
+
+/// Advances (checking as [`advance`] does) until `done`, at most `within_ms`.
+fn until(
+    world: &mut World,
+    crashed: &BTreeSet<&str>,
+    doc: Uuid,
+    within_ms: u64,
+    what: &str,
+    done: impl Fn(&World) -> bool,
+) {
+    for _ in 0..within_ms {
+        if done(world) {
+            return;
+        }
+        advance(world, crashed, doc, 1);
+    }
+    panic!("{what}: not within {within_ms} ms");
+}
+
+fn acknowledged(world: &mut World, crashed: &BTreeSet<&str>, doc: Uuid, b: &Browser, id: &str) {
+    let (b2, id2) = (b.clone(), id.to_owned());
+    until(world, crashed, doc, 5_000, id, move |_| {
+        !b2.replies(&id2).is_empty()
+    });
+    assert_eq!(b.replies(id)[0].message["type"], "chat:ack", "{id}");
+}
+
+/// Whether `b` was greeted (`session:hello`).
+fn greeted(b: &Browser) -> bool {
+    b.heard()
+        .iter()
+        .any(|h| h.message["type"] == "session:hello")
+}
+
+#[test]
+fn each_document_is_served_by_one_process_and_by_another_only_after_its_lease_expires() {
+    let Cast {
+        mut world,
+        doc,
+        mona_cookie,
+        ..
+    } = cast_with(47, options());
+    let mut crashed = BTreeSet::new();
+    for host in &HOSTS[1..] {
+        world
+            .apply(&Step::StartServerOn {
+                host: (*host).into(),
+            })
+            .unwrap();
+    }
+    let hosts_up = |w: &World| HOSTS.iter().all(|h| w.server_app_on(h).is_some());
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        5_000,
+        "every process up",
+        hosts_up,
+    );
+
+    // The router sends the document to server-b: it takes the lease and serves it.
+    let path = format!("/api/documents/{doc}/room");
+    let tab = world.browser_on("tab-b", "server-b", &mona_cookie, &path);
+    let t = tab.clone();
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        5_000,
+        "greeted on b",
+        move |_| greeted(&t),
+    );
+    tab.send_chat("r-1", "Said on b");
+    acknowledged(&mut world, &crashed, doc, &tab, "r-1");
+    assert_eq!(serving(&world, &crashed, doc), ["server-b"]);
+
+    // A router that sends the socket to the wrong process: refused, never greeted.
+    let wrong = world.browser_on("tab-wrong", "server-c", &mona_cookie, &path);
+    advance(&mut world, &crashed, doc, 100);
+    assert!(
+        !greeted(&wrong),
+        "server-c took a socket of a document b serves"
+    );
+    assert!(wrong.closed().is_some(), "the refused socket is closed");
+
+    // server-b crashes. Its lease expires LEASE_MS after its last grant or renewal.
+    let last_grant = world
+        .store_writes()
+        .iter()
+        // server-b's incarnation (the second started); an acquisition refused is `ok` too,
+        // but only server-b was granted the lease.
+        .filter(|w| {
+            w.incarnation == 2
+                && w.ok
+                && matches!(w.method, "acquire_document_lease" | "renew_document_lease")
+        })
+        .map(|w| w.at_ms)
+        .max()
+        .expect("server-b was granted the lease");
+    world.crash_host("server-b");
+    crashed.insert("server-b");
+    let expires_at = last_grant + LEASE_MS;
+
+    // A socket to server-c that arrives before the expiry is refused; one after it is served.
+    let early_at = expires_at - 10;
+    let wait = early_at.saturating_sub(world.now_ms());
+    advance(&mut world, &crashed, doc, wait);
+    let early = world.browser_on("tab-early", "server-c", &mona_cookie, &path);
+    advance(&mut world, &crashed, doc, 50);
+    assert!(
+        !greeted(&early),
+        "served before the crashed process's lease expired at {expires_at} ms (last grant {last_grant} ms): {:?}",
+        early.heard().first().map(|h| h.at_ms)
+    );
+    let late_at = expires_at + 5;
+    let wait = late_at.saturating_sub(world.now_ms());
+    advance(&mut world, &crashed, doc, wait);
+    let late = world.browser_on("tab-late", "server-c", &mona_cookie, &path);
+    let l = late.clone();
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        1_000,
+        "greeted on c",
+        move |_| greeted(&l),
+    );
+    assert_eq!(serving(&world, &crashed, doc), ["server-c"]);
+    // Served again within the lease (and the few ms a socket takes) after the crash.
+    assert!(world.now_ms() <= expires_at + 100);
+
+    // Nothing acknowledged was lost; server-c takes new lines after it.
+    late.send_chat("r-2", "Said on c");
+    acknowledged(&mut world, &crashed, doc, &late, "r-2");
+    let bodies: Vec<String> = block_on(world.store().transcript(doc, 0, 100))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.body)
+        .collect();
+    let said = |text: &str| bodies.iter().any(|b| b.contains(text));
+    assert!(said("Said on b") && said("Said on c"), "{bodies:?}");
+}
