@@ -319,7 +319,8 @@ async fn more_than_one_process_on_sqlite_is_refused_at_startup() {
 
 /// nginx in front of `servers`, configured as `docs/self-hosting.md` says: its "More than one
 /// process" section's configuration, with this machine's addresses, inside a minimal `nginx.conf`
-/// that also logs each request's upstream statuses.
+/// that also logs each request's upstream statuses. It runs as one process (no master and
+/// workers), so killing it leaves nothing behind.
 struct Balancer {
     child: tokio::process::Child,
     port: u16,
@@ -327,7 +328,8 @@ struct Balancer {
 }
 
 impl Balancer {
-    async fn start(port: u16, servers: &[&Server]) -> Balancer {
+    async fn start(reserved: std::net::TcpListener, servers: &[&Server]) -> Balancer {
+        let port = reserved.local_addr().unwrap().port();
         let guide = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/self-hosting.md"),
         )
@@ -362,7 +364,7 @@ impl Balancer {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().display();
         let whole = format!(
-            "worker_processes 1;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+            "master_process off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 1024; }}\n\
              http {{\n  client_body_temp_path {d}/body;\n  proxy_temp_path {d}/proxy;\n\
                fastcgi_temp_path {d}/fastcgi;\n  uwsgi_temp_path {d}/uwsgi;\n  scgi_temp_path {d}/scgi;\n\
@@ -377,6 +379,7 @@ impl Balancer {
             .into_iter()
             .find(|p| std::path::Path::new(p).exists())
             .expect("nginx is installed (scripts/test installs nginx-light)");
+        drop(reserved);
         let child = tokio::process::Command::new(nginx)
             .arg("-p")
             .arg(dir.path())
@@ -422,17 +425,15 @@ impl Balancer {
 
 impl Drop for Balancer {
     fn drop(&mut self) {
+        // One process (`master_process off`): nothing outlives it.
         let _ = self.child.start_kill();
     }
 }
 
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A port for the balancer, held (bound, not listening for anyone) until nginx takes it, so the
+/// servers started meanwhile on `PORT=0` cannot be given it.
+fn reserve_port() -> std::net::TcpListener {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap()
 }
 
 #[tokio::test]
@@ -444,8 +445,8 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
     github.grant("octo", "plans", "mona", Permission::Write);
     let token = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
-    let port = free_port();
-    let origin = format!("http://127.0.0.1:{port}");
+    let reserved = reserve_port();
+    let origin = format!("http://127.0.0.1:{}", reserved.local_addr().unwrap().port());
     let launch = Launch::hosted(&github_url)
         .env("DATABASE_URL", db.url.clone())
         .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
@@ -457,7 +458,7 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         launch.start().await,
         launch.start().await,
     ];
-    let balancer = Balancer::start(port, &servers.iter().collect::<Vec<_>>()).await;
+    let balancer = Balancer::start(reserved, &servers.iter().collect::<Vec<_>>()).await;
     assert_eq!(balancer.origin(), origin);
     let mona = sign_in_at(&origin, &github, "mona").await;
     let http = reqwest::Client::new();

@@ -1430,6 +1430,13 @@ impl Config {
                 format!("local mode serves only loopback, but SERVER_HOST is {server_host}; bind 127.0.0.1 or use AUTH_MODE=hosted"),
             ));
         }
+        if auth_mode == AuthMode::Local && many_processes {
+            return Err(ConfigError::new(
+                "PROCESSES",
+                given(&args.processes),
+                "local mode is one person's server on one machine and keeps its sign-ins in one process; use AUTH_MODE=hosted for more than one process",
+            ));
+        }
         let harness = one_of("HARNESS", &args.harness, "remote", HARNESSES)?.to_string();
         let harness_auth = match given(&args.harness_auth) {
             None => None,
@@ -1848,6 +1855,14 @@ mod tests {
         assert!(c.many_processes);
         assert_eq!(c.document_lease_ms, 10_000);
         assert!(!parse(&[]).unwrap().many_processes);
+        let e = parse(&[
+            ("processes", "many"),
+            ("database-url", "postgres://u@db.example/chopin"),
+            ("auth-mode", "local"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.variable, "PROCESSES");
+        assert!(e.problem.contains("AUTH_MODE=hosted"), "{}", e.problem);
         assert_eq!(
             parse(&[("processes", "several")]).unwrap_err().variable,
             "PROCESSES"

@@ -10,16 +10,13 @@
 //! takes a tree over or loses it (the composition root's welcome and loss handling), or how a
 //! refusal is spoken (the transport).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use uuid::Uuid;
 
 use crate::runtime::document_leases::{self, DocumentLeases};
+use crate::store::routed::Roots;
 use crate::store::{Store, StoreError};
-
-/// The most documents whose roots are remembered; past it, all are forgotten and read again.
-const ROOTS_REMEMBERED: usize = 65_536;
 
 /// The answer to [`Serving::serve`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +40,7 @@ struct Leased {
     leases: DocumentLeases,
     /// Unfenced: reads only.
     store: Arc<dyn Store>,
-    roots: Mutex<BTreeMap<Uuid, Uuid>>,
+    roots: Roots,
 }
 
 impl Serving {
@@ -58,7 +55,7 @@ impl Serving {
         let _ = self.leased.set(Leased {
             leases,
             store,
-            roots: Mutex::default(),
+            roots: Roots::default(),
         });
     }
 
@@ -111,24 +108,6 @@ impl Serving {
 impl Leased {
     /// The root of `document_id`'s tree; `None` if there is no such document.
     async fn root_of(&self, document_id: Uuid) -> Result<Option<Uuid>, StoreError> {
-        let remembered = self
-            .roots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&document_id)
-            .copied();
-        if let Some(root) = remembered {
-            return Ok(Some(root));
-        }
-        let Some(doc) = self.store.document(document_id).await? else {
-            return Ok(None);
-        };
-        let root = doc.parent_id.unwrap_or(doc.id);
-        let mut roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
-        if roots.len() >= ROOTS_REMEMBERED {
-            roots.clear();
-        }
-        roots.insert(document_id, root);
-        Ok(Some(root))
+        self.roots.of(&*self.store, document_id).await
     }
 }

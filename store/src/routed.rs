@@ -48,9 +48,38 @@ pub trait DocumentHandles: Send + Sync + 'static {
     }
 }
 
-/// The most documents whose roots [`Routed`] remembers; past it, it forgets them all and reads
-/// them again.
-const ROOTS_REMEMBERED: usize = 65_536;
+/// Each document's root, as read from a store once (a document's parent never changes), for
+/// whoever routes by document tree: at most [`Roots::REMEMBERED`] are kept; past it, all are
+/// forgotten and read again.
+#[derive(Default)]
+pub struct Roots(std::sync::Mutex<std::collections::BTreeMap<Uuid, Uuid>>);
+
+impl Roots {
+    pub const REMEMBERED: usize = 65_536;
+
+    /// The root of `document_id`'s tree (itself for a root), read from `store` unless
+    /// remembered; `None` if there is no such document.
+    pub async fn of(&self, store: &dyn Store, document_id: Uuid) -> StoreResult<Option<Uuid>> {
+        let remembered = self.lock().get(&document_id).copied();
+        if remembered.is_some() {
+            return Ok(remembered);
+        }
+        let Some(doc) = store.document(document_id).await? else {
+            return Ok(None);
+        };
+        let root = doc.parent_id.unwrap_or(doc.id);
+        let mut roots = self.lock();
+        if roots.len() >= Self::REMEMBERED {
+            roots.clear();
+        }
+        roots.insert(document_id, root);
+        Ok(Some(root))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<Uuid, Uuid>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
 
 /// A store handle routing each document's writes through that document's handle (see the
 /// module documentation).
@@ -58,8 +87,8 @@ pub struct Routed {
     /// Unfenced: reads, and the writes that are not a document's.
     inner: Arc<dyn Store>,
     handles: Arc<dyn DocumentHandles>,
-    /// Each child document's root, as read (a document's parent never changes).
-    roots: std::sync::Mutex<std::collections::BTreeMap<Uuid, Uuid>>,
+    /// Each document's root, as read.
+    roots: Roots,
 }
 
 /// The refusal of a write of a document this process does not serve.
@@ -75,33 +104,17 @@ impl Routed {
         Routed {
             inner,
             handles,
-            roots: std::sync::Mutex::default(),
+            roots: Roots::default(),
         }
     }
 
     /// The root of `document_id`'s tree: itself for a root, or a document not created yet.
     pub async fn root_of(&self, document_id: Uuid) -> StoreResult<Uuid> {
-        if let Some(root) = self.remembered(document_id) {
-            return Ok(root);
-        }
-        let Some(doc) = self.inner.document(document_id).await? else {
-            return Ok(document_id);
-        };
-        let root = doc.parent_id.unwrap_or(doc.id);
-        let mut roots = self.roots.lock().unwrap_or_else(|p| p.into_inner());
-        if roots.len() >= ROOTS_REMEMBERED {
-            roots.clear();
-        }
-        roots.insert(document_id, root);
-        Ok(root)
-    }
-
-    fn remembered(&self, document_id: Uuid) -> Option<Uuid> {
-        self.roots
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&document_id)
-            .copied()
+        Ok(self
+            .roots
+            .of(&*self.inner, document_id)
+            .await?
+            .unwrap_or(document_id))
     }
 
     /// The handle `document_id`'s writes go through — its tree's — or the refusal.
