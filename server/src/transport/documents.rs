@@ -52,16 +52,9 @@ impl DocumentsDeps {
     pub(super) async fn served_here(&self, doc: &Document) -> Result<(), ApiError> {
         match self.serving.serve(doc.id).await.map_err(ApiError::store)? {
             crate::serving::Serve::Here => Ok(()),
-            crate::serving::Serve::Elsewhere { retry_after_ms } => Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "served-elsewhere",
-                format!(
-                    "Another server process serves document {} now; ask again through the \
-                     balancer (within {} s if that process stopped).",
-                    doc.id,
-                    (retry_after_ms.max(0) + 999) / 1_000
-                ),
-            )),
+            crate::serving::Serve::Elsewhere { retry_after_ms } => {
+                Err(super::placement::elsewhere(retry_after_ms))
+            }
         }
     }
 

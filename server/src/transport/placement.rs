@@ -44,19 +44,28 @@ pub async fn gate(State(serving): State<Arc<Serving>>, request: Request, next: N
     }
 }
 
-/// `503 served-elsewhere`, with `Retry-After` in whole seconds (at least 1).
-pub fn served_elsewhere(retry_after_ms: i64) -> Response {
-    let seconds = ((retry_after_ms.max(0) + 999) / 1_000).max(1);
-    let mut response = ApiError::new(
+/// Whole seconds (at least 1) until `retry_after_ms` has passed.
+fn seconds(retry_after_ms: i64) -> i64 {
+    ((retry_after_ms.max(0) + 999) / 1_000).max(1)
+}
+
+/// The error of a document another process serves: `503 served-elsewhere`.
+pub fn elsewhere(retry_after_ms: i64) -> ApiError {
+    ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "served-elsewhere",
         format!(
-            "Another server process serves this document now; try again (in at most {seconds} s, \
-             should that process have stopped)."
+            "Another server process serves this document now; try again (in at most {} s, \
+             should that process have stopped).",
+            seconds(retry_after_ms)
         ),
     )
-    .into_response();
-    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+}
+
+/// [`elsewhere`] as a response, with `Retry-After` in whole seconds.
+pub fn served_elsewhere(retry_after_ms: i64) -> Response {
+    let mut response = elsewhere(retry_after_ms).into_response();
+    if let Ok(value) = HeaderValue::from_str(&seconds(retry_after_ms).to_string()) {
         response.headers_mut().insert(header::RETRY_AFTER, value);
     }
     response
