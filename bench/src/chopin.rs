@@ -72,22 +72,7 @@ impl Fixture {
             .context("the fake GitHub could not listen")?;
         let data = tempfile::tempdir().context("cannot make a temporary data folder")?;
         let data_dir = data.path().to_string_lossy().into_owned();
-        let mut env = vec![
-            ("PORT", "0".to_owned()),
-            ("HOME", data_dir.clone()),
-            ("CHOPIN_DATA_DIR", data_dir),
-            ("GITHUB_API_URL", github_url.clone()),
-            ("GITHUB_WEB_URL", github_url),
-            ("GITHUB_APP_CLIENT_ID", github::DEFAULT_CLIENT_ID.to_owned()),
-            (
-                "GITHUB_APP_CLIENT_SECRET",
-                github::DEFAULT_CLIENT_SECRET.to_owned(),
-            ),
-            ("AGENT_CONNECTION_TIMEOUT_MS", QUIET_TIMER_MS.to_owned()),
-            ("PLANNER_ATTACH_GRACE_MS", QUIET_TIMER_MS.to_owned()),
-            ("AGENT_ACCESS_RECHECK_MS", QUIET_TIMER_MS.to_owned()),
-            ("PLANNER_PATIENCE_MS", QUIET_TIMER_MS.to_owned()),
-        ];
+        let mut env = server_env(&github_url, &data_dir);
         env.extend(extra.iter().cloned());
         let server = Spawned::start("chopin", bin, &[], &env, "chopin listening on ").await?;
         let (bin, env) = (bin.to_path_buf(), env);
@@ -324,6 +309,27 @@ impl GitHubRequests {
             self.repos - earlier.repos
         )
     }
+}
+
+/// The environment of a bench's `chopin` process: `PORT=0`, its data folder, the fake GitHub at
+/// `github_url` with its OAuth app, and every timer that could end a link during a run an hour.
+pub(crate) fn server_env(github_url: &str, data_dir: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("PORT", "0".to_owned()),
+        ("HOME", data_dir.to_owned()),
+        ("CHOPIN_DATA_DIR", data_dir.to_owned()),
+        ("GITHUB_API_URL", github_url.to_owned()),
+        ("GITHUB_WEB_URL", github_url.to_owned()),
+        ("GITHUB_APP_CLIENT_ID", github::DEFAULT_CLIENT_ID.to_owned()),
+        (
+            "GITHUB_APP_CLIENT_SECRET",
+            github::DEFAULT_CLIENT_SECRET.to_owned(),
+        ),
+        ("AGENT_CONNECTION_TIMEOUT_MS", QUIET_TIMER_MS.to_owned()),
+        ("PLANNER_ATTACH_GRACE_MS", QUIET_TIMER_MS.to_owned()),
+        ("AGENT_ACCESS_RECHECK_MS", QUIET_TIMER_MS.to_owned()),
+        ("PLANNER_PATIENCE_MS", QUIET_TIMER_MS.to_owned()),
+    ]
 }
 
 /// Signs `login` in through the server's GitHub OAuth web flow, the fake GitHub approving it as

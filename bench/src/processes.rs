@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use chopin_fixtures::github::{self, FakeGitHub, Permission};
+use chopin_fixtures::github::{FakeGitHub, Permission};
 use serde_json::json;
 use yrs::updates::encoder::Encode;
 use yrs::{Text, Transact};
@@ -40,7 +40,6 @@ const REPO: &str = "plans";
 const LOGIN: &str = "mona";
 /// The origin every process is given (`APP_ORIGIN`), as behind one balancer.
 const ORIGIN: &str = "http://chopin.bench";
-const QUIET_TIMER_MS: &str = "3600000";
 const ACK_TIMEOUT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Clone, clap::Args)]
@@ -99,26 +98,13 @@ impl Cluster {
             .context("the fake GitHub could not listen")?;
         let data = tempfile::tempdir().context("a temporary data folder")?;
         let data_dir = data.path().to_string_lossy().into_owned();
-        let mut env = vec![
-            ("PORT", "0".to_owned()),
-            ("HOME", data_dir.clone()),
-            ("CHOPIN_DATA_DIR", data_dir),
+        let mut env = crate::chopin::server_env(&github_url, &data_dir);
+        env.extend([
             ("DATABASE_URL", database),
             ("SESSION_ENCRYPTION_KEY", "5b".repeat(32)),
             ("APP_ORIGIN", ORIGIN.to_owned()),
-            ("GITHUB_API_URL", github_url.clone()),
-            ("GITHUB_WEB_URL", github_url),
-            ("GITHUB_APP_CLIENT_ID", github::DEFAULT_CLIENT_ID.to_owned()),
-            (
-                "GITHUB_APP_CLIENT_SECRET",
-                github::DEFAULT_CLIENT_SECRET.to_owned(),
-            ),
-            ("AGENT_CONNECTION_TIMEOUT_MS", QUIET_TIMER_MS.to_owned()),
-            ("PLANNER_ATTACH_GRACE_MS", QUIET_TIMER_MS.to_owned()),
-            ("AGENT_ACCESS_RECHECK_MS", QUIET_TIMER_MS.to_owned()),
-            ("PLANNER_PATIENCE_MS", QUIET_TIMER_MS.to_owned()),
             ("BACKGROUND_JOBS", "off".to_owned()),
-        ];
+        ]);
         if count > 1 {
             env.push(("PROCESSES", "many".to_owned()));
             env.push(("DOCUMENT_LEASE_MS", args.lease_ms.to_string()));

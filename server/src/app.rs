@@ -901,68 +901,91 @@ pub async fn start_observed(
     if swept > 0 {
         tracing::info!(swept, "removed expired or signed-out browser logins");
     }
-    // No Planner link survives a process: startup clears every owner reference, except (hosted)
+    sweep_left_behind(
+        &*store,
+        config.auth_mode == AuthMode::Local,
+        runtime.clock.now_ms(),
+        Reach::Every,
+    )
+    .await?;
+    let (watch, keeper) = lease::keep(lease_store, runtime.clock.clone(), lease, fence);
+    let app = App::wire(config, store, runtime, key, watch, Shutdown::new());
+    if let Some(observer) = observer {
+        app.planners.observe(observer);
+    }
+    rebuild_holds(&app.planners, &app.questions, Reach::Every).await;
+    Ok(Running {
+        app,
+        keeper: Keeping::Writer(keeper),
+    })
+}
+
+/// What an earlier process left of the documents `reach` reaches, swept: at startup every
+/// document, as a process takes a tree over (`PROCESSES=many`) each of its documents.
+async fn sweep_left_behind(
+    store: &dyn Store,
+    local: bool,
+    now_ms: i64,
+    reach: Reach,
+) -> Result<(), StoreError> {
+    // No Planner link survives a process: every owner reference is cleared, except (hosted)
     // the owner of a document whose stored hold names that owner's browser sign-in with a
     // stored credential: the hand-over keeps those (AO-20, OWN-34).
-    let cleared = match config.auth_mode {
-        AuthMode::Hosted => store.clear_unheld_ownership(Reach::Every).await?,
-        AuthMode::Local => store.clear_all_ownership(Reach::Every).await?,
+    let cleared = if local {
+        store.clear_all_ownership(reach).await?
+    } else {
+        store.clear_unheld_ownership(reach).await?
     };
     // Nothing runs a workflow the last process was told about: its live runs come back stopped
     // (SES-13), except those of a document whose owner was kept for its hold just above: its
     // client may come back for them (HO-08). Under AUTH_MODE=local no owner was kept.
-    let stopped = store.stop_unheld_runs(Reach::Every).await?;
+    let stopped = store.stop_unheld_runs(reach).await?;
     if stopped > 0 {
         tracing::info!(
             stopped,
+            ?reach,
             "workflow runs left live by an earlier process are shown stopped"
         );
     }
     if cleared > 0 {
         tracing::info!(
             cleared,
+            ?reach,
             "cleared Planner owner references left by an earlier process"
         );
     }
     // A background job attempt the last process left mid-way is never run again (OWN-18): it
     // settles failed as interrupted; pending jobs wait to be claimed by this one.
     let interrupted = store
-        .interrupt_running_jobs(
-            crate::jobs::INTERRUPTED,
-            runtime.clock.now_ms(),
-            Reach::Every,
-        )
+        .interrupt_running_jobs(crate::jobs::INTERRUPTED, now_ms, reach)
         .await?;
     if interrupted > 0 {
         tracing::info!(
             interrupted,
+            ?reach,
             "background job attempts left running by an earlier process were settled as interrupted"
         );
     }
-    let (watch, keeper) = lease::keep(lease_store, runtime.clock.clone(), lease, fence);
-    let app = App::wire(config, store, runtime, key, watch, Shutdown::new());
-    if let Some(observer) = observer {
-        app.planners.observe(observer);
-    }
-    // The holds the last process left become suspended holds (AO-19), some in their hand-over
-    // window (HO-03).
-    // A store that cannot be read leaves the kept owners without a hold; the next attach
-    // clears such an owner (AO-05).
-    match app.planners.rebuild_holds().await {
+    Ok(())
+}
+
+/// The holds the last process left of the documents `reach` reaches become suspended holds
+/// (AO-19), some in their hand-over window (HO-03). A store that cannot be read leaves the kept
+/// owners without a hold; the next attach clears such an owner (AO-05).
+async fn rebuild_holds(planners: &Arc<Planners>, questions: &Questions, reach: Reach) {
+    match planners.rebuild_holds_in(reach).await {
         Ok(0) => {}
-        Ok(rebuilt) => tracing::info!(rebuilt, "Planner holds rebuilt from storage"),
-        Err(e) => tracing::error!(error = %e, "could not read the stored Planner holds"),
+        Ok(rebuilt) => tracing::info!(rebuilt, ?reach, "Planner holds rebuilt from storage"),
+        Err(e) => tracing::error!(error = %e, ?reach, "could not read the stored Planner holds"),
     }
     // Nothing in this process waits on the questions those holds' clients waited on (HO-15):
     // an answer to one of their Decisions goes to a Planner turn instead.
-    for (doc, questions) in app.planners.held_questions() {
-        let cards: Vec<String> = questions.into_iter().flat_map(|q| q.cards).collect();
-        app.questions.not_waited_on(doc, &cards);
+    for (doc, held) in planners.held_questions() {
+        if reach.covers(doc) {
+            let cards: Vec<String> = held.into_iter().flat_map(|q| q.cards).collect();
+            questions.not_waited_on(doc, &cards);
+        }
     }
-    Ok(Running {
-        app,
-        keeper: Keeping::Writer(keeper),
-    })
 }
 
 /// [`start_observed`] under `PROCESSES=many`: no writer lease. Each document tree is served
@@ -1073,16 +1096,9 @@ impl Welcome for TakeOver {
         };
         for document in std::iter::once(root).chain(children.iter().map(|c| c.id)) {
             let reach = Reach::Document(document);
-            let cleared = if self.local {
-                handle.clear_all_ownership(reach).await
-            } else {
-                handle.clear_unheld_ownership(reach).await
-            };
-            let stopped = handle.stop_unheld_runs(reach).await;
-            let interrupted = handle
-                .interrupt_running_jobs(crate::jobs::INTERRUPTED, self.clock.now_ms(), reach)
-                .await;
-            if let Err(e) = cleared.and(stopped).and(interrupted) {
+            if let Err(e) =
+                sweep_left_behind(&*handle, self.local, self.clock.now_ms(), reach).await
+            {
                 tracing::error!(%document, error = %e, "could not sweep what an earlier process left of a document taken over");
             }
             let (Some(planners), Some(questions)) =
@@ -1090,21 +1106,7 @@ impl Welcome for TakeOver {
             else {
                 return;
             };
-            match planners.rebuild_holds_in(reach).await {
-                Ok(0) => {}
-                Ok(rebuilt) => {
-                    tracing::info!(%document, rebuilt, "Planner holds rebuilt for a document taken over")
-                }
-                Err(e) => {
-                    tracing::error!(%document, error = %e, "could not read a taken-over document's stored Planner holds")
-                }
-            }
-            for (doc, held) in planners.held_questions() {
-                if doc == document {
-                    let cards: Vec<String> = held.into_iter().flat_map(|q| q.cards).collect();
-                    questions.not_waited_on(doc, &cards);
-                }
-            }
+            rebuild_holds(&planners, &questions, reach).await;
         }
     }
 }

@@ -651,23 +651,13 @@ impl World {
     }
 
     /// The services of the latest incarnation on server host `host`, once one has started
-    /// there (it may have crashed since: see [`World::is_host_running`]).
+    /// there (it may have crashed since).
     pub fn server_app_on(&self, host: &str) -> Option<App> {
         self.server_apps
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .get(host)
             .cloned()
-    }
-
-    /// The hosts server software was installed on, [`SERVER_HOST`] first.
-    pub fn server_hosts(&self) -> Vec<String> {
-        self.server_hosts.clone()
-    }
-
-    /// Whether `host`'s software runs now (not crashed, not ended).
-    pub fn is_host_running(&mut self, host: &str) -> bool {
-        self.sim.is_host_running(host)
     }
 
     /// Crashes server host `host` (any of them; [`Step::CrashServer`] crashes [`SERVER_HOST`]):
