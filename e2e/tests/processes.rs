@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use chopin_e2e::{sign_in, sign_in_at, Launch, Server};
 use chopin_fixtures::browser::BrowserSocket;
 use chopin_fixtures::github::{FakeGitHub, Permission};
+use chopin_fixtures::mcp::{call, connect, ok, text};
 use serde_json::json;
 
 /// The lease period the processes are given (`DOCUMENT_LEASE_MS`).
@@ -301,6 +302,112 @@ async fn each_document_is_served_by_one_process_and_by_another_after_a_crash_or_
     let _ = room.close().await;
     let (status, log) = c.stop().await;
     assert!(status.success(), "{log}");
+    pg.drop_database(&db).await.unwrap();
+}
+
+#[tokio::test]
+async fn an_mcp_call_naming_a_document_is_carried_to_the_process_that_serves_it() {
+    let pg = chopin_fixtures::pg::shared_postgres();
+    let db = pg.create_database().await.unwrap();
+    let github = FakeGitHub::new();
+    github.add_user("mona", 1001).add_repo("octo", "plans");
+    github.grant("octo", "plans", "mona", Permission::Write);
+    let token = github.issue_token("mona");
+    let github_url = github.serve_tcp().await.unwrap();
+    // No PROCESS_URL: each process is reached at the port it bound, on this machine.
+    let launch = Launch::hosted(&github_url)
+        .env("DATABASE_URL", db.url.clone())
+        .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
+        .env("APP_ORIGIN", ORIGIN)
+        .env("PROCESSES", "many")
+        .env("DOCUMENT_LEASE_MS", LEASE_MS.to_string());
+    let a = launch.start().await;
+    let b = launch.start().await;
+    let c = launch.start().await;
+    let mona = sign_in(&b, &github, "mona").await;
+    let made = a.create_document(&token, "octo/plans", "Carried").await;
+    let id = made["id"].as_str().unwrap().to_owned();
+    // b serves it (the balancer sent its first request there).
+    assert_eq!(served_by(&[&b, &a, &c], &token, &id).await, 0);
+
+    // MCP clients are not balanced by document: calls reach a and c, and are answered by b.
+    let on_a = connect(&a.url("/mcp"), &token).await;
+    let on_c = connect(&c.url("/mcp"), &token).await;
+    let read = ok(call(&on_a, "read_document", json!({ "document": id })).await);
+    let revision = read["revision"].as_u64().expect("a revision");
+    let update = json!({ "document": id, "planRevision": revision,
+                         "source": "# Carried\n\nWritten through c.\n",
+                         "idempotencyKey": "carried-1" });
+    let applied = ok(call(&on_c, "update_document", update.clone()).await);
+    assert_eq!(applied["planRevision"], revision + 1);
+    assert_eq!(
+        ok(call(&on_a, "update_document", update).await),
+        applied,
+        "a replay through another process is the same answer"
+    );
+    let page = text(&call(&on_a, "read_document", json!({ "document": id })).await);
+    assert!(page.contains("Written through c."), "{page}");
+    // A Planner client attached on b, where the document is served.
+    let stream = tokio::net::TcpStream::connect(b.host()).await.unwrap();
+    let mut planner = chopin_fixtures::agent::connect(
+        stream,
+        &chopin_fixtures::agent::Upgrade::new(b.host(), Some(&token)),
+    )
+    .await
+    .unwrap();
+    let attached = planner.attach(&id, &[]).await.unwrap();
+    assert!(
+        matches!(attached, chopin_protocol::agent::ServerMessage::Attached(_)),
+        "{attached:?}"
+    );
+    let invoked = ok(call(
+        &on_c,
+        "invoke_planner",
+        json!({ "document": id, "instruction": "Carried instruction", "idempotencyKey": "inv-1" }),
+    )
+    .await);
+    let seq = invoked["seq"].as_i64().expect("the instruction's seq");
+    // Posted in the document's Chat, on the process that serves it; the lease never moved.
+    assert_eq!(served_by(&[&b, &a, &c], &token, &id).await, 0);
+    let mut room = join(&b, &id, &mona).await.expect("the room opens on b");
+    let stored = history(&mut room).await;
+    assert!(
+        stored.contains(&(seq, "Carried instruction".to_owned())),
+        "{stored:?}"
+    );
+    let _ = room.close().await;
+    let _ = planner.close().await;
+
+    // A call already carried once is never carried again: a process that does not serve the
+    // document answers it itself.
+    let again = reqwest::Client::new()
+        .post(a.url("/mcp"))
+        .bearer_auth(&token)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("x-chopin-carried", "1")
+        .body(
+            json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                    "params": { "name": "read_document", "arguments": { "document": id } } })
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 200);
+    let again: serde_json::Value = again.json().await.unwrap();
+    assert_eq!(
+        again["result"]["structuredContent"]["code"], "served-elsewhere",
+        "{again}"
+    );
+
+    let _ = on_a.cancel().await;
+    let _ = on_c.cancel().await;
+    for server in [a, b, c] {
+        let (status, log) = server.stop().await;
+        assert!(status.success(), "{log}");
+        assert!(!log.contains(token.as_str()), "a token was logged");
+    }
     pg.drop_database(&db).await.unwrap();
 }
 

@@ -752,6 +752,7 @@ impl App {
             chat: self.chat.clone(),
             children: self.children.clone(),
             entropy: self.runtime.entropy.clone(),
+            connector: self.runtime.connector.clone(),
             shutdown: self.shutdown.clone(),
             visuals: self.visuals.clone(),
             graphs: self.graphs.clone(),
@@ -886,7 +887,13 @@ pub async fn start_observed(
     observer: Option<Arc<dyn crate::observe::Observer>>,
 ) -> Result<Running, StartError> {
     let key = credential_key(&config, &runtime)?;
-    let holder = format!("chopin-{}", runtime.entropy.token_hex(8));
+    let holder = crate::runtime::document_leases::process_name(
+        &runtime.entropy.token_hex(8),
+        config
+            .process_url
+            .as_deref()
+            .filter(|_| config.many_processes),
+    );
     if config.many_processes {
         return start_many(config, store, runtime, observer, key, holder).await;
     }

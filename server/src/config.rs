@@ -144,6 +144,10 @@ pub struct Config {
     pub many_processes: bool,
     /// `DOCUMENT_LEASE_MS`: a document lease's period under `PROCESSES=many`.
     pub document_lease_ms: u64,
+    /// `PROCESS_URL`: where the other processes reach this one under `PROCESSES=many` (an MCP
+    /// call naming a document this process serves is carried here). The binary fills it in
+    /// from the port it bound when unset.
+    pub process_url: Option<String>,
     /// Absolute lifetime of a browser sign-in (cookie session), in ms.
     pub session_max_age_ms: u64,
     /// The key that seals sign-in credentials at rest (64 hex characters), if set.
@@ -519,6 +523,13 @@ pub struct Args {
     /// ms; after a crash its documents are served by the others within this. Default 10000.
     #[arg(long, env = "DOCUMENT_LEASE_MS", value_name = "MS")]
     pub document_lease_ms: Option<String>,
+
+    /// With PROCESSES=many: the address the other processes reach this one at
+    /// (http://host:port, no path). An MCP call that reaches another process but names a
+    /// document this one serves is carried here. Default: http://127.0.0.1:<the port bound>,
+    /// right only when every process runs on one machine.
+    #[arg(long, env = "PROCESS_URL", value_name = "URL")]
+    pub process_url: Option<String>,
 
     /// 64 hex characters (`openssl rand -hex 32`): the key that encrypts browser sign-ins'
     /// GitHub credentials in the database. Unset: a key generated once into credential.key beside
@@ -1153,6 +1164,31 @@ fn given(v: &Option<String>) -> Option<&str> {
     v.as_deref().map(str::trim).filter(|s| !s.is_empty())
 }
 
+/// `PROCESS_URL`: an `http://` or `https://` address with a host and no path (a trailing `/` is
+/// dropped); `None` when unset or empty.
+fn process_url(given: &Option<String>) -> Result<Option<String>, ConfigError> {
+    let Some(text) = given.as_deref().map(str::trim).filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    let text = text.trim_end_matches('/');
+    let refuse = || {
+        ConfigError::new(
+            "PROCESS_URL",
+            Some(text),
+            "expected http://host:port (or https://), with no path: where the other processes reach this one",
+        )
+    };
+    let parsed = url::Url::parse(text).map_err(|_| refuse())?;
+    if !matches!(parsed.scheme(), "http" | "https")
+        || parsed.host_str().is_none_or(str::is_empty)
+        || parsed.path() != "/"
+        || parsed.query().is_some()
+        || !parsed.username().is_empty()
+    {
+        return Err(refuse());
+    }
+    Ok(Some(text.to_owned()))
+}
 fn parse_ms(variable: &'static str, v: &Option<String>, default: u64) -> Result<u64, ConfigError> {
     let Some(raw) = given(v) else {
         return Ok(default);
@@ -1612,6 +1648,7 @@ impl Config {
                 }
                 ms => ms,
             },
+            process_url: process_url(&args.process_url)?,
             chat_attachment_max_bytes,
             chat_attachment_max_count,
             chat_attachment_max_total_bytes,
@@ -1871,6 +1908,29 @@ mod tests {
             parse(&[("document-lease-ms", "999")]).unwrap_err().variable,
             "DOCUMENT_LEASE_MS"
         );
+    }
+
+    #[test]
+    fn a_process_url_is_a_web_address_with_no_path() {
+        assert_eq!(parse(&[]).unwrap().process_url, None);
+        assert_eq!(
+            parse(&[("process-url", "http://10.0.0.7:8787/")])
+                .unwrap()
+                .process_url
+                .as_deref(),
+            Some("http://10.0.0.7:8787")
+        );
+        for bad in [
+            "10.0.0.7:8787",
+            "ftp://10.0.0.7",
+            "http://10.0.0.7:8787/chopin",
+            "http://user:pw@10.0.0.7",
+            "http://",
+        ] {
+            let e = parse(&[("process-url", bad)]).unwrap_err();
+            assert_eq!(e.variable, "PROCESS_URL", "{bad}");
+            assert!(e.problem.contains("http://host:port"), "{}", e.problem);
+        }
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub enum Serve {
     Elsewhere {
         /// When that process's lease expires if it stops renewing it: when to try again.
         retry_after_ms: i64,
+        /// Where the other processes reach that process (`PROCESS_URL`), if it said.
+        process: Option<String>,
     },
 }
 
@@ -75,9 +77,13 @@ impl Serving {
         };
         match leased.leases.serve(root).await? {
             document_leases::Serving::Here(_) => Ok(Serve::Here),
-            document_leases::Serving::Elsewhere { retry_after_ms, .. } => {
-                Ok(Serve::Elsewhere { retry_after_ms })
-            }
+            document_leases::Serving::Elsewhere {
+                retry_after_ms,
+                holder,
+            } => Ok(Serve::Elsewhere {
+                retry_after_ms,
+                process: document_leases::process_url(&holder).map(str::to_owned),
+            }),
         }
     }
 

@@ -149,6 +149,17 @@ async fn run(mut config: Config, origin_given: bool) -> anyhow::Result<()> {
         // A port chosen by the system: the derived origin names the port actually bound.
         config.app_origin = format!("http://{local}");
     }
+    if config.many_processes && config.process_url.is_none() {
+        // Where the other processes reach this one: the port bound, on this machine.
+        let ip = match local.ip() {
+            ip if ip.is_unspecified() => std::net::IpAddr::from([127, 0, 0, 1]),
+            ip => ip,
+        };
+        config.process_url = Some(format!(
+            "http://{}",
+            std::net::SocketAddr::new(ip, local.port())
+        ));
+    }
     let signals = ShutdownSignals::listen();
     // Which harness runs the Planner, and for `provider` which model and API (never its key).
     let planner = match &config.provider {

@@ -67,6 +67,24 @@ impl DocumentLeaseTimes {
     }
 }
 
+/// The name a process takes leases under: `chopin-<random>`, followed by the address the other
+/// processes reach it at when it has one (`PROCESS_URL`), so that a process asked about a
+/// document another one serves can carry the request there ([`process_url`]).
+pub fn process_name(random: &str, url: Option<&str>) -> String {
+    match url {
+        Some(url) => format!("chopin-{random} {url}"),
+        None => format!("chopin-{random}"),
+    }
+}
+
+/// The address in a lease holder's name ([`process_name`]), if it gave one.
+pub fn process_url(holder: &str) -> Option<&str> {
+    holder
+        .split_once(' ')
+        .map(|(_, url)| url.trim())
+        .filter(|url| url.starts_with("http://") || url.starts_with("https://"))
+}
+
 /// The answer to [`DocumentLeases::serve`].
 #[derive(Clone)]
 pub enum Serving {
@@ -456,6 +474,16 @@ mod tests {
     use super::*;
     use crate::runtime::clock::TokioClock;
     use crate::store::{MemoryStore, NewDocument, NewTranscriptEntry};
+
+    #[test]
+    fn a_process_name_carries_its_address_when_it_has_one() {
+        let named = process_name("ab12", Some("http://10.0.0.7:8787"));
+        assert_eq!(named, "chopin-ab12 http://10.0.0.7:8787");
+        assert_eq!(process_url(&named), Some("http://10.0.0.7:8787"));
+        assert_eq!(process_url(&process_name("ab12", None)), None);
+        // Only a web address is taken for one.
+        assert_eq!(process_url("chopin-ab12 file:///etc/passwd"), None);
+    }
 
     /// Faults played on document lease renewals; everything else runs as it is.
     #[derive(Default)]

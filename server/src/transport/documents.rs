@@ -52,7 +52,7 @@ impl DocumentsDeps {
     pub(super) async fn served_here(&self, doc: &Document) -> Result<(), ApiError> {
         match self.serving.serve(doc.id).await.map_err(ApiError::store)? {
             crate::serving::Serve::Here => Ok(()),
-            crate::serving::Serve::Elsewhere { retry_after_ms } => {
+            crate::serving::Serve::Elsewhere { retry_after_ms, .. } => {
                 Err(super::placement::elsewhere(retry_after_ms))
             }
         }

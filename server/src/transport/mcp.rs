@@ -50,7 +50,7 @@ use crate::documents::updates::{Update, Updates};
 use crate::documents::{self, document_json, Locator, Made, BRIEF_MAX_BYTES};
 use crate::error::ApiError;
 use crate::identity::github::RepoAccess;
-use crate::runtime::{SharedEntropy, Shutdown};
+use crate::runtime::{connector, SharedConnector, SharedEntropy, Shutdown};
 use crate::store::Document;
 use crate::turns::FollowUp;
 
@@ -58,6 +58,13 @@ use crate::turns::FollowUp;
 pub const MCP_PATH: &str = "/mcp";
 /// Largest MCP request body read.
 const MAX_REQUEST_BYTES: usize = 4 * 1024 * 1024;
+/// Marks a call one process carried to another (`PROCESSES=many`): it is never carried again.
+pub const CARRIED_HEADER: &str = "x-chopin-carried";
+/// How long a carried call may take before the process that received it answers itself (with
+/// `served-elsewhere`).
+const CARRY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest answer to a carried call read (a whole document's text fits).
+const MAX_CARRIED_ANSWER_BYTES: usize = 16 * 1024 * 1024;
 
 /// What `/mcp` uses.
 #[derive(Clone)]
@@ -71,6 +78,8 @@ pub struct McpDeps {
     pub chat: Arc<Chat>,
     pub children: Arc<Children>,
     pub entropy: SharedEntropy,
+    /// Carries a call to the process that serves its document (`PROCESSES=many`).
+    pub connector: SharedConnector,
     pub shutdown: Shutdown,
     /// The visual admission check creations and updates pass (ISO-33).
     pub visuals: Arc<crate::visuals::VisualAdmission>,
@@ -278,6 +287,10 @@ impl ServerHandler for Tools {
         if let Some(Err(refusal)) = scope.as_ref().map(|s| s.admits(&request.name, &arguments)) {
             return Ok(refused(refusal.code, &refusal.message, json!({})).into());
         }
+        let parts = context.extensions.get::<http::request::Parts>();
+        if let Some(answer) = self.carried(&request.name, &arguments, parts).await {
+            return Ok(answer.into());
+        }
         let called = if crate::rebuilds::is_rebuild_tool(&request.name) {
             match scope {
                 Some(scope) => {
@@ -299,6 +312,79 @@ impl ServerHandler for Tools {
             Err(refusal) => refused(refusal.code, &refusal.message, json!({})),
         };
         Ok(result.into())
+    }
+}
+
+impl Tools {
+    /// Under `PROCESSES=many`, a call naming a document another process serves is carried to
+    /// that process, as it came (the caller's own `Authorization`), and its answer given back:
+    /// MCP clients are not balanced by document, so any process may receive the call. Every
+    /// check is the serving process's. `None`: answer here — the document is served here, is
+    /// not found, or the serving process gave no address or did not answer (then the tool
+    /// refuses `served-elsewhere` here). A carried call is never carried again.
+    async fn carried(
+        &self,
+        tool: &str,
+        args: &Value,
+        parts: Option<&http::request::Parts>,
+    ) -> Option<CallToolResult> {
+        let parts = parts?;
+        if parts.headers.contains_key(CARRIED_HEADER) {
+            return None;
+        }
+        let deps = &self.deps.documents;
+        let named = args
+            .get("documentId")
+            .or_else(|| args.get("document"))
+            .and_then(Value::as_str)?;
+        let locator = Locator::parse_at(named, deps.access.app_origin())?;
+        let doc = deps.documents.resolve(&locator).await.ok()??;
+        let crate::serving::Serve::Elsewhere {
+            process: Some(process),
+            ..
+        } = deps.serving.serve(doc.id).await.ok()?
+        else {
+            return None;
+        };
+        let body = json!({
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": { "name": tool, "arguments": args },
+        });
+        let mut request = http::Request::post(format!("{process}{MCP_PATH}"))
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header(CARRIED_HEADER, "1");
+        if let Some(authorization) = parts.headers.get(header::AUTHORIZATION) {
+            request = request.header(header::AUTHORIZATION, authorization.clone());
+        }
+        let request = request.body(bytes::Bytes::from(body.to_string())).ok()?;
+        let options = connector::SendOptions {
+            max_body_bytes: MAX_CARRIED_ANSWER_BYTES,
+            ..connector::SendOptions::default()
+        };
+        let sent = tokio::time::timeout(
+            CARRY_TIMEOUT,
+            connector::send_with(&*self.deps.connector, &options, request),
+        )
+        .await;
+        let why = match sent {
+            Ok(Ok(answer)) if answer.status == StatusCode::OK => {
+                match serde_json::from_slice::<Value>(&answer.body)
+                    .ok()
+                    .and_then(|mut v| serde_json::from_value(v["result"].take()).ok())
+                {
+                    Some(result) => return Some(result),
+                    None => "its answer was no tool result".to_owned(),
+                }
+            }
+            Ok(Ok(answer)) => format!("it answered {}", answer.status),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {} s", CARRY_TIMEOUT.as_secs()),
+        };
+        tracing::warn!(%tool, document = %doc.id, %process, %why, "an MCP call could not be carried to the process serving its document");
+        None
     }
 }
 

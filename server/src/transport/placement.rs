@@ -39,7 +39,7 @@ pub async fn gate(State(serving): State<Arc<Serving>>, request: Request, next: N
     };
     match serving.serve(document_id).await {
         Ok(Serve::Here) => next.run(request).await,
-        Ok(Serve::Elsewhere { retry_after_ms }) => served_elsewhere(retry_after_ms),
+        Ok(Serve::Elsewhere { retry_after_ms, .. }) => served_elsewhere(retry_after_ms),
         Err(e) => ApiError::store(e).into_response(),
     }
 }
