@@ -479,6 +479,7 @@ mod tests {
             ok: true,
             fenced: false,
             elapsed: std::time::Duration::from_millis(3),
+            fence: None,
         });
         let room = metrics.socket(SocketKind::Room);
         let page = metrics.render(Snapshot {

@@ -566,6 +566,25 @@ impl World {
     /// A browser actor on the socket at `path` of server host `server` (one of several
     /// processes on one store).
     pub fn browser_on(&mut self, name: &str, server: &str, cookie: &str, path: &str) -> Browser {
+        self.browser_dialing(name, server, cookie, path, false)
+    }
+
+    /// A browser tab on the socket at `path` of host `host` (a server or a balancer) that may
+    /// find nobody there: a connection refused, an upgrade refused with any status, or a stream
+    /// cut during the upgrade ends the tab closed (1006, with why) instead of failing the world,
+    /// as a browser's failed WebSocket does.
+    pub fn tab_on(&mut self, name: &str, host: &str, cookie: &str, path: &str) -> Browser {
+        self.browser_dialing(name, host, cookie, path, true)
+    }
+
+    fn browser_dialing(
+        &mut self,
+        name: &str,
+        server: &str,
+        cookie: &str,
+        path: &str,
+        may_fail: bool,
+    ) -> Browser {
         let log = Arc::new(Mutex::new(Vec::new()));
         let closed = Arc::new(Mutex::new(None));
         let (commands, mut rx) = mpsc::unbounded_channel();
@@ -580,7 +599,19 @@ impl World {
         let (path, server) = (path.to_owned(), server.to_owned());
         let (cookie, recorder, host) = (cookie.to_owned(), self.recorder(), name.to_owned());
         self.spawn(name, async move {
-            let stream = turmoil::net::TcpStream::connect((server.as_str(), SERVER_PORT)).await?;
+            let ended = |why: String| {
+                recorder.record_in_host(&host, Event::Actor { what: format!("refused: {why}") });
+                *closed.lock().unwrap_or_else(|e| e.into_inner()) = Some((now_ms(), 1006, why));
+            };
+            let stream = match turmoil::net::TcpStream::connect((server.as_str(), SERVER_PORT)).await
+            {
+                Ok(stream) => stream,
+                Err(e) if may_fail => {
+                    ended(format!("connect: {e}"));
+                    return Ok(());
+                }
+                Err(e) => return Err(e.into()),
+            };
             let mut socket = match BrowserSocket::connect(
                 stream,
                 &server_authority(),
@@ -597,6 +628,10 @@ impl World {
                     recorder.record_in_host(&host, Event::Actor { what: format!("refused: {e}") });
                     *closed.lock().unwrap_or_else(|e| e.into_inner()) =
                         Some((now_ms(), 1006, "served-elsewhere".to_owned()));
+                    return Ok(());
+                }
+                Err(e) if may_fail => {
+                    ended(e.to_string());
                     return Ok(());
                 }
                 Err(e) => return Err(format!("room connect: {e}").into()),

@@ -12,6 +12,9 @@ use uuid::Uuid;
 use crate::clock::SIM_EPOCH_MS;
 use crate::world::{Step, World, WorldOptions};
 
+/// The cast's document's id.
+pub const CAST_DOCUMENT: Uuid = Uuid::from_u128(0x5eed);
+
 /// The cast's document's canonical URL.
 pub const DOC_URL: &str = "/documents/octo/plans/field-notes";
 
@@ -62,7 +65,7 @@ pub fn cast_with(seed: u64, options: WorldOptions) -> Cast {
     github.grant("octo", "plans", "lisa", Permission::Admin);
     github.grant("octo", "plans", "hubot", Permission::Read);
     let (mona, lisa) = (github.issue_token("mona"), github.issue_token("lisa"));
-    let doc = Uuid::from_u128(0x5eed);
+    let doc = CAST_DOCUMENT;
     block_on(world.store().create_document(&NewDocument {
         id: doc,
         repo_owner: "octo".into(),

@@ -98,10 +98,10 @@ pub struct Fault {
 }
 
 /// splitmix64, the schedule's draws.
-struct Draws(u64);
+pub(crate) struct Draws(pub(crate) u64);
 
 impl Draws {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -109,7 +109,7 @@ impl Draws {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
         if n == 0 {
             0
         } else {

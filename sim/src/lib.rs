@@ -19,6 +19,9 @@
 //! - [`invariants`]: what must hold after every step of every run.
 //! - [`explore`]: random fault schedules over a scenario, and shrinking one that breaks an
 //!   invariant to a short scenario file.
+//! - [`router`]: a hashing balancer host in front of several server hosts.
+//! - [`processes`]: three processes on one store behind the router, played under faults and
+//!   explored for a schedule that breaks their invariants.
 //! - [`actors`]: scripted browsers (sign-in, room presence, Chat sends) and agent clients (attach,
 //!   turn scripts) on their own hosts.
 //!
@@ -32,6 +35,8 @@ pub mod clock;
 pub mod explore;
 pub mod invariants;
 pub mod net;
+pub mod processes;
+pub mod router;
 pub mod scenario;
 pub mod world;
 
@@ -39,9 +44,9 @@ pub use actors::{frame_detail, Agent, AgentEvent, Browser, Heard, TurnScript, Tu
 pub use clock::{SimClock, SIM_EPOCH_MS};
 pub use net::{TurmoilConnector, TurmoilListener};
 pub use world::{
-    run, Configure, Event, Expectation, Failure, HoldStoreCalls, Request, Scenario, SimError, Step,
-    StoreWrite, Trace, TraceEvent, World, WorldOptions, GITHUB_HOST, GITHUB_PORT, SERVER_HOST,
-    SERVER_ORIGIN, SERVER_PORT,
+    run, Configure, Event, Expectation, Failure, HoldStoreCalls, HoldStoreCallsOn, Request,
+    Scenario, SimError, Step, StoreWrite, Trace, TraceEvent, World, WorldOptions, GITHUB_HOST,
+    GITHUB_PORT, SERVER_HOST, SERVER_ORIGIN, SERVER_PORT,
 };
 
 #[allow(unexpected_cfgs)]

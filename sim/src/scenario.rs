@@ -695,6 +695,7 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
             fixed_latency_ms: file.latency_ms,
             configure: Some(file.settings.configure(&file.plant)),
             hold_store_calls: slow_store(&file.slow_store),
+            hold_store_calls_on: None,
         },
     );
     let mut run = Run {

@@ -28,7 +28,7 @@ use chopin_server::config::Config;
 use chopin_server::runtime::connector::{self, HttpError};
 use chopin_server::runtime::entropy::SeededEntropy;
 use chopin_server::store::instrumented::{Hold, Instrumented};
-use chopin_server::store::{MemoryStore, Store};
+use chopin_server::store::{DocumentLeaseStore, FenceScope, MemoryStore, Store};
 use chopin_server::{App, Runtime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -307,8 +307,19 @@ impl chopin_server::observe::Observer for TraceObserver {
     }
 }
 
+/// `future`'s output if it is ready at its first poll (a memory store call, which never
+/// yields), read without a runtime of its own: a hook runs inside a host's runtime.
+fn ready_now<F: std::future::Future>(future: F) -> Option<F::Output> {
+    let mut future = std::pin::pin!(future);
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut context) {
+        std::task::Poll::Ready(output) => Some(output),
+        std::task::Poll::Pending => None,
+    }
+}
+
 /// Simulated milliseconds since the simulation began, read inside a host.
-fn host_now_ms() -> u64 {
+pub(crate) fn host_now_ms() -> u64 {
     turmoil::sim_elapsed().map_or(0, duration_ms)
 }
 
@@ -401,6 +412,11 @@ pub type Configure = Arc<dyn Fn(&mut Config) + Send + Sync>;
 /// [`World::store_writes`] when it returns; one its caller gave up on meanwhile never is.
 pub type HoldStoreCalls = Arc<dyn Fn(u32, &'static str, bool) -> Option<Hold> + Send + Sync>;
 
+/// [`HoldStoreCalls`] by server host rather than incarnation (the host's name, the method,
+/// whether it writes): faults that stay with a machine across its restarts, such as a process
+/// partitioned from the store or a slow store.
+pub type HoldStoreCallsOn = Arc<dyn Fn(&str, &'static str, bool) -> Option<Hold> + Send + Sync>;
+
 /// How to build a [`World`] beyond its seed.
 #[derive(Clone, Default)]
 pub struct WorldOptions {
@@ -410,6 +426,8 @@ pub struct WorldOptions {
     pub configure: Option<Configure>,
     /// Holds store calls of the server's incarnations (faults).
     pub hold_store_calls: Option<HoldStoreCalls>,
+    /// Holds store calls of the server hosts, by host (faults).
+    pub hold_store_calls_on: Option<HoldStoreCallsOn>,
 }
 
 /// The application origin of the server inside the world.
@@ -458,6 +476,12 @@ pub struct StoreWrite {
     pub ok: bool,
     /// It was refused by the incarnation's fence: its writer epoch was no longer current.
     pub fenced: bool,
+    /// The server host the incarnation runs on.
+    pub host: String,
+    /// It was made through a handle fenced by a document's lease, returned `Ok`, and as it
+    /// returned that lease's row did not name the handle's epoch with a holder: a write landed
+    /// under an epoch no longer current.
+    pub stale_epoch: bool,
 }
 
 /// The store writes of every incarnation; the hook of each incarnation's instrumented store.
@@ -468,12 +492,27 @@ struct WriteLog(Arc<Mutex<Vec<StoreWrite>>>);
 struct WriteHook {
     log: WriteLog,
     incarnation: u32,
+    host: String,
     hold: Option<HoldStoreCalls>,
+    hold_on: Option<HoldStoreCallsOn>,
+    /// The world's store, to read a document's lease row as a fenced write returns.
+    store: MemoryStore,
 }
 
 impl chopin_server::store::instrumented::Hook for WriteHook {
     fn call(&self, call: chopin_server::store::instrumented::Call) {
         if call.write {
+            // The memory store never yields, so its answer is ready at the first poll, and the
+            // row read here is the row the write met.
+            let stale_epoch = match call.fence {
+                Some((FenceScope::Document(document), epoch)) if call.ok => {
+                    match ready_now(self.store.document_lease(document)) {
+                        Some(Ok(Some(row))) => !(row.epoch == epoch && row.holder.is_some()),
+                        _ => true,
+                    }
+                }
+                _ => false,
+            };
             self.log
                 .0
                 .lock()
@@ -484,14 +523,28 @@ impl chopin_server::store::instrumented::Hook for WriteHook {
                     method: call.method,
                     ok: call.ok,
                     fenced: call.fenced,
+                    host: self.host.clone(),
+                    stale_epoch,
                 });
         }
     }
 
     fn hold(&self, method: &'static str, write: bool) -> Option<Hold> {
-        self.hold
+        let by_incarnation = self
+            .hold
             .as_ref()
-            .and_then(|hold| hold(self.incarnation, method, write))
+            .and_then(|hold| hold(self.incarnation, method, write));
+        let by_host = self
+            .hold_on
+            .as_ref()
+            .and_then(|hold| hold(&self.host, method, write));
+        match (by_incarnation, by_host) {
+            (Some(a), Some(b)) => Some(Box::pin(async move {
+                a.await;
+                b.await;
+            })),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -507,6 +560,7 @@ struct ServerSoftware {
     recorder: Recorder,
     configure: Option<Configure>,
     hold: Option<HoldStoreCalls>,
+    hold_on: Option<HoldStoreCallsOn>,
     server_state: Arc<Mutex<Option<App>>>,
     /// The services of each server host's latest incarnation, by host.
     server_apps: ServerApps,
@@ -532,7 +586,10 @@ impl ServerSoftware {
             WriteHook {
                 log: self.writes.clone(),
                 incarnation,
+                host: host.clone(),
                 hold: self.hold.clone(),
+                hold_on: self.hold_on.clone(),
+                store: self.store.clone(),
             },
         )) as Arc<dyn Store>;
         let runtime = Runtime {
@@ -591,6 +648,7 @@ impl World {
             recorder: recorder.clone(),
             configure: options.configure.clone(),
             hold: options.hold_store_calls.clone(),
+            hold_on: options.hold_store_calls_on.clone(),
             server_state: server_state.clone(),
             server_apps: server_apps.clone(),
             stop: stop.clone(),
@@ -641,6 +699,18 @@ impl World {
             .clone()
     }
 
+    /// The store writes from index `from` on (a check made after every tick reads only the
+    /// new ones).
+    pub fn store_writes_since(&self, from: usize) -> Vec<StoreWrite> {
+        self.writes
+            .0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(from..)
+            .unwrap_or_default()
+            .to_vec()
+    }
+
     /// The services of the server's current incarnation (its attachment table, sign-ins, …), for
     /// checks a scenario makes between steps. `None` before it has started.
     pub fn server_app(&self) -> Option<App> {
@@ -658,6 +728,25 @@ impl World {
             .unwrap_or_else(|e| e.into_inner())
             .get(host)
             .cloned()
+    }
+
+    /// Puts a hashing balancer ([`crate::router`]) on host `name`, in front of the server hosts
+    /// `upstreams`, listening on the server port: a client that dials `name` is routed as the
+    /// self-hosting guide's nginx routes it.
+    pub fn add_router(&mut self, name: &str, upstreams: &[&str]) {
+        let upstreams: Vec<String> = upstreams.iter().map(|u| (*u).to_owned()).collect();
+        self.sim.host(name, move || {
+            crate::router::serve(upstreams.clone(), SERVER_PORT)
+        });
+    }
+
+    /// Starts crashed server host `host` again, as a new incarnation over the same store.
+    pub fn restart_host(&mut self, host: &str) -> Result<(), SimError> {
+        if host == SERVER_HOST {
+            self.start_server()
+        } else {
+            self.start_server_on(host)
+        }
     }
 
     /// Crashes server host `host` (any of them; [`Step::CrashServer`] crashes [`SERVER_HOST`]):

@@ -128,6 +128,18 @@ impl Fence {
         self.given_up.load(Ordering::SeqCst)
     }
 
+    /// The same epoch of the same lease, as the database sees a write already sent: a handle
+    /// made with it is never refused by the local check (it was made as the write left the
+    /// process), only by the database check. [`crate::instrumented::Instrumented`] makes the
+    /// local check itself, before a call it may hold in transit, and gives its inner store this.
+    pub(crate) fn in_transit(&self) -> Fence {
+        Fence {
+            epoch: self.epoch,
+            scope: self.scope,
+            given_up: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
     /// The local check, made before a write begins: refused once given up.
     pub(crate) fn check_local(&self) -> StoreResult<()> {
         if self.is_given_up() {

@@ -19,12 +19,12 @@ use uuid::Uuid;
 
 use crate::{
     Account, Advance, Attachment, AttachmentStore, BrowserLogin, Claim, ContentStore, Document,
-    DocumentContent, DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Fence, HoldStore, Holder,
-    Kept, LeaseAcquire, LeaseStore, LinkHold, ModelChoice, ModelChoiceStore, NewAttachment,
-    NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, OwnershipStore, ParticipationPause,
-    Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord, RunStore, SignInStore,
-    StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack, TranscriptEntry,
-    TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
+    DocumentContent, DocumentLeaseRow, DocumentLeaseStore, DocumentStore, Fence, FenceScope,
+    HoldStore, Holder, Kept, LeaseAcquire, LeaseStore, LinkHold, ModelChoice, ModelChoiceStore,
+    NewAttachment, NewDocument, NewTranscriptEntry, OwnerGuard, Ownership, OwnershipStore,
+    ParticipationPause, Pending, PlanCommit, Provenance, Release, RevisionKind, RunRecord,
+    RunStore, SignInStore, StagePage, StageRecord, Store, StoreError, StoreResult, TakeBack,
+    TranscriptEntry, TranscriptStore, UnixMillis, UnsentLimit, WriterLease,
 };
 
 /// One store call, as reported.
@@ -41,6 +41,8 @@ pub struct Call {
     pub fenced: bool,
     /// How long it took, on the runtime's clock (simulated under turmoil).
     pub elapsed: Duration,
+    /// The lease and epoch the handle writes under, for a fenced handle's call.
+    pub fence: Option<(FenceScope, i64)>,
 }
 
 /// A wait a [`Hook`] puts before a call.
@@ -68,14 +70,28 @@ pub trait Hook: Send + Sync + 'static {
     }
 }
 
+/// The lease methods (taking, renewing and giving back a lease), which no fence refuses: they
+/// are how its epoch is kept or changed.
+fn is_lease_method(method: &str) -> bool {
+    method.ends_with("_writer_lease") || method.ends_with("_document_lease")
+}
+
 const READ: bool = false;
 const WRITE: bool = true;
 
 /// A store whose every call is reported to `hook`.
+///
+/// A fenced handle made from it ([`Store::fenced`]) makes the fence's local check itself, as a
+/// write leaves the process — before any [`Hook::hold`] — and gives its inner store the fence
+/// as the database sees it ([`Fence::in_transit`]): a write held up in transit while its process
+/// gives the lease up still reaches the database, and is refused there by the epoch check alone,
+/// as a statement already sent to PostgreSQL would be.
 pub struct Instrumented<H> {
     inner: Arc<dyn Store>,
     /// Shared with the fenced handles made from this one.
     hook: Arc<H>,
+    /// The fence of a fenced handle: its local check is made here.
+    fence: Option<Fence>,
 }
 
 impl<H: Hook> Instrumented<H> {
@@ -83,6 +99,7 @@ impl<H: Hook> Instrumented<H> {
         Instrumented {
             inner,
             hook: Arc::new(hook),
+            fence: None,
         }
     }
 
@@ -93,12 +110,21 @@ impl<H: Hook> Instrumented<H> {
         call: impl Future<Output = StoreResult<T>>,
     ) -> StoreResult<T> {
         let started = Instant::now();
-        if let Some(hold) = self.hook.hold(method, write) {
-            hold.await;
-        }
-        let result = match self.hook.fail(method, write) {
-            Some(error) => Err(error),
-            None => call.await,
+        let sent = match &self.fence {
+            Some(fence) if write && !is_lease_method(method) => fence.check_local(),
+            _ => Ok(()),
+        };
+        let result = match sent {
+            Err(refused) => Err(refused),
+            Ok(()) => {
+                if let Some(hold) = self.hook.hold(method, write) {
+                    hold.await;
+                }
+                match self.hook.fail(method, write) {
+                    Some(error) => Err(error),
+                    None => call.await,
+                }
+            }
         };
         self.hook.call(Call {
             method,
@@ -106,6 +132,7 @@ impl<H: Hook> Instrumented<H> {
             ok: result.is_ok(),
             fenced: matches!(result, Err(StoreError::Fenced(_))),
             elapsed: started.elapsed(),
+            fence: self.fence.as_ref().map(|f| (f.scope(), f.epoch())),
         });
         result
     }
@@ -124,8 +151,9 @@ impl<H: Hook> Store for Instrumented<H> {
     /// The inner store's fenced handle, reported to the same hook.
     fn fenced(&self, fence: Fence) -> Arc<dyn Store> {
         Arc::new(Instrumented {
-            inner: self.inner.fenced(fence),
+            inner: self.inner.fenced(fence.in_transit()),
             hook: self.hook.clone(),
+            fence: Some(fence),
         })
     }
 }
@@ -433,10 +461,8 @@ impl<H: Hook> TranscriptStore for Instrumented<H> {
     ) -> StoreResult<Pending<TranscriptEntry>> {
         const METHOD: &str = "append_transcript";
         let started = Instant::now();
-        if let Some(hold) = self.hook.hold(METHOD, WRITE) {
-            hold.await;
-        }
         let hook = self.hook.clone();
+        let fence = self.fence.as_ref().map(|f| (f.scope(), f.epoch()));
         let report = move |result: Result<(), &StoreError>| {
             hook.call(Call {
                 method: METHOD,
@@ -444,8 +470,17 @@ impl<H: Hook> TranscriptStore for Instrumented<H> {
                 ok: result.is_ok(),
                 fenced: matches!(result, Err(StoreError::Fenced(_))),
                 elapsed: started.elapsed(),
+                fence,
             })
         };
+        // The local check as the write leaves the process, before it may be held in transit.
+        if let Some(Err(refused)) = self.fence.as_ref().map(Fence::check_local) {
+            report(Err(&refused));
+            return Err(refused);
+        }
+        if let Some(hold) = self.hook.hold(METHOD, WRITE) {
+            hold.await;
+        }
         let queued = match self.hook.fail(METHOD, WRITE) {
             Some(error) => Err(error),
             None => self.inner.queue_transcript(document_id, entry).await,

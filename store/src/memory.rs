@@ -198,6 +198,8 @@ struct Inner {
     document_machines: BTreeMap<Uuid, crate::MachineChoice>,
     /// Digest → a Planner credential.
     planner_credentials: BTreeMap<String, crate::PlannerCredential>,
+    /// A known bug planted for the simulator's explorer ([`MemoryStore::plant_epoch_check_off`]).
+    epoch_check_off: bool,
 }
 
 /// A paired machine as stored: the record (its owner's login read from `accounts`) and its
@@ -210,6 +212,16 @@ struct MachineRow {
 }
 
 impl MemoryStore {
+    /// Plants a known bug, for the simulator to show its explorer finds it: from now on a fenced
+    /// write skips the database's epoch check (the lease row) and makes only the process's local
+    /// one, so a write already under way when its process lost the lease lands anyway. Never
+    /// called outside the simulator's tests.
+    pub fn plant_epoch_check_off(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.epoch_check_off = true;
+        }
+    }
+
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -234,8 +246,12 @@ impl MemoryStore {
                 None | Some(FenceScope::Writer) => Some(&inner.lease),
                 Some(FenceScope::Document(id)) => inner.document_leases.get(&id),
             };
-            self.fence
-                .check_lease(lease.map(|lease| (lease.epoch, lease.holder.is_some())))?;
+            if inner.epoch_check_off {
+                self.fence.check_local()?;
+            } else {
+                self.fence
+                    .check_lease(lease.map(|lease| (lease.epoch, lease.holder.is_some())))?;
+            }
             f(inner)
         })
     }
