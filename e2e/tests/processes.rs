@@ -50,6 +50,29 @@ async fn join_at(
     Ok(socket)
 }
 
+/// A Planner client attached to `document` through whatever listens at `host`, on `path`;
+/// `Err` with why when the connection or the attach is refused.
+async fn attach_at(
+    host: &str,
+    path: &str,
+    token: &str,
+    document: &str,
+) -> Result<chopin_fixtures::agent::AgentClient, String> {
+    let stream = tokio::net::TcpStream::connect(host)
+        .await
+        .map_err(|e| e.to_string())?;
+    let upgrade = chopin_fixtures::agent::Upgrade::new(host.to_owned(), Some(token)).path(path);
+    let mut client = chopin_fixtures::agent::connect(stream, &upgrade)
+        .await
+        .map_err(|e| e.to_string())?;
+    match tokio::time::timeout(Duration::from_secs(15), client.attach(document, &[])).await {
+        Ok(Ok(chopin_protocol::agent::ServerMessage::Attached(_))) => Ok(client),
+        Ok(Ok(other)) => Err(format!("{other:?}")),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer to attach within 15 s".to_owned()),
+    }
+}
+
 /// Sends `text` to Chat and waits for its ack: the seq it was given.
 async fn say(socket: &mut BrowserSocket, text: &str) -> i64 {
     socket
@@ -348,18 +371,9 @@ async fn an_mcp_call_naming_a_document_is_carried_to_the_process_that_serves_it(
     let page = text(&call(&on_a, "read_document", json!({ "document": id })).await);
     assert!(page.contains("Written through c."), "{page}");
     // A Planner client attached on b, where the document is served.
-    let stream = tokio::net::TcpStream::connect(b.host()).await.unwrap();
-    let mut planner = chopin_fixtures::agent::connect(
-        stream,
-        &chopin_fixtures::agent::Upgrade::new(b.host(), Some(&token)),
-    )
-    .await
-    .unwrap();
-    let attached = planner.attach(&id, &[]).await.unwrap();
-    assert!(
-        matches!(attached, chopin_protocol::agent::ServerMessage::Attached(_)),
-        "{attached:?}"
-    );
+    let mut planner = attach_at(&b.host(), "/api/v1/agent", &token, &id)
+        .await
+        .expect("the Planner attaches on b");
     let invoked = ok(call(
         &on_c,
         "invoke_planner",
@@ -615,6 +629,12 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         let text = format!("balanced line {n}");
         acked.push((say(&mut room, &text).await, text));
     }
+    // A Planner client on the first document, through the balancer at the path a Planner
+    // credential names (`?document=`), so nginx hashes it with the document's other requests.
+    let agent_path = format!("/api/v1/agent?document={first}");
+    let mut planner = attach_at(&balancer.host(), &agent_path, &token, &first)
+        .await
+        .expect("the Planner attaches through the balancer");
     // The steady state: no request through the balancer met a refusal.
     let refused: Vec<String> = balancer
         .upstream_statuses()
@@ -673,6 +693,30 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
             "acknowledged {line:?} after the crash"
         );
     }
+    // The Planner client's link died with the process; it connects again through the
+    // balancer, as a client does, until the process now serving the document takes it. (Its
+    // person's page came back first: a process knows a browser sign-in it did not make from
+    // that browser's own requests, as after a restart.)
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        while let Ok(chopin_fixtures::agent::Event::Message(_)) = planner.recv().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the link to the killed process ends");
+    let planner = loop {
+        match attach_at(&balancer.host(), &agent_path, &token, &first).await {
+            Ok(planner) => break planner,
+            Err(why) => assert!(
+                crashed.elapsed() < Duration::from_millis(LEASE_MS + 4_000),
+                "the Planner did not attach again within the lease + 4 s: {why}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "the Planner attached again through nginx {:?} after the crash",
+        crashed.elapsed()
+    );
+    drop(planner);
     let _ = room.close().await;
     for server in servers {
         let (status, log) = server.stop().await;

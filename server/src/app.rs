@@ -1041,6 +1041,7 @@ async fn start_many(
         local,
     }));
     app.serving.lease(leases.clone(), store.clone());
+    give_back_quiet_trees(&app, store.clone(), DocumentLeaseTimes::for_ttl(ttl_ms));
     // A tree another process took over: its sockets here close (1013), to reconnect there.
     let mut lost = leases.lost();
     let open = Arc::downgrade(&app.open);
@@ -1072,6 +1073,89 @@ async fn start_many(
         app,
         keeper: Keeping::Documents { leases, task },
     })
+}
+
+/// Under `PROCESSES=many`, a tree nobody uses here any more — no document of it in use, its
+/// Planner held by nobody, no request or socket admitted for it, and no background job of it
+/// waiting — is given back once it has been quiet for three lease periods (looked at once per
+/// renewal period), so the process the balancer hashes it to serves it again: after a
+/// failover, the process that came back. Whatever opened it meanwhile is told it moved.
+fn give_back_quiet_trees(app: &App, store: Arc<dyn Store>, times: DocumentLeaseTimes) {
+    let quiet_for = std::time::Duration::from_millis(
+        u64::try_from(times.ttl_ms)
+            .unwrap_or(u64::MAX)
+            .saturating_mul(3),
+    );
+    let every = std::time::Duration::from_millis(times.renew_every_ms.max(1));
+    let open = Arc::downgrade(&app.open);
+    let planners = Arc::downgrade(&app.planners);
+    let serving = Arc::downgrade(&app.serving);
+    let stopping = app.shutdown.stopping();
+    app.shutdown.spawn(async move {
+        tokio::pin!(stopping);
+        let mut looks = tokio::time::interval(every);
+        looks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut stopping => return,
+                _ = looks.tick() => {}
+            }
+            let (Some(open), Some(planners), Some(serving)) =
+                (open.upgrade(), planners.upgrade(), serving.upgrade())
+            else {
+                return;
+            };
+            let mut busy = open.in_use();
+            busy.extend(planners.held());
+            for root in serving.idle(&busy, quiet_for).await {
+                let children = match store.children(root).await {
+                    Ok(children) => children,
+                    Err(e) => {
+                        tracing::warn!(%root, error = %e, "could not read a quiet tree's children; it stays served here");
+                        continue;
+                    }
+                };
+                let tree: Vec<uuid::Uuid> = std::iter::once(root)
+                    .chain(children.iter().map(|c| c.id))
+                    .collect();
+                if has_waiting_jobs(&*store, &tree).await {
+                    continue;
+                }
+                match serving.give_back(root).await {
+                    Ok(()) => {
+                        for document in &tree {
+                            open.set_moved(*document);
+                        }
+                        tracing::info!(%root, quiet_ms = quiet_for.as_millis() as u64, "a quiet document tree was given back");
+                    }
+                    Err(e) => {
+                        tracing::warn!(%root, error = %e, "could not give a quiet tree back; it is served here until its lease expires");
+                    }
+                }
+            }
+        }
+    });
+}
+
+/// Whether a document of `tree` has a background job pending or running (its runner is the
+/// process serving it), or the jobs could not be read.
+async fn has_waiting_jobs(store: &dyn Store, tree: &[uuid::Uuid]) -> bool {
+    for document in tree {
+        match store.document_jobs(*document, 100).await {
+            Ok(jobs) => {
+                if jobs.iter().any(|j| {
+                    matches!(
+                        j.state,
+                        crate::store::JobState::Pending | crate::store::JobState::Running
+                    )
+                }) {
+                    return true;
+                }
+            }
+            Err(_) => return true,
+        }
+    }
+    false
 }
 
 /// What a process does as it takes a document tree's lease (`PROCESSES=many`): for the root and

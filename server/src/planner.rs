@@ -770,6 +770,21 @@ impl Planners {
         }
     }
 
+    /// The documents whose Planner is held here now, in any state but none (attached, in its
+    /// grace period, disconnected with work kept, starting on a machine), in id order.
+    pub fn held(&self) -> Vec<Uuid> {
+        let table = self.lock();
+        table
+            .slots
+            .keys()
+            .chain(table.starting.keys())
+            .copied()
+            .filter(|doc| table.shown(*doc).state != PresenceState::None)
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
     /// What the room is told now.
     pub fn presence(&self, doc: Uuid) -> Presence {
         self.lock().shown(doc)

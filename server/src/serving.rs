@@ -5,13 +5,17 @@
 //! again, and the balancer's next try (or the client's) finds the process that serves it.
 //!
 //! Owns: the answer to "may this process serve document X now?" ([`Serving::serve`], which
-//! takes the tree's lease if nobody holds it), and each document's root, as read once.
+//! takes the tree's lease if nobody holds it), each document's root, as read once, and which
+//! trees served here have been quiet long enough to give back ([`Serving::idle`]).
 //! Does not own: the leases' renewal and loss ([`DocumentLeases`]), what a process does as it
 //! takes a tree over or loses it (the composition root's welcome and loss handling), or how a
 //! refusal is spoken (the transport).
 
-use std::sync::{Arc, OnceLock};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
 
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::runtime::document_leases::{self, DocumentLeases};
@@ -43,6 +47,8 @@ struct Leased {
     /// Unfenced: reads only.
     store: Arc<dyn Store>,
     roots: Roots,
+    /// Each tree served here and quiet at the last look: since when ([`Serving::idle`]).
+    quiet_since: Mutex<BTreeMap<Uuid, Instant>>,
 }
 
 impl Serving {
@@ -58,6 +64,7 @@ impl Serving {
             leases,
             store,
             roots: Roots::default(),
+            quiet_since: Mutex::new(BTreeMap::new()),
         });
     }
 
@@ -76,7 +83,10 @@ impl Serving {
             return Ok(Serve::Here);
         };
         match leased.leases.serve(root).await? {
-            document_leases::Serving::Here(_) => Ok(Serve::Here),
+            document_leases::Serving::Here(_) => {
+                leased.quiet().remove(&root);
+                Ok(Serve::Here)
+            }
             document_leases::Serving::Elsewhere {
                 retry_after_ms,
                 holder,
@@ -109,9 +119,50 @@ impl Serving {
             Ok(None) | Err(_) => false,
         }
     }
+
+    /// The trees served here that have been quiet for at least `quiet_for`, counted from the
+    /// first look that found them so: no document of theirs in `busy` (in use, or its Planner
+    /// held) and no request or socket admitted for them since. Each look starts the count for
+    /// trees newly quiet and stops it for trees busy again.
+    pub async fn idle(&self, busy: &[Uuid], quiet_for: Duration) -> Vec<Uuid> {
+        let Some(leased) = self.leased.get() else {
+            return Vec::new();
+        };
+        let mut busy_roots = BTreeSet::new();
+        for document in busy {
+            if let Ok(Some(root)) = leased.root_of(*document).await {
+                busy_roots.insert(root);
+            }
+        }
+        let now = Instant::now();
+        let served = leased.leases.served();
+        let mut quiet = leased.quiet();
+        quiet.retain(|root, _| served.contains(root) && !busy_roots.contains(root));
+        served
+            .into_iter()
+            .filter(|root| !busy_roots.contains(root))
+            .filter(|root| now.duration_since(*quiet.entry(*root).or_insert(now)) >= quiet_for)
+            .collect()
+    }
+
+    /// Gives `root`'s tree back (found idle): another process may serve it at once, as the
+    /// balancer chooses.
+    pub async fn give_back(&self, root: Uuid) -> Result<(), StoreError> {
+        let Some(leased) = self.leased.get() else {
+            return Ok(());
+        };
+        leased.quiet().remove(&root);
+        leased.leases.hand_over(root).await
+    }
 }
 
 impl Leased {
+    fn quiet(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, Instant>> {
+        self.quiet_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// The root of `document_id`'s tree; `None` if there is no such document.
     async fn root_of(&self, document_id: Uuid) -> Result<Option<Uuid>, StoreError> {
         self.roots.of(&*self.store, document_id).await

@@ -287,3 +287,91 @@ fn the_explorer_finds_a_write_that_skips_the_epoch_check_and_shrinks_it() {
         .unwrap_or_else(|b| panic!("without the planted bug: {b}"));
     assert!(played.fenced > 0, "{played:?}");
 }
+
+#[test]
+fn a_quiet_tree_is_given_back_after_three_lease_periods_and_not_before() {
+    let Cast {
+        mut world,
+        doc,
+        mona_cookie,
+        ..
+    } = cast_with(48, options());
+    let crashed = BTreeSet::new();
+    for host in &HOSTS[1..] {
+        world
+            .apply(&Step::StartServerOn {
+                host: (*host).into(),
+            })
+            .unwrap();
+    }
+    let hosts_up = |w: &World| HOSTS.iter().all(|h| w.server_app_on(h).is_some());
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        5_000,
+        "every process up",
+        hosts_up,
+    );
+    // server-b serves the document while a tab uses it, then the tab leaves.
+    let path = format!("/api/documents/{doc}/room");
+    let tab = world.browser_on("tab-b", "server-b", &mona_cookie, &path);
+    let t = tab.clone();
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        5_000,
+        "greeted on b",
+        move |_| greeted(&t),
+    );
+    tab.send_chat("r-1", "Said on b");
+    acknowledged(&mut world, &crashed, doc, &tab, "r-1");
+    tab.leave();
+    let unused = |w: &World| {
+        w.server_app_on("server-b")
+            .is_some_and(|app| app.open.in_use().is_empty())
+    };
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        2_000,
+        "nothing in use on b",
+        unused,
+    );
+    let quiet_from = world.now_ms();
+
+    // Quiet for three lease periods less 10 ms: b still serves it.
+    advance(&mut world, &crashed, doc, 3 * LEASE_MS - 10);
+    assert_eq!(serving(&world, &crashed, doc), ["server-b"]);
+    // Given back by the look after the period is over (one look per renewal period).
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        2 * LEASE_MS / 3 + 20,
+        "given back",
+        move |w| serving(w, &BTreeSet::new(), doc).is_empty(),
+    );
+    assert!(world.now_ms() >= quiet_from + 3 * LEASE_MS);
+
+    // The next socket, on server-c (the balancer's choice, say), is served there at once.
+    let next = world.browser_on("tab-c", "server-c", &mona_cookie, &path);
+    let n = next.clone();
+    until(
+        &mut world,
+        &crashed,
+        doc,
+        1_000,
+        "greeted on c",
+        move |_| greeted(&n),
+    );
+    assert_eq!(serving(&world, &crashed, doc), ["server-c"]);
+    let bodies: Vec<String> = block_on(world.store().transcript(doc, 0, 100))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.body)
+        .collect();
+    assert!(bodies.iter().any(|b| b.contains("Said on b")), "{bodies:?}");
+}

@@ -1135,6 +1135,16 @@ impl OpenDocuments {
             .and_then(|s| s.cell.get().cloned())
     }
 
+    /// The documents someone uses here now (a socket or a request holds a handle), in id order;
+    /// a document kept loaded after its last user left is not among them.
+    pub fn in_use(&self) -> Vec<Uuid> {
+        self.lock()
+            .iter()
+            .filter(|(_, slot)| slot.users > 0)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// Whether `document_id` is loaded in this process.
     pub fn is_open(&self, document_id: Uuid) -> bool {
         self.lock()
