@@ -573,7 +573,9 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
         .env("APP_ORIGIN", origin.clone())
         .env("PROCESSES", "many")
-        .env("DOCUMENT_LEASE_MS", LEASE_MS.to_string());
+        .env("DOCUMENT_LEASE_MS", LEASE_MS.to_string())
+        // A Planner client that leaves holds its document one second, not two minutes.
+        .env("PLANNER_ATTACH_GRACE_MS", "1000");
     let mut servers = vec![
         launch.start().await,
         launch.start().await,
@@ -651,6 +653,12 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
     // kill -9 of the process serving the first document: through the balancer it is served
     // again within the lease, and the room reconnects with every acknowledged line.
     let dead = servers.remove(serving[0]);
+    let dead_port = dead
+        .host()
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
     let log = dead.crash().await;
     assert!(!log.contains(token.as_str()), "a token was logged");
     let crashed = Instant::now();
@@ -716,8 +724,45 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         "the Planner attached again through nginx {:?} after the crash",
         crashed.elapsed()
     );
-    drop(planner);
+
+    // The killed process comes back on its port. Once nothing uses the first document on the
+    // process that took it over (no socket, no Planner, for three lease periods; requests
+    // passed on to it by nginx meanwhile do not count), that process gives it back, and the
+    // balancer's first choice serves it again: no request through nginx is refused.
+    let back = launch.clone().env("PORT", dead_port).start().await;
+    servers.push(back);
     let _ = room.close().await;
+    drop(planner);
+    let quiet_from = Instant::now();
+    let on_first_choice = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let before = balancer.upstream_statuses().len();
+        let read = http
+            .get(format!("{origin}/api/documents/{first}"))
+            .bearer_auth(&token)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(read.status(), 200);
+        let statuses = balancer.upstream_statuses();
+        let line = statuses.get(before).cloned().unwrap_or_default();
+        if line.ends_with("| 200") {
+            break line;
+        }
+        assert!(
+            quiet_from.elapsed() < Duration::from_millis(4 * LEASE_MS + 3_000),
+            "the first choice does not serve the first document again: {line}"
+        );
+    };
+    assert!(
+        quiet_from.elapsed() >= Duration::from_millis(3 * LEASE_MS),
+        "given back {:?} after it went quiet: {on_first_choice}",
+        quiet_from.elapsed()
+    );
+    eprintln!(
+        "served by the balancer's first choice again {:?} after it went quiet",
+        quiet_from.elapsed()
+    );
     for server in servers {
         let (status, log) = server.stop().await;
         assert!(status.success(), "{log}");

@@ -49,6 +49,30 @@ struct Leased {
     roots: Roots,
     /// Each tree served here and quiet at the last look: since when ([`Serving::idle`]).
     quiet_since: Mutex<BTreeMap<Uuid, Instant>>,
+    /// Requests under way per tree ([`Serving::enter`]).
+    in_flight: Arc<Mutex<BTreeMap<Uuid, usize>>>,
+}
+
+/// A request under way for a tree served here ([`Serving::enter`]): while one lives, the tree is
+/// not quiet.
+pub struct InFlight {
+    root: Uuid,
+    counts: Arc<Mutex<BTreeMap<Uuid, usize>>>,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = counts.get_mut(&self.root) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.root);
+            }
+        }
+    }
 }
 
 impl Serving {
@@ -65,6 +89,7 @@ impl Serving {
             store,
             roots: Roots::default(),
             quiet_since: Mutex::new(BTreeMap::new()),
+            in_flight: Arc::default(),
         });
     }
 
@@ -83,10 +108,7 @@ impl Serving {
             return Ok(Serve::Here);
         };
         match leased.leases.serve(root).await? {
-            document_leases::Serving::Here(_) => {
-                leased.quiet().remove(&root);
-                Ok(Serve::Here)
-            }
+            document_leases::Serving::Here(_) => Ok(Serve::Here),
             document_leases::Serving::Elsewhere {
                 retry_after_ms,
                 holder,
@@ -120,10 +142,29 @@ impl Serving {
         }
     }
 
+    /// A request for `document_id` (served here) is under way until the answer is dropped.
+    /// `None` when every document is served here, or its root is unknown.
+    pub async fn enter(&self, document_id: Uuid) -> Option<InFlight> {
+        let leased = self.leased.get()?;
+        let root = leased.root_of(document_id).await.ok()??;
+        *leased
+            .in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(root)
+            .or_default() += 1;
+        Some(InFlight {
+            root,
+            counts: leased.in_flight.clone(),
+        })
+    }
+
     /// The trees served here that have been quiet for at least `quiet_for`, counted from the
     /// first look that found them so: no document of theirs in `busy` (in use, or its Planner
-    /// held) and no request or socket admitted for them since. Each look starts the count for
-    /// trees newly quiet and stops it for trees busy again.
+    /// held) and no request under way for them ([`Serving::enter`]). Each look starts the
+    /// count for trees newly quiet and stops it for trees busy again; a request that came and
+    /// went between two looks does not stop it, so a tree served here for a balancer that
+    /// prefers another process goes back even while requests keep coming.
     pub async fn idle(&self, busy: &[Uuid], quiet_for: Duration) -> Vec<Uuid> {
         let Some(leased) = self.leased.get() else {
             return Vec::new();
@@ -134,6 +175,14 @@ impl Serving {
                 busy_roots.insert(root);
             }
         }
+        busy_roots.extend(
+            leased
+                .in_flight
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .keys()
+                .copied(),
+        );
         let now = Instant::now();
         let served = leased.leases.served();
         let mut quiet = leased.quiet();

@@ -38,7 +38,10 @@ pub async fn gate(State(serving): State<Arc<Serving>>, request: Request, next: N
         return next.run(request).await;
     };
     match serving.serve(document_id).await {
-        Ok(Serve::Here) => next.run(request).await,
+        Ok(Serve::Here) => {
+            let _under_way = serving.enter(document_id).await;
+            next.run(request).await
+        }
         Ok(Serve::Elsewhere { retry_after_ms, .. }) => served_elsewhere(retry_after_ms),
         Err(e) => ApiError::store(e).into_response(),
     }
