@@ -1061,8 +1061,7 @@ async fn start_many(
                 },
             };
             let Some(open) = open.upgrade() else { return };
-            let children = store.children(root).await.unwrap_or_default();
-            for document in std::iter::once(root).chain(children.iter().map(|c| c.id)) {
+            for document in tree_of(&*store, root).await.unwrap_or_else(|_| vec![root]) {
                 open.set_moved(document);
             }
             tracing::info!(%root, ?why, "a document tree is served elsewhere now; its sockets here were closed");
@@ -1108,16 +1107,13 @@ fn give_back_quiet_trees(app: &App, store: Arc<dyn Store>, times: DocumentLeaseT
             let mut busy = open.in_use();
             busy.extend(planners.held());
             for root in serving.idle(&busy, quiet_for).await {
-                let children = match store.children(root).await {
-                    Ok(children) => children,
+                let tree = match tree_of(&*store, root).await {
+                    Ok(tree) => tree,
                     Err(e) => {
                         tracing::warn!(%root, error = %e, "could not read a quiet tree's children; it stays served here");
                         continue;
                     }
                 };
-                let tree: Vec<uuid::Uuid> = std::iter::once(root)
-                    .chain(children.iter().map(|c| c.id))
-                    .collect();
                 if has_waiting_jobs(&*store, &tree).await {
                     continue;
                 }
@@ -1135,6 +1131,14 @@ fn give_back_quiet_trees(app: &App, store: Arc<dyn Store>, times: DocumentLeaseT
             }
         }
     });
+}
+
+/// The documents of `root`'s tree: the root, then its children.
+async fn tree_of(store: &dyn Store, root: uuid::Uuid) -> Result<Vec<uuid::Uuid>, StoreError> {
+    let children = store.children(root).await?;
+    Ok(std::iter::once(root)
+        .chain(children.iter().map(|c| c.id))
+        .collect())
 }
 
 /// Whether a document of `tree` has a background job pending or running (its runner is the
@@ -1178,14 +1182,14 @@ impl Welcome for TakeOver {
         if matches!(self.store.document(root).await, Ok(None)) {
             return;
         }
-        let children = match self.store.children(root).await {
-            Ok(children) => children,
+        let tree = match tree_of(&*self.store, root).await {
+            Ok(tree) => tree,
             Err(e) => {
                 tracing::error!(%root, error = %e, "could not read a tree's children as it was taken; only its root is swept");
-                Vec::new()
+                vec![root]
             }
         };
-        for document in std::iter::once(root).chain(children.iter().map(|c| c.id)) {
+        for document in tree {
             let reach = Reach::Document(document);
             if let Err(e) =
                 sweep_left_behind(&*handle, self.local, self.clock.now_ms(), reach).await

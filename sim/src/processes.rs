@@ -92,6 +92,24 @@ impl fmt::Display for Timed {
     }
 }
 
+/// `faults` one to a line (indented), for a report.
+pub fn listed(faults: &[Timed]) -> String {
+    if faults.is_empty() {
+        return "  (no fault)".to_owned();
+    }
+    faults
+        .iter()
+        .map(|t| format!("  {t}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The process the router sends the cast's document to first.
+pub fn first_choice() -> String {
+    let upstreams: Vec<String> = HOSTS.iter().map(|h| (*h).to_owned()).collect();
+    crate::router::first_choice(&upstreams, crate::cast::CAST_DOCUMENT)
+}
+
 /// A rule broken: which, when (ms from the start of the run) and how.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Broken {
@@ -519,9 +537,12 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
 /// wrong route sends sockets away from it two times in three.
 pub fn schedule(seed: u64) -> Vec<Timed> {
     let mut draws = Draws(seed ^ 0x0005_ee5e_ed00);
-    let upstreams: Vec<String> = HOSTS.iter().map(|h| (*h).to_owned()).collect();
-    let first = crate::router::first_choice(&upstreams, crate::cast::CAST_DOCUMENT);
-    let others: Vec<String> = upstreams.iter().filter(|h| **h != first).cloned().collect();
+    let first = first_choice();
+    let others: Vec<String> = HOSTS
+        .iter()
+        .filter(|h| **h != first)
+        .map(|h| (*h).to_owned())
+        .collect();
     let pick = |draws: &mut Draws, favoured: &[String], rest: &[String]| {
         if draws.below(3) < 2 {
             favoured[draws.below(favoured.len() as u64) as usize].clone()

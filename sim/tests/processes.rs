@@ -11,9 +11,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use chopin_server::store::prelude::*;
-use chopin_sim::cast::{block_on, cast_with, Cast, CAST_DOCUMENT};
-use chopin_sim::processes::{explore, play, schedule, Fault, Timed, HOSTS};
-use chopin_sim::router::first_choice;
+use chopin_sim::cast::{block_on, cast_with, Cast};
+use chopin_sim::processes::{explore, first_choice, listed, play, schedule, Fault, Timed, HOSTS};
 use chopin_sim::{Browser, Step, World, WorldOptions};
 use uuid::Uuid;
 
@@ -94,6 +93,29 @@ fn greeted(b: &Browser) -> bool {
         .any(|h| h.message["type"] == "session:hello")
 }
 
+/// The cast of `seed` with a process on every host of [`HOSTS`], each up.
+fn three_processes(seed: u64) -> Cast {
+    let mut cast = cast_with(seed, options());
+    for host in &HOSTS[1..] {
+        cast.world
+            .apply(&Step::StartServerOn {
+                host: (*host).into(),
+            })
+            .unwrap();
+    }
+    let hosts_up = |w: &World| HOSTS.iter().all(|h| w.server_app_on(h).is_some());
+    let doc = cast.doc;
+    until(
+        &mut cast.world,
+        &BTreeSet::new(),
+        doc,
+        5_000,
+        "every process up",
+        hosts_up,
+    );
+    cast
+}
+
 #[test]
 fn each_document_is_served_by_one_process_and_by_another_only_after_its_lease_expires() {
     let Cast {
@@ -101,24 +123,8 @@ fn each_document_is_served_by_one_process_and_by_another_only_after_its_lease_ex
         doc,
         mona_cookie,
         ..
-    } = cast_with(47, options());
+    } = three_processes(47);
     let mut crashed = BTreeSet::new();
-    for host in &HOSTS[1..] {
-        world
-            .apply(&Step::StartServerOn {
-                host: (*host).into(),
-            })
-            .unwrap();
-    }
-    let hosts_up = |w: &World| HOSTS.iter().all(|h| w.server_app_on(h).is_some());
-    until(
-        &mut world,
-        &crashed,
-        doc,
-        5_000,
-        "every process up",
-        hosts_up,
-    );
 
     // The router sends the document to server-b: it takes the lease and serves it.
     let path = format!("/api/documents/{doc}/room");
@@ -203,22 +209,12 @@ fn each_document_is_served_by_one_process_and_by_another_only_after_its_lease_ex
     assert!(said("Said on b") && said("Said on c"), "{bodies:?}");
 }
 
-/// The schedule as lines, for a failure's message.
-fn listed(schedule: &[Timed]) -> String {
-    schedule
-        .iter()
-        .map(|t| format!("  {t}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 #[test]
 fn behind_the_hashing_router_the_first_choice_serves_and_nothing_is_refused() {
     let played = play(3, &[], false).unwrap_or_else(|b| panic!("{b}"));
-    let upstreams: Vec<String> = HOSTS.iter().map(|h| (*h).to_owned()).collect();
     assert_eq!(
         played.served_by,
-        [first_choice(&upstreams, CAST_DOCUMENT)],
+        [first_choice()],
         "one process, the router's first choice, serves the document all along"
     );
     assert_eq!(played.acked, played.tabs, "every tab's line acknowledged");
@@ -240,8 +236,7 @@ fn the_rules_hold_under_drawn_faults() {
 
 #[test]
 fn a_killed_process_s_document_is_served_again_within_the_lease() {
-    let upstreams: Vec<String> = HOSTS.iter().map(|h| (*h).to_owned()).collect();
-    let first = first_choice(&upstreams, CAST_DOCUMENT);
+    let first = first_choice();
     let kill = [Timed {
         at_ms: 2_000,
         fault: Fault::Crash {
@@ -295,24 +290,8 @@ fn a_quiet_tree_is_given_back_after_three_lease_periods_and_not_before() {
         doc,
         mona_cookie,
         ..
-    } = cast_with(48, options());
+    } = three_processes(48);
     let crashed = BTreeSet::new();
-    for host in &HOSTS[1..] {
-        world
-            .apply(&Step::StartServerOn {
-                host: (*host).into(),
-            })
-            .unwrap();
-    }
-    let hosts_up = |w: &World| HOSTS.iter().all(|h| w.server_app_on(h).is_some());
-    until(
-        &mut world,
-        &crashed,
-        doc,
-        5_000,
-        "every process up",
-        hosts_up,
-    );
     // server-b serves the document while a tab uses it, then the tab leaves.
     let path = format!("/api/documents/{doc}/room");
     let tab = world.browser_on("tab-b", "server-b", &mona_cookie, &path);

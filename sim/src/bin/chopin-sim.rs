@@ -146,7 +146,7 @@ fn main() -> ExitCode {
 
 /// `processes`: explores the three-process world seed by seed.
 fn processes(from: u64, seeds: u64, plant: Option<&str>) -> ExitCode {
-    use chopin_sim::processes::{play, schedule, shrink};
+    use chopin_sim::processes::{listed, play, schedule, shrink};
     let planted = match plant {
         None => false,
         Some("epoch-check-off") => true,
@@ -154,16 +154,6 @@ fn processes(from: u64, seeds: u64, plant: Option<&str>) -> ExitCode {
             eprintln!("error: unknown plant {other:?} (epoch-check-off)");
             return ExitCode::FAILURE;
         }
-    };
-    let listed = |faults: &[chopin_sim::processes::Timed]| {
-        if faults.is_empty() {
-            return "  (no fault)".to_owned();
-        }
-        faults
-            .iter()
-            .map(|t| format!("  {t}"))
-            .collect::<Vec<_>>()
-            .join("\n")
     };
     for seed in from..from.saturating_add(seeds) {
         let drawn = schedule(seed);
