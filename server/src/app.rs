@@ -1147,12 +1147,7 @@ async fn has_waiting_jobs(store: &dyn Store, tree: &[uuid::Uuid]) -> bool {
     for document in tree {
         match store.document_jobs(*document, 100).await {
             Ok(jobs) => {
-                if jobs.iter().any(|j| {
-                    matches!(
-                        j.state,
-                        crate::store::JobState::Pending | crate::store::JobState::Running
-                    )
-                }) {
+                if jobs.iter().any(|j| j.state.is_active()) {
                     return true;
                 }
             }

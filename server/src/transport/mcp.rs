@@ -328,11 +328,13 @@ impl Tools {
         args: &Value,
         parts: Option<&http::request::Parts>,
     ) -> Option<CallToolResult> {
+        let deps = &self.deps.documents;
+        // One process serves every document: nothing to carry, and nothing to read for it.
+        deps.serving.leases()?;
         let parts = parts?;
         if parts.headers.contains_key(CARRIED_HEADER) {
             return None;
         }
-        let deps = &self.deps.documents;
         let named = args
             .get("documentId")
             .or_else(|| args.get("document"))
