@@ -701,15 +701,29 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
             "acknowledged {line:?} after the crash"
         );
     }
-    // The Planner client's link died with the process. (Attaching it again through nginx is
-    // not asserted: when the document lands on the second live process rather than nginx's
-    // first live choice, the agent link is refused after its upgrade, which nginx cannot pass
-    // on; see the closing note.)
+    // The Planner client's link died with the process; it connects again through the
+    // balancer, as a client does, until the process now serving the document takes it. (Its
+    // person's page came back first: a process knows a browser sign-in it did not make from
+    // that browser's own requests, as after a restart.)
     let ended = tokio::time::timeout(Duration::from_secs(5), async {
         while let Ok(chopin_fixtures::agent::Event::Message(_)) = planner.recv().await {}
     })
     .await;
     assert!(ended.is_ok(), "the link to the killed process ends");
+    let planner = loop {
+        match attach_at(&balancer.host(), &agent_path, &token, &first).await {
+            Ok(planner) => break planner,
+            Err(why) => assert!(
+                crashed.elapsed() < Duration::from_millis(LEASE_MS + 4_000),
+                "the Planner did not attach again within the lease + 4 s: {why}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    eprintln!(
+        "the Planner attached again through nginx {:?} after the crash",
+        crashed.elapsed()
+    );
 
     // The killed process comes back on its port. Once nothing uses the first document on the
     // process that took it over (no socket, no Planner, for three lease periods; requests

@@ -33,8 +33,13 @@ async fn many(store: Arc<dyn Store>) -> support::Served {
 
 /// `GET /api/documents/{document}` with mona's token: its status, `Retry-After` and body.
 async fn ask(s: &support::Served, document: Uuid) -> (u16, Option<String>, String) {
+    get(s, &format!("/api/documents/{document}")).await
+}
+
+/// `GET path` with mona's token: its status, `Retry-After` and body.
+async fn get(s: &support::Served, path: &str) -> (u16, Option<String>, String) {
     use chopin_server::runtime::connector::{self, TcpConnector};
-    let request = http::Request::get(format!("http://{}/api/documents/{document}", s.host))
+    let request = http::Request::get(format!("http://{}{path}", s.host))
         .header("authorization", format!("Bearer {}", s.mona))
         .body(axum::body::Bytes::new())
         .unwrap();
@@ -108,6 +113,12 @@ async fn a_document_taken_over_closes_its_sockets_here_with_1013_and_is_refused_
         refused.is_err(),
         "a socket of a document served elsewhere is refused"
     );
+    // The agent link names its document in the query: it is refused before the handler looks
+    // at the upgrade (which would answer 426 here), so a balancer can pass it on.
+    let (status, after, body) = get(&s, &format!("/api/v1/agent?document={}", s.doc)).await;
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("served-elsewhere"), "{body}");
+    assert!(after.is_some(), "Retry-After");
 }
 
 #[tokio::test]

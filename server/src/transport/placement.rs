@@ -5,19 +5,33 @@
 //! browser's fetch is tried again by the page). A balancer hashing on the document id sends it to
 //! the process that serves it, so the steady state meets no refusal.
 //!
-//! Owns: finding the document a path names, and the refusal's words.
+//! Owns: finding the document a request names (in its path, or in the agent link's `?document=`),
+//! and the refusal's words.
 //! Does not own: whether this process serves it ([`crate::serving`]).
 
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::serving::{Serve, Serving};
+
+/// The document a request names before its handler runs: in the path for `/api/documents/{id}/…`,
+/// `/api/yjs/{id}` and `/api/channels/{id}/…`, and in `?document=` for the agent link
+/// (`/api/v1/agent?document={id}`), so that link is refused before its upgrade too, while a
+/// balancer can still pass it on to another process.
+pub fn document_named(uri: &Uri) -> Option<Uuid> {
+    if uri.path() == "/api/v1/agent" {
+        return url::form_urlencoded::parse(uri.query()?.as_bytes())
+            .find(|(key, _)| key == "document")
+            .and_then(|(_, value)| Uuid::parse_str(&value).ok());
+    }
+    document_in_path(uri.path())
+}
 
 /// The document a path names, for the routes that name one: `/api/documents/{id}/…`,
 /// `/api/yjs/{id}` and `/api/channels/{id}/…`.
@@ -34,7 +48,7 @@ pub fn document_in_path(path: &str) -> Option<Uuid> {
 
 /// The middleware: serve the request here, or refuse it for the process that serves its tree.
 pub async fn gate(State(serving): State<Arc<Serving>>, request: Request, next: Next) -> Response {
-    let Some(document_id) = document_in_path(request.uri().path()) else {
+    let Some(document_id) = document_named(request.uri()) else {
         return next.run(request).await;
     };
     match serving.serve(document_id).await {
@@ -95,6 +109,18 @@ mod tests {
         assert_eq!(document_in_path(&format!("/documents/{id}")), None);
         assert_eq!(document_in_path("/api/repositories"), None);
         assert_eq!(document_in_path("/mcp"), None);
+    }
+
+    #[test]
+    fn the_agent_link_names_its_document_in_the_query() {
+        let id = Uuid::from_u128(9);
+        let named = |s: &str| document_named(&s.parse::<Uri>().unwrap());
+        assert_eq!(named(&format!("/api/v1/agent?document={id}")), Some(id));
+        assert_eq!(named(&format!("/api/v1/agent?x=1&document={id}")), Some(id));
+        assert_eq!(named("/api/v1/agent"), None);
+        assert_eq!(named("/api/v1/agent?document=nope"), None);
+        assert_eq!(named(&format!("/api/v1/other?document={id}")), None);
+        assert_eq!(named(&format!("/api/yjs/{id}?document=x")), Some(id));
     }
 
     #[test]
