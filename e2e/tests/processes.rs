@@ -392,6 +392,16 @@ async fn an_mcp_call_naming_a_document_is_carried_to_the_process_that_serves_it(
     let _ = room.close().await;
     let _ = planner.close().await;
 
+    // AO-03 counts the processes together: a Planner attaches on c, which mona's browser never
+    // reached (she signed in through b); c restores her sign-in from the store.
+    let elsewhere = a.create_document(&token, "octo/plans", "Elsewhere").await;
+    let elsewhere = elsewhere["id"].as_str().unwrap().to_owned();
+    assert_eq!(served_by(&[&c, &a, &b], &token, &elsewhere).await, 0);
+    let mut planner = attach_at(&c.host(), "/api/v1/agent", &token, &elsewhere)
+        .await
+        .expect("the Planner attaches on c, where mona never signed in");
+    let _ = planner.close().await;
+
     // A call already carried once is never carried again: a process that does not serve the
     // document answers it itself.
     let again = reqwest::Client::new()
@@ -691,20 +701,10 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         "served again through nginx {:?} after the crash",
         crashed.elapsed()
     );
-    let mut room = join_at(&balancer.host(), &origin, &first, &mona)
-        .await
-        .expect("the room opens again through the balancer");
-    let stored = history(&mut room).await;
-    for line in &acked {
-        assert!(
-            stored.contains(line),
-            "acknowledged {line:?} after the crash"
-        );
-    }
     // The Planner client's link died with the process; it connects again through the
-    // balancer, as a client does, until the process now serving the document takes it. (Its
-    // person's page came back first: a process knows a browser sign-in it did not make from
-    // that browser's own requests, as after a restart.)
+    // balancer, as a client does, until the process now serving the document takes it. Its
+    // person's page has not come back yet: that process restores her browser sign-in, made
+    // through the killed process, from the store.
     let ended = tokio::time::timeout(Duration::from_secs(5), async {
         while let Ok(chopin_fixtures::agent::Event::Message(_)) = planner.recv().await {}
     })
@@ -724,6 +724,16 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         "the Planner attached again through nginx {:?} after the crash",
         crashed.elapsed()
     );
+    let mut room = join_at(&balancer.host(), &origin, &first, &mona)
+        .await
+        .expect("the room opens again through the balancer");
+    let stored = history(&mut room).await;
+    for line in &acked {
+        assert!(
+            stored.contains(line),
+            "acknowledged {line:?} after the crash"
+        );
+    }
 
     // The killed process comes back on its port. Once nothing uses the first document on the
     // process that took it over (no socket, no Planner, for three lease periods; requests

@@ -197,6 +197,20 @@ impl<H: Hook> SignInStore for Instrumented<H> {
             .await
     }
 
+    async fn live_browser_logins(
+        &self,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<Vec<BrowserLogin>> {
+        self.observe(
+            "live_browser_logins",
+            READ,
+            self.inner.live_browser_logins(account_id, now_ms, limit),
+        )
+        .await
+    }
+
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
         self.observe(
             "sign_out_browser_login",

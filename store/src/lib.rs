@@ -532,6 +532,14 @@ pub trait SignInStore: Send + Sync + 'static {
     /// `Conflict`.
     async fn create_browser_login(&self, login: &BrowserLogin) -> StoreResult<()>;
     async fn browser_login(&self, id: Uuid) -> StoreResult<Option<BrowserLogin>>;
+    /// The account's logins live at `now_ms` ([`BrowserLogin::is_live`]), newest first (by
+    /// creation, then id), at most `limit` of them.
+    async fn live_browser_logins(
+        &self,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<Vec<BrowserLogin>>;
     /// Marks the login signed out at `now_ms`; true if it was live-or-expired and not signed out.
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool>;
 

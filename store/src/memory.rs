@@ -356,6 +356,25 @@ impl SignInStore for MemoryStore {
         self.with(|inner| Ok(inner.browser_logins.get(&id).cloned()))
     }
 
+    async fn live_browser_logins(
+        &self,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<Vec<BrowserLogin>> {
+        self.with(|inner| {
+            let mut live: Vec<BrowserLogin> = inner
+                .browser_logins
+                .values()
+                .filter(|l| l.account_id == account_id && l.is_live(now_ms))
+                .cloned()
+                .collect();
+            live.sort_by_key(|l| std::cmp::Reverse((l.created_at_ms, l.id)));
+            live.truncate(limit as usize);
+            Ok(live)
+        })
+    }
+
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
         self.write(|inner| match inner.browser_logins.get_mut(&id) {
             Some(login) if login.signed_out_at_ms.is_none() => {

@@ -216,6 +216,17 @@ impl SignInStore for Routed {
         self.inner.browser_login(id).await
     }
 
+    async fn live_browser_logins(
+        &self,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<Vec<BrowserLogin>> {
+        self.inner
+            .live_browser_logins(account_id, now_ms, limit)
+            .await
+    }
+
     async fn sign_out_browser_login(&self, id: Uuid, now_ms: UnixMillis) -> StoreResult<bool> {
         self.inner.sign_out_browser_login(id, now_ms).await
     }

@@ -1599,6 +1599,27 @@ where
         Ok(row.map(Into::into))
     }
 
+    pub(crate) async fn live_browser_logins(
+        &self,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+        limit: u32,
+    ) -> StoreResult<Vec<BrowserLogin>> {
+        let sql = format!(
+            "SELECT {LOGIN_COLUMNS} FROM browser_logins \
+             WHERE account_id = $1 AND signed_out_at_ms IS NULL AND expires_at_ms > $2 \
+             ORDER BY created_at_ms DESC, id DESC LIMIT $3"
+        );
+        let rows: Vec<BrowserLoginRow<DB::Id>> = sqlx::query_as(&sql)
+            .bind(DB::Id::from(account_id))
+            .bind(now_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading an account's live browser logins", e))?;
+        Ok(rows.into_iter().map(Into::into).collect())
+    }
+
     pub(crate) async fn sign_out_browser_login(
         &self,
         id: Uuid,
@@ -5557,6 +5578,8 @@ macro_rules! sql_store_impls {
                 fn account_by_login(login: &str) -> Option<Account>;
                 fn create_browser_login(login: &BrowserLogin) -> ();
                 fn browser_login(id: Uuid) -> Option<BrowserLogin>;
+                fn live_browser_logins(account_id: Uuid, now_ms: UnixMillis, limit: u32)
+                    -> Vec<BrowserLogin>;
                 fn sign_out_browser_login(id: Uuid, now_ms: UnixMillis) -> bool;
                 fn set_login_credential(login_id: Uuid, expected_revision: i64, sealed: &[u8])
                     -> Option<i64>;

@@ -180,6 +180,7 @@ conformance! {
     account_upsert_race_yields_one_account,
     browser_login_sign_out_happens_once,
     browser_login_for_unknown_account_is_not_found,
+    ao_03_an_accounts_live_logins_are_listed_newest_first,
     login_credential_cas_refuses_stale_and_revision_grows,
     login_credential_race_exactly_one_wins,
     login_credential_deletion_refuses_older_revisions,
@@ -610,6 +611,57 @@ async fn browser_login_sign_out_happens_once(b: &Backend) {
         store.browser_login(Uuid::from_u128(0xb3)).await.unwrap(),
         None
     );
+}
+
+async fn ao_03_an_accounts_live_logins_are_listed_newest_first(b: &Backend) {
+    let store = b.open().await;
+    let ada = store.upsert_account(1, "ada", 1_000).await.unwrap();
+    let bob = store.upsert_account(2, "bob", 1_000).await.unwrap();
+    let login = |n: u128, account: Uuid, created: i64, expires: i64| BrowserLogin {
+        id: Uuid::from_u128(0xa0 + n),
+        account_id: account,
+        verifier_hash: format!("h{n}"),
+        created_at_ms: created,
+        expires_at_ms: expires,
+        signed_out_at_ms: None,
+    };
+    for l in [
+        login(1, ada.id, 1_000, 9_000),
+        login(2, ada.id, 3_000, 9_000),
+        login(3, ada.id, 2_000, 9_000),
+        login(4, ada.id, 4_000, 5_000), // expires at the moment asked
+        login(5, ada.id, 5_000, 9_000), // signed out below
+        login(6, bob.id, 6_000, 9_000), // another account's
+        login(7, ada.id, 3_000, 9_000), // created with 2, after it by id
+    ] {
+        store.create_browser_login(&l).await.unwrap();
+    }
+    assert!(store
+        .sign_out_browser_login(Uuid::from_u128(0xa5), 4_500)
+        .await
+        .unwrap());
+    let ids = |v: Vec<BrowserLogin>| {
+        v.into_iter()
+            .map(|l| l.id.as_u128() - 0xa0)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(store.live_browser_logins(ada.id, 5_000, 10).await.unwrap()),
+        vec![7, 2, 3, 1]
+    );
+    assert_eq!(
+        ids(store.live_browser_logins(ada.id, 5_000, 2).await.unwrap()),
+        vec![7, 2]
+    );
+    assert_eq!(
+        ids(store.live_browser_logins(ada.id, 4_999, 1).await.unwrap()),
+        vec![4]
+    );
+    assert!(store
+        .live_browser_logins(Uuid::from_u128(0xdead), 5_000, 10)
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 async fn browser_login_for_unknown_account_is_not_found(b: &Backend) {

@@ -265,6 +265,9 @@ struct Table {
 /// How many times a restore starts again because logins ended while it read the store.
 const RESTORE_ATTEMPTS: usize = 3;
 
+/// How many of an account's newest live logins [`SignIns::live_login_of_account`] tries.
+const LOGINS_TRIED: u32 = 3;
+
 /// The live logins of this process, by login id.
 pub struct SignIns {
     table: Mutex<Table>,
@@ -496,6 +499,17 @@ impl SignIns {
         if !login.is_live(now_ms) || login.verifier_hash != verifier_hash {
             return None;
         }
+        self.restore_login(login, now_ms).await
+    }
+
+    /// A live `login` read from the store, made live here: its sealed credential opened
+    /// (renewed first when due), and GitHub still knowing its token as its own account.
+    async fn restore_login(
+        &self,
+        login: BrowserLogin,
+        now_ms: UnixMillis,
+    ) -> Option<Arc<LiveLogin>> {
+        let id = login.id;
         let account = self.store.account(login.account_id).await.ok()??;
         let (revision, sealed) = self.store.login_credential(id).await.ok()??;
         let aad = self.aad(
@@ -588,6 +602,57 @@ impl SignIns {
             })
             .max_by_key(|l| (l.created_at_ms, l.id))
             .cloned()
+    }
+
+    /// [`SignIns::live_login_of`], and under `PROCESSES=many` also a live browser login of the
+    /// account made through another process, restored here from the store (newest first): the
+    /// processes together are the server whose sign-ins AO-03 counts. With one process a login
+    /// this process never saw proves nothing without its browser's cookie, as after a restart.
+    pub async fn live_login_of_account(
+        &self,
+        account_id: Uuid,
+        now_ms: UnixMillis,
+    ) -> Option<Arc<LiveLogin>> {
+        if let Some(live) = self.live_login_of(account_id, now_ms) {
+            return Some(live);
+        }
+        self.settings.recheck_ms?;
+        let logins = match self
+            .store
+            .live_browser_logins(account_id, now_ms, LOGINS_TRIED)
+            .await
+        {
+            Ok(logins) => logins,
+            Err(e) => {
+                tracing::warn!(account = %account_id, error = %e, "could not read an account's browser logins");
+                return None;
+            }
+        };
+        for login in logins {
+            let id = login.id;
+            let ends = {
+                let table = self.lock();
+                if table.pending.contains_key(&id) {
+                    continue;
+                }
+                table.ends
+            };
+            let Some(live) = self.restore_login(login, now_ms).await else {
+                continue;
+            };
+            let mut table = self.lock();
+            // A login ended while the store was read: what it said may be older than that.
+            if table.pending.contains_key(&id) || table.ends != ends {
+                continue;
+            }
+            let live = table.live.entry(id).or_insert(live).clone();
+            drop(table);
+            self.checked_at(id, now_ms);
+            self.arrived.send_modify(|n| *n += 1);
+            tracing::info!(login = %live.account.login, login_id = %id, "a browser login made through another process restored from storage");
+            return Some(live);
+        }
+        None
     }
 
     /// The logins this process holds that have expired at `now_ms`, in id order.

@@ -1029,8 +1029,16 @@ impl Link {
             .machine
             .as_ref()
             .map(|m| self.deps.machines.delegated_login(m));
-        let Some(live) = delegated.or_else(|| self.deps.sign_ins.live_login_of(account_id, now))
-        else {
+        let live = match delegated {
+            Some(delegated) => Some(delegated),
+            None => {
+                self.deps
+                    .sign_ins
+                    .live_login_of_account(account_id, now)
+                    .await
+            }
+        };
+        let Some(live) = live else {
             // Inside the account's hand-over window the missing sign-in is waited for, never
             // refused sign-in-required (HO-10, HO-11): a resume waits; an attach with nothing to
             // resume is told to come back.
