@@ -1044,7 +1044,7 @@ async fn start_many(
     give_back_quiet_trees(&app, store.clone(), DocumentLeaseTimes::for_ttl(ttl_ms));
     // A tree another process took over: its sockets here close (1013), to reconnect there.
     let mut lost = leases.lost();
-    let open = Arc::downgrade(&app.open);
+    let moved = Moved::of(&app);
     let stopping = app.shutdown.stopping();
     app.shutdown.spawn(async move {
         tokio::pin!(stopping);
@@ -1060,9 +1060,9 @@ async fn start_many(
                     Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
                 },
             };
-            let Some(open) = open.upgrade() else { return };
-            for document in tree_of(&*store, root).await.unwrap_or_else(|_| vec![root]) {
-                open.set_moved(document);
+            let tree = tree_of(&*store, root).await.unwrap_or_else(|_| vec![root]);
+            if !moved.tree(&tree).await {
+                return;
             }
             tracing::info!(%root, ?why, "a document tree is served elsewhere now; its sockets here were closed");
         }
@@ -1089,6 +1089,7 @@ fn give_back_quiet_trees(app: &App, store: Arc<dyn Store>, times: DocumentLeaseT
     let open = Arc::downgrade(&app.open);
     let planners = Arc::downgrade(&app.planners);
     let serving = Arc::downgrade(&app.serving);
+    let moved = Moved::of(app);
     let stopping = app.shutdown.stopping();
     app.shutdown.spawn(async move {
         tokio::pin!(stopping);
@@ -1119,9 +1120,7 @@ fn give_back_quiet_trees(app: &App, store: Arc<dyn Store>, times: DocumentLeaseT
                 }
                 match serving.give_back(root).await {
                     Ok(()) => {
-                        for document in &tree {
-                            open.set_moved(*document);
-                        }
+                        moved.tree(&tree).await;
                         tracing::info!(%root, quiet_ms = quiet_for.as_millis() as u64, "a quiet document tree was given back");
                     }
                     Err(e) => {
@@ -1131,6 +1130,69 @@ fn give_back_quiet_trees(app: &App, store: Arc<dyn Store>, times: DocumentLeaseT
             }
         }
     });
+}
+
+/// What a process holds of a document tree, forgotten once another process serves the tree
+/// (its lease lost, or given back): its sockets are told it moved (1013), its Planner link is
+/// closed `unavailable`, and the per-document state rebuilt from storage by whoever serves it
+/// next goes without writing — turns and kept sessions, questions, unsaved run reports, what
+/// Chat was told of the model, a quiet window of automatic participation, a live build's
+/// settle timer. So a tree that comes back later starts here from storage alone.
+struct Moved {
+    open: std::sync::Weak<OpenDocuments>,
+    planners: std::sync::Weak<Planners>,
+    turns: std::sync::Weak<Turns>,
+    questions: std::sync::Weak<Questions>,
+    runs: std::sync::Weak<Runs>,
+    models: std::sync::Weak<Models>,
+    participation: std::sync::Weak<crate::participation::Participation>,
+    live_builds: Option<std::sync::Weak<crate::live_builds::LiveBuilds>>,
+}
+
+impl Moved {
+    fn of(app: &App) -> Self {
+        Moved {
+            open: Arc::downgrade(&app.open),
+            planners: Arc::downgrade(&app.planners),
+            turns: Arc::downgrade(&app.turns),
+            questions: Arc::downgrade(&app.questions),
+            runs: Arc::downgrade(&app.runs),
+            models: Arc::downgrade(&app.models),
+            participation: Arc::downgrade(&app.participation),
+            live_builds: app.live_builds.as_ref().map(Arc::downgrade),
+        }
+    }
+
+    /// Forgets `tree` (its root first). False once the process is gone.
+    async fn tree(&self, tree: &[uuid::Uuid]) -> bool {
+        let (Some(open), Some(planners), Some(turns), Some(questions), Some(runs), Some(models)) = (
+            self.open.upgrade(),
+            self.planners.upgrade(),
+            self.turns.upgrade(),
+            self.questions.upgrade(),
+            self.runs.upgrade(),
+            self.models.upgrade(),
+        ) else {
+            return false;
+        };
+        for document in tree {
+            open.set_moved(*document);
+        }
+        for document in tree {
+            planners.moved(*document).await;
+            turns.moved(*document).await;
+            questions.moved(*document);
+            runs.moved(*document);
+            models.moved(*document);
+            if let Some(participation) = self.participation.upgrade() {
+                participation.addressed(*document);
+            }
+            if let Some(live) = self.live_builds.as_ref().and_then(std::sync::Weak::upgrade) {
+                live.moved(*document);
+            }
+        }
+        true
+    }
 }
 
 /// The documents of `root`'s tree: the root, then its children.

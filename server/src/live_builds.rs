@@ -59,6 +59,12 @@ impl LiveBuilds {
         self.lock().get(&document).copied()
     }
 
+    /// `document` is served by another process now (`PROCESSES=many`): its settle timer here
+    /// ends at its next wake without checking anything.
+    pub fn moved(&self, document: Uuid) {
+        self.lock().remove(&document);
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<Uuid, i64>> {
         self.due.lock().unwrap_or_else(PoisonError::into_inner)
     }

@@ -506,6 +506,12 @@ impl Models {
         Ok((offer, choice))
     }
 
+    /// `document` is served by another process now (`PROCESSES=many`): what Chat was told of
+    /// its model here is forgotten, so a tree that comes back is told again when it needs to be.
+    pub fn moved(&self, document: Uuid) {
+        self.lock().remove(&document);
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<Uuid, Said>> {
         self.said.lock().unwrap_or_else(|p| p.into_inner())
     }

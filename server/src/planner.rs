@@ -1388,6 +1388,35 @@ impl Planners {
         .await;
     }
 
+    /// `doc`'s tree is served by another process now (`PROCESSES=many`): its link here closes
+    /// `unavailable`, to attach again where the tree is served, and this process forgets its
+    /// slot and its wait for a machine without writing — the process serving the tree now owns
+    /// their rows and rebuilds its holds from them. So a tree that comes back here later is
+    /// rebuilt from storage, with nothing stale kept.
+    pub async fn moved(&self, doc: Uuid) {
+        let _gate = self.gates.lock(doc).await;
+        let slot = {
+            let mut table = self.lock();
+            table.starting.remove(&doc);
+            table.slots.remove(&doc)
+        };
+        match slot {
+            Some(Slot::Attached { closer, .. }) => {
+                let _ = closer.try_send(Closing {
+                    code: ErrorCode::Unavailable,
+                    message: "Another server process serves this document now; attach again."
+                        .to_owned(),
+                });
+            }
+            Some(Slot::Grace { task, .. }) => task.abort(),
+            Some(Slot::Held {
+                window: Some(w), ..
+            }) => w.end(),
+            Some(Slot::Held { window: None, .. }) | None => {}
+        }
+        self.announce(doc);
+    }
+
     /// A recheck found the link's access gone: it closes (4403 `access-revoked`) and the
     /// document is freed.
     pub async fn revoke_link(&self, doc: Uuid, link: u64, message: String) {

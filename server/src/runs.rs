@@ -213,6 +213,13 @@ impl Runs {
         }
     }
 
+    /// `document` is served by another process now (`PROCESSES=many`): the reports taken here
+    /// and not saved are forgotten (their link is closed; the client reports them again to the
+    /// process serving the document).
+    pub fn moved(&self, document: Uuid) {
+        self.unsaved().remove(&document);
+    }
+
     fn unsaved(&self) -> MutexGuard<'_, BTreeMap<Uuid, BTreeMap<String, Unsaved>>> {
         self.unsaved.lock().unwrap_or_else(PoisonError::into_inner)
     }

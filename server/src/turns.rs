@@ -622,6 +622,30 @@ impl Turns {
         self.lock().turns.len()
     }
 
+    /// `document` is served by another process now (`PROCESSES=many`): its running turn is
+    /// stopped, and what this process kept for its next turns (a kept session, answers waiting
+    /// for a turn, the references its session holds) is let go without writing, so a tree that
+    /// comes back here later starts from storage alone, as after a restart.
+    pub async fn moved(&self, document: Uuid) {
+        let kept = {
+            let mut table = self.lock();
+            if let Some(running) = table.turns.get(&document) {
+                running
+                    .control
+                    .cancel("another server process serves this document now");
+            }
+            table.answers.remove(&document);
+            table.answers_due.remove(&document);
+            table.references.remove(&document);
+            table.continuing.remove(&document);
+            table.kept.remove(&document)
+        };
+        if let Some(kept) = kept {
+            tracing::info!(%document, session = kept.session.id(), "a kept session is let go: its document is served by another process now");
+            kept.session.destroy().await;
+        }
+    }
+
     /// Whether `document` has a turn running now.
     pub fn is_running(&self, document: Uuid) -> bool {
         self.lock().turns.contains_key(&document)

@@ -122,6 +122,75 @@ async fn a_document_taken_over_closes_its_sockets_here_with_1013_and_is_refused_
 }
 
 #[tokio::test]
+async fn a_planner_attached_here_is_closed_unavailable_when_its_tree_is_taken_over() {
+    use chopin_fixtures::agent::Event;
+    use chopin_protocol::agent::{ErrorCode, ServerMessage};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let s = many(store.clone()).await;
+    let mut planner = s.attach(&[]).await;
+    assert!(s.state.planners.holder(s.doc).is_some());
+    take_over(&store, s.doc).await;
+    // The next renewal finds the tree taken: the link is told to attach again (where the tree
+    // is served now), and this process forgets the slot without writing.
+    let (error, closed) = tokio::time::timeout(Duration::from_millis(3 * LEASE_MS), async {
+        let mut error = None;
+        loop {
+            match planner.recv().await {
+                Ok(Event::Message(ServerMessage::Error(e))) => error = Some(e),
+                Ok(Event::Message(_)) => {}
+                Ok(Event::Closed { code, reason }) => return (error, (code, reason)),
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the Planner link closes within the lease");
+    let error = error.expect("an error frame before the close");
+    assert_eq!(error.code, ErrorCode::Unavailable, "{error:?}");
+    assert!(error.retry_after_ms.is_some(), "{error:?}");
+    assert_eq!(closed.1, "unavailable");
+    assert!(s.state.planners.holder(s.doc).is_none());
+    assert!(s.state.planners.held().is_empty());
+}
+
+#[tokio::test]
+async fn a_turn_running_here_is_stopped_and_nothing_of_it_kept_when_its_tree_is_taken_over() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let s = many(store.clone()).await;
+    let mut planner = s.attach(&[]).await;
+    let mut room = s.room().await;
+    let _begun = support::begin_turn(&mut planner, &mut room, "@chopin plan it").await;
+    assert!(s.state.turns.is_running(s.doc));
+    take_over(&store, s.doc).await;
+    // The client reads its link as a client does (a link closes once its client answers the
+    // close): it is told to attach again where the document is served now.
+    let closed = tokio::time::timeout(Duration::from_millis(3 * LEASE_MS), async {
+        loop {
+            if let chopin_fixtures::agent::Event::Closed { code, reason } =
+                planner.recv().await.expect("the link")
+            {
+                return (code, reason);
+            }
+        }
+    })
+    .await
+    .expect("the Planner link closes within the lease");
+    assert_eq!(closed.1, "unavailable");
+    // The turn stopped with it, and nothing of it is kept here.
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(LEASE_MS);
+    while s.state.turns.is_running(s.doc) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the turn still runs here a lease after its link closed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(s.state.planners.holder(s.doc).is_none());
+    assert_eq!(s.state.turns.kept_session(s.doc), None);
+    assert_eq!(s.state.questions.waiting(), 0);
+}
+
+#[tokio::test]
 async fn taking_a_document_over_clears_the_owner_an_earlier_process_left_and_only_its_own() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let s = many(store.clone()).await;
