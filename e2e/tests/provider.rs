@@ -307,12 +307,13 @@ async fn stop_aborts_mid_stream(backend: Backend) {
     send(&mut w, "r-1", "@chopin think hard").await;
     let provider = w.provider.clone();
     // The text went out and the stream waits at its Hang. The server reads that text from
-    // its socket a moment later; nothing it shows tells when, so give it that moment.
+    // its socket a moment later; nothing it shows tells when, so give it that moment (200 ms
+    // was once too short on a loaded 2-core CI machine).
     eventually("the model said its first words", || {
         provider.in_flight() == 1 && provider.hung() == 1
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
     w.room
         .send_json(&json!({ "type": "planner:stop" }))
         .await
