@@ -160,7 +160,7 @@ fn each_document_is_served_by_one_process_and_by_another_only_after_its_lease_ex
         .filter(|w| {
             w.incarnation == 2
                 && w.ok
-                && matches!(w.method, "acquire_document_lease" | "renew_document_lease")
+                && matches!(w.method, "acquire_document_lease" | "renew_document_leases")
         })
         .map(|w| w.at_ms)
         .max()

@@ -73,7 +73,9 @@ pub trait Hook: Send + Sync + 'static {
 /// The lease methods (taking, renewing and giving back a lease), which no fence refuses: they
 /// are how its epoch is kept or changed.
 fn is_lease_method(method: &str) -> bool {
-    method.ends_with("_writer_lease") || method.ends_with("_document_lease")
+    method.ends_with("_writer_lease")
+        || method.ends_with("_document_lease")
+        || method.ends_with("_document_leases")
 }
 
 const READ: bool = false;
@@ -782,18 +784,16 @@ impl<H: Hook> DocumentLeaseStore for Instrumented<H> {
         .await
     }
 
-    async fn renew_document_lease(
+    async fn renew_document_leases(
         &self,
-        document_id: Uuid,
-        lease: &WriterLease,
+        leases: &[(Uuid, WriterLease)],
         now_ms: UnixMillis,
         ttl_ms: i64,
-    ) -> StoreResult<Option<WriterLease>> {
+    ) -> StoreResult<Vec<(Uuid, WriterLease)>> {
         self.observe(
-            "renew_document_lease",
+            "renew_document_leases",
             WRITE,
-            self.inner
-                .renew_document_lease(document_id, lease, now_ms, ttl_ms),
+            self.inner.renew_document_leases(leases, now_ms, ttl_ms),
         )
         .await
     }

@@ -828,14 +828,16 @@ pub trait DocumentLeaseStore: Send + Sync + 'static {
         now_ms: UnixMillis,
         ttl_ms: i64,
     ) -> StoreResult<LeaseAcquire>;
-    /// Extends a lease still held under the same holder and epoch; `None` if it was lost.
-    async fn renew_document_lease(
+    /// Extends each lease of `leases` (a document and the lease its process holds) still held
+    /// under the same holder and epoch, to `now_ms + ttl_ms`, in one statement for up to
+    /// [`LEASES_RENEWED_AT_ONCE`] of them. Returns the leases renewed, in no order; one left
+    /// out was lost.
+    async fn renew_document_leases(
         &self,
-        document_id: Uuid,
-        lease: &WriterLease,
+        leases: &[(Uuid, WriterLease)],
         now_ms: UnixMillis,
         ttl_ms: i64,
-    ) -> StoreResult<Option<WriterLease>>;
+    ) -> StoreResult<Vec<(Uuid, WriterLease)>>;
     /// Gives the lease up if still held under that holder and epoch (a graceful hand-over: the
     /// next process need not wait for the expiry). The epoch stays.
     async fn release_document_lease(
@@ -847,6 +849,9 @@ pub trait DocumentLeaseStore: Send + Sync + 'static {
     /// if it was never leased. Who serves a document, for routing a request to it.
     async fn document_lease(&self, document_id: Uuid) -> StoreResult<Option<DocumentLeaseRow>>;
 }
+
+/// How many leases [`DocumentLeaseStore::renew_document_leases`] renews with one statement.
+pub const LEASES_RENEWED_AT_ONCE: usize = 250;
 
 /// A document's lease row as [`DocumentLeaseStore::document_lease`] reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1234,18 +1234,23 @@ impl DocumentLeaseStore for MemoryStore {
         })
     }
 
-    async fn renew_document_lease(
+    async fn renew_document_leases(
         &self,
-        document_id: Uuid,
-        lease: &WriterLease,
+        leases: &[(Uuid, WriterLease)],
         now_ms: UnixMillis,
         ttl_ms: i64,
-    ) -> StoreResult<Option<WriterLease>> {
+    ) -> StoreResult<Vec<(Uuid, WriterLease)>> {
         self.with(|inner| {
-            Ok(inner
-                .document_leases
-                .get_mut(&document_id)
-                .and_then(|row| row.renew(lease, now_ms, ttl_ms)))
+            Ok(leases
+                .iter()
+                .filter_map(|(document_id, lease)| {
+                    inner
+                        .document_leases
+                        .get_mut(document_id)
+                        .and_then(|row| row.renew(lease, now_ms, ttl_ms))
+                        .map(|renewed| (*document_id, renewed))
+                })
+                .collect())
         })
     }
 

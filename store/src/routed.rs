@@ -641,15 +641,14 @@ impl DocumentLeaseStore for Routed {
             .await
     }
 
-    async fn renew_document_lease(
+    async fn renew_document_leases(
         &self,
-        document_id: Uuid,
-        lease: &WriterLease,
+        leases: &[(Uuid, WriterLease)],
         now_ms: UnixMillis,
         ttl_ms: i64,
-    ) -> StoreResult<Option<WriterLease>> {
+    ) -> StoreResult<Vec<(Uuid, WriterLease)>> {
         self.inner
-            .renew_document_lease(document_id, lease, now_ms, ttl_ms)
+            .renew_document_leases(leases, now_ms, ttl_ms)
             .await
     }
 

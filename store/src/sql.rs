@@ -662,6 +662,15 @@ struct LeaseRow {
     expires_at_ms: i64,
 }
 
+/// A document lease renewed, as [`SqlStore::renew_document_leases`] returns it.
+#[derive(sqlx::FromRow)]
+struct RenewedLeaseRow<Id> {
+    document_id: Id,
+    holder: Option<String>,
+    epoch: i64,
+    expires_at_ms: i64,
+}
+
 /// A paired machine as [`MACHINE_SELECT`] reads it.
 #[derive(sqlx::FromRow)]
 struct MachineRow<Id> {
@@ -5467,30 +5476,56 @@ where
         Ok(acquired)
     }
 
-    pub(crate) async fn renew_document_lease(
+    pub(crate) async fn renew_document_leases(
         &self,
-        document_id: Uuid,
-        lease: &WriterLease,
+        leases: &[(Uuid, WriterLease)],
         now_ms: UnixMillis,
         ttl_ms: i64,
-    ) -> StoreResult<Option<WriterLease>> {
-        let row: Option<LeaseRow> = sqlx::query_as(
-            "UPDATE document_leases SET expires_at_ms = $4 \
-             WHERE document_id = $1 AND holder = $2 AND epoch = $3 \
-             RETURNING holder, epoch, expires_at_ms",
-        )
-        .bind(DB::Id::from(document_id))
-        .bind(&lease.holder)
-        .bind(lease.epoch)
-        .bind(now_ms.saturating_add(ttl_ms))
-        .fetch_optional(&self.writes)
-        .await
-        .map_err(|e| sqlx_error("renewing a document's lease", e))?;
-        Ok(row.map(|row| WriterLease {
-            holder: lease.holder.clone(),
-            epoch: row.epoch,
-            expires_at_ms: row.expires_at_ms,
-        }))
+    ) -> StoreResult<Vec<(Uuid, WriterLease)>> {
+        let mut renewed = Vec::with_capacity(leases.len());
+        for batch in leases.chunks(crate::LEASES_RENEWED_AT_ONCE) {
+            // One statement for the batch: each lease is matched by its document, holder and
+            // epoch, as a renewal of one is.
+            let held = (0..batch.len())
+                .map(|i| {
+                    let at = 2 + 3 * i;
+                    format!(
+                        "(document_id = ${} AND holder = ${} AND epoch = ${})",
+                        at,
+                        at + 1,
+                        at + 2
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(" OR ");
+            let sql = format!(
+                "UPDATE document_leases SET expires_at_ms = $1 WHERE {held} \
+                 RETURNING document_id, holder, epoch, expires_at_ms"
+            );
+            let mut query = sqlx::query_as::<_, RenewedLeaseRow<DB::Id>>(&sql)
+                .bind(now_ms.saturating_add(ttl_ms));
+            for (document_id, lease) in batch {
+                query = query
+                    .bind(DB::Id::from(*document_id))
+                    .bind(&lease.holder)
+                    .bind(lease.epoch);
+            }
+            let rows = query
+                .fetch_all(&self.writes)
+                .await
+                .map_err(|e| sqlx_error("renewing document leases", e))?;
+            renewed.extend(rows.into_iter().filter_map(|row| {
+                Some((
+                    row.document_id.into(),
+                    WriterLease {
+                        holder: row.holder?,
+                        epoch: row.epoch,
+                        expires_at_ms: row.expires_at_ms,
+                    },
+                ))
+            }));
+        }
+        Ok(renewed)
     }
 
     pub(crate) async fn release_document_lease(
@@ -5766,8 +5801,8 @@ macro_rules! sql_store_impls {
             sql_store_impls!(@forward $store, DocumentLeaseStore {
                 fn acquire_document_lease(document_id: Uuid, holder: &str, now_ms: UnixMillis,
                     ttl_ms: i64) -> LeaseAcquire;
-                fn renew_document_lease(document_id: Uuid, lease: &WriterLease,
-                    now_ms: UnixMillis, ttl_ms: i64) -> Option<WriterLease>;
+                fn renew_document_leases(leases: &[(Uuid, WriterLease)], now_ms: UnixMillis,
+                    ttl_ms: i64) -> Vec<(Uuid, WriterLease)>;
                 fn release_document_lease(document_id: Uuid, lease: &WriterLease) -> ();
                 fn document_lease(document_id: Uuid) -> Option<DocumentLeaseRow>;
             } {});

@@ -209,6 +209,7 @@ conformance! {
     fenced_writes_stop_once_the_lease_is_given_up_or_given_back,
     fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
     document_leases_are_taken_renewed_and_given_back_one_document_at_a_time,
+    document_leases_are_renewed_together_and_only_those_still_held,
     document_fenced_writes_need_the_current_epoch_of_their_documents_lease,
     document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all,
     document_fenced_writes_of_many_documents_at_once_are_each_checked_against_their_own_lease,
@@ -2838,6 +2839,73 @@ async fn race_a_takeover(
 
 // --- document leases (several processes on one database) ------------------------------------
 
+async fn document_leases_are_renewed_together_and_only_those_still_held(b: &Backend) {
+    let store = b.open().await;
+    // More than one statement's worth, so the batches are seen to join up.
+    let count = chopin_store::LEASES_RENEWED_AT_ONCE + 3;
+    let mut held = Vec::new();
+    for n in 0..count {
+        let doc = Uuid::from_u128(0x1ea5_0000 + n as u128);
+        let lease = acquired(
+            store
+                .acquire_document_lease(doc, "host-a", 1_000, 500)
+                .await
+                .unwrap(),
+        );
+        held.push((doc, lease));
+    }
+    // One taken over after it expired, one given back, one renewed under an epoch not its own.
+    let taken = held[1].0;
+    store
+        .acquire_document_lease(taken, "host-b", 1_500, 500)
+        .await
+        .unwrap();
+    store
+        .release_document_lease(held[2].0, &held[2].1)
+        .await
+        .unwrap();
+    let mut asked = held.clone();
+    asked[3].1.epoch += 1;
+    let renewed: std::collections::BTreeMap<Uuid, WriterLease> = store
+        .renew_document_leases(&asked, 1_600, 500)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(renewed.len(), count - 3);
+    for (i, (doc, lease)) in held.iter().enumerate() {
+        match i {
+            1..=3 => assert!(!renewed.contains_key(doc), "{i} was renewed"),
+            _ => {
+                let new = &renewed[doc];
+                assert_eq!(
+                    (new.holder.as_str(), new.epoch, new.expires_at_ms),
+                    ("host-a", lease.epoch, 2_100)
+                );
+            }
+        }
+    }
+    assert_eq!(
+        store.document_lease(taken).await.unwrap().unwrap().holder,
+        Some("host-b".into())
+    );
+    assert_eq!(
+        store
+            .document_lease(held[3].0)
+            .await
+            .unwrap()
+            .unwrap()
+            .expires_at_ms,
+        1_500,
+        "a lease asked for under another epoch is left as it was"
+    );
+    assert!(store
+        .renew_document_leases(&[], 1_700, 500)
+        .await
+        .unwrap()
+        .is_empty());
+}
+
 async fn document_leases_are_taken_renewed_and_given_back_one_document_at_a_time(b: &Backend) {
     let store = b.open().await;
     let (doc, other) = (Uuid::from_u128(0xd1), Uuid::from_u128(0xd2));
@@ -2890,10 +2958,12 @@ async fn document_leases_are_taken_renewed_and_given_back_one_document_at_a_time
     );
     assert_eq!((again.epoch, again.expires_at_ms), (1, 1_900));
     let renewed = store
-        .renew_document_lease(doc, &again, 1_800, 500)
+        .renew_document_leases(&[(doc, again.clone())], 1_800, 500)
         .await
-        .unwrap()
-        .expect("renewed");
+        .unwrap();
+    assert_eq!(renewed.len(), 1, "{renewed:?}");
+    let (renewed_doc, renewed) = renewed.into_iter().next().unwrap();
+    assert_eq!(renewed_doc, doc);
     assert_eq!((renewed.epoch, renewed.expires_at_ms), (1, 2_300));
     assert_eq!(
         store.document_lease(doc).await.unwrap(),
@@ -2914,10 +2984,10 @@ async fn document_leases_are_taken_renewed_and_given_back_one_document_at_a_time
     assert_eq!((b.holder.as_str(), b.epoch), ("host-b", 2));
     assert_eq!(
         store
-            .renew_document_lease(doc, &renewed, 2_301, 500)
+            .renew_document_leases(&[(doc, renewed.clone())], 2_301, 500)
             .await
             .unwrap(),
-        None
+        vec![]
     );
     store.release_document_lease(doc, &renewed).await.unwrap();
     assert_eq!(

@@ -360,54 +360,64 @@ impl DocumentLeases {
         })
     }
 
-    /// One renewal of every lease held: a renewed one gets its new deadline, one taken over is
-    /// lost at once, and one whose renewal failed or was cut off stays until its deadline (which
-    /// [`DocumentLeases::keep`]'s loop wakes for).
-    /// Whether any renewal failed.
+    /// One renewal of every lease held, in one store call (one statement per
+    /// [`crate::store::LEASES_RENEWED_AT_ONCE`] leases): a renewed one gets its new deadline,
+    /// one taken over is lost at once, and if the call failed or was cut off every lease stays
+    /// until its deadline (which [`DocumentLeases::keep`]'s loop wakes for). Whether the call
+    /// failed.
     async fn renew_all(&self) -> bool {
-        let due: Vec<(Uuid, WriterLease, Instant)> = self
+        let due: Vec<(Uuid, WriterLease)> = self
             .held()
             .iter()
-            .map(|(id, h)| (*id, h.lease.clone(), h.deadline_at))
+            .map(|(id, h)| (*id, h.lease.clone()))
             .collect();
+        let Some(earliest) = self.earliest_deadline() else {
+            return false;
+        };
+        if due.is_empty() {
+            return false;
+        }
         let times = self.shared.times;
-        let mut failed = false;
-        for (document_id, lease, deadline_at) in due {
-            let cut_off_at =
-                deadline_at.min(Instant::now() + Duration::from_millis(times.renew_timeout_ms));
-            let renewal = tokio::time::timeout_at(
-                cut_off_at,
-                self.shared.store.renew_document_lease(
-                    document_id,
-                    &lease,
-                    self.shared.clock.now_ms(),
-                    times.ttl_ms,
-                ),
-            )
-            .await;
-            match renewal {
-                Ok(Ok(Some(renewed))) => {
-                    let deadline_at = self.deadline(&renewed);
+        let cut_off_at =
+            earliest.min(Instant::now() + Duration::from_millis(times.renew_timeout_ms));
+        let renewal = tokio::time::timeout_at(
+            cut_off_at,
+            self.shared
+                .store
+                .renew_document_leases(&due, self.shared.clock.now_ms(), times.ttl_ms),
+        )
+        .await;
+        let renewed = match renewal {
+            Ok(Ok(renewed)) => renewed,
+            Ok(Err(e)) => {
+                tracing::warn!(leases = due.len(), error = %e, "document lease renewal failed; retrying");
+                return true;
+            }
+            Err(_) => {
+                tracing::warn!(
+                    leases = due.len(),
+                    "document lease renewal did not answer; cut off"
+                );
+                return true;
+            }
+        };
+        let renewed: BTreeMap<Uuid, WriterLease> = renewed.into_iter().collect();
+        for (document_id, lease) in due {
+            match renewed.get(&document_id) {
+                Some(new) if new.epoch == lease.epoch => {
+                    let deadline_at = self.deadline(new);
                     if let Some(held) = self.held().get_mut(&document_id) {
                         // Unless it was handed over or lost meanwhile.
-                        if held.lease.epoch == renewed.epoch {
-                            held.lease = renewed;
+                        if held.lease.epoch == new.epoch {
+                            held.lease = new.clone();
                             held.deadline_at = deadline_at;
                         }
                     }
                 }
-                Ok(Ok(None)) => self.lose(document_id, lease.epoch, Lost::TakenOver),
-                Ok(Err(e)) => {
-                    failed = true;
-                    tracing::warn!(%document_id, error = %e, "document lease renewal failed; retrying");
-                }
-                Err(_) => {
-                    failed = true;
-                    tracing::warn!(%document_id, "document lease renewal did not answer; cut off");
-                }
+                _ => self.lose(document_id, lease.epoch, Lost::TakenOver),
             }
         }
-        failed
+        false
     }
 
     /// Counts every lease whose deadline has come as lost.
@@ -502,7 +512,7 @@ mod tests {
         fn call(&self, _call: Call) {}
 
         fn hold(&self, method: &'static str, _write: bool) -> Option<Hold> {
-            if method != "renew_document_lease" {
+            if method != "renew_document_leases" {
                 return None;
             }
             self.0.tried.fetch_add(1, Ordering::SeqCst);
@@ -513,7 +523,7 @@ mod tests {
         }
 
         fn fail(&self, method: &'static str, _write: bool) -> Option<StoreError> {
-            let failing = method == "renew_document_lease"
+            let failing = method == "renew_document_leases"
                 && self
                     .0
                     .failing
