@@ -567,6 +567,7 @@ impl App {
             access: access.clone(),
             clock: clock.clone(),
             entropy: entropy.clone(),
+            serving: serving.clone(),
         }));
         let rebuilds = Arc::new(crate::rebuilds::Rebuilds::new(
             crate::rebuilds::RebuildsDeps {
@@ -605,7 +606,7 @@ impl App {
         housekeeping::spawn_patience_sweep(
             &planners,
             default_machine.clone(),
-            (!config.many_processes).then_some(&builds),
+            &builds,
             clock.clone(),
             &shutdown,
         );

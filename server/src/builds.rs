@@ -23,7 +23,7 @@ use crate::identity::sign_ins::sha256_hex;
 use crate::lifecycle::{build_json, Lifecycle, Refusal, BUILD_SILENCE_MS};
 use crate::machines::Machines;
 use crate::runtime::{SharedClock, SharedEntropy};
-use crate::store::{Build, BuildState, Document, NewBuild, QueueRefusal, Store};
+use crate::store::{Build, BuildState, Document, NewBuild, QueueRefusal, Reach, Store};
 
 /// What every build bridge token starts with, so `/mcp` tells it from a GitHub token.
 pub const BRIDGE_PREFIX: &str = "chopin_build_";
@@ -41,6 +41,9 @@ pub struct BuildsDeps {
     pub access: Arc<Access>,
     pub clock: SharedClock,
     pub entropy: SharedEntropy,
+    /// Which documents this process serves: under `PROCESSES=many` the sweep reaches only
+    /// those.
+    pub serving: Arc<crate::serving::Serving>,
 }
 
 pub struct Builds {
@@ -453,14 +456,47 @@ impl Builds {
     /// The sweep (RULINGS LIFE-87, LIFE-82): a build picked up and not claimed within
     /// [`BUILD_SILENCE_MS`] fails `expired`, and a browser build's run with no lifecycle report for
     /// as long is stopped; either waits for a person's Retry. Runs on the 15-s sweep.
+    /// Under `PROCESSES=many` each process sweeps the documents it serves, one at a time.
     pub async fn sweep(&self) -> Result<(), crate::store::StoreError> {
         let now = self.deps.clock.now_ms();
         let cutoff = now - BUILD_SILENCE_MS;
-        for build in self.deps.store.expire_builds(cutoff, now).await? {
+        let many = self.deps.serving.leases().is_some();
+        let expired = match many {
+            false => {
+                self.deps
+                    .store
+                    .expire_builds(Reach::Every, cutoff, now)
+                    .await?
+            }
+            true => {
+                let mut documents: Vec<Uuid> = Vec::new();
+                for build in self.deps.store.silent_builds(cutoff).await? {
+                    if !documents.contains(&build.document_id)
+                        && self.deps.serving.serves(build.document_id).await
+                    {
+                        documents.push(build.document_id);
+                    }
+                }
+                let mut expired = Vec::new();
+                for document in documents {
+                    expired.extend(
+                        self.deps
+                            .store
+                            .expire_builds(Reach::Document(document), cutoff, now)
+                            .await?,
+                    );
+                }
+                expired
+            }
+        };
+        for build in expired {
             tracing::info!(build = %build.id, document = %build.document_id, kind = build.kind.as_str(), "a build picked up and silent for 30 minutes failed");
             self.deps.news.changed(build.document_id).await;
         }
         for run in self.deps.store.silent_build_runs(cutoff).await? {
+            if many && !self.deps.serving.serves(run.document_id).await {
+                continue;
+            }
             if self.deps.lifecycle.stop_silent(&run).await? {
                 tracing::info!(run = %run.run_id, document = %run.document_id, "a build's run silent for 30 minutes was stopped");
             }

@@ -104,18 +104,18 @@ pub fn spawn(
 /// (15 s), on the multiples of 15 s of the server's clock, so when it runs never depends on when
 /// the process started (and a scenario can place a deadline 1 ms either side of a sweep). The
 /// same sweep lets go of Default machine's unused documents (ATM-37) and ends builds silent for
-/// 30 minutes (RULINGS LIFE-87) — `builds` `None` (`PROCESSES=many`): not yet, since that sweep
-/// reaches every document at once.
+/// 30 minutes (RULINGS LIFE-87) — under `PROCESSES=many`, those of the documents this process
+/// serves.
 pub fn spawn_patience_sweep(
     planners: &Arc<Planners>,
     default_machine: Option<Arc<crate::default_machine::DefaultMachine>>,
-    builds: Option<&Arc<crate::builds::Builds>>,
+    builds: &Arc<crate::builds::Builds>,
     clock: SharedClock,
     shutdown: &Shutdown,
 ) {
     let planners = Arc::downgrade(planners);
     let default_machine = default_machine.as_ref().map(Arc::downgrade);
-    let builds = builds.map(Arc::downgrade);
+    let builds = Arc::downgrade(builds);
     let stopping = shutdown.stopping();
     shutdown.spawn(async move {
         tokio::pin!(stopping);
@@ -144,7 +144,7 @@ pub fn spawn_patience_sweep(
                     tracing::warn!(error = %e, "Default machine's sweep could not read its documents; the next sweep tries again");
                 }
             }
-            if let Some(builds) = builds.as_ref().and_then(std::sync::Weak::upgrade) {
+            if let Some(builds) = builds.upgrade() {
                 if let Err(e) = builds.sweep().await {
                     tracing::warn!(error = %e, "the builds' sweep could not finish; the next sweep tries again");
                 }

@@ -191,6 +191,90 @@ async fn a_turn_running_here_is_stopped_and_nothing_of_it_kept_when_its_tree_is_
 }
 
 #[tokio::test]
+async fn life_87_the_build_sweep_expires_silent_builds_only_of_documents_served_here() {
+    use chopin_server::store::{BuildState, GraphChange, NewBuild, NewMachine};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let s = many(store.clone()).await;
+    assert_eq!(ask(&s, s.doc).await.0, 200, "served here");
+    // Another document, served by another process.
+    let other = Uuid::new_v4();
+    store
+        .create_document(&NewDocument {
+            id: other,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "other".into(),
+            title: "Other".into(),
+            ..NewDocument::default()
+        })
+        .await
+        .unwrap();
+    let taken = store
+        .acquire_document_lease(other, "another-process", now_ms(), 60_000)
+        .await
+        .unwrap();
+    assert!(matches!(taken, LeaseAcquire::Acquired(_)), "{taken:?}");
+    let mona = store.upsert_account(1001, "mona", 1_000).await.unwrap();
+    let machine = Uuid::new_v4();
+    store
+        .pair_machine(&NewMachine {
+            id: machine,
+            owner_account_id: mona.id,
+            name: "studio".into(),
+            release: Some("0.0.23".into()),
+            created_at_ms: 1_000,
+            sealed: b"sealed".to_vec(),
+        })
+        .await
+        .unwrap();
+    // A build of each, picked up 30 minutes and 1 ms ago and silent since.
+    let picked_up_at = now_ms() - 30 * 60 * 1_000 - 1;
+    let mut builds = Vec::new();
+    for doc in [s.doc, other] {
+        let edit = GraphChange::Edit {
+            base: None,
+            plan_revision: 1,
+            definition: "{}".into(),
+        };
+        store.change_graph(doc, &edit, 10).await.unwrap().unwrap();
+        let approve = GraphChange::Approve {
+            graph_version: 1,
+            graph_revision: 1,
+            current_plan_revision: 1,
+        };
+        let build = NewBuild {
+            id: Uuid::new_v4(),
+            machine_id: machine,
+            requested_by_account_id: mona.id,
+            requested_by: "mona".into(),
+            checkout: None,
+        };
+        store
+            .approve_and_queue(doc, &approve, &build, 11)
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .pick_up_build(build.id, "bridge", picked_up_at)
+            .await
+            .unwrap()
+            .unwrap();
+        builds.push(build.id);
+    }
+    s.state.builds.sweep().await.expect("the sweep runs");
+    let state = |id| {
+        let store = store.clone();
+        async move { store.build(id).await.unwrap().unwrap().state }
+    };
+    assert_eq!(state(builds[0]).await, BuildState::Failed, "served here");
+    assert_eq!(
+        state(builds[1]).await,
+        BuildState::Launching,
+        "served by another process, which sweeps it"
+    );
+}
+
+#[tokio::test]
 async fn taking_a_document_over_clears_the_owner_an_earlier_process_left_and_only_its_own() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let s = many(store.clone()).await;

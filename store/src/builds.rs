@@ -13,7 +13,9 @@
 use async_trait::async_trait;
 use uuid::Uuid;
 
-use crate::{GraphChange, GraphRefusal, GraphVersion, ImplementationRun, StoreResult, UnixMillis};
+use crate::{
+    GraphChange, GraphRefusal, GraphVersion, ImplementationRun, Reach, StoreResult, UnixMillis,
+};
 
 /// Where a build is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -358,13 +360,18 @@ pub trait BuildStore: Send + Sync + 'static {
         progress: &str,
         now_ms: UnixMillis,
     ) -> StoreResult<Landing>;
-    /// Fails every launching build and rebuild picked up at or before `cutoff_ms` with
-    /// [`EXPIRED`] (RULINGS LIFE-87): the builds failed.
+    /// Fails every launching build and rebuild `reach` covers picked up at or before
+    /// `cutoff_ms` with [`EXPIRED`] (RULINGS LIFE-87): the builds failed.
     async fn expire_builds(
         &self,
+        reach: Reach,
         cutoff_ms: UnixMillis,
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<Build>>;
+    /// The launching builds and rebuilds picked up at or before `cutoff_ms`, which
+    /// [`BuildStore::expire_builds`] would fail now (oldest first): under document leases, where
+    /// each process expires those of the documents it serves.
+    async fn silent_builds(&self, cutoff_ms: UnixMillis) -> StoreResult<Vec<Build>>;
     /// The live runs that a browser build's claim started and that took no report since
     /// `cutoff_ms` (their last report, or claim, at or before it).
     async fn silent_build_runs(&self, cutoff_ms: UnixMillis)

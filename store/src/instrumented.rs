@@ -1519,15 +1519,21 @@ impl<H: Hook> crate::BuildStore for Instrumented<H> {
 
     async fn expire_builds(
         &self,
+        reach: crate::Reach,
         cutoff_ms: UnixMillis,
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<crate::Build>> {
         self.observe(
             "expire_builds",
             WRITE,
-            self.inner.expire_builds(cutoff_ms, now_ms),
+            self.inner.expire_builds(reach, cutoff_ms, now_ms),
         )
         .await
+    }
+
+    async fn silent_builds(&self, cutoff_ms: UnixMillis) -> StoreResult<Vec<crate::Build>> {
+        self.observe("silent_builds", READ, self.inner.silent_builds(cutoff_ms))
+            .await
     }
 
     async fn silent_build_runs(

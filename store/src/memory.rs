@@ -2634,13 +2634,17 @@ impl crate::BuildStore for MemoryStore {
 
     async fn expire_builds(
         &self,
+        reach: Reach,
         cutoff_ms: UnixMillis,
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<crate::Build>> {
         self.write(|inner| {
             let mut expired = Vec::new();
             for b in inner.implementation_builds.values_mut() {
-                if b.state == crate::BuildState::Launching && b.updated_at_ms <= cutoff_ms {
+                if b.state == crate::BuildState::Launching
+                    && b.updated_at_ms <= cutoff_ms
+                    && reach.covers(b.document_id)
+                {
                     b.state = crate::BuildState::Failed;
                     b.reason = Some(crate::builds::EXPIRED.to_owned());
                     b.change = None;
@@ -2650,6 +2654,19 @@ impl crate::BuildStore for MemoryStore {
             }
             expired.sort_by_key(|b| (b.created_at_ms, b.id));
             Ok(expired)
+        })
+    }
+
+    async fn silent_builds(&self, cutoff_ms: UnixMillis) -> StoreResult<Vec<crate::Build>> {
+        self.with(|inner| {
+            let mut silent: Vec<crate::Build> = inner
+                .implementation_builds
+                .values()
+                .filter(|b| b.state == crate::BuildState::Launching && b.updated_at_ms <= cutoff_ms)
+                .cloned()
+                .collect();
+            silent.sort_by_key(|b| (b.created_at_ms, b.id));
+            Ok(silent)
         })
     }
 

@@ -1190,11 +1190,18 @@ impl crate::BuildStore for Routed {
 
     async fn expire_builds(
         &self,
+        reach: Reach,
         cutoff_ms: UnixMillis,
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<crate::Build>> {
-        let _ = (cutoff_ms, now_ms);
-        Err(every_document("expire_builds"))
+        self.sweep(reach, "expire_builds")
+            .await?
+            .expire_builds(reach, cutoff_ms, now_ms)
+            .await
+    }
+
+    async fn silent_builds(&self, cutoff_ms: UnixMillis) -> StoreResult<Vec<crate::Build>> {
+        self.inner.silent_builds(cutoff_ms).await
     }
 
     async fn silent_build_runs(

@@ -3968,17 +3968,35 @@ where
         })
     }
 
+    pub(crate) async fn silent_builds(
+        &self,
+        cutoff_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::Build>> {
+        let rows: Vec<BuildRow<DB::Id>> = sqlx::query_as(&format!(
+            "{BUILD_SELECT} WHERE state = 'launching' AND updated_at_ms <= $1 \
+             ORDER BY created_at_ms, id"
+        ))
+        .bind(cutoff_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading silent builds", e))?;
+        rows.into_iter().map(build_of).collect()
+    }
+
     pub(crate) async fn expire_builds(
         &self,
+        reach: Reach,
         cutoff_ms: UnixMillis,
         now_ms: UnixMillis,
     ) -> StoreResult<Vec<crate::Build>> {
         let mut tx = self.begin_write().await?;
         let rows: Vec<BuildRow<DB::Id>> = sqlx::query_as(&format!(
             "{BUILD_SELECT} WHERE state = 'launching' AND updated_at_ms <= $1 \
+             AND ($2 IS NULL OR document_id = $2) \
              ORDER BY created_at_ms, id"
         ))
         .bind(cutoff_ms)
+        .bind(reach.document().map(DB::Id::from))
         .fetch_all(&mut *tx)
         .await
         .map_err(|e| sqlx_error("reading silent builds", e))?;
@@ -5776,7 +5794,9 @@ macro_rules! sql_store_impls {
                     -> Result<Build, QueueRefusal>;
                 fn land_rebuild(id: Uuid, definition: &str, progress: &str, now_ms: UnixMillis)
                     -> Landing;
-                fn expire_builds(cutoff_ms: UnixMillis, now_ms: UnixMillis) -> Vec<Build>;
+                fn expire_builds(reach: Reach, cutoff_ms: UnixMillis, now_ms: UnixMillis)
+                    -> Vec<Build>;
+                fn silent_builds(cutoff_ms: UnixMillis) -> Vec<Build>;
                 fn silent_build_runs(cutoff_ms: UnixMillis) -> Vec<ImplementationRun>;
             } {});
             sql_store_impls!(@forward $store, TitleStore {

@@ -2385,7 +2385,7 @@ async fn every_write(
     record(
         "expire_builds",
         store
-            .expire_builds(5_000, 5_000)
+            .expire_builds(Reach::Every, 5_000, 5_000)
             .await
             .map(|expired| assert_eq!(expired.len(), 1)),
     );
@@ -8887,11 +8887,34 @@ async fn life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_buil
         .unwrap()
         .unwrap();
     assert_eq!(
-        store.expire_builds(19, 100).await.unwrap(),
+        store.expire_builds(Reach::Every, 19, 100).await.unwrap(),
         [],
         "1 ms before"
     );
-    let expired = store.expire_builds(20, 101).await.unwrap();
+    assert_eq!(store.silent_builds(19).await.unwrap(), []);
+    assert_eq!(
+        store
+            .silent_builds(20)
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| (b.id, b.document_id, b.state))
+            .collect::<Vec<_>>(),
+        [(ids[0], docs[0], BuildState::Launching)]
+    );
+    // One document at a time, as a process serving some documents does: another document's
+    // sweep leaves it.
+    assert_eq!(
+        store
+            .expire_builds(Reach::Document(docs[1]), 20, 101)
+            .await
+            .unwrap(),
+        []
+    );
+    let expired = store
+        .expire_builds(Reach::Document(docs[0]), 20, 101)
+        .await
+        .unwrap();
     assert_eq!(
         expired
             .iter()
@@ -8899,6 +8922,7 @@ async fn life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_buil
             .collect::<Vec<_>>(),
         [(ids[0], BuildState::Failed, Some("expired"), 101)]
     );
+    assert_eq!(store.silent_builds(20).await.unwrap(), []);
     assert_eq!(
         store.build(ids[1]).await.unwrap().unwrap().state,
         BuildState::Queued
