@@ -631,22 +631,36 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         used.len() >= 2,
         "12 documents all on one process: {serving:?}"
     );
-    // Chat through the balancer, on a room it sends to the serving process.
-    let first = documents[0].clone();
-    let mut room = join_at(&balancer.host(), &origin, &first, &mona)
-        .await
-        .expect("the room opens through the balancer");
-    let mut acked = Vec::new();
-    for n in 0..5 {
-        let text = format!("balanced line {n}");
-        acked.push((say(&mut room, &text).await, text));
+    // A page on every document, through the balancer, each saying two lines; and a Planner
+    // client on every document of the process to be killed and on one document of another,
+    // through the balancer at the path a Planner credential names (`?document=`), so nginx
+    // hashes it with the document's other requests.
+    let mut rooms = Vec::new();
+    let mut acked: Vec<Vec<(i64, String)>> = Vec::new();
+    for (n, document) in documents.iter().enumerate() {
+        let mut room = join_at(&balancer.host(), &origin, document, &mona)
+            .await
+            .expect("the room opens through the balancer");
+        let mut said = Vec::new();
+        for line in 0..2 {
+            let text = format!("balanced line {line} of document {n}");
+            said.push((say(&mut room, &text).await, text));
+        }
+        rooms.push(room);
+        acked.push(said);
     }
-    // A Planner client on the first document, through the balancer at the path a Planner
-    // credential names (`?document=`), so nginx hashes it with the document's other requests.
-    let agent_path = format!("/api/v1/agent?document={first}");
-    let mut planner = attach_at(&balancer.host(), &agent_path, &token, &first)
-        .await
-        .expect("the Planner attaches through the balancer");
+    let agent_path = |document: &str| format!("/api/v1/agent?document={document}");
+    let dying = serving[0];
+    let elsewhere = serving.iter().position(|p| *p != dying).expect("spread");
+    let mut planners = Vec::new();
+    for (n, document) in documents.iter().enumerate() {
+        if serving[n] == dying || n == elsewhere {
+            let planner = attach_at(&balancer.host(), &agent_path(document), &token, document)
+                .await
+                .expect("the Planner attaches through the balancer");
+            planners.push((n, planner));
+        }
+    }
     // The steady state: no request through the balancer met a refusal.
     let refused: Vec<String> = balancer
         .upstream_statuses()
@@ -660,9 +674,10 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         "refused in the steady state: {refused:?}"
     );
 
-    // kill -9 of the process serving the first document: through the balancer it is served
-    // again within the lease, and the room reconnects with every acknowledged line.
-    let dead = servers.remove(serving[0]);
+    // kill -9 of the process serving the first document: through the balancer its documents
+    // are served again within the lease, their Planner clients attach again and their rooms
+    // reconnect with every acknowledged line; the other documents' pages and Planners go on.
+    let dead = servers.remove(dying);
     let dead_port = dead
         .host()
         .rsplit(':')
@@ -672,6 +687,7 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
     let log = dead.crash().await;
     assert!(!log.contains(token.as_str()), "a token was logged");
     let crashed = Instant::now();
+    let first = documents[0].clone();
     loop {
         let read = http
             .get(format!("{origin}/api/documents/{first}"))
@@ -701,39 +717,79 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
         "served again through nginx {:?} after the crash",
         crashed.elapsed()
     );
-    // The Planner client's link died with the process; it connects again through the
-    // balancer, as a client does, until the process now serving the document takes it. Its
-    // person's page has not come back yet: that process restores her browser sign-in, made
-    // through the killed process, from the store.
-    let ended = tokio::time::timeout(Duration::from_secs(5), async {
-        while let Ok(chopin_fixtures::agent::Event::Message(_)) = planner.recv().await {}
-    })
-    .await;
-    assert!(ended.is_ok(), "the link to the killed process ends");
-    let planner = loop {
-        match attach_at(&balancer.host(), &agent_path, &token, &first).await {
-            Ok(planner) => break planner,
-            Err(why) => assert!(
-                crashed.elapsed() < Duration::from_millis(LEASE_MS + 4_000),
-                "the Planner did not attach again within the lease + 4 s: {why}"
-            ),
+    // Each Planner client's link to the killed process died with it; it connects again
+    // through the balancer, as a client does, until the process now serving its document
+    // takes it. Its person's pages have not come back yet: that process restores her browser
+    // sign-in, made through another process, from the store.
+    let mut first_planner = None;
+    for (n, mut planner) in planners {
+        let document = &documents[n];
+        if serving[n] != dying {
+            // Not on the killed process: its link is still open.
+            let closed = tokio::time::timeout(Duration::from_millis(300), async {
+                while let Ok(chopin_fixtures::agent::Event::Message(_)) = planner.recv().await {}
+            })
+            .await;
+            assert!(
+                closed.is_err(),
+                "the Planner of document {n}, on a live process, lost its link"
+            );
+            continue;
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        let ended = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Ok(chopin_fixtures::agent::Event::Message(_)) = planner.recv().await {}
+        })
+        .await;
+        assert!(ended.is_ok(), "the link to the killed process ends");
+        let planner = loop {
+            match attach_at(&balancer.host(), &agent_path(document), &token, document).await {
+                Ok(planner) => break planner,
+                Err(why) => assert!(
+                    crashed.elapsed() < Duration::from_millis(LEASE_MS + 4_000),
+                    "the Planner of document {n} did not attach again within the lease + 4 s: {why}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        eprintln!(
+            "the Planner of document {n} attached again through nginx {:?} after the crash",
+            crashed.elapsed()
+        );
+        if n == 0 {
+            first_planner = Some(planner);
+        }
+    }
+    let planner = first_planner.expect("the first document's Planner");
+    // Every page: those of the killed process reconnect through the balancer with every
+    // acknowledged line; the others were never cut, and Chat goes on in each.
+    let mut room = None;
+    for (n, (document, mut page)) in documents.iter().zip(rooms).enumerate() {
+        if serving[n] == dying {
+            let _ = page.close().await;
+            page = join_at(&balancer.host(), &origin, document, &mona)
+                .await
+                .expect("the room opens again through the balancer");
+        }
+        let stored = history(&mut page).await;
+        for line in &acked[n] {
+            assert!(
+                stored.contains(line),
+                "document {n}: acknowledged {line:?} lost after the crash"
+            );
+        }
+        say(&mut page, &format!("after the crash, document {n}")).await;
+        if n == 0 {
+            room = Some(page);
+        } else {
+            let _ = page.close().await;
+        }
+    }
+    let mut room = room.expect("the first document's page");
     eprintln!(
-        "the Planner attached again through nginx {:?} after the crash",
+        "{} documents of the killed process served again, every page and Planner back, {:?} after the crash",
+        serving.iter().filter(|p| **p == dying).count(),
         crashed.elapsed()
     );
-    let mut room = join_at(&balancer.host(), &origin, &first, &mona)
-        .await
-        .expect("the room opens again through the balancer");
-    let stored = history(&mut room).await;
-    for line in &acked {
-        assert!(
-            stored.contains(line),
-            "acknowledged {line:?} after the crash"
-        );
-    }
 
     // The killed process comes back on its port. Once nothing uses the first document on the
     // process that took it over (no socket, no Planner, for three lease periods; requests
