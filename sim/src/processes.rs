@@ -5,19 +5,19 @@
 //! Owns: the faults of several processes ([`Fault`]: a process killed and started again, a
 //! process partitioned from the store, a store whose writes are slow, a router sending every new
 //! socket to one process), a run's traffic (a new browser tab through the router every
-//! [`TRAFFIC_EVERY_MS`], sending one Chat line), the rules below, [`schedule`], [`explore`] and
-//! [`shrink`].
+//! [`TRAFFIC_EVERY_MS`], on each of [`documents`] in turn, sending one Chat line), the rules
+//! below, [`schedule`], [`explore`] and [`shrink`].
 //! Does not own: the server (run unchanged on each host), the router ([`crate::router`]) or the
 //! world's hosts and store ([`crate::world`]).
 //!
 //! The rules:
-//! - **one server by epoch**: at most one running process serves the document at any
-//!   millisecond, and no write made through a handle fenced by the document's lease returns `Ok`
+//! - **one server by epoch**: at most one running process serves each document at any
+//!   millisecond, and no write made through a handle fenced by a document's lease returns `Ok`
 //!   while that lease's row names another epoch, or nobody;
-//! - **acks are kept**: every Chat line acknowledged to a tab is in storage;
-//! - **served again**: once the process serving the document is killed, another serves it
-//!   within the lease period plus [`SERVED_AGAIN_SLACK_MS`] — when one could: some other process
-//!   ran with its store answering, and the router was not sending sockets to the dead one,
+//! - **acks are kept**: every Chat line acknowledged to a tab is in its document's storage;
+//! - **served again**: once the process serving a document is killed, another serves it within
+//!   the lease period plus [`SERVED_AGAIN_SLACK_MS`] — when one could: some other process ran
+//!   with its store answering, and the router was not sending sockets to the dead one,
 //!   throughout.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chopin_server::store::prelude::*;
+use chopin_server::store::NewDocument;
 use uuid::Uuid;
 
 use crate::actors::Browser;
@@ -104,6 +105,15 @@ pub fn listed(faults: &[Timed]) -> String {
         .join("\n")
 }
 
+/// The documents a run's tabs speak in, in turn: the cast's and two more in its repository.
+pub fn documents() -> [Uuid; 3] {
+    [
+        crate::cast::CAST_DOCUMENT,
+        Uuid::from_u128(0x5eed_d0c5_0000_0000_0000_0000_0000_0002),
+        Uuid::from_u128(0x5eed_d0c5_0000_0000_0000_0000_0000_0003),
+    ]
+}
+
 /// The process the router sends the cast's document to first.
 pub fn first_choice() -> String {
     let upstreams: Vec<String> = HOSTS.iter().map(|h| (*h).to_owned()).collect();
@@ -131,11 +141,13 @@ pub struct Played {
     pub tabs: usize,
     /// Chat lines acknowledged.
     pub acked: usize,
-    /// The hosts that served the document at some point, in the order they first did.
+    /// The hosts that served the cast's document at some point, in the order they first did.
     pub served_by: Vec<String>,
     /// Writes refused by a fence (a process that lost the lease, stopped at the store).
     pub fenced: usize,
-    /// Times the process serving the document was killed and another served it again.
+    /// Documents whose serving process was killed, counted at each kill.
+    pub killed_serving: usize,
+    /// Of those, the ones another process served again.
     pub served_again: usize,
 }
 
@@ -173,7 +185,7 @@ fn holds(faults: StoreFaults) -> HoldStoreCallsOn {
 
 /// The rules' state, carried from one millisecond to the next.
 struct Rules {
-    doc: Uuid,
+    docs: [Uuid; 3],
     /// Hosts whose process is not running (killed, and not started again yet).
     down: BTreeSet<String>,
     /// Hosts started again whose new process has not said it is up yet.
@@ -181,13 +193,14 @@ struct Rules {
     events_seen: usize,
     writes_seen: usize,
     fenced: usize,
-    /// Each tab, its request id and text, and whether its ack was seen.
-    tabs: Vec<(Browser, String, String, bool)>,
-    acked: Vec<String>,
+    /// Each tab, its document, its request id and text, and whether its ack was seen.
+    tabs: Vec<(Browser, Uuid, String, String, bool)>,
+    acked: Vec<(Uuid, String)>,
     served_by: Vec<String>,
-    /// After the serving process was killed: when it must be served again by, and whether the
-    /// run has since met something that excuses it.
-    due: Option<(u64, bool)>,
+    /// Each document whose serving process was killed: when it must be served again by, and
+    /// whether the run has since met something that excuses it.
+    due: BTreeMap<Uuid, (u64, bool)>,
+    killed_serving: usize,
     served_again: usize,
 }
 
@@ -199,14 +212,14 @@ impl Rules {
             .filter(|h| !self.down.contains(*h) && !self.booting.contains(*h))
     }
 
-    /// The running hosts serving the document now.
-    fn serving(&self, world: &World) -> Vec<String> {
+    /// The running hosts serving `doc` now.
+    fn serving(&self, world: &World, doc: Uuid) -> Vec<String> {
         self.running()
             .filter(|h| {
                 world.server_app_on(h).is_some_and(|app| {
                     app.serving
                         .leases()
-                        .is_some_and(|leases| leases.served().contains(&self.doc))
+                        .is_some_and(|leases| leases.served().contains(&doc))
                 })
             })
             .map(str::to_owned)
@@ -233,17 +246,23 @@ impl Rules {
             self.booting.remove(&host);
         }
 
-        let serving = self.serving(world);
-        if serving.len() > 1 {
-            return Err(broken(
-                "one server by epoch",
-                format!("the document is served by {serving:?} at once"),
-            ));
-        }
-        for host in &serving {
-            if !self.served_by.contains(host) {
-                self.served_by.push(host.clone());
+        let mut served = BTreeMap::new();
+        for (n, doc) in self.docs.iter().enumerate() {
+            let serving = self.serving(world, *doc);
+            if serving.len() > 1 {
+                return Err(broken(
+                    "one server by epoch",
+                    format!("document {n} is served by {serving:?} at once"),
+                ));
             }
+            if n == 0 {
+                for host in &serving {
+                    if !self.served_by.contains(host) {
+                        self.served_by.push(host.clone());
+                    }
+                }
+            }
+            served.insert(*doc, !serving.is_empty());
         }
         let writes = world.store_writes_since(self.writes_seen);
         self.writes_seen += writes.len();
@@ -261,7 +280,7 @@ impl Rules {
         }
 
         let mut new_acks = Vec::new();
-        for (tab, id, text, acked) in &mut self.tabs {
+        for (tab, doc, id, text, acked) in &mut self.tabs {
             if *acked {
                 continue;
             }
@@ -271,7 +290,7 @@ impl Rules {
                 .any(|h| h.message["type"] == "chat:ack")
             {
                 *acked = true;
-                new_acks.push(text.clone());
+                new_acks.push((*doc, text.clone()));
             }
         }
         if !new_acks.is_empty() {
@@ -279,17 +298,18 @@ impl Rules {
             self.acks_kept(world, at_ms)?;
         }
 
-        if let Some((due, excused)) = self.due {
-            if !serving.is_empty() {
-                self.due = None;
+        for (doc, (due, excused)) in self.due.clone() {
+            if served.get(&doc).copied().unwrap_or(false) {
+                self.due.remove(&doc);
                 self.served_again += 1;
             } else if at_ms >= due {
-                self.due = None;
+                self.due.remove(&doc);
                 if !excused {
+                    let n = self.docs.iter().position(|d| *d == doc).unwrap_or(0);
                     return Err(broken(
                         "served again",
                         format!(
-                            "nobody serves the document {} ms after its process was killed (lease {LEASE_MS} ms); the last tabs: {}",
+                            "nobody serves document {n} {} ms after its process was killed (lease {LEASE_MS} ms); the last tabs: {}",
                             LEASE_MS + SERVED_AGAIN_SLACK_MS,
                             self.last_tabs(3)
                         ),
@@ -307,7 +327,7 @@ impl Rules {
             .iter()
             .rev()
             .take(n)
-            .map(|(tab, id, _, _)| {
+            .map(|(tab, _, id, _, _)| {
                 let heard: Vec<String> = tab
                     .heard()
                     .iter()
@@ -324,37 +344,40 @@ impl Rules {
         told.join("; ")
     }
 
-    /// Every acknowledged line is in storage.
+    /// Every acknowledged line is in its document's storage.
     fn acks_kept(&self, world: &World, at_ms: u64) -> Result<(), Broken> {
-        let stored: Vec<String> = block_on(world.store().transcript(self.doc, 0, 10_000))
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| e.body)
-            .collect();
-        match self
-            .acked
-            .iter()
-            .find(|text| !stored.iter().any(|b| b.contains(text.as_str())))
-        {
-            Some(lost) => Err(Broken {
-                rule: "acks are kept",
-                at_ms,
-                detail: format!("{lost:?} was acknowledged and is not in storage"),
-            }),
-            None => Ok(()),
+        for doc in self.docs {
+            let stored: Vec<String> = block_on(world.store().transcript(doc, 0, 10_000))
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| e.body)
+                .collect();
+            if let Some((_, lost)) = self
+                .acked
+                .iter()
+                .filter(|(d, _)| *d == doc)
+                .find(|(_, text)| !stored.iter().any(|b| b.contains(text.as_str())))
+            {
+                return Err(Broken {
+                    rule: "acks are kept",
+                    at_ms,
+                    detail: format!("{lost:?} was acknowledged and is not in storage"),
+                });
+            }
         }
+        Ok(())
     }
 
-    /// Something that may keep the document from being served again in time.
+    /// Something that may keep a document from being served again in time.
     fn excuse(&mut self) {
-        if let Some((_, excused)) = &mut self.due {
+        for (_, excused) in self.due.values_mut() {
             *excused = true;
         }
     }
 }
 
 /// The world of a run: the cast, three processes up, the router in front of them.
-fn world_for(seed: u64, faults: StoreFaults, plant_epoch_check_off: bool) -> (World, Uuid, String) {
+fn world_for(seed: u64, faults: StoreFaults, plant_epoch_check_off: bool) -> (World, String) {
     let options = WorldOptions {
         fixed_latency_ms: Some(1),
         configure: Some(Arc::new(|c: &mut chopin_server::config::Config| {
@@ -366,10 +389,20 @@ fn world_for(seed: u64, faults: StoreFaults, plant_epoch_check_off: bool) -> (Wo
     };
     let Cast {
         mut world,
-        doc,
         mona_cookie,
         ..
     } = cast_with(seed, options);
+    for (n, doc) in documents().into_iter().enumerate().skip(1) {
+        block_on(world.store().create_document(&NewDocument {
+            id: doc,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: format!("plan-{n}"),
+            title: format!("Plan {n}"),
+            ..NewDocument::default()
+        }))
+        .expect("a run's document");
+    }
     if plant_epoch_check_off {
         world.store().plant_epoch_check_off();
     }
@@ -391,7 +424,7 @@ fn world_for(seed: u64, faults: StoreFaults, plant_epoch_check_off: bool) -> (Wo
         HOSTS.iter().all(|h| world.server_app_on(h).is_some()),
         "every process up within 5 s"
     );
-    (world, doc, mona_cookie)
+    (world, mona_cookie)
 }
 
 /// A fault's beginning or end, at a moment of the run.
@@ -409,8 +442,8 @@ enum Change {
 /// (the planted bug the explorer must find).
 pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<Played, Broken> {
     let store_faults = StoreFaults::default();
-    let (mut world, doc, cookie) = world_for(seed, store_faults.clone(), plant_epoch_check_off);
-    let path = format!("/api/documents/{doc}/room");
+    let (mut world, cookie) = world_for(seed, store_faults.clone(), plant_epoch_check_off);
+    let docs = documents();
     let mut changes: BTreeMap<u64, Vec<Change>> = BTreeMap::new();
     for timed in faults {
         let at = timed.at_ms;
@@ -432,7 +465,7 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
         changes.entry(at).or_default().push(change);
     }
     let mut rules = Rules {
-        doc,
+        docs,
         down: BTreeSet::new(),
         booting: BTreeSet::new(),
         events_seen: world.with_events(0, <[_]>::len),
@@ -441,7 +474,8 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
         tabs: Vec::new(),
         acked: Vec::new(),
         served_by: Vec::new(),
-        due: None,
+        due: BTreeMap::new(),
+        killed_serving: 0,
         served_again: 0,
     };
     let mut route_to: Option<String> = None;
@@ -454,13 +488,21 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
                     if rules.down.contains(&host) {
                         continue;
                     }
-                    let served = rules.serving(&world).contains(&host);
+                    let served: Vec<Uuid> = docs
+                        .iter()
+                        .copied()
+                        .filter(|doc| rules.serving(&world, *doc).contains(&host))
+                        .collect();
                     world.crash_host(&host);
                     rules.down.insert(host);
-                    if served {
-                        rules.due = Some((at + LEASE_MS + SERVED_AGAIN_SLACK_MS, false));
-                    } else {
-                        rules.excuse();
+                    // A document whose process dies while another is still owed is excused
+                    // with it (the kill itself is a fault in the way).
+                    rules.excuse();
+                    for doc in served {
+                        rules.killed_serving += 1;
+                        rules
+                            .due
+                            .insert(doc, (at + LEASE_MS + SERVED_AGAIN_SLACK_MS, false));
                     }
                 }
                 Change::Start(host) => {
@@ -507,11 +549,13 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
         }
         if at % TRAFFIC_EVERY_MS == 0 {
             let n = rules.tabs.len();
+            let doc = docs[n % docs.len()];
             let (id, text) = (format!("r-{n}"), format!("line {n} of the run"));
             let dial = route_to.as_deref().unwrap_or(ROUTER);
+            let path = format!("/api/documents/{doc}/room");
             let tab = world.tab_on(&format!("tab-{n}"), dial, &cookie, &path);
             tab.send_chat(&id, &text);
-            rules.tabs.push((tab, id, text, false));
+            rules.tabs.push((tab, doc, id, text, false));
         }
         world.advance(1).map_err(|e| Broken {
             rule: "the world runs",
@@ -527,6 +571,7 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
         acked: rules.acked.len(),
         served_by: rules.served_by,
         fenced: rules.fenced,
+        killed_serving: rules.killed_serving,
         served_again: rules.served_again,
     })
 }

@@ -159,10 +159,12 @@ fn processes(from: u64, seeds: u64, plant: Option<&str>) -> ExitCode {
         let drawn = schedule(seed);
         match play(seed, &drawn, planted) {
             Ok(played) => println!(
-                "PASS seed {seed}: {} tabs, {} lines acknowledged, served by {:?}, {} writes fenced\n{}",
+                "PASS seed {seed}: {} tabs, {} lines acknowledged, the cast's document served by {:?}, {} of {} documents served again after their process was killed, {} writes fenced\n{}",
                 played.tabs,
                 played.acked,
                 played.served_by,
+                played.served_again,
+                played.killed_serving,
                 played.fenced,
                 listed(&drawn)
             ),
