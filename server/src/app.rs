@@ -600,6 +600,7 @@ impl App {
                     questions: questions.clone(),
                     clock: clock.clone(),
                     idle_ms: config.default_machine_idle_ms,
+                    serving: serving.clone(),
                 },
             ))
         });
@@ -1043,6 +1044,7 @@ async fn start_many(
     }));
     app.serving.lease(leases.clone(), store.clone());
     give_back_quiet_trees(&app, store.clone(), DocumentLeaseTimes::for_ttl(ttl_ms));
+    read_connector_polls(&app);
     // A tree another process took over: its sockets here close (1013), to reconnect there.
     let mut lost = leases.lost();
     let moved = Moved::of(&app);
@@ -1194,6 +1196,33 @@ impl Moved {
         }
         true
     }
+}
+
+/// Under `PROCESSES=many`, reads back the connectors' polls every process recorded, every
+/// [`crate::builds::POLLS_READ_EVERY_MS`]: a machine whose connector polls one process is online,
+/// with its consent to automatic builds, on all of them.
+fn read_connector_polls(app: &App) {
+    let builds = Arc::downgrade(&app.builds);
+    let stopping = app.shutdown.stopping();
+    app.shutdown.spawn(async move {
+        tokio::pin!(stopping);
+        let mut reads = tokio::time::interval(std::time::Duration::from_millis(
+            crate::builds::POLLS_READ_EVERY_MS,
+        ));
+        reads.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut stopping => return,
+                _ = reads.tick() => {}
+            }
+            let Some(builds) = builds.upgrade() else {
+                return;
+            };
+            if let Err(e) = builds.read_polls().await {
+                tracing::warn!(error = %e, "could not read the connectors' polls; the next read tries again");
+            }
+        }
+    });
 }
 
 /// The documents of `root`'s tree: the root, then its children.

@@ -64,6 +64,10 @@ struct Poll {
 /// consent to automatic builds holds (LIFE-79).
 pub const CONNECTOR_ONLINE_MS: i64 = 60_000;
 
+/// Under `PROCESSES=many`, how often each process reads back the connectors' polls recorded by
+/// the others: a machine is online everywhere at most this long after its connector's poll.
+pub const POLLS_READ_EVERY_MS: u64 = 2_000;
+
 fn refused(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
     ApiError::new(status, code, message)
 }
@@ -139,7 +143,25 @@ impl Builds {
             .filter(|p| now - p.at_ms < CONNECTOR_ONLINE_MS)
     }
 
-    fn polled(&self, machine: Uuid, auto_build: bool) {
+    /// A poll of `machine`'s connector now. Under `PROCESSES=many` it is recorded in the store
+    /// too, for the other processes to read back ([`Builds::read_polls`]).
+    async fn polled(&self, machine: Uuid, auto_build: bool) {
+        let now = self.deps.clock.now_ms();
+        self.keep_poll(machine, now, auto_build);
+        if self.deps.serving.leases().is_some() {
+            let poll = crate::store::ConnectorPoll {
+                machine_id: machine,
+                polled_at_ms: now,
+                auto_build,
+            };
+            if let Err(e) = self.deps.store.record_connector_poll(&poll).await {
+                tracing::warn!(%machine, error = %e, "could not record a connector's poll; the other processes learn of it at its next poll");
+            }
+        }
+    }
+
+    /// Keeps `machine`'s poll at `at_ms` unless a later one is kept.
+    fn keep_poll(&self, machine: Uuid, at_ms: i64, auto_build: bool) {
         let now = self.deps.clock.now_ms();
         let mut polls = self
             .polls
@@ -147,13 +169,21 @@ impl Builds {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         // Bounded by the machines paired: forget the ones long gone quiet.
         polls.retain(|_, p| now - p.at_ms < CONNECTOR_ONLINE_MS);
-        polls.insert(
-            machine,
-            Poll {
-                at_ms: now,
-                auto_build,
-            },
-        );
+        if polls.get(&machine).is_some_and(|p| p.at_ms > at_ms) {
+            return;
+        }
+        polls.insert(machine, Poll { at_ms, auto_build });
+    }
+
+    /// Under `PROCESSES=many`: the connectors' polls any process recorded within
+    /// [`CONNECTOR_ONLINE_MS`], kept here too, so a machine whose connector polls another
+    /// process is online here as well (read every [`POLLS_READ_EVERY_MS`]).
+    pub async fn read_polls(&self) -> Result<(), crate::store::StoreError> {
+        let since = self.deps.clock.now_ms() - CONNECTOR_ONLINE_MS;
+        for poll in self.deps.store.connector_polls_since(since).await? {
+            self.keep_poll(poll.machine_id, poll.polled_at_ms, poll.auto_build);
+        }
+        Ok(())
     }
 
     /// Build plan's press: approves exactly the draft (`graph_version`, `graph_revision`) and,
@@ -290,7 +320,7 @@ impl Builds {
             .machines
             .connector(caller, machine_id, None)
             .await?;
-        self.polled(machine.id, auto_build);
+        self.polled(machine.id, auto_build).await;
         let builds = self
             .deps
             .store

@@ -44,6 +44,9 @@ pub struct DefaultMachineDeps {
     pub clock: SharedClock,
     /// `DEFAULT_MACHINE_IDLE_MS`.
     pub idle_ms: u64,
+    /// Which documents this process serves: under `PROCESSES=many` a document is let go by the
+    /// process serving it, where its rooms are counted.
+    pub serving: Arc<crate::serving::Serving>,
 }
 
 #[derive(Default)]
@@ -221,6 +224,24 @@ impl DefaultMachine {
         }
         for choice in due {
             let doc = choice.document_id;
+            // Under `PROCESSES=many` its rooms may be open on the process serving it, which
+            // counts them: that process lets it go. One nobody serves is taken here first, as
+            // a request for it would be, and looked at again once its holds are rebuilt.
+            if self.deps.serving.leases().is_some() {
+                let here = match self.deps.serving.serve(doc).await {
+                    Ok(crate::serving::Serve::Here) => !self.used(doc).await,
+                    Ok(crate::serving::Serve::Elsewhere { .. }) => false,
+                    Err(e) => {
+                        tracing::warn!(document = %doc, error = %e, "could not learn which process serves a Default machine document; the next sweep looks again");
+                        false
+                    }
+                };
+                if !here {
+                    self.lock().idle_since.remove(&doc);
+                    swept.kept += 1;
+                    continue;
+                }
+            }
             self.lock().idle_since.remove(&doc);
             if self
                 .deps

@@ -275,6 +275,111 @@ async fn life_87_the_build_sweep_expires_silent_builds_only_of_documents_served_
 }
 
 #[tokio::test]
+async fn life_83_a_connector_polling_another_process_is_online_here_too() {
+    use chopin_server::store::{ConnectorPoll, NewMachine};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let s = many(store.clone()).await;
+    let mona = store.upsert_account(1001, "mona", 1_000).await.unwrap();
+    let machine = Uuid::new_v4();
+    store
+        .pair_machine(&NewMachine {
+            id: machine,
+            owner_account_id: mona.id,
+            name: "studio".into(),
+            release: None,
+            created_at_ms: 1_000,
+            sealed: b"sealed".to_vec(),
+        })
+        .await
+        .unwrap();
+    assert!(!s.state.builds.online(machine));
+    // Its connector polled another process, which recorded the poll.
+    store
+        .record_connector_poll(&ConnectorPoll {
+            machine_id: machine,
+            polled_at_ms: now_ms(),
+            auto_build: true,
+        })
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(chopin_server::builds::POLLS_READ_EVERY_MS + 1_000);
+    while !s.state.builds.online(machine) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not online here within a read of the polls"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(s.state.builds.allows_auto_build(machine));
+}
+
+#[tokio::test]
+async fn atm_37_default_machine_lets_go_only_of_the_unused_documents_this_process_serves() {
+    use chopin_server::store::{MachineChoice, NewMachine};
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let s = served_with(store.clone(), |c| {
+        c.many_processes = true;
+        c.document_lease_ms = LEASE_MS;
+        c.default_machine_idle_ms = 0;
+    })
+    .await;
+    assert_eq!(ask(&s, s.doc).await.0, 200, "served here");
+    // Another document, served by another process (where its rooms would be counted).
+    let other = Uuid::new_v4();
+    store
+        .create_document(&NewDocument {
+            id: other,
+            repo_owner: "octo".into(),
+            repo_name: "plans".into(),
+            slug: "other".into(),
+            title: "Other".into(),
+            ..NewDocument::default()
+        })
+        .await
+        .unwrap();
+    let taken = store
+        .acquire_document_lease(other, "another-process", now_ms(), 60_000)
+        .await
+        .unwrap();
+    assert!(matches!(taken, LeaseAcquire::Acquired(_)), "{taken:?}");
+    let mona = store.upsert_account(1001, "mona", 1_000).await.unwrap();
+    let machine = Uuid::new_v4();
+    store
+        .pair_machine(&NewMachine {
+            id: machine,
+            owner_account_id: mona.id,
+            name: "studio".into(),
+            release: None,
+            created_at_ms: 1_000,
+            sealed: b"sealed".to_vec(),
+        })
+        .await
+        .unwrap();
+    for doc in [s.doc, other] {
+        store
+            .choose_default_machine(&MachineChoice {
+                document_id: doc,
+                machine_id: machine,
+                chosen_by_account_id: mona.id,
+                chosen_by: "mona".into(),
+                chosen_at_ms: 1_000,
+                by_default: true,
+            })
+            .await
+            .unwrap();
+    }
+    let default = s.state.default_machine.clone().expect("Default machine");
+    let swept = default.sweep().await.expect("the sweep runs");
+    assert_eq!((swept.let_go, swept.kept), (1, 1), "{swept:?}");
+    assert_eq!(store.machine_choice(s.doc).await.unwrap(), None);
+    assert!(
+        store.machine_choice(other).await.unwrap().is_some(),
+        "the other process counts its rooms and lets it go"
+    );
+}
+
+#[tokio::test]
 async fn taking_a_document_over_clears_the_owner_an_earlier_process_left_and_only_its_own() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let s = many(store.clone()).await;

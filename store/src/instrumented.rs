@@ -1387,6 +1387,27 @@ impl<H: Hook> crate::MachineStore for Instrumented<H> {
         self.observe("unpair_machine", WRITE, self.inner.unpair_machine(id))
             .await
     }
+
+    async fn record_connector_poll(&self, poll: &crate::ConnectorPoll) -> StoreResult<()> {
+        self.observe(
+            "record_connector_poll",
+            WRITE,
+            self.inner.record_connector_poll(poll),
+        )
+        .await
+    }
+
+    async fn connector_polls_since(
+        &self,
+        since_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ConnectorPoll>> {
+        self.observe(
+            "connector_polls_since",
+            READ,
+            self.inner.connector_polls_since(since_ms),
+        )
+        .await
+    }
 }
 
 #[async_trait]

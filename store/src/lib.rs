@@ -55,7 +55,8 @@ pub use jobs::{
     Drafted, Enqueued, Job, JobState, JobStore, NewJob, Settlement, TitleSidecar, TitleStore,
 };
 pub use machines::{
-    Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, PLANNER_CREDENTIALS_KEPT,
+    ConnectorPoll, Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential,
+    PLANNER_CREDENTIALS_KEPT,
 };
 pub use memory::MemoryStore;
 pub use postgres::PgStore;

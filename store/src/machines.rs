@@ -67,6 +67,15 @@ pub struct PlannerCredential {
     pub expires_at_ms: UnixMillis,
 }
 
+/// A machine's connector's latest poll, as recorded under several processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectorPoll {
+    pub machine_id: Uuid,
+    pub polled_at_ms: UnixMillis,
+    /// Whether the connector said its owner allowed automatic builds on the machine.
+    pub auto_build: bool,
+}
+
 /// How many Planner credentials are kept per machine and document: the newest, so a backend
 /// that renews its credential while an older backend of the same machine still holds one can
 /// both attach, and the rows a busy connector makes stay bounded.
@@ -148,4 +157,9 @@ pub trait MachineStore: Send + Sync + 'static {
     async fn planner_credential(&self, digest: &str) -> StoreResult<Option<PlannerCredential>>;
     /// Removes the machine and every row naming it; false if it was not paired.
     async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool>;
+    /// Records `poll` as its machine's latest, unless a later one is recorded already. A
+    /// machine not paired (any more) records nothing.
+    async fn record_connector_poll(&self, poll: &ConnectorPoll) -> StoreResult<()>;
+    /// The latest poll of each machine recorded at or after `since_ms`, in machine order.
+    async fn connector_polls_since(&self, since_ms: UnixMillis) -> StoreResult<Vec<ConnectorPoll>>;
 }

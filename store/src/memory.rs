@@ -198,6 +198,8 @@ struct Inner {
     document_machines: BTreeMap<Uuid, crate::MachineChoice>,
     /// Digest → a Planner credential.
     planner_credentials: BTreeMap<String, crate::PlannerCredential>,
+    /// Each machine's connector's latest poll recorded (under several processes).
+    connector_polls: BTreeMap<Uuid, crate::ConnectorPoll>,
     /// A known bug planted for the simulator's explorer ([`MemoryStore::plant_epoch_check_off`]).
     epoch_check_off: bool,
 }
@@ -2353,6 +2355,7 @@ impl crate::MachineStore for MemoryStore {
             inner.machine_favourites.retain(|_, m| *m != id);
             inner.document_machines.retain(|_, c| c.machine_id != id);
             inner.planner_credentials.retain(|_, c| c.machine_id != id);
+            inner.connector_polls.remove(&id);
             for build in inner.implementation_builds.values_mut() {
                 if build.machine_id == id && build.state.is_pending() {
                     build.state = crate::BuildState::Failed;
@@ -2360,6 +2363,36 @@ impl crate::MachineStore for MemoryStore {
                 }
             }
             Ok(true)
+        })
+    }
+
+    async fn record_connector_poll(&self, poll: &crate::ConnectorPoll) -> StoreResult<()> {
+        self.write(|inner| {
+            if !inner.machines.contains_key(&poll.machine_id) {
+                return Ok(());
+            }
+            let kept = inner
+                .connector_polls
+                .entry(poll.machine_id)
+                .or_insert(*poll);
+            if kept.polled_at_ms <= poll.polled_at_ms {
+                *kept = *poll;
+            }
+            Ok(())
+        })
+    }
+
+    async fn connector_polls_since(
+        &self,
+        since_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ConnectorPoll>> {
+        self.with(|inner| {
+            Ok(inner
+                .connector_polls
+                .values()
+                .filter(|p| p.polled_at_ms >= since_ms)
+                .copied()
+                .collect())
         })
     }
 }

@@ -1088,6 +1088,17 @@ impl crate::MachineStore for Routed {
     async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool> {
         self.inner.unpair_machine(id).await
     }
+
+    async fn record_connector_poll(&self, poll: &crate::ConnectorPoll) -> StoreResult<()> {
+        self.inner.record_connector_poll(poll).await
+    }
+
+    async fn connector_polls_since(
+        &self,
+        since_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ConnectorPoll>> {
+        self.inner.connector_polls_since(since_ms).await
+    }
 }
 
 #[async_trait]

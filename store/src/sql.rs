@@ -3300,6 +3300,56 @@ where
         Ok(row.map(Into::into))
     }
 
+    pub(crate) async fn record_connector_poll(
+        &self,
+        poll: &crate::ConnectorPoll,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin_write().await?;
+        // A machine unpaired meanwhile records nothing; an older poll arriving late changes
+        // nothing.
+        sqlx::query(
+            "INSERT INTO connector_polls (machine_id, polled_at_ms, auto_build) \
+             SELECT $1, $2, $3 WHERE EXISTS (SELECT 1 FROM machines WHERE id = $1) \
+             ON CONFLICT (machine_id) DO UPDATE \
+             SET polled_at_ms = excluded.polled_at_ms, auto_build = excluded.auto_build \
+             WHERE connector_polls.polled_at_ms <= excluded.polled_at_ms",
+        )
+        .bind(DB::Id::from(poll.machine_id))
+        .bind(poll.polled_at_ms)
+        .bind(poll.auto_build)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("recording a connector's poll", e))?;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a connector's poll", e))?;
+        Ok(())
+    }
+
+    pub(crate) async fn connector_polls_since(
+        &self,
+        since_ms: UnixMillis,
+    ) -> StoreResult<Vec<crate::ConnectorPoll>> {
+        let rows: Vec<(DB::Id, i64, bool)> = sqlx::query_as(
+            "SELECT machine_id, polled_at_ms, auto_build FROM connector_polls \
+             WHERE polled_at_ms >= $1 ORDER BY machine_id",
+        )
+        .bind(since_ms)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| sqlx_error("reading connectors' polls", e))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(machine_id, polled_at_ms, auto_build)| crate::ConnectorPoll {
+                    machine_id: machine_id.into(),
+                    polled_at_ms,
+                    auto_build,
+                },
+            )
+            .collect())
+    }
+
     pub(crate) async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool> {
         let mut tx = self.begin_write().await?;
         let sql = format!("SELECT id FROM machines WHERE id = $1{}", DB::FOR_UPDATE);
@@ -3315,6 +3365,7 @@ where
             "UPDATE implementation_builds SET state = 'failed', reason = 'machine-revoked' \
              WHERE machine_id = $1 AND state IN ('queued', 'launching')",
             "DELETE FROM planner_credentials WHERE machine_id = $1",
+            "DELETE FROM connector_polls WHERE machine_id = $1",
             "DELETE FROM document_machines WHERE machine_id = $1",
             "DELETE FROM machine_favourites WHERE machine_id = $1",
             "DELETE FROM machine_shares WHERE machine_id = $1",
@@ -5608,7 +5659,8 @@ macro_rules! sql_store_impls {
                 NewJob, Settlement, TitleStore, TitleSidecar, Drafted, CommentStore, CommentThread,
                 NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
                 GraphVersion, GraphChange, GraphRefusal, GraphCounters, ImplementationRun, RunReport, Reported,
-                Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, Build, BuildStore,
+                ConnectorPoll, Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, Build,
+                BuildStore,
                 NewBuild, QueueRefusal, BuiltSource, Landing,
             };
 
@@ -5774,6 +5826,8 @@ macro_rules! sql_store_impls {
                 fn put_planner_credential(credential: &PlannerCredential) -> ();
                 fn planner_credential(digest: &str) -> Option<PlannerCredential>;
                 fn unpair_machine(id: Uuid) -> bool;
+                fn record_connector_poll(poll: &ConnectorPoll) -> ();
+                fn connector_polls_since(since_ms: UnixMillis) -> Vec<ConnectorPoll>;
             } {});
             sql_store_impls!(@forward $store, BuildStore {
                 fn approve_and_queue(document_id: Uuid, approval: &GraphChange,

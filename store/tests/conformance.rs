@@ -158,6 +158,7 @@ conformance! {
     life_12_life_14_life_85_a_rebuild_is_queued_from_the_built_source_and_lands_as_an_approved_completed_version,
     life_86_ended_rebuilds_give_way_oldest_first_past_100_builds,
     life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_build_runs,
+    life_83_a_connectors_latest_poll_is_recorded_and_read_back_by_any_process,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_29_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
@@ -8838,6 +8839,62 @@ async fn life_86_ended_rebuilds_give_way_oldest_first_past_100_builds(b: &Backen
 /// RULINGS LIFE-87: the sweep fails a build picked up and silent since the cutoff, at its edge;
 /// a queued one waits; the live runs of claimed browser builds with no report since the cutoff
 /// are found, and a run claimed through `/mcp` alone is not.
+async fn life_83_a_connectors_latest_poll_is_recorded_and_read_back_by_any_process(b: &Backend) {
+    use chopin_store::ConnectorPoll;
+    let store = b.open().await;
+    let mona = member(&store, 105, "mona").await;
+    for (id, name) in [(MACHINE_A, "studio"), (MACHINE_B, "laptop")] {
+        store
+            .pair_machine(&machine_of(id, &mona, name, 1))
+            .await
+            .unwrap();
+    }
+    let poll = |machine_id, polled_at_ms, auto_build| ConnectorPoll {
+        machine_id,
+        polled_at_ms,
+        auto_build,
+    };
+    store
+        .record_connector_poll(&poll(MACHINE_A, 1_000, true))
+        .await
+        .unwrap();
+    // An older poll arriving late changes nothing; a machine never paired records nothing.
+    store
+        .record_connector_poll(&poll(MACHINE_A, 900, false))
+        .await
+        .unwrap();
+    store
+        .record_connector_poll(&poll(MACHINE_B, 2_000, false))
+        .await
+        .unwrap();
+    store
+        .record_connector_poll(&poll(Uuid::from_u128(0x3ac1_00ff), 3_000, true))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.connector_polls_since(1_000).await.unwrap(),
+        [poll(MACHINE_A, 1_000, true), poll(MACHINE_B, 2_000, false)]
+    );
+    assert_eq!(
+        store.connector_polls_since(1_001).await.unwrap(),
+        [poll(MACHINE_B, 2_000, false)]
+    );
+    store
+        .record_connector_poll(&poll(MACHINE_A, 2_500, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.connector_polls_since(2_001).await.unwrap(),
+        [poll(MACHINE_A, 2_500, false)]
+    );
+    // Unpairing takes its polls with it.
+    assert!(store.unpair_machine(MACHINE_A).await.unwrap());
+    assert_eq!(
+        store.connector_polls_since(0).await.unwrap(),
+        [poll(MACHINE_B, 2_000, false)]
+    );
+}
+
 async fn life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_build_runs(
     b: &Backend,
 ) {
