@@ -224,6 +224,7 @@ impl DefaultMachine {
         }
         for choice in due {
             let doc = choice.document_id;
+            self.lock().idle_since.remove(&doc);
             // Under `PROCESSES=many` its rooms may be open on the process serving it, which
             // counts them: that process lets it go. One nobody serves is taken here first, as
             // a request for it would be, and looked at again once its holds are rebuilt.
@@ -237,12 +238,10 @@ impl DefaultMachine {
                     }
                 };
                 if !here {
-                    self.lock().idle_since.remove(&doc);
                     swept.kept += 1;
                     continue;
                 }
             }
-            self.lock().idle_since.remove(&doc);
             if self
                 .deps
                 .store

@@ -1111,24 +1111,24 @@ impl Questions {
     /// process serving it rebuilds its questions from storage). A turn waiting on one hears
     /// that it is gone.
     pub fn moved(&self, document: Uuid) {
-        let mut table = self.lock();
-        let links: BTreeSet<u64> = table
-            .asked
-            .values()
-            .filter(|a| a.document == document)
-            .map(|a| a.link)
-            .collect();
-        table.asked.retain(|_, a| a.document != document);
-        for link in links {
-            if !table.asked.values().any(|a| a.link == link) {
-                table.owed.remove(&link);
+        {
+            let mut table = self.lock();
+            let links: BTreeSet<u64> = table
+                .asked
+                .values()
+                .filter(|a| a.document == document)
+                .map(|a| a.link)
+                .collect();
+            table.asked.retain(|_, a| a.document != document);
+            for link in links {
+                if !table.asked.values().any(|a| a.link == link) {
+                    table.owed.remove(&link);
+                }
             }
+            table.keyed.retain(|(d, _), _| *d != document);
+            table.unwaited.remove(&document);
         }
-        table.roots.retain(|(d, _), _| *d != document);
-        table.paused.retain(|(d, _)| *d != document);
-        table.held.retain(|(d, _), _| *d != document);
-        table.keyed.retain(|(d, _), _| *d != document);
-        table.unwaited.remove(&document);
+        self.forget_runs(document);
     }
 
     /// Forgets the runs of `document` (its link is gone): nothing is held for them any more.

@@ -366,17 +366,15 @@ impl DocumentLeases {
     /// until its deadline (which [`DocumentLeases::keep`]'s loop wakes for). Whether the call
     /// failed.
     async fn renew_all(&self) -> bool {
-        let due: Vec<(Uuid, WriterLease)> = self
-            .held()
-            .iter()
-            .map(|(id, h)| (*id, h.lease.clone()))
-            .collect();
-        let Some(earliest) = self.earliest_deadline() else {
+        let (due, earliest) = {
+            let held = self.held();
+            let due: Vec<(Uuid, WriterLease)> =
+                held.iter().map(|(id, h)| (*id, h.lease.clone())).collect();
+            (due, held.values().map(|h| h.deadline_at).min())
+        };
+        let Some(earliest) = earliest else {
             return false;
         };
-        if due.is_empty() {
-            return false;
-        }
         let times = self.shared.times;
         let cut_off_at =
             earliest.min(Instant::now() + Duration::from_millis(times.renew_timeout_ms));
