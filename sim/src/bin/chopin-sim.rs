@@ -218,6 +218,9 @@ fn report(path: &Path, file: &ScenarioFile, verdict: &Verdict) -> bool {
     }
 }
 
+/// The stack of the thread playing a scenario's second run: as much as the main thread's.
+const RUN_STACK_BYTES: usize = 8 << 20;
+
 fn check(dir: &Path, bless: bool) -> ExitCode {
     let mut files: Vec<PathBuf> = match std::fs::read_dir(dir) {
         Ok(entries) => entries
@@ -256,11 +259,27 @@ fn check_one(dir: &Path, path: &Path, bless: bool) -> bool {
             return false;
         }
     };
-    let first = play(&file, None);
+    // The two runs go side by side, one on a thread of its own: a run is one simulated world
+    // with nothing shared, so they must still give the same trace.
+    let (first, second) = std::thread::scope(|s| {
+        let other = std::thread::Builder::new()
+            .name("second run".to_owned())
+            .stack_size(RUN_STACK_BYTES)
+            .spawn_scoped(s, || play(&file, None))
+            .expect("a thread for the second run");
+        let first = play(&file, None);
+        (first, other.join())
+    });
     if !report(path, &file, &first) {
         return false;
     }
-    let second = play(&file, None);
+    let second = match second {
+        Ok(v) => v,
+        Err(_) => {
+            println!("FAIL {}: the second run panicked", path.display());
+            return false;
+        }
+    };
     if second.trace.hash() != first.trace.hash() {
         println!(
             "FAIL {}: a second run gave another trace ({} then {}); first difference:\n{}",
