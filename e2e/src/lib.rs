@@ -33,6 +33,50 @@ pub fn chopin_bin() -> PathBuf {
     bin
 }
 
+/// The release `chopin`: `CHOPIN_RELEASE_BIN`, else `release/chopin` in the target folder of
+/// this test executable. That one is built first, once per test process, with the command
+/// `scripts/test` runs (`cargo build --release --locked -p chopin-server --bin chopin`, which
+/// does nothing when it is fresh), so a suite never runs a release binary older than the code.
+pub fn chopin_release_bin() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("CHOPIN_RELEASE_BIN") {
+            return PathBuf::from(p);
+        }
+        let exe = std::env::current_exe().expect("test executable path");
+        // target/<profile>/deps/<test> → target
+        let target = exe
+            .parent()
+            .and_then(|d| d.parent())
+            .and_then(|d| d.parent())
+            .expect("test executable lives in target/<profile>/deps");
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
+        eprintln!("building the release chopin (a moment when it is fresh)");
+        let status = std::process::Command::new(cargo)
+            .args(["build", "--release", "--locked", "-q"])
+            .args(["-p", "chopin-server", "--bin", "chopin", "--manifest-path"])
+            .arg(&manifest)
+            .arg("--target-dir")
+            .arg(target)
+            // scripts/test lints the debug build through clippy's driver; the release binary is
+            // built as an operator builds it.
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .status()
+            .expect("cargo runs");
+        assert!(
+            status.success(),
+            "`cargo build --release -p chopin-server --bin chopin` failed: {status}"
+        );
+        let bin = target
+            .join("release")
+            .join(format!("chopin{}", std::env::consts::EXE_SUFFIX));
+        assert!(bin.exists(), "{} is missing after its build", bin.display());
+        bin
+    })
+    .clone()
+}
+
 /// The database a test's server runs on: embedded SQLite under its own home folder, or a
 /// PostgreSQL database of its own.
 pub enum Backend {
@@ -47,9 +91,18 @@ pub enum Backend {
 pub struct Launch {
     pub env: Vec<(String, String)>,
     pub args: Vec<String>,
+    /// The binary to run: [`chopin_bin`] unless set (see [`Launch::release`]).
+    pub bin: Option<PathBuf>,
 }
 
 impl Launch {
+    /// Runs the release binary ([`chopin_release_bin`]) instead of the one built beside the
+    /// tests.
+    pub fn release(mut self) -> Self {
+        self.bin = Some(chopin_release_bin());
+        self
+    }
+
     pub fn env(mut self, k: &str, v: impl Into<String>) -> Self {
         self.env.push((k.to_string(), v.into()));
         self
@@ -101,7 +154,7 @@ impl Launch {
     }
 
     fn command(&self) -> Command {
-        let mut cmd = Command::new(chopin_bin());
+        let mut cmd = Command::new(self.bin.clone().unwrap_or_else(chopin_bin));
         cmd.env_clear();
         if let Some(path) = std::env::var_os("PATH") {
             cmd.env("PATH", path);

@@ -181,6 +181,7 @@ async fn each_document_is_served_by_one_process_and_by_another_after_a_crash_or_
     let token = github.issue_token("mona");
     let github_url = github.serve_tcp().await.unwrap();
     let launch = Launch::hosted(&github_url)
+        .release()
         .env("DATABASE_URL", db.url.clone())
         .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
         .env("APP_ORIGIN", ORIGIN)
@@ -339,6 +340,7 @@ async fn an_mcp_call_naming_a_document_is_carried_to_the_process_that_serves_it(
     let github_url = github.serve_tcp().await.unwrap();
     // No PROCESS_URL: each process is reached at the port it bound, on this machine.
     let launch = Launch::hosted(&github_url)
+        .release()
         .env("DATABASE_URL", db.url.clone())
         .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
         .env("APP_ORIGIN", ORIGIN)
@@ -439,6 +441,7 @@ async fn an_mcp_call_naming_a_document_is_carried_to_the_process_that_serves_it(
 async fn more_than_one_process_on_sqlite_is_refused_at_startup() {
     let home = tempfile::tempdir().unwrap();
     let (status, _, stderr) = Launch::default()
+        .release()
         .env("HOME", home.path().to_string_lossy())
         .env("PROCESSES", "many")
         .run_to_exit()
@@ -579,6 +582,7 @@ async fn behind_nginx_hashing_on_the_document_id_nothing_is_refused_until_a_proc
     let reserved = reserve_port();
     let origin = format!("http://127.0.0.1:{}", reserved.local_addr().unwrap().port());
     let launch = Launch::hosted(&github_url)
+        .release()
         .env("DATABASE_URL", db.url.clone())
         .env("SESSION_ENCRYPTION_KEY", "7e".repeat(32))
         .env("APP_ORIGIN", origin.clone())
