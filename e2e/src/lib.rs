@@ -53,7 +53,20 @@ pub fn chopin_release_bin() -> PathBuf {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
         eprintln!("building the release chopin (a moment when it is fresh)");
-        let status = std::process::Command::new(cargo)
+        let mut build = std::process::Command::new(cargo);
+        // Without what the test runner sets for this test (CARGO_MANIFEST_DIR and the like):
+        // build scripts that watch such a variable (ring's does) would otherwise build again
+        // what `scripts/test` built a moment ago.
+        for (name, _) in std::env::vars_os() {
+            let name = name.to_string_lossy();
+            if TEST_RUN_VARIABLES.contains(&name.as_ref())
+                || name.starts_with("CARGO_PKG_")
+                || name.starts_with("CARGO_BIN_EXE_")
+            {
+                build.env_remove(name.as_ref());
+            }
+        }
+        let status = build
             .args(["build", "--release", "--locked", "-q"])
             .args(["-p", "chopin-server", "--bin", "chopin", "--manifest-path"])
             .arg(&manifest)
@@ -76,6 +89,19 @@ pub fn chopin_release_bin() -> PathBuf {
     })
     .clone()
 }
+
+/// What cargo or the test runner sets for a test's process, on top of the developer's
+/// environment (besides the `CARGO_PKG_*` and `CARGO_BIN_EXE_*` families).
+const TEST_RUN_VARIABLES: &[&str] = &[
+    "CARGO_MANIFEST_DIR",
+    "CARGO_MANIFEST_PATH",
+    "CARGO_MANIFEST_LINKS",
+    "CARGO_CRATE_NAME",
+    "CARGO_PRIMARY_PACKAGE",
+    "CARGO_TARGET_TMPDIR",
+    "CARGO_RUSTC_CURRENT_DIR",
+    "OUT_DIR",
+];
 
 /// The database a test's server runs on: embedded SQLite under its own home folder, or a
 /// PostgreSQL database of its own.
