@@ -44,9 +44,9 @@ pub use actors::{frame_detail, Agent, AgentEvent, Browser, Heard, TurnScript, Tu
 pub use clock::{SimClock, SIM_EPOCH_MS};
 pub use net::{TurmoilConnector, TurmoilListener};
 pub use world::{
-    run, Configure, Event, Expectation, Failure, HoldStoreCalls, HoldStoreCallsOn, Request,
-    Scenario, SimError, Step, StoreWrite, Trace, TraceEvent, World, WorldOptions, GITHUB_HOST,
-    GITHUB_PORT, SERVER_HOST, SERVER_ORIGIN, SERVER_PORT,
+    run, Configure, Event, Expectation, FailStoreCallsOn, Failure, HoldStoreCalls,
+    HoldStoreCallsOn, Request, Scenario, SimError, Step, StoreWrite, Trace, TraceEvent, World,
+    WorldOptions, GITHUB_HOST, GITHUB_PORT, SERVER_HOST, SERVER_ORIGIN, SERVER_PORT,
 };
 
 #[allow(unexpected_cfgs)]

@@ -3,7 +3,8 @@
 //! schedules from seeds and shrinks one that breaks a rule to the fewest faults that still do.
 //!
 //! Owns: the faults of several processes ([`Fault`]: a process killed and started again, a
-//! process partitioned from the store, a store whose writes are slow, a router sending every new
+//! process partitioned from the store (its calls hang) or refused by it (its calls fail at
+//! once), a store whose writes are slow, a router sending every new
 //! socket to one process), a run's traffic (a new browser tab through the router every
 //! [`TRAFFIC_EVERY_MS`], on each of [`documents`] in turn, sending one Chat line), the rules
 //! below, [`schedule`], [`explore`] and [`shrink`].
@@ -26,13 +27,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chopin_server::store::prelude::*;
-use chopin_server::store::NewDocument;
+use chopin_server::store::{NewDocument, StoreError};
 use uuid::Uuid;
 
 use crate::actors::Browser;
 use crate::cast::{block_on, cast_with, Cast};
 use crate::explore::Draws;
-use crate::world::{Event, HoldStoreCallsOn, Step, World, WorldOptions, SERVER_HOST};
+use crate::world::{
+    Event, FailStoreCallsOn, HoldStoreCallsOn, Step, World, WorldOptions, SERVER_HOST,
+};
 
 /// The server hosts, each running a process.
 pub const HOSTS: [&str; 3] = [SERVER_HOST, "server-b", "server-c"];
@@ -56,6 +59,9 @@ pub enum Fault {
     /// Every store call of the host's process hangs for `ms` (partitioned from the database),
     /// then answers.
     Partition { host: String, ms: u64 },
+    /// Every store call of the host's process fails at once for `ms`, without reaching the
+    /// store (the database refuses its connections).
+    Refused { host: String, ms: u64 },
     /// Every store write of the host's process takes `delay_ms` more, for `ms` (a slow commit).
     SlowStore {
         host: String,
@@ -82,6 +88,9 @@ impl fmt::Display for Timed {
             }
             Fault::Partition { host, ms } => {
                 write!(f, "{host} partitioned from the store for {ms} ms")
+            }
+            Fault::Refused { host, ms } => {
+                write!(f, "{host}'s store calls refused for {ms} ms")
             }
             Fault::SlowStore { host, delay_ms, ms } => {
                 write!(f, "{host}'s writes {delay_ms} ms slower for {ms} ms")
@@ -156,6 +165,8 @@ pub struct Played {
 struct StoreFault {
     /// Calls hang until then (simulated ms since the world began).
     hang_until_ms: u64,
+    /// Calls fail at once until then.
+    refused_until_ms: u64,
     /// Writes take `delay_ms` more until then.
     slow_until_ms: u64,
     delay_ms: u64,
@@ -180,6 +191,21 @@ fn holds(faults: StoreFaults) -> HoldStoreCallsOn {
             return None;
         };
         Some(Box::pin(tokio::time::sleep(Duration::from_millis(wait))))
+    })
+}
+
+/// The error the world gives each store call of a host, from its faults.
+fn refusals(faults: StoreFaults) -> FailStoreCallsOn {
+    Arc::new(move |host, method, _write| {
+        let now = crate::world::host_now_ms();
+        let fault = faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(host)
+            .copied()?;
+        (now < fault.refused_until_ms).then(|| {
+            StoreError::Backend(format!("{method}: connection refused (a fault of the run)"))
+        })
     })
 }
 
@@ -384,7 +410,8 @@ fn world_for(seed: u64, faults: StoreFaults, plant_epoch_check_off: bool) -> (Wo
             c.many_processes = true;
             c.document_lease_ms = LEASE_MS;
         })),
-        hold_store_calls_on: Some(holds(faults)),
+        hold_store_calls_on: Some(holds(faults.clone())),
+        fail_store_calls_on: Some(refusals(faults)),
         ..WorldOptions::default()
     };
     let Cast {
@@ -432,6 +459,7 @@ enum Change {
     Kill(String),
     Start(String),
     Hang(String, u64),
+    Refuse(String, u64),
     Slow(String, u64, u64),
     RouteTo(String),
     RouteBack,
@@ -456,6 +484,7 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
                 Change::Kill(host.clone())
             }
             Fault::Partition { host, ms } => Change::Hang(host.clone(), *ms),
+            Fault::Refused { host, ms } => Change::Refuse(host.clone(), *ms),
             Fault::SlowStore { host, delay_ms, ms } => Change::Slow(host.clone(), *delay_ms, *ms),
             Fault::WrongRoute { host, ms } => {
                 changes.entry(at + ms).or_default().push(Change::RouteBack);
@@ -524,6 +553,15 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
                         .hang_until_ms = now + ms;
                     rules.excuse();
                 }
+                Change::Refuse(host, ms) => {
+                    store_faults
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .entry(host)
+                        .or_default()
+                        .refused_until_ms = now + ms;
+                    rules.excuse();
+                }
                 Change::Slow(host, delay_ms, ms) => {
                     let mut faults = store_faults.lock().unwrap_or_else(|e| e.into_inner());
                     let fault = faults.entry(host).or_default();
@@ -543,7 +581,7 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .values()
-            .any(|f| now < f.hang_until_ms || now < f.slow_until_ms);
+            .any(|f| now < f.hang_until_ms || now < f.refused_until_ms || now < f.slow_until_ms);
         if faulted || route_to.as_ref().is_some_and(|h| rules.down.contains(h)) {
             rules.excuse();
         }
@@ -606,7 +644,12 @@ pub fn schedule(seed: u64) -> Vec<Timed> {
                     host: own(&mut draws),
                     down_ms: 1_000 + draws.below(3_000),
                 },
-                1 => Fault::Partition {
+                // A partition: calls that hang, or calls refused at once, one time in two.
+                1 if draws.below(2) == 0 => Fault::Partition {
+                    host: own(&mut draws),
+                    ms: 1_000 + draws.below(2_500),
+                },
+                1 => Fault::Refused {
                     host: own(&mut draws),
                     ms: 1_000 + draws.below(2_500),
                 },

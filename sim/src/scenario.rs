@@ -696,6 +696,7 @@ pub fn play_as(file: &ScenarioFile, seed: Option<u64>, mode: Mode) -> Verdict {
             configure: Some(file.settings.configure(&file.plant)),
             hold_store_calls: slow_store(&file.slow_store),
             hold_store_calls_on: None,
+            fail_store_calls_on: None,
         },
     );
     let mut run = Run {

@@ -28,7 +28,7 @@ use chopin_server::config::Config;
 use chopin_server::runtime::connector::{self, HttpError};
 use chopin_server::runtime::entropy::SeededEntropy;
 use chopin_server::store::instrumented::{Hold, Instrumented};
-use chopin_server::store::{DocumentLeaseStore, FenceScope, MemoryStore, Store};
+use chopin_server::store::{DocumentLeaseStore, FenceScope, MemoryStore, Store, StoreError};
 use chopin_server::{App, Runtime};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -417,6 +417,12 @@ pub type HoldStoreCalls = Arc<dyn Fn(u32, &'static str, bool) -> Option<Hold> + 
 /// partitioned from the store or a slow store.
 pub type HoldStoreCallsOn = Arc<dyn Fn(&str, &'static str, bool) -> Option<Hold> + Send + Sync>;
 
+/// Asked before each store call of a server host, after any hold (the host's name, the method,
+/// whether it writes): an error the call returns at once without reaching the store, or `None`.
+/// How a run plays a process whose connections the database refuses.
+pub type FailStoreCallsOn =
+    Arc<dyn Fn(&str, &'static str, bool) -> Option<StoreError> + Send + Sync>;
+
 /// How to build a [`World`] beyond its seed.
 #[derive(Clone, Default)]
 pub struct WorldOptions {
@@ -428,6 +434,8 @@ pub struct WorldOptions {
     pub hold_store_calls: Option<HoldStoreCalls>,
     /// Holds store calls of the server hosts, by host (faults).
     pub hold_store_calls_on: Option<HoldStoreCallsOn>,
+    /// Fails store calls of the server hosts, by host (faults).
+    pub fail_store_calls_on: Option<FailStoreCallsOn>,
 }
 
 /// The application origin of the server inside the world.
@@ -495,6 +503,7 @@ struct WriteHook {
     host: String,
     hold: Option<HoldStoreCalls>,
     hold_on: Option<HoldStoreCallsOn>,
+    fail_on: Option<FailStoreCallsOn>,
     /// The world's store, to read a document's lease row as a fenced write returns.
     store: MemoryStore,
 }
@@ -546,6 +555,12 @@ impl chopin_server::store::instrumented::Hook for WriteHook {
             (a, b) => a.or(b),
         }
     }
+
+    fn fail(&self, method: &'static str, write: bool) -> Option<StoreError> {
+        self.fail_on
+            .as_ref()
+            .and_then(|fail| fail(&self.host, method, write))
+    }
 }
 
 /// What every server host runs: an incarnation of the server over the world's store, numbered
@@ -561,6 +576,7 @@ struct ServerSoftware {
     configure: Option<Configure>,
     hold: Option<HoldStoreCalls>,
     hold_on: Option<HoldStoreCallsOn>,
+    fail_on: Option<FailStoreCallsOn>,
     server_state: Arc<Mutex<Option<App>>>,
     /// The services of each server host's latest incarnation, by host.
     server_apps: ServerApps,
@@ -589,6 +605,7 @@ impl ServerSoftware {
                 host: host.clone(),
                 hold: self.hold.clone(),
                 hold_on: self.hold_on.clone(),
+                fail_on: self.fail_on.clone(),
                 store: self.store.clone(),
             },
         )) as Arc<dyn Store>;
@@ -649,6 +666,7 @@ impl World {
             configure: options.configure.clone(),
             hold: options.hold_store_calls.clone(),
             hold_on: options.hold_store_calls_on.clone(),
+            fail_on: options.fail_store_calls_on.clone(),
             server_state: server_state.clone(),
             server_apps: server_apps.clone(),
             stop: stop.clone(),

@@ -265,6 +265,30 @@ fn a_killed_process_s_document_is_served_again_within_the_lease() {
 }
 
 #[test]
+fn a_refused_process_loses_its_document_past_its_lease_and_keeps_it_when_refused_briefly() {
+    use chopin_sim::processes::LEASE_MS as RUN_LEASE_MS;
+    let first = first_choice();
+    let refused = |ms| {
+        [Timed {
+            at_ms: 2_000,
+            fault: Fault::Refused {
+                host: first.clone(),
+                ms,
+            },
+        }]
+    };
+    // A fifth of the lease: its renewal fails, and the next one, before the deadline, holds.
+    let brief = play(5, &refused(RUN_LEASE_MS / 5), false).unwrap_or_else(|b| panic!("{b}"));
+    assert_eq!(brief.served_by, vec![first.clone()], "{brief:?}");
+    // Three leases: every call fails at once, the lease runs out, another process serves the
+    // document, and every acknowledged line is kept (the rules are checked throughout).
+    let long = play(5, &refused(3 * RUN_LEASE_MS), false).unwrap_or_else(|b| panic!("{b}"));
+    assert_eq!(long.served_by.first(), Some(&first), "{long:?}");
+    assert!(long.served_by.len() >= 2, "{long:?}");
+    assert!(long.acked > 0, "{long:?}");
+}
+
+#[test]
 fn the_explorer_finds_a_write_that_skips_the_epoch_check_and_shrinks_it() {
     let found = explore(0..40, true).expect("a schedule breaking a rule within 40 seeds");
     eprintln!(
