@@ -1148,6 +1148,7 @@ struct Moved {
     questions: std::sync::Weak<Questions>,
     runs: std::sync::Weak<Runs>,
     models: std::sync::Weak<Models>,
+    chat: std::sync::Weak<Chat>,
     participation: std::sync::Weak<crate::participation::Participation>,
     live_builds: Option<std::sync::Weak<crate::live_builds::LiveBuilds>>,
 }
@@ -1161,6 +1162,7 @@ impl Moved {
             questions: Arc::downgrade(&app.questions),
             runs: Arc::downgrade(&app.runs),
             models: Arc::downgrade(&app.models),
+            chat: Arc::downgrade(&app.chat),
             participation: Arc::downgrade(&app.participation),
             live_builds: app.live_builds.as_ref().map(Arc::downgrade),
         }
@@ -1187,6 +1189,9 @@ impl Moved {
             questions.moved(*document);
             runs.moved(*document);
             models.moved(*document);
+            if let Some(chat) = self.chat.upgrade() {
+                chat.moved(*document);
+            }
             if let Some(participation) = self.participation.upgrade() {
                 participation.addressed(*document);
             }

@@ -452,6 +452,28 @@ impl FollowUps {
     pub fn record(&mut self, document: Uuid, now: UnixMillis) {
         self.0.entry(document).or_default().push_back(now);
     }
+
+    /// Whether this counts any follow-up of `document` in the hour before `now`.
+    pub fn counts(&mut self, document: Uuid, now: UnixMillis) -> bool {
+        // `allows` drops what the hour left behind, and a document with nothing left.
+        self.allows(document, now);
+        self.0.contains_key(&document)
+    }
+
+    /// `document`'s follow-ups as read back from its transcript (`sent`, oldest first), in
+    /// place of what this counted.
+    pub fn read_back(&mut self, document: Uuid, sent: Vec<UnixMillis>) {
+        if sent.is_empty() {
+            self.0.remove(&document);
+        } else {
+            self.0.insert(document, sent.into());
+        }
+    }
+
+    /// Forgets `document`.
+    pub fn forget(&mut self, document: Uuid) {
+        self.0.remove(&document);
+    }
 }
 
 /// Chat sends of this process.
@@ -619,6 +641,33 @@ impl Chat {
     pub fn with_models(mut self, models: Arc<crate::models::Models>) -> Self {
         self.models = Some(models);
         self
+    }
+
+    /// Makes sure this process counts `document`'s follow-ups of the last hour: when it has
+    /// none of its own in that hour (after a restart, or on a process that took the document
+    /// over), it reads them back from the notices in the transcript, so neither resets OWN-25's
+    /// count. A read that fails leaves the count as it is (logged); the send goes on.
+    async fn know_follow_ups(&self, document: Uuid) {
+        let now = self.clock.now_ms();
+        if self.follow_ups_lock().counts(document, now) {
+            return;
+        }
+        match self
+            .transcript
+            .follow_ups_since(document, now - HOUR_MS + 1)
+            .await
+        {
+            Ok(sent) => self.follow_ups_lock().read_back(document, sent),
+            Err(e) => {
+                tracing::warn!(%document, error = %e, "could not read back the hour's follow-ups")
+            }
+        }
+    }
+
+    /// `document` is served by another process now: what this one counted of its follow-ups is
+    /// forgotten, and read back from the transcript if it comes back.
+    pub fn moved(&self, document: Uuid) {
+        self.follow_ups_lock().forget(document);
     }
 
     fn follow_ups_lock(&self) -> MutexGuard<'_, FollowUps> {
@@ -1213,12 +1262,14 @@ impl Chat {
         // document's messages in the same order.
         let held = self.transcript.gate(place.document).await;
         let follow_up = matches!(addressed, Addressed::FollowUp(_));
-        if follow_up
-            && !self
+        if follow_up {
+            self.know_follow_ups(place.document).await;
+            if !self
                 .follow_ups_lock()
                 .allows(place.document, self.clock.now_ms())
-        {
-            return SendReply::refused(id, "rate-limited", RATE_LIMITED_WORDS);
+            {
+                return SendReply::refused(id, "rate-limited", RATE_LIMITED_WORDS);
+            }
         }
         let planner = if to_planner {
             let asked = self
@@ -1279,7 +1330,7 @@ impl Chat {
             NewTranscriptEntry {
                 author_login: None,
                 kind: "system".into(),
-                body: format!("@{} sent chopin an automatic follow-up.", sender.login),
+                body: format!("@{} {}", sender.login, crate::transcript::FOLLOW_UP_NOTICE),
                 created_at_ms: self.clock.now_ms(),
                 key: None,
                 refs: None,

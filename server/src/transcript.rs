@@ -510,6 +510,59 @@ impl Transcript {
     async fn newest_seq(&self, document: Uuid) -> Result<i64, StoreError> {
         self.store.last_transcript_seq(document).await
     }
+
+    /// When `document`'s automatic follow-ups at or after `since_ms` were sent, oldest first,
+    /// read back from the notices they left in its transcript ([`FOLLOW_UP_NOTICE`]): newest
+    /// entries first, a page at a time, until one older than `since_ms`, and at most
+    /// [`FOLLOW_UPS_READ_BACK`] entries.
+    pub async fn follow_ups_since(
+        &self,
+        document: Uuid,
+        since_ms: UnixMillis,
+    ) -> Result<Vec<UnixMillis>, StoreError> {
+        let mut end = self.newest_seq(document).await?;
+        let (mut sent, mut read) = (Vec::new(), 0usize);
+        while end > 0 && read < FOLLOW_UPS_READ_BACK {
+            let after = (end - i64::from(CATCH_UP_PAGE)).max(0);
+            let page = self
+                .store
+                .transcript(document, after, CATCH_UP_PAGE)
+                .await?;
+            read += page.len();
+            for entry in page.iter().rev() {
+                if entry.created_at_ms < since_ms {
+                    sent.reverse();
+                    return Ok(sent);
+                }
+                if is_follow_up_notice(entry) {
+                    sent.push(entry.created_at_ms);
+                }
+            }
+            if page.is_empty() {
+                break;
+            }
+            end = after;
+        }
+        sent.reverse();
+        Ok(sent)
+    }
+}
+
+/// The words after `@login` in the notice an automatic follow-up leaves in Chat (OWN-22).
+pub const FOLLOW_UP_NOTICE: &str = "sent chopin an automatic follow-up.";
+
+/// The most transcript entries read back to count a document's follow-ups of the last hour
+/// ([`Transcript::follow_ups_since`]): a busier hour counts only the follow-ups among its
+/// newest entries.
+pub const FOLLOW_UPS_READ_BACK: usize = 2_000;
+
+/// Whether `entry` is the notice of an automatic follow-up: a system line only the server
+/// writes, `@login sent chopin an automatic follow-up.`
+fn is_follow_up_notice(entry: &TranscriptEntry) -> bool {
+    entry.kind == "system"
+        && entry.author_login.is_none()
+        && entry.body.starts_with('@')
+        && entry.body.ends_with(&format!(" {FOLLOW_UP_NOTICE}"))
 }
 
 /// The transcript is where Planner turns post their replies and notices: each is saved and

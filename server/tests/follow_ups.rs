@@ -32,3 +32,22 @@ fn own_25_ten_follow_ups_an_hour_at_the_edge_of_the_rolling_hour() {
     );
     assert!(taken.allows(other, t), "per document");
 }
+
+#[test]
+fn own_25_follow_ups_read_back_count_and_a_forgotten_document_counts_none() {
+    let doc = Uuid::from_u128(1);
+    let t = 10 * HOUR_MS;
+    let mut taken = FollowUps::default();
+    assert!(!taken.counts(doc, t), "nothing counted yet");
+    taken.read_back(doc, (0..10).map(|n| t - HOUR_MS + 1 + n).collect());
+    assert!(taken.counts(doc, t));
+    assert!(!taken.allows(doc, t), "ten read back in the hour");
+    assert!(
+        taken.allows(doc, t + 1),
+        "one millisecond on, the oldest is an hour old"
+    );
+    taken.forget(doc);
+    assert!(!taken.counts(doc, t), "forgotten");
+    taken.read_back(doc, Vec::new());
+    assert!(!taken.counts(doc, t), "none read back: nothing counted");
+}

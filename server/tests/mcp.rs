@@ -836,6 +836,70 @@ async fn own_25_the_eleventh_follow_up_in_an_hour_is_refused_rate_limited() {
     assert_eq!(took["status"], "started");
 }
 
+/// Ten follow-up notices in the document's transcript, as a process before a restart, or the
+/// one that served the document before a failover, left them: the oldest `oldest_ago_ms` ago,
+/// the newest a minute ago; and a member's line with the same words, which is no follow-up.
+async fn follow_ups_sent_before(s: &Served, oldest_ago_ms: i64) {
+    use chopin_server::runtime::clock::{Clock, SystemClock};
+    use chopin_server::store::NewTranscriptEntry;
+    let now = SystemClock.now_ms();
+    let notice = |at| NewTranscriptEntry {
+        kind: "system".into(),
+        body: "@mona sent chopin an automatic follow-up.".into(),
+        created_at_ms: at,
+        ..NewTranscriptEntry::default()
+    };
+    s.store
+        .append_transcript(s.doc, &notice(now - oldest_ago_ms))
+        .await
+        .unwrap();
+    for n in 1..10 {
+        let at = now - oldest_ago_ms + n * (oldest_ago_ms - 60_000) / 9;
+        s.store.append_transcript(s.doc, &notice(at)).await.unwrap();
+    }
+    let member = NewTranscriptEntry {
+        author_login: Some("mona".into()),
+        kind: "member".into(),
+        ..notice(now - 30_000)
+    };
+    s.store.append_transcript(s.doc, &member).await.unwrap();
+}
+
+// OWN-25 across a restart or a failover: the follow-ups a document took in the last hour are
+// read back from the notices they left, so a process new to the document refuses the eleventh;
+// a follow-up sent more than an hour ago no longer counts, and a member's line is none.
+#[tokio::test]
+async fn own_25_follow_ups_another_process_took_this_hour_still_count_here() {
+    const HOUR_MS: i64 = 60 * 60 * 1000;
+    let s = served().await;
+    let _planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    follow_ups_sent_before(&s, HOUR_MS - 60_000).await;
+    let (code, _) = refusal(call(&mona, "invoke_planner", follow_up("One more.")).await);
+    assert_eq!(code, "rate-limited");
+    assert_eq!(
+        chat_entries(&s).await.len(),
+        11,
+        "the eleventh posted nothing"
+    );
+
+    let s = served().await;
+    let mut planner = s.attach(&[]).await;
+    let mona = client(&s, &s.mona).await;
+    follow_ups_sent_before(&s, HOUR_MS + 60_000).await;
+    let took = ok(call(&mona, "invoke_planner", follow_up("One more.")).await);
+    assert_eq!(
+        took["status"], "started",
+        "the oldest is past the hour: nine count"
+    );
+    run_one_turn(&s, &mut planner).await;
+    let (code, _) = refusal(call(&mona, "invoke_planner", follow_up("And another.")).await);
+    assert_eq!(
+        code, "rate-limited",
+        "nine read back and one taken here make ten"
+    );
+}
+
 // create_document's brief: kept with the document and shown by read_document, its text in a
 // "Brief:" section and whole in structuredContent.brief (READ-19).
 #[tokio::test]
