@@ -18,19 +18,23 @@ pub fn chopin_bin() -> PathBuf {
     if let Some(p) = std::env::var_os("CHOPIN_BIN") {
         return PathBuf::from(p);
     }
-    let exe = std::env::current_exe().expect("test executable path");
-    // target/<profile>/deps/<test> → target/<profile>/chopin
-    let dir = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("test executable lives in target/<profile>/deps");
-    let bin = dir.join(format!("chopin{}", std::env::consts::EXE_SUFFIX));
+    let bin = profile_dir().join(format!("chopin{}", std::env::consts::EXE_SUFFIX));
     assert!(
         bin.exists(),
         "{} is missing: build it with `cargo build -p chopin-server --bin chopin` (scripts/test does)",
         bin.display()
     );
     bin
+}
+
+/// The folder of the profile this test executable was built in: target/<profile>/deps/<test>
+/// → target/<profile>.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("test executable lives in target/<profile>/deps")
+        .to_path_buf()
 }
 
 /// The release `chopin`: `CHOPIN_RELEASE_BIN`, else `release/chopin` in the target folder of
@@ -43,13 +47,10 @@ pub fn chopin_release_bin() -> PathBuf {
         if let Some(p) = std::env::var_os("CHOPIN_RELEASE_BIN") {
             return PathBuf::from(p);
         }
-        let exe = std::env::current_exe().expect("test executable path");
-        // target/<profile>/deps/<test> → target
-        let target = exe
+        let profile = profile_dir();
+        let target = profile
             .parent()
-            .and_then(|d| d.parent())
-            .and_then(|d| d.parent())
-            .expect("test executable lives in target/<profile>/deps");
+            .expect("the profile folder lives in the target folder");
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let manifest = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../Cargo.toml");
         eprintln!("building the release chopin (a moment when it is fresh)");

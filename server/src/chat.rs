@@ -432,20 +432,27 @@ const RATE_LIMITED_WORDS: &str =
 pub struct FollowUps(BTreeMap<Uuid, VecDeque<UnixMillis>>);
 
 impl FollowUps {
-    /// Whether `document` may take another at `now`: fewer than [`FOLLOW_UPS_PER_HOUR`] in the
-    /// hour before it (one taken exactly an hour ago no longer counts).
-    pub fn allows(&mut self, document: Uuid, now: UnixMillis) -> bool {
+    /// How many follow-ups of `document` this counts in the hour before `now`, dropping what
+    /// the hour left behind (one taken exactly an hour ago no longer counts), and the document
+    /// once nothing is left.
+    fn in_hour(&mut self, document: Uuid, now: UnixMillis) -> usize {
         let Some(taken) = self.0.get_mut(&document) else {
-            return true;
+            return 0;
         };
         while taken.front().is_some_and(|at| now - at >= HOUR_MS) {
             taken.pop_front();
         }
-        if taken.is_empty() {
+        let n = taken.len();
+        if n == 0 {
             self.0.remove(&document);
-            return true;
         }
-        taken.len() < FOLLOW_UPS_PER_HOUR
+        n
+    }
+
+    /// Whether `document` may take another at `now`: fewer than [`FOLLOW_UPS_PER_HOUR`] in the
+    /// hour before it.
+    pub fn allows(&mut self, document: Uuid, now: UnixMillis) -> bool {
+        self.in_hour(document, now) < FOLLOW_UPS_PER_HOUR
     }
 
     /// `document` took one at `now`.
@@ -455,17 +462,14 @@ impl FollowUps {
 
     /// Whether this counts any follow-up of `document` in the hour before `now`.
     pub fn counts(&mut self, document: Uuid, now: UnixMillis) -> bool {
-        // `allows` drops what the hour left behind, and a document with nothing left.
-        self.allows(document, now);
-        self.0.contains_key(&document)
+        self.in_hour(document, now) > 0
     }
 
     /// `document`'s follow-ups as read back from its transcript (`sent`, oldest first), in
     /// place of what this counted.
     pub fn read_back(&mut self, document: Uuid, sent: Vec<UnixMillis>) {
-        if sent.is_empty() {
-            self.0.remove(&document);
-        } else {
+        self.forget(document);
+        if !sent.is_empty() {
             self.0.insert(document, sent.into());
         }
     }

@@ -561,8 +561,10 @@ pub const FOLLOW_UPS_READ_BACK: usize = 2_000;
 fn is_follow_up_notice(entry: &TranscriptEntry) -> bool {
     entry.kind == "system"
         && entry.author_login.is_none()
-        && entry.body.starts_with('@')
-        && entry.body.ends_with(&format!(" {FOLLOW_UP_NOTICE}"))
+        && entry
+            .body
+            .strip_suffix(FOLLOW_UP_NOTICE)
+            .is_some_and(|head| head.starts_with('@') && head.ends_with(' '))
 }
 
 /// The transcript is where Planner turns post their replies and notices: each is saved and

@@ -174,15 +174,31 @@ struct StoreFault {
 
 type StoreFaults = Arc<Mutex<BTreeMap<String, StoreFault>>>;
 
+/// `host`'s store faults now, if it ever had one.
+fn fault_of(faults: &StoreFaults, host: &str) -> Option<StoreFault> {
+    faults
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(host)
+        .copied()
+}
+
+/// Changes `host`'s store faults with `change`.
+fn change_fault(faults: &StoreFaults, host: String, change: impl FnOnce(&mut StoreFault)) {
+    change(
+        faults
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(host)
+            .or_default(),
+    );
+}
+
 /// The hold the world puts before each store call of a host, from its faults.
 fn holds(faults: StoreFaults) -> HoldStoreCallsOn {
     Arc::new(move |host, _method, write| {
         let now = crate::world::host_now_ms();
-        let fault = faults
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(host)
-            .copied()?;
+        let fault = fault_of(&faults, host)?;
         let wait = if now < fault.hang_until_ms {
             fault.hang_until_ms - now
         } else if write && now < fault.slow_until_ms {
@@ -198,11 +214,7 @@ fn holds(faults: StoreFaults) -> HoldStoreCallsOn {
 fn refusals(faults: StoreFaults) -> FailStoreCallsOn {
     Arc::new(move |host, method, _write| {
         let now = crate::world::host_now_ms();
-        let fault = faults
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(host)
-            .copied()?;
+        let fault = fault_of(&faults, host)?;
         (now < fault.refused_until_ms).then(|| {
             StoreError::Backend(format!("{method}: connection refused (a fault of the run)"))
         })
@@ -545,28 +557,18 @@ pub fn play(seed: u64, faults: &[Timed], plant_epoch_check_off: bool) -> Result<
                     }
                 }
                 Change::Hang(host, ms) => {
-                    store_faults
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .entry(host)
-                        .or_default()
-                        .hang_until_ms = now + ms;
+                    change_fault(&store_faults, host, |f| f.hang_until_ms = now + ms);
                     rules.excuse();
                 }
                 Change::Refuse(host, ms) => {
-                    store_faults
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .entry(host)
-                        .or_default()
-                        .refused_until_ms = now + ms;
+                    change_fault(&store_faults, host, |f| f.refused_until_ms = now + ms);
                     rules.excuse();
                 }
                 Change::Slow(host, delay_ms, ms) => {
-                    let mut faults = store_faults.lock().unwrap_or_else(|e| e.into_inner());
-                    let fault = faults.entry(host).or_default();
-                    fault.slow_until_ms = now + ms;
-                    fault.delay_ms = delay_ms;
+                    change_fault(&store_faults, host, |f| {
+                        f.slow_until_ms = now + ms;
+                        f.delay_ms = delay_ms;
+                    });
                     rules.excuse();
                 }
                 Change::RouteTo(host) => {
