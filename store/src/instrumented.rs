@@ -536,6 +536,19 @@ impl<H: Hook> TranscriptStore for Instrumented<H> {
         )
         .await
     }
+
+    async fn transcript_by_key(
+        &self,
+        document_id: Uuid,
+        key: &str,
+    ) -> StoreResult<Option<TranscriptEntry>> {
+        self.observe(
+            "transcript_by_key",
+            READ,
+            self.inner.transcript_by_key(document_id, key),
+        )
+        .await
+    }
 }
 
 #[async_trait]
@@ -1198,6 +1211,51 @@ impl<H: Hook> crate::CommentStore for Instrumented<H> {
             "comment_threads",
             READ,
             self.inner.comment_threads(document_id, limit),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl<H: Hook> crate::RequestStore for Instrumented<H> {
+    async fn claim_request(
+        &self,
+        key: &crate::RequestKey,
+        digest: &str,
+        now_ms: UnixMillis,
+        expires_at_ms: UnixMillis,
+    ) -> StoreResult<crate::RequestClaim> {
+        self.observe(
+            "claim_request",
+            WRITE,
+            self.inner.claim_request(key, digest, now_ms, expires_at_ms),
+        )
+        .await
+    }
+
+    async fn answer_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+        answer: &str,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "answer_request",
+            WRITE,
+            self.inner.answer_request(key, since_ms, answer),
+        )
+        .await
+    }
+
+    async fn release_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.observe(
+            "release_request",
+            WRITE,
+            self.inner.release_request(key, since_ms),
         )
         .await
     }

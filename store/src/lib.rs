@@ -34,6 +34,7 @@ pub mod jobs;
 pub mod machines;
 pub mod memory;
 pub mod postgres;
+pub mod requests;
 pub mod routed;
 mod sql;
 pub mod sqlite;
@@ -60,6 +61,7 @@ pub use machines::{
 };
 pub use memory::MemoryStore;
 pub use postgres::PgStore;
+pub use requests::{KeptRequest, RequestClaim, RequestKey, RequestStore};
 pub use sqlite::SqliteStore;
 
 /// Wall-clock time in milliseconds since the Unix epoch, as read from a `Clock`.
@@ -497,6 +499,7 @@ pub trait Store:
     + MachineStore
     + BuildStore
     + CommentStore
+    + RequestStore
 {
     /// Name of the backend: `memory`, `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -735,6 +738,13 @@ pub trait TranscriptStore: Send + Sync + 'static {
         after_seq: i64,
         limit: u32,
     ) -> StoreResult<Vec<TranscriptEntry>>;
+    /// The entry the append with `key` made ([`NewTranscriptEntry::key`]), if the document
+    /// holds that key. `None` for an unknown document.
+    async fn transcript_by_key(
+        &self,
+        document_id: Uuid,
+        key: &str,
+    ) -> StoreResult<Option<TranscriptEntry>>;
 }
 
 /// Each document's generation-guarded Planner ownership.
@@ -1263,6 +1273,6 @@ pub mod prelude {
     pub use crate::{
         AttachmentStore, BuildStore, CommentStore, ContentStore, DocumentStore, GraphStore,
         HoldStore, JobStore, LeaseStore, MachineStore, ModelChoiceStore, OwnershipStore,
-        SignInStore, Store, TitleStore, TranscriptStore,
+        RequestStore, SignInStore, Store, TitleStore, TranscriptStore,
     };
 }

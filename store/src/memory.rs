@@ -200,6 +200,8 @@ struct Inner {
     planner_credentials: BTreeMap<String, crate::PlannerCredential>,
     /// Each machine's connector's latest poll recorded (under several processes).
     connector_polls: BTreeMap<Uuid, crate::ConnectorPoll>,
+    /// (scope, holder, key) → a request kept under its caller's key.
+    kept_requests: BTreeMap<(String, String, String), crate::KeptRequest>,
     /// A known bug planted for the simulator's explorer ([`MemoryStore::plant_epoch_check_off`]).
     epoch_check_off: bool,
 }
@@ -909,6 +911,23 @@ impl TranscriptStore for MemoryStore {
                 .take(limit as usize)
                 .cloned()
                 .collect())
+        })
+    }
+
+    async fn transcript_by_key(
+        &self,
+        document_id: Uuid,
+        key: &str,
+    ) -> StoreResult<Option<TranscriptEntry>> {
+        self.with(|inner| {
+            let Some(seq) = inner.transcript_keys.get(&(document_id, key.to_owned())) else {
+                return Ok(None);
+            };
+            Ok(inner
+                .transcripts
+                .get(&document_id)
+                .and_then(|entries| entries.get(*seq as usize - 1))
+                .cloned())
         })
     }
 }
@@ -2018,6 +2037,76 @@ impl Inner {
     fn forget_credentials(&mut self, machine_id: Uuid, document_id: Uuid) {
         self.planner_credentials
             .retain(|_, c| !(c.machine_id == machine_id && c.document_id == document_id));
+    }
+}
+
+/// A request key as the memory store files it.
+fn request_row(key: &crate::RequestKey) -> (String, String, String) {
+    (key.scope.clone(), key.holder.clone(), key.key.clone())
+}
+
+#[async_trait]
+impl crate::RequestStore for MemoryStore {
+    async fn claim_request(
+        &self,
+        key: &crate::RequestKey,
+        digest: &str,
+        now_ms: UnixMillis,
+        expires_at_ms: UnixMillis,
+    ) -> StoreResult<crate::RequestClaim> {
+        self.write(|inner| {
+            inner
+                .kept_requests
+                .retain(|_, kept| kept.expires_at_ms > now_ms);
+            let row = request_row(key);
+            if let Some(kept) = inner.kept_requests.get(&row) {
+                return Ok(crate::RequestClaim::Held(kept.clone()));
+            }
+            inner.kept_requests.insert(
+                row,
+                crate::KeptRequest {
+                    digest: digest.to_owned(),
+                    answer: None,
+                    since_ms: now_ms,
+                    expires_at_ms,
+                },
+            );
+            Ok(crate::RequestClaim::Claimed { since_ms: now_ms })
+        })
+    }
+
+    async fn answer_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+        answer: &str,
+    ) -> StoreResult<bool> {
+        self.write(
+            |inner| match inner.kept_requests.get_mut(&request_row(key)) {
+                Some(kept) if kept.since_ms == since_ms => {
+                    kept.answer = Some(answer.to_owned());
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+        )
+    }
+
+    async fn release_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.write(|inner| {
+            let row = request_row(key);
+            match inner.kept_requests.get(&row) {
+                Some(kept) if kept.since_ms == since_ms => {
+                    inner.kept_requests.remove(&row);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
     }
 }
 

@@ -446,6 +446,14 @@ impl TranscriptStore for Routed {
     ) -> StoreResult<Vec<TranscriptEntry>> {
         self.inner.transcript(document_id, after_seq, limit).await
     }
+
+    async fn transcript_by_key(
+        &self,
+        document_id: Uuid,
+        key: &str,
+    ) -> StoreResult<Option<TranscriptEntry>> {
+        self.inner.transcript_by_key(document_id, key).await
+    }
 }
 
 #[async_trait]
@@ -963,6 +971,56 @@ impl crate::CommentStore for Routed {
         limit: i64,
     ) -> StoreResult<Vec<crate::ThreadWithNotes>> {
         self.inner.comment_threads(document_id, limit).await
+    }
+}
+
+/// A request about a document is kept through that document's handle (so a process that
+/// lost the document cannot record an answer for it); one about no document, unfenced.
+impl Routed {
+    async fn request_handle(&self, key: &crate::RequestKey) -> StoreResult<Arc<dyn Store>> {
+        match key.document {
+            Some(document_id) => self.route(document_id).await,
+            None => Ok(self.inner.clone()),
+        }
+    }
+}
+
+#[async_trait]
+impl crate::RequestStore for Routed {
+    async fn claim_request(
+        &self,
+        key: &crate::RequestKey,
+        digest: &str,
+        now_ms: UnixMillis,
+        expires_at_ms: UnixMillis,
+    ) -> StoreResult<crate::RequestClaim> {
+        self.request_handle(key)
+            .await?
+            .claim_request(key, digest, now_ms, expires_at_ms)
+            .await
+    }
+
+    async fn answer_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+        answer: &str,
+    ) -> StoreResult<bool> {
+        self.request_handle(key)
+            .await?
+            .answer_request(key, since_ms, answer)
+            .await
+    }
+
+    async fn release_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        self.request_handle(key)
+            .await?
+            .release_request(key, since_ms)
+            .await
     }
 }
 

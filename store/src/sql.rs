@@ -2576,6 +2576,20 @@ where
         Ok(rows.into_iter().map(Into::into).collect())
     }
 
+    pub(crate) async fn transcript_by_key(
+        &self,
+        document_id: Uuid,
+        key: &str,
+    ) -> StoreResult<Option<TranscriptEntry>> {
+        let row: Option<TranscriptRow<DB::Id>> = sqlx::query_as(&MADE_BY_KEY)
+            .bind(DB::Id::from(document_id))
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(|e| sqlx_error("reading a transcript entry by its key", e))?;
+        Ok(row.map(Into::into))
+    }
+
     // --- OwnershipStore ---
 
     pub(crate) async fn ownership(&self, document_id: Uuid) -> StoreResult<Ownership> {
@@ -3348,6 +3362,114 @@ where
                 },
             )
             .collect())
+    }
+
+    // --- RequestStore ---
+
+    pub(crate) async fn claim_request(
+        &self,
+        key: &crate::RequestKey,
+        digest: &str,
+        now_ms: UnixMillis,
+        expires_at_ms: UnixMillis,
+    ) -> StoreResult<crate::RequestClaim> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM kept_requests WHERE expires_at_ms <= $1")
+            .bind(now_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| sqlx_error("sweeping expired request keys", e))?;
+        let done = sqlx::query(
+            "INSERT INTO kept_requests \
+             (scope, holder, request_key, digest, answer, since_ms, expires_at_ms) \
+             VALUES ($1, $2, $3, $4, NULL, $5, $6) \
+             ON CONFLICT (scope, holder, request_key) DO NOTHING",
+        )
+        .bind(crate::storable(&key.scope).into_owned())
+        .bind(crate::storable(&key.holder).into_owned())
+        .bind(crate::storable(&key.key).into_owned())
+        .bind(digest)
+        .bind(now_ms)
+        .bind(expires_at_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("claiming a request key", e))?;
+        let claimed = DB::rows_affected(&done) == 1;
+        let claim = if claimed {
+            crate::RequestClaim::Claimed { since_ms: now_ms }
+        } else {
+            let (digest, answer, since_ms, expires_at_ms): (String, Option<String>, i64, i64) =
+                sqlx::query_as(
+                    "SELECT digest, answer, since_ms, expires_at_ms FROM kept_requests \
+                     WHERE scope = $1 AND holder = $2 AND request_key = $3",
+                )
+                .bind(crate::storable(&key.scope).into_owned())
+                .bind(crate::storable(&key.holder).into_owned())
+                .bind(crate::storable(&key.key).into_owned())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(|e| sqlx_error("reading a request key's claim", e))?;
+            crate::RequestClaim::Held(crate::KeptRequest {
+                digest,
+                answer,
+                since_ms,
+                expires_at_ms,
+            })
+        };
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a request key's claim", e))?;
+        Ok(claim)
+    }
+
+    pub(crate) async fn answer_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+        answer: &str,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE kept_requests SET answer = $5 \
+             WHERE scope = $1 AND holder = $2 AND request_key = $3 AND since_ms = $4",
+        )
+        .bind(crate::storable(&key.scope).into_owned())
+        .bind(crate::storable(&key.holder).into_owned())
+        .bind(crate::storable(&key.key).into_owned())
+        .bind(since_ms)
+        .bind(crate::storable(answer).into_owned())
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("recording a request's answer", e))?;
+        let answered = DB::rows_affected(&done) == 1;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a request's answer", e))?;
+        Ok(answered)
+    }
+
+    pub(crate) async fn release_request(
+        &self,
+        key: &crate::RequestKey,
+        since_ms: UnixMillis,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin_write().await?;
+        let done = sqlx::query(
+            "DELETE FROM kept_requests \
+             WHERE scope = $1 AND holder = $2 AND request_key = $3 AND since_ms = $4",
+        )
+        .bind(crate::storable(&key.scope).into_owned())
+        .bind(crate::storable(&key.holder).into_owned())
+        .bind(crate::storable(&key.key).into_owned())
+        .bind(since_ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| sqlx_error("releasing a request key", e))?;
+        let released = DB::rows_affected(&done) == 1;
+        tx.commit()
+            .await
+            .map_err(|e| sqlx_error("committing a request key's release", e))?;
+        Ok(released)
     }
 
     pub(crate) async fn unpair_machine(&self, id: Uuid) -> StoreResult<bool> {
@@ -5660,6 +5782,7 @@ macro_rules! sql_store_impls {
                 NewCommentNote, NewCommentThread, Replied, ThreadWithNotes, GraphStore,
                 GraphVersion, GraphChange, GraphRefusal, GraphCounters, ImplementationRun, RunReport, Reported,
                 ConnectorPoll, Machine, MachineChoice, MachineStore, NewMachine, PlannerCredential, Build,
+                RequestClaim, RequestKey, RequestStore,
                 BuildStore,
                 NewBuild, QueueRefusal, BuiltSource, Landing,
             };
@@ -5732,6 +5855,7 @@ macro_rules! sql_store_impls {
                 fn last_transcript_seq(document_id: Uuid) -> i64;
                 fn transcript(document_id: Uuid, after_seq: i64, limit: u32)
                     -> Vec<TranscriptEntry>;
+                fn transcript_by_key(document_id: Uuid, key: &str) -> Option<TranscriptEntry>;
             } {});
             sql_store_impls!(@forward $store, OwnershipStore {
                 fn ownership(document_id: Uuid) -> Ownership;
@@ -5828,6 +5952,12 @@ macro_rules! sql_store_impls {
                 fn unpair_machine(id: Uuid) -> bool;
                 fn record_connector_poll(poll: &ConnectorPoll) -> ();
                 fn connector_polls_since(since_ms: UnixMillis) -> Vec<ConnectorPoll>;
+            } {});
+            sql_store_impls!(@forward $store, RequestStore {
+                fn claim_request(key: &RequestKey, digest: &str, now_ms: UnixMillis,
+                    expires_at_ms: UnixMillis) -> RequestClaim;
+                fn answer_request(key: &RequestKey, since_ms: UnixMillis, answer: &str) -> bool;
+                fn release_request(key: &RequestKey, since_ms: UnixMillis) -> bool;
             } {});
             sql_store_impls!(@forward $store, BuildStore {
                 fn approve_and_queue(document_id: Uuid, approval: &GraphChange,

@@ -34,13 +34,13 @@ use chopin_store::{
     account_id_for_github_user, Account, Advance, Attachment, BrowserLogin, Build, BuildKind,
     BuildState, BuiltSource, Checkpoint, Claim, Creator, Delivery, Document, DocumentContent,
     DocumentLeaseRow, Drafted, Enqueued, Fence, GraphChange, GraphCounters, GraphRefusal,
-    GraphState, GraphVersion, Holder, ImplementationRun, Job, JobState, Kept, Landing,
+    GraphState, GraphVersion, Holder, ImplementationRun, Job, JobState, Kept, KeptRequest, Landing,
     LeaseAcquire, LinkHold, Machine, MachineChoice, MemoryStore, ModelChoice, NewAttachment,
     NewBuild, NewCommentNote, NewCommentThread, NewDocument, NewJob, NewMachine,
     NewTranscriptEntry, OwnerGuard, ParticipationPause, PgStore, PlanCommit, PlannerCredential,
-    Provenance, QueueRefusal, Reach, Release, Replied, Reported, RevisionKind, RunEnd, RunRecord,
-    RunReport, Settlement, SqliteStore, StageRecord, Store, StoreError, TakeBack, TitleSidecar,
-    UnsentLimit, WriterLease,
+    Provenance, QueueRefusal, Reach, Release, Replied, Reported, RequestClaim, RequestKey,
+    RevisionKind, RunEnd, RunRecord, RunReport, Settlement, SqliteStore, StageRecord, Store,
+    StoreError, TakeBack, TitleSidecar, UnsentLimit, WriterLease,
 };
 use tokio::sync::Barrier;
 use uuid::Uuid;
@@ -159,6 +159,9 @@ conformance! {
     life_86_ended_rebuilds_give_way_oldest_first_past_100_builds,
     life_87_the_sweep_expires_silent_launching_builds_and_finds_silent_build_runs,
     life_83_a_connectors_latest_poll_is_recorded_and_read_back_by_any_process,
+    requests_a_key_is_claimed_once_answered_by_its_claim_and_free_again_at_its_expiry,
+    requests_claims_of_one_key_at_once_give_it_to_exactly_one,
+    msg_16_an_entry_is_read_back_by_the_key_its_append_carried,
     ac_22_ac_23_unsharing_takes_the_teammates_choices_and_unpairing_takes_every_row,
     life_76_a_document_created_through_mcp_says_so_for_good,
     life_28_life_29_life_30_a_first_draft_is_version_1_and_each_edit_advances_its_revision,
@@ -2475,7 +2478,39 @@ async fn every_write(
             .await
             .map(|cleared| assert_eq!(cleared, 1)),
     );
+    let key = request_key("chat", "mona", "r-fenced", Some(fx.doc));
+    record(
+        "claim_request",
+        store
+            .claim_request(&key, "d", 5_000, 605_000)
+            .await
+            .map(|claim| assert_eq!(claim, RequestClaim::Claimed { since_ms: 5_000 })),
+    );
+    record(
+        "answer_request",
+        store
+            .answer_request(&key, 5_000, "{}")
+            .await
+            .map(|answered| assert!(answered)),
+    );
+    record(
+        "release_request",
+        store
+            .release_request(&key, 5_000)
+            .await
+            .map(|released| assert!(released)),
+    );
     outcomes
+}
+
+/// `holder`'s key `key` in `scope`, about `document`.
+fn request_key(scope: &str, holder: &str, key: &str, document: Option<Uuid>) -> RequestKey {
+    RequestKey {
+        scope: scope.to_owned(),
+        holder: holder.to_owned(),
+        key: key.to_owned(),
+        document,
+    }
 }
 
 /// `uploader`'s text file `id` of `doc`, holding `bytes`, made at 1 000.
@@ -2659,7 +2694,7 @@ async fn fenced_writes_need_the_current_writer_epoch(b: &Backend) {
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 61, "every write method is tried");
+    assert_eq!(outcomes.len(), 64, "every write method is tried");
     for (method, outcome) in &outcomes {
         assert!(
             matches!(outcome, Err(StoreError::Fenced(_))),
@@ -3064,7 +3099,7 @@ async fn document_fenced_writes_need_the_current_epoch_of_their_documents_lease(
     assert!(b_lease.epoch > a.epoch);
     let before = fenced_state(&store, &fx).await;
     let outcomes = every_write(&as_a, &fx).await;
-    assert_eq!(outcomes.len(), 61, "every write method is tried");
+    assert_eq!(outcomes.len(), 64, "every write method is tried");
     for (method, outcome) in &outcomes {
         match outcome {
             Err(StoreError::Fenced(words)) => assert!(
@@ -3135,8 +3170,12 @@ async fn document_fenced_writes_racing_a_takeover_land_before_it_or_not_at_all(b
 
 /// The writes [`every_write`] makes that change one document's state, as [`Routed`] routes them
 /// through that document's handle: by the document they name, or by the job, build or run.
-const DOCUMENTS_WRITES: [&str; 44] = [
+const DOCUMENTS_WRITES: [&str; 47] = [
     "create_document",
+    // A request key about a document (its `document`), fenced by that document's lease.
+    "claim_request",
+    "answer_request",
+    "release_request",
     "set_archived",
     "rename_document",
     "advance_revision",
@@ -3261,6 +3300,7 @@ async fn routed_writes_reach_their_documents_own_handle_and_sweeps_of_every_docu
     assert_eq!(through("create_document"), [new_id].into());
     assert_eq!(through("append_transcript"), [fx.doc].into());
     assert_eq!(through("claim_job"), [fx.doc].into());
+    assert_eq!(through("claim_request"), [fx.doc].into());
     let expected: std::collections::BTreeSet<&str> = DOCUMENTS_WRITES.into_iter().collect();
     assert_eq!(
         reached, expected,
@@ -9163,5 +9203,180 @@ async fn ao_21_a_machines_hold_names_the_machine_and_keeps_its_runs_but_not_its_
     assert_eq!(
         (kept.machine_id, kept.browser_login_id),
         (Some(MACHINE_A), None)
+    );
+}
+
+/// Issue 27 (idempotency that survives a move): a key is claimed by one call, which alone
+/// answers or releases it; the claim holds until its expiry, at the edge exactly, and is then
+/// as good as none; one caller's key is not another's nor another scope's; every claim sweeps
+/// the expired ones away.
+async fn requests_a_key_is_claimed_once_answered_by_its_claim_and_free_again_at_its_expiry(
+    b: &Backend,
+) {
+    let store = b.open().await;
+    let key = request_key("create_document", "account-a", "k-1", None);
+    assert_eq!(
+        store
+            .claim_request(&key, "d-1", 1_000, 601_000)
+            .await
+            .unwrap(),
+        RequestClaim::Claimed { since_ms: 1_000 }
+    );
+    let held = |answer: Option<&str>| {
+        RequestClaim::Held(KeptRequest {
+            digest: "d-1".into(),
+            answer: answer.map(str::to_owned),
+            since_ms: 1_000,
+            expires_at_ms: 601_000,
+        })
+    };
+    // A second call finds the first one's claim, whatever input it brings.
+    assert_eq!(
+        store
+            .claim_request(&key, "d-2", 2_000, 602_000)
+            .await
+            .unwrap(),
+        held(None)
+    );
+    // Only the claim itself answers it.
+    assert!(!store.answer_request(&key, 999, "other").await.unwrap());
+    assert!(store.answer_request(&key, 1_000, "doc-77").await.unwrap());
+    assert_eq!(
+        store
+            .claim_request(&key, "d-1", 3_000, 603_000)
+            .await
+            .unwrap(),
+        held(Some("doc-77"))
+    );
+    // Another caller's key, or the same key in another scope, is another request.
+    for other in [
+        request_key("create_document", "account-b", "k-1", None),
+        request_key("update_document", "account-a", "k-1", None),
+    ] {
+        assert_eq!(
+            store
+                .claim_request(&other, "d-1", 3_000, 603_000)
+                .await
+                .unwrap(),
+            RequestClaim::Claimed { since_ms: 3_000 }
+        );
+    }
+    // At 1 ms before its expiry the claim holds; at its expiry it is gone and claimed anew.
+    assert_eq!(
+        store
+            .claim_request(&key, "d-1", 600_999, 1_200_999)
+            .await
+            .unwrap(),
+        held(Some("doc-77"))
+    );
+    assert_eq!(
+        store
+            .claim_request(&key, "d-3", 601_000, 1_201_000)
+            .await
+            .unwrap(),
+        RequestClaim::Claimed { since_ms: 601_000 }
+    );
+    assert!(
+        !store.answer_request(&key, 1_000, "late").await.unwrap(),
+        "the expired claim answers nothing"
+    );
+    // The claims of the other scope and caller expired at 603 000: the next claim of any key
+    // swept them away, so their late answers find nothing.
+    let sweeper = request_key("chat", "mona", "r-9", None);
+    store
+        .claim_request(&sweeper, "", 603_000, 1_203_000)
+        .await
+        .unwrap();
+    let swept = request_key("create_document", "account-b", "k-1", None);
+    assert!(!store.answer_request(&swept, 3_000, "late").await.unwrap());
+    // A release frees the key for the next call; an old claim's release changes nothing.
+    assert!(!store.release_request(&key, 1_000).await.unwrap());
+    assert!(store.release_request(&key, 601_000).await.unwrap());
+    assert_eq!(
+        store
+            .claim_request(&key, "d-4", 601_500, 1_201_500)
+            .await
+            .unwrap(),
+        RequestClaim::Claimed { since_ms: 601_500 }
+    );
+    // Keys are text as every backend stores it.
+    let odd = request_key("chat", "mo\0na", "r-\0", Some(Uuid::from_u128(5)));
+    assert_eq!(
+        store.claim_request(&odd, "", 1_000, 2_000).await.unwrap(),
+        RequestClaim::Claimed { since_ms: 1_000 }
+    );
+    assert!(store.answer_request(&odd, 1_000, "a\0").await.unwrap());
+}
+
+/// Issue 27: calls with one key at once (a retry racing its first call on another process):
+/// exactly one claims it, and every other finds that claim.
+async fn requests_claims_of_one_key_at_once_give_it_to_exactly_one(b: &Backend) {
+    let store = b.open().await;
+    let barrier = Arc::new(Barrier::new(RACERS));
+    let mut tasks = Vec::new();
+    for i in 0..RACERS {
+        let (store, barrier) = (store.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            barrier.wait().await;
+            let key = request_key("create_document", "account-a", "same", None);
+            store
+                .claim_request(&key, "d", 1_000 + i as i64, 600_000)
+                .await
+                .unwrap()
+        }));
+    }
+    let mut claimed = Vec::new();
+    let mut held = BTreeSet::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            RequestClaim::Claimed { since_ms } => claimed.push(since_ms),
+            RequestClaim::Held(kept) => {
+                held.insert(kept.since_ms);
+            }
+        }
+    }
+    assert_eq!(claimed.len(), 1, "exactly one claims the key");
+    assert!(
+        held.iter().all(|since| *since == claimed[0]),
+        "every other call finds that claim: {held:?} vs {claimed:?}"
+    );
+}
+
+/// MSG-16 across processes: the entry an append with a key made is read back by that key
+/// (another process answers a re-sent message from it); an unknown key or document has none.
+async fn msg_16_an_entry_is_read_back_by_the_key_its_append_carried(b: &Backend) {
+    let store = b.open().await;
+    let doc = store
+        .create_document(&new_doc(1, "o", "r", "s"))
+        .await
+        .unwrap();
+    store
+        .append_transcript(doc.id, &entry(None, "system", "first", 10))
+        .await
+        .unwrap();
+    let mut keyed = entry(Some("mona"), "member", "once", 20);
+    keyed.key = Some("msg:mona:r-1".into());
+    let saved = store.append_transcript(doc.id, &keyed).await.unwrap();
+    assert_eq!(saved.seq, 2);
+    assert_eq!(
+        store
+            .transcript_by_key(doc.id, "msg:mona:r-1")
+            .await
+            .unwrap(),
+        Some(saved)
+    );
+    assert_eq!(
+        store
+            .transcript_by_key(doc.id, "msg:mona:r-2")
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .transcript_by_key(Uuid::from_u128(0xdead), "msg:mona:r-1")
+            .await
+            .unwrap(),
+        None
     );
 }
