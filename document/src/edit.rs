@@ -129,17 +129,17 @@ pub struct EditTarget<'a> {
 }
 
 /// Every structured `edit_plan` result: the document it is about, and what happened (CTX-10).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EditResult {
     pub document: DocumentRef,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_urls: Vec<String>,
     #[serde(flatten)]
     pub outcome: EditOutcome,
 }
 
 /// Applied, or refused with the spec's code as `status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum EditOutcome {
     Applied {

@@ -227,6 +227,26 @@ async fn each_document_is_served_by_one_process_and_by_another_after_a_crash_or_
     let child = child["id"].as_str().unwrap().to_owned();
     assert_eq!(served_by(&[&a, &b, &c], &token, &child).await, 0);
 
+    // A creation names no document, so its retry may reach any process: the key, kept in the
+    // database, answers the document the first call made there.
+    let keyed = json!({"repository": "octo/plans", "title": "Keyed", "idempotencyKey": "k-1"});
+    let made = ok(call(
+        &connect(&c.url("/mcp"), &token).await,
+        "create_document",
+        keyed.clone(),
+    )
+    .await);
+    let again = ok(call(
+        &connect(&b.url("/mcp"), &token).await,
+        "create_document",
+        keyed,
+    )
+    .await);
+    assert_eq!(
+        again["id"], made["id"],
+        "the retry on b answers c's document"
+    );
+
     // Sockets: opened where the document is served, refused elsewhere.
     let mut room = join(&a, &first, &mona).await.expect("the room opens on a");
     assert!(join(&c, &first, &mona).await.is_err(), "refused on c");
@@ -267,6 +287,18 @@ async fn each_document_is_served_by_one_process_and_by_another_after_a_crash_or_
             "acknowledged {line:?} after the crash: {stored:?}"
         );
     }
+    // A line sent again after the crash (its ack lost with the process) is answered by the
+    // process serving the document now with the seq it was saved at, and saved once (MSG-16).
+    let mut mona_room = join(&b, &first, &mona).await.expect("mona's room on b");
+    let (seq, text) = acked.last().unwrap().clone();
+    assert_eq!(say(&mut mona_room, &text).await, seq, "the first ack's seq");
+    let stored = history(&mut room).await;
+    assert_eq!(
+        stored.iter().filter(|(_, t)| *t == text).count(),
+        1,
+        "{text:?} saved once: {stored:?}"
+    );
+    let _ = mona_room.close().await;
     assert_eq!(
         served_by(&[&b, &c], &token, &child).await,
         0,

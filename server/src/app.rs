@@ -257,8 +257,9 @@ impl App {
         ));
         open.plant(config.planted);
         let children = Arc::new(Children::new(store.clone(), open.clone()));
-        let updates = Arc::new(Updates::new(documents.clone(), open.clone(), clock.clone()));
-        let creations = Arc::new(Creations::new(clock.clone()));
+        let kept = Arc::new(crate::kept::KeptRequests::new(store.clone(), clock.clone()));
+        let updates = Arc::new(Updates::new(documents.clone(), open.clone(), kept.clone()));
+        let creations = Arc::new(Creations::new(kept.clone(), store.clone()));
         let transcript = Transcript::new(store.clone(), clock.clone(), entropy.clone(), &shutdown);
         let planners = Planners::new(
             store.clone(),
@@ -349,7 +350,7 @@ impl App {
         let comments = Arc::new(crate::comments::Comments::new(
             store.clone(),
             clock.clone(),
-            entropy.clone(),
+            kept.clone(),
         ));
         let research_cards = Arc::new(crate::research_cards::ResearchCards::new(store.clone()));
         let visuals = Arc::new(crate::visuals::VisualAdmission::new(

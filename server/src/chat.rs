@@ -930,7 +930,10 @@ impl Chat {
         let now = self.processing.fetch_add(1, Ordering::SeqCst) + 1;
         self.most_processing.fetch_max(now, Ordering::SeqCst);
         let processing = Processing(&self.processing);
-        let reply = self.process(place, sender, request, addressed).await;
+        let reply = match self.saved_before(place, sender, &request).await {
+            Some(reply) => reply,
+            None => self.process(place, sender, request, addressed).await,
+        };
         drop(processing);
         {
             let now = self.clock.now_ms();
@@ -943,6 +946,33 @@ impl Chat {
         }
         let _ = pending.tx.send(Some(reply.clone()));
         reply
+    }
+
+    /// MSG-16 whichever process saw the first send: the line an earlier send of this request
+    /// id saved, found by the key its append carried ([`line_key`]), answered with its `seq`.
+    /// This process may never have seen that send (it took the document over, or restarted),
+    /// and the line must not be saved, nor a turn started for it, twice. Whether that send
+    /// started or steered a turn is not kept with the line, so `planner` is `null`: this send
+    /// started nothing. A failed read is logged and the send processed: the append's key still
+    /// keeps the line from being saved twice.
+    async fn saved_before(
+        &self,
+        place: &Place,
+        sender: &Sender,
+        request: &SendRequest,
+    ) -> Option<SendReply> {
+        let key = line_key(&sender.login, &request.request_id);
+        match self.transcript.by_key(place.document, &key).await {
+            Ok(saved) => saved.map(|saved| SendReply::Ack {
+                request_id: request.request_id.clone(),
+                seq: saved.seq,
+                planner: None,
+            }),
+            Err(e) => {
+                tracing::warn!(document = %place.document, error = %e, "chat: could not look for a re-sent message's line");
+                None
+            }
+        }
     }
 
     /// The command `request` runs, checked (CMD-11..15, CMD-19), or the refusal's code and
@@ -1336,7 +1366,7 @@ impl Chat {
                 kind: "system".into(),
                 body: format!("@{} {}", sender.login, crate::transcript::FOLLOW_UP_NOTICE),
                 created_at_ms: self.clock.now_ms(),
-                key: None,
+                key: Some(line_key(&sender.login, id)),
                 refs: None,
                 attachments: Vec::new(),
             }
@@ -1346,7 +1376,7 @@ impl Chat {
                 kind: "member".into(),
                 body: request.text,
                 created_at_ms: self.clock.now_ms(),
-                key: None,
+                key: Some(line_key(&sender.login, id)),
                 // Kept with the message (CMD-16), and its files as everyone in the room sees
                 // them (FILE-01).
                 refs: message_refs(command.as_ref(), &mentions, &files),
@@ -1608,6 +1638,12 @@ pub use crate::turns::ResearchRequests;
 pub trait MessageSaved: Send + Sync + 'static {
     /// A member's message was saved at `seq` of `document`'s Chat.
     fn member_message(&self, document: Uuid, seq: i64);
+}
+
+/// The key of the line `login`'s send `request_id` saves: one line per sender and request id
+/// in a document's transcript, for good (MSG-16).
+fn line_key(login: &str, request_id: &str) -> String {
+    format!("msg16:{}:{login}:{request_id}", login.len())
 }
 
 fn refusal(request_id: &str, refused: &Refused) -> SendReply {

@@ -18,13 +18,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use crate::kept::{Kept, KeptRequests};
 use crate::runtime::fanout;
-use crate::runtime::{SharedClock, SharedEntropy};
+use crate::runtime::SharedClock;
 use crate::store::{
-    CommentNote, CommentThread, NewCommentNote, NewCommentThread, Replied, Store, StoreError,
-    ThreadWithNotes,
+    CommentNote, CommentThread, NewCommentNote, NewCommentThread, Replied, RequestKey, Store,
+    StoreError, ThreadWithNotes,
 };
 
 /// RULINGS ISO-20: a comment thread is full at 100 replies.
@@ -37,14 +39,12 @@ pub const QUOTE_MAX_CHARS: usize = 1_000;
 pub const THREADS_LISTED: i64 = 200;
 /// Changes held for a room socket that has not read them yet.
 const FEED_BACKLOG: usize = 64;
-/// How long an answered request id is remembered, and how many at most: a note sent again
-/// with the same `requestId` (a retry after a lost answer) gets the first answer and is not
-/// saved twice.
+/// How long an answered request id is kept: a note sent again with the same `requestId` (a
+/// retry after a lost answer) gets the first answer and is not saved twice, whichever process
+/// the retry reaches.
 const ANSWERS_MS: i64 = 10 * 60 * 1000;
-const ANSWERS_MAX: usize = 10_000;
-
-/// Who sent which request about which document.
-type AnswerKey = (String, Uuid, String);
+/// The scope comment answers are kept in.
+const SCOPE: &str = "comment";
 
 /// A refusal: the wire code and the words.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -290,11 +290,10 @@ impl Saved {
 pub struct Comments {
     store: Arc<dyn Store>,
     clock: SharedClock,
-    entropy: SharedEntropy,
     /// Each document's channel of changes (`comment:thread` frames), while some room listens.
     feeds: Mutex<BTreeMap<Uuid, fanout::Sender<Bytes>>>,
     /// Answers already given, by sender, document and request id.
-    answers: Mutex<crate::runtime::recent::Recent<AnswerKey, Value>>,
+    kept: Arc<KeptRequests>,
 }
 
 fn storage_refusal(e: &StoreError) -> Refusal {
@@ -312,36 +311,35 @@ fn storage_refusal(e: &StoreError) -> Refusal {
 }
 
 impl Comments {
-    pub fn new(store: Arc<dyn Store>, clock: SharedClock, entropy: SharedEntropy) -> Self {
+    pub fn new(store: Arc<dyn Store>, clock: SharedClock, kept: Arc<KeptRequests>) -> Self {
         Comments {
             store,
             clock,
-            entropy,
             feeds: Mutex::default(),
-            answers: Mutex::new(crate::runtime::recent::Recent::new(ANSWERS_MS, ANSWERS_MAX)),
+            kept,
         }
     }
 
-    /// The answer `login` was given for `request_id` about `document`, if it was saved.
-    pub fn answered(&self, login: &str, document: Uuid, request_id: &str) -> Option<Value> {
-        let key = (login.to_owned(), document, request_id.to_owned());
-        self.answers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key, self.clock.now_ms())
-            .cloned()
-    }
-
-    /// Remembers `answer` (a `comment:ack`) for `request_id`.
-    pub fn remember(&self, login: &str, document: Uuid, request_id: &str, answer: &Value) {
-        if answer["type"] != "comment:ack" {
-            return;
-        }
-        let key = (login.to_owned(), document, request_id.to_owned());
-        self.answers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(key, answer.clone(), self.clock.now_ms());
+    /// Claims `request_id` of `login` about `document` for this note: [`Kept::Answered`] with
+    /// the first answer (a `comment:ack`) when it was saved before, on any process; else the
+    /// claim under which it is processed, to [`crate::kept::Claimed::answer`] with an ack or
+    /// [`crate::kept::Claimed::release`] otherwise (a refusal saved nothing and is not kept).
+    pub async fn claim(
+        &self,
+        login: &str,
+        document: Uuid,
+        request_id: &str,
+    ) -> Result<Kept<'_>, Refusal> {
+        let key = RequestKey {
+            scope: SCOPE.to_owned(),
+            holder: login.to_owned(),
+            key: format!("{document}:{request_id}"),
+            document: Some(document),
+        };
+        self.kept
+            .claim(key, "", ANSWERS_MS)
+            .await
+            .map_err(|e| storage_refusal(&e))
     }
 
     /// `document`'s changes, as `comment:thread` frames (JSON text).
@@ -369,9 +367,26 @@ impl Comments {
         }
     }
 
-    /// A fresh thread id.
-    pub fn new_thread_id(&self) -> Uuid {
-        self.entropy.uuid()
+    /// The id of a thread `login` starts without one, under the claim of `request_id` about
+    /// `document` made at `since_ms`: the same for every call under that claim.
+    pub fn new_thread_id(
+        &self,
+        login: &str,
+        document: Uuid,
+        request_id: &str,
+        since_ms: i64,
+    ) -> Uuid {
+        let hash = Sha256::new()
+            .chain_update((login.len() as u64).to_be_bytes())
+            .chain_update(login.as_bytes())
+            .chain_update(document.as_bytes())
+            .chain_update((request_id.len() as u64).to_be_bytes())
+            .chain_update(request_id.as_bytes())
+            .chain_update(since_ms.to_be_bytes())
+            .finalize();
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&hash[..16]);
+        uuid::Builder::from_random_bytes(bytes).into_uuid()
     }
 
     /// `document`'s thread, if it has it.

@@ -14,7 +14,8 @@
 //!   first), [`housekeeping`] (ending expired logins, renewals, retrying unrecorded sign-outs,
 //!   dropping unused channels).
 //! - below them: [`store`] (the `chopin-store` crate), [`runtime`] (clock, entropy, connector,
-//!   shutdown, writer lease), [`config`], [`observe`], [`metrics`], [`error`].
+//!   shutdown, writer lease), [`kept`] (calls made once per caller's key, across processes),
+//!   [`config`], [`observe`], [`metrics`], [`error`].
 
 pub mod access;
 pub mod app;
@@ -36,6 +37,7 @@ pub mod harness;
 pub mod housekeeping;
 pub mod identity;
 pub mod jobs;
+pub mod kept;
 pub mod lifecycle;
 pub mod live_builds;
 pub mod machines;

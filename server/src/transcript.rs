@@ -426,6 +426,10 @@ impl Transcript {
         let Some(channel) = table.channels.get_mut(&entry.document_id) else {
             return;
         };
+        // An append whose key was held answers the entry that key made: heard already.
+        if channel.last_seq.is_some_and(|last| entry.seq <= last) {
+            return;
+        }
         channel.first_seq.get_or_insert(entry.seq);
         channel.last_seq = Some(entry.seq);
         if channel
@@ -498,6 +502,15 @@ impl Transcript {
     ) -> Result<TranscriptEntry, StoreError> {
         let _held = self.gate(document).await;
         self.append_gated(document, entry).await
+    }
+
+    /// The entry of `document` an append with `key` saved, if any.
+    pub async fn by_key(
+        &self,
+        document: Uuid,
+        key: &str,
+    ) -> Result<Option<TranscriptEntry>, StoreError> {
+        self.store.transcript_by_key(document, key).await
     }
 
     /// The `seq` of `document`'s newest entry once everything in line is saved (0 for none).

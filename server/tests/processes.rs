@@ -412,3 +412,76 @@ async fn taking_a_document_over_clears_the_owner_an_earlier_process_left_and_onl
     assert!(store.ownership(s.doc).await.unwrap().holder.is_none());
     assert!(store.ownership(other).await.unwrap().holder.is_some());
 }
+
+/// Issue 27, "idempotency keys that must survive a move": a retry that reaches another process
+/// — here the one serving the document after the first process stopped and handed it over, or
+/// simply another one behind the balancer — answers what the first call answered and makes
+/// nothing twice: MCP `create_document` and `update_document`, a Chat line (MSG-16), a comment.
+#[tokio::test]
+async fn a_retry_on_another_process_answers_the_first_call_and_makes_nothing_twice() {
+    use chopin_fixtures::mcp::{call, connect, ok};
+    use serde_json::json;
+    use support::ask_room;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let a = many(store.clone()).await;
+    let b = many(store.clone()).await;
+    let mcp_a = connect(&format!("http://{}/mcp", a.host), &a.mona).await;
+    let mcp_b = connect(&format!("http://{}/mcp", b.host), &b.mona).await;
+
+    // A creation names no document, so its retry may reach any process.
+    let create = json!({"repository": "octo/plans", "title": "Quay", "source": "# Quay\n",
+                        "idempotencyKey": "c-1"});
+    let first = ok(call(&mcp_a, "create_document", create.clone()).await);
+    let again = ok(call(&mcp_b, "create_document", create).await);
+    assert_eq!(
+        again["id"], first["id"],
+        "the retry on B answers A's document"
+    );
+    let quays = store
+        .repository_documents("octo", "plans", 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|d| d.title == "Quay")
+        .count();
+    assert_eq!(quays, 1, "created once");
+
+    // On A, which serves a.doc: a Chat line, a comment, an update, each with its key.
+    let mut room = a.room().await;
+    let line = json!({"type": "chat:send", "requestId": "r-1", "text": "Once only"});
+    let acked = ask_room(&mut room, line.clone()).await;
+    assert_eq!(acked["type"], "chat:ack", "{acked}");
+    let comment = json!({"type": "comment:start", "requestId": "n-1",
+                         "quote": "Notes", "text": "Once only"});
+    let noted = ask_room(&mut room, comment.clone()).await;
+    assert_eq!(noted["type"], "comment:ack", "{noted}");
+    let update = json!({"document": a.doc, "planRevision": 0, "source": "# Notes\n\nOnce.\n",
+                        "idempotencyKey": "u-1"});
+    let updated = ok(call(&mcp_a, "update_document", update.clone()).await);
+    assert_eq!(updated["status"], "applied", "{updated}");
+    drop(room);
+
+    // A stops and hands its documents over; B serves a.doc from now on.
+    let stopped = a.running.stop().await;
+    assert!(stopped.released, "{stopped:?}");
+    let mut room = b.connect_room(a.doc, &b.mona_cookie).await;
+    room.next_of_type("session:planner").await.unwrap();
+    assert_eq!(ask_room(&mut room, line).await, acked, "MSG-16 on B");
+    assert_eq!(ask_room(&mut room, comment).await, noted);
+    assert_eq!(
+        ok(call(&mcp_b, "update_document", update).await),
+        updated,
+        "the update's first answer"
+    );
+
+    let lines = store.transcript(a.doc, 0, 100).await.unwrap();
+    assert_eq!(
+        lines.iter().filter(|e| e.body == "Once only").count(),
+        1,
+        "{lines:?}"
+    );
+    let threads = store.comment_threads(a.doc, 100).await.unwrap();
+    assert_eq!(threads.len(), 1, "{threads:?}");
+    let read = ok(call(&mcp_b, "read_document", json!({"document": a.doc})).await);
+    assert_eq!(read["revision"], 1, "written once");
+}

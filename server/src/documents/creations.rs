@@ -1,48 +1,40 @@
 //! Creating a document once per idempotency key (MCP `create_document`'s `idempotencyKey`).
 //!
-//! Owns: [`Creations`] — the memory of creation keys: an account that sends the same key with
-//! the same input again within [`IDEMPOTENCY_MEMORY_MS`] gets the document the first call made
-//! ([`Once::Again`]) and nothing is created twice; the same key with other input is refused
-//! `idempotency-key-reused`. Two calls with one key at once are taken one after the other, so
-//! exactly one of them creates. A call that failed is not remembered: its retry creates anew.
+//! Owns: [`Creations`] — an account that sends the same key with the same input again within
+//! [`IDEMPOTENCY_MEMORY_MS`] gets the document the first call made ([`Once::Again`]) and
+//! nothing is created twice, whichever process the retry reaches; the same key with other input
+//! is refused `idempotency-key-reused`. Calls with one key on this process are taken one after
+//! the other. A call that made nothing is not remembered: its retry creates anew.
 //! Does not own: what "the same input" is (the caller hands a digest of it, see
 //! [`input_digest`]), who may create (the caller checked push access) or how a document is
 //! made ([`super::Documents::create`]).
 //!
-//! Invariants: the memory is in this process only (a restart forgets it, as it does
-//! `update_document`'s keys), bounded per account ([`IDEMPOTENCY_KEYS_PER_ACCOUNT`], its oldest
-//! go first; at most [`IDEMPOTENCY_ACCOUNTS`] accounts) and keyed by the caller's account id, so
-//! one account's key never answers another's call and one account's flood pushes out only its
-//! own keys.
+//! Invariants: keys are kept in the store ([`crate::kept`]) by the caller's account id, so one
+//! account's key never answers another's call. The document a claim creates has an id made
+//! from the account, the key and the claim ([`creation_id`]): a retry that takes over a claim
+//! whose call died (its process killed between creating and answering) creates under the same
+//! id, so it finds the document that call made instead of making a second one.
 
 use std::future::Future;
-use std::sync::{Mutex, PoisonError};
+use std::sync::Arc;
 
 use http::StatusCode;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 pub use super::updates::check_key;
-use super::updates::{IDEMPOTENCY_ACCOUNTS, IDEMPOTENCY_KEYS_PER_ACCOUNT, IDEMPOTENCY_MEMORY_MS};
+use super::updates::IDEMPOTENCY_MEMORY_MS;
 use crate::error::ApiError;
-use crate::runtime::gates::Gates;
-use crate::runtime::recent::RecentByOwner;
-use crate::runtime::SharedClock;
+use crate::kept::{Kept, KeptRequests};
+use crate::store::{DocumentStore, RequestKey};
 
-/// An account's key.
-type Key = (Uuid, String);
+/// The scope `create_document`'s keys are kept in.
+const SCOPE: &str = "create_document";
 
-/// The document a key made, and the digest of the input it was made from.
-struct Remembered {
-    input: [u8; 32],
-    document: Uuid,
-}
-
-/// Creations of this process and their idempotency keys.
+/// Creations and their idempotency keys.
 pub struct Creations {
-    clock: SharedClock,
-    memory: Mutex<RecentByOwner<Uuid, String, Remembered>>,
-    keys: Gates<Key>,
+    kept: Arc<KeptRequests>,
+    documents: Arc<dyn DocumentStore>,
 }
 
 /// What a keyed creation came to.
@@ -70,76 +62,113 @@ pub fn input_digest(parts: &[Option<&str>]) -> [u8; 32] {
     hash.finalize().into()
 }
 
+/// The id of the document `account`'s claim of `key` made at `since_ms` creates: the same for
+/// every call under that claim, and no other claim's.
+pub fn creation_id(account: Uuid, key: &str, since_ms: i64) -> Uuid {
+    let hash: [u8; 32] = Sha256::new()
+        .chain_update(account.as_bytes())
+        .chain_update((key.len() as u64).to_be_bytes())
+        .chain_update(key.as_bytes())
+        .chain_update(since_ms.to_be_bytes())
+        .finalize()
+        .into();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hash[..16]);
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
+fn reused(words: String) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "idempotency-key-reused", words)
+}
+
 impl Creations {
-    pub fn new(clock: SharedClock) -> Self {
-        Creations {
-            clock,
-            memory: Mutex::new(RecentByOwner::new(
-                IDEMPOTENCY_MEMORY_MS,
-                IDEMPOTENCY_KEYS_PER_ACCOUNT,
-                IDEMPOTENCY_ACCOUNTS,
-            )),
-            keys: Gates::default(),
-        }
+    pub fn new(kept: Arc<KeptRequests>, documents: Arc<dyn DocumentStore>) -> Self {
+        Creations { kept, documents }
     }
 
     /// Runs `create` for `account`'s `key` unless the key already made a document: then the
     /// answer is that document for the same `input`, or `idempotency-key-reused` for another.
-    /// `made` names the document a successful `create` made (`None`: it made none worth
-    /// remembering, e.g. a refusal); only then is the key remembered.
-    pub async fn once<T>(
+    /// `create` is given the id to create the document under. `made` names the document a
+    /// successful `create` made (`None`: it made none worth remembering, e.g. a refusal); only
+    /// then is the key answered. A call that ends with no document under its id frees the key.
+    pub async fn once<T, F>(
         &self,
         account: Uuid,
         key: &str,
         input: [u8; 32],
-        create: impl Future<Output = Result<T, ApiError>>,
+        create: impl FnOnce(Uuid) -> F,
         made: impl FnOnce(&T) -> Option<Uuid>,
-    ) -> Result<Once<T>, ApiError> {
+    ) -> Result<Once<T>, ApiError>
+    where
+        F: Future<Output = Result<T, ApiError>>,
+    {
         check_key(key)?;
-        let key: Key = (account, key.to_owned());
-        let _one_at_a_time = self.keys.lock(key.clone()).await;
-        if let Some(remembered) = self.remembered(&key) {
-            if remembered.0 != input {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "idempotency-key-reused",
-                    format!(
-                        "This idempotencyKey already created document {} from different input (repository, title, slug, source, brief or provenance); nothing was created. Send the same input to get that document again, or a new key for a new document.",
-                        remembered.1
-                    ),
-                ));
+        let digest = hex::encode(input);
+        let request = RequestKey {
+            scope: SCOPE.to_owned(),
+            holder: account.to_string(),
+            key: key.to_owned(),
+            document: None,
+        };
+        let claim = match self
+            .kept
+            .claim(request, &digest, IDEMPOTENCY_MEMORY_MS)
+            .await
+            .map_err(ApiError::store)?
+        {
+            Kept::Answered {
+                digest: first,
+                answer,
+            } => {
+                let document = answer.parse::<Uuid>().map_err(|_| {
+                    ApiError::store(crate::store::StoreError::Backend(format!(
+                        "a kept creation names no document: {answer:?}"
+                    )))
+                })?;
+                if first != digest {
+                    return Err(reused(format!(
+                        "This idempotencyKey already created document {document} from different input (repository, title, slug, source, brief or provenance); nothing was created. Send the same input to get that document again, or a new key for a new document."
+                    )));
+                }
+                return Ok(Once::Again(document));
             }
-            return Ok(Once::Again(remembered.1));
+            Kept::Go(claim) => claim,
+        };
+        if claim
+            .taken_over
+            .as_deref()
+            .is_some_and(|first| first != digest)
+        {
+            // Left as it is: the call it belongs to may still be under way.
+            return Err(reused(
+                "This idempotencyKey is creating a document from different input (repository, title, slug, source, brief or provenance) in an earlier call; nothing was created. Send the same input to get that document, or a new key for a new document.".to_owned(),
+            ));
         }
-        let result = create.await?;
-        if let Some(document) = made(&result) {
-            self.memory
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(
-                    key.0,
-                    key.1,
-                    Remembered { input, document },
-                    self.clock.now_ms(),
-                );
+        let id = creation_id(account, key, claim.since_ms);
+        let result = create(id).await;
+        if let Some(document) = result.as_ref().ok().and_then(made) {
+            claim.answer(&document.to_string()).await;
+            return result.map(Once::Made);
         }
-        Ok(Once::Made(result))
-    }
-
-    /// The input digest and document remembered for `key`, if any.
-    fn remembered(&self, key: &Key) -> Option<([u8; 32], Uuid)> {
-        let now = self.clock.now_ms();
-        let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
-        memory
-            .get(&key.0, &key.1, now)
-            .map(|r| (r.input, r.document))
+        // Nothing to answer: free the key unless a document stands under the claim's id (a
+        // creation that failed past its first step), which a retry takes over and finishes.
+        match self.documents.document(id).await {
+            Ok(None) => claim.release().await,
+            Ok(Some(_)) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "could not tell whether a failed creation made its document")
+            }
+        }
+        result.map(Once::Made)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{input_digest, Creations, Once};
+    use super::{creation_id, input_digest, Creations, Once};
+    use crate::kept::KeptRequests;
     use crate::runtime::clock::Clock;
+    use crate::store::MemoryStore;
     use std::sync::Arc;
     use uuid::Uuid;
 
@@ -150,19 +179,33 @@ mod tests {
         }
     }
 
+    /// A process's creations on `store`.
+    fn process(store: &Arc<MemoryStore>) -> Creations {
+        let kept = Arc::new(KeptRequests::new(store.clone(), Arc::new(At(1_000))));
+        Creations::new(kept, store.clone())
+    }
+
     /// Issue 24 item 6: one account flooding its keys cannot push out another's: that other
     /// account's retry still finds the document its key made, and creates nothing twice.
     #[tokio::test]
     async fn one_accounts_flood_leaves_another_accounts_key_standing() {
-        let creations = Creations::new(Arc::new(At(1_000)));
+        let store = Arc::new(MemoryStore::new());
+        let creations = process(&store);
         let (victim, flooder) = (Uuid::from_u128(1), Uuid::from_u128(2));
         let input = input_digest(&[Some("octo/plans"), Some("Plan")]);
-        let made = Uuid::from_u128(77);
         let first = creations
-            .once(victim, "retry-me", input, async { Ok(made) }, |d| Some(*d))
+            .once(
+                victim,
+                "retry-me",
+                input,
+                |id| async move { Ok(id) },
+                |d| Some(*d),
+            )
             .await
             .unwrap();
-        assert!(matches!(first, Once::Made(_)));
+        let Once::Made(made) = first else {
+            panic!("the first call makes it")
+        };
         for i in 0..20_000u128 {
             let key = format!("flood-{i}");
             creations
@@ -170,7 +213,7 @@ mod tests {
                     flooder,
                     &key,
                     input,
-                    async move { Ok(Uuid::from_u128(1_000 + i)) },
+                    |_| async move { Ok(Uuid::from_u128(1_000 + i)) },
                     |d| Some(*d),
                 )
                 .await
@@ -181,7 +224,7 @@ mod tests {
                 victim,
                 "retry-me",
                 input,
-                async { Ok(Uuid::from_u128(78)) },
+                |_| async { Ok(Uuid::from_u128(78)) },
                 |d| Some(*d),
             )
             .await
@@ -189,6 +232,87 @@ mod tests {
         assert!(
             matches!(again, Once::Again(d) if d == made),
             "the victim's retry made a duplicate"
+        );
+    }
+
+    /// Issue 27: a retry that reaches another process gets the document the first call made;
+    /// a claim whose call died before answering is taken over under the same document id.
+    #[tokio::test]
+    async fn a_key_answers_on_another_process_and_a_dead_calls_claim_creates_the_same_id() {
+        let store = Arc::new(MemoryStore::new());
+        let (here, there) = (process(&store), process(&store));
+        let account = Uuid::from_u128(1);
+        let input = input_digest(&[Some("octo/plans"), Some("Plan")]);
+        let Once::Made(made) = here
+            .once(
+                account,
+                "k",
+                input,
+                |id| async move { Ok(id) },
+                |d| Some(*d),
+            )
+            .await
+            .unwrap()
+        else {
+            panic!("made")
+        };
+        let again = there
+            .once(
+                account,
+                "k",
+                input,
+                |id| async move { Ok(id) },
+                |d| Some(*d),
+            )
+            .await
+            .unwrap();
+        assert!(matches!(again, Once::Again(d) if d == made));
+        // Other input under the same key, on either process: refused.
+        let other = input_digest(&[Some("octo/plans"), Some("Other")]);
+        let refused = there
+            .once(
+                account,
+                "k",
+                other,
+                |id| async move { Ok(id) },
+                |d| Some(*d),
+            )
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(refused.code, "idempotency-key-reused");
+
+        // A call that dies under its claim (the process killed before it answered) ...
+        let dying = here.once(
+            account,
+            "k-2",
+            input,
+            |id| async move {
+                std::future::pending::<Result<Uuid, crate::error::ApiError>>()
+                    .await
+                    .map(|_: Uuid| id)
+            },
+            |d| Some(*d),
+        );
+        assert!(
+            tokio::time::timeout(std::time::Duration::from_millis(20), dying)
+                .await
+                .is_err()
+        );
+        // ... leaves its claim to the retry, which creates under the id that claim names.
+        let retried = there
+            .once(
+                account,
+                "k-2",
+                input,
+                |id| async move { Ok(id) },
+                |d| Some(*d),
+            )
+            .await
+            .unwrap();
+        assert!(
+            matches!(retried, Once::Made(id) if id == creation_id(account, "k-2", 1_000)),
+            "the retry creates under the dead call's id"
         );
     }
 

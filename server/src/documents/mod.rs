@@ -41,6 +41,9 @@ pub struct Made {
     pub provenance: Option<Provenance>,
     /// Made through MCP `create_document` (LIFE-76's creation metadata).
     pub through_mcp: bool,
+    /// The id to create it under (an idempotent creation's, see [`creations::creation_id`]);
+    /// `None`: a fresh one.
+    pub id: Option<Uuid>,
 }
 
 /// Most UTF-8 bytes of a creation brief (our bound; the spec gives none): 64 KiB, as an
@@ -332,15 +335,22 @@ impl Documents {
             } else {
                 format!("{base_slug}-{n}")
             };
-            new.id = self.entropy.uuid();
+            new.id = made.id.unwrap_or_else(|| self.entropy.uuid());
             new.created_at_ms = self.clock.now_ms();
             match self.store.create_document(&new).await {
                 Ok(doc) => return Ok(doc),
-                // Either the slug is taken (try the next) or a parent rule failed (say so).
-                Err(StoreError::Conflict(why)) if parent.is_some() && !why.contains("slug") => {
-                    return Err(ApiError::new(StatusCode::CONFLICT, "invalid-parent", why))
+                Err(StoreError::Conflict(why)) => {
+                    // Its id is taken: an earlier call under the same claim made it.
+                    if made.id.is_some() {
+                        if let Some(doc) = self.made_already(new.id).await? {
+                            return Ok(doc);
+                        }
+                    }
+                    // Either the slug is taken (try the next) or a parent rule failed (say so).
+                    if parent.is_some() && !why.contains("slug") {
+                        return Err(ApiError::new(StatusCode::CONFLICT, "invalid-parent", why));
+                    }
                 }
-                Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(ApiError::store(e)),
             }
         }
@@ -349,6 +359,11 @@ impl Documents {
             "slug-taken",
             format!("{SLUG_ATTEMPTS} documents of this repository already use the slug {base_slug:?}; choose another."),
         ))
+    }
+
+    /// Document `id`, if it exists.
+    async fn made_already(&self, id: Uuid) -> Result<Option<Document>, ApiError> {
+        self.store.document(id).await.map_err(ApiError::store)
     }
 
     /// Archives or restores; the document as it is now.

@@ -2,46 +2,37 @@
 //! key.
 //!
 //! Owns: [`Updates`] — the write (checked and committed as `edit_plan` commits a batch, see
-//! [`crate::content::OpenDocument::replace_source`]) and the memory of idempotency keys: a
-//! caller who sends the same key for the same document again within
-//! [`IDEMPOTENCY_MEMORY_MS`] gets the first answer back and nothing is written twice; the same
-//! key with other arguments is refused `idempotency-key-reused`. Two calls with one key at once
-//! are taken one after the other, so exactly one of them writes.
+//! [`crate::content::OpenDocument::replace_source`]) and its idempotency keys: a caller who
+//! sends the same key for the same document again within [`IDEMPOTENCY_MEMORY_MS`] gets the
+//! first answer back and nothing is written twice, whichever process the retry reaches (the
+//! keys are kept in the store, [`crate::kept`]); the same key with other arguments is refused
+//! `idempotency-key-reused`. Calls with one key on this process are taken one after the other,
+//! so exactly one of them writes.
 //! Does not own: who may write (the caller checked push access), or what a valid source is
 //! (`chopin_document::edit::replace_source`).
 //!
-//! Invariants: the memory is bounded per caller ([`IDEMPOTENCY_KEYS_PER_ACCOUNT`], at most
-//! [`IDEMPOTENCY_ACCOUNTS`] callers) and keyed by the caller's login, so one caller's key never
-//! answers another's call and one caller's flood never pushes out another's keys; it keeps a
-//! digest of each request and the answer without the source, never a source.
+//! Invariants: keys are kept by the caller's login and the document, so one caller's key never
+//! answers another's call; what is kept is a digest of each request and the answer without the
+//! source, never a source. A key's claim is fenced by the document's lease: a process that lost
+//! the document can record no answer for it. A call that failed frees its key.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use chopin_document::edit::{EditOutcome, EditResult};
 use chopin_document::DocumentRef;
 use http::StatusCode;
 use sha2::{Digest, Sha256};
-use uuid::Uuid;
 
 use super::{canonical_url, Documents};
 use crate::content::{EditRefused, OpenDocuments};
 use crate::error::ApiError;
-use crate::runtime::gates::Gates;
-use crate::runtime::recent::RecentByOwner;
-use crate::runtime::SharedClock;
-use crate::store::Document;
+use crate::kept::{Kept, KeptRequests};
+use crate::store::{Document, RequestKey, StoreError};
 
 /// How long an idempotency key's answer is remembered.
 pub const IDEMPOTENCY_MEMORY_MS: i64 = 10 * 60 * 1000;
-/// Most keys remembered per account (its oldest go first).
-pub const IDEMPOTENCY_KEYS_PER_ACCOUNT: usize = 1_000;
-/// Most accounts whose keys are remembered at once (those heard from longest ago go first).
-pub const IDEMPOTENCY_ACCOUNTS: usize = 10_000;
 /// Longest idempotency key, in characters.
 pub const IDEMPOTENCY_KEY_MAX_CHARS: usize = 200;
-
-/// A key, per caller: the document and the caller's key.
-type Key = (Uuid, String);
 
 /// Checks an idempotency key's length: 1 to [`IDEMPOTENCY_KEY_MAX_CHARS`] characters
 /// (`invalid-arguments` otherwise), so a bad key is refused before anything else is done.
@@ -57,14 +48,7 @@ pub fn check_key(key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The first answer to a key (without the source it wrote), and the digest of the request it
-/// answered.
-struct Remembered {
-    request: [u8; 32],
-    result: EditResult,
-}
-
-/// `result` as it is remembered: an applied one without its new source (the caller is told the
+/// `result` as it is kept: an applied one without its new source (the caller is told the
 /// revision it is at, never the source again).
 fn without_source(result: &EditResult) -> EditResult {
     let mut kept = result.clone();
@@ -74,13 +58,22 @@ fn without_source(result: &EditResult) -> EditResult {
     kept
 }
 
-/// Source replacements of this process and their idempotency keys.
+/// The scope `update_document`'s keys are kept in.
+const SCOPE: &str = "update_document";
+
+/// Source replacements and their idempotency keys.
 pub struct Updates {
     documents: Arc<Documents>,
     open: Arc<OpenDocuments>,
-    clock: SharedClock,
-    memory: Mutex<RecentByOwner<String, Key, Remembered>>,
-    keys: Gates<(String, Key)>,
+    kept: Arc<KeptRequests>,
+}
+
+fn reused() -> ApiError {
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "idempotency-key-reused",
+        "This idempotencyKey was already used for another update of this document; use a new key for a new update.",
+    )
 }
 
 /// What an update asks: the source, made from plan revision `revision`.
@@ -91,22 +84,21 @@ pub struct Update<'a> {
 }
 
 impl Updates {
-    pub fn new(documents: Arc<Documents>, open: Arc<OpenDocuments>, clock: SharedClock) -> Self {
+    pub fn new(
+        documents: Arc<Documents>,
+        open: Arc<OpenDocuments>,
+        kept: Arc<KeptRequests>,
+    ) -> Self {
         Updates {
             documents,
             open,
-            clock,
-            memory: Mutex::new(RecentByOwner::new(
-                IDEMPOTENCY_MEMORY_MS,
-                IDEMPOTENCY_KEYS_PER_ACCOUNT,
-                IDEMPOTENCY_ACCOUNTS,
-            )),
-            keys: Gates::default(),
+            kept,
         }
     }
 
     /// Replaces `doc`'s source for `login` (a writer), or answers what the first call with
-    /// this key answered. The result says whether it applied or why not (stale, invalid).
+    /// this key answered, whichever process that was. The result says whether it applied or
+    /// why not (stale, invalid).
     pub async fn update(
         &self,
         login: &str,
@@ -114,16 +106,58 @@ impl Updates {
         update: &Update<'_>,
     ) -> Result<EditResult, ApiError> {
         check_key(update.idempotency_key)?;
-        let key: Key = (doc.id, update.idempotency_key.to_owned());
-        let request: [u8; 32] = Sha256::new()
-            .chain_update(update.revision.to_be_bytes())
-            .chain_update(update.source.as_bytes())
-            .finalize()
-            .into();
-        let _one_at_a_time = self.keys.lock((login.to_owned(), key.clone())).await;
-        if let Some(answer) = self.remembered(login, &key, &request) {
-            return answer;
+        let request = hex::encode(
+            Sha256::new()
+                .chain_update(update.revision.to_be_bytes())
+                .chain_update(update.source.as_bytes())
+                .finalize(),
+        );
+        let key = RequestKey {
+            scope: SCOPE.to_owned(),
+            holder: login.to_owned(),
+            key: format!("{}:{}", doc.id, update.idempotency_key),
+            document: Some(doc.id),
+        };
+        let claim = match self
+            .kept
+            .claim(key, &request, IDEMPOTENCY_MEMORY_MS)
+            .await
+            .map_err(ApiError::store)?
+        {
+            Kept::Answered { digest, answer } if digest == request => {
+                return serde_json::from_str(&answer).map_err(|e| {
+                    ApiError::store(StoreError::Backend(format!(
+                        "a kept update's answer cannot be read: {e}"
+                    )))
+                })
+            }
+            Kept::Answered { .. } => return Err(reused()),
+            Kept::Go(claim) => claim,
+        };
+        // An earlier call with other arguments, which never answered: left as it is.
+        if claim
+            .taken_over
+            .as_deref()
+            .is_some_and(|first| first != request)
+        {
+            return Err(reused());
         }
+        match self.write(doc, update).await {
+            Ok(result) => {
+                let kept = serde_json::to_string(&without_source(&result))
+                    .unwrap_or_else(|_| String::from("null"));
+                claim.answer(&kept).await;
+                Ok(result)
+            }
+            Err(e) => {
+                claim.release().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The write itself: `update.source` made from `update.revision`, checked and committed.
+    async fn write(&self, doc: &Document, update: &Update<'_>) -> Result<EditResult, ApiError> {
         let open = self.open.open(doc.id).await.map_err(ApiError::store)?;
         let earlier = self
             .documents
@@ -134,50 +168,18 @@ impl Updates {
             id: doc.id.to_string(),
             url: canonical_url(doc),
         };
-        let result = match open
+        match open
             .replace_source(document, &earlier, update.revision, update.source)
             .await
         {
-            Ok(result) => result,
-            Err(EditRefused::Store(e)) => return Err(ApiError::store(e)),
+            Ok(result) => Ok(result),
+            Err(EditRefused::Store(e)) => Err(ApiError::store(e)),
             // No owner guard is given, so storage never refuses one.
-            Err(EditRefused::NotOwner) => {
-                return Err(ApiError::new(
-                    StatusCode::CONFLICT,
-                    "stale",
-                    EditRefused::NotOwner.to_string(),
-                ))
-            }
-        };
-        let remembered = Remembered {
-            request,
-            result: without_source(&result),
-        };
-        self.memory
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(login.to_owned(), key, remembered, self.clock.now_ms());
-        Ok(result)
-    }
-
-    /// The answer remembered for `key`, if any: the same one for the same request, a refusal
-    /// for another.
-    fn remembered(
-        &self,
-        login: &str,
-        key: &Key,
-        request: &[u8; 32],
-    ) -> Option<Result<EditResult, ApiError>> {
-        let now = self.clock.now_ms();
-        let mut memory = self.memory.lock().unwrap_or_else(PoisonError::into_inner);
-        let remembered = memory.get(&login.to_owned(), key, now)?;
-        if &remembered.request == request {
-            return Some(Ok(remembered.result.clone()));
+            Err(EditRefused::NotOwner) => Err(ApiError::new(
+                StatusCode::CONFLICT,
+                "stale",
+                EditRefused::NotOwner.to_string(),
+            )),
         }
-        Some(Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "idempotency-key-reused",
-            "This idempotencyKey was already used for another update of this document; use a new key for a new update.",
-        )))
     }
 }

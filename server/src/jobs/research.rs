@@ -532,6 +532,7 @@ impl Definition for Answer {
                     brief: None,
                     provenance: None,
                     through_mcp: false,
+                    id: None,
                 },
             )
             .await

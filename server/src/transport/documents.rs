@@ -599,6 +599,7 @@ async fn create_child(
                 brief: None,
                 provenance: None,
                 through_mcp: false,
+                id: None,
             },
         )
         .await?;

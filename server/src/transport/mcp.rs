@@ -686,16 +686,22 @@ impl Tools {
             brief,
             provenance,
             through_mcp: true,
+            id: None,
         };
-        let create = self.create(caller, &access, &title, &base, made, &source);
+        let create = |made| self.create(caller, &access, &title, &base, made, &source);
         let created = match &args.idempotency_key {
-            None => create.await?,
+            None => create(made).await?,
             Some(key) => {
                 let once = self.deps.creations.once(
                     caller.account_id,
                     key,
                     input,
-                    create,
+                    |id| {
+                        create(Made {
+                            id: Some(id),
+                            ..made
+                        })
+                    },
                     |created: &Result<Document, CallToolResult>| {
                         created.as_ref().ok().map(|doc| doc.id)
                     },

@@ -38,6 +38,7 @@ use crate::documents::children::{child_url, ChildError, Children};
 use crate::documents::{self, document_json};
 use crate::error::ApiError;
 use crate::identity::sign_ins::{LiveLogin, SignIns};
+use crate::kept::Kept;
 use crate::metrics::{Metrics, SocketKind};
 use crate::models::{Choose, Models};
 use crate::planner::{Planners, Presence, PresenceState};
@@ -798,16 +799,56 @@ async fn comment_frame(
     if !sender.can_write {
         return answer(Err(Refusal::new("read-only", READ_ONLY_WORDS)));
     }
-    // Sent again after a lost answer: the first answer, nothing saved twice.
-    if let Some(first) = comments.answered(&sender.login, doc.id, &id) {
-        return Some(json_frame(&first));
+    // Sent again after a lost answer: the first answer, nothing saved twice, whichever process
+    // the first one reached.
+    let claim = match comments.claim(&sender.login, doc.id, &id).await {
+        Ok(Kept::Answered { answer: first, .. }) => {
+            return match serde_json::from_str::<Value>(&first) {
+                Ok(first) => Some(json_frame(&first)),
+                Err(e) => {
+                    tracing::error!(error = %e, "a kept comment answer cannot be read");
+                    answer(Err(Refusal::new(
+                        "not-saved",
+                        crate::comments::NOT_SAVED_WORDS,
+                    )))
+                }
+            };
+        }
+        Ok(Kept::Go(claim)) => claim,
+        Err(refusal) => return answer(Err(refusal)),
+    };
+    // A thread started without an id gets one from the claim, so a retry that takes over the
+    // claim of a call that died finds the thread that call started.
+    let new_thread = comments.new_thread_id(&sender.login, doc.id, &id, claim.since_ms);
+    let frame = comment_write(deps, doc, place, sender, request, &id, new_thread).await;
+    match &frame {
+        Some(frame) if frame["type"] == "comment:ack" => claim.answer(&frame.to_string()).await,
+        _ => claim.release().await,
     }
-    let remembered = |frame: Value| {
-        comments.remember(&sender.login, doc.id, &id, &frame);
-        Some(json_frame(&frame))
+    frame.map(|frame| json_frame(&frame))
+}
+
+/// A `comment:*` frame that writes, processed under its request id's claim: the frame to
+/// answer with (`None`: none, the process is stopping).
+async fn comment_write(
+    deps: &RoomDeps,
+    doc: &Document,
+    place: &chat::Place,
+    sender: &chat::Sender,
+    request: crate::comments::Request,
+    id: &str,
+    new_thread: uuid::Uuid,
+) -> Option<Value> {
+    use crate::comments::{Refusal, Request};
+    let comments = &deps.comments;
+    let answer = |result: Result<Value, Refusal>| {
+        Some(match result {
+            Ok(frame) => frame,
+            Err(refusal) => refusal.frame(id),
+        })
     };
     if request.to_planner() {
-        let admitted = match chat_place(&deps.children, doc, place, &id).await {
+        let admitted = match chat_place(&deps.children, doc, place, id).await {
             Ok(place) => place,
             // ISO-28: refused before anything is saved.
             Err(refused) => {
@@ -826,30 +867,22 @@ async fn comment_frame(
                 quote,
                 text,
                 ..
-            } => (
-                thread.unwrap_or_else(|| comments.new_thread_id()),
-                Some(quote),
-                text,
-            ),
+            } => (thread.unwrap_or(new_thread), Some(quote), text),
             Request::Reply { thread, text, .. } => (thread, None, text),
             Request::Resolve { .. } | Request::List { .. } => unreachable!("not a note"),
         };
         let note = chat::PlannerComment {
-            request_id: id.clone(),
+            request_id: id.to_owned(),
             document: doc.id,
             thread,
             start_quote,
             text,
         };
-        return match deps
+        return deps
             .chat
             .comment(&admitted, sender, note, comments)
             .await
-            .frame(&id)
-        {
-            Some(frame) => remembered(frame),
-            None => None,
-        };
+            .frame(id);
     }
     let saved = match request {
         Request::Start {
@@ -858,7 +891,7 @@ async fn comment_frame(
             text,
             ..
         } => {
-            let thread = thread.unwrap_or_else(|| comments.new_thread_id());
+            let thread = thread.unwrap_or(new_thread);
             comments
                 .start(doc.id, &sender.login, thread, &quote, &text, false)
                 .await
@@ -870,7 +903,7 @@ async fn comment_frame(
         }
         Request::Resolve { thread, .. } => {
             return match comments.resolve(doc.id, thread, &sender.login).await {
-                Ok(thread) => remembered(json!({
+                Ok(thread) => Some(json!({
                     "type": "comment:ack",
                     "requestId": id,
                     "thread": crate::comments::thread_json(&thread),
@@ -881,7 +914,7 @@ async fn comment_frame(
         Request::List { .. } => unreachable!("answered above"),
     };
     match saved {
-        Ok(saved) => remembered(saved.ack(&id)),
+        Ok(saved) => Some(saved.ack(id)),
         Err(refusal) => answer(Err(refusal)),
     }
 }

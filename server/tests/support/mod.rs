@@ -129,19 +129,30 @@ pub async fn served_with(store: Arc<dyn Store>, configure: impl FnOnce(&mut Conf
         std::future::pending(),
     ));
     let doc = OsEntropy.uuid();
-    store
-        .create_document(&NewDocument {
-            id: doc,
-            repo_owner: "octo".into(),
-            repo_name: "plans".into(),
-            slug: "notes".into(),
-            title: "Notes".into(),
-            created_at_ms: 0,
-            parent_id: None,
-            ..NewDocument::default()
-        })
-        .await
-        .unwrap();
+    // `notes`, or — for a second process on the same store — `notes-2`, …
+    for n in 1.. {
+        let made = store
+            .create_document(&NewDocument {
+                id: doc,
+                repo_owner: "octo".into(),
+                repo_name: "plans".into(),
+                slug: if n == 1 {
+                    "notes".into()
+                } else {
+                    format!("notes-{n}")
+                },
+                title: "Notes".into(),
+                created_at_ms: 0,
+                parent_id: None,
+                ..NewDocument::default()
+            })
+            .await;
+        match made {
+            Ok(_) => break,
+            Err(chopin_server::store::StoreError::Conflict(_)) if n < 10 => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
     github.set_browser_user("mona");
     let mona_cookie = oauth_sign_in(&host).await;
     Served {
