@@ -18,7 +18,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
 use crate::kept::{Kept, KeptRequests};
@@ -365,28 +364,6 @@ impl Comments {
                 feeds.remove(&thread.document_id);
             }
         }
-    }
-
-    /// The id of a thread `login` starts without one, under the claim of `request_id` about
-    /// `document` made at `since_ms`: the same for every call under that claim.
-    pub fn new_thread_id(
-        &self,
-        login: &str,
-        document: Uuid,
-        request_id: &str,
-        since_ms: i64,
-    ) -> Uuid {
-        let hash = Sha256::new()
-            .chain_update((login.len() as u64).to_be_bytes())
-            .chain_update(login.as_bytes())
-            .chain_update(document.as_bytes())
-            .chain_update((request_id.len() as u64).to_be_bytes())
-            .chain_update(request_id.as_bytes())
-            .chain_update(since_ms.to_be_bytes())
-            .finalize();
-        let mut bytes = [0u8; 16];
-        bytes.copy_from_slice(&hash[..16]);
-        uuid::Builder::from_random_bytes(bytes).into_uuid()
     }
 
     /// `document`'s thread, if it has it.

@@ -15,6 +15,9 @@
 
 use std::sync::Arc;
 
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
 use crate::runtime::gates::{Gate, Gates};
 use crate::runtime::SharedClock;
 use crate::store::{RequestClaim, RequestKey, RequestStore, StoreError};
@@ -98,7 +101,28 @@ impl KeptRequests {
     }
 }
 
+/// The id of what the claim of `key` made at `since_ms` makes (see [`Claimed::made_id`]).
+pub fn made_id(key: &RequestKey, since_ms: i64) -> Uuid {
+    let mut hash = Sha256::new();
+    for part in [&key.scope, &key.holder, &key.key] {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    hash.update(since_ms.to_be_bytes());
+    let hash = hash.finalize();
+    let mut bytes = [0u8; 16];
+    bytes.copy_from_slice(&hash[..16]);
+    uuid::Builder::from_random_bytes(bytes).into_uuid()
+}
+
 impl Claimed<'_> {
+    /// The id of what this call makes (a document, a thread): the same for every call under
+    /// this claim and no other claim's, so a call that takes over the claim of one that died
+    /// makes it under the same id — and finds it, if that call made it before it died.
+    pub fn made_id(&self) -> Uuid {
+        made_id(&self.key, self.since_ms)
+    }
+
     /// Records `answer` as the key's, for every later call with it. A failure is logged: the
     /// call has had its effect, and a retry takes the unanswered claim over.
     pub async fn answer(self, answer: &str) {

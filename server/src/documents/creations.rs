@@ -10,8 +10,8 @@
 //! made ([`super::Documents::create`]).
 //!
 //! Invariants: keys are kept in the store ([`crate::kept`]) by the caller's account id, so one
-//! account's key never answers another's call. The document a claim creates has an id made
-//! from the account, the key and the claim ([`creation_id`]): a retry that takes over a claim
+//! account's key never answers another's call. The document a claim creates has the claim's
+//! own id ([`crate::kept::Claimed::made_id`]): a retry that takes over a claim
 //! whose call died (its process killed between creating and answering) creates under the same
 //! id, so it finds the document that call made instead of making a second one.
 
@@ -60,21 +60,6 @@ pub fn input_digest(parts: &[Option<&str>]) -> [u8; 32] {
         }
     }
     hash.finalize().into()
-}
-
-/// The id of the document `account`'s claim of `key` made at `since_ms` creates: the same for
-/// every call under that claim, and no other claim's.
-pub fn creation_id(account: Uuid, key: &str, since_ms: i64) -> Uuid {
-    let hash: [u8; 32] = Sha256::new()
-        .chain_update(account.as_bytes())
-        .chain_update((key.len() as u64).to_be_bytes())
-        .chain_update(key.as_bytes())
-        .chain_update(since_ms.to_be_bytes())
-        .finalize()
-        .into();
-    let mut bytes = [0u8; 16];
-    bytes.copy_from_slice(&hash[..16]);
-    uuid::Builder::from_random_bytes(bytes).into_uuid()
 }
 
 fn reused(words: String) -> ApiError {
@@ -144,7 +129,7 @@ impl Creations {
                 "This idempotencyKey is creating a document from different input (repository, title, slug, source, brief or provenance) in an earlier call; nothing was created. Send the same input to get that document, or a new key for a new document.".to_owned(),
             ));
         }
-        let id = creation_id(account, key, claim.since_ms);
+        let id = claim.made_id();
         let result = create(id).await;
         if let Some(document) = result.as_ref().ok().and_then(made) {
             claim.answer(&document.to_string()).await;
@@ -165,10 +150,11 @@ impl Creations {
 
 #[cfg(test)]
 mod tests {
-    use super::{creation_id, input_digest, Creations, Once};
-    use crate::kept::KeptRequests;
+    use super::{input_digest, Creations, Once, SCOPE};
+    use crate::kept::{made_id, KeptRequests};
     use crate::runtime::clock::Clock;
     use crate::store::MemoryStore;
+    use crate::store::RequestKey;
     use std::sync::Arc;
     use uuid::Uuid;
 
@@ -311,7 +297,12 @@ mod tests {
             .await
             .unwrap();
         assert!(
-            matches!(retried, Once::Made(id) if id == creation_id(account, "k-2", 1_000)),
+            matches!(retried, Once::Made(id) if id == made_id(&RequestKey {
+                scope: SCOPE.to_owned(),
+                holder: account.to_string(),
+                key: "k-2".to_owned(),
+                document: None,
+            }, 1_000)),
             "the retry creates under the dead call's id"
         );
     }

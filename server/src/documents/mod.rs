@@ -41,7 +41,7 @@ pub struct Made {
     pub provenance: Option<Provenance>,
     /// Made through MCP `create_document` (LIFE-76's creation metadata).
     pub through_mcp: bool,
-    /// The id to create it under (an idempotent creation's, see [`creations::creation_id`]);
+    /// The id to create it under (an idempotent creation's claim, see [`crate::kept::Claimed::made_id`]);
     /// `None`: a fresh one.
     pub id: Option<Uuid>,
 }

@@ -819,7 +819,7 @@ async fn comment_frame(
     };
     // A thread started without an id gets one from the claim, so a retry that takes over the
     // claim of a call that died finds the thread that call started.
-    let new_thread = comments.new_thread_id(&sender.login, doc.id, &id, claim.since_ms);
+    let new_thread = claim.made_id();
     let frame = comment_write(deps, doc, place, sender, request, &id, new_thread).await;
     match &frame {
         Some(frame) if frame["type"] == "comment:ack" => claim.answer(&frame.to_string()).await,
