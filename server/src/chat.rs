@@ -1452,6 +1452,9 @@ pub struct PlannerComment {
     /// The passage, for a note that starts its thread; `None` for a reply.
     pub start_quote: Option<String>,
     pub text: String,
+    /// When its request's claim was made, if that claim was an earlier call's that never
+    /// answered ([`crate::comments::Comments::reply_claimed`]).
+    pub taken_over: Option<i64>,
 }
 
 /// What became of a [`PlannerComment`].
@@ -1574,12 +1577,13 @@ impl Chat {
             }
             None => {
                 comments
-                    .reply(
+                    .reply_claimed(
                         note.document,
                         note.thread,
-                        Some(&sender.login),
+                        &sender.login,
                         &note.text,
                         true,
+                        note.taken_over,
                     )
                     .await
             }

@@ -481,6 +481,40 @@ impl Comments {
         }
     }
 
+    /// [`Comments::reply`] by `login` under a request's claim. `taken_over`: when the claim was
+    /// made, by an earlier call that never answered — that call may have saved this reply and
+    /// died before answering, so a note of `login`'s with these words saved since then is taken
+    /// as that reply and answered, not saved a second time.
+    pub async fn reply_claimed(
+        &self,
+        document: Uuid,
+        thread: Uuid,
+        login: &str,
+        text: &str,
+        to_planner: bool,
+        taken_over: Option<i64>,
+    ) -> Result<Saved, Refusal> {
+        if let Some(since) = taken_over {
+            if let Some((saved_thread, notes)) = self.thread(document, thread).await? {
+                let earlier = notes.into_iter().find(|note| {
+                    note.seq > 0
+                        && note.author_login.as_deref() == Some(login)
+                        && note.to_planner == to_planner
+                        && note.body == text
+                        && note.created_at_ms >= since
+                });
+                if let Some(note) = earlier {
+                    return Ok(Saved {
+                        thread: saved_thread,
+                        note,
+                    });
+                }
+            }
+        }
+        self.reply(document, thread, Some(login), text, to_planner)
+            .await
+    }
+
     /// Resolves `thread` of `document` (a second resolve changes nothing).
     pub async fn resolve(
         &self,

@@ -484,4 +484,51 @@ async fn a_retry_on_another_process_answers_the_first_call_and_makes_nothing_twi
     assert_eq!(threads.len(), 1, "{threads:?}");
     let read = ok(call(&mcp_b, "read_document", json!({"document": a.doc})).await);
     assert_eq!(read["revision"], 1, "written once");
+
+    // A reply whose process saved it and died before answering (its claim made, its note
+    // saved, no answer kept): the retry on B takes the claim over, finds that reply and
+    // answers with it instead of saving it a second time.
+    let thread: Uuid = serde_json::from_value(noted["thread"]["id"].clone()).unwrap();
+    let since = now_ms();
+    let key = chopin_server::store::RequestKey {
+        scope: "comment".into(),
+        holder: "mona".into(),
+        key: format!("{}:n-2", a.doc),
+        document: Some(a.doc),
+    };
+    let claimed = store
+        .claim_request(&key, "", since, since + 600_000)
+        .await
+        .unwrap();
+    assert!(
+        matches!(claimed, chopin_server::store::RequestClaim::Claimed { .. }),
+        "{claimed:?}"
+    );
+    let dead = chopin_server::store::NewCommentNote {
+        author_login: Some("mona".into()),
+        to_planner: false,
+        body: "Said once".into(),
+        created_at_ms: since,
+    };
+    store.reply_comment(a.doc, thread, &dead, 20).await.unwrap();
+    let reply = json!({"type": "comment:reply", "requestId": "n-2", "thread": thread,
+                       "text": "Said once"});
+    let replied = ask_room(&mut room, reply.clone()).await;
+    assert_eq!(replied["type"], "comment:ack", "{replied}");
+    assert_eq!(
+        replied["note"]["seq"], 1,
+        "the dead call's reply: {replied}"
+    );
+    assert_eq!(replied["note"]["createdAt"], since, "{replied}");
+    assert_eq!(
+        ask_room(&mut room, reply).await,
+        replied,
+        "kept from now on"
+    );
+    let (_, notes) = store.comment_thread(a.doc, thread).await.unwrap().unwrap();
+    assert_eq!(
+        notes.iter().filter(|n| n.body == "Said once").count(),
+        1,
+        "{notes:?}"
+    );
 }

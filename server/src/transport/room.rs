@@ -820,7 +820,11 @@ async fn comment_frame(
     // A thread started without an id gets one from the claim, so a retry that takes over the
     // claim of a call that died finds the thread that call started.
     let new_thread = claim.made_id();
-    let frame = comment_write(deps, doc, place, sender, request, &id, new_thread).await;
+    let taken_over = claim.taken_over.is_some().then_some(claim.since_ms);
+    let frame = comment_write(
+        deps, doc, place, sender, request, &id, new_thread, taken_over,
+    )
+    .await;
     match &frame {
         Some(frame) if frame["type"] == "comment:ack" => claim.answer(&frame.to_string()).await,
         _ => claim.release().await,
@@ -829,7 +833,11 @@ async fn comment_frame(
 }
 
 /// A `comment:*` frame that writes, processed under its request id's claim: the frame to
-/// answer with (`None`: none, the process is stopping).
+/// answer with (`None`: none, the process is stopping). `taken_over`: when the claim was made,
+/// if it was an earlier call's that never answered (see [`Comments::reply_claimed`]).
+///
+/// [`Comments::reply_claimed`]: crate::comments::Comments::reply_claimed
+#[allow(clippy::too_many_arguments)]
 async fn comment_write(
     deps: &RoomDeps,
     doc: &Document,
@@ -838,6 +846,7 @@ async fn comment_write(
     request: crate::comments::Request,
     id: &str,
     new_thread: uuid::Uuid,
+    taken_over: Option<i64>,
 ) -> Option<Value> {
     use crate::comments::{Refusal, Request};
     let comments = &deps.comments;
@@ -877,6 +886,7 @@ async fn comment_write(
             thread,
             start_quote,
             text,
+            taken_over,
         };
         return deps
             .chat
@@ -898,7 +908,7 @@ async fn comment_write(
         }
         Request::Reply { thread, text, .. } => {
             comments
-                .reply(doc.id, thread, Some(&sender.login), &text, false)
+                .reply_claimed(doc.id, thread, &sender.login, &text, false, taken_over)
                 .await
         }
         Request::Resolve { thread, .. } => {
