@@ -419,7 +419,7 @@ async fn taking_a_document_over_clears_the_owner_an_earlier_process_left_and_onl
 /// nothing twice: MCP `create_document` and `update_document`, a Chat line (MSG-16), a comment.
 #[tokio::test]
 async fn a_retry_on_another_process_answers_the_first_call_and_makes_nothing_twice() {
-    use chopin_fixtures::mcp::{call, connect, ok};
+    use chopin_fixtures::mcp::{call, connect, ok, refusal};
     use serde_json::json;
     use support::ask_room;
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
@@ -531,4 +531,76 @@ async fn a_retry_on_another_process_answers_the_first_call_and_makes_nothing_twi
         1,
         "{notes:?}"
     );
+
+    // An update whose process committed it and died before answering: the retry on B takes
+    // its claim over and finds the document one revision on with that very source — answered
+    // applied at that revision, not refused stale, and written once. (Its write here is made
+    // under another key; storage cannot tell one from the other.)
+    let source = "# Notes\n\nTwice?\n";
+    let written = ok(call(
+        &mcp_b,
+        "update_document",
+        json!({"document": a.doc, "planRevision": 1, "source": source, "idempotencyKey": "u-2"}),
+    )
+    .await);
+    assert_eq!(written["status"], "applied", "{written}");
+    let digest = {
+        use sha2::{Digest, Sha256};
+        hex::encode(
+            Sha256::new()
+                .chain_update(1u64.to_be_bytes())
+                .chain_update(source.as_bytes())
+                .finalize(),
+        )
+    };
+    let since = now_ms();
+    let key = chopin_server::store::RequestKey {
+        scope: "update_document".into(),
+        holder: "mona".into(),
+        key: format!("{}:u-3", a.doc),
+        document: Some(a.doc),
+    };
+    store
+        .claim_request(&key, &digest, since, since + 600_000)
+        .await
+        .unwrap();
+    let retried = ok(call(
+        &mcp_b,
+        "update_document",
+        json!({"document": a.doc, "planRevision": 1, "source": source, "idempotencyKey": "u-3"}),
+    )
+    .await);
+    assert_eq!(retried["status"], "applied", "{retried}");
+    assert_eq!(written["planRevision"], 2, "{written}");
+    assert_eq!(retried["planRevision"], 2, "{retried}");
+    let read = ok(call(&mcp_b, "read_document", json!({"document": a.doc})).await);
+    assert_eq!(read["revision"], 2, "written once");
+    // Another source from that revision, under a taken-over claim, is stale as ever.
+    let other = "# Notes\n\nElse.\n";
+    let digest = {
+        use sha2::{Digest, Sha256};
+        hex::encode(
+            Sha256::new()
+                .chain_update(1u64.to_be_bytes())
+                .chain_update(other.as_bytes())
+                .finalize(),
+        )
+    };
+    let key = chopin_server::store::RequestKey {
+        key: format!("{}:u-4", a.doc),
+        ..key
+    };
+    store
+        .claim_request(&key, &digest, since, since + 600_000)
+        .await
+        .unwrap();
+    let (code, refused) = refusal(
+        call(
+            &mcp_b,
+            "update_document",
+            json!({"document": a.doc, "planRevision": 1, "source": other, "idempotencyKey": "u-4"}),
+        )
+        .await,
+    );
+    assert_eq!(code, "stale", "{refused}");
 }

@@ -142,7 +142,12 @@ impl Updates {
         {
             return Err(reused());
         }
-        match self.write(doc, update).await {
+        let write = self.write(doc, update).await;
+        let write = match (write, claim.taken_over.is_some()) {
+            (Ok(result), true) => self.made_before(doc, update, result).await,
+            (write, _) => write,
+        };
+        match write {
             Ok(result) => {
                 let kept = serde_json::to_string(&without_source(&result))
                     .unwrap_or_else(|_| String::from("null"));
@@ -154,6 +159,39 @@ impl Updates {
                 Err(e)
             }
         }
+    }
+
+    /// `result` of an update under a claim taken over from a call that never answered. That
+    /// call may have committed this very update and died before answering: then the document
+    /// is one revision past `update.revision` with `update.source` as its source, and the
+    /// update is answered applied at that revision instead of stale (nothing is written).
+    async fn made_before(
+        &self,
+        doc: &Document,
+        update: &Update<'_>,
+        result: EditResult,
+    ) -> Result<EditResult, ApiError> {
+        let EditOutcome::Stale {
+            current_revision, ..
+        } = result.outcome
+        else {
+            return Ok(result);
+        };
+        if current_revision != update.revision + 1 {
+            return Ok(result);
+        }
+        let open = self.open.open(doc.id).await.map_err(ApiError::store)?;
+        if open.source().await != update.source {
+            return Ok(result);
+        }
+        Ok(EditResult {
+            outcome: EditOutcome::Applied {
+                base_revision: update.revision,
+                revision: current_revision,
+                source: update.source.to_owned(),
+            },
+            ..result
+        })
     }
 
     /// The write itself: `update.source` made from `update.revision`, checked and committed.
