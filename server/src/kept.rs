@@ -47,7 +47,7 @@ pub struct Claimed<'a> {
     pub since_ms: i64,
     /// `Some`: the claim was an earlier call's that never answered, made for input with this
     /// digest — that call died with its process, or is still under way elsewhere.
-    pub taken_over: Option<String>,
+    taken_over: Option<String>,
     _one_at_a_time: Gate<'a, (String, String, String)>,
 }
 
@@ -121,6 +121,20 @@ impl Claimed<'_> {
     /// makes it under the same id — and finds it, if that call made it before it died.
     pub fn made_id(&self) -> Uuid {
         made_id(&self.key, self.since_ms)
+    }
+
+    /// Whether this claim is an earlier call's that never answered, made for input other than
+    /// `digest` (that call may still be under way: its claim is left as it is).
+    pub fn earlier_for_other_input(&self, digest: &str) -> bool {
+        self.taken_over
+            .as_deref()
+            .is_some_and(|first| first != digest)
+    }
+
+    /// When the claim was made, if it is an earlier call's that never answered (that call may
+    /// have had its effect and died before answering).
+    pub fn taken_over_since(&self) -> Option<i64> {
+        self.taken_over.is_some().then_some(self.since_ms)
     }
 
     /// Records `answer` as the key's, for every later call with it. A failure is logged: the

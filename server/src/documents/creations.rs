@@ -119,11 +119,7 @@ impl Creations {
             }
             Kept::Go(claim) => claim,
         };
-        if claim
-            .taken_over
-            .as_deref()
-            .is_some_and(|first| first != digest)
-        {
+        if claim.earlier_for_other_input(&digest) {
             // Left as it is: the call it belongs to may still be under way.
             return Err(reused(
                 "This idempotencyKey is creating a document from different input (repository, title, slug, source, brief or provenance) in an earlier call; nothing was created. Send the same input to get that document, or a new key for a new document.".to_owned(),

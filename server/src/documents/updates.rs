@@ -135,15 +135,11 @@ impl Updates {
             Kept::Go(claim) => claim,
         };
         // An earlier call with other arguments, which never answered: left as it is.
-        if claim
-            .taken_over
-            .as_deref()
-            .is_some_and(|first| first != request)
-        {
+        if claim.earlier_for_other_input(&request) {
             return Err(reused());
         }
         let write = self.write(doc, update).await;
-        let write = match (write, claim.taken_over.is_some()) {
+        let write = match (write, claim.taken_over_since().is_some()) {
             (Ok(result), true) => self.made_before(doc, update, result).await,
             (write, _) => write,
         };

@@ -820,7 +820,7 @@ async fn comment_frame(
     // A thread started without an id gets one from the claim, so a retry that takes over the
     // claim of a call that died finds the thread that call started.
     let new_thread = claim.made_id();
-    let taken_over = claim.taken_over.is_some().then_some(claim.since_ms);
+    let taken_over = claim.taken_over_since();
     let frame = comment_write(
         deps, doc, place, sender, request, &id, new_thread, taken_over,
     )
